@@ -1,0 +1,1 @@
+"""One module per stage, each exposing `register(app)`; shared options live in `options.py`."""

@@ -1,0 +1,96 @@
+"""`trajlake sql`, `trajlake tables`, `trajlake compact`: looking at and tidying the lake."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Annotated, Any
+
+import duckdb
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from flows.commands.options import LakeOption, fail, resolve_lake
+from store import ReadOnlyViolation, connect, run_read_only
+from store.stats import table_stats
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _cell(value: Any) -> str:
+    value = _plain(value)
+    if value is None:
+        return ""
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)
+
+
+def print_rows(columns: list[str], rows: list[tuple[Any, ...]], fmt: str) -> None:
+    """Write query results to stdout as a rich table, CSV, or a JSON array of objects."""
+    if fmt == "json":
+        objects = [{c: _plain(v) for c, v in zip(columns, row, strict=True)} for row in rows]
+        sys.stdout.write(json.dumps(objects, ensure_ascii=False, indent=None) + "\n")
+    elif fmt == "csv":
+        writer = csv.writer(sys.stdout)
+        writer.writerow(columns)
+        writer.writerows([_cell(v) for v in row] for row in rows)
+    else:
+        table = Table(*columns, show_lines=False)
+        for row in rows:
+            table.add_row(*(_cell(v) for v in row))
+        Console(width=max(120, Console().width)).print(table)
+
+
+def sql(
+    query: Annotated[str, typer.Argument(help="SQL over the lake's views (read-only).")],
+    lake: LakeOption = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table, csv or json")] = "table",
+) -> None:
+    """Run read-only SQL against the lake's views (trajectories, messages, rewards, groups, ...)."""
+    if fmt not in ("table", "csv", "json"):
+        raise fail(f"unknown --format `{fmt}`; use table, csv or json", 2)
+    con = connect(resolve_lake(lake), read_only=True)
+    try:
+        relation = run_read_only(con, query)
+        if relation is None:
+            return
+        columns = list(relation.columns)
+        rows = relation.fetchall()
+    except ReadOnlyViolation as exc:
+        raise fail(str(exc), 2) from None
+    except duckdb.Error as exc:
+        raise fail(str(exc)) from None
+    print_rows(columns, rows, fmt)
+
+
+def tables(lake: LakeOption = None) -> None:
+    """Each table's rows (deduplicated), files, bytes and newest data."""
+    stats = table_stats(resolve_lake(lake))
+    print_rows(
+        ["table", "rows", "files", "bytes", "newest_data"],
+        [(s.table, s.rows, s.files, s.bytes, s.newest) for s in stats],
+        "table",
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Add `sql` and `tables` to the `trajlake` app."""
+    app.command("sql")(sql)
+    app.command("tables")(tables)

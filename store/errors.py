@@ -1,0 +1,43 @@
+"""Exceptions of the store package. Context lives in attributes so callers can branch on it."""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base class for every error raised by `store`."""
+
+
+class SchemaViolation(StoreError, ValueError):
+    """Data offered to a table does not match the table's schema. Nothing was written."""
+
+    def __init__(
+        self,
+        table: str,
+        column: str | None,
+        row: int | None,
+        reason: str,
+        detail: str,
+    ) -> None:
+        self.table = table
+        self.column = column
+        self.row = row
+        self.reason = reason  # snake_case code: missing_column, wrong_type, null_key, ...
+        where = f"`{table}`"
+        if column is not None:
+            where += f".`{column}`"
+        if row is not None:
+            where += f" at row {row}"
+        super().__init__(f"{where}: {detail}; nothing was written")
+
+
+class ReadOnlyViolation(StoreError, PermissionError):
+    """A statement given to the read-only SQL interface would change something."""
+
+    def __init__(self, statement_type: str, statement: str) -> None:
+        self.statement_type = statement_type
+        self.statement = statement
+        short = " ".join(statement.split())[:80]
+        super().__init__(
+            f"`trajlake sql` is read-only: a {statement_type} statement is not allowed "
+            f"(`{short}`). Only SELECT-like queries (SELECT, WITH, DESCRIBE, SHOW, EXPLAIN) run here."
+        )

@@ -1,0 +1,249 @@
+"""The lake's tables: one explicit Arrow schema per table, its primary key and partitioning.
+
+This module is the single source of truth for column names and types. Writers always
+validate against it and write with it (never an inferred schema), the DuckDB views are
+generated from it, and other packages import the names from here.
+
+Evolution is additive only: a new column is appended as nullable, so files written
+before it existed stay readable (readers union files by column name and see nulls).
+
+Every table carries one bookkeeping column, ``_written_at``: the time the row was
+committed to the lake, in nanoseconds. Views keep the row with the newest
+``_written_at`` per primary key, which is what makes re-ingesting the same data (an
+OTLP retry, a re-run flow) idempotent and lets a newer row supersede an older one
+(a late span re-assembling a trajectory, a failed judge call later retried).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import pyarrow as pa
+
+# --- enums (documented vocabularies; stored as plain strings) -------------------------
+
+TrajectorySource = Literal["otel", "langfuse", "replay", "import"]
+SpanSource = Literal["otel", "langfuse"]
+Split = Literal["train", "val"]
+RunStage = Literal["sft", "grpo", "eval"]
+RewardStatus = Literal["ok", "failed"]
+
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+WRITTEN_AT = "_written_at"
+PARTITION_COLUMN = "dt"
+
+# --- shared nested types ----------------------------------------------------------------
+
+TOOL_CALL = pa.struct(
+    [
+        pa.field("id", pa.string()),
+        pa.field("name", pa.string()),
+        pa.field("arguments", pa.string()),  # JSON text, exactly as the model produced it
+    ]
+)
+
+MESSAGE = pa.struct(
+    [
+        pa.field("role", pa.string()),
+        pa.field("content", pa.string()),
+        pa.field("name", pa.string()),
+        pa.field("tool_call_id", pa.string()),
+        pa.field("tool_calls", pa.list_(TOOL_CALL)),
+        # On tool results: whether the tool failed (span status ERROR, an error result).
+        pa.field("is_error", pa.bool_()),
+    ]
+)
+MESSAGES = pa.list_(MESSAGE)
+
+TURN = pa.struct(
+    [
+        pa.field("prompt_token_ids", pa.list_(pa.int32())),
+        pa.field("completion_token_ids", pa.list_(pa.int32())),
+        pa.field("logprobs", pa.list_(pa.float32())),
+        pa.field("finish_reason", pa.string()),
+    ]
+)
+TURNS = pa.list_(TURN)
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """What the lake knows about one table."""
+
+    name: str
+    schema: pa.Schema
+    key: tuple[str, ...]
+    # Column whose UTC date fills `dt` when the caller gives none; None = not partitioned.
+    partition_from: str | None = None
+    # Columns that must be present and non-null besides the key.
+    required: tuple[str, ...] = ()
+
+    @property
+    def partitioned(self) -> bool:
+        return self.partition_from is not None
+
+    @property
+    def file_schema(self) -> pa.Schema:
+        """Schema of the Parquet files: `dt` lives in the hive path, not in the file."""
+        if not self.partitioned:
+            return self.schema
+        return self.schema.remove(self.schema.get_field_index(PARTITION_COLUMN))
+
+    @property
+    def not_null(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((*self.key, *self.required)))
+
+
+def _schema(*fields: pa.Field, partitioned: bool) -> pa.Schema:
+    tail = [pa.field(WRITTEN_AT, pa.timestamp("ns", tz="UTC"))]
+    if partitioned:
+        tail.append(pa.field(PARTITION_COLUMN, pa.date32()))
+    return pa.schema([*fields, *tail])
+
+
+SPANS = TableSpec(
+    name="spans",
+    key=("trace_id", "span_id"),
+    partition_from="start_time",
+    required=("source", "start_time"),
+    schema=_schema(
+        pa.field("trace_id", pa.string()),  # 32 lowercase hex chars
+        pa.field("span_id", pa.string()),  # 16 lowercase hex chars
+        pa.field("source", pa.string()),  # SpanSource
+        pa.field("name", pa.string()),
+        pa.field("kind", pa.string()),  # INTERNAL, SERVER, CLIENT, PRODUCER, CONSUMER, UNSPECIFIED
+        pa.field("parent_span_id", pa.string()),
+        pa.field("start_time", TIMESTAMP),
+        pa.field("end_time", TIMESTAMP),
+        pa.field("status_code", pa.string()),  # UNSET, OK, ERROR
+        pa.field("status_message", pa.string()),
+        pa.field("service_name", pa.string()),
+        pa.field("scope_name", pa.string()),
+        pa.field("attributes", pa.string()),  # JSON object
+        pa.field("events", pa.string()),  # JSON array
+        pa.field("resource", pa.string()),  # JSON object
+        pa.field("received_at", TIMESTAMP),
+        partitioned=True,
+    ),
+)
+
+TRAJECTORIES = TableSpec(
+    name="trajectories",
+    key=("trajectory_id",),
+    partition_from="started_at",
+    required=("source", "started_at"),
+    schema=_schema(
+        pa.field("trajectory_id", pa.string()),
+        pa.field("source", pa.string()),  # TrajectorySource
+        pa.field("trace_id", pa.string()),
+        pa.field("session_id", pa.string()),
+        pa.field("user_id", pa.string()),
+        pa.field("agent_name", pa.string()),
+        pa.field("model", pa.string()),
+        pa.field("started_at", TIMESTAMP),
+        pa.field("ended_at", TIMESTAMP),
+        pa.field("messages", MESSAGES),
+        pa.field("tools", pa.string()),  # JSON array of OpenAI-style tool definitions
+        pa.field("final_output", pa.string()),
+        pa.field("input_tokens", pa.int64()),
+        pa.field("output_tokens", pa.int64()),
+        pa.field("scenario_id", pa.string()),
+        pa.field("group_id", pa.string()),
+        pa.field("policy", pa.string()),  # model or adapter version that produced it
+        pa.field("turns", TURNS),  # token data; empty for text-only production traces
+        pa.field("metadata", pa.string()),  # JSON object
+        pa.field("has_content", pa.bool_()),  # false when content capture was off
+        pa.field("status", pa.string()),  # ok, error, truncated
+        partitioned=True,
+    ),
+)
+
+REWARDS = TableSpec(
+    name="rewards",
+    key=("trajectory_id", "name", "scorer"),
+    partition_from="scored_at",
+    required=("scored_at",),
+    schema=_schema(
+        pa.field("trajectory_id", pa.string()),
+        pa.field("name", pa.string()),
+        pa.field("scorer", pa.string()),  # judge model + rubric hash, or function path + version
+        pa.field("value", pa.float64()),  # null when status = 'failed': never a silent zero
+        pa.field("explanation", pa.string()),
+        pa.field("group_id", pa.string()),
+        pa.field("scored_at", TIMESTAMP),
+        pa.field("run_id", pa.string()),
+        pa.field("status", pa.string()),  # RewardStatus
+        pa.field("error", pa.string()),  # snake_case reason code when failed
+        pa.field("metadata", pa.string()),  # JSON: seed, tokens, cost, ...
+        partitioned=True,
+    ),
+)
+
+SCENARIOS = TableSpec(
+    name="scenarios",
+    key=("scenario_id",),
+    required=("messages",),
+    schema=_schema(
+        pa.field("scenario_id", pa.string()),
+        pa.field("messages", MESSAGES),  # the prompt prefix
+        pa.field("tools", pa.string()),  # JSON
+        pa.field("expected", pa.string()),  # JSON, optional
+        pa.field("split", pa.string()),  # Split
+        pa.field("source_trajectory_id", pa.string()),
+        pa.field("created_at", TIMESTAMP),
+        pa.field("metadata", pa.string()),  # JSON
+        partitioned=False,
+    ),
+)
+
+RUNS = TableSpec(
+    name="runs",
+    key=("run_id", "step"),
+    required=("stage",),
+    schema=_schema(
+        pa.field("run_id", pa.string()),
+        pa.field("step", pa.int64()),
+        pa.field("stage", pa.string()),  # RunStage
+        pa.field("metrics", pa.string()),  # JSON object
+        pa.field("at", TIMESTAMP),
+        partitioned=False,
+    ),
+)
+
+ADAPTERS = TableSpec(
+    name="adapters",
+    key=("name", "version"),
+    required=("path",),
+    schema=_schema(
+        pa.field("name", pa.string()),
+        pa.field("version", pa.int64()),
+        pa.field("path", pa.string()),
+        pa.field("base_model", pa.string()),
+        pa.field("stages", pa.list_(pa.string())),
+        pa.field("parent", pa.string()),  # "name:version" of the adapter it continued from
+        pa.field("run_id", pa.string()),
+        pa.field("data", pa.string()),  # lineage JSON: query, trajectory-id digest, lake files
+        pa.field("metrics", pa.string()),  # JSON
+        pa.field("published_at", TIMESTAMP),
+        pa.field("aliases", pa.list_(pa.string())),
+        partitioned=False,
+    ),
+)
+
+TABLES: dict[str, TableSpec] = {
+    spec.name: spec for spec in (SPANS, TRAJECTORIES, REWARDS, SCENARIOS, RUNS, ADAPTERS)
+}
+
+
+def table_spec(name: str) -> TableSpec:
+    """Look a table up by name, listing the known tables when it does not exist."""
+    try:
+        return TABLES[name]
+    except KeyError:
+        raise KeyError(f"unknown table `{name}`; the lake has: {', '.join(TABLES)}") from None
+
+
+def empty_table(name: str) -> pa.Table:
+    """A zero-row table with the full schema of `name` (useful for tests and empty views)."""
+    return table_spec(name).schema.empty_table()

@@ -1,0 +1,401 @@
+"""Append data to a lake table: validate against the schema, then commit immutable Parquet files.
+
+The contract, in the order it is enforced:
+
+1. Every batch is conformed to the table's schema (`conform_batch`, a pure function):
+   unknown columns, missing required columns, uncastable types and null keys are
+   rejected with a `SchemaViolation` naming the table, column and row.
+2. Rows are stamped with `_written_at` (unique, increasing nanoseconds per process) so
+   views can keep the newest row per key, and with `dt` for partitioned tables.
+3. Rows stream into zstd Parquet files under temporary names (`.part-….parquet.tmp`,
+   which no `*.parquet` glob matches), bounded by `row_group_size` rows per partition.
+4. Only when every batch has been validated and written are the files fsynced and
+   renamed into place. Any failure deletes the temporaries: nothing partial is visible.
+
+File names embed the write time and a random suffix, so concurrent writers (threads or
+processes) never collide.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from store.errors import SchemaViolation
+from store.lake import Lake
+from store.schema import PARTITION_COLUMN, WRITTEN_AT, TableSpec, table_spec
+
+WriteInput = Any  # pa.Table | pa.RecordBatch | polars.DataFrame | list[dict] | Iterable of those
+
+DEFAULT_ROW_GROUP_SIZE = 64_000
+DEFAULT_MAX_ROWS_PER_FILE = 2_000_000
+
+_clock_lock = threading.Lock()
+_last_stamp = 0
+
+
+def reserve_stamps(n: int) -> int:
+    """First of `n` unique, increasing `_written_at` nanoseconds for this process."""
+    global _last_stamp
+    with _clock_lock:
+        start = max(time.time_ns(), _last_stamp + 1)
+        _last_stamp = start + max(n, 1) - 1
+        return start
+
+
+@dataclass
+class WriteResult:
+    """What one `write` committed."""
+
+    table: str
+    rows: int = 0
+    files: list[str] = field(default_factory=list)
+
+
+# --- input coercion ----------------------------------------------------------------------
+
+
+def iter_batches(data: WriteInput, spec: TableSpec, chunk_rows: int) -> Iterator[pa.RecordBatch]:
+    """Turn any accepted input into record batches, lazily for iterables."""
+    if isinstance(data, pa.Table):
+        yield from data.to_batches(max_chunksize=chunk_rows)
+    elif isinstance(data, pa.RecordBatch):
+        yield data
+    elif _is_polars(data):
+        yield from data.to_arrow().to_batches(max_chunksize=chunk_rows)
+    elif isinstance(data, list) and (not data or isinstance(data[0], Mapping)):
+        for start in range(0, len(data), chunk_rows):
+            yield rows_to_batch(spec, data[start : start + chunk_rows], row_offset=start)
+    elif isinstance(data, Iterable) and not isinstance(data, (str, bytes, Mapping)):
+        for part in data:
+            yield from iter_batches(part, spec, chunk_rows)
+    else:
+        raise TypeError(
+            f"cannot write a {type(data).__name__} to `{spec.name}`: pass a pyarrow Table or "
+            "RecordBatch, a polars DataFrame, a list of dicts, or an iterable of those"
+        )
+
+
+def _is_polars(data: object) -> bool:
+    return type(data).__module__.startswith("polars") and hasattr(data, "to_arrow")
+
+
+def rows_to_batch(spec: TableSpec, rows: list[Mapping[str, Any]], row_offset: int = 0) -> pa.RecordBatch:
+    """Build a batch from dicts, naming the first row whose value has the wrong type."""
+    names = list(dict.fromkeys(k for row in rows for k in row))
+    _check_unknown(spec, names)
+    arrays = []
+    for name in names:
+        target = spec.schema.field(name).type
+        values = [row.get(name) for row in rows]
+        try:
+            arrays.append(pa.array(values, type=target))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
+            bad = _first_bad_value(values, target)
+            raise SchemaViolation(
+                spec.name,
+                name,
+                row_offset + bad if bad is not None else None,
+                "wrong_type",
+                f"expected {target}, got {values[bad]!r} ({exc})" if bad is not None else str(exc),
+            ) from None
+    return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def _first_bad_value(values: list[Any], target: pa.DataType) -> int | None:
+    for i, value in enumerate(values):
+        try:
+            pa.array([value], type=target)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+            return i
+    return None
+
+
+# --- validation --------------------------------------------------------------------------
+
+
+def _check_unknown(spec: TableSpec, names: Iterable[str]) -> None:
+    unknown = [n for n in names if n not in spec.schema.names]
+    if unknown:
+        raise SchemaViolation(
+            spec.name,
+            unknown[0],
+            None,
+            "unknown_column",
+            f"unknown column(s) {', '.join(f'`{u}`' for u in unknown)}; "
+            f"the table has: {', '.join(spec.schema.names)}",
+        )
+
+
+def conform_batch(spec: TableSpec, batch: pa.RecordBatch, row_offset: int = 0) -> pa.RecordBatch:
+    """Validate `batch` against `spec` and return it in the table's exact schema.
+
+    Missing nullable columns become nulls; types are cast safely (int32 -> int64, large
+    strings -> strings, ISO date strings -> dates); `_written_at` is left null for the
+    writer to stamp. Raises `SchemaViolation` with the offending column and row.
+    """
+    names = batch.schema.names
+    _check_unknown(spec, names)
+    n = batch.num_rows
+    derive_dt = spec.partitioned and PARTITION_COLUMN not in names
+    missing = [
+        c for c in spec.not_null if c not in names and not (c == PARTITION_COLUMN and derive_dt)
+    ]
+    if missing:
+        raise SchemaViolation(
+            spec.name,
+            missing[0],
+            None,
+            "missing_column",
+            f"required column(s) {', '.join(f'`{m}`' for m in missing)} missing; "
+            f"got: {', '.join(names) or 'no columns'}",
+        )
+    columns: list[pa.Array] = []
+    for target in spec.schema:
+        if target.name in names:
+            column = _cast_column(spec, target, batch.column(target.name), row_offset)
+        elif target.name == PARTITION_COLUMN and derive_dt:
+            column = _dates_of(columns[spec.schema.get_field_index(spec.partition_from)])
+        else:
+            column = pa.nulls(n, type=target.type)
+        if target.name in spec.not_null and column.null_count:
+            row = pc.index(pc.is_null(column), True).as_py()
+            reason = "null_key" if target.name in spec.key else "null_value"
+            what = "primary key" if target.name in spec.key else "required column"
+            raise SchemaViolation(
+                spec.name, target.name, row_offset + row, reason, f"null in {what} `{target.name}`"
+            )
+        columns.append(column)
+    return pa.RecordBatch.from_arrays(columns, schema=spec.schema)
+
+
+def _cast_column(spec: TableSpec, target: pa.Field, column: pa.Array, row_offset: int) -> pa.Array:
+    if column.type == target.type:
+        return column
+    try:
+        if target.type == pa.date32() and pa.types.is_timestamp(column.type):
+            return _dates_of(column)
+        return pc.cast(column, target.type, safe=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        bad = _first_uncastable(column, target.type)
+        detail = f"expected {target.type}, got {column.type}"
+        if bad is not None:
+            detail += f" (value {column[bad].as_py()!r})"
+        raise SchemaViolation(
+            spec.name,
+            target.name,
+            row_offset + bad if bad is not None else None,
+            "wrong_type",
+            f"{detail}: {exc}",
+        ) from None
+
+
+def _first_uncastable(column: pa.Array, target: pa.DataType) -> int | None:
+    for i in range(len(column)):
+        try:
+            pc.cast(column.slice(i, 1), target, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            return i
+    return None
+
+
+def _dates_of(timestamps: pa.Array) -> pa.Array:
+    if pa.types.is_timestamp(timestamps.type) and timestamps.type.tz is None:
+        timestamps = pc.assume_timezone(timestamps, "UTC")
+    if pa.types.is_timestamp(timestamps.type):
+        timestamps = pc.cast(timestamps, pa.timestamp(timestamps.type.unit, tz="UTC"))
+    return pc.cast(timestamps, pa.date32())
+
+
+# --- writing -----------------------------------------------------------------------------
+
+
+def new_file_name() -> str:
+    """Sortable by creation time, unique across threads and processes."""
+    return f"part-{time.time_ns():020d}-{uuid.uuid4().hex[:16]}.parquet"
+
+
+def partition_dir(lake: Lake, spec: TableSpec, dt: date | None) -> str:
+    if not spec.partitioned:
+        return lake.table_dir(spec.name)
+    if dt is None:
+        raise ValueError(f"`{spec.name}` is partitioned by `dt`, which must not be null")
+    return f"{lake.table_dir(spec.name)}/{PARTITION_COLUMN}={dt.isoformat()}"
+
+
+class _PartitionFile:
+    """One Parquet file being written under a temporary name."""
+
+    def __init__(self, lake: Lake, directory: str, spec: TableSpec, compression_level: int | None) -> None:
+        self.lake = lake
+        self.final = f"{directory}/{new_file_name()}"
+        name = self.final.rsplit("/", 1)[1]
+        self.temp = f"{directory}/.{name}.tmp"
+        lake.arrow_fs.create_dir(directory, recursive=True)
+        self.writer = pq.ParquetWriter(
+            self.temp,
+            spec.file_schema,
+            filesystem=lake.arrow_fs,
+            compression="zstd",
+            compression_level=compression_level,
+            write_statistics=True,
+        )
+        self.rows = 0
+
+    def write(self, table: pa.Table, row_group_size: int) -> None:
+        self.writer.write_table(table, row_group_size=row_group_size)
+        self.rows += table.num_rows
+
+    def close(self) -> None:
+        self.writer.close()
+
+    def commit(self, durable: bool) -> str:
+        if self.lake.is_local:
+            if durable:
+                _fsync(self.temp)
+            os.replace(self.temp, self.final)
+        else:
+            self.lake.fs.mv(self.temp, self.final)
+        return self.final
+
+    def discard(self) -> None:
+        try:
+            self.writer.close()
+        except Exception:  # already closed or broken: removing the file is what matters
+            pass
+        try:
+            self.lake.fs.rm(self.temp)
+        except FileNotFoundError:
+            pass
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dirs(paths: Iterable[str]) -> None:
+    for directory in {p.rsplit("/", 1)[0] for p in paths}:
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def write(
+    lake: Lake | str | os.PathLike[str],
+    table: str,
+    data: WriteInput,
+    *,
+    row_group_size: int = DEFAULT_ROW_GROUP_SIZE,
+    max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE,
+    durable: bool = True,
+    compression_level: int | None = None,
+    stamp: bool = True,
+) -> WriteResult:
+    """Append `data` to `table` of `lake`, all or nothing.
+
+    `data` may be a pyarrow Table or RecordBatch, a polars DataFrame, a list of dicts, or
+    an iterable of those (streamed: memory stays bounded by `row_group_size` rows per
+    partition). `durable` fsyncs files and directories before returning. `stamp=False`
+    keeps the caller's `_written_at` (compaction uses it to preserve row order).
+
+    >>> write("lake", "runs", [{"run_id": "r1", "step": 0, "stage": "sft"}]).rows  # doctest: +SKIP
+    1
+    """
+    lake = Lake.of(lake)
+    spec = table_spec(table)
+    result = WriteResult(table=spec.name)
+    open_files: dict[date | None, _PartitionFile] = {}
+    pending: dict[date | None, list[pa.RecordBatch]] = {}
+    pending_rows: dict[date | None, int] = {}
+    finished: list[_PartitionFile] = []
+    offset = 0
+
+    def flush(key: date | None) -> None:
+        batches = pending.pop(key, [])
+        pending_rows.pop(key, None)
+        if not batches:
+            return
+        chunk = pa.Table.from_batches(batches, schema=spec.schema)
+        if spec.partitioned:
+            chunk = chunk.drop_columns([PARTITION_COLUMN])
+        part = open_files.get(key)
+        if part is None:
+            part = open_files[key] = _PartitionFile(
+                lake, partition_dir(lake, spec, key), spec, compression_level
+            )
+        part.write(chunk, row_group_size)
+        if part.rows >= max_rows_per_file:
+            part.close()
+            finished.append(open_files.pop(key))
+
+    try:
+        for raw in iter_batches(data, spec, row_group_size):
+            if raw.num_rows == 0:
+                continue
+            batch = conform_batch(spec, raw, row_offset=offset)
+            offset += batch.num_rows
+            if stamp or batch.column(WRITTEN_AT).null_count:
+                start = reserve_stamps(batch.num_rows)
+                stamps = pa.array(range(start, start + batch.num_rows), type=pa.int64())
+                batch = batch.set_column(
+                    spec.schema.get_field_index(WRITTEN_AT),
+                    spec.schema.field(WRITTEN_AT),
+                    stamps.cast(spec.schema.field(WRITTEN_AT).type),
+                )
+            for key, rows in _split_by_partition(spec, batch):
+                pending.setdefault(key, []).append(rows)
+                pending_rows[key] = pending_rows.get(key, 0) + rows.num_rows
+                if pending_rows[key] >= row_group_size:
+                    flush(key)
+        for key in list(pending):
+            flush(key)
+        for part in open_files.values():
+            part.close()
+        finished.extend(open_files.values())
+        open_files.clear()
+        committed = [part.commit(durable) for part in finished]
+    except BaseException:
+        for part in [*finished, *open_files.values()]:
+            part.discard()
+        raise
+    if durable and lake.is_local and committed:
+        _fsync_dirs(committed)
+    result.rows = offset
+    result.files = committed
+    return result
+
+
+def _split_by_partition(spec: TableSpec, batch: pa.RecordBatch) -> Iterator[tuple[date | None, pa.RecordBatch]]:
+    if not spec.partitioned:
+        yield None, batch
+        return
+    dts = batch.column(PARTITION_COLUMN)
+    values = pc.unique(dts).to_pylist()
+    if len(values) == 1:
+        yield values[0], batch
+        return
+    for value in values:
+        yield value, batch.filter(pc.equal(dts, pa.scalar(value, type=pa.date32())))
+
+
+def utc_now() -> datetime:
+    """Timezone-aware now, the type every timestamp column expects."""
+    from datetime import UTC
+
+    return datetime.now(UTC)

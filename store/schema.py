@@ -231,8 +231,23 @@ ADAPTERS = TableSpec(
     ),
 )
 
+WATERMARKS = TableSpec(
+    name="watermarks",
+    key=("source", "scope"),
+    required=("updated_at",),
+    schema=_schema(
+        pa.field("source", pa.string()),  # e.g. "langfuse"
+        pa.field("scope", pa.string()),  # what the watermark covers: host + filters digest
+        pa.field("watermark", TIMESTAMP),  # everything up to here has been ingested
+        pa.field("cursor", pa.string()),  # resume point of an interrupted pull, if any
+        pa.field("state", pa.string()),  # JSON: whatever else the puller needs to resume
+        pa.field("updated_at", TIMESTAMP),
+        partitioned=False,
+    ),
+)
+
 TABLES: dict[str, TableSpec] = {
-    spec.name: spec for spec in (SPANS, TRAJECTORIES, REWARDS, SCENARIOS, RUNS, ADAPTERS)
+    spec.name: spec for spec in (SPANS, TRAJECTORIES, REWARDS, SCENARIOS, RUNS, ADAPTERS, WATERMARKS)
 }
 
 

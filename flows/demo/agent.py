@@ -1,0 +1,72 @@
+"""The demo's production agent: a tool-calling loop written with the plain `openai` SDK.
+
+Nothing in it knows about trajlake. Its LLM calls are traced by the OpenTelemetry
+OpenAI instrumentation (content captured on span attributes, GenAI conventions); the
+agent adds the `invoke_agent` and `execute_tool` spans the GenAI conventions describe.
+Pointing the exporter at `trajlake collect` is the only change trajlake asks for.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry import trace
+
+from flows.demo.task import SYSTEM_PROMPT, TOOL_DEFINITIONS, TOOLS
+
+AGENT_NAME = "calculator"
+
+
+@dataclass
+class AgentRun:
+    question: str
+    answer: str | None
+    trace_id: str
+    tool_calls: int
+
+
+def run_agent(client: Any, model: str, question: str, tracer: trace.Tracer, max_steps: int = 4) -> AgentRun:
+    """Answer `question` with the tools; returns the answer and the run's trace id."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": question},
+    ]
+    calls = 0
+    with tracer.start_as_current_span(
+        f"invoke_agent {AGENT_NAME}",
+        kind=trace.SpanKind.INTERNAL,
+        attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": AGENT_NAME},
+    ) as root:
+        trace_id = format(root.get_span_context().trace_id, "032x")
+        for _ in range(max_steps):
+            response = client.chat.completions.create(model=model, messages=messages, tools=TOOL_DEFINITIONS)
+            message = response.choices[0].message
+            if not message.tool_calls:
+                return AgentRun(question, message.content, trace_id, calls)
+            messages.append(message.model_dump(exclude_none=True))
+            for call in message.tool_calls:
+                calls += 1
+                messages.append(_execute_tool(tracer, call.id, call.function.name, call.function.arguments))
+        return AgentRun(question, None, trace_id, calls)
+
+
+def _execute_tool(tracer: trace.Tracer, call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    with tracer.start_as_current_span(
+        f"execute_tool {name}",
+        attributes={
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": name,
+            "gen_ai.tool.call.id": call_id,
+            "gen_ai.tool.call.arguments": arguments,
+        },
+    ) as span:
+        try:
+            result = str(TOOLS[name](**json.loads(arguments)))
+        except Exception as exc:  # a tool failure is the model's to see, not the agent's to crash on
+            result = f"error: {exc}"
+            span.set_status(trace.Status(trace.StatusCode.ERROR, str(exc)))
+            span.set_attribute("error.type", type(exc).__name__)
+        span.set_attribute("gen_ai.tool.call.result", result)
+    return {"role": "tool", "tool_call_id": call_id, "content": result}

@@ -1,78 +1,82 @@
-"""The demo's domain: arithmetic questions answered with calculator tools.
+"""The demo's domain: arithmetic questions answered with a calculator tool.
 
-Pure and deterministic: questions come from a seeded generator, tools are plain
-functions (also used by replay as `flows.demo.task:add` / `:multiply`), and the
-expected answer is the number the tools give.
+Pure and deterministic: questions come from a seeded generator, the tool is a plain
+function (replay calls it as `flows.demo.task:calculator`), and the expected answer is
+the number the tool gives. The phrasing matches the tiny model's tokenizer corpus
+(`training/tiny.py`), so questions and tool calls tokenize compactly.
 """
 
 from __future__ import annotations
 
+import ast
+import operator
 import random
 import re
 from dataclasses import dataclass
 
-SYSTEM_PROMPT = "You are a calculator agent. Call a tool, then reply with the number only."
+SYSTEM_PROMPT = "You are a careful math assistant. Use the calculator tool when needed."
 
 TOOL_DEFINITIONS: list[dict] = [
     {
         "type": "function",
         "function": {
-            "name": name,
-            "description": f"{verb} two integers.",
+            "name": "calculator",
+            "description": "Evaluate an arithmetic expression and return the number.",
             "parameters": {
                 "type": "object",
-                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                "required": ["a", "b"],
+                "properties": {"expression": {"type": "string", "description": "e.g. 12 * (3 + 4)"}},
+                "required": ["expression"],
             },
         },
     }
-    for name, verb in (("add", "Add"), ("multiply", "Multiply"))
 ]
 
-OPERATIONS = {"plus": "add", "times": "multiply"}
-QUESTION = re.compile(r"What is (-?\d+) (plus|times) (-?\d+)\?")
+_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
+QUESTION = re.compile(r"What is (\d+ [-+*] \d+)\?")
 
 
-def add(a: int, b: int) -> int:
-    """Sum of two integers (a demo tool)."""
-    return int(a) + int(b)
+def _evaluate(node: ast.AST) -> int:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return node.value
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+        return _OPERATORS[type(node.op)](_evaluate(node.left), _evaluate(node.right))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -_evaluate(node.operand)
+    raise ValueError(f"unsupported expression element `{ast.dump(node)[:40]}`")
 
 
-def multiply(a: int, b: int) -> int:
-    """Product of two integers (a demo tool)."""
-    return int(a) * int(b)
+def calculator(expression: str) -> str:
+    """Integer arithmetic with + - * and parentheses (the demo's tool; never `eval`)."""
+    try:
+        tree = ast.parse(str(expression), mode="eval")
+    except SyntaxError:
+        raise ValueError(f"not an arithmetic expression: `{expression}`") from None
+    return str(_evaluate(tree.body))
 
 
-TOOLS = {"add": add, "multiply": multiply}
+TOOLS = {"calculator": calculator}
 
 
 @dataclass(frozen=True)
 class Question:
-    text: str
-    tool: str
-    a: int
-    b: int
+    expression: str
+
+    @property
+    def text(self) -> str:
+        return f"What is {self.expression}?"
 
     @property
     def answer(self) -> str:
-        return str(TOOLS[self.tool](self.a, self.b))
+        return calculator(self.expression)
 
 
 def make_questions(n: int, seed: int = 0) -> list[Question]:
-    """`n` distinct-enough questions with small operands (the tiny model can learn them)."""
+    """`n` questions with small operands, so the tiny model can learn the task."""
     rng = random.Random(seed)
-    out = []
-    for _ in range(n):
-        word = rng.choice(list(OPERATIONS))
-        a, b = rng.randint(1, 9), rng.randint(1, 9)
-        out.append(Question(f"What is {a} {word} {b}?", OPERATIONS[word], a, b))
-    return out
+    return [Question(f"{rng.randint(0, 20)} {rng.choice('+-*')} {rng.randint(0, 9)}") for _ in range(n)]
 
 
 def parse_question(text: str) -> Question | None:
     """The question in a user message, or None when it is not one of ours."""
     match = QUESTION.search(text or "")
-    if match is None:
-        return None
-    a, word, b = match.groups()
-    return Question(match.group(0), OPERATIONS[word], int(a), int(b))
+    return Question(match.group(1)) if match else None

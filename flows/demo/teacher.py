@@ -44,7 +44,7 @@ def reply(messages: list[dict[str, Any]], rng: random.Random, error_rate: float)
     call = {
         "id": f"call_{uuid.UUID(int=rng.getrandbits(128)).hex[:12]}",
         "type": "function",
-        "function": {"name": question.tool, "arguments": json.dumps({"a": question.a, "b": question.b})},
+        "function": {"name": "calculator", "arguments": json.dumps({"expression": question.expression})},
     }
     return {
         "message": {"role": "assistant", "content": None, "tool_calls": [call]},

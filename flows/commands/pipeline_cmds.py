@@ -1,9 +1,102 @@
-"""Commands of this stage (filled in by the stage's owner)."""
+"""`trajlake pipeline`, `trajlake serve`, `trajlake demo`, `trajlake config`: running the whole loop."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+from flows.commands.options import LakeOption, fail
+from flows.config import ConfigError, describe, load_config, with_lake
+
+ConfigOption = Annotated[
+    str | None,
+    typer.Option("--config", "-c", help="trajlake.toml (default: $TRAJLAKE_CONFIG, then ./trajlake.toml)."),
+]
+
+
+def _prefect_defaults(home: Path) -> None:
+    """Offline-friendly Prefect settings, unless the user configured Prefect already."""
+    if not os.environ.get("PREFECT_API_URL") and not os.environ.get("PREFECT_HOME"):
+        os.environ["PREFECT_HOME"] = str(home)
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+
+
+def pipeline(
+    config: ConfigOption = None,
+    lake: LakeOption = None,
+    rounds: Annotated[
+        int | None, typer.Option(help="Rounds of replay -> score -> GRPO (default: pipeline.rounds).")
+    ] = None,
+    force_publish: Annotated[
+        bool, typer.Option(help="Promote the adapter even if it is not better.")
+    ] = False,
+) -> None:
+    """Run the whole loop once as a Prefect flow."""
+    try:
+        cfg = with_lake(load_config(config), lake)
+    except ConfigError as exc:
+        raise fail(str(exc), 2) from None
+    _prefect_defaults(Path(cfg.lake.path).absolute().parent / ".prefect")
+    from flows.prefect_flows import pipeline_flow
+
+    result = pipeline_flow(config_file=config, lake=cfg.lake.path, rounds=rounds, force_publish=force_publish)
+    for row in result["rounds"]:
+        typer.echo(f"round {row['round']}: policy {row['policy']} mean reward {row['mean_reward']:.3f}")
+    if result.get("published"):
+        published = result["published"]
+        typer.echo(f"published {published['name']} v{published['version']} -> {published['path']}")
+
+
+def serve(
+    config: ConfigOption = None,
+    lake: LakeOption = None,
+    once: Annotated[bool, typer.Option(help="Register the deployments, poll once, and exit.")] = False,
+) -> None:
+    """Register the ingest and pipeline deployments with their schedules and serve them."""
+    try:
+        cfg = with_lake(load_config(config), lake)
+    except ConfigError as exc:
+        raise fail(str(exc), 2) from None
+    _prefect_defaults(Path(cfg.lake.path).absolute().parent / ".prefect")
+    from flows.deployments import serve_deployments
+
+    names = serve_deployments(cfg, config, run_once=once)
+    typer.echo("served: " + ", ".join(names))
+
+
+def demo(
+    workdir: Annotated[Path, typer.Option(help="Where the demo's lake, model and report go.")] = Path(
+        "trajlake-demo"
+    ),
+    size: Annotated[str, typer.Option(help="full (the real demo) or small (a quick smoke run).")] = "full",
+    judge_base_url: Annotated[
+        str, typer.Option(help="OpenAI-compatible judge endpoint for RULER (optional).")
+    ] = "",
+    judge_model: Annotated[str, typer.Option(help="Judge model name for RULER.")] = "",
+) -> None:
+    """The whole loop, offline, on a tiny local model: traces -> lake -> replay -> score -> SFT/GRPO -> publish."""
+    from flows.demo.run import SIZES, run_demo
+
+    if size not in SIZES:
+        raise fail(f"unknown --size `{size}`; choose from {', '.join(SIZES)}", 2)
+    _prefect_defaults(workdir.absolute() / ".prefect")
+    run_demo(workdir, size=size, judge_base_url=judge_base_url or None, judge_model=judge_model or None)
+
+
+def config_reference() -> None:
+    """Print every configuration key with its default and meaning."""
+    for key, default, text in describe():
+        typer.echo(f"{key} = {default}\n    {text}")
 
 
 def register(app: typer.Typer) -> None:
-    """Add this stage's commands to the `trajlake` app."""
+    """Add `pipeline`, `serve`, `demo` and `config` to the `trajlake` app."""
+    app.command("pipeline")(pipeline)
+    app.command("serve")(serve)
+    app.command("demo")(demo)
+    app.command("config")(config_reference)

@@ -1,0 +1,201 @@
+"""Prefect flows: thin wiring of the stage functions in `flows.stages` into scheduled runs.
+
+Each flow loads the configuration (a `trajlake.toml` path plus environment overrides:
+deployments pass only JSON-able parameters), calls stage functions as tasks, and
+publishes artifacts. No transformation logic lives here.
+
+Retries go where a retry can help: pulling from Langfuse (network) and scoring (judge
+endpoints) retry with backoff; training and publishing do not (a retry would redo
+minutes of work; the stages themselves resume from checkpoints and skip finished work).
+Caching is off everywhere: every stage reads the lake, whose contents change between
+runs, and is idempotent on its own (complete groups and scored trajectories are skipped),
+so a Prefect cache could only serve stale answers.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from flows import stages
+from flows.config import TrajlakeConfig, load_config, with_lake
+
+
+def _config(config_file: str | None, lake: str | None) -> TrajlakeConfig:
+    return with_lake(load_config(config_file), lake)
+
+
+def task_runner(config: TrajlakeConfig) -> Any:
+    """The configured Prefect task runner (threads by default; Dask or Ray when installed)."""
+    kind = config.pipeline.task_runner
+    if kind == "threads":
+        return ThreadPoolTaskRunner(max_workers=config.pipeline.max_workers)
+    module, cls, package = {
+        "dask": ("prefect_dask", "DaskTaskRunner", "prefect-dask"),
+        "ray": ("prefect_ray", "RayTaskRunner", "prefect-ray"),
+    }[kind]
+    try:
+        runner_cls = getattr(__import__(module), cls)
+    except ImportError:
+        raise stages.StageError(
+            "pipeline.task_runner", f"`{kind}` needs the `{package}` package: pip install {package}"
+        ) from None
+    return runner_cls()
+
+
+# --- tasks ------------------------------------------------------------------------------
+
+_network = {
+    "retries": 3,
+    "retry_delay_seconds": [5, 30, 120],
+    "retry_jitter_factor": 0.5,
+    "cache_policy": NO_CACHE,
+}
+_local = {"cache_policy": NO_CACHE}
+
+pull_langfuse_task = task(stages.pull_langfuse, name="pull-langfuse", **_network)
+assemble_task = task(stages.assemble_pending, name="assemble", **_local)
+scenarios_task = task(stages.make_scenarios, name="scenarios", **_local)
+replay_task = task(stages.replay_round, name="replay", **_local)
+score_task = task(
+    stages.score_round, name="score", timeout_seconds=int(timedelta(hours=6).total_seconds()), **_network
+)
+sft_task = task(stages.train_sft, name="train-sft", **_local)
+grpo_task = task(stages.train_grpo, name="train-grpo", **_local)
+evaluate_task = task(stages.evaluate_adapter, name="evaluate", **_local)
+publish_task = task(stages.publish_adapter, name="publish", **_local)
+
+
+# --- flows ------------------------------------------------------------------------------
+
+
+@flow(name="trajlake-ingest", log_prints=True)
+def ingest_flow(config_file: str | None = None, lake: str | None = None) -> dict[str, int]:
+    """Pull new traces from Langfuse (when configured) and assemble pending traces."""
+    config = _config(config_file, lake)
+    counts = {"langfuse_trajectories": 0}
+    if config.langfuse.host:
+        counts["langfuse_trajectories"] = pull_langfuse_task(config)
+    counts["assembled_trajectories"] = assemble_task(config)
+    create_table_artifact([{"stage": k, "rows": v} for k, v in counts.items()], key="trajlake-ingest")
+    return counts
+
+
+@flow(name="trajlake-replay", log_prints=True)
+def replay_flow(
+    config_file: str | None = None, lake: str | None = None, adapter: str | None = None
+) -> dict[str, Any]:
+    """Group-sample the configured scenarios with the base model or `adapter`."""
+    config = _config(config_file, lake)
+    return replay_task(config, adapter, 0)
+
+
+@flow(name="trajlake-score", log_prints=True)
+def score_flow(config_file: str | None = None, lake: str | None = None) -> dict[str, Any]:
+    """Score every unscored replayed trajectory with the configured rewards (and RULER)."""
+    config = _config(config_file, lake)
+    summary = score_task(config)
+    create_table_artifact(summary["table"], key="trajlake-score")
+    return summary
+
+
+@flow(name="trajlake-train", log_prints=True)
+def train_flow(
+    config_file: str | None = None, lake: str | None = None, adapter: str | None = None
+) -> str | None:
+    """SFT on production trajectories, then GRPO on the stored, scored groups."""
+    config = _config(config_file, lake)
+    if config.train.sft.enabled:
+        adapter = sft_task(config, 0)
+    if config.train.grpo.enabled:
+        adapter = grpo_task(config, adapter, 1)
+    return adapter
+
+
+@flow(name="trajlake-evaluate", log_prints=True)
+def evaluate_flow(
+    config_file: str | None = None, lake: str | None = None, adapter: str = ""
+) -> dict[str, Any]:
+    """Replay the val scenarios with `adapter` and with the production adapter (or base model)."""
+    config = _config(config_file, lake)
+    evaluation = evaluate_task(config, adapter)
+    create_table_artifact([evaluation], key="trajlake-evaluation")
+    return evaluation
+
+
+@flow(name="trajlake-publish", log_prints=True)
+def publish_flow(
+    config_file: str | None = None, lake: str | None = None, adapter: str = "", force: bool = False
+) -> dict[str, Any]:
+    """Evaluate `adapter`, then publish it to the registry (promoted only if it is better)."""
+    config = _config(config_file, lake)
+    evaluation = evaluate_task(config, adapter)
+    published = publish_task(config, adapter, evaluation, force)
+    _publish_artifacts(published, evaluation)
+    return published
+
+
+@flow(name="trajlake-pipeline", log_prints=True)
+def pipeline_flow(
+    config_file: str | None = None,
+    lake: str | None = None,
+    rounds: int | None = None,
+    force_publish: bool = False,
+) -> dict[str, Any]:
+    """The whole loop: ingest, scenarios, SFT, N rounds of replay -> score -> GRPO, evaluate, publish.
+
+    Each round samples with the newest adapter, so GRPO stays close to on-policy.
+    """
+    config = _config(config_file, lake)
+    logger = get_run_logger()
+    rounds = rounds or config.pipeline.rounds
+    if config.langfuse.host:
+        pull_langfuse_task(config)
+    assemble_task(config)
+    scenarios = scenarios_task(config)
+    logger.info("scenarios: %s", scenarios)
+    adapter = sft_task(config, 0) if config.train.sft.enabled else None
+    round_rows = []
+    for round_number in range(1, rounds + 1):
+        replayed = replay_task(config, adapter, round_number)
+        scored = score_task(config)
+        round_rows.append(
+            {
+                "round": round_number,
+                "policy": replayed["policy"],
+                "groups": replayed["groups"],
+                "trajectories": replayed["trajectories"],
+                "mean_reward": scored["mean"],
+                "std_reward": scored["std"],
+                "equal_reward_groups": scored["equal_groups"],
+            }
+        )
+        if config.train.grpo.enabled:
+            adapter = grpo_task(config, adapter, round_number)
+    create_table_artifact(
+        round_rows, key="trajlake-rounds", description="Mean reward of each round's replayed groups"
+    )
+    result: dict[str, Any] = {"rounds": round_rows, "adapter": adapter, "scenarios": scenarios}
+    if adapter:
+        evaluation = evaluate_task(config, adapter)
+        published = publish_task(config, adapter, evaluation, force_publish)
+        _publish_artifacts(published, evaluation)
+        result.update(evaluation=evaluation, published=published)
+    return result
+
+
+def _publish_artifacts(published: dict[str, Any], evaluation: dict[str, Any]) -> None:
+    create_table_artifact(
+        [evaluation], key="trajlake-evaluation", description="Val reward: candidate vs baseline"
+    )
+    lines = [f"## Adapter `{published['name']}` v{published['version']}", ""]
+    lines += [f"- **{k}**: `{v}`" for k, v in published.items() if k != "lineage"]
+    lines += ["", "### Lineage", "", "```json", published.get("lineage_json", "{}"), "```"]
+    create_markdown_artifact(
+        "\n".join(lines), key="trajlake-adapter", description="Published adapter and its lineage"
+    )

@@ -1,0 +1,462 @@
+"""Training data from the lake, selected by SQL: SFT conversations and GRPO groups.
+
+A selection is any read-only DuckDB query over the lake's views that returns a
+`trajectory_id` column (other columns are allowed; a `reward` column, when present,
+overrides the stored rewards for GRPO). The query is wrapped, never edited, so what a
+user previews with `trajlake sql` is exactly what trains.
+
+- SFT rows are conversations (`messages` + `tools`) of any trajectory, text-only
+  production traces included; the loss later covers assistant tokens only.
+- GRPO examples need token data (`turns`): the sampled ids and their logprobs are the
+  behaviour policy, and text is never re-tokenised to guess what the model produced.
+  A multi-turn trajectory is one sequence, the last turn's prompt plus its completion;
+  every turn's prompt must extend the previous prompt + completion (token-exact
+  multi-turn), the first turn's prompt is the GRPO prompt and everything after it is
+  the completion, in which only the tokens the model sampled are trained on
+  (`tool_mask` = 1) and tool results / template glue are masked out (0).
+
+Each selection also returns its `Lineage`: the SQL, a digest of the trajectory ids,
+the lake files the rows were read from and the reward scorers, which the publisher
+writes into the adapter's manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+import store
+from store.schema import TABLES
+from training.advantages import AdvantageReport, ScaleRewards, compute_advantages
+from training.errors import MissingTokenData, SelectionError, TokenDataMismatch
+
+TRUNCATED_FINISH_REASONS = frozenset({"length", "max_tokens"})
+
+
+# --- lineage ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """Where a training set came from: enough to find the exact rows again."""
+
+    sql: str
+    trajectory_count: int
+    trajectory_ids_digest: str
+    lake: str
+    lake_files: list[str] = field(default_factory=list)
+    reward_name: str | None = None
+    reward_scorers: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def digest_ids(ids: Sequence[str]) -> str:
+    """Order-independent sha256 of a set of trajectory ids (`sha256:<hex>`).
+
+    >>> digest_ids(["b", "a"]) == digest_ids(["a", "b"])
+    True
+    """
+    h = hashlib.sha256()
+    for tid in sorted(set(ids)):
+        h.update(tid.encode())
+        h.update(b"\n")
+    return f"sha256:{h.hexdigest()}"
+
+
+def _files_holding(con: duckdb.DuckDBPyConnection, lake: store.Lake, table: str, ids: list[str]) -> list[str]:
+    """Parquet files holding the current (newest) row of each selected trajectory."""
+    if not ids or not lake.data_files(table):
+        return []
+    spec = TABLES[table]
+    glob = lake.glob(table).replace("'", "''")
+    con.register("__selected_ids", _ids_table(ids))
+    try:
+        key = ", ".join(spec.key)
+        rows = con.execute(
+            f"""
+            SELECT DISTINCT filename FROM (
+              SELECT filename FROM read_parquet('{glob}', hive_partitioning={str(spec.partitioned).lower()},
+                                                union_by_name=true, filename=true)
+              WHERE trajectory_id IN (SELECT trajectory_id FROM __selected_ids)
+              QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY _written_at DESC) = 1
+            ) ORDER BY filename
+            """
+        ).fetchall()
+    finally:
+        con.unregister("__selected_ids")
+    root = lake.url()
+    return [r[0][len(root) + 1 :] if r[0].startswith(root) else r[0] for r in rows]
+
+
+def _ids_table(ids: list[str]) -> pa.Table:
+    return pa.table({"trajectory_id": pa.array(ids, pa.string())})
+
+
+# --- running the selection --------------------------------------------------------------------
+
+
+def _selected(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[str], bool]:
+    """Run the user's query (read-only) and return its columns; checks `trajectory_id` is there."""
+    text = sql.strip().rstrip(";")
+    if not text:
+        raise SelectionError(
+            "the selection SQL is empty; pass a query returning `trajectory_id`", sql=sql, reason="empty_sql"
+        )
+    try:
+        store.catalog.check_read_only(con, text)
+        columns = [d[0] for d in con.execute(f"SELECT * FROM ({text}) LIMIT 0").description]
+    except store.ReadOnlyViolation as exc:
+        raise SelectionError(
+            f"the selection SQL must only read: {exc}", sql=sql, reason="not_read_only"
+        ) from exc
+    except duckdb.Error as exc:
+        raise SelectionError(
+            f"the selection SQL failed: {exc}\n  query: `{text}`\n  try it first with `trajlake sql`",
+            sql=sql,
+            reason="bad_sql",
+        ) from exc
+    if "trajectory_id" not in columns:
+        raise SelectionError(
+            f"the selection SQL must return a `trajectory_id` column; it returned: {', '.join(columns) or 'nothing'}",
+            sql=sql,
+            reason="missing_column",
+        )
+    return columns, "reward" in columns
+
+
+def _empty(sql: str, what: str) -> SelectionError:
+    return SelectionError(
+        f"the selection matched no {what}; nothing to train on.\n  query: `{sql.strip()}`\n"
+        "  check it with `trajlake sql` (are the trajectories ingested and scored?)",
+        sql=sql,
+        reason="empty_selection",
+    )
+
+
+# --- SFT ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class SFTSelection:
+    """Conversations to fine-tune on, in chat-template form, plus their lineage."""
+
+    rows: list[dict[str, Any]]
+    lineage: Lineage
+
+
+def to_chat_message(message: dict[str, Any]) -> dict[str, Any]:
+    """A stored message struct as chat templates expect it (tool-call arguments as objects).
+
+    >>> to_chat_message({"role": "assistant", "content": None, "name": None, "tool_call_id": None,
+    ...     "tool_calls": [{"id": "c1", "name": "add", "arguments": '{"a": 1}'}], "is_error": None})
+    {'role': 'assistant', 'content': '', 'tool_calls': [{'id': 'c1', 'type': 'function', 'function': {'name': 'add', 'arguments': {'a': 1}}}]}
+    """
+    out: dict[str, Any] = {"role": message["role"], "content": message.get("content") or ""}
+    calls = message.get("tool_calls") or []
+    if calls:
+        out["tool_calls"] = [
+            {
+                "id": call.get("id"),
+                "type": "function",
+                "function": {"name": call.get("name"), "arguments": _maybe_json(call.get("arguments"))},
+            }
+            for call in calls
+        ]
+    if message.get("tool_call_id"):
+        out["tool_call_id"] = message["tool_call_id"]
+    if message.get("name") and message["role"] == "tool":
+        out["name"] = message["name"]
+    return out
+
+
+def _maybe_json(text: str | None) -> Any:
+    if text is None:
+        return {}
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return text  # not JSON: the template renders it as given
+
+
+def parse_tools(tools: str | None) -> list[dict[str, Any]] | None:
+    """The `tools` JSON column as a list (None when absent or empty)."""
+    if not tools:
+        return None
+    parsed = json.loads(tools)
+    return parsed or None
+
+
+def select_sft(lake: store.Lake | str, sql: str) -> SFTSelection:
+    """Conversations of the trajectories that `sql` selects.
+
+    Each row is `{"trajectory_id", "messages": [chat messages], "tools": list | None}`.
+    Trajectories without an assistant message are skipped (nothing to learn from them).
+    """
+    lake = store.Lake.of(lake)
+    con = store.connect(lake)
+    _selected(con, sql)
+    text = sql.strip().rstrip(";")
+    try:
+        result = con.execute(
+            f"""
+            SELECT t.trajectory_id, t.messages, t.tools FROM trajectories t
+            WHERE t.trajectory_id IN (SELECT trajectory_id FROM ({text}))
+            ORDER BY t.trajectory_id
+            """
+        ).to_arrow_table()
+    except duckdb.Error as exc:
+        raise SelectionError(f"the selection SQL failed: {exc}", sql=sql, reason="bad_sql") from exc
+    rows = []
+    for rec in result.to_pylist():
+        messages = [to_chat_message(m) for m in rec["messages"] or []]
+        if not any(m["role"] == "assistant" for m in messages):
+            continue
+        rows.append(
+            {"trajectory_id": rec["trajectory_id"], "messages": messages, "tools": parse_tools(rec["tools"])}
+        )
+    if not rows:
+        raise _empty(sql, "trajectories with an assistant message")
+    ids = [r["trajectory_id"] for r in rows]
+    lineage = Lineage(
+        sql=sql,
+        trajectory_count=len(ids),
+        trajectory_ids_digest=digest_ids(ids),
+        lake=lake.url(),
+        lake_files=_files_holding(con, lake, "trajectories", ids),
+    )
+    return SFTSelection(rows=rows, lineage=lineage)
+
+
+# --- GRPO ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class GRPOExample:
+    """One stored trajectory as the GRPO trainer consumes it (all lists are token-aligned)."""
+
+    trajectory_id: str
+    group_id: str
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    tool_mask: list[int]  # 1 = sampled by the model (trained on), 0 = tool result / template glue
+    logprobs: list[float]  # sampling logprob of each completion token (0.0 where tool_mask = 0)
+    truncated: bool
+    reward: float
+    advantage: float = 0.0
+
+    def to_row(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class GRPOSelection:
+    """Stored groups ready for GRPO, the advantage report and their lineage."""
+
+    examples: list[GRPOExample]
+    report: AdvantageReport
+    lineage: Lineage
+    dropped_small_groups: list[str] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(e.prompt_ids) + len(e.completion_ids) for e in self.examples)
+
+
+def flatten_turns(
+    trajectory_id: str, turns: Sequence[dict[str, Any]]
+) -> tuple[list[int], list[int], list[int], list[float], bool]:
+    """Stored turns -> (prompt_ids, completion_ids, tool_mask, logprobs, truncated).
+
+    The sequence is the last turn's prompt + completion. Turn k's prompt must start with
+    turn k-1's prompt + completion; the tokens between (tool results, template glue) are
+    masked out.
+
+    >>> flatten_turns("t", [
+    ...     {"prompt_token_ids": [1, 2], "completion_token_ids": [3], "logprobs": [-0.5], "finish_reason": "tool_calls"},
+    ...     {"prompt_token_ids": [1, 2, 3, 9], "completion_token_ids": [4, 5], "logprobs": [-0.1, -0.2], "finish_reason": "stop"}])
+    ([1, 2], [3, 9, 4, 5], [1, 0, 1, 1], [-0.5, 0.0, -0.1, -0.2], False)
+    """
+    if not turns:
+        raise MissingTokenData(
+            f"trajectory `{trajectory_id}` has no token data", trajectory_ids=[trajectory_id]
+        )
+    prompt = list(turns[0]["prompt_token_ids"] or [])
+    completion: list[int] = []
+    mask: list[int] = []
+    logprobs: list[float] = []
+    truncated = False
+    for k, turn in enumerate(turns):
+        turn_prompt = list(turn["prompt_token_ids"] or [])
+        sampled = list(turn["completion_token_ids"] or [])
+        lps = list(turn["logprobs"] or [])
+        if len(lps) != len(sampled):
+            raise TokenDataMismatch(
+                f"trajectory `{trajectory_id}` turn {k}: {len(sampled)} completion tokens but {len(lps)} logprobs; "
+                "re-sample it (`trajlake replay`) or exclude it from the selection",
+                trajectory_id=trajectory_id,
+                turn=k,
+                reason="logprobs_length",
+            )
+        seen = prompt + completion
+        if turn_prompt[: len(seen)] != seen:
+            at = next(
+                (i for i, (a, b) in enumerate(zip(turn_prompt, seen, strict=False)) if a != b),
+                len(turn_prompt),
+            )
+            raise TokenDataMismatch(
+                f"trajectory `{trajectory_id}` turn {k}: its prompt does not extend the previous turns' tokens "
+                f"(first difference at token {at} of {len(seen)}); multi-turn GRPO needs token-exact turns, "
+                "so re-sample it with `trajlake replay`",
+                trajectory_id=trajectory_id,
+                turn=k,
+                reason="prompt_not_prefix",
+            )
+        glue = turn_prompt[len(seen) :]
+        completion += glue + sampled
+        mask += [0] * len(glue) + [1] * len(sampled)
+        logprobs += [0.0] * len(glue) + [float(x) for x in lps]
+        truncated = truncated or (turn.get("finish_reason") in TRUNCATED_FINISH_REASONS)
+    if not any(mask):
+        raise TokenDataMismatch(
+            f"trajectory `{trajectory_id}` has no sampled completion tokens",
+            trajectory_id=trajectory_id,
+            turn=len(turns) - 1,
+            reason="empty_completion",
+        )
+    return prompt, completion, mask, logprobs, truncated
+
+
+def select_grpo(
+    lake: store.Lake | str,
+    sql: str,
+    *,
+    reward_name: str | None = None,
+    scale_rewards: ScaleRewards = "group",
+    eps: float = 1e-4,
+    min_group_size: int = 2,
+) -> GRPOSelection:
+    """Scored groups of token-exact trajectories selected by `sql`, with advantages.
+
+    Rewards come from a `reward` column of the query when it has one, else from
+    `latest_rewards` with name `reward_name` (which may be omitted when the selected
+    trajectories carry exactly one reward name). Groups with fewer than
+    `min_group_size` scored trajectories are dropped and listed; equal-reward groups
+    are kept (zero advantage) and reported.
+    """
+    lake = store.Lake.of(lake)
+    con = store.connect(lake)
+    _, has_reward = _selected(con, sql)
+    text = sql.strip().rstrip(";")
+    scorers: list[str] = []
+    if has_reward:
+        reward_sql = f"SELECT trajectory_id, CAST(reward AS DOUBLE) AS reward FROM ({text})"
+    else:
+        names = [
+            r[0]
+            for r in con.execute(
+                f"SELECT DISTINCT name FROM latest_rewards WHERE trajectory_id IN (SELECT trajectory_id FROM ({text})) ORDER BY 1"
+            ).fetchall()
+        ]
+        if reward_name is None:
+            if len(names) != 1:
+                raise SelectionError(
+                    "the selected trajectories carry "
+                    + (
+                        f"several reward names ({', '.join(f'`{n}`' for n in names)}); pass `reward_name`"
+                        if names
+                        else "no rewards; score them first (`trajlake score`)"
+                    ),
+                    sql=sql,
+                    reason="ambiguous_reward" if names else "no_rewards",
+                )
+            reward_name = names[0]
+        elif reward_name not in names:
+            raise SelectionError(
+                f"no reward named `{reward_name}` on the selected trajectories; available: "
+                f"{', '.join(f'`{n}`' for n in names) or 'none (score them first with `trajlake score`)'}",
+                sql=sql,
+                reason="missing_reward",
+            )
+        reward_sql = "SELECT trajectory_id, value AS reward, scorer FROM latest_rewards WHERE name = $name"
+    query = f"""
+        WITH sel AS (SELECT DISTINCT trajectory_id FROM ({text})),
+             r AS ({reward_sql})
+        SELECT t.trajectory_id, coalesce(t.group_id, t.trajectory_id) AS group_id, t.turns, r.reward,
+               {"NULL" if has_reward else "r.scorer"} AS scorer
+        FROM trajectories t JOIN sel USING (trajectory_id) JOIN r USING (trajectory_id)
+        WHERE r.reward IS NOT NULL
+        ORDER BY group_id, t.trajectory_id
+    """
+    params = None if has_reward else {"name": reward_name}
+    try:
+        records = con.execute(query, params).to_arrow_table().to_pylist()
+    except duckdb.Error as exc:
+        raise SelectionError(f"the selection SQL failed: {exc}", sql=sql, reason="bad_sql") from exc
+    if not records:
+        raise _empty(sql, "scored trajectories")
+
+    text_only = [r["trajectory_id"] for r in records if not r["turns"]]
+    if text_only:
+        raise MissingTokenData(
+            f"{len(text_only)} of {len(records)} selected trajectories have no token data (text-only traces, "
+            f"e.g. `{text_only[0]}`); GRPO trains on the sampled token ids and logprobs. Use them for SFT "
+            "(`trajlake train sft`), or make scenarios from them and re-sample with `trajlake replay`; "
+            "to select only token-exact rows add `AND len(turns) > 0`",
+            trajectory_ids=text_only,
+        )
+
+    by_group: dict[str, list[dict[str, Any]]] = {}
+    for rec in records:
+        by_group.setdefault(rec["group_id"], []).append(rec)
+    small = [g for g, members in by_group.items() if len(members) < min_group_size]
+    kept = [rec for g, members in by_group.items() if len(members) >= min_group_size for rec in members]
+    if not kept:
+        raise SelectionError(
+            f"no group of the selection has at least {min_group_size} scored trajectories "
+            f"({len(small)} groups too small, e.g. `{small[0]}`); GRPO compares samples of the same scenario, "
+            "so replay scenarios with `--group-size` >= 2 and score them",
+            sql=sql,
+            reason="no_groups",
+        )
+
+    examples = []
+    for rec in kept:
+        prompt, completion, mask, logprobs, truncated = flatten_turns(rec["trajectory_id"], rec["turns"])
+        examples.append(
+            GRPOExample(
+                trajectory_id=rec["trajectory_id"],
+                group_id=rec["group_id"],
+                prompt_ids=prompt,
+                completion_ids=completion,
+                tool_mask=mask,
+                logprobs=logprobs,
+                truncated=truncated,
+                reward=float(rec["reward"]),
+            )
+        )
+    advantages, report = compute_advantages(
+        [e.group_id for e in examples], [e.reward for e in examples], scale_rewards=scale_rewards, eps=eps
+    )
+    for example, adv in zip(examples, advantages, strict=True):
+        example.advantage = adv
+    if not has_reward:
+        scorers = sorted({r["scorer"] for r in kept if r["scorer"]})
+    ids = [e.trajectory_id for e in examples]
+    lineage = Lineage(
+        sql=sql,
+        trajectory_count=len(ids),
+        trajectory_ids_digest=digest_ids(ids),
+        lake=lake.url(),
+        lake_files=_files_holding(con, lake, "trajectories", ids) + _files_holding(con, lake, "rewards", ids),
+        reward_name=reward_name if not has_reward else "reward",
+        reward_scorers=scorers,
+    )
+    return GRPOSelection(examples=examples, report=report, lineage=lineage, dropped_small_groups=small)

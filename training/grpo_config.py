@@ -1,0 +1,108 @@
+"""Configuration of the GRPO stage: TRL's `GRPOConfig` plus the fields trajlake adds.
+
+Loss types, clipping (`epsilon`, `epsilon_high`, `delta`), KL (`beta`), importance
+sampling level, `scale_rewards`, `temperature` and every optimiser setting are TRL's.
+trajlake adds the LoRA shape (for a fresh adapter), the reward to train on and the
+group filter. Notes on reused TRL fields:
+
+- `temperature` must equal the sampling temperature of the stored trajectories: TRL
+  divides logits by it, and the stored logprobs were taken at that temperature.
+- `num_generations` is not used to form groups (groups come from the lake, each with
+  its own size); it only has to divide the generation batch, so it is fixed to 2.
+- `mask_truncated_completions` defaults to True here: a completion cut at the token
+  limit has no meaningful end, so its tokens are masked out of the loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+from training.advantages import SCALE_REWARDS
+from training.errors import BadHyperparameter
+from training.sft_config import LoraFields, bf16_supported
+
+LOSS_TYPES: tuple[str, ...] = ("dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+
+
+@dataclass
+class TrajlakeGRPOConfig(LoraFields, GRPOConfig):
+    """`GRPOConfig` for training on stored, scored groups."""
+
+    # Parameters that select the training data
+    reward_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "Reward (rewards.name) to train on; optional when the selection carries exactly one."
+        },
+    )
+    min_group_size: int = field(
+        default=2, metadata={"help": "Groups with fewer scored trajectories are dropped (and listed)."}
+    )
+    # Defaults that differ from TRL's
+    mask_truncated_completions: bool = field(
+        default=True, metadata={"help": "Mask completions that hit the token limit out of the loss."}
+    )
+    num_generations: int | None = field(
+        default=2, metadata={"help": "Unused for stored groups (group sizes come from the lake); keep at 2."}
+    )
+    logging_steps: float = field(default=1, metadata={"help": "Log (and write to `runs`) every N steps."})
+    save_steps: float = field(
+        default=50, metadata={"help": "Checkpoint every N steps (resume from the latest)."}
+    )
+    report_to: str | list[str] | None = field(
+        default="none", metadata={"help": "Also report to these integrations (wandb, tensorboard, ...)."}
+    )
+    max_completion_length: int | None = field(
+        default=1024,
+        metadata={"help": "Longest completion kept (longer ones are cut and masked as truncated)."},
+    )
+
+    def __post_init__(self) -> None:
+        self.check_lora()
+        if self.bf16 is None and not self.fp16:
+            self.bf16 = bf16_supported()  # TRL defaults to bf16, which CPUs and older GPUs reject
+        if self.loss_type not in LOSS_TYPES:
+            raise BadHyperparameter(
+                f"`loss_type` = `{self.loss_type}` is not one of TRL's: {', '.join(LOSS_TYPES)}",
+                name="loss_type",
+                value=self.loss_type,
+            )
+        if self.scale_rewards not in SCALE_REWARDS and self.scale_rewards not in (True, False):
+            raise BadHyperparameter(
+                f"`scale_rewards` must be one of {', '.join(SCALE_REWARDS)}; got `{self.scale_rewards}`",
+                name="scale_rewards",
+                value=self.scale_rewards,
+            )
+        for name in ("learning_rate", "temperature"):
+            if getattr(self, name) <= 0:
+                raise BadHyperparameter(
+                    f"`{name}` must be positive; got {getattr(self, name)}",
+                    name=name,
+                    value=getattr(self, name),
+                )
+        if self.epsilon <= 0 or (self.epsilon_high is not None and self.epsilon_high <= 0):
+            raise BadHyperparameter(
+                f"`epsilon` must be positive; got {self.epsilon}", name="epsilon", value=self.epsilon
+            )
+        if self.beta < 0:
+            raise BadHyperparameter(
+                f"`beta` (KL weight) must be >= 0; got {self.beta}", name="beta", value=self.beta
+            )
+        if self.min_group_size < 2:
+            raise BadHyperparameter(
+                f"`min_group_size` must be >= 2 (GRPO compares samples); got {self.min_group_size}",
+                name="min_group_size",
+                value=self.min_group_size,
+            )
+        self.num_generations = 2
+        steps = self.steps_per_generation or self.gradient_accumulation_steps
+        if self.generation_batch_size is None and (self.per_device_train_batch_size * steps) % 2:
+            raise BadHyperparameter(
+                f"`per_device_train_batch_size` x `steps_per_generation` must be even "
+                f"({self.per_device_train_batch_size} x {steps}); TRL needs whole pairs per generation batch",
+                name="per_device_train_batch_size",
+                value=self.per_device_train_batch_size,
+            )
+        super().__post_init__()

@@ -1,0 +1,181 @@
+"""Training callbacks: per-step metrics into the lake's `runs` table, and a non-finite loss guard.
+
+TRL already computes the metrics worth keeping (loss, grad norm, learning rate, entropy,
+clip ratios, KL, reward mean/std, token counts); `RunsTableCallback` only adds tokens/s
+and commits each logged step as a `runs` row (`run_id`, `step`, `stage`, `metrics` JSON),
+so a killed run keeps every step it acknowledged. W&B and TensorBoard stay TRL's
+business (`report_to`), fed by the same logs.
+
+`NonFiniteLossGuard` stops a run whose loss or gradient norm turns NaN/inf at the step it
+is logged, and stops the Trainer from saving a checkpoint of the broken weights, so the
+newest checkpoint on disk is the last good one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+import store
+
+# Keys TRL logs that are not per-step metrics (end-of-training summaries are kept, under their names).
+_SKIP = frozenset({"epoch_end"})
+
+
+def runs_row(run_id: str, step: int, stage: str, metrics: dict[str, Any]) -> dict[str, Any]:
+    """One `runs` row; non-finite floats are written as strings so the JSON stays valid.
+
+    >>> runs_row("r1", 3, "grpo", {"loss": float("nan")})["metrics"]
+    '{"loss": "nan"}'
+    """
+    clean = {k: (repr(v) if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
+    return {
+        "run_id": run_id,
+        "step": step,
+        "stage": stage,
+        "metrics": json.dumps(clean),
+        "at": store.utc_now(),
+    }
+
+
+class RunsTableCallback(TrainerCallback):
+    """Write every logged step to the `runs` table (one small commit per log, nothing buffered)."""
+
+    def __init__(
+        self, lake: store.Lake | str, run_id: str, stage: str, extra: dict[str, Any] | None = None
+    ) -> None:
+        self.lake = store.Lake.of(lake)
+        self.run_id = run_id
+        self.stage = stage
+        self.extra = dict(extra or {})
+        self._last_time: float | None = None
+        self._last_tokens: float | None = None
+        self.rows_written = 0
+
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
+    ) -> None:
+        self._last_time = time.perf_counter()
+        self._last_tokens = float(state.num_input_tokens_seen or 0)
+
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, Any] | None = None,
+        **kw: Any,
+    ) -> None:
+        if not logs or not state.is_world_process_zero:
+            return
+        metrics = {k: v for k, v in logs.items() if k not in _SKIP and isinstance(v, (int, float, str, bool))}
+        now = time.perf_counter()
+        tokens = float(state.num_input_tokens_seen or metrics.get("num_tokens") or 0)
+        if self._last_time is not None and self._last_tokens is not None and tokens > self._last_tokens:
+            metrics["tokens_per_second"] = (tokens - self._last_tokens) / max(now - self._last_time, 1e-9)
+        self._last_time, self._last_tokens = now, tokens
+        metrics.update(self.extra)
+        store.write(self.lake, "runs", [runs_row(self.run_id, int(state.global_step), self.stage, metrics)])
+        self.rows_written += 1
+
+
+def is_finite_log(logs: dict[str, Any]) -> bool:
+    """False when a logged loss or gradient norm is NaN or infinite."""
+    for key in ("loss", "grad_norm"):
+        value = logs.get(key)
+        if isinstance(value, (int, float)) and not math.isfinite(value):
+            return False
+    return True
+
+
+class NonFiniteLossGuard(TrainerCallback):
+    """Stop training (without checkpointing the broken weights) when the loss or grad norm is not finite."""
+
+    def __init__(self) -> None:
+        self.tripped_at: int | None = None
+        self.evidence: dict[str, Any] = {}
+
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, Any] | None = None,
+        **kw: Any,
+    ) -> TrainerControl:
+        if logs and not is_finite_log(logs) and self.tripped_at is None:
+            self.tripped_at = int(state.global_step)
+            self.evidence = {k: logs.get(k) for k in ("loss", "grad_norm") if k in logs}
+        if self.tripped_at is not None:
+            control.should_training_stop = True
+            control.should_save = False
+        return control
+
+
+# --- the record a training run leaves next to its adapter -------------------------------------
+
+RUN_RECORD = "trajlake_run.json"
+
+
+@dataclass
+class TrainResult:
+    """What a training stage produced: the adapter folder and everything the publisher needs."""
+
+    stage: str
+    run_id: str
+    adapter_dir: str
+    base_model: str
+    global_step: int
+    metrics: dict[str, Any] = field(default_factory=dict)
+    lineage: dict[str, Any] = field(default_factory=dict)
+    hyperparameters: dict[str, Any] = field(default_factory=dict)
+    parent: dict[str, Any] | None = None  # the record of the adapter this run continued from
+    report: dict[str, Any] = field(default_factory=dict)  # stage-specific: groups, packing, ...
+
+    @property
+    def stages(self) -> list[str]:
+        return [*(self.parent or {}).get("stages", []), self.stage]
+
+    @property
+    def run_ids(self) -> list[str]:
+        return [*(self.parent or {}).get("run_ids", []), self.run_id]
+
+    def to_record(self) -> dict[str, Any]:
+        record = asdict(self)
+        record["stages"] = self.stages
+        record["run_ids"] = self.run_ids
+        record["lineage_chain"] = [
+            *(self.parent or {}).get("lineage_chain", []),
+            {"stage": self.stage, **self.lineage},
+        ]
+        return record
+
+
+def write_run_record(result: TrainResult) -> Path:
+    """Write `trajlake_run.json` into the adapter folder, last: its presence marks the adapter complete."""
+    path = Path(result.adapter_dir) / RUN_RECORD
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(result.to_record(), indent=2, sort_keys=True, default=str))
+    os.replace(tmp, path)
+    return path
+
+
+def read_run_record(adapter_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The run record of an adapter folder trained by trajlake, or None for a foreign adapter."""
+    path = Path(adapter_dir) / RUN_RECORD
+    if not path.exists():
+        return None
+    return json.loads(path.read_text())
+
+
+def new_run_id(stage: str) -> str:
+    """A fresh run id, sortable by start time: `<stage>-<UTC timestamp>-<random>`."""
+    return f"{stage}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"

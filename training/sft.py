@@ -1,0 +1,272 @@
+"""SFT stage: fine-tune a LoRA adapter on good conversations from the lake with TRL's `SFTTrainer`.
+
+The shape follows `trl/scripts/sft.py`: select rows (I/O), build the dataset, hand it to
+`SFTTrainer` with a PEFT `LoraConfig`, save. trajlake adds three things around it:
+
+1. Tokenisation with the training chat template (TRL's `{% generation %}` version of the
+   model's template), tools rendered from the stored JSON and tool-call arguments as
+   objects, so the loss covers exactly the assistant tokens (`assistant_masks`). Rows go
+   to TRL pre-tokenised; packing, truncation and labels stay TRL's.
+2. Bookkeeping: a `runs` row per logged step, a non-finite loss guard, checkpoints under
+   `<output_dir>/checkpoints` and resume from the newest one.
+3. A run record (`trajlake_run.json`, written last) beside the adapter in
+   `<output_dir>/adapter`, carrying lineage and hyperparameters for `publish`.
+
+Folder layout of a run::
+
+    <output_dir>/run.json              run id and inputs (written first; resume reuses the id)
+    <output_dir>/checkpoints/checkpoint-<step>/
+    <output_dir>/adapter/              adapter_config.json, adapter_model.safetensors, tokenizer, trajlake_run.json
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import store
+from training.datasets import SFTSelection, select_sft
+from training.errors import NonFiniteLoss, TrainingError
+from training.metrics import (
+    NonFiniteLossGuard,
+    RunsTableCallback,
+    TrainResult,
+    new_run_id,
+    write_run_record,
+)
+from training.sft_config import TrajlakeSFTConfig
+
+CHECKPOINTS = "checkpoints"
+ADAPTER = "adapter"
+RUN_STATE = "run.json"
+
+
+# --- dataset ------------------------------------------------------------------------------------
+
+
+def training_chat_template(tokenizer: Any) -> str:
+    """The tokenizer's template with `{% generation %}` markers (TRL's training version when needed)."""
+    from trl.chat_template_utils import get_training_chat_template, has_generation_markers
+
+    if has_generation_markers(tokenizer.chat_template):
+        return tokenizer.chat_template
+    template = get_training_chat_template(tokenizer)
+    if template is None:
+        raise TrainingError(
+            "the base model's chat template has no `{% generation %}` markers and TRL has no training version "
+            "of it, so assistant tokens cannot be told apart; add the markers to its chat template"
+        )
+    return template
+
+
+def tokenize_conversations(rows: Sequence[dict[str, Any]], tokenizer: Any) -> dict[str, list[list[int]]]:
+    """Token ids and assistant masks of each conversation (1 = assistant token, trained on).
+
+    Rows without a single assistant token after templating are an error naming the trajectory.
+    """
+    template = training_chat_template(tokenizer)
+    input_ids: list[list[int]] = []
+    masks: list[list[int]] = []
+    for row in rows:
+        out = tokenizer.apply_chat_template(
+            row["messages"],
+            tools=row.get("tools"),
+            chat_template=template,
+            tokenize=True,
+            return_dict=True,
+            return_assistant_tokens_mask=True,
+        )
+        if 1 not in out["assistant_masks"]:
+            raise TrainingError(
+                f"trajectory `{row.get('trajectory_id')}` has no assistant tokens after templating; "
+                "check that its assistant messages have content or tool calls"
+            )
+        input_ids.append(list(out["input_ids"]))
+        masks.append(list(out["assistant_masks"]))
+    return {"input_ids": input_ids, "assistant_masks": masks}
+
+
+def sft_dataset(selection: SFTSelection, tokenizer: Any) -> Any:
+    """A `datasets.Dataset` of pre-tokenised conversations TRL's `SFTTrainer` takes as is."""
+    from datasets import Dataset
+
+    return Dataset.from_dict(tokenize_conversations(selection.rows, tokenizer))
+
+
+def packing_efficiency(dataset: Any, max_length: int) -> float:
+    """Real tokens / processed tokens of a packed dataset (rows are padded to `max_length`)."""
+    lengths = [len(ids) for ids in dataset["input_ids"]]
+    if not lengths:
+        return 0.0
+    return sum(lengths) / (len(lengths) * max(max_length, max(lengths)))
+
+
+# --- run folder ---------------------------------------------------------------------------------
+
+
+def last_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
+    """The newest `checkpoint-<step>` folder under `<output_dir>/checkpoints`, if any."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    folder = Path(output_dir) / CHECKPOINTS
+    return get_last_checkpoint(str(folder)) if folder.is_dir() else None
+
+
+def start_run(
+    output_dir: str | os.PathLike[str], stage: str, run_id: str | None, resume: bool, inputs: dict[str, Any]
+) -> str:
+    """Create (or, on resume, reopen) the run folder and return the run id.
+
+    Resuming reuses the recorded run id so the `runs` table continues the same run;
+    starting fresh in a folder that already holds checkpoints is refused, because mixing
+    two runs' checkpoints would make "resume" resume the wrong one.
+    """
+    folder = Path(output_dir)
+    state_path = folder / RUN_STATE
+    if resume and state_path.exists():
+        return str(json.loads(state_path.read_text())["run_id"])
+    if not resume and last_checkpoint(folder) is not None:
+        raise TrainingError(
+            f"`{folder}` already holds checkpoints of an earlier run; pass `resume=True` (`--resume`) "
+            "to continue it, or choose a new output folder"
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    run_id = run_id or new_run_id(stage)
+    state_path.write_text(json.dumps({"run_id": run_id, "stage": stage, **inputs}, indent=2, default=str))
+    return run_id
+
+
+def load_tokenizer(base_model: str) -> Any:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(base_model)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def save_adapter(model: Any, tokenizer: Any, adapter_dir: Path) -> None:
+    """Save only the trained adapter (never a `ref` copy TRL may hold) plus the tokenizer."""
+    adapter_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(adapter_dir), selected_adapters=["default"])
+    tokenizer.save_pretrained(str(adapter_dir))
+
+
+def raise_non_finite(guard: NonFiniteLossGuard, output_dir: str | os.PathLike[str]) -> None:
+    if guard.tripped_at is None:
+        return
+    kept = last_checkpoint(output_dir)
+    raise NonFiniteLoss(
+        f"the loss became non-finite at step {guard.tripped_at} ({guard.evidence}); the run stopped and "
+        f"the last good checkpoint is `{kept or 'none (it failed before the first checkpoint)'}`. "
+        "Lower the learning rate or check the data, then rerun with `--resume` from that checkpoint",
+        step=guard.tripped_at,
+        last_checkpoint=kept,
+    )
+
+
+# --- the stage ----------------------------------------------------------------------------------
+
+
+def train_sft(
+    lake: store.Lake | str,
+    sql: str,
+    base_model: str | os.PathLike[str],
+    output_dir: str | os.PathLike[str],
+    config: TrajlakeSFTConfig | None = None,
+    *,
+    resume: bool = False,
+    callbacks: Sequence[Any] = (),
+) -> TrainResult:
+    """Fine-tune a LoRA adapter on the conversations `sql` selects; returns where it went.
+
+    The selection and configuration are checked before any model is loaded. Each logged
+    step is a row of the `runs` table (stage `sft`). With `resume=True` training continues
+    from the newest checkpoint under `<output_dir>/checkpoints`.
+    """
+    from trl import SFTTrainer
+
+    lake = store.Lake.of(lake)
+    base_model = str(base_model)
+    output_dir = Path(output_dir)
+    selection = select_sft(lake, sql)
+    config = config or TrajlakeSFTConfig(output_dir=str(output_dir / CHECKPOINTS))
+    config.output_dir = str(output_dir / CHECKPOINTS)
+    run_id = start_run(output_dir, "sft", config.run_id, resume, {"base_model": base_model, "sql": sql})
+
+    tokenizer = load_tokenizer(base_model)
+    dataset = sft_dataset(selection, tokenizer)
+    guard = NonFiniteLossGuard()
+    runs = RunsTableCallback(lake, run_id, "sft")
+    trainer = SFTTrainer(
+        model=base_model,
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=config.lora_config(),
+        callbacks=[runs, guard, *callbacks],
+    )
+    checkpoint = last_checkpoint(output_dir) if resume else None
+    output = trainer.train(resume_from_checkpoint=checkpoint)
+    raise_non_finite(guard, output_dir)
+
+    adapter_dir = output_dir / ADAPTER
+    save_adapter(trainer.model, tokenizer, adapter_dir)
+    max_length = config.max_length or 1024
+    result = TrainResult(
+        stage="sft",
+        run_id=run_id,
+        adapter_dir=str(adapter_dir),
+        base_model=base_model,
+        global_step=int(trainer.state.global_step),
+        metrics=dict(output.metrics),
+        lineage=selection.lineage.to_dict(),
+        hyperparameters=hyperparameters(config),
+        report={
+            "conversations": len(selection.rows),
+            "packed_rows": len(trainer.train_dataset),
+            "packing_efficiency": packing_efficiency(trainer.train_dataset, max_length)
+            if config.packing
+            else None,
+            "resumed_from": checkpoint,
+        },
+    )
+    write_run_record(result)
+    return result
+
+
+# Hyperparameters worth recording in the manifest (the full config stays in the checkpoints).
+RECORDED = (
+    "learning_rate",
+    "num_train_epochs",
+    "max_steps",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "lr_scheduler_type",
+    "warmup_steps",
+    "weight_decay",
+    "max_grad_norm",
+    "seed",
+    "max_length",
+    "packing",
+    "loss_type",
+    "beta",
+    "epsilon",
+    "epsilon_high",
+    "scale_rewards",
+    "temperature",
+    "importance_sampling_level",
+    "num_iterations",
+    "mask_truncated_completions",
+    "reward_name",
+)
+
+
+def hyperparameters(config: Any) -> dict[str, Any]:
+    """The recorded subset of a stage config, plus its LoRA shape."""
+    values = {name: getattr(config, name) for name in RECORDED if hasattr(config, name)}
+    values.update(config.lora_hyperparameters())
+    return {k: (v.value if hasattr(v, "value") else v) for k, v in values.items()}

@@ -1,0 +1,316 @@
+"""Importing Langfuse exports from disk: JSON or JSONL of traces, observations and scores.
+
+Accepted records (mixed freely in one file):
+
+- **traces** in the `TraceWithFullDetails` shape of the v3/v4 SDKs and UI exports
+  (`{id, timestamp, name, userId, sessionId, tags, environment, metadata, ...,
+  observations: [...], scores: [...]}`);
+- **observations**, v2 (`GET /api/public/v2/observations` items) or legacy;
+- **scores**, v3 (`subject`, typed `value`) or v1 (`traceId`, `stringValue`).
+
+File layouts: JSONL (one record per line), a JSON array of records, a single JSON
+object, or a saved API response `{"data": [...], "meta": {...}}`.
+
+**Malformed records reject the file.** The whole file is read and checked first;
+every problem is reported with its line number (up to the first 10 shown, all in
+`MalformedExport.problems`), and nothing is written. Rationale: an export is a finished
+artefact, so a bad line means a truncated or hand-edited file, and importing the rest
+would silently leave holes in traces that later look complete. Fix the lines and rerun.
+
+Spans are written in one all-or-nothing commit (streamed, so memory stays bounded by
+the write buffer, not the file); the touched traces are then assembled from all their
+spans in the lake, and the scores written as rewards. Re-importing the same file gives
+the same rows under the same keys: the views show no duplicates.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import store
+from ingest.langfuse.config import DEFAULT_CATEGORY_VALUES
+from ingest.langfuse.errors import ExportNotFound, MalformedExport, RecordProblem
+from ingest.langfuse.scores import score_target, score_to_reward
+from ingest.langfuse.sink import assemble_traces, trajectory_ids_of, write_rewards
+from ingest.langfuse.spans import ObservationError, observation_to_span, to_trace_id, trace_to_spans
+from store import Lake
+
+SPAN_BATCH_ROWS = 20_000
+MAX_PROBLEMS = 1000
+
+
+@dataclass
+class ImportReport:
+    """What one `import_langfuse_export` did."""
+
+    path: str
+    records: int = 0
+    traces: int = 0
+    observations: int = 0
+    spans_written: int = 0
+    trajectories: int = 0
+    scores: int = 0
+    rewards: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+
+def classify_record(record: Any) -> str:
+    """`trace`, `observation`, `score` or `unknown` for one decoded record."""
+    if not isinstance(record, Mapping):
+        return "unknown"
+    if "observations" in record or (
+        "timestamp" in record
+        and "startTime" not in record
+        and "dataType" not in record
+        and "value" not in record
+    ):
+        return "trace"
+    if "startTime" in record and ("type" in record or "traceId" in record):
+        return "observation"
+    if "dataType" in record or (
+        "name" in record and "value" in record and ("subject" in record or "traceId" in record)
+    ):
+        return "score"
+    return "unknown"
+
+
+def iter_records(path: Path) -> Iterator[tuple[int, Any | RecordProblem]]:
+    """(line number, decoded record or a `RecordProblem`) for every record of an export."""
+    with path.open("r", encoding="utf-8") as handle:
+        head = handle.read(1 << 16)
+        handle.seek(0)
+        first = head.lstrip()[:1]
+        if first == "[" or (first == "{" and _is_single_document(head)):
+            yield from _json_document(path.read_text(encoding="utf-8"))
+            return
+        for number, line in enumerate(handle, start=1):
+            text = line.strip()
+            if not text:
+                continue
+            try:
+                yield number, json.loads(text)
+            except json.JSONDecodeError as exc:
+                yield number, RecordProblem(number, "invalid_json", f"{exc.msg} at column {exc.colno}")
+
+
+def _is_single_document(head: str) -> bool:
+    """A file starting with `{` is JSONL unless its first line alone is not a whole object."""
+    first_line = head.split("\n", 1)[0].strip()
+    try:
+        json.loads(first_line)
+    except json.JSONDecodeError:
+        return True  # the object continues on the next lines: a pretty-printed document
+    return False
+
+
+def _json_document(text: str) -> Iterator[tuple[int, Any | RecordProblem]]:
+    """Records of a JSON document, each with the line it starts on."""
+    decoder = json.JSONDecoder()
+    pos = _skip_ws(text, 0)
+    line_at = _LineCounter(text)
+    if pos < len(text) and text[pos] == "{":
+        try:
+            obj, _ = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            yield exc.lineno, RecordProblem(exc.lineno, "invalid_json", f"{exc.msg} at column {exc.colno}")
+            return
+        if isinstance(obj, dict) and isinstance(obj.get("data"), list):
+            # A saved API response: line numbers of items are not tracked inside it.
+            for index, item in enumerate(obj["data"]):
+                yield (
+                    line_at(pos),
+                    item
+                    if isinstance(item, dict)
+                    else RecordProblem(line_at(pos), "unknown_record", f"data[{index}] is not an object"),
+                )
+            return
+        yield line_at(pos), obj
+        return
+    pos += 1  # past "["
+    while True:
+        pos = _skip_ws(text, pos)
+        if pos >= len(text):
+            yield (
+                line_at(pos),
+                RecordProblem(line_at(pos), "invalid_json", "the array is not closed (truncated file?)"),
+            )
+            return
+        if text[pos] == "]":
+            return
+        try:
+            obj, end = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            yield exc.lineno, RecordProblem(exc.lineno, "invalid_json", f"{exc.msg} at column {exc.colno}")
+            return
+        yield line_at(pos), obj
+        pos = _skip_ws(text, end)
+        if pos < len(text) and text[pos] == ",":
+            pos += 1
+        elif pos < len(text) and text[pos] != "]":
+            yield (
+                line_at(pos),
+                RecordProblem(line_at(pos), "invalid_json", f"expected `,` or `]`, found {text[pos]!r}"),
+            )
+            return
+
+
+class _LineCounter:
+    """Line number of increasing offsets in `text`, counted incrementally."""
+
+    def __init__(self, text: str) -> None:
+        self.text, self.pos, self.line = text, 0, 1
+
+    def __call__(self, pos: int) -> int:
+        if pos < self.pos:
+            return self.text.count("\n", 0, pos) + 1
+        self.line += self.text.count("\n", self.pos, pos)
+        self.pos = pos
+        return self.line
+
+
+def _skip_ws(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos] in " \t\r\n":
+        pos += 1
+    return pos
+
+
+def import_langfuse_export(
+    lake: Lake | str,
+    path: str | os.PathLike[str],
+    *,
+    category_values: Mapping[str, float] | None = None,
+    show_progress: bool = False,
+) -> ImportReport:
+    """Import a Langfuse export file into `lake`: spans, trajectories (source `langfuse`), rewards.
+
+    Raises `ExportNotFound` for a missing file and `MalformedExport` (every bad record
+    with its line number) when any record cannot be imported; then nothing is written.
+    """
+    lake = Lake.of(lake)
+    file = Path(path)
+    if not file.is_file():
+        raise ExportNotFound(str(path))
+    started = time.monotonic()
+    categories = {
+        k.strip().lower(): float(v) for k, v in (category_values or DEFAULT_CATEGORY_VALUES).items()
+    }
+    report = ImportReport(path=str(path))
+    problems: list[RecordProblem] = []
+    trace_ids: set[str] = set()
+    scores: list[tuple[int, dict[str, Any]]] = []
+    received_at = store.utc_now()
+    progress = _progress(show_progress, file)
+
+    def spans() -> Iterator[list[dict[str, Any]]]:
+        batch: list[dict[str, Any]] = []
+        for line, record in iter_records(file):
+            report.records += 1
+            if progress is not None and report.records % 1000 == 0:
+                progress.update(progress.task_ids[0], completed=report.records)
+            if isinstance(record, RecordProblem):
+                problems.append(record)
+                continue
+            kind = classify_record(record)
+            try:
+                if kind == "trace":
+                    rows = list(trace_to_spans(record, received_at=received_at))
+                    report.traces += 1
+                    trace_ids.add(to_trace_id(record["id"]))
+                    for score in record.get("scores") or []:
+                        _check_score(score, categories)
+                        scores.append((line, score))
+                elif kind == "observation":
+                    rows = [observation_to_span(record, received_at=received_at)]
+                elif kind == "score":
+                    _check_score(record, categories)
+                    scores.append((line, record))
+                    rows = []
+                else:
+                    keys = ", ".join(sorted(record)) if isinstance(record, Mapping) else type(record).__name__
+                    raise ObservationError(
+                        "unknown_record",
+                        f"neither a trace (`observations`), an observation (`startTime`, `type`) nor a score "
+                        f"(`dataType`, `value`); got: {keys}",
+                    )
+            except ObservationError as exc:
+                if len(problems) < MAX_PROBLEMS:
+                    problems.append(exc.at(line))
+                continue
+            report.observations += len(rows)
+            trace_ids.update(row["trace_id"] for row in rows)
+            if problems:
+                continue  # the file will be refused: keep checking, stop buffering
+            batch.extend(rows)
+            if len(batch) >= SPAN_BATCH_ROWS:
+                yield batch
+                batch = []
+        if problems:
+            # Raised inside the writer's input: it discards its temporary files.
+            raise MalformedExport(str(path), problems, report.records)
+        if batch:
+            yield batch
+
+    try:
+        report.spans_written = store.write(lake, "spans", spans()).rows
+    finally:
+        if progress is not None:
+            progress.stop()
+    counts = assemble_traces(lake, trace_ids)
+    report.trajectories = counts.trajectories
+    report.scores = len(scores)
+    report.rewards, skipped = _write_scores(lake, scores, categories)
+    report.skipped = skipped
+    report.elapsed_s = round(time.monotonic() - started, 3)
+    return report
+
+
+def _check_score(score: Any, categories: Mapping[str, float]) -> None:
+    if not isinstance(score, Mapping):
+        raise ObservationError("bad_field", "a score is not an object")
+    score_to_reward(score, trajectory_id="-", category_values=categories)
+
+
+def _write_scores(
+    lake: Lake, scores: list[tuple[int, dict[str, Any]]], categories: Mapping[str, float]
+) -> tuple[int, dict[str, int]]:
+    skipped: dict[str, int] = {}
+    targets = []
+    for _, score in scores:
+        target = score_target(score)
+        if target.kind not in ("trace", "observation") or not target.trace_id:
+            key = f"score_{target.kind}_subject"
+            skipped[key] = skipped.get(key, 0) + 1
+            continue
+        targets.append((score, to_trace_id(target.trace_id)))
+    trajectories = trajectory_ids_of(lake, {t for _, t in targets})
+    rows = []
+    for score, trace_id in targets:
+        trajectory_id = trajectories.get(trace_id)
+        if trajectory_id is None:
+            skipped["score_unknown_trace"] = skipped.get("score_unknown_trace", 0) + 1
+            continue
+        rows.append(score_to_reward(score, trajectory_id=trajectory_id, category_values=categories))
+    written, stale = write_rewards(lake, rows) if rows else (0, 0)
+    if stale:
+        skipped["score_superseded"] = stale
+    return written, skipped
+
+
+def _progress(show: bool, file: Path) -> Any:
+    if not show:
+        return None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(
+        TextColumn(f"importing {file.name}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
+    )
+    progress.add_task("records", total=None)
+    progress.start()
+    return progress

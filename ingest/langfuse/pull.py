@@ -1,0 +1,395 @@
+"""Incremental, resumable pulls of a Langfuse project into the lake.
+
+One run, for one scope (host + filters):
+
+1. **Plan the window.** A fresh run covers `[watermark - overlap, now)` (clipped to the
+   `since`/`until` filters; the first run starts at `since`, or the beginning). The
+   overlap re-reads recent history so observations that reached Langfuse late for an
+   older trace are picked up; re-read rows carry the same keys and the views keep one.
+   A run that finds an interrupted pull in the watermark resumes *its* window and
+   cursor instead.
+2. **Observations** (`GET /api/public/v2/observations`, cursor paging, every field
+   group): each page becomes `spans` rows. Every `checkpoint_pages` pages, and at the
+   end, the buffered spans are written, the traces they touch are re-assembled from all
+   their spans in the lake, and only then is the next cursor saved. A crash costs at
+   most the pages since the last checkpoint, which the resumed run reads again.
+3. **Scores** (`GET /api/public/v3/scores`, same window on the score timestamp): each
+   page becomes `rewards` rows for the trajectories of their traces, checkpointed the
+   same way.
+4. The window's end becomes the new watermark and the phase goes back to `idle`.
+
+The report says what was read, written and skipped (with reason codes).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+import store
+from ingest.langfuse.client import LangfuseClient
+from ingest.langfuse.config import LangfuseConfig, PullFilters, scope_of
+from ingest.langfuse.scores import score_target, score_to_reward
+from ingest.langfuse.sink import (
+    AssembleCounts,
+    assemble_traces,
+    trace_attributes,
+    trajectory_ids_of,
+    write_rewards,
+    write_spans,
+)
+from ingest.langfuse.spans import ObservationError, observation_to_span, to_trace_id
+from ingest.langfuse.watermark import PullState, read_state, save_state
+from store import Lake
+
+MAX_PROBLEMS_KEPT = 20
+
+
+@dataclass
+class PullReport:
+    """What one `pull_langfuse` run did."""
+
+    scope: str
+    window_from: datetime | None
+    window_to: datetime | None
+    resumed: bool = False
+    observations: int = 0
+    spans_written: int = 0
+    traces: int = 0
+    trajectories: int = 0
+    scores: int = 0
+    rewards: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    requests: int = 0
+    retries: int = 0
+    waited_s: float = 0.0
+    elapsed_s: float = 0.0
+    watermark: datetime | None = None
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-able summary (kept in the watermark state as `last_run`)."""
+        out = asdict(self)
+        for key in ("window_from", "window_to", "watermark"):
+            out[key] = out[key].isoformat() if out[key] else None
+        out["problems"] = out["problems"][:5]
+        return out
+
+
+def plan_window(
+    state: PullState, filters: PullFilters, overlap: timedelta, now: datetime
+) -> tuple[datetime | None, datetime]:
+    """The `[from, to)` start-time window of a fresh run.
+
+    >>> from datetime import UTC
+    >>> t = datetime(2026, 1, 1, 12, tzinfo=UTC)
+    >>> plan_window(PullState("s", watermark=t), PullFilters(), timedelta(hours=1), t + timedelta(hours=5))
+    (datetime.datetime(2026, 1, 1, 11, 0, tzinfo=datetime.timezone.utc), datetime.datetime(2026, 1, 1, 17, 0, tzinfo=datetime.timezone.utc))
+    """
+    to = min(now, filters.until) if filters.until else now
+    start = state.watermark - overlap if state.watermark else None
+    if filters.since and (start is None or filters.since > start):
+        start = filters.since
+    return start, to
+
+
+def observation_filter(filters: PullFilters, start: datetime | None, end: datetime | None) -> str | None:
+    """The v2 `filter` JSON for `filters`, or None when plain query parameters suffice.
+
+    The API lets `filter` take precedence over the query-parameter filters, so when it
+    is needed it carries the time window too.
+    """
+    conditions: list[dict[str, Any]] = []
+    if filters.environments:
+        conditions.append(
+            {
+                "type": "stringOptions",
+                "column": "environment",
+                "operator": "any of",
+                "value": list(filters.environments),
+            }
+        )
+    if filters.trace_name:
+        conditions.append(
+            {"type": "string", "column": "traceName", "operator": "=", "value": filters.trace_name}
+        )
+    if filters.tags:
+        conditions.append(
+            {"type": "arrayOptions", "column": "traceTags", "operator": "any of", "value": list(filters.tags)}
+        )
+    if filters.user_id:
+        conditions.append({"type": "string", "column": "userId", "operator": "=", "value": filters.user_id})
+    if filters.session_id:
+        conditions.append(
+            {"type": "string", "column": "sessionId", "operator": "=", "value": filters.session_id}
+        )
+    if not conditions:
+        return None
+    if start is not None:
+        conditions.append({"type": "datetime", "column": "startTime", "operator": ">=", "value": _iso(start)})
+    if end is not None:
+        conditions.append({"type": "datetime", "column": "startTime", "operator": "<", "value": _iso(end)})
+    return json.dumps(conditions)
+
+
+def matches_trace_filters(attributes_json: list[str], filters: PullFilters) -> bool:
+    """Whether a trace's spans (attribute JSON texts) satisfy the trace-level filters."""
+    names: set[str] = set()
+    tags: set[str] = set()
+    users: set[str] = set()
+    sessions: set[str] = set()
+    for text in attributes_json:
+        attrs = json.loads(text or "{}")
+        if attrs.get("langfuse.trace.name"):
+            names.add(attrs["langfuse.trace.name"])
+        tags.update(attrs.get("langfuse.trace.tags") or [])
+        if attrs.get("user.id"):
+            users.add(attrs["user.id"])
+        if attrs.get("session.id"):
+            sessions.add(attrs["session.id"])
+    return (
+        (not filters.trace_name or filters.trace_name in names)
+        and (not filters.tags or bool(tags & set(filters.tags)))
+        and (not filters.user_id or filters.user_id in users)
+        and (not filters.session_id or filters.session_id in sessions)
+    )
+
+
+def pull_langfuse(
+    lake: Lake | str,
+    config: LangfuseConfig,
+    filters: PullFilters | None = None,
+    *,
+    client: LangfuseClient | None = None,
+    now: datetime | None = None,
+    show_progress: bool = False,
+    on_checkpoint: Callable[[PullState], None] | None = None,
+) -> PullReport:
+    """Pull what is new in a Langfuse project into `lake` (spans, trajectories, rewards).
+
+    Resumes an interrupted pull of the same scope; otherwise starts a new window after
+    the scope's watermark. `on_checkpoint` is called after each saved checkpoint.
+    Raises `LangfuseAuthError`, `LangfuseUnreachable`, `LangfuseProtocolError`,
+    `LangfuseRequestRejected` or `LangfuseUnavailable` (see `errors.py`); whatever was
+    checkpointed before stays, and the next run continues from there.
+    """
+    lake = Lake.of(lake)
+    filters = filters or PullFilters()
+    started = time.monotonic()
+    scope = scope_of(config.host, filters)
+    state = read_state(lake, scope)
+    report = PullReport(scope=scope, window_from=None, window_to=None, resumed=state.in_progress)
+    if not state.in_progress:
+        state.window_from, state.window_to = plan_window(
+            state, filters, config.overlap, now or store.utc_now()
+        )
+        state.phase, state.cursor, state.counts = "observations", None, {}
+    report.window_from, report.window_to = state.window_from, state.window_to
+    if state.window_from is not None and state.window_to is not None and state.window_from >= state.window_to:
+        state.phase = "idle"  # nothing can be in an empty window
+
+    own_client = client is None
+    client = client or LangfuseClient(config)
+    skipped: Counter[str] = Counter()
+    try:
+        with _progress(show_progress) as progress:
+            task = progress.add_task(f"Langfuse {config.host}", total=None) if progress else None
+
+            def tick(what: str) -> None:
+                if progress is not None and task is not None:
+                    progress.update(
+                        task,
+                        description=f"Langfuse {config.host}: {what}; {report.observations} observations, "
+                        f"{report.trajectories} trajectories, {report.scores} scores, {report.retries} retries",
+                    )
+
+            if state.phase == "observations":
+                _pull_observations(lake, config, filters, client, state, report, skipped, tick, on_checkpoint)
+            if state.phase == "scores":
+                _pull_scores(lake, config, filters, client, state, report, skipped, tick, on_checkpoint)
+    finally:
+        report.requests, report.retries = client.stats.requests, client.stats.retries
+        report.waited_s = round(client.stats.waited_s, 3)
+        report.skipped = dict(skipped)
+        if own_client:
+            client.close()
+
+    report.elapsed_s = round(time.monotonic() - started, 3)
+    state.watermark = state.window_to
+    state.phase, state.cursor = "idle", None
+    report.watermark = state.watermark
+    state.last_run = report.summary()
+    save_state(lake, state)
+    return report
+
+
+def _pull_observations(
+    lake: Lake,
+    config: LangfuseConfig,
+    filters: PullFilters,
+    client: LangfuseClient,
+    state: PullState,
+    report: PullReport,
+    skipped: Counter[str],
+    tick: Callable[[str], None],
+    on_checkpoint: Callable[[PullState], None] | None,
+) -> None:
+    filter_json = observation_filter(filters, state.window_from, state.window_to)
+    buffer: list[dict[str, Any]] = []
+    pages = 0
+    while True:
+        page = client.observations_page(
+            from_start_time=state.window_from,
+            to_start_time=state.window_to,
+            filter_json=filter_json,
+            cursor=state.cursor,
+        )
+        received_at = store.utc_now()
+        for obs in page.items:
+            try:
+                buffer.append(observation_to_span(obs, received_at=received_at))
+            except ObservationError as exc:
+                skipped[f"observation_{exc.reason}"] += 1
+                if len(report.problems) < MAX_PROBLEMS_KEPT:
+                    report.problems.append(f"observation `{obs.get('id')}`: {exc}")
+        report.observations += len(page.items)
+        pages += 1
+        tick("observations")
+        done = page.next_cursor is None
+        if done or pages >= config.checkpoint_pages:
+            counts = _commit_spans(lake, buffer)
+            report.spans_written += len(buffer)
+            report.traces += counts.traces
+            report.trajectories += counts.trajectories
+            state.cursor = page.next_cursor
+            state.phase = "scores" if done and config.scores else ("idle" if done else "observations")
+            state.counts["observations"] = state.counts.get("observations", 0) + len(buffer)
+            if not done or state.phase == "scores":
+                save_state(lake, state)
+            if on_checkpoint:
+                on_checkpoint(state)
+            buffer, pages = [], 0
+        if done:
+            return
+
+
+def _commit_spans(lake: Lake, rows: list[dict[str, Any]]) -> AssembleCounts:
+    if not rows:
+        return AssembleCounts()
+    write_spans(lake, rows)
+    return assemble_traces(lake, {row["trace_id"] for row in rows})
+
+
+def _pull_scores(
+    lake: Lake,
+    config: LangfuseConfig,
+    filters: PullFilters,
+    client: LangfuseClient,
+    state: PullState,
+    report: PullReport,
+    skipped: Counter[str],
+    tick: Callable[[str], None],
+    on_checkpoint: Callable[[PullState], None] | None,
+) -> None:
+    environment = ",".join(filters.environments) or None
+    buffer: list[dict[str, Any]] = []
+    pages = 0
+    while True:
+        page = client.scores_page(
+            from_timestamp=state.window_from,
+            to_timestamp=state.window_to,
+            environment=environment,
+            session_id=None,  # the API's sessionId means session-level scores; trace scores are filtered below
+            cursor=state.cursor,
+        )
+        buffer.extend(page.items)
+        report.scores += len(page.items)
+        pages += 1
+        tick("scores")
+        done = page.next_cursor is None
+        if done or pages >= config.checkpoint_pages:
+            report.rewards += _commit_scores(lake, config, filters, buffer, report, skipped)
+            state.cursor = page.next_cursor
+            state.phase = "idle" if done else "scores"
+            state.counts["scores"] = state.counts.get("scores", 0) + len(buffer)
+            if not done:
+                save_state(lake, state)
+            if on_checkpoint:
+                on_checkpoint(state)
+            buffer, pages = [], 0
+        if done:
+            return
+
+
+def _commit_scores(
+    lake: Lake,
+    config: LangfuseConfig,
+    filters: PullFilters,
+    scores: list[dict[str, Any]],
+    report: PullReport,
+    skipped: Counter[str],
+) -> int:
+    targets = []
+    for score in scores:
+        target = score_target(score)
+        if target.kind not in ("trace", "observation") or not target.trace_id:
+            skipped[f"score_{target.kind}_subject" if target.kind != "observation" else "score_no_trace"] += 1
+            continue
+        targets.append((score, to_trace_id(target.trace_id)))
+    trace_ids = {trace_id for _, trace_id in targets}
+    trajectories = trajectory_ids_of(lake, trace_ids)
+    narrowed = None
+    if filters.narrows_traces or filters.session_id:
+        attrs = trace_attributes(lake, trace_ids)
+        narrowed = {t for t, texts in attrs.items() if matches_trace_filters(texts, filters)}
+    rows = []
+    for score, trace_id in targets:
+        if narrowed is not None and trace_id not in narrowed:
+            skipped["score_outside_filters"] += 1
+            continue
+        trajectory_id = trajectories.get(trace_id)
+        if trajectory_id is None:
+            skipped["score_unknown_trace"] += 1
+            if len(report.problems) < MAX_PROBLEMS_KEPT:
+                report.problems.append(
+                    f"score `{score.get('id')}` ({score.get('name')}): trace `{trace_id}` has no trajectory in "
+                    "the lake (outside the pulled window or filters)"
+                )
+            continue
+        try:
+            rows.append(
+                score_to_reward(score, trajectory_id=trajectory_id, category_values=config.category_values)
+            )
+        except ObservationError as exc:
+            skipped[f"score_{exc.reason}"] += 1
+            if len(report.problems) < MAX_PROBLEMS_KEPT:
+                report.problems.append(f"score `{score.get('id')}`: {exc}")
+    written, stale = write_rewards(lake, rows) if rows else (0, 0)
+    if stale:
+        skipped["score_superseded"] += stale
+    return written
+
+
+def _iso(value: datetime) -> str:
+    return value.isoformat().replace("+00:00", "Z")
+
+
+class _NoProgress:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _progress(show: bool) -> Any:
+    if not show:
+        return _NoProgress()
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), transient=False)

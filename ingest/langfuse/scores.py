@@ -1,0 +1,188 @@
+"""Langfuse scores -> rows of the lake's `rewards` table.
+
+Value mapping, by the score's `dataType`:
+
+- `NUMERIC`: the number as is; the comment becomes the explanation.
+- `BOOLEAN`: 1.0 for true, 0.0 for false.
+- `CATEGORICAL`: the label through `LangfuseConfig.category_values` (case-insensitive;
+  defaults in `config.DEFAULT_CATEGORY_VALUES`: pass/yes/correct/good... -> 1.0,
+  fail/no/incorrect/bad... -> 0.0, neutral/partial -> 0.5); a numeric label is its
+  number. An unmapped label is kept as a *failed* reward (`value` null, `status`
+  'failed', `error` 'unmapped_category', the label in `explanation`), never a silent
+  zero: add a mapping (`--category LABEL=VALUE`) and pull again to fill it in.
+- `TEXT` and `CORRECTION`: no number (`value` null, `status` 'ok'); the text is the
+  explanation.
+
+`scorer` is `langfuse:<source>:<name>` (source = api, eval or annotation), with
+`@<observation id>` appended for scores attached to one observation, so several
+observation scores of the same name on one trace stay apart. Session and experiment
+scores have no single trajectory and are counted, not written. Both the v3 API shape
+(`subject`, typed `value`) and the v1 shape of older exports (`traceId`,
+`observationId`, `stringValue`) are read.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ingest.langfuse.spans import ObservationError, parse_time
+
+
+@dataclass(frozen=True)
+class ScoreTarget:
+    """What a score is attached to, as Langfuse names it."""
+
+    kind: str  # trace, observation, session, experiment
+    trace_id: str | None  # the Langfuse trace id (not yet hex-normalised)
+    observation_id: str | None
+
+
+def score_target(score: Mapping[str, Any]) -> ScoreTarget:
+    """Where a score points, for the v3 (`subject`) and v1 (`traceId`...) shapes."""
+    subject = score.get("subject")
+    if isinstance(subject, Mapping):
+        kind = str(subject.get("kind") or "")
+        if kind == "trace":
+            return ScoreTarget("trace", subject.get("id"), None)
+        if kind == "observation":
+            return ScoreTarget("observation", subject.get("traceId"), subject.get("id"))
+        return ScoreTarget(kind or "unknown", None, None)
+    if score.get("observationId"):
+        return ScoreTarget("observation", score.get("traceId"), score["observationId"])
+    if score.get("traceId"):
+        return ScoreTarget("trace", score["traceId"], None)
+    if score.get("sessionId"):
+        return ScoreTarget("session", None, None)
+    return ScoreTarget("unknown", None, None)
+
+
+def scorer_of(score: Mapping[str, Any], target: ScoreTarget) -> str:
+    """`langfuse:<source>:<name>`, plus `@<observation id>` for observation scores."""
+    source = str(score.get("source") or "api").lower()
+    scorer = f"langfuse:{source}:{score.get('name')}"
+    if target.kind == "observation" and target.observation_id:
+        scorer += f"@{target.observation_id}"
+    return scorer
+
+
+def _label(score: Mapping[str, Any]) -> str | None:
+    value = score.get("value")
+    if isinstance(value, str):
+        return value
+    string_value = score.get("stringValue")
+    return string_value if isinstance(string_value, str) else None
+
+
+def map_category(label: str, category_values: Mapping[str, float]) -> float | None:
+    """The reward value of a categorical label, or None when no mapping applies.
+
+    >>> map_category(" Pass ", {"pass": 1.0})
+    1.0
+    >>> map_category("3", {}) , map_category("meh", {"pass": 1.0})
+    (3.0, None)
+    """
+    key = label.strip().lower()
+    if key in category_values:
+        return float(category_values[key])
+    try:
+        number = float(key)
+    except ValueError:
+        return None
+    return number if number == number and abs(number) != float("inf") else None
+
+
+def score_to_reward(
+    score: Mapping[str, Any],
+    *,
+    trajectory_id: str,
+    category_values: Mapping[str, float],
+) -> dict[str, Any]:
+    """One score as a `rewards` row. Raises `ObservationError` for a score without a
+    name, a timestamp or an understandable value."""
+    name = score.get("name")
+    score_id = score.get("id")
+    if not isinstance(name, str) or not name:
+        raise ObservationError("missing_field", f"score `{score_id}` has no `name`")
+    if "timestamp" not in score:
+        raise ObservationError("missing_field", f"score `{score_id}` has no `timestamp`")
+    scored_at: datetime = parse_time(score["timestamp"], f"score {score_id}.timestamp")
+    data_type = str(score.get("dataType") or "NUMERIC").upper()
+    target = score_target(score)
+    comment = score.get("comment")
+    value: float | None
+    explanation = comment
+    status, error = "ok", None
+    raw = score.get("value")
+
+    if data_type == "NUMERIC":
+        value = _number(raw, score_id)
+    elif data_type == "BOOLEAN":
+        value = _boolean(raw, score.get("stringValue"), score_id)
+    elif data_type == "CATEGORICAL":
+        label = _label(score)
+        if label is None:
+            raise ObservationError("bad_value", f"categorical score `{score_id}` has no label")
+        value = map_category(label, category_values)
+        if value is None:
+            status, error = "failed", "unmapped_category"
+            explanation = label if not comment else f"{label}: {comment}"
+    elif data_type in ("TEXT", "CORRECTION"):
+        value = None
+        explanation = _label(score) if _label(score) is not None else comment
+    else:
+        raise ObservationError("bad_value", f"score `{score_id}` has unknown dataType `{data_type}`")
+
+    metadata = {
+        "langfuse_score_id": score_id,
+        "data_type": data_type,
+        "source": score.get("source"),
+        "subject": target.kind,
+        "langfuse_trace_id": target.trace_id,
+        "observation_id": target.observation_id,
+        "label": _label(score) if data_type == "CATEGORICAL" else None,
+        "comment": comment if data_type in ("TEXT", "CORRECTION") else None,
+        "config_id": score.get("configId"),
+        "environment": score.get("environment"),
+        "score_metadata": score.get("metadata") or None,
+    }
+    return {
+        "trajectory_id": trajectory_id,
+        "name": name,
+        "scorer": scorer_of(score, target),
+        "value": value,
+        "explanation": explanation,
+        "group_id": None,
+        "scored_at": scored_at,
+        "run_id": None,
+        "status": status,
+        "error": error,
+        "metadata": json.dumps(
+            {k: v for k, v in metadata.items() if v is not None}, ensure_ascii=False, default=str
+        ),
+    }
+
+
+def _number(raw: Any, score_id: Any) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+        try:
+            return float(raw)
+        except (TypeError, ValueError):
+            raise ObservationError("bad_value", f"numeric score `{score_id}` has value {raw!r}") from None
+    return float(raw)
+
+
+def _boolean(raw: Any, string_value: Any, score_id: Any) -> float:
+    if isinstance(raw, bool):
+        return 1.0 if raw else 0.0
+    if isinstance(raw, (int, float)) and raw in (0, 1):
+        return float(raw)
+    text = str(string_value if string_value is not None else raw).strip().lower()
+    if text in ("true", "1", "yes"):
+        return 1.0
+    if text in ("false", "0", "no"):
+        return 0.0
+    raise ObservationError("bad_value", f"boolean score `{score_id}` has value {raw!r}")

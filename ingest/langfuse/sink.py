@@ -1,0 +1,214 @@
+"""Writing what the puller and the importer produce into the lake.
+
+Spans are written first, then the traces they touch are re-assembled from *all* of
+their spans in the lake (the new ones and any pulled earlier), so an observation that
+arrives late for an older trace rebuilds that trace's trajectory instead of making a
+second, partial one. Assembly itself is the collector's (`ingest.assemble`): a pulled
+observation, an imported one and a span received over OTLP go through the same code.
+
+Scores become rewards only for trajectories that exist; each reward row is written only
+if the lake holds no row with the same key and a newer `scored_at`, so re-reading an
+older page (overlap window, resumed pull) never brings back a superseded score.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+import store
+from store import Lake
+from store.catalog import raw_relation_sql
+from store.schema import SPANS, TABLES, WRITTEN_AT
+
+TRAJECTORY_SOURCE = "langfuse"
+
+
+@dataclass
+class AssembleCounts:
+    """What one re-assembly wrote."""
+
+    traces: int = 0
+    trajectories: int = 0
+    rewards: int = 0
+
+    def add(self, other: AssembleCounts) -> None:
+        self.traces += other.traces
+        self.trajectories += other.trajectories
+        self.rewards += other.rewards
+
+
+def write_spans(lake: Lake, rows: Iterable[dict[str, Any]] | pa.Table) -> int:
+    """Append span rows (all or nothing); returns how many."""
+    return store.write(lake, "spans", rows).rows
+
+
+def spans_of_traces(lake: Lake, trace_ids: Iterable[str], batch_rows: int = 50_000) -> Iterator[pa.Table]:
+    """The lake's newest span rows of `trace_ids`, ordered by trace, in tables that never
+    split a trace (so each can be assembled on its own)."""
+    wanted = sorted(set(trace_ids))
+    if not wanted or not lake.data_files("spans"):
+        return
+    con = store.connect(lake)
+    try:
+        con.register("__wanted", pa.table({"trace_id": pa.array(wanted, pa.string())}))
+        # Filter before de-duplicating: the key starts with trace_id, so rows of other
+        # traces can never be the newest version of a wanted span.
+        sql = (
+            f"SELECT * FROM {raw_relation_sql(lake, SPANS)} "
+            "WHERE trace_id IN (SELECT trace_id FROM __wanted) "
+            f"QUALIFY row_number() OVER (PARTITION BY trace_id, span_id ORDER BY {WRITTEN_AT} DESC) = 1 "
+            "ORDER BY trace_id, start_time, span_id"
+        )
+        reader = con.execute(sql).fetch_record_batch(batch_rows)
+        carry: pa.Table | None = None
+        for batch in reader:
+            table = pa.Table.from_batches([batch])
+            if carry is not None:
+                table = pa.concat_tables([carry, table])
+            last = table.column("trace_id")[-1].as_py()
+            ids = table.column("trace_id").to_pylist()
+            cut = ids.index(last)
+            carry = table.slice(cut)
+            if cut:
+                yield table.slice(0, cut)
+        if carry is not None and carry.num_rows:
+            yield carry
+    finally:
+        con.close()
+
+
+def assemble_traces(lake: Lake, trace_ids: Iterable[str]) -> AssembleCounts:
+    """Re-assemble `trace_ids` from the lake's spans; write their trajectories and rewards."""
+    from ingest.assemble import assemble  # the collector's assembler (same code as OTLP ingest)
+
+    counts = AssembleCounts()
+    trajectories: list[pa.Table] = []
+    rewards: list[pa.Table] = []
+    for spans in spans_of_traces(lake, trace_ids):
+        counts.traces += len(set(spans.column("trace_id").to_pylist()))
+        assembled = assemble(spans)
+        traj = _as_table(assembled.trajectories, "trajectories")
+        if traj.num_rows:
+            trajectories.append(_with_source(traj))
+        rew = _as_table(assembled.rewards, "rewards")
+        if rew.num_rows:
+            rewards.append(rew)
+    if trajectories:
+        counts.trajectories = store.write(lake, "trajectories", trajectories).rows
+    if rewards:
+        counts.rewards = store.write(lake, "rewards", rewards).rows
+    return counts
+
+
+def trajectory_ids_of(lake: Lake, trace_ids: Iterable[str]) -> dict[str, str]:
+    """trace_id -> trajectory_id of the Langfuse trajectories in the lake."""
+    wanted = sorted(set(trace_ids))
+    if not wanted or not lake.data_files("trajectories"):
+        return {}
+    con = store.connect(lake)
+    try:
+        con.register("__wanted", pa.table({"trace_id": pa.array(wanted, pa.string())}))
+        rows = con.execute(
+            "SELECT trace_id, trajectory_id FROM trajectories "
+            "WHERE source = ? AND trace_id IN (SELECT trace_id FROM __wanted) "
+            "ORDER BY started_at",
+            [TRAJECTORY_SOURCE],
+        ).fetchall()
+    finally:
+        con.close()
+    return {trace_id: trajectory_id for trace_id, trajectory_id in rows}
+
+
+def trace_attributes(lake: Lake, trace_ids: Iterable[str]) -> dict[str, list[str]]:
+    """trace_id -> the attribute JSON texts of its Langfuse spans (for client-side filters)."""
+    wanted = sorted(set(trace_ids))
+    if not wanted or not lake.data_files("spans"):
+        return {}
+    con = store.connect(lake)
+    try:
+        con.register("__wanted", pa.table({"trace_id": pa.array(wanted, pa.string())}))
+        rows = con.execute(
+            f"SELECT trace_id, attributes FROM {raw_relation_sql(lake, SPANS)} "
+            "WHERE source = 'langfuse' AND trace_id IN (SELECT trace_id FROM __wanted)"
+        ).fetchall()
+    finally:
+        con.close()
+    out: dict[str, list[str]] = {}
+    for trace_id, attributes in rows:
+        out.setdefault(trace_id, []).append(attributes)
+    return out
+
+
+def write_rewards(lake: Lake, rows: list[dict[str, Any]]) -> tuple[int, int]:
+    """Write reward rows unless superseded; returns (written, skipped_as_older).
+
+    Within `rows` and against the lake, a key keeps the row with the newest `scored_at`.
+    """
+    newest: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for row in rows:
+        key = (row["trajectory_id"], row["name"], row["scorer"])
+        if key not in newest or row["scored_at"] >= newest[key]["scored_at"]:
+            newest[key] = row
+    stale = len(rows) - len(newest)
+    existing = _existing_scored_at(lake, list(newest))
+    fresh = [row for key, row in newest.items() if key not in existing or row["scored_at"] >= existing[key]]
+    stale += len(newest) - len(fresh)
+    fresh.sort(key=lambda r: r["scored_at"])
+    written = store.write(lake, "rewards", fresh).rows if fresh else 0
+    return written, stale
+
+
+def _existing_scored_at(lake: Lake, keys: list[tuple[str, str, str]]) -> dict[tuple[str, str, str], Any]:
+    if not keys or not lake.data_files("rewards"):
+        return {}
+    con = store.connect(lake)
+    try:
+        con.register(
+            "__keys",
+            pa.table(
+                {
+                    "trajectory_id": [k[0] for k in keys],
+                    "name": [k[1] for k in keys],
+                    "scorer": [k[2] for k in keys],
+                }
+            ),
+        )
+        rows = con.execute(
+            "SELECT trajectory_id, name, scorer, scored_at FROM rewards JOIN __keys "
+            "USING (trajectory_id, name, scorer)"
+        ).fetchall()
+    finally:
+        con.close()
+    return {(t, n, s): at for t, n, s, at in rows}
+
+
+def _as_table(data: Any, table: str) -> pa.Table:
+    if data is None:
+        return TABLES[table].schema.empty_table()
+    if isinstance(data, pa.Table):
+        return data
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    if isinstance(data, list):
+        if not data:
+            return TABLES[table].schema.empty_table()
+        names = [n for n in TABLES[table].schema.names if any(n in row for row in data)]
+        schema = pa.schema([TABLES[table].schema.field(n) for n in names])
+        return pa.Table.from_pylist(data, schema=schema)
+    if hasattr(data, "to_arrow"):
+        return data.to_arrow()
+    return pa.Table.from_pylist(list(data))
+
+
+def _with_source(trajectories: pa.Table) -> pa.Table:
+    """Langfuse trajectories say so, whatever source the assembler derived."""
+    if "source" not in trajectories.column_names:
+        return trajectories.append_column("source", pa.array([TRAJECTORY_SOURCE] * trajectories.num_rows))
+    index = trajectories.column_names.index("source")
+    return trajectories.set_column(
+        index, "source", pa.array([TRAJECTORY_SOURCE] * trajectories.num_rows, pa.string())
+    )

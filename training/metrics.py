@@ -59,6 +59,8 @@ class RunsTableCallback(TrainerCallback):
         self._last_time: float | None = None
         self._last_tokens: float | None = None
         self.rows_written = 0
+        self._last_step: int | None = None
+        self._last_metrics: dict[str, Any] | None = None
 
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
@@ -83,7 +85,13 @@ class RunsTableCallback(TrainerCallback):
             metrics["tokens_per_second"] = (tokens - self._last_tokens) / max(now - self._last_time, 1e-9)
         self._last_time, self._last_tokens = now, tokens
         metrics.update(self.extra)
-        store.write(self.lake, "runs", [runs_row(self.run_id, int(state.global_step), self.stage, metrics)])
+        step = int(state.global_step)
+        if step == self._last_step and self._last_metrics is not None:
+            # The end-of-training summary is logged at the last step: merge it into that step's row
+            # (same key) instead of superseding the step's metrics.
+            metrics = {**self._last_metrics, **metrics}
+        store.write(self.lake, "runs", [runs_row(self.run_id, step, self.stage, metrics)])
+        self._last_step, self._last_metrics = step, metrics
         self.rows_written += 1
 
 

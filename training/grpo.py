@@ -1,0 +1,331 @@
+"""GRPO stage: refine a LoRA adapter on stored, scored groups with TRL's `GRPOTrainer`.
+
+TRL's trainer generates completions online and scores them with reward functions.
+trajlake's groups were sampled earlier (replay, with token ids and logprobs) and scored
+by a judge or a programmatic reward, so `StoredGroupsGRPOTrainer` changes exactly two
+things and reuses everything else (loss types, clipping, KL, entropy, metrics, saving):
+
+- `_generate_and_score_completions` returns the stored batch instead of sampling:
+  prompt/completion ids and masks, `tool_mask` (0 on tool results and template glue),
+  the precomputed group advantages, and `old_per_token_logps` = the stored sampling
+  logprobs. Those are the behaviour policy of the PPO-style importance ratio
+  pi_theta / pi_old, which is what makes training on stored (slightly off-policy)
+  samples correct: on the first step the ratio measures how far the trainer's model
+  is from the sampler, afterwards also how far it has moved.
+- `_get_train_sampler` walks the rows once per epoch (shuffled by `seed`), each
+  generation batch repeated `num_iterations x steps_per_generation` times as TRL's
+  buffering expects, instead of repeating each prompt `num_generations` times.
+
+Because advantages are precomputed per stored group (`training.advantages`), groups
+need not be aligned with batches. With `beta > 0` the reference logprobs are those of
+the policy GRPO started from: the base model for a fresh adapter, or the SFT adapter's
+initial copy TRL keeps as the `ref` adapter when continuing from it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from trl import GRPOTrainer
+from trl.trainer.utils import RepeatSampler, nanstd, pad, use_adapter
+
+import store
+from training.datasets import GRPOExample, GRPOSelection, select_grpo
+from training.errors import BadHyperparameter
+from training.grpo_config import TrajlakeGRPOConfig
+from training.metrics import (
+    NonFiniteLossGuard,
+    RunsTableCallback,
+    TrainResult,
+    read_run_record,
+    write_run_record,
+)
+from training.sft import (
+    ADAPTER,
+    CHECKPOINTS,
+    hyperparameters,
+    last_checkpoint,
+    load_tokenizer,
+    raise_non_finite,
+    save_adapter,
+    start_run,
+)
+
+ROW_COLUMNS = (
+    "trajectory_id",
+    "group_id",
+    "prompt_ids",
+    "completion_ids",
+    "tool_mask",
+    "logprobs",
+    "truncated",
+    "reward",
+    "advantage",
+)
+
+
+def stored_reward(completions: list[Any], reward: list[float], **kwargs: Any) -> list[float]:
+    """The reward stored in the lake for each trajectory (the row's `reward` column).
+
+    `GRPOTrainer` requires a reward source; on stored groups the rewards are data, and this
+    function names them in TRL's logs. It is never asked to score new completions.
+    """
+    return list(reward)
+
+
+def grpo_dataset(examples: Sequence[GRPOExample]) -> Any:
+    """Stored examples as a `datasets.Dataset` (one row per trajectory)."""
+    from datasets import Dataset
+
+    rows = [e.to_row() for e in examples]
+    return Dataset.from_dict({col: [r[col] for r in rows] for col in ROW_COLUMNS})
+
+
+def cut_to_max_length(example: GRPOExample, max_completion_length: int | None) -> GRPOExample:
+    """Cut a completion longer than `max_completion_length`; the cut one counts as truncated."""
+    if max_completion_length is None or len(example.completion_ids) <= max_completion_length:
+        return example
+    n = max_completion_length
+    return GRPOExample(
+        trajectory_id=example.trajectory_id,
+        group_id=example.group_id,
+        prompt_ids=example.prompt_ids,
+        completion_ids=example.completion_ids[:n],
+        tool_mask=example.tool_mask[:n],
+        logprobs=example.logprobs[:n],
+        truncated=True,
+        reward=example.reward,
+        advantage=example.advantage,
+    )
+
+
+class StoredGroupsGRPOTrainer(GRPOTrainer):
+    """`GRPOTrainer` that trains on stored, scored groups instead of sampling new ones."""
+
+    def _get_train_sampler(self, dataset: Any = None) -> RepeatSampler:
+        # One pass over the rows per epoch; each generation batch is yielded
+        # `num_iterations * steps_per_generation` times because `_prepare_inputs` consumes
+        # one dataloader batch per micro-step and reuses its buffered split of the first.
+        return RepeatSampler(
+            data_source=dataset if dataset is not None else self.train_dataset,
+            mini_repeat_count=1,
+            batch_size=self.args.generation_batch_size,
+            repeat_count=self.num_iterations * self.args.steps_per_generation,
+            shuffle=self.shuffle_dataset,
+            seed=self.args.seed,
+        )
+
+    def stored_batch(self, rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        """Pad stored rows into the tensors `GRPOTrainer._compute_loss` reads."""
+        device = self.accelerator.device
+        pad_id = self.processing_class.pad_token_id if hasattr(self.processing_class, "pad_token_id") else 0
+        pad_id = pad_id if pad_id is not None else 0
+        prompt_ids = [torch.tensor(r["prompt_ids"], dtype=torch.long) for r in rows]
+        completion_ids = [torch.tensor(r["completion_ids"], dtype=torch.long) for r in rows]
+        multiple = self.pad_to_multiple_of
+        batch = {
+            "prompt_ids": pad(
+                prompt_ids, padding_value=pad_id, padding_side="left", pad_to_multiple_of=multiple
+            ),
+            "prompt_mask": pad(
+                [torch.ones_like(p) for p in prompt_ids],
+                padding_value=0,
+                padding_side="left",
+                pad_to_multiple_of=multiple,
+            ),
+            "completion_ids": pad(
+                completion_ids, padding_value=pad_id, padding_side="right", pad_to_multiple_of=multiple
+            ),
+            "completion_mask": pad(
+                [torch.ones_like(c) for c in completion_ids],
+                padding_value=0,
+                padding_side="right",
+                pad_to_multiple_of=multiple,
+            ),
+            "tool_mask": pad(
+                [torch.tensor(r["tool_mask"], dtype=torch.long) for r in rows],
+                padding_value=1,  # as TRL pads it; the completion mask zeroes padding anyway
+                padding_side="right",
+                pad_to_multiple_of=multiple,
+            ),
+            "old_per_token_logps": pad(
+                [torch.tensor(r["logprobs"], dtype=torch.float32) for r in rows],
+                padding_value=0.0,
+                padding_side="right",
+                pad_to_multiple_of=multiple,
+            ),
+            "advantages": torch.tensor([float(r["advantage"]) for r in rows], dtype=torch.float32),
+        }
+        if self.mask_truncated_completions:
+            truncated = torch.tensor([bool(r["truncated"]) for r in rows])
+            batch["completion_mask"] = batch["completion_mask"] * (~truncated).unsqueeze(1).long()
+            batch["tool_mask"] = batch["tool_mask"] * (~truncated).unsqueeze(1).long()
+        return {k: v.to(device) for k, v in batch.items()}
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, torch.Tensor | Any]:
+        mode = "train" if self.model.training else "eval"
+        batch = self.stored_batch(inputs)
+        loss_mask = batch["completion_mask"] * batch["tool_mask"]
+        batch["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
+
+        if self.beta != 0.0:
+            batch["ref_per_token_logps"] = self.reference_logps(batch, mode)
+
+        # Token accounting and the metrics TRL logs when it samples itself.
+        prompt_tokens = batch["prompt_mask"].sum()
+        completion_tokens = batch["completion_mask"].sum()
+        self.state.num_input_tokens_seen += (
+            self.accelerator.gather(prompt_tokens + completion_tokens).sum().item()
+        )
+        metrics = self._metrics[mode]
+        metrics["num_tokens"] = [self.state.num_input_tokens_seen]
+        lengths = self.accelerator.gather(batch["completion_mask"].sum(1).float())
+        metrics["completions/mean_length"].append(lengths.mean().item())
+        metrics["completions/max_length"].append(lengths.max().item())
+        sampled = self.accelerator.gather(loss_mask.sum(1).float())
+        metrics["completions/mean_sampled_tokens"].append(sampled.mean().item())
+        truncated = torch.tensor([float(bool(r["truncated"])) for r in inputs], device=lengths.device)
+        metrics["completions/clipped_ratio"].append(self.accelerator.gather(truncated).mean().item())
+        rewards = self.accelerator.gather(
+            torch.tensor([float(r["reward"]) for r in inputs], device=lengths.device)
+        )
+        advantages = self.accelerator.gather(batch["advantages"])
+        metrics["reward"].append(rewards.mean().item())
+        metrics["reward_std"].append(nanstd(rewards).item() if rewards.numel() > 1 else 0.0)
+        metrics[f"rewards/{self.reward_func_names[0]}/mean"].append(rewards.mean().item())
+        metrics["frac_reward_zero_std"].append((advantages == 0).float().mean().item())
+        return batch
+
+    @torch.no_grad()
+    def reference_logps(self, batch: dict[str, torch.Tensor], mode: str) -> torch.Tensor:
+        """Per-token logprobs of the reference policy (frozen copy or adapters disabled), as TRL computes them."""
+        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        logits_to_keep = batch["completion_ids"].size(1)
+        size = (
+            self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
+        )
+        if self.ref_model is not None:
+            logps, _, _ = self._get_per_token_logps_and_entropies(
+                self.ref_model, input_ids, attention_mask, logits_to_keep, batch_size=size
+            )
+            return logps
+        model = self.accelerator.unwrap_model(self.model)
+        with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
+            logps, _, _ = self._get_per_token_logps_and_entropies(
+                self.model, input_ids, attention_mask, logits_to_keep, batch_size=size
+            )
+        return logps
+
+
+def load_policy(base_model: str, adapter: str | None, config: TrajlakeGRPOConfig) -> tuple[Any, Any]:
+    """The model to train and the PEFT config to pass TRL (None when continuing from an adapter)."""
+    if adapter is None:
+        return base_model, config.lora_config()
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    dtype = torch.bfloat16 if config.bf16 else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(base_model, dtype=dtype)
+    return PeftModel.from_pretrained(model, adapter, is_trainable=True), None
+
+
+def check_inputs(selection: GRPOSelection, base_model: str, adapter: str | None) -> None:
+    """Refuse inputs that would only fail later, before any model is loaded."""
+    if adapter is not None and not (Path(adapter) / "adapter_config.json").exists():
+        raise BadHyperparameter(
+            f"`{adapter}` is not a PEFT adapter folder (no adapter_config.json); pass the `adapter/` folder of "
+            "an SFT run, or omit it to start a fresh adapter",
+            name="adapter",
+            value=adapter,
+        )
+
+
+def train_grpo(
+    lake: store.Lake | str,
+    sql: str,
+    base_model: str | os.PathLike[str],
+    adapter: str | os.PathLike[str] | None,
+    output_dir: str | os.PathLike[str],
+    config: TrajlakeGRPOConfig | None = None,
+    *,
+    resume: bool = False,
+    callbacks: Sequence[Any] = (),
+) -> TrainResult:
+    """Train (or continue) a LoRA adapter with GRPO on the stored groups `sql` selects.
+
+    `adapter` is the adapter folder to continue from (the SFT stage's output), or None
+    for a fresh LoRA on `base_model`. Selection, token data and configuration are
+    checked before any model is loaded. Each logged step is a `runs` row (stage `grpo`);
+    with `resume=True` training continues from the newest checkpoint.
+    """
+    lake = store.Lake.of(lake)
+    base_model = str(base_model)
+    adapter = str(adapter) if adapter is not None else None
+    output_dir = Path(output_dir)
+    config = config or TrajlakeGRPOConfig(output_dir=str(output_dir / CHECKPOINTS))
+    config.output_dir = str(output_dir / CHECKPOINTS)
+    selection = select_grpo(
+        lake,
+        sql,
+        reward_name=config.reward_name,
+        scale_rewards=config.scale_rewards
+        if isinstance(config.scale_rewards, str)
+        else ("group" if config.scale_rewards else "none"),
+        min_group_size=config.min_group_size,
+    )
+    check_inputs(selection, base_model, adapter)
+    examples = [cut_to_max_length(e, config.max_completion_length) for e in selection.examples]
+    run_id = start_run(
+        output_dir, "grpo", config.run_id, resume, {"base_model": base_model, "adapter": adapter, "sql": sql}
+    )
+
+    tokenizer = load_tokenizer(base_model)
+    model, peft_config = load_policy(base_model, adapter, config)
+    guard = NonFiniteLossGuard()
+    report = {
+        "groups": selection.report.groups,
+        "trajectories": selection.report.trajectories,
+        "equal_reward_groups": len(selection.report.equal_reward_groups),
+        "dropped_small_groups": len(selection.dropped_small_groups),
+        "truncated": sum(e.truncated for e in examples),
+    }
+    runs = RunsTableCallback(
+        lake, run_id, "grpo", extra={"equal_reward_groups": report["equal_reward_groups"]}
+    )
+    trainer = StoredGroupsGRPOTrainer(
+        model=model,
+        reward_funcs=stored_reward,
+        args=config,
+        train_dataset=grpo_dataset(examples),
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        callbacks=[runs, guard, *callbacks],
+    )
+    checkpoint = last_checkpoint(output_dir) if resume else None
+    output = trainer.train(resume_from_checkpoint=checkpoint)
+    raise_non_finite(guard, output_dir)
+
+    adapter_dir = output_dir / ADAPTER
+    save_adapter(trainer.model, tokenizer, adapter_dir)
+    parent = read_run_record(adapter) if adapter else None
+    if adapter and parent is None:
+        parent = {"adapter_dir": adapter, "stages": ["external"], "run_ids": []}
+    result = TrainResult(
+        stage="grpo",
+        run_id=run_id,
+        adapter_dir=str(adapter_dir),
+        base_model=base_model,
+        global_step=int(trainer.state.global_step),
+        metrics=dict(output.metrics),
+        lineage=selection.lineage.to_dict(),
+        hyperparameters=hyperparameters(config),
+        parent=parent,
+        report={**report, "resumed_from": checkpoint},
+    )
+    write_run_record(result)
+    return result

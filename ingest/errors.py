@@ -1,0 +1,90 @@
+"""Exceptions of the ingest package. Context lives in attributes so the collector and flows can branch on it.
+
+Every error maps to one HTTP answer of the OTLP/HTTP specification (`status`), so the
+collector turns any of them into the right response without a table of special cases.
+"""
+
+from __future__ import annotations
+
+
+class IngestError(Exception):
+    """Base class for every error raised by `ingest`."""
+
+    status: int = 500
+
+
+class MalformedPayload(IngestError, ValueError):
+    """A request body could not be decoded (bad protobuf, bad JSON, bad ids). Not retried: 400."""
+
+    status = 400
+
+    def __init__(self, what: str, detail: str, *, path: str | None = None) -> None:
+        self.what = what
+        self.detail = detail
+        self.path = path
+        where = f" at `{path}`" if path else ""
+        super().__init__(f"malformed {what}{where}: {detail}; nothing was written, fix the sender")
+
+
+class PayloadTooLarge(IngestError, ValueError):
+    """A body (compressed or decompressed) is over the configured limit: 413."""
+
+    status = 413
+
+    def __init__(self, limit: int, *, decompressed: bool) -> None:
+        self.limit = limit
+        self.decompressed = decompressed
+        which = "decompressed body" if decompressed else "body"
+        super().__init__(
+            f"{which} is over the limit of {limit} bytes; send smaller batches "
+            "(e.g. OTEL_BSP_MAX_EXPORT_BATCH_SIZE) or raise `CollectorConfig.max_body_bytes`"
+        )
+
+
+class UnsupportedMediaType(IngestError, ValueError):
+    """A Content-Type or Content-Encoding the collector does not speak: 415."""
+
+    status = 415
+
+    def __init__(self, header: str, value: str, accepted: tuple[str, ...]) -> None:
+        self.header = header
+        self.value = value
+        self.accepted = accepted
+        super().__init__(f"unsupported {header} `{value}`; accepted: {', '.join(accepted)}")
+
+
+class Unauthorized(IngestError, PermissionError):
+    """Authentication is configured and the request's credentials are missing or wrong: 401."""
+
+    status = 401
+
+    def __init__(self, scheme: str) -> None:
+        self.scheme = scheme
+        super().__init__(f"missing or wrong credentials: this endpoint expects `{scheme}` authentication")
+
+
+class Overloaded(IngestError, RuntimeError):
+    """The writer cannot keep up; the client should retry after `retry_after` seconds: 503."""
+
+    status = 503
+
+    def __init__(self, pending_bytes: int, limit: int, retry_after: int) -> None:
+        self.pending_bytes = pending_bytes
+        self.limit = limit
+        self.retry_after = retry_after
+        super().__init__(
+            f"collector is behind: {pending_bytes} bytes wait to be written (limit {limit}); "
+            f"retry after {retry_after}s"
+        )
+
+
+class SpoolCorrupt(IngestError, OSError):
+    """A spool segment has a record that is not a torn tail: it is kept aside, never deleted."""
+
+    def __init__(self, path: str, offset: int, detail: str) -> None:
+        self.path = path
+        self.offset = offset
+        super().__init__(
+            f"spool segment `{path}` is corrupt at byte {offset} ({detail}); it was renamed to "
+            "`*.corrupt` and left in place for inspection"
+        )

@@ -1,0 +1,47 @@
+"""Normalisers: pure functions from one span to one LLM call or tool call, one module per convention.
+
+`normalize_span` picks the convention from the attributes a span carries, most specific
+first (Langfuse observations and OpenInference kinds name themselves; OpenLLMetry's
+legacy keys are unmistakable; everything else is read as OTel GenAI semconv).
+
+>>> call = normalize_span({"trace_id": "t", "span_id": "s", "attributes": {
+...     "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o",
+...     "gen_ai.input.messages": '[{"role":"user","parts":[{"type":"text","content":"hi"}]}]'}})
+>>> call.model, call.input_messages[0]["content"]
+('gpt-4o', 'hi')
+"""
+
+from __future__ import annotations
+
+from ingest.normalize.genai import normalize_genai
+from ingest.normalize.langfuse import is_langfuse_span, normalize_langfuse
+from ingest.normalize.openinference import is_openinference_span, normalize_openinference
+from ingest.normalize.openllmetry import is_openllmetry_span, normalize_openllmetry
+from ingest.normalize.types import LLMCall, Message, Span, ToolCall, make_message
+
+__all__ = [
+    "LLMCall",
+    "Message",
+    "Span",
+    "ToolCall",
+    "make_message",
+    "normalize_genai",
+    "normalize_langfuse",
+    "normalize_openinference",
+    "normalize_openllmetry",
+    "normalize_span",
+]
+
+
+def normalize_span(span: Span) -> LLMCall | ToolCall | None:
+    """The span as a normalised LLM call or tool call under whichever convention it uses, else None."""
+    attrs = span.get("attributes") or {}
+    if is_langfuse_span(attrs):
+        found = normalize_langfuse(span)
+        if found is not None:
+            return found
+    if is_openinference_span(attrs):
+        return normalize_openinference(span)
+    if is_openllmetry_span(attrs):
+        return normalize_openllmetry(span)
+    return normalize_genai(span)

@@ -1,0 +1,273 @@
+"""OpenTelemetry GenAI semantic conventions: content on span attributes (v1.37+) and the deprecated events.
+
+Content arrives three ways, all handled here:
+
+- `gen_ai.system_instructions`, `gen_ai.input.messages`, `gen_ai.output.messages` on the
+  span (JSON text of `{role, parts[]}` messages; the current conventions);
+- the deprecated per-message events (`gen_ai.system.message`, `gen_ai.user.message`,
+  `gen_ai.assistant.message`, `gen_ai.tool.message`, `gen_ai.choice`), as span events or
+  as log records from `/v1/logs` that the assembler attaches to their span;
+- the opt-in `gen_ai.client.inference.operation.details` event carrying the same
+  attributes as the span.
+
+Tool results are `tool_call_response` parts keyed `response` in the JSON schema and
+`result` in the registry's example; both are accepted.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ingest.normalize.types import (
+    LLMCall,
+    Message,
+    Span,
+    ToolCall,
+    as_int,
+    as_json_text,
+    as_text,
+    error_of,
+    first,
+    make_message,
+    make_tool_call,
+    maybe_json,
+    openai_tool,
+    strip_or_none,
+)
+
+LLM_OPERATIONS = {"chat", "text_completion", "generate_content", "responses"}
+TOOL_OPERATIONS = {"execute_tool"}
+AGENT_OPERATIONS = {"invoke_agent", "create_agent"}
+DEPRECATED_MESSAGE_EVENTS = {
+    "gen_ai.system.message": "system",
+    "gen_ai.user.message": "user",
+    "gen_ai.assistant.message": "assistant",
+    "gen_ai.tool.message": "tool",
+}
+DETAILS_EVENT = "gen_ai.client.inference.operation.details"
+_PARAMS = ("temperature", "top_p", "top_k", "frequency_penalty", "presence_penalty", "max_tokens", "seed")
+
+
+def is_llm_span(attrs: dict[str, Any]) -> bool:
+    op = attrs.get("gen_ai.operation.name")
+    if op is not None:
+        return op in LLM_OPERATIONS
+    return "gen_ai.input.messages" in attrs or "gen_ai.output.messages" in attrs
+
+
+def is_tool_span(attrs: dict[str, Any]) -> bool:
+    return attrs.get("gen_ai.operation.name") in TOOL_OPERATIONS
+
+
+# --- parts -> messages ---------------------------------------------------------------------
+
+
+def messages_from_parts(raw: Any, *, default_role: str = "user") -> list[Message]:
+    """`[{role, parts[]}]` (JSON text or list) as lake messages; tool responses become tool messages."""
+    raw = maybe_json(raw)
+    if not isinstance(raw, list):
+        return [make_message(default_role, as_text(raw))] if raw not in (None, "") else []
+    out: list[Message] = []
+    for item in raw:
+        if not isinstance(item, dict):
+            continue
+        role = str(item.get("role") or default_role)
+        parts = item.get("parts")
+        if parts is None and "content" in item:  # OpenAI-style message in a semconv slot
+            out.extend(messages_from_openai([item]))
+            continue
+        texts: list[str] = []
+        calls: list[dict[str, Any]] = []
+        for part in parts or []:
+            if not isinstance(part, dict):
+                continue
+            kind = part.get("type")
+            if kind == "text":
+                texts.append(str(part.get("content", "")))
+            elif kind == "tool_call":
+                calls.append(make_tool_call(part.get("id"), part.get("name"), part.get("arguments")))
+            elif kind == "tool_call_response":
+                response = part.get("response", part.get("result"))
+                out.append(
+                    make_message("tool", as_text(response), tool_call_id=strip_or_none(part.get("id")))
+                )
+            elif kind == "refusal":  # OpenLLMetry's own part type
+                texts.append(str(part.get("content", "")))
+            elif kind != "reasoning":  # blobs, files, uris, server tools: kept as JSON, not lost
+                texts.append(json.dumps(part, ensure_ascii=False, separators=(",", ":")))
+        if texts or calls:
+            content = "".join(texts) if texts else None
+            out.append(make_message(role, content, name=item.get("name"), tool_calls=calls))
+    return out
+
+
+def messages_from_openai(raw: Any) -> list[Message]:
+    """OpenAI chat messages (`{role, content, tool_calls, tool_call_id}`) as lake messages."""
+    raw = maybe_json(raw)
+    if isinstance(raw, dict):
+        raw = [raw]
+    if not isinstance(raw, list):
+        return []
+    out: list[Message] = []
+    for item in raw:
+        if not isinstance(item, dict):
+            continue
+        calls = []
+        for call in item.get("tool_calls") or []:
+            if isinstance(call, dict):
+                fn = call.get("function") if isinstance(call.get("function"), dict) else call
+                calls.append(make_tool_call(call.get("id"), fn.get("name"), fn.get("arguments")))
+        out.append(
+            make_message(
+                str(item.get("role") or "user"),
+                as_text(item.get("content")),
+                name=item.get("name"),
+                tool_call_id=strip_or_none(
+                    item.get("tool_call_id") or (item.get("id") if item.get("role") == "tool" else None)
+                ),
+                tool_calls=calls,
+            )
+        )
+    return out
+
+
+def system_messages(raw: Any) -> list[Message]:
+    raw = maybe_json(raw)
+    if raw in (None, "", []):
+        return []
+    if isinstance(raw, list):
+        texts = [
+            str(p.get("content", "")) for p in raw if isinstance(p, dict) and p.get("type", "text") == "text"
+        ]
+        return [make_message("system", "".join(texts))] if texts else []
+    return [make_message("system", as_text(raw))]
+
+
+# --- deprecated events -------------------------------------------------------------------------
+
+
+def event_body(event: dict[str, Any]) -> dict[str, Any]:
+    attrs = event.get("attributes") or {}
+    body = maybe_json(attrs.get("log.body", attrs.get("event.body")))
+    if isinstance(body, dict):
+        return body
+    # Very old instrumentations put the fields straight on the event's attributes.
+    return {k: maybe_json(v) for k, v in attrs.items()}
+
+
+def messages_from_events(events: list[dict[str, Any]]) -> tuple[list[Message], list[Message]]:
+    """Input and output messages from the deprecated per-message events, in time order."""
+    inputs: list[Message] = []
+    outputs: list[Message] = []
+    for event in sorted(events, key=lambda e: e.get("time") or 0):
+        name = event.get("name")
+        if name in DEPRECATED_MESSAGE_EVENTS:
+            body = event_body(event)
+            role = DEPRECATED_MESSAGE_EVENTS[name]
+            item = {"role": body.get("role") or role, **{k: v for k, v in body.items() if k != "role"}}
+            if role == "tool":
+                item["tool_call_id"] = body.get("id", body.get("tool_call_id"))
+            inputs.extend(messages_from_openai([item]))
+        elif name == "gen_ai.choice":
+            body = event_body(event)
+            message = dict(body.get("message") or {})
+            message.setdefault("role", "assistant")
+            if body.get("tool_calls") and not message.get("tool_calls"):
+                message["tool_calls"] = body["tool_calls"]
+            outputs.extend(messages_from_openai([message]))
+    return inputs, outputs
+
+
+# --- spans ---------------------------------------------------------------------------------------
+
+
+def llm_fields(span: Span, attrs: dict[str, Any]) -> dict[str, Any]:
+    """Model, provider, sampling parameters, usage and ids: shared by every gen_ai-flavoured convention."""
+    params = {}
+    for name in _PARAMS:
+        value = attrs.get(f"gen_ai.request.{name}")
+        if value is not None:
+            params[name] = value
+    stops = attrs.get("gen_ai.request.stop_sequences")
+    if stops:
+        params["stop"] = list(stops)
+    finish = attrs.get("gen_ai.response.finish_reasons") or []
+    return {
+        "span_id": span["span_id"],
+        "trace_id": span["trace_id"],
+        "request_model": first(attrs, "gen_ai.request.model", "llm.request.model"),
+        "response_model": first(attrs, "gen_ai.response.model", "llm.response.model"),
+        "provider": first(attrs, "gen_ai.provider.name", "gen_ai.system", "llm.system"),
+        "params": params,
+        "input_tokens": as_int(first(attrs, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")),
+        "output_tokens": as_int(first(attrs, "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens")),
+        "response_id": attrs.get("gen_ai.response.id"),
+        "finish_reasons": [str(f) for f in (finish if isinstance(finish, (list, tuple)) else [finish])],
+        "error": error_of(span),
+        "start_time": span.get("start_time"),
+        "end_time": span.get("end_time"),
+    }
+
+
+def tool_definitions(attrs: dict[str, Any]) -> list[dict[str, Any]]:
+    raw = maybe_json(attrs.get("gen_ai.tool.definitions"))
+    if not isinstance(raw, list):
+        return []
+    return [tool for tool in (openai_tool(d) for d in raw) if tool]
+
+
+def normalize_genai_llm(span: Span, *, convention: str = "genai") -> LLMCall:
+    """An LLM call from GenAI semconv attributes, falling back to the deprecated events."""
+    attrs = span.get("attributes") or {}
+    events = list(span.get("events") or [])
+    details = next((e for e in events if e.get("name") == DETAILS_EVENT), None)
+    source = {**(details.get("attributes") or {}), **attrs} if details else attrs
+    inputs = system_messages(source.get("gen_ai.system_instructions"))
+    inputs += messages_from_parts(source.get("gen_ai.input.messages"))
+    outputs = messages_from_parts(source.get("gen_ai.output.messages"), default_role="assistant")
+    if not inputs and not outputs:
+        inputs, outputs = messages_from_events(events)
+    return LLMCall(
+        convention=convention,
+        input_messages=inputs,
+        output_messages=outputs,
+        tools=tool_definitions(source),
+        has_content=bool(inputs or outputs),
+        **llm_fields(span, attrs),
+    )
+
+
+def normalize_genai_tool(span: Span) -> ToolCall:
+    attrs = span.get("attributes") or {}
+    name = attrs.get("gen_ai.tool.name")
+    if name is None and str(span.get("name", "")).startswith("execute_tool "):
+        name = span["name"].split(" ", 1)[1]
+    return ToolCall(
+        span_id=span["span_id"],
+        trace_id=span["trace_id"],
+        convention="genai",
+        name=name,
+        call_id=strip_or_none(attrs.get("gen_ai.tool.call.id")),
+        arguments=as_json_text(maybe_json(attrs.get("gen_ai.tool.call.arguments"))),
+        result=as_text(maybe_json(attrs.get("gen_ai.tool.call.result"))),
+        description=attrs.get("gen_ai.tool.description"),
+        error=error_of(span),
+        start_time=span.get("start_time"),
+        end_time=span.get("end_time"),
+    )
+
+
+def normalize_genai(span: Span) -> LLMCall | ToolCall | None:
+    """The span as an LLM call or tool call under the GenAI conventions, or None when it is neither."""
+    attrs = span.get("attributes") or {}
+    if is_tool_span(attrs):
+        return normalize_genai_tool(span)
+    if is_llm_span(attrs):
+        return normalize_genai_llm(span)
+    if any(
+        e.get("name") in DEPRECATED_MESSAGE_EVENTS or e.get("name") == "gen_ai.choice"
+        for e in span.get("events") or []
+    ):
+        return normalize_genai_llm(span)
+    return None

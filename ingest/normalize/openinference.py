@@ -1,0 +1,144 @@
+"""OpenInference (Arize): `llm.input_messages.N.message.*`, `llm.tools.N.tool.json_schema`, TOOL spans.
+
+Messages are flattened with indexes, tool calls nested one level deeper
+(`...message.tool_calls.J.tool_call.function.arguments`), multi-part content under
+`message.contents.K.message_content.*`. Sampling parameters come as one JSON object in
+`llm.invocation_parameters`. When the flattened messages are missing (an instrumentor
+configured to hide them), `input.value` / `output.value` holding the raw OpenAI request
+and response are read instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ingest.normalize.genai import messages_from_openai
+from ingest.normalize.types import (
+    LLMCall,
+    Message,
+    Span,
+    ToolCall,
+    as_int,
+    as_json_text,
+    as_text,
+    error_of,
+    first,
+    indexed,
+    make_message,
+    make_tool_call,
+    maybe_json,
+    openai_tool,
+)
+
+_PARAMS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "frequency_penalty",
+    "presence_penalty",
+    "max_tokens",
+    "seed",
+    "stop",
+)
+
+
+def is_openinference_span(attrs: dict[str, Any]) -> bool:
+    return "openinference.span.kind" in attrs
+
+
+def _messages(attrs: dict[str, Any], prefix: str, default_role: str) -> list[Message]:
+    out = []
+    for fields in indexed(attrs, prefix).values():
+        content = fields.get("message.content")
+        if content is None:
+            parts = indexed(fields, "message.contents")
+            texts = [p.get("message_content.text") for p in parts.values() if p.get("message_content.text")]
+            content = "".join(texts) if texts else None
+        calls = [
+            make_tool_call(
+                call.get("tool_call.id"),
+                call.get("tool_call.function.name"),
+                call.get("tool_call.function.arguments"),
+            )
+            for call in indexed(fields, "message.tool_calls").values()
+        ]
+        out.append(
+            make_message(
+                str(fields.get("message.role") or default_role),
+                content,
+                name=fields.get("message.name"),
+                tool_call_id=fields.get("message.tool_call_id"),
+                tool_calls=calls,
+            )
+        )
+    return out
+
+
+def _from_raw_values(attrs: dict[str, Any]) -> tuple[list[Message], list[Message]]:
+    request = maybe_json(attrs.get("input.value"))
+    response = maybe_json(attrs.get("output.value"))
+    inputs = messages_from_openai(request.get("messages")) if isinstance(request, dict) else []
+    outputs: list[Message] = []
+    if isinstance(response, dict) and isinstance(response.get("choices"), list):
+        outputs = messages_from_openai([c.get("message") for c in response["choices"] if isinstance(c, dict)])
+    return inputs, outputs
+
+
+def normalize_openinference(span: Span) -> LLMCall | ToolCall | None:
+    """The span as an LLM call or tool call under OpenInference, or None for other span kinds."""
+    attrs = span.get("attributes") or {}
+    kind = str(attrs.get("openinference.span.kind", "")).upper()
+    if kind == "TOOL":
+        return ToolCall(
+            span_id=span["span_id"],
+            trace_id=span["trace_id"],
+            convention="openinference",
+            name=first(attrs, "tool.name", "tool_call.function.name") or span.get("name"),
+            call_id=first(attrs, "tool.id", "tool_call.id"),
+            arguments=as_json_text(maybe_json(first(attrs, "tool_call.function.arguments", "input.value"))),
+            result=as_text(maybe_json(attrs.get("output.value"))),
+            description=attrs.get("tool.description"),
+            error=error_of(span),
+            start_time=span.get("start_time"),
+            end_time=span.get("end_time"),
+        )
+    if kind != "LLM":
+        return None
+    inputs = _messages(attrs, "llm.input_messages", "user")
+    outputs = _messages(attrs, "llm.output_messages", "assistant")
+    if not inputs and not outputs:
+        inputs, outputs = _from_raw_values(attrs)
+    if not inputs and not outputs:  # legacy completions API
+        inputs = [make_message("user", p.get("prompt.text")) for p in indexed(attrs, "llm.prompts").values()]
+        outputs = [
+            make_message("assistant", c.get("completion.text"))
+            for c in indexed(attrs, "llm.choices").values()
+        ]
+    invocation = maybe_json(attrs.get("llm.invocation_parameters"))
+    params = {k: invocation[k] for k in _PARAMS if isinstance(invocation, dict) and k in invocation}
+    tools = [
+        t for t in (openai_tool(f.get("tool.json_schema")) for f in indexed(attrs, "llm.tools").values()) if t
+    ]
+    request_model = first(attrs, "llm.request.model_name")
+    if request_model is None and isinstance(invocation, dict):
+        request_model = invocation.get("model")
+    finish = attrs.get("llm.finish_reason")
+    return LLMCall(
+        span_id=span["span_id"],
+        trace_id=span["trace_id"],
+        convention="openinference",
+        input_messages=inputs,
+        output_messages=outputs,
+        tools=tools,
+        request_model=request_model,
+        response_model=first(attrs, "llm.response.model_name", "llm.model_name"),
+        provider=first(attrs, "llm.provider", "llm.system"),
+        params=params,
+        input_tokens=as_int(attrs.get("llm.token_count.prompt")),
+        output_tokens=as_int(attrs.get("llm.token_count.completion")),
+        finish_reasons=[str(finish)] if finish else [],
+        error=error_of(span),
+        has_content=bool(inputs or outputs),
+        start_time=span.get("start_time"),
+        end_time=span.get("end_time"),
+    )

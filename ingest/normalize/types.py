@@ -1,0 +1,193 @@
+"""The normalised vocabulary every convention is mapped into: one LLM call or one tool call per span.
+
+Messages are plain dicts in the lake's `MESSAGE` struct shape (role, content, name,
+tool_call_id, tool_calls[{id, name, arguments}], is_error), so assembled conversations
+go straight into Arrow without another conversion. Tool definitions are OpenAI-style
+`{"type": "function", "function": {name, description, parameters}}` dicts.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+Message = dict[str, Any]
+Span = dict[str, Any]  # a `spans` row with `attributes` as a dict and `events` as a list of dicts
+
+
+@dataclass
+class LLMCall:
+    """One model invocation: what went in, what came out, and how it was asked."""
+
+    span_id: str
+    trace_id: str
+    convention: str  # genai, openllmetry, openinference, langfuse
+    input_messages: list[Message] = field(default_factory=list)
+    output_messages: list[Message] = field(default_factory=list)
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    request_model: str | None = None
+    response_model: str | None = None
+    provider: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)  # temperature, top_p, max_tokens, ...
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    response_id: str | None = None
+    finish_reasons: list[str] = field(default_factory=list)
+    error: str | None = None
+    has_content: bool = False
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+
+    @property
+    def model(self) -> str | None:
+        """The model that answered, else the one asked for."""
+        return self.response_model or self.request_model
+
+
+@dataclass
+class ToolCall:
+    """One tool execution: the call the model made and what the tool returned."""
+
+    span_id: str
+    trace_id: str
+    convention: str
+    name: str | None = None
+    call_id: str | None = None
+    arguments: str | None = None  # JSON text
+    result: str | None = None
+    description: str | None = None
+    error: str | None = None
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+
+    @property
+    def is_error(self) -> bool:
+        return self.error is not None
+
+
+# --- helpers shared by the normalisers ---------------------------------------------------
+
+
+def make_message(
+    role: str,
+    content: str | None = None,
+    *,
+    name: str | None = None,
+    tool_call_id: str | None = None,
+    tool_calls: list[dict[str, Any]] | None = None,
+    is_error: bool | None = None,
+) -> Message:
+    """A message dict in the lake's struct shape."""
+    return {
+        "role": role,
+        "content": content,
+        "name": name,
+        "tool_call_id": tool_call_id,
+        "tool_calls": tool_calls or [],
+        "is_error": is_error,
+    }
+
+
+def make_tool_call(call_id: str | None, name: str | None, arguments: Any) -> dict[str, Any]:
+    return {"id": strip_or_none(call_id), "name": name, "arguments": as_json_text(arguments)}
+
+
+def strip_or_none(value: Any) -> str | None:
+    # The registry's own example has a stray leading space in a tool-call id.
+    if value is None:
+        return None
+    text = str(value).strip()
+    return text or None
+
+
+def as_json_text(value: Any) -> str | None:
+    """Strings are kept exactly as produced (arguments are the model's own text); the rest is dumped."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def as_text(value: Any) -> str | None:
+    """Message content as text: strings stay, lists of text parts are joined, the rest is JSON."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        texts = [p.get("text", p.get("content")) for p in value if isinstance(p, dict)]
+        if texts and all(isinstance(t, str) for t in texts) and len(texts) == len(value):
+            return "".join(texts)
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def maybe_json(value: Any) -> Any:
+    """Parse JSON text when it is JSON; anything else is returned unchanged."""
+    if isinstance(value, str) and value[:1] in ("[", "{", '"'):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def as_int(value: Any) -> int | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def first(attrs: dict[str, Any], *keys: str) -> Any:
+    """The first present, non-empty attribute among `keys` (a precedence list)."""
+    for key in keys:
+        value = attrs.get(key)
+        if value is not None and value != "":
+            return value
+    return None
+
+
+def openai_tool(definition: Any) -> dict[str, Any] | None:
+    """Any tool definition shape (OpenAI, semconv flat, JSON text) as an OpenAI-style function tool."""
+    definition = maybe_json(definition)
+    if not isinstance(definition, dict):
+        return None
+    if isinstance(definition.get("function"), dict):
+        fn = definition["function"]
+    else:
+        fn = {k: v for k, v in definition.items() if k != "type"}
+    if not fn.get("name"):
+        return None
+    out: dict[str, Any] = {"name": fn["name"]}
+    if fn.get("description") is not None:
+        out["description"] = fn["description"]
+    parameters = maybe_json(fn.get("parameters", fn.get("input_schema")))
+    if parameters is not None:
+        out["parameters"] = parameters
+    return {"type": "function", "function": out}
+
+
+def error_of(span: Span) -> str | None:
+    """The span's error, from `error.type` or an ERROR status."""
+    attrs = span.get("attributes") or {}
+    if span.get("status_code") == "ERROR" or attrs.get("error.type"):
+        return str(attrs.get("error.type") or span.get("status_message") or "error")
+    return None
+
+
+def indexed(attrs: dict[str, Any], prefix: str) -> dict[int, dict[str, Any]]:
+    """Group flattened `prefix.N.rest` attributes by N: {N: {rest: value}}, in index order."""
+    grouped: dict[int, dict[str, Any]] = {}
+    cut = len(prefix) + 1
+    for key, value in attrs.items():
+        if not key.startswith(prefix + "."):
+            continue
+        index, _, rest = key[cut:].partition(".")
+        if index.isdigit():
+            grouped.setdefault(int(index), {})[rest] = value
+    return dict(sorted(grouped.items()))

@@ -1,0 +1,259 @@
+"""Convert decoded OTLP requests into `spans` rows, column by column.
+
+This is the hot path of the collector and of the in-process exporter, so it is shaped
+for throughput: one pass over the protobuf spans appends to plain Python lists (one per
+column), attribute maps are encoded to JSON text by orjson in C, resource and scope
+values are computed once per group rather than per span, and the Arrow arrays are
+built once per request. Invalid spans (ids of the wrong length, all-zero ids) are
+counted and described for OTLP's `partial_success` instead of failing the batch.
+
+Log records (the GenAI events that arrive on `/v1/logs`) become rows of the same
+table with `kind = 'LOG'`: their own deterministic `span_id` (a digest of the record,
+so a retried delivery maps to the same key) and the span they describe as
+`parent_span_id`. The assembler folds them back into that span's events.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+from ingest.otlp import ExportLogsServiceRequest, ExportTraceServiceRequest
+from store.schema import SPANS
+
+KINDS = ("UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
+STATUS = ("UNSET", "OK", "ERROR")
+LOG_KIND = "LOG"
+_ZERO_TRACE = b"\0" * 16
+_ZERO_SPAN = b"\0" * 8
+
+# The columns a converted batch carries: the table's, less what the writer stamps.
+ROW_SCHEMA = pa.schema([f for f in SPANS.schema if f.name not in ("_written_at", "dt")])
+_TS_NS = pa.timestamp("ns", tz="UTC")
+
+
+@dataclass
+class Converted:
+    """Rows made from one request, and what was rejected and why (for `partial_success`)."""
+
+    table: pa.Table
+    rejected: int = 0
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def error_message(self) -> str:
+        if not self.rejected:
+            return ""
+        shown = "; ".join(self.reasons[:5])
+        more = f" (+{len(self.reasons) - 5} more)" if len(self.reasons) > 5 else ""
+        return f"{self.rejected} rejected: {shown}{more}"
+
+
+def any_value(value: Any) -> Any:
+    """An OTLP `AnyValue` as a JSON-able Python value."""
+    kind = value.WhichOneof("value")
+    if kind == "string_value":
+        return value.string_value
+    if kind == "int_value":
+        return value.int_value
+    if kind == "double_value":
+        number = value.double_value
+        return number if math.isfinite(number) else str(number)
+    if kind == "bool_value":
+        return value.bool_value
+    if kind == "array_value":
+        return [any_value(v) for v in value.array_value.values]
+    if kind == "kvlist_value":
+        return {kv.key: any_value(kv.value) for kv in value.kvlist_value.values}
+    if kind == "bytes_value":
+        return base64.b64encode(value.bytes_value).decode("ascii")
+    return None
+
+
+def attributes_dict(attributes: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kv in attributes:
+        value = kv.value
+        kind = value.WhichOneof("value")
+        # The common scalar cases inline: this loop runs once per attribute of every span.
+        if kind == "string_value":
+            out[kv.key] = value.string_value
+        elif kind == "int_value":
+            out[kv.key] = value.int_value
+        else:
+            out[kv.key] = any_value(value)
+    return out
+
+
+def _dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+class _Columns:
+    """Per-column lists for one batch of rows."""
+
+    def __init__(self) -> None:
+        self.cols: dict[str, list[Any]] = {name: [] for name in ROW_SCHEMA.names}
+
+    def table(self, received_ns: int) -> pa.Table:
+        cols = self.cols
+        n = len(cols["trace_id"])
+        arrays = []
+        for f in ROW_SCHEMA:
+            values = cols[f.name]
+            if f.name in ("start_time", "end_time"):
+                arrays.append(pa.array(values, type=pa.int64()).cast(_TS_NS).cast(f.type, safe=False))
+            elif f.name == "received_at":
+                arrays.append(
+                    pa.array([received_ns] * n, type=pa.int64()).cast(_TS_NS).cast(f.type, safe=False)
+                )
+            else:
+                arrays.append(pa.array(values, type=f.type))
+        return pa.Table.from_arrays(arrays, schema=ROW_SCHEMA)
+
+
+def _now_ns(received_at: datetime | None) -> int:
+    if received_at is None:
+        import time
+
+        return time.time_ns()
+    return int(received_at.timestamp() * 1_000_000) * 1000
+
+
+def spans_from_request(
+    request: ExportTraceServiceRequest, *, source: str = "otel", received_at: datetime | None = None
+) -> Converted:
+    """`spans` rows (without `_written_at`/`dt`) for every valid span of an OTLP trace request."""
+    columns = _Columns()
+    c = columns.cols
+    trace_ids, span_ids, parents = c["trace_id"], c["span_id"], c["parent_span_id"]
+    names, kinds, starts, ends = c["name"], c["kind"], c["start_time"], c["end_time"]
+    codes, messages, attrs_col, events_col = (
+        c["status_code"],
+        c["status_message"],
+        c["attributes"],
+        c["events"],
+    )
+    rejected = 0
+    reasons: list[str] = []
+    for resource_spans in request.resource_spans:
+        resource = attributes_dict(resource_spans.resource.attributes)
+        resource_json = _dumps(resource)
+        service = resource.get("service.name")
+        service = str(service) if service is not None else None
+        for scope_spans in resource_spans.scope_spans:
+            scope = scope_spans.scope.name or None
+            count = 0
+            for span in scope_spans.spans:
+                trace_id, span_id = span.trace_id, span.span_id
+                if (
+                    len(trace_id) != 16
+                    or len(span_id) != 8
+                    or trace_id == _ZERO_TRACE
+                    or span_id == _ZERO_SPAN
+                ):
+                    rejected += 1
+                    reasons.append(
+                        f"span `{span.name[:80]}`: invalid ids (trace_id {len(trace_id)} bytes, span_id {len(span_id)} bytes)"
+                    )
+                    continue
+                count += 1
+                trace_ids.append(trace_id.hex())
+                span_ids.append(span_id.hex())
+                parent = span.parent_span_id
+                parents.append(parent.hex() if len(parent) == 8 and parent != _ZERO_SPAN else None)
+                names.append(span.name)
+                kinds.append(KINDS[span.kind] if 0 <= span.kind < len(KINDS) else str(span.kind))
+                start = span.start_time_unix_nano
+                starts.append(start if start else None)
+                ends.append(span.end_time_unix_nano or None)
+                status = span.status
+                codes.append(STATUS[status.code] if 0 <= status.code < len(STATUS) else str(status.code))
+                messages.append(status.message or None)
+                attrs_col.append(_dumps(attributes_dict(span.attributes)))
+                if span.events:
+                    events_col.append(
+                        _dumps(
+                            [
+                                {
+                                    "name": e.name,
+                                    "time": e.time_unix_nano,
+                                    "attributes": attributes_dict(e.attributes),
+                                }
+                                for e in span.events
+                            ]
+                        )
+                    )
+                else:
+                    events_col.append("[]")
+            c["source"].extend([source] * count)
+            c["service_name"].extend([service] * count)
+            c["scope_name"].extend([scope] * count)
+            c["resource"].extend([resource_json] * count)
+    _fill_missing_starts(c)
+    return Converted(columns.table(_now_ns(received_at)), rejected, reasons)
+
+
+def _fill_missing_starts(c: dict[str, list[Any]]) -> None:
+    # `start_time` is required (it partitions the table); a span without one is dated by its end.
+    starts, ends = c["start_time"], c["end_time"]
+    for i, start in enumerate(starts):
+        if start is None:
+            starts[i] = ends[i] or 0
+
+
+def logs_from_request(
+    request: ExportLogsServiceRequest, *, source: str = "otel", received_at: datetime | None = None
+) -> Converted:
+    """`spans` rows of kind LOG for every log record that belongs to a trace (GenAI events)."""
+    columns = _Columns()
+    c = columns.cols
+    rejected = 0
+    reasons: list[str] = []
+    for resource_logs in request.resource_logs:
+        resource = attributes_dict(resource_logs.resource.attributes)
+        resource_json = _dumps(resource)
+        service = resource.get("service.name")
+        for scope_logs in resource_logs.scope_logs:
+            scope = scope_logs.scope.name or None
+            for record in scope_logs.log_records:
+                attrs = attributes_dict(record.attributes)
+                name = record.event_name or str(attrs.get("event.name") or "") or "log"
+                if len(record.trace_id) != 16 or record.trace_id == _ZERO_TRACE:
+                    rejected += 1
+                    reasons.append(
+                        f"log record `{name[:80]}`: no trace context, so it belongs to no trajectory"
+                    )
+                    continue
+                digest = hashlib.blake2b(
+                    record.SerializeToString(deterministic=True), digest_size=8
+                ).hexdigest()
+                if record.HasField("body"):
+                    attrs["log.body"] = any_value(record.body)
+                if record.severity_text:
+                    attrs["log.severity_text"] = record.severity_text
+                at = record.time_unix_nano or record.observed_time_unix_nano or None
+                c["trace_id"].append(record.trace_id.hex())
+                c["span_id"].append(digest)
+                c["parent_span_id"].append(record.span_id.hex() if len(record.span_id) == 8 else None)
+                c["name"].append(name)
+                c["kind"].append(LOG_KIND)
+                c["start_time"].append(at)
+                c["end_time"].append(at)
+                c["status_code"].append("UNSET")
+                c["status_message"].append(None)
+                c["attributes"].append(_dumps(attrs))
+                c["events"].append("[]")
+                c["source"].append(source)
+                c["service_name"].append(str(service) if service is not None else None)
+                c["scope_name"].append(scope)
+                c["resource"].append(resource_json)
+    _fill_missing_starts(c)
+    return Converted(columns.table(_now_ns(received_at)), rejected, reasons)

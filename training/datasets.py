@@ -205,7 +205,7 @@ def select_sft(lake: store.Lake | str, sql: str) -> SFTSelection:
     _selected(con, sql)
     text = sql.strip().rstrip(";")
     try:
-        result = con.execute(
+        result = con.sql(
             f"""
             SELECT t.trajectory_id, t.messages, t.tools FROM trajectories t
             WHERE t.trajectory_id IN (SELECT trajectory_id FROM ({text}))
@@ -397,7 +397,7 @@ def select_grpo(
     """
     params = None if has_reward else {"name": reward_name}
     try:
-        records = con.execute(query, params).to_arrow_table().to_pylist()
+        records = con.sql(query, params=params).to_arrow_table().to_pylist()
     except duckdb.Error as exc:
         raise SelectionError(f"the selection SQL failed: {exc}", sql=sql, reason="bad_sql") from exc
     if not records:

@@ -1,0 +1,82 @@
+"""Batch scoring of trajectories: programmatic rewards, SQL rewards and RULER, written to `rewards`.
+
+Public surface (the CLI and the Prefect flows call these):
+
+- `score(lake, reward, ScoreConfig(...), judge=JudgeConfig(...)) -> ScoreSummary`
+- `combine(lake, weights, name="combined") -> CombineSummary`
+- `agreement(lake, "ruler", "exact_match") -> AgreementReport`
+- `get_reward(spec) -> ProgrammaticReward`, `evaluate_reward(reward, trajectory, scenario)`,
+  `BUILTIN_REWARDS`: the pure reward registry (evaluation gates use it directly)
+- `ruler_score_group(trajectories, JudgeConfig(...)) -> GroupVerdict`: RULER on one group
+"""
+
+from judging.agreement import AgreementReport, agreement, spearman
+from judging.combine import CombineSummary, combine, combine_values, combined_scorer
+from judging.config import JudgeConfig, ScoreConfig
+from judging.errors import (
+    ConfigValueError,
+    JudgeCallError,
+    JudgeConfigError,
+    JudgingError,
+    RewardInputError,
+    RewardSpecError,
+    SqlRewardError,
+)
+from judging.registry import (
+    BUILTIN_REWARDS,
+    ProgrammaticReward,
+    RewardOutcome,
+    builtin_names,
+    evaluate_reward,
+    from_function,
+    get_reward,
+)
+from judging.rewards.base import reward_version
+from judging.ruler import (
+    DEFAULT_RUBRIC,
+    GroupVerdict,
+    JudgeVerdict,
+    RulerJudge,
+    ruler_score_group,
+    ruler_scorer,
+)
+from judging.sql_reward import SqlReward
+from judging.stage import score
+from judging.summary import ScoreSummary, ValueStats
+
+__all__ = [
+    "BUILTIN_REWARDS",
+    "DEFAULT_RUBRIC",
+    "AgreementReport",
+    "CombineSummary",
+    "ConfigValueError",
+    "GroupVerdict",
+    "JudgeCallError",
+    "JudgeConfig",
+    "JudgeConfigError",
+    "JudgeVerdict",
+    "JudgingError",
+    "ProgrammaticReward",
+    "RewardInputError",
+    "RewardOutcome",
+    "RewardSpecError",
+    "RulerJudge",
+    "ScoreConfig",
+    "ScoreSummary",
+    "SqlReward",
+    "SqlRewardError",
+    "ValueStats",
+    "agreement",
+    "builtin_names",
+    "combine",
+    "combine_values",
+    "combined_scorer",
+    "evaluate_reward",
+    "from_function",
+    "get_reward",
+    "reward_version",
+    "ruler_score_group",
+    "ruler_scorer",
+    "score",
+    "spearman",
+]

@@ -180,7 +180,10 @@ class RulerJudge:
         result.cached = True
         result.seed = int(entry.get("seed", result.seed))
         result.truncated = bool(entry.get("truncated", False))
-        # Tokens spent this run: none. What the original call cost stays in the entry.
+        # What the original call cost; the run's summary counts nothing for cached groups.
+        result.prompt_tokens = int(entry.get("prompt_tokens") or 0)
+        result.completion_tokens = int(entry.get("completion_tokens") or 0)
+        result.cost_usd = entry.get("cost_usd")
         result.verdicts = {
             tid: JudgeVerdict(tid, float(v["score"]), str(v.get("explanation", "")), str(v.get("label", "")))
             for tid, v in entry["verdicts"].items()

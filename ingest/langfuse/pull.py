@@ -244,13 +244,15 @@ def _pull_observations(
     filter_json = observation_filter(filters, state.window_from, state.window_to)
     buffer: list[dict[str, Any]] = []
     pages = 0
+    cursor = state.cursor  # the page to read next; `state.cursor` moves only at checkpoints
     while True:
         page = client.observations_page(
             from_start_time=state.window_from,
             to_start_time=state.window_to,
             filter_json=filter_json,
-            cursor=state.cursor,
+            cursor=cursor,
         )
+        cursor = page.next_cursor
         received_at = store.utc_now()
         for obs in page.items:
             try:
@@ -301,14 +303,16 @@ def _pull_scores(
     environment = ",".join(filters.environments) or None
     buffer: list[dict[str, Any]] = []
     pages = 0
+    cursor = state.cursor
     while True:
         page = client.scores_page(
             from_timestamp=state.window_from,
             to_timestamp=state.window_to,
             environment=environment,
             session_id=None,  # the API's sessionId means session-level scores; trace scores are filtered below
-            cursor=state.cursor,
+            cursor=cursor,
         )
+        cursor = page.next_cursor
         buffer.extend(page.items)
         report.scores += len(page.items)
         pages += 1

@@ -24,6 +24,7 @@ from store import Lake
 from store.catalog import raw_relation_sql
 from store.schema import SPANS, TABLES, WRITTEN_AT
 
+# `assemble` sets source 'langfuse' on trajectories whose spans all came from Langfuse.
 TRAJECTORY_SOURCE = "langfuse"
 
 
@@ -63,7 +64,7 @@ def spans_of_traces(lake: Lake, trace_ids: Iterable[str], batch_rows: int = 50_0
             f"QUALIFY row_number() OVER (PARTITION BY trace_id, span_id ORDER BY {WRITTEN_AT} DESC) = 1 "
             "ORDER BY trace_id, start_time, span_id"
         )
-        reader = con.execute(sql).fetch_record_batch(batch_rows)
+        reader = con.sql(sql).to_arrow_reader(batch_rows)
         carry: pa.Table | None = None
         for batch in reader:
             table = pa.Table.from_batches([batch])
@@ -93,7 +94,7 @@ def assemble_traces(lake: Lake, trace_ids: Iterable[str]) -> AssembleCounts:
         assembled = assemble(spans)
         traj = _as_table(assembled.trajectories, "trajectories")
         if traj.num_rows:
-            trajectories.append(_with_source(traj))
+            trajectories.append(traj)
         rew = _as_table(assembled.rewards, "rewards")
         if rew.num_rows:
             rewards.append(rew)
@@ -105,7 +106,11 @@ def assemble_traces(lake: Lake, trace_ids: Iterable[str]) -> AssembleCounts:
 
 
 def trajectory_ids_of(lake: Lake, trace_ids: Iterable[str]) -> dict[str, str]:
-    """trace_id -> trajectory_id of the Langfuse trajectories in the lake."""
+    """trace_id -> trajectory_id of the Langfuse trajectories in the lake.
+
+    A trace holding several agent runs has several trajectories; its scores go to the
+    trace-level run (`trajectory_id = trace_id`) when there is one, else the first run.
+    """
     wanted = sorted(set(trace_ids))
     if not wanted or not lake.data_files("trajectories"):
         return {}
@@ -115,11 +120,12 @@ def trajectory_ids_of(lake: Lake, trace_ids: Iterable[str]) -> dict[str, str]:
         rows = con.execute(
             "SELECT trace_id, trajectory_id FROM trajectories "
             "WHERE source = ? AND trace_id IN (SELECT trace_id FROM __wanted) "
-            "ORDER BY started_at",
+            "ORDER BY trajectory_id = trace_id, started_at DESC",
             [TRAJECTORY_SOURCE],
         ).fetchall()
     finally:
         con.close()
+    # Later rows win: the trace-level run last, else the earliest run.
     return {trace_id: trajectory_id for trace_id, trajectory_id in rows}
 
 
@@ -202,13 +208,3 @@ def _as_table(data: Any, table: str) -> pa.Table:
     if hasattr(data, "to_arrow"):
         return data.to_arrow()
     return pa.Table.from_pylist(list(data))
-
-
-def _with_source(trajectories: pa.Table) -> pa.Table:
-    """Langfuse trajectories say so, whatever source the assembler derived."""
-    if "source" not in trajectories.column_names:
-        return trajectories.append_column("source", pa.array([TRAJECTORY_SOURCE] * trajectories.num_rows))
-    index = trajectories.column_names.index("source")
-    return trajectories.set_column(
-        index, "source", pa.array([TRAJECTORY_SOURCE] * trajectories.num_rows, pa.string())
-    )

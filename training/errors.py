@@ -149,3 +149,11 @@ class RolloutError(TrainingError, RuntimeError):
         self.scenario_id = scenario_id
         self.turn = turn
         self.reason = reason
+
+
+class ReplayError(TrainingError, ValueError):
+    """The replay stage was misconfigured or selected nothing to replay."""
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason  # snake_case code: bad_config, no_scenarios, ...

@@ -1,0 +1,347 @@
+"""Group sampling: G new trajectories per scenario, token-exact, written a whole group at a time.
+
+`replay(lake, scenarios, sampler, config)` runs the agent loop (or a user rollout function)
+for every scenario, `concurrency` scenarios at a time, and writes each group of
+`group_size` trajectories to the lake with `source = 'replay'`, `scenario_id`, `group_id`,
+`policy`, `turns` (prompt/completion token ids, logprobs, finish reason per model call),
+`messages` decoded from the sampled tokens and `final_output`.
+
+Resumable: a group's id hashes the scenario, the policy, the run name and the group size,
+so a re-run computes the same ids, finds the groups already complete in the lake and skips
+them. A group is written in one atomic write together with other complete groups, never
+split, so a kill loses at most the groups still in memory, never half a group. A group
+whose every rollout failed in the backend is not written (the re-run retries it).
+
+To evaluate an adapter, replay the validation scenarios through it:
+
+    sampler = make_sampler("transformers", base_model, adapter="adapters/v3")
+    replay(lake, "SELECT scenario_id FROM scenarios WHERE split = 'val'", sampler,
+           ReplayConfig(group_size=4, run="eval-v3"))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import store
+from training.errors import ReplayError
+from training.rollout.loop import AgentLoop, Episode, RolloutLimits
+from training.rollout.tools import ToolSource, make_tools
+from training.samplers.base import Sampler, SamplingParams
+from training.scenarios import Scenario, read_scenarios
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """How to sample groups."""
+
+    # --- groups
+    group_size: int = field(default=4, metadata={"help": "Trajectories sampled per scenario (G)."})
+    run: str = field(
+        default="default",
+        metadata={"help": "Replay run name; part of the group id, so a new name samples new groups."},
+    )
+    # --- sampling
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature."})
+    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass."})
+    top_k: int = field(default=0, metadata={"help": "Top-k filter (0 = off)."})
+    seed: int | None = field(
+        default=None, metadata={"help": "Sampling seed, where the backend supports one."}
+    )
+    # --- limits
+    max_turns: int = field(default=8, metadata={"help": "Most model calls per rollout."})
+    max_tokens: int = field(default=256, metadata={"help": "Most sampled tokens per model call."})
+    max_total_tokens: int = field(
+        default=4096, metadata={"help": "Context budget: prompt + completion tokens."}
+    )
+    # --- execution
+    concurrency: int = field(default=8, metadata={"help": "Scenarios sampled at the same time."})
+    flush_groups: int = field(default=16, metadata={"help": "Complete groups gathered per lake write."})
+
+    def __post_init__(self) -> None:
+        for name in (
+            "group_size",
+            "max_turns",
+            "max_tokens",
+            "max_total_tokens",
+            "concurrency",
+            "flush_groups",
+        ):
+            if getattr(self, name) < 1:
+                raise ReplayError(f"`{name}` must be >= 1, got {getattr(self, name)}", reason="bad_config")
+
+    def sampling_params(self) -> SamplingParams:
+        return SamplingParams(
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            seed=self.seed,
+        )
+
+    def limits(self) -> RolloutLimits:
+        return RolloutLimits(self.max_turns, self.max_tokens, self.max_total_tokens)
+
+
+@dataclass
+class ReplayResult:
+    """What a replay did."""
+
+    group_ids: list[str] = field(default_factory=list)  # written by this call
+    skipped_group_ids: list[str] = field(default_factory=list)  # already complete in the lake
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (scenario_id, error) not written
+    trajectory_ids: list[str] = field(default_factory=list)
+    generated_tokens: int = 0
+    elapsed_s: float = 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.generated_tokens / self.elapsed_s if self.elapsed_s else 0.0
+
+
+# --- pure functions -----------------------------------------------------------------------------
+
+
+def group_id_for(scenario_id: str, policy: str, run: str, group_size: int) -> str:
+    """Deterministic group id: the same scenario, policy, run and size always give the same id."""
+    key = f"{scenario_id}\x00{policy}\x00{run}\x00{group_size}"
+    return "g-" + hashlib.sha256(key.encode()).hexdigest()[:20]
+
+
+def episode_row(
+    episode: Episode,
+    *,
+    scenario: Scenario,
+    group_id: str,
+    index: int,
+    sampler: Sampler,
+    config: ReplayConfig,
+    tools: str,
+) -> dict[str, Any]:
+    """One `trajectories` row for one rollout."""
+    return {
+        "trajectory_id": f"{group_id}-{index:03d}",
+        "source": "replay",
+        "agent_name": scenario.metadata.get("agent_name"),
+        "model": sampler.model,
+        "started_at": episode.started_at,
+        "ended_at": episode.ended_at or episode.started_at,
+        "messages": episode.messages,
+        "tools": json.dumps(scenario.tools) if scenario.tools is not None else None,
+        "final_output": episode.final_output,
+        "input_tokens": episode.input_tokens,
+        "output_tokens": episode.output_tokens,
+        "scenario_id": scenario.scenario_id,
+        "group_id": group_id,
+        "policy": sampler.policy,
+        "turns": episode.turns,
+        "status": episode.status,
+        "has_content": True,
+        "metadata": json.dumps(
+            {
+                "run": config.run,
+                "index": index,
+                "group_size": config.group_size,
+                "backend": sampler.backend,
+                "adapter": sampler.adapter,
+                "sampling": config.sampling_params().to_dict(),
+                "limits": {"max_turns": config.max_turns, "max_total_tokens": config.max_total_tokens},
+                "tools": tools,
+                "finish_reason": episode.finish_reason,
+                "error": episode.error,
+                "tool_calls": episode.tool_calls,
+                "tool_errors": episode.tool_errors,
+                "split": scenario.split,
+                "source_trajectory_id": scenario.source_trajectory_id,
+                "expected": scenario.expected,
+            }
+        ),
+    }
+
+
+def complete_groups(lake: store.Lake | str, group_ids: Sequence[str], group_size: int) -> set[str]:
+    """Which of `group_ids` already have all `group_size` trajectories in the lake."""
+    if not group_ids:
+        return set()
+    con = store.connect(lake, read_only=True)
+    try:
+        con.register("wanted", _ids_table(group_ids))
+        rows = con.sql(
+            "SELECT t.group_id FROM trajectories t JOIN wanted w ON t.group_id = w.group_id "
+            f"WHERE t.source = 'replay' GROUP BY t.group_id HAVING count(*) >= {int(group_size)}"
+        ).fetchall()
+    finally:
+        con.close()
+    return {r[0] for r in rows}
+
+
+def _ids_table(ids: Sequence[str]) -> Any:
+    import pyarrow as pa
+
+    return pa.table({"group_id": pa.array(list(ids), pa.string())})
+
+
+# --- the stage ------------------------------------------------------------------------------------
+
+
+RolloutRunner = Callable[[Scenario, int], Any]  # async (scenario, group_size) -> list[Episode]
+
+
+async def areplay(
+    lake: store.Lake | str,
+    scenarios: str | Sequence[Scenario],
+    sampler: Sampler,
+    config: ReplayConfig | None = None,
+    *,
+    tools: ToolSource | None = None,
+    rollout: str | Callable[..., Any] | None = None,
+    progress: bool = True,
+) -> ReplayResult:
+    """`replay` for callers already inside an event loop."""
+    config = config or ReplayConfig()
+    chosen = read_scenarios(lake, scenarios) if isinstance(scenarios, str) else list(scenarios)
+    if isinstance(scenarios, str) and not chosen:
+        raise ReplayError(f"the scenario selection returned no scenarios: {scenarios}", reason="no_scenarios")
+    tools = tools or make_tools()
+    runner: Any
+    if rollout is not None:
+        from training.rollout.user import UserRollouts
+
+        runner = UserRollouts(sampler, rollout, params=config.sampling_params(), limits=config.limits())
+        tools_desc = f"rollout:{runner.describe()}"
+    else:
+        runner = AgentLoop(sampler, tools, params=config.sampling_params(), limits=config.limits())
+        tools_desc = tools.describe()
+
+    result = ReplayResult()
+    started = time.perf_counter()
+    ids = {
+        s.scenario_id: group_id_for(s.scenario_id, sampler.policy, config.run, config.group_size)
+        for s in chosen
+    }
+    done = complete_groups(lake, list(ids.values()), config.group_size)
+    todo = [s for s in chosen if ids[s.scenario_id] not in done]
+    result.skipped_group_ids = [ids[s.scenario_id] for s in chosen if ids[s.scenario_id] in done]
+
+    buffer: list[list[dict[str, Any]]] = []
+    write_lock = asyncio.Lock()
+
+    async def flush() -> None:
+        async with write_lock:
+            if not buffer:
+                return
+            groups, buffer[:] = list(buffer), []
+            rows = [row for group in groups for row in group]
+            await asyncio.to_thread(store.write, lake, "trajectories", rows)
+            for group in groups:
+                result.group_ids.append(group[0]["group_id"])
+                result.trajectory_ids.extend(r["trajectory_id"] for r in group)
+
+    semaphore = asyncio.Semaphore(config.concurrency)
+    bar = _progress(progress, len(todo), sampler)
+
+    async def one(scenario: Scenario) -> None:
+        async with semaphore:
+            group_id = ids[scenario.scenario_id]
+            try:
+                episodes = await runner.run_group(scenario, config.group_size)
+            except Exception as exc:  # recorded and retried on the next run, never half-written
+                result.failed.append((scenario.scenario_id, f"{type(exc).__name__}: {exc}"))
+                bar.advance()
+                return
+            if all(e.status == "error" for e in episodes):
+                result.failed.append((scenario.scenario_id, episodes[0].error or "every rollout failed"))
+                bar.advance()
+                return
+            rows = [
+                episode_row(
+                    e,
+                    scenario=scenario,
+                    group_id=group_id,
+                    index=i,
+                    sampler=sampler,
+                    config=config,
+                    tools=tools_desc,
+                )
+                for i, e in enumerate(episodes)
+            ]
+            result.generated_tokens += sum(e.output_tokens for e in episodes)
+            buffer.append(rows)
+            bar.advance(tokens=result.generated_tokens)
+        if len(buffer) >= config.flush_groups:
+            await flush()
+
+    try:
+        with bar:
+            await asyncio.gather(*(one(s) for s in todo))
+    finally:
+        # Whatever completed is kept even when the run is interrupted.
+        await flush()
+    result.elapsed_s = time.perf_counter() - started
+    return result
+
+
+def replay(
+    lake: store.Lake | str,
+    scenarios: str | Sequence[Scenario],
+    sampler: Sampler,
+    config: ReplayConfig | None = None,
+    *,
+    tools: ToolSource | None = None,
+    rollout: str | Callable[..., Any] | None = None,
+    progress: bool = True,
+) -> ReplayResult:
+    """Sample `config.group_size` trajectories for every scenario and write them, a whole group at a time.
+
+    `scenarios` is SQL over the lake's views returning `scenario_id` (e.g. `SELECT scenario_id
+    FROM scenarios WHERE split = 'train'`) or a list of `Scenario`s. Tools default to the
+    results recorded in each scenario's source trajectory; `rollout` (`package.module:function`
+    or a callable) runs a user agent against an OpenAI-compatible client bound to `sampler`
+    instead of the built-in loop.
+    """
+    return asyncio.run(
+        areplay(lake, scenarios, sampler, config, tools=tools, rollout=rollout, progress=progress)
+    )
+
+
+class _Progress:
+    """A rich progress bar (or nothing), advanced once per finished group."""
+
+    def __init__(self, enabled: bool, total: int, sampler: Sampler) -> None:
+        self._bar: Any = None
+        if enabled and total:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(
+                TextColumn("replay"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("groups · {task.fields[tokens]} tokens"),
+                TimeElapsedColumn(),
+                transient=False,
+            )
+            self._task = self._bar.add_task("replay", total=total, tokens=0)
+
+    def __enter__(self) -> _Progress:
+        if self._bar is not None:
+            self._bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    def advance(self, tokens: int | None = None) -> None:
+        if self._bar is not None:
+            fields = {"tokens": tokens} if tokens is not None else {}
+            self._bar.update(self._task, advance=1, **fields)
+
+
+def _progress(enabled: bool, total: int, sampler: Sampler) -> _Progress:
+    return _Progress(enabled, total, sampler)

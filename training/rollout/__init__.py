@@ -1,0 +1,1 @@
+"""Rollouts: the token-level agent loop, tool-call parsing, tool sources, and an OpenAI-compatible app."""

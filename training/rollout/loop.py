@@ -1,0 +1,217 @@
+"""The token-level agent loop: multi-turn rollouts with tools, recorded token for token.
+
+A group of `G` rollouts of one scenario starts with a single request for `G` samples of the
+rendered prompt (vLLM shares that prefill across the samples). Each sample then goes on by
+itself: its text is parsed for `<tool_call>` blocks, the tools answer, and the next prompt is
+
+    previous prompt ids + sampled ids + ids of the rendered tool-result suffix
+
+never a re-tokenised conversation; the loop checks that every prompt extends the last. A
+rollout ends when the model answers without calling a tool (`ok`), when a completion hits
+its token budget, the turn limit or the total-token limit (`truncated`, with the reason in
+`finish_reason`), and a malformed tool call is answered with an error result, like any
+failed tool, so the model can recover and the batch never crashes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from training.errors import RolloutError
+from training.rollout.parsing import ParsedToolCall, parse_assistant_text
+from training.rollout.render import ChatRenderer
+from training.rollout.tools import ToolResult, ToolSource
+from training.samplers.base import Completion, Sampler, SampleRequest, SamplingParams
+from training.scenarios import Scenario
+
+EpisodeStatus = Literal["ok", "truncated", "error"]
+
+
+@dataclass(frozen=True)
+class RolloutLimits:
+    """Bounds on one rollout."""
+
+    max_turns: int = field(default=8, metadata={"help": "Most assistant turns (model calls) per rollout."})
+    max_tokens: int = field(default=256, metadata={"help": "Most sampled tokens per turn."})
+    max_total_tokens: int = field(
+        default=4096, metadata={"help": "Most tokens in a prompt plus its completion (context budget)."}
+    )
+
+
+@dataclass
+class Episode:
+    """One rollout: the conversation as lake messages, the token-level turns, how it ended."""
+
+    messages: list[dict[str, Any]]
+    turns: list[dict[str, Any]] = field(default_factory=list)
+    final_output: str | None = None
+    status: EpisodeStatus = "ok"
+    finish_reason: str = "stop"  # stop, length, max_turns, max_total_tokens, error
+    error: str | None = None
+    tool_calls: int = 0
+    tool_errors: int = 0
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    ended_at: datetime | None = None
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(len(t["completion_token_ids"]) for t in self.turns)
+
+    @property
+    def input_tokens(self) -> int:
+        return len(self.turns[0]["prompt_token_ids"]) if self.turns else 0
+
+
+def message(role: str, content: str | None, **extra: Any) -> dict[str, Any]:
+    """A lake MESSAGE struct with every field present."""
+    return {
+        "role": role,
+        "content": content,
+        "name": extra.get("name"),
+        "tool_call_id": extra.get("tool_call_id"),
+        "tool_calls": extra.get("tool_calls") or [],
+        "is_error": extra.get("is_error"),
+    }
+
+
+def turn_record(prompt_ids: list[int], completion: Completion) -> dict[str, Any]:
+    """A lake TURN struct."""
+    return {
+        "prompt_token_ids": list(prompt_ids),
+        "completion_token_ids": list(completion.token_ids),
+        "logprobs": list(completion.logprobs),
+        "finish_reason": completion.finish_reason,
+    }
+
+
+def malformed_result(call: ParsedToolCall) -> ToolResult:
+    """What the model is told about a tool call it wrote badly."""
+    hint = 'write <tool_call>{"name": "<tool>", "arguments": {...}}</tool_call>'
+    return ToolResult(f"error: malformed tool call ({call.error}): {call.raw.strip()[:200]!r}; {hint}", True)
+
+
+class AgentLoop:
+    """Runs groups of rollouts of scenarios on one sampler, tool source and set of limits."""
+
+    def __init__(
+        self,
+        sampler: Sampler,
+        tools: ToolSource,
+        *,
+        params: SamplingParams | None = None,
+        limits: RolloutLimits | None = None,
+        renderer: ChatRenderer | None = None,
+    ) -> None:
+        self.sampler = sampler
+        self.tools = tools
+        self.params = params or SamplingParams()
+        self.limits = limits or RolloutLimits()
+        self.renderer = renderer or ChatRenderer(sampler.tokenizer)
+
+    async def run_group(self, scenario: Scenario, group_size: int) -> list[Episode]:
+        """`group_size` rollouts of `scenario`; the first turn is one request with n = group_size."""
+        prompt = self.renderer.prompt_ids(scenario.messages, scenario.tools)
+        budget = min(self.limits.max_tokens, self.limits.max_total_tokens - len(prompt))
+        if budget < 1:
+            started = datetime.now(UTC)
+            return [
+                Episode(
+                    messages=list(scenario.messages),
+                    status="truncated",
+                    finish_reason="max_total_tokens",
+                    error=f"prompt has {len(prompt)} tokens, the limit is {self.limits.max_total_tokens}",
+                    started_at=started,
+                    ended_at=started,
+                )
+                for _ in range(group_size)
+            ]
+        first = await self.sampler.agenerate(
+            SampleRequest(tuple(prompt), group_size, self.params.with_max_tokens(budget))
+        )
+        return list(await asyncio.gather(*(self._continue(scenario, prompt, c) for c in first)))
+
+    async def _continue(self, scenario: Scenario, prompt: list[int], completion: Completion) -> Episode:
+        episode = Episode(messages=list(scenario.messages))
+        try:
+            await self._run(scenario, episode, prompt, completion)
+        except RolloutError:
+            raise  # a broken invariant is a bug, not a model failure
+        except Exception as exc:  # a backend failure mid-rollout: recorded, the group goes on
+            episode.status, episode.finish_reason = "error", "error"
+            episode.error = f"{type(exc).__name__}: {exc}"
+        episode.ended_at = datetime.now(UTC)
+        return episode
+
+    async def _run(
+        self, scenario: Scenario, episode: Episode, prompt: list[int], completion: Completion
+    ) -> None:
+        limits = self.limits
+        while True:
+            turn = len(episode.turns)
+            episode.turns.append(turn_record(prompt, completion))
+            ids = list(completion.token_ids)
+            stopped = completion.finish_reason == "stop"
+            text = self.renderer.decode(
+                ids[:-1] if stopped and ids and ids[-1] == self.renderer.eos_token_id else ids
+            )
+            if not stopped:  # cut off mid-answer: keep what was said, do not run half a tool call
+                episode.messages.append(message("assistant", text))
+                episode.status, episode.finish_reason = "truncated", "length"
+                return
+            parsed = parse_assistant_text(text)
+            if not parsed.tool_calls:
+                episode.messages.append(message("assistant", parsed.content))
+                episode.final_output = parsed.content
+                return
+            calls = [
+                {
+                    "id": f"call_{turn}_{k}",
+                    "name": call.name,
+                    "arguments": call.arguments if call.ok else call.raw,
+                }
+                for k, call in enumerate(parsed.tool_calls)
+            ]
+            episode.messages.append(message("assistant", parsed.content, tool_calls=calls))
+            results = await asyncio.gather(*(self._call(call, scenario) for call in parsed.tool_calls))
+            tool_messages = []
+            for call, record, result in zip(parsed.tool_calls, calls, results, strict=True):
+                episode.tool_calls += 1
+                episode.tool_errors += result.is_error
+                tool_messages.append(
+                    message(
+                        "tool",
+                        result.content,
+                        name=call.name or None,
+                        tool_call_id=record["id"],
+                        is_error=result.is_error,
+                    )
+                )
+            episode.messages.extend(tool_messages)
+            if turn + 1 >= limits.max_turns:
+                episode.status, episode.finish_reason = "truncated", "max_turns"
+                return
+            next_prompt = prompt + ids + self.renderer.tool_suffix_ids(tool_messages)
+            if next_prompt[: len(prompt)] != prompt:  # by construction; checked because training relies on it
+                raise RolloutError(
+                    f"turn {turn + 1}'s prompt does not extend turn {turn}'s",
+                    scenario_id=scenario.scenario_id,
+                    turn=turn + 1,
+                    reason="prompt_not_extended",
+                )
+            budget = min(limits.max_tokens, limits.max_total_tokens - len(next_prompt))
+            if budget < 1:
+                episode.status, episode.finish_reason = "truncated", "max_total_tokens"
+                return
+            prompt = next_prompt
+            (completion,) = await self.sampler.agenerate(
+                SampleRequest(tuple(prompt), 1, self.params.with_max_tokens(budget))
+            )
+
+    async def _call(self, call: ParsedToolCall, scenario: Scenario) -> ToolResult:
+        if not call.ok:
+            return malformed_result(call)
+        return await self.tools.call(call.name, json.loads(call.arguments), scenario)

@@ -1,0 +1,111 @@
+"""Chat-template rendering at the token level: the first prompt, and tool-result suffixes.
+
+Only two things are ever tokenised: the scenario's prompt prefix (once, at the start of a
+rollout) and the text the template puts after an assistant turn that called tools (the tool
+results and the next assistant header). Sampled tokens are never decoded and re-encoded, so
+every turn's prompt is exactly the previous prompt + the sampled ids + the suffix ids.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from training.errors import RolloutError
+
+_DUMMY = [{"role": "user", "content": "."}, {"role": "assistant", "content": "."}]
+
+
+def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Lake message structs -> what chat templates expect (arguments as objects, no null fields)."""
+    out = []
+    for message in messages:
+        m: dict[str, Any] = {"role": message["role"], "content": message.get("content") or ""}
+        if message.get("name"):
+            m["name"] = message["name"]
+        if message.get("tool_call_id"):
+            m["tool_call_id"] = message["tool_call_id"]
+        calls = message.get("tool_calls") or []
+        if calls:
+            m["tool_calls"] = [
+                {
+                    "id": call.get("id"),
+                    "type": "function",
+                    "function": {
+                        "name": call.get("name") or "",
+                        "arguments": _as_object(call.get("arguments")),
+                    },
+                }
+                for call in calls
+            ]
+        out.append(m)
+    return out
+
+
+def _as_object(arguments: str | dict | None) -> Any:
+    if isinstance(arguments, dict):
+        return arguments
+    try:
+        return json.loads(arguments or "{}")
+    except json.JSONDecodeError:
+        return arguments
+
+
+def parse_tools(tools: str | list | None) -> list[dict] | None:
+    """Tool definitions from the lake's JSON text (or a list) -> list, or None when there are none."""
+    if tools is None or tools == "":
+        return None
+    if isinstance(tools, str):
+        tools = json.loads(tools)
+    return list(tools) or None
+
+
+class ChatRenderer:
+    """Token-level rendering with one tokenizer's chat template."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.eos_token: str = tokenizer.eos_token
+        self.eos_token_id: int = tokenizer.eos_token_id
+
+    def render(self, messages: list[dict], tools: list[dict] | None, *, add_generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(
+            template_messages(messages),
+            tools=tools,
+            tokenize=False,
+            add_generation_prompt=add_generation_prompt,
+        )
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: list[int] | tuple[int, ...]) -> str:
+        """Exact text of sampled ids, special tokens included (nothing is hidden from the record)."""
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def prompt_ids(self, messages: list[dict], tools: list[dict] | None) -> list[int]:
+        """The first prompt: the scenario's messages plus the assistant header."""
+        return self.encode(self.render(messages, tools, add_generation_prompt=True))
+
+    def tool_suffix_text(self, tool_messages: list[dict]) -> str:
+        """What the template writes after an assistant turn's EOS: tool results + next assistant header.
+
+        Found by rendering a dummy conversation with and without the tool results and taking
+        the difference, so it follows whatever template the tokenizer has.
+        """
+        base = self.render(_DUMMY, None, add_generation_prompt=False)
+        full = self.render([*_DUMMY, *tool_messages], None, add_generation_prompt=True)
+        if not full.startswith(base) or self.eos_token not in base:
+            raise RolloutError(
+                "the chat template is not prefix-preserving for tool results (rendering with the tool "
+                f"messages does not extend rendering without them: {base[-60:]!r} vs {full[len(base) - 60 :][:120]!r}); "
+                "use a template like Qwen2.5's",
+                scenario_id="*",
+                turn=0,
+                reason="template_not_prefix_preserving",
+            )
+        after_eos = base[base.rindex(self.eos_token) + len(self.eos_token) :]
+        return after_eos + full[len(base) :]
+
+    def tool_suffix_ids(self, tool_messages: list[dict]) -> list[int]:
+        return self.encode(self.tool_suffix_text(tool_messages))

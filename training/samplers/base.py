@@ -1,0 +1,271 @@
+"""The one sampler interface every backend implements: token ids in, sampled token ids + logprobs out.
+
+A backend is asked for `n` samples of one prompt (`SampleRequest`), and answers with `n`
+`Completion`s: the sampled token ids exactly as sampled (ending with the EOS token when the
+model stopped), one processed log-probability per sampled token (after temperature, top-k
+and top-p, which is what GRPO's importance ratio needs), and a finish reason (`stop` or
+`length`). Text never enters or leaves a sampler: callers render and tokenise prompts, and
+decode completions, themselves.
+
+Backends implement `_generate` (a batch of requests, synchronous). `agenerate` lets many
+concurrent rollouts share one backend: requests that arrive together are gathered into one
+batch by a `MicroBatcher` and run in a worker thread, so the CPU/GPU sees batches, not
+single prompts. HTTP backends override `agenerate` and let the server batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample. The same fields mean the same thing on every backend."""
+
+    max_tokens: int = field(default=256, metadata={"help": "Most tokens to sample per completion."})
+    temperature: float = field(default=1.0, metadata={"help": "Softmax temperature; 0 = greedy."})
+    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass (1.0 = off)."})
+    top_k: int = field(default=0, metadata={"help": "Keep the k most likely tokens (0 = off)."})
+    seed: int | None = field(
+        default=None, metadata={"help": "Seed for reproducible sampling, if the backend can."}
+    )
+    stop_token_ids: tuple[int, ...] = field(
+        default=(), metadata={"help": "Token ids that end a completion besides the model's EOS."}
+    )
+
+    def __post_init__(self) -> None:
+        from training.errors import SamplerError
+
+        problems = []
+        if self.max_tokens < 1:
+            problems.append(f"`max_tokens` must be >= 1, got {self.max_tokens}")
+        if self.temperature < 0:
+            problems.append(f"`temperature` must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            problems.append(f"`top_p` must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            problems.append(f"`top_k` must be >= 0, got {self.top_k}")
+        if problems:
+            raise SamplerError(
+                "bad sampling parameters: " + "; ".join(problems), backend="*", reason="bad_params"
+            )
+
+    def with_max_tokens(self, max_tokens: int) -> SamplingParams:
+        """The same parameters with another token budget."""
+        return SamplingParams(
+            max_tokens=max_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            seed=self.seed,
+            stop_token_ids=self.stop_token_ids,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form, stored in trajectory metadata."""
+        return {
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "seed": self.seed,
+            "stop_token_ids": list(self.stop_token_ids),
+        }
+
+
+@dataclass(frozen=True)
+class SampleRequest:
+    """Sample `n` completions of one prompt (token ids), optionally through a LoRA adapter."""
+
+    prompt_ids: tuple[int, ...]
+    n: int = 1
+    params: SamplingParams = field(default_factory=SamplingParams)
+    adapter: str | None = None  # path of a PEFT LoRA adapter; None = the sampler's default
+
+    def __post_init__(self) -> None:
+        from training.errors import SamplerError
+
+        if self.n < 1:
+            raise SamplerError(f"`n` must be >= 1, got {self.n}", backend="*", reason="bad_params")
+        if not self.prompt_ids:
+            raise SamplerError("the prompt has no tokens", backend="*", reason="empty_prompt")
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One sampled completion: ids as sampled, one logprob per id, why it ended."""
+
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    finish_reason: FinishReason
+
+
+def adapter_name(path: str) -> str:
+    """A stable short name for an adapter path (servers key adapters by name)."""
+    import hashlib
+
+    resolved = str(Path(path).expanduser().resolve()) if "://" not in path else path
+    return f"lora-{hashlib.sha256(resolved.encode()).hexdigest()[:12]}"
+
+
+class Sampler(ABC):
+    """A policy that samples completions. Subclasses implement `_generate` (and may override `agenerate`)."""
+
+    backend: str = "abstract"
+
+    def __init__(self, model: str, *, adapter: str | None = None, tokenizer: str | None = None) -> None:
+        self.model = model
+        self.adapter = adapter
+        self.tokenizer_path = tokenizer or model
+        self._tokenizer: Any = None
+        self._batcher: MicroBatcher | None = None
+
+    # --- what callers use ------------------------------------------------------------------
+
+    @property
+    def policy(self) -> str:
+        """What produced the samples: the model, plus the adapter when there is one."""
+        return f"{self.model}+{self.adapter}" if self.adapter else self.model
+
+    @property
+    def tokenizer(self) -> Any:
+        """The policy's tokenizer (loaded lazily with `AutoTokenizer`)."""
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(self.tokenizer_path)
+        return self._tokenizer
+
+    def generate(self, requests: Sequence[SampleRequest]) -> list[list[Completion]]:
+        """Sample every request; returns, per request, its `n` completions in order."""
+        if not requests:
+            return []
+        requests = [self._with_default_adapter(r) for r in requests]
+        results = self._generate(requests)
+        for request, completions in zip(requests, results, strict=True):
+            check_completions(self.backend, request, completions)
+        return results
+
+    async def agenerate(self, request: SampleRequest) -> list[Completion]:
+        """Sample one request from async code; concurrent calls are batched together."""
+        if self._batcher is None:
+            self._batcher = MicroBatcher(self.generate, max_batch=self.max_batch_requests)
+        return await self._batcher.submit(request)
+
+    def close(self) -> None:
+        """Release what the backend holds (HTTP pools, engines)."""
+        if self._batcher is not None:
+            self._batcher.close()
+
+    def __enter__(self) -> Sampler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- what backends implement -------------------------------------------------------
+
+    max_batch_requests: int = 64
+
+    @abstractmethod
+    def _generate(self, requests: Sequence[SampleRequest]) -> list[list[Completion]]:
+        """Sample a batch of requests (adapter already resolved)."""
+
+    def _with_default_adapter(self, request: SampleRequest) -> SampleRequest:
+        if request.adapter is None and self.adapter is not None:
+            return SampleRequest(request.prompt_ids, request.n, request.params, self.adapter)
+        return request
+
+
+def check_completions(backend: str, request: SampleRequest, completions: list[Completion]) -> None:
+    """The contract every backend keeps; a broken backend fails loudly, not with bad training data."""
+    from training.errors import SamplerError
+
+    if len(completions) != request.n:
+        raise SamplerError(
+            f"backend `{backend}` returned {len(completions)} completions for n={request.n}",
+            backend=backend,
+            reason="wrong_count",
+        )
+    for c in completions:
+        if len(c.token_ids) != len(c.logprobs):
+            raise SamplerError(
+                f"backend `{backend}` returned {len(c.token_ids)} tokens but {len(c.logprobs)} logprobs",
+                backend=backend,
+                reason="logprob_mismatch",
+            )
+
+
+class MicroBatcher:
+    """Gathers concurrent `submit` calls into batches for a synchronous batch function.
+
+    One worker thread runs one batch at a time; whatever arrived while it ran forms the next
+    batch. Under load batches fill up by themselves, and a lone request waits for nobody.
+    """
+
+    def __init__(self, run_batch: Any, max_batch: int = 64, window_s: float = 0.005) -> None:
+        self._run_batch = run_batch
+        self._max_batch = max_batch
+        # After the first request of a batch arrives, wait this long for company: rollouts
+        # that start together reach the sampler a few microseconds apart.
+        self._window_s = window_s
+        self._pending: list[tuple[SampleRequest, asyncio.Future, asyncio.AbstractEventLoop]] = []
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    async def submit(self, request: SampleRequest) -> list[Completion]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future = loop.create_future()
+        with self._wake:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name="sampler-batcher", daemon=True)
+                self._thread.start()
+            self._pending.append((request, future, loop))
+            self._wake.notify()
+        return await future
+
+    def close(self) -> None:
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+
+    def _work(self) -> None:
+        while True:
+            with self._wake:
+                while not self._pending and not self._closed:
+                    self._wake.wait()
+                if self._closed and not self._pending:
+                    return
+                deadline = time.monotonic() + self._window_s
+                while len(self._pending) < self._max_batch and (left := deadline - time.monotonic()) > 0:
+                    self._wake.wait(left)
+                batch, self._pending = self._pending[: self._max_batch], self._pending[self._max_batch :]
+            try:
+                results = self._run_batch([request for request, _, _ in batch])
+            except BaseException as exc:  # delivered to every waiter, never lost in the thread
+                for _, future, loop in batch:
+                    loop.call_soon_threadsafe(_set_exception, future, exc)
+                continue
+            for (_, future, loop), result in zip(batch, results, strict=True):
+                loop.call_soon_threadsafe(_set_result, future, result)
+
+
+def _set_result(future: asyncio.Future, result: Any) -> None:
+    if not future.done():
+        future.set_result(result)
+
+
+def _set_exception(future: asyncio.Future, exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)

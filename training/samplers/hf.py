@@ -1,0 +1,168 @@
+"""The `transformers` backend: batched `generate` on CPU or GPU, the embedded default.
+
+Requests that share sampling parameters and adapter are run as one left-padded batch, each
+prompt repeated `n` times (`generate` has no prefill sharing, vLLM does). Log-probabilities
+are the processed ones: `compute_transition_scores(..., normalize_logits=True)` takes the
+log-softmax of the scores *after* temperature, top-k and top-p, the distribution the tokens
+were actually drawn from. A finished row is cut right after its first EOS (the EOS is kept:
+it was sampled); `generate` pads the rest, and the padding is never returned.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from training.errors import SamplerError
+from training.samplers.base import Completion, Sampler, SampleRequest, SamplingParams, adapter_name
+
+
+class TransformersSampler(Sampler):
+    """Sample with a Hugging Face causal LM (`AutoModelForCausalLM`), optionally through PEFT LoRA adapters."""
+
+    backend = "transformers"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        adapter: str | None = None,
+        tokenizer: str | None = None,
+        device: str | None = None,
+        dtype: str | None = None,
+        max_batch_rows: int = 64,
+    ) -> None:
+        super().__init__(model, adapter=adapter, tokenizer=tokenizer)
+        self.device_name = device
+        self.dtype_name = dtype
+        self.max_batch_rows = max_batch_rows
+        self._model: Any = None
+        self._peft: Any = None
+        self._loaded_adapters: dict[str, str] = {}
+        # generate() is not re-entrant on one model; the micro-batcher already serialises, direct callers may not.
+        self._lock = threading.Lock()
+
+    # --- loading ------------------------------------------------------------------------
+
+    def _load(self) -> Any:
+        if self._model is None:
+            import torch
+            from transformers import AutoModelForCausalLM
+
+            device = self.device_name or ("cuda" if torch.cuda.is_available() else "cpu")
+            dtype = (
+                getattr(torch, self.dtype_name)
+                if self.dtype_name
+                else (torch.bfloat16 if device.startswith("cuda") else torch.float32)
+            )
+            try:
+                model = AutoModelForCausalLM.from_pretrained(self.model, dtype=dtype)
+            except OSError as exc:
+                raise SamplerError(
+                    f"cannot load model `{self.model}`: {exc}; pass a local model folder "
+                    "(e.g. one built by `trajlake tiny-model PATH`)",
+                    backend=self.backend,
+                    reason="model_not_found",
+                ) from exc
+            self._model = model.to(device).eval()
+        return self._model
+
+    def _model_for(self, adapter: str | None) -> tuple[Any, Any]:
+        """The module to call generate on, and a context manager selecting the adapter."""
+        import contextlib
+
+        model = self._load()
+        if adapter is None:
+            if self._peft is None:
+                return model, contextlib.nullcontext()
+            return self._peft, self._peft.disable_adapter()
+        name = adapter_name(adapter)
+        if name not in self._loaded_adapters:
+            try:
+                if self._peft is None:
+                    from peft import PeftModel
+
+                    self._peft = PeftModel.from_pretrained(model, adapter, adapter_name=name).eval()
+                else:
+                    self._peft.load_adapter(adapter, adapter_name=name)
+            except (OSError, ValueError) as exc:
+                raise SamplerError(
+                    f"cannot load LoRA adapter `{adapter}`: {exc}; it should be a folder with "
+                    "`adapter_config.json` and `adapter_model.safetensors`",
+                    backend=self.backend,
+                    reason="adapter_not_found",
+                ) from exc
+            self._loaded_adapters[name] = adapter
+        self._peft.set_adapter(name)
+        return self._peft, contextlib.nullcontext()
+
+    # --- sampling -----------------------------------------------------------------------
+
+    def _generate(self, requests: Sequence[SampleRequest]) -> list[list[Completion]]:
+        results: list[list[Completion] | None] = [None] * len(requests)
+        groups: dict[tuple[SamplingParams, str | None], list[int]] = {}
+        for i, request in enumerate(requests):
+            groups.setdefault((request.params, request.adapter), []).append(i)
+        with self._lock:
+            for (params, adapter), indices in groups.items():
+                rows = [(i, requests[i].prompt_ids) for i in indices for _ in range(requests[i].n)]
+                done: dict[int, list[Completion]] = {i: [] for i in indices}
+                for start in range(0, len(rows), self.max_batch_rows):
+                    chunk = rows[start : start + self.max_batch_rows]
+                    for (i, _), completion in zip(chunk, self._run(chunk, params, adapter), strict=True):
+                        done[i].append(completion)
+                for i in indices:
+                    results[i] = done[i]
+        return [r for r in results if r is not None]
+
+    def _run(
+        self, rows: list[tuple[int, tuple[int, ...]]], params: SamplingParams, adapter: str | None
+    ) -> list[Completion]:
+        import torch
+
+        model, adapter_ctx = self._model_for(adapter)
+        base = self._load()
+        eos = base.generation_config.eos_token_id
+        eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
+        eos_ids += [t for t in params.stop_token_ids if t not in eos_ids]
+        pad = base.generation_config.pad_token_id
+        pad = pad if pad is not None else eos_ids[0]
+        width = max(len(prompt) for _, prompt in rows)
+        input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
+        attention = torch.zeros((len(rows), width), dtype=torch.long)
+        for r, (_, prompt) in enumerate(rows):  # left padding: every row's next token is at `width`
+            input_ids[r, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+            attention[r, width - len(prompt) :] = 1
+        device = base.device
+        greedy = params.temperature == 0
+        kwargs: dict[str, Any] = {
+            "do_sample": not greedy,
+            "max_new_tokens": params.max_tokens,
+            "eos_token_id": eos_ids,
+            "pad_token_id": pad,
+            "output_scores": True,
+            "return_dict_in_generate": True,
+        }
+        if not greedy:
+            kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k)
+        else:
+            kwargs.update(temperature=None, top_p=None, top_k=None)
+        if params.seed is not None:
+            torch.manual_seed(params.seed)
+        with torch.inference_mode(), adapter_ctx:
+            out = model.generate(
+                input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs
+            )
+            scores = base.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)
+        generated = out.sequences[:, width:].tolist()
+        logprobs = scores.float().cpu().tolist()
+        completions = []
+        eos_set = set(eos_ids)
+        for tokens, lps in zip(generated, logprobs, strict=True):
+            end = next((j + 1 for j, t in enumerate(tokens) if t in eos_set), None)
+            if end is None:  # never stopped: every position is a sampled token
+                completions.append(Completion(tuple(tokens), tuple(lps[: len(tokens)]), "length"))
+            else:
+                completions.append(Completion(tuple(tokens[:end]), tuple(lps[:end]), "stop"))
+        return completions

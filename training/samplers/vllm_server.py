@@ -1,0 +1,203 @@
+"""The `vllm-server` backend: an OpenAI-compatible `vllm serve` reached over HTTP.
+
+Prompts go as token ids to `/v1/completions` (`prompt: [ids]`), with `n`, `logprobs` and
+vLLM's `return_token_ids`, so nothing is re-tokenised on either side. The server batches
+and shares the prompt's prefill across the `n` samples (prefix caching). Adapters are
+loaded once per path with `/v1/load_lora_adapter` (the server must run with
+`--enable-lora` and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=1`) and then addressed by name.
+
+The client keeps one pooled `httpx.AsyncClient` per event loop, bounds in-flight requests
+with a semaphore, and retries connection errors, timeouts, 429 and 5xx with exponential
+backoff; a 4xx is a caller error and is raised at once with the server's message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+from training.errors import SamplerError
+from training.samplers.base import Completion, Sampler, SampleRequest, adapter_name, check_completions
+
+RETRYABLE_STATUS = {408, 429, 500, 502, 503, 504}
+
+
+class VLLMServerSampler(Sampler):
+    """Sample from a running `vllm serve` (or anything speaking its completions protocol)."""
+
+    backend = "vllm-server"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str = "http://127.0.0.1:8000",
+        adapter: str | None = None,
+        tokenizer: str | None = None,
+        api_key: str | None = None,
+        served_model: str | None = None,
+        max_concurrency: int = 64,
+        timeout_s: float = 300.0,
+        retries: int = 3,
+        backoff_s: float = 0.5,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        super().__init__(model, adapter=adapter, tokenizer=tokenizer)
+        self.base_url = base_url.rstrip("/").removesuffix("/v1")
+        self.served_model = served_model or model
+        self.api_key = api_key
+        self.max_concurrency = max_concurrency
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self._transport = transport
+        # Pools and semaphores belong to one event loop; sync callers run a fresh loop each time.
+        self._clients: dict[int, tuple[httpx.AsyncClient, asyncio.Semaphore]] = {}
+        self._loaded: set[str] = set()
+
+    # --- HTTP plumbing ------------------------------------------------------------------
+
+    def _client(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
+        loop = asyncio.get_running_loop()
+        key = id(loop)
+        if key not in self._clients:
+            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+            client = httpx.AsyncClient(
+                base_url=self.base_url,
+                headers=headers,
+                timeout=httpx.Timeout(self.timeout_s, connect=min(10.0, self.timeout_s)),
+                limits=httpx.Limits(
+                    max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency
+                ),
+                transport=self._transport,
+            )
+            self._clients[key] = (client, asyncio.Semaphore(self.max_concurrency))
+        return self._clients[key]
+
+    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any] | str:
+        client, semaphore = self._client()
+        last: str = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
+            try:
+                async with semaphore:
+                    response = await client.post(path, json=body)
+            except (httpx.TransportError, httpx.TimeoutException) as exc:
+                last = f"{type(exc).__name__}: {exc}"
+                continue
+            if response.status_code in RETRYABLE_STATUS:
+                last = f"HTTP {response.status_code}: {response.text[:300]}"
+                continue
+            if response.status_code >= 400:
+                raise SamplerError(
+                    f"`{self.base_url}{path}` refused the request: HTTP {response.status_code}: "
+                    f"{response.text[:500]}",
+                    backend=self.backend,
+                    reason="http_error",
+                )
+            content_type = response.headers.get("content-type", "")
+            return response.json() if "json" in content_type else response.text
+        raise SamplerError(
+            f"`{self.base_url}{path}` failed after {self.retries + 1} attempts (last: {last}); "
+            "is `vllm serve` running there?",
+            backend=self.backend,
+            reason="unreachable",
+        )
+
+    async def _ensure_adapter(self, path: str) -> str:
+        name = adapter_name(path)
+        if name not in self._loaded:
+            # Concurrent first uses may both ask; vLLM answers the second "already loaded" (HTTP 400).
+            try:
+                await self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": path})
+            except SamplerError as exc:
+                if "already" not in str(exc).lower():
+                    raise
+            self._loaded.add(name)
+        return name
+
+    # --- sampling -----------------------------------------------------------------------
+
+    async def agenerate(self, request: SampleRequest) -> list[Completion]:
+        request = self._with_default_adapter(request)
+        model = await self._ensure_adapter(request.adapter) if request.adapter else self.served_model
+        p = request.params
+        body: dict[str, Any] = {
+            "model": model,
+            "prompt": list(request.prompt_ids),
+            "n": request.n,
+            "max_tokens": p.max_tokens,
+            "temperature": p.temperature,
+            "top_p": p.top_p,
+            "logprobs": 1,
+            "return_token_ids": True,
+            "skip_special_tokens": False,
+        }
+        if p.top_k:
+            body["top_k"] = p.top_k
+        if p.seed is not None:
+            body["seed"] = p.seed
+        if p.stop_token_ids:
+            body["stop_token_ids"] = list(p.stop_token_ids)
+        payload = await self._post("/v1/completions", body)
+        completions = parse_completions_response(payload, request.n, backend=self.backend)
+        check_completions(self.backend, request, completions)
+        return completions
+
+    def _generate(self, requests: Sequence[SampleRequest]) -> list[list[Completion]]:
+        async def run() -> list[list[Completion]]:
+            try:
+                return list(await asyncio.gather(*(self.agenerate(r) for r in requests)))
+            finally:
+                await self._aclose_current()
+
+        return asyncio.run(run())
+
+    async def _aclose_current(self) -> None:
+        entry = self._clients.pop(id(asyncio.get_running_loop()), None)
+        if entry is not None:
+            await entry[0].aclose()
+
+    async def aclose(self) -> None:
+        """Close the pooled client of the running loop."""
+        await self._aclose_current()
+
+
+def parse_completions_response(payload: Any, n: int, *, backend: str = "vllm-server") -> list[Completion]:
+    """Turn a vLLM `/v1/completions` response (with `return_token_ids`) into `Completion`s, by choice index."""
+    try:
+        choices = sorted(payload["choices"], key=lambda c: c.get("index", 0))
+        completions = []
+        for choice in choices:
+            token_ids = choice.get("token_ids")
+            if token_ids is None:
+                raise KeyError("token_ids")
+            logprobs = (choice.get("logprobs") or {}).get("token_logprobs")
+            if logprobs is None:
+                raise KeyError("logprobs.token_logprobs")
+            reason = choice.get("finish_reason") or "length"
+            completions.append(
+                Completion(
+                    tuple(int(t) for t in token_ids),
+                    tuple(float(x) for x in logprobs),
+                    "stop" if reason == "stop" else "length",
+                )
+            )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SamplerError(
+            f"the server's /v1/completions answer lacks `{exc}`: is it vLLM with `return_token_ids` "
+            f"support? (answer starts {str(payload)[:200]!r})",
+            backend=backend,
+            reason="bad_response",
+        ) from exc
+    if len(completions) != n:
+        raise SamplerError(
+            f"asked for n={n} completions, the server returned {len(completions)}",
+            backend=backend,
+            reason="wrong_count",
+        )
+    return completions

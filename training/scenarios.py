@@ -1,0 +1,374 @@
+"""Scenarios: replayable prompt prefixes cut from production trajectories (or loaded from JSONL).
+
+A scenario is what a policy is asked to do again: the conversation up to the first
+assistant turn (or a chosen one), the tool definitions the agent had, the expected outcome
+when the source says it (metadata `expected`, else the trajectory's `final_output`), and
+the tool results recorded in the source trajectory, so a replay can answer the same tool
+calls the same way without the production systems (`metadata.recorded_tools`).
+
+Ids and splits are deterministic: a scenario id hashes its source trajectory and cut turn
+(or, from JSONL, its content), and the train/val split hashes the source trajectory, so
+re-creating scenarios is idempotent and every scenario of one trajectory lands on the same
+side of the split.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import store
+from store.catalog import check_read_only
+from training.errors import ScenarioError
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One row of the `scenarios` table, with JSON columns parsed."""
+
+    scenario_id: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
+    expected: Any = None
+    split: str = "train"
+    source_trajectory_id: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def recorded_tools(self) -> list[dict[str, Any]]:
+        """Tool calls and results recorded in the source trajectory: name, arguments, content, is_error."""
+        return list(self.metadata.get("recorded_tools") or [])
+
+    def to_row(self) -> dict[str, Any]:
+        """The `scenarios` table row."""
+        return {
+            "scenario_id": self.scenario_id,
+            "messages": self.messages,
+            "tools": json.dumps(self.tools) if self.tools is not None else None,
+            "expected": json.dumps(self.expected) if self.expected is not None else None,
+            "split": self.split,
+            "source_trajectory_id": self.source_trajectory_id,
+            "created_at": store.utc_now(),
+            "metadata": json.dumps(self.metadata),
+        }
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Scenario:
+        """Back from a `scenarios` row (as DuckDB/Arrow return it)."""
+        return cls(
+            scenario_id=row["scenario_id"],
+            messages=[normalize_message(m) for m in row["messages"] or []],
+            tools=_loads(row.get("tools")),
+            expected=_loads(row.get("expected")),
+            split=row.get("split") or "train",
+            source_trajectory_id=row.get("source_trajectory_id"),
+            metadata=_loads(row.get("metadata")) or {},
+        )
+
+
+@dataclass(frozen=True)
+class ScenarioResult:
+    """What a create/load did: the scenario ids written and the trajectories skipped, with reasons."""
+
+    scenario_ids: list[str]
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (trajectory_id, reason code)
+    files: list[str] = field(default_factory=list)
+
+
+# --- pure functions -----------------------------------------------------------------------
+
+
+def _loads(text: str | None) -> Any:
+    if text is None or text == "":
+        return None
+    return json.loads(text) if isinstance(text, str) else text
+
+
+def assign_split(key: str, val_fraction: float, salt: str = "") -> str:
+    """`val` for a stable `val_fraction` of keys (by hash), `train` for the rest."""
+    digest = hashlib.sha256(f"{salt}{key}".encode()).hexdigest()
+    return "val" if int(digest[:8], 16) / 0xFFFFFFFF < val_fraction else "train"
+
+
+def normalize_message(message: dict[str, Any]) -> dict[str, Any]:
+    """Any OpenAI-style or lake message dict -> the lake's MESSAGE struct (every field present)."""
+    calls = []
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function") or call
+        arguments = fn.get("arguments")
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments if arguments is not None else {})
+        calls.append({"id": call.get("id"), "name": fn.get("name"), "arguments": arguments})
+    content = message.get("content")
+    if isinstance(content, list):  # OpenAI content parts: keep the text parts
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return {
+        "role": message.get("role"),
+        "content": content,
+        "name": message.get("name"),
+        "tool_call_id": message.get("tool_call_id"),
+        "tool_calls": calls,
+        "is_error": message.get("is_error"),
+    }
+
+
+def recorded_tool_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every tool call in a conversation paired with its result (by `tool_call_id`, else by order)."""
+    results_by_id = {
+        m.get("tool_call_id"): m for m in messages if m.get("role") == "tool" and m.get("tool_call_id")
+    }
+    unmatched_results = [m for m in messages if m.get("role") == "tool" and not m.get("tool_call_id")]
+    recorded = []
+    for message in messages:
+        for call in message.get("tool_calls") or []:
+            result = results_by_id.get(call.get("id")) if call.get("id") else None
+            if result is None and unmatched_results:
+                result = unmatched_results.pop(0)
+            if result is None:
+                continue
+            recorded.append(
+                {
+                    "name": call.get("name"),
+                    "arguments": call.get("arguments") or "{}",
+                    "content": result.get("content") or "",
+                    "is_error": bool(result.get("is_error")),
+                }
+            )
+    return recorded
+
+
+def prompt_prefix(messages: list[dict[str, Any]], turn: int = 0) -> list[dict[str, Any]] | None:
+    """Messages before the `turn`-th assistant message (0 = the first); None if there is no such turn."""
+    seen = 0
+    for i, message in enumerate(messages):
+        if message.get("role") == "assistant":
+            if seen == turn:
+                return messages[:i]
+            seen += 1
+    # No assistant turn at all: the whole conversation is the prompt (a trace cut short).
+    return list(messages) if turn == 0 and seen == 0 else None
+
+
+def scenario_from_trajectory(row: dict[str, Any], *, turn: int = 0, val_fraction: float = 0.1) -> Scenario:
+    """Cut a scenario from a trajectory row; raises `ScenarioError` (with a reason code) when it cannot."""
+    trajectory_id = row["trajectory_id"]
+    messages = [normalize_message(m) for m in row.get("messages") or []]
+    if not messages:
+        raise ScenarioError(
+            f"trajectory `{trajectory_id}` has no messages", item=trajectory_id, reason="no_messages"
+        )
+    prefix = prompt_prefix(messages, turn)
+    if prefix is None:
+        assistants = sum(m["role"] == "assistant" for m in messages)
+        raise ScenarioError(
+            f"trajectory `{trajectory_id}` has {assistants} assistant turns, so there is no turn {turn} to cut at",
+            item=trajectory_id,
+            reason="no_such_turn",
+        )
+    if not any(m["role"] in ("user", "tool") for m in prefix):
+        raise ScenarioError(
+            f"trajectory `{trajectory_id}` has no user message before assistant turn {turn} "
+            f"(roles: {[m['role'] for m in messages][:8]})",
+            item=trajectory_id,
+            reason="no_prompt",
+        )
+    metadata = _loads(row.get("metadata")) or {}
+    expected = metadata.get("expected") if isinstance(metadata, dict) else None
+    if expected is None and row.get("final_output"):
+        expected = {"final_output": row["final_output"]}
+    scenario_id = "sc-" + hashlib.sha256(f"{trajectory_id}\x00{turn}".encode()).hexdigest()[:16]
+    return Scenario(
+        scenario_id=scenario_id,
+        messages=prefix,
+        tools=_loads(row.get("tools")) or None,
+        expected=expected,
+        split=assign_split(trajectory_id, val_fraction),
+        source_trajectory_id=trajectory_id,
+        metadata={
+            "turn": turn,
+            "agent_name": row.get("agent_name"),
+            "source_model": row.get("model"),
+            "recorded_tools": recorded_tool_results(messages),
+        },
+    )
+
+
+def scenario_from_json(obj: Any, *, where: str, val_fraction: float = 0.1) -> Scenario:
+    """A scenario from one JSONL object: `messages` (required), `tools`, `expected`, `split`, `scenario_id`,
+    `metadata`, `recorded_tools`."""
+    if not isinstance(obj, dict):
+        raise ScenarioError(
+            f"{where}: expected a JSON object, got {type(obj).__name__}", item=where, reason="not_an_object"
+        )
+    messages = obj.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ScenarioError(
+            f"{where}: `messages` must be a non-empty list (keys present: {sorted(obj)})",
+            item=where,
+            reason="missing_messages",
+        )
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in ROLES:
+            role = message.get("role") if isinstance(message, dict) else message
+            raise ScenarioError(
+                f"{where}: message {i} has role `{role}`; roles must be one of {', '.join(ROLES)}",
+                item=where,
+                reason="bad_role",
+            )
+    normalized = [normalize_message(m) for m in messages]
+    tools = obj.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise ScenarioError(
+            f"{where}: `tools` must be a list of tool definitions", item=where, reason="bad_tools"
+        )
+    split = obj.get("split")
+    if split is not None and split not in ("train", "val"):
+        raise ScenarioError(
+            f"{where}: `split` is `{split}`; use `train` or `val`", item=where, reason="bad_split"
+        )
+    content_key = json.dumps({"messages": normalized, "tools": tools}, sort_keys=True)
+    scenario_id = obj.get("scenario_id") or "sc-" + hashlib.sha256(content_key.encode()).hexdigest()[:16]
+    metadata = dict(obj.get("metadata") or {})
+    if obj.get("recorded_tools") is not None:
+        metadata["recorded_tools"] = obj["recorded_tools"]
+    return Scenario(
+        scenario_id=str(scenario_id),
+        messages=normalized,
+        tools=tools or None,
+        expected=obj.get("expected"),
+        split=split or assign_split(str(scenario_id), val_fraction),
+        source_trajectory_id=obj.get("source_trajectory_id"),
+        metadata=metadata,
+    )
+
+
+def parse_scenarios_jsonl(
+    lines: Iterable[str], *, source: str = "<jsonl>", val_fraction: float = 0.1
+) -> list[Scenario]:
+    """Parse every line first (all or nothing): the first bad line raises, naming `source:line`."""
+    scenarios = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{source}:{number}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ScenarioError(
+                f"{where}: not valid JSON ({exc.msg} at column {exc.colno})", item=where, reason="bad_json"
+            ) from exc
+        scenarios.append(scenario_from_json(obj, where=where, val_fraction=val_fraction))
+    return scenarios
+
+
+# --- lake I/O -----------------------------------------------------------------------------
+
+
+def select_trajectories(lake: store.Lake | str, sql: str) -> list[dict[str, Any]]:
+    """Trajectory rows whose ids the user's SQL selects (it must return a `trajectory_id` column)."""
+    con = store.connect(lake, read_only=True)
+    try:
+        check_read_only(con, sql)
+        columns = [d[0] for d in con.sql(sql).description]
+        if "trajectory_id" not in columns:
+            raise ScenarioError(
+                f"the selection must return a `trajectory_id` column; it returns: {', '.join(columns)}",
+                item=sql,
+                reason="missing_column",
+            )
+        rows = (
+            con.sql(
+                f"SELECT t.* FROM trajectories t WHERE t.trajectory_id IN (SELECT trajectory_id FROM ({sql})) "
+                "ORDER BY t.trajectory_id"
+            )
+            .fetch_arrow_table()
+            .to_pylist()
+        )
+    except ScenarioError:
+        raise
+    except Exception as exc:  # duckdb raises many error types; all mean the SQL is wrong for this lake
+        raise ScenarioError(f"the selection SQL failed: {exc}", item=sql, reason="bad_sql") from exc
+    finally:
+        con.close()
+    return rows
+
+
+def create_scenarios(
+    lake: store.Lake | str, sql: str, *, turn: int = 0, val_fraction: float = 0.1
+) -> ScenarioResult:
+    """Make scenarios from the trajectories selected by `sql` and write them (one atomic write).
+
+    Trajectories that cannot give a scenario are skipped with a reason code; if none can,
+    nothing is written and `ScenarioError` says why.
+    """
+    rows = select_trajectories(lake, sql)
+    if not rows:
+        raise ScenarioError(
+            f"the selection returned no trajectories: {sql}", item=sql, reason="empty_selection"
+        )
+    scenarios, skipped = [], []
+    for row in rows:
+        try:
+            scenarios.append(scenario_from_trajectory(row, turn=turn, val_fraction=val_fraction))
+        except ScenarioError as exc:
+            skipped.append((row["trajectory_id"], exc.reason))
+    if not scenarios:
+        reasons = sorted({reason for _, reason in skipped})
+        raise ScenarioError(
+            f"none of the {len(rows)} selected trajectories gives a scenario (reasons: {', '.join(reasons)}); "
+            "nothing was written",
+            item=sql,
+            reason="no_scenarios",
+        )
+    result = store.write(lake, "scenarios", [s.to_row() for s in scenarios])
+    return ScenarioResult([s.scenario_id for s in scenarios], skipped, list(result.files))
+
+
+def load_scenarios(lake: store.Lake | str, path: str | Path, *, val_fraction: float = 0.1) -> ScenarioResult:
+    """Load scenarios from a JSONL file into the lake (validated entirely before anything is written)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(
+            f"cannot read `{path}`: {exc.strerror}", item=str(path), reason="unreadable"
+        ) from exc
+    scenarios = parse_scenarios_jsonl(text.splitlines(), source=str(path), val_fraction=val_fraction)
+    if not scenarios:
+        raise ScenarioError(f"`{path}` has no scenarios (empty file)", item=str(path), reason="empty_file")
+    result = store.write(lake, "scenarios", [s.to_row() for s in scenarios])
+    return ScenarioResult([s.scenario_id for s in scenarios], [], list(result.files))
+
+
+def read_scenarios(lake: store.Lake | str, sql: str = "SELECT * FROM scenarios") -> list[Scenario]:
+    """Scenarios whose ids `sql` selects (any query over the views returning `scenario_id`), by id."""
+    con = store.connect(lake, read_only=True)
+    try:
+        check_read_only(con, sql)
+        columns = [d[0] for d in con.sql(sql).description]
+        if "scenario_id" not in columns:
+            raise ScenarioError(
+                f"the scenario selection must return a `scenario_id` column; it returns: {', '.join(columns)}",
+                item=sql,
+                reason="missing_column",
+            )
+        rows = (
+            con.sql(
+                f"SELECT s.* FROM scenarios s WHERE s.scenario_id IN (SELECT scenario_id FROM ({sql})) ORDER BY s.scenario_id"
+            )
+            .fetch_arrow_table()
+            .to_pylist()
+        )
+    except ScenarioError:
+        raise
+    except Exception as exc:  # duckdb's error types vary; all mean the SQL is wrong for this lake
+        raise ScenarioError(f"the scenario selection SQL failed: {exc}", item=sql, reason="bad_sql") from exc
+    finally:
+        con.close()
+    return [Scenario.from_row(row) for row in rows]

@@ -1,0 +1,93 @@
+"""Configuration of the collector: one dataclass, every field with a default and help text.
+
+Library code never reads environment variables; `trajlake collect` turns its options
+(and `TRAJLAKE_*` variables) into a `CollectorConfig` and passes it down.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ingest.errors import IngestError
+from ingest.redact import RedactionConfig
+
+
+class ConfigError(IngestError, ValueError):
+    """An invalid combination of collector settings."""
+
+    def __init__(self, name: str, value: object, detail: str) -> None:
+        self.name = name
+        self.value = value
+        super().__init__(f"`{name}` = {value!r}: {detail}")
+
+
+@dataclass
+class CollectorConfig:
+    """How `trajlake collect` listens, authenticates, spools, batches and assembles."""
+
+    # --- where data goes
+    lake: str = field(
+        default="./lake", metadata={"help": "Lake path or URL the spans and trajectories go to."}
+    )
+    spool_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "Local directory of the write-ahead spool (default: <lake>/_spool for a local lake)."
+        },
+    )
+
+    # --- network
+    host: str = field(default="127.0.0.1", metadata={"help": "Address to bind."})
+    port: int = field(default=4318, metadata={"help": "Port to bind (4318 is the OTLP/HTTP default)."})
+
+    # --- authentication (off when unset)
+    bearer_token: str | None = field(
+        default=None, metadata={"help": "Require `Authorization: Bearer <token>` on the OTLP endpoints."}
+    )
+    langfuse_public_key: str | None = field(
+        default=None,
+        metadata={"help": "With the secret key: require Basic auth on the /api/public endpoints."},
+    )
+    langfuse_secret_key: str | None = field(default=None, metadata={"help": "See `langfuse_public_key`."})
+
+    # --- limits and back-pressure
+    max_body_bytes: int = field(
+        default=64 * 1024 * 1024,
+        metadata={"help": "Largest request body, compressed and decompressed (413 above it)."},
+    )
+    max_pending_bytes: int = field(
+        default=512 * 1024 * 1024,
+        metadata={"help": "Spooled bytes not yet in Parquet above which requests get 503 + Retry-After."},
+    )
+    retry_after_s: int = field(default=2, metadata={"help": "Retry-After seconds sent with 503."})
+
+    # --- batching into Parquet
+    flush_bytes: int = field(
+        default=64 * 1024 * 1024, metadata={"help": "Seal a spool segment into Parquet at this size."}
+    )
+    flush_seconds: float = field(default=5.0, metadata={"help": "... or when its oldest record is this old."})
+
+    # --- assembly
+    assemble: bool = field(default=True, metadata={"help": "Assemble trajectories as traces complete."})
+    idle_timeout_s: float = field(
+        default=30.0, metadata={"help": "Assemble a trace whose root span never came after this much quiet."}
+    )
+    assemble_interval_s: float = field(
+        default=1.0, metadata={"help": "How often pending traces are checked."}
+    )
+
+    # --- redaction
+    redaction: RedactionConfig = field(
+        default_factory=RedactionConfig, metadata={"help": "What to remove before anything is written."}
+    )
+
+    def __post_init__(self) -> None:
+        if bool(self.langfuse_public_key) != bool(self.langfuse_secret_key):
+            raise ConfigError(
+                "langfuse_public_key", self.langfuse_public_key, "set both Langfuse keys or neither"
+            )
+        for name in ("max_body_bytes", "max_pending_bytes", "flush_bytes"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(name, getattr(self, name), "must be positive")
+        if self.flush_seconds <= 0 or self.idle_timeout_s <= 0:
+            raise ConfigError("flush_seconds", self.flush_seconds, "timeouts must be positive")

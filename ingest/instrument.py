@@ -1,0 +1,118 @@
+"""`instrument(...)`: the one call a production agent makes to send its traces to trajlake.
+
+It builds a `TracerProvider` for `service_name`, exports either over OTLP/HTTP to a
+running `trajlake collect` (`endpoint=`) or straight into a lake in-process (`lake=`),
+turns GenAI content capture on (message content on span attributes, the current
+semantic conventions) and, when the OpenTelemetry OpenAI instrumentation is
+installed, instruments the `openai` client.
+
+>>> provider = instrument(endpoint="http://127.0.0.1:4318", service_name="support-agent")  # doctest: +SKIP
+>>> ...  # run the agent
+>>> provider.force_flush()  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
+
+import store
+from ingest.errors import IngestError
+from ingest.exporter import LakeSpanExporter
+from ingest.redact import RedactionConfig
+
+log = logging.getLogger("trajlake.ingest.instrument")
+
+CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+STABILITY_OPT_IN = "OTEL_SEMCONV_STABILITY_OPT_IN"
+
+
+class InstrumentError(IngestError, ValueError):
+    """`instrument` was called without a destination (or with two)."""
+
+
+def enable_content_capture() -> None:
+    """Ask GenAI instrumentations for message content on span attributes (latest conventions).
+
+    These switches are read by the instrumentation libraries themselves, so they are set
+    in the process environment; values the user already set are respected.
+    """
+    os.environ.setdefault(CAPTURE_CONTENT, "SPAN_ONLY")
+    opt_in = [v for v in os.environ.get(STABILITY_OPT_IN, "").split(",") if v]
+    if "gen_ai_latest_experimental" not in opt_in:
+        os.environ[STABILITY_OPT_IN] = ",".join([*opt_in, "gen_ai_latest_experimental"])
+
+
+def otlp_exporter(endpoint: str, headers: dict[str, str] | None = None, *, gzip: bool = True) -> SpanExporter:
+    """The standard OTLP/HTTP protobuf exporter pointed at a collector base URL or a full /v1/traces URL."""
+    from opentelemetry.exporter.otlp.proto.http import Compression
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    url = endpoint.rstrip("/")
+    if not url.endswith("/v1/traces"):
+        url += "/v1/traces"
+    return OTLPSpanExporter(
+        endpoint=url, headers=headers, compression=Compression.Gzip if gzip else Compression.NoCompression
+    )
+
+
+def instrument(
+    lake: store.Lake | str | os.PathLike[str] | None = None,
+    endpoint: str | None = None,
+    *,
+    service_name: str = "agent",
+    headers: dict[str, str] | None = None,
+    gzip: bool = True,
+    capture_content: bool = True,
+    instrument_openai: bool = True,
+    batch: bool = True,
+    set_global: bool = True,
+    redaction: RedactionConfig | None = None,
+    resource_attributes: dict[str, str] | None = None,
+) -> TracerProvider:
+    """A ready `TracerProvider` exporting to a collector (`endpoint`) or into a lake (`lake`).
+
+    `batch=False` exports each span as it ends (handy in tests and short scripts);
+    `set_global` installs the provider as the process's global one. Call
+    `provider.force_flush()` (or `shutdown()`) before the process exits.
+    """
+    if (lake is None) == (endpoint is None):
+        raise InstrumentError(
+            "pass exactly one destination: `endpoint=` (a running `trajlake collect`, e.g. "
+            "http://127.0.0.1:4318) or `lake=` (write in-process)"
+        )
+    if capture_content:
+        enable_content_capture()
+    exporter: SpanExporter
+    if endpoint is not None:
+        exporter = otlp_exporter(endpoint, headers, gzip=gzip)
+    else:
+        exporter = LakeSpanExporter(lake, redaction=redaction)  # type: ignore[arg-type]
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": service_name, **(resource_attributes or {})})
+    )
+    provider.add_span_processor(BatchSpanProcessor(exporter) if batch else SimpleSpanProcessor(exporter))
+    if set_global:
+        trace.set_tracer_provider(provider)
+    if instrument_openai:
+        _instrument_openai(provider)
+    return provider
+
+
+def _instrument_openai(provider: TracerProvider) -> None:
+    try:
+        from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+    except ImportError as exc:  # optional: the agent may use another instrumentation
+        log.info(
+            "opentelemetry-instrumentation-openai-v2 not usable (%s); openai calls not instrumented", exc
+        )
+        return
+    instrumentor = OpenAIInstrumentor()
+    if instrumentor.is_instrumented_by_opentelemetry:
+        instrumentor.uninstrument()
+    instrumentor.instrument(tracer_provider=provider)

@@ -1,0 +1,87 @@
+"""Which traces are ready to (re)assemble: the collector's and the exporter's bookkeeping.
+
+A trace is assembled when its root span arrives (children end, and are exported,
+before their parent, so the root is normally the last span), or after `idle_timeout_s`
+without new spans when the root never comes. A span arriving for a trace that was
+already assembled makes it ready again at once: the re-assembled rows supersede the old
+ones by key. Memory is bounded: at most `max_tracked` traces are remembered.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import date
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ingest.spans import LOG_KIND
+
+
+@dataclass
+class _Trace:
+    last_seen: float
+    dts: set[date] = field(default_factory=set)
+    root_seen: bool = False
+
+
+class PendingTraces:
+    """Thread-safe set of traces waiting for assembly."""
+
+    def __init__(self, idle_timeout_s: float = 30.0, max_tracked: int = 200_000) -> None:
+        self.idle_timeout_s = idle_timeout_s
+        self.max_tracked = max_tracked
+        self._pending: dict[str, _Trace] = {}
+        self._assembled: OrderedDict[str, set[date]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def observe(self, spans: pa.Table, now: float | None = None) -> None:
+        """Note the traces of rows that were just committed to the lake."""
+        if spans.num_rows == 0:
+            return
+        now = time.monotonic() if now is None else now
+        starts = spans.column("start_time")
+        dts = pc.cast(starts, pa.date32()).to_pylist()
+        roots = pc.and_(
+            pc.is_null(spans.column("parent_span_id")), pc.not_equal(spans.column("kind"), LOG_KIND)
+        )
+        roots = pc.fill_null(roots, False).to_pylist()
+        with self._lock:
+            for trace_id, day, is_root in zip(spans.column("trace_id").to_pylist(), dts, roots, strict=True):
+                entry = self._pending.get(trace_id)
+                if entry is None:
+                    entry = self._pending[trace_id] = _Trace(now)
+                    previous = self._assembled.get(trace_id)
+                    if previous is not None:  # a late span: the trace was assembled before
+                        entry.root_seen = True
+                        entry.dts |= previous
+                entry.last_seen = now
+                entry.dts.add(day)
+                entry.root_seen = entry.root_seen or bool(is_root)
+            while len(self._pending) > self.max_tracked:
+                # Over capacity: the oldest trace is forced out as ready on the next `take_ready`.
+                oldest = min(self._pending, key=lambda t: self._pending[t].last_seen)
+                self._pending[oldest].last_seen = float("-inf")
+                break
+
+    def take_ready(self, now: float | None = None, *, everything: bool = False) -> dict[str, set[date]]:
+        """Remove and return the traces ready now (all of them with `everything=True`), with their dates."""
+        now = time.monotonic() if now is None else now
+        ready: dict[str, set[date]] = {}
+        with self._lock:
+            for trace_id, entry in list(self._pending.items()):
+                if everything or entry.root_seen or now - entry.last_seen >= self.idle_timeout_s:
+                    ready[trace_id] = entry.dts
+                    del self._pending[trace_id]
+                    self._assembled[trace_id] = set(entry.dts)
+                    self._assembled.move_to_end(trace_id)
+            while len(self._assembled) > self.max_tracked:
+                self._assembled.popitem(last=False)
+        return ready
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._pending)

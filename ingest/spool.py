@@ -1,0 +1,248 @@
+"""A write-ahead spool: what makes an OTLP 200 mean "durable on disk".
+
+Each accepted request's rows are appended, as one Arrow IPC record, to the active
+segment file; a single writer thread group-commits whatever requests are queued (one
+`write` + one `fsync` for many requests), and only then are the requests answered.
+Segments are sealed by size or age and handed to the flusher, which writes them to the
+lake as large Parquet files (atomic rename, fsync) and only then deletes them.
+
+Crash safety, case by case:
+
+- killed before the fsync: the request was never answered, the client retries; the
+  torn tail record fails its length/CRC check and is ignored on recovery;
+- killed after the fsync: the record is in a segment, replayed into Parquet on restart;
+- killed between the Parquet commit and the segment delete: the segment is replayed
+  again, and the lake's views keep one row per (trace_id, span_id).
+
+Record layout: magic `TLS1`, little-endian u64 payload length, u32 CRC32 of the
+payload, payload.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+import queue
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+
+log = logging.getLogger("trajlake.ingest.spool")
+
+MAGIC = b"TLS1"
+HEADER = struct.Struct("<4sQI")
+_GROUP_MAX_BYTES = 32 * 1024 * 1024
+_STOP = object()
+
+
+def encode_table(table: pa.Table) -> bytes:
+    """One spool payload: the table as an Arrow IPC stream."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def decode_table(payload: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(payload)).read_all()
+
+
+def read_segment(path: Path) -> tuple[list[bytes], int]:
+    """The complete records of a segment and the byte offset where valid data ends."""
+    data = path.read_bytes()
+    records: list[bytes] = []
+    offset = 0
+    while offset + HEADER.size <= len(data):
+        magic, length, crc = HEADER.unpack_from(data, offset)
+        start = offset + HEADER.size
+        end = start + length
+        if magic != MAGIC or end > len(data) or zlib.crc32(data[start:end]) != crc:
+            break  # a torn tail: this request was never acknowledged
+        records.append(data[start:end])
+        offset = end
+    if offset != len(data):
+        log.warning("spool segment %s: ignoring %d bytes of torn tail", path, len(data) - offset)
+    return records, offset
+
+
+class Spool:
+    """Append-only, group-committed, segment-rotating write-ahead log in one local directory."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        segment_bytes: int,
+        segment_seconds: float,
+        on_sealed: Callable[[], None] | None = None,
+    ) -> None:
+        self.directory = Path(directory)
+        self.segment_bytes = segment_bytes
+        self.segment_seconds = segment_seconds
+        self.on_sealed = on_sealed
+        self._queue: queue.Queue[object] = queue.Queue()
+        self._lock = threading.Lock()
+        self._rotate_lock = threading.Lock()  # the flusher never sees a half-rotated spool
+        self._active: Path | None = None
+        self._file: object | None = None
+        self._active_bytes = 0
+        self._active_since = 0.0
+        self._seq = 0
+        self._queued_bytes = 0
+        self._thread: threading.Thread | None = None
+        self.committed_records = 0
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Open the spool; segments left by a previous run are sealed and wait for the flusher."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        existing = self.segments()
+        self._seq = max((int(p.stem.split("-")[1]) for p in existing), default=0)
+        self._open_new()
+        self._thread = threading.Thread(target=self._run, name="trajlake-spool", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Commit everything queued, then seal the active segment."""
+        if self._thread is not None:
+            self._queue.put(_STOP)
+            self._thread.join()
+            self._thread = None
+        with self._rotate_lock:
+            self._seal()
+
+    # --- appending -----------------------------------------------------------------------------
+
+    def append(self, payload: bytes) -> concurrent.futures.Future[None]:
+        """Queue one record; the future resolves once it is fsynced (or fails with the OS error)."""
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        with self._lock:
+            self._queued_bytes += len(payload)
+        self._queue.put((payload, future))
+        return future
+
+    def _run(self) -> None:
+        while True:
+            try:
+                item = self._queue.get(timeout=self._wait())
+            except queue.Empty:
+                self._maybe_rotate()
+                continue
+            stop = item is _STOP
+            group: list[tuple[bytes, concurrent.futures.Future[None]]] = [] if stop else [item]  # type: ignore[list-item]
+            size = sum(len(p) for p, _ in group)
+            while size < _GROUP_MAX_BYTES:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is _STOP:
+                    stop = True
+                    continue
+                group.append(more)  # type: ignore[arg-type]
+                size += len(more[0])  # type: ignore[index]
+            if group:
+                self._commit(group, size)
+            self._maybe_rotate()
+            if stop:
+                return
+
+    def _commit(self, group: list[tuple[bytes, concurrent.futures.Future[None]]], size: int) -> None:
+        try:
+            chunks = []
+            for payload, _ in group:
+                chunks.append(HEADER.pack(MAGIC, len(payload), zlib.crc32(payload)))
+                chunks.append(payload)
+            fd = self._file
+            os.write(fd, b"".join(chunks))  # type: ignore[arg-type]
+            os.fsync(fd)  # type: ignore[arg-type]
+        except OSError as exc:
+            log.error("spool write failed: %s", exc)
+            # The segment may now end in a partial record; start a fresh one so later
+            # records are not hidden behind it (recovery stops at the first bad record).
+            with self._rotate_lock:
+                self._seal()
+                self._open_new()
+            for _, future in group:
+                future.set_exception(exc)
+            with self._lock:
+                self._queued_bytes -= size
+            return
+        if self._active_bytes == 0:
+            self._active_since = time.monotonic()
+        self._active_bytes += size + HEADER.size * len(group)
+        self.committed_records += len(group)
+        with self._lock:
+            self._queued_bytes -= size
+        for _, future in group:
+            future.set_result(None)
+
+    # --- segments ------------------------------------------------------------------------------
+
+    def _wait(self) -> float:
+        if self._active_bytes == 0:
+            return 0.5
+        return max(0.01, self.segment_seconds - (time.monotonic() - self._active_since))
+
+    def _maybe_rotate(self) -> None:
+        if self._active_bytes == 0:
+            return
+        aged = time.monotonic() - self._active_since >= self.segment_seconds
+        if self._active_bytes >= self.segment_bytes or aged:
+            with self._rotate_lock:
+                self._seal()
+                self._open_new()
+
+    def _open_new(self) -> None:
+        self._seq += 1
+        self._active = self.directory / f"seg-{self._seq:012d}.wal"
+        self._file = os.open(self._active, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._active_bytes = 0
+        dir_fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)  # the new file's directory entry is durable before any ack
+        finally:
+            os.close(dir_fd)
+
+    def _seal(self) -> None:
+        if self._file is None:
+            return
+        os.close(self._file)  # type: ignore[arg-type]
+        self._file = None
+        sealed, self._active = self._active, None
+        if sealed is not None and self._active_bytes == 0:
+            sealed.unlink(missing_ok=True)
+        elif self.on_sealed is not None:
+            self.on_sealed()
+        self._active_bytes = 0
+
+    def segments(self) -> list[Path]:
+        return sorted(self.directory.glob("seg-*.wal"))
+
+    def sealed_segments(self) -> list[Path]:
+        """Segments ready for the flusher (everything but the one being written)."""
+        with self._rotate_lock:
+            active = self._active
+            return [p for p in self.segments() if p != active]
+
+    def remove(self, path: Path) -> None:
+        path.unlink(missing_ok=True)
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes accepted or queued that are not yet in the lake."""
+        on_disk = 0
+        for path in self.segments():
+            try:
+                on_disk += path.stat().st_size
+            except FileNotFoundError:
+                continue
+        with self._lock:
+            return on_disk + self._queued_bytes

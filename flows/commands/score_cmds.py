@@ -1,9 +1,287 @@
-"""Commands of this stage (filled in by the stage's owner)."""
+"""`trajlake score`, `trajlake combine`, `trajlake agreement`: the judging stage on the command line.
+
+Thin wrappers: options become `ScoreConfig`/`JudgeConfig`, the API key is read from the
+environment variable the user names, one library call does the work, and a summary
+table says what happened.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from flows.commands.options import LakeOption, fail, resolve_lake
+
+FormatOption = Annotated[str, typer.Option("--format", "-f", help="table or json")]
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
+
+
+def _print_summaries(summaries: list, fmt: str, lake: str) -> None:
+    if fmt == "json":
+        sys.stdout.write(json.dumps([s.as_dict() for s in summaries], default=str) + "\n")
+        return
+    table = Table(title="trajlake score", show_lines=False)
+    for column in (
+        "reward",
+        "groups scored",
+        "groups failed",
+        "skipped",
+        "values",
+        "mean",
+        "std",
+        "all-equal groups",
+        "judge calls",
+        "cache hits",
+        "tokens",
+        "cost $",
+    ):
+        table.add_column(column, overflow="fold")
+    for s in summaries:
+        stats = list(s.values.values()) or [None]
+        for i, v in enumerate(stats):
+            share = None if v is None else v.all_equal_share
+            table.add_row(
+                v.name if v is not None else s.reward,
+                str(s.groups_scored) if i == 0 else "",
+                str(s.groups_failed) if i == 0 else "",
+                str(s.groups_skipped + s.trajectories_skipped * (s.kind != "ruler")) if i == 0 else "",
+                str(v.count if v is not None else 0),
+                _fmt(v.mean if v is not None else None),
+                _fmt(v.std if v is not None else None),
+                "" if share is None else f"{share:.0%} ({v.all_equal_groups}/{v.groups})",
+                str(s.judge_calls) if s.kind == "ruler" and i == 0 else "",
+                str(s.cache_hits) if s.kind == "ruler" and i == 0 else "",
+                str(s.prompt_tokens + s.completion_tokens) if s.kind == "ruler" and i == 0 else "",
+                _fmt(s.cost_usd, 4) if i == 0 else "",
+            )
+    console = Console(width=max(140, Console().width))
+    console.print(table)
+    for s in summaries:
+        console.print(f"{s.reward}: scorer [bold]{s.scorer}[/bold]")
+        if s.failures:
+            reasons = ", ".join(f"{reason} x{n}" for reason, n in sorted(s.failures.items()))
+            console.print(f"[red]{s.reward}: failed rows by reason: {reasons}[/red] (a rerun retries them)")
+        for note in s.notes:
+            console.print(f"{s.reward}: {note}")
+    written = sum(s.rows_written for s in summaries)
+    console.print(
+        f"{written} reward rows written to {lake}/rewards (run {', '.join(s.run_id for s in summaries)})"
+    )
+
+
+def score(
+    reward: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--reward",
+            "-r",
+            help="`ruler`, a built-in (exact_match, normalized_match, valid_json, "
+            "tool_success, turn_penalty, length_penalty) or `package.module:function`. Repeatable.",
+        ),
+    ] = None,
+    sql_reward: Annotated[
+        str | None,
+        typer.Option("--sql-reward", help="DuckDB expression over `candidates` giving the reward."),
+    ] = None,
+    name: Annotated[
+        str | None, typer.Option("--name", help="Reward name to write (default: from the reward).")
+    ] = None,
+    where: Annotated[
+        str | None,
+        typer.Option("--where", help="SQL condition over trajectories (+ scenario `expected`, `split`)."),
+    ] = None,
+    judge_model: Annotated[
+        str | None,
+        typer.Option("--judge-model", envvar="TRAJLAKE_SCORE__JUDGE__MODEL", help="Judge model for RULER."),
+    ] = None,
+    judge_base_url: Annotated[
+        str | None,
+        typer.Option(
+            "--judge-base-url", envvar="TRAJLAKE_SCORE__JUDGE__BASE_URL", help="OpenAI-compatible base URL."
+        ),
+    ] = None,
+    judge_api_key_env: Annotated[
+        str, typer.Option("--judge-api-key-env", help="Environment variable holding the judge API key.")
+    ] = "OPENAI_API_KEY",
+    rubric: Annotated[
+        Path | None, typer.Option("--rubric", help="Rubric file (default: RULER's rubric).")
+    ] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", help="Judge calls in flight.")] = 8,
+    max_attempts: Annotated[int, typer.Option("--max-attempts", help="Attempts per group.")] = 4,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds per judge call.")] = 120.0,
+    seed: Annotated[int, typer.Option("--seed", help="Base seed of the per-group shuffle.")] = 0,
+    max_context_tokens: Annotated[
+        int, typer.Option("--max-context-tokens", help="Judge context window.")
+    ] = 128_000,
+    structured_output: Annotated[
+        str, typer.Option("--structured-output", help="auto, json_schema, json_object or none.")
+    ] = "auto",
+    input_cost: Annotated[
+        float | None, typer.Option("--input-cost", help="USD per 1M prompt tokens.")
+    ] = None,
+    output_cost: Annotated[
+        float | None, typer.Option("--output-cost", help="USD per 1M completion tokens.")
+    ] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Ignore cached judge verdicts.")] = False,
+    min_group_size: Annotated[int, typer.Option("--min-group-size", help="RULER skips smaller groups.")] = 2,
+    limit_groups: Annotated[
+        int | None, typer.Option("--limit-groups", help="Judge at most N groups now.")
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Score again what this scorer already scored.")
+    ] = False,
+    progress: Annotated[
+        bool, typer.Option("--progress/--no-progress", help="Progress bar on stderr.")
+    ] = True,
+    lake: LakeOption = None,
+    fmt: FormatOption = "table",
+) -> None:
+    """Score trajectories with RULER, programmatic or SQL rewards; idempotent and resumable."""
+    import judging
+
+    specs = list(reward or [])
+    if not specs and sql_reward is None:
+        raise fail(
+            "give at least one --reward (ruler, a built-in, or package.module:function) or --sql-reward", 2
+        )
+    if name and len(specs) + (sql_reward is not None) > 1:
+        raise fail("--name applies to a single reward; run one `trajlake score` per named reward", 2)
+    target = resolve_lake(lake)
+    try:
+        config = judging.ScoreConfig(
+            where=where,
+            name=name,
+            min_group_size=min_group_size,
+            limit_groups=limit_groups,
+            force=force,
+            progress=progress,
+        )
+        judge = None
+        if "ruler" in specs:
+            if not judge_model:
+                raise fail("RULER needs --judge-model (or TRAJLAKE_SCORE__JUDGE__MODEL)", 2)
+            judge = judging.JudgeConfig(
+                model=judge_model,
+                base_url=judge_base_url,
+                api_key=os.environ.get(judge_api_key_env),
+                rubric=rubric.read_text(encoding="utf-8") if rubric else None,
+                concurrency=concurrency,
+                max_attempts=max_attempts,
+                timeout_s=timeout,
+                seed=seed,
+                max_context_tokens=max_context_tokens,
+                structured_output=structured_output,  # type: ignore[arg-type]
+                input_cost_per_mtok=input_cost,
+                output_cost_per_mtok=output_cost,
+                use_cache=not no_cache,
+            )
+        rewards: list = [*specs]
+        if sql_reward is not None:
+            rewards.append(judging.SqlReward(sql_reward, name or "sql"))
+        summaries = [judging.score(target, spec, config, judge=judge) for spec in rewards]
+    except (judging.JudgingError, OSError) as exc:
+        raise fail(str(exc)) from None
+    _print_summaries(summaries, fmt, str(target))
+
+
+def combine(
+    weight: Annotated[
+        list[str],
+        typer.Option(
+            "--weight", "-w", help="`name=weight`, repeatable: e.g. -w ruler=0.7 -w exact_match=0.3"
+        ),
+    ],
+    name: Annotated[str, typer.Option("--name", help="Name of the combined reward.")] = "combined",
+    where: Annotated[str | None, typer.Option("--where", help="SQL condition over trajectories.")] = None,
+    normalize: Annotated[
+        bool, typer.Option("--normalize/--no-normalize", help="Divide by the sum of |weights|.")
+    ] = True,
+    lake: LakeOption = None,
+) -> None:
+    """Combine named rewards with weights into the one reward training uses (default name `combined`)."""
+    import judging
+
+    weights: dict[str, float] = {}
+    for item in weight:
+        key, sep, value = item.partition("=")
+        try:
+            weights[key.strip()] = float(value)
+        except ValueError:
+            raise fail(f"--weight `{item}`: expected name=number, e.g. ruler=0.7", 2) from None
+        if not sep or not key.strip():
+            raise fail(f"--weight `{item}`: expected name=number, e.g. ruler=0.7", 2)
+    try:
+        summary = judging.combine(resolve_lake(lake), weights, name, where=where, normalize=normalize)
+    except judging.JudgingError as exc:
+        raise fail(str(exc)) from None
+    failed = ", ".join(f"{k} x{v}" for k, v in sorted(summary.failed.items())) or "none"
+    typer.echo(
+        f"{summary.name} ({summary.scorer}): {summary.combined} combined, {summary.unchanged} unchanged, "
+        f"failed: {failed}, mean {_fmt(summary.mean)}"
+    )
+
+
+def agreement(
+    a: Annotated[str, typer.Argument(help="Reward name, or name@scorer.")],
+    b: Annotated[str, typer.Argument(help="Reward name, or name@scorer.")],
+    where: Annotated[str | None, typer.Option("--where", help="SQL condition over trajectories.")] = None,
+    groups: Annotated[bool, typer.Option("--groups", help="Also list every group.")] = False,
+    lake: LakeOption = None,
+    fmt: FormatOption = "table",
+) -> None:
+    """Rank agreement of two rewards within groups (Spearman's rho, pairwise agreement)."""
+    import judging
+
+    try:
+        report = judging.agreement(resolve_lake(lake), a, b, where=where)
+    except judging.JudgingError as exc:
+        raise fail(str(exc)) from None
+    if fmt == "json":
+        sys.stdout.write(json.dumps(report, default=lambda o: o.__dict__) + "\n")
+        return
+    table = Table(title=f"agreement: {a} vs {b}")
+    for column in (
+        "groups",
+        "rho defined",
+        "mean rho",
+        "median rho",
+        "pairwise agreement",
+        f"constant {a}",
+        f"constant {b}",
+    ):
+        table.add_column(column)
+    table.add_row(
+        str(report.groups),
+        str(report.defined),
+        _fmt(report.mean_spearman),
+        _fmt(report.median_spearman),
+        _fmt(report.pairwise_agreement),
+        str(report.constant_a),
+        str(report.constant_b),
+    )
+    console = Console(width=max(120, Console().width))
+    console.print(table)
+    if groups:
+        detail = Table("group", "size", "rho", "concordant", "discordant")
+        for g in report.per_group:
+            detail.add_row(g.group_id, str(g.size), _fmt(g.spearman), str(g.concordant), str(g.discordant))
+        console.print(detail)
+    if report.groups == 0:
+        console.print(f"no group has two or more trajectories scored by both `{a}` and `{b}`")
 
 
 def register(app: typer.Typer) -> None:
-    """Add this stage's commands to the `trajlake` app."""
+    """Add `score`, `combine` and `agreement` to the `trajlake` app."""
+    app.command("score")(score)
+    app.command("combine")(combine)
+    app.command("agreement")(agreement)

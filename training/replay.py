@@ -283,6 +283,8 @@ async def areplay(
     finally:
         # Whatever completed is kept even when the run is interrupted.
         await flush()
+        if hasattr(runner, "close"):
+            runner.close()
     result.elapsed_s = time.perf_counter() - started
     return result
 

@@ -45,6 +45,27 @@ class Scenario:
         """Tool calls and results recorded in the source trajectory: name, arguments, content, is_error."""
         return list(self.metadata.get("recorded_tools") or [])
 
+    def openai_messages(self) -> list[dict[str, Any]]:
+        """The prompt prefix as OpenAI chat messages (for user rollout functions)."""
+        out = []
+        for m in self.messages:
+            msg: dict[str, Any] = {"role": m["role"], "content": m.get("content") or ""}
+            if m.get("name") and m["role"] == "tool":
+                msg["name"] = m["name"]
+            if m.get("tool_call_id"):
+                msg["tool_call_id"] = m["tool_call_id"]
+            if m.get("tool_calls"):
+                msg["tool_calls"] = [
+                    {
+                        "id": c.get("id"),
+                        "type": "function",
+                        "function": {"name": c["name"], "arguments": c["arguments"]},
+                    }
+                    for c in m["tool_calls"]
+                ]
+            out.append(msg)
+        return out
+
     def to_row(self) -> dict[str, Any]:
         """The `scenarios` table row."""
         return {

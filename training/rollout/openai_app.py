@@ -1,0 +1,360 @@
+"""An OpenAI-compatible ASGI app in front of any sampler, speaking vLLM's token-id extensions.
+
+Routes: `POST /v1/chat/completions` (messages, tools, `n`, `logprobs`, returns `token_ids`
+per choice and `prompt_token_ids`, tool calls parsed from Hermes `<tool_call>` blocks),
+`POST /v1/completions` (prompt as text or token ids, `n`, `logprobs`, `return_token_ids`),
+`POST /v1/load_lora_adapter` / `/v1/unload_lora_adapter`, `GET /v1/models`, `GET /health`.
+
+Two uses:
+- user rollout functions get an `openai` client bound to this app (in process through
+  `httpx.ASGITransport`, or a loopback server), so agents written for the OpenAI SDK run
+  unchanged while every model call is recorded token-exactly per episode (header
+  `x-trajlake-episode`). A call whose rendered prompt extends the previous call's prompt +
+  completion reuses those ids and tokenises only the new tail, so multi-turn prompts extend
+  each other exactly as in the built-in loop;
+- the tests' stand-in for `vllm serve`: the `vllm-server` backend talks to it over real HTTP.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse
+from starlette.routing import Route
+
+from training.errors import SamplerError
+from training.rollout.parsing import parse_assistant_text
+from training.rollout.render import ChatRenderer, parse_tools
+from training.samplers.base import Completion, Sampler, SampleRequest, SamplingParams
+from training.scenarios import normalize_message
+
+EPISODE_HEADER = "x-trajlake-episode"
+
+
+@dataclass
+class RecordedCall:
+    """One chat call of one episode: the exact prompt ids, what was sampled, the conversation so far."""
+
+    prompt_ids: list[int]
+    completion: Completion
+    messages: list[dict[str, Any]]  # request messages + the returned assistant message (lake structs)
+    extends_previous: bool
+    full_text: str  # prompt text + sampled text: what the next call's prompt should start with
+
+
+@dataclass
+class Recorder:
+    """Chat calls per episode id, in order; `limit` caps calls per episode (the turn limit)."""
+
+    limit: int | None = None
+    calls: dict[str, list[RecordedCall]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def previous(self, episode: str) -> RecordedCall | None:
+        with self._lock:
+            calls = self.calls.get(episode)
+            return calls[-1] if calls else None
+
+    def count(self, episode: str) -> int:
+        with self._lock:
+            return len(self.calls.get(episode, []))
+
+    def add(self, episode: str, call: RecordedCall) -> None:
+        with self._lock:
+            self.calls.setdefault(episode, []).append(call)
+
+    def pop(self, episode: str) -> list[RecordedCall]:
+        with self._lock:
+            return self.calls.pop(episode, [])
+
+
+def _error(status: int, message: str, kind: str = "BadRequestError") -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
+
+
+def create_app(
+    sampler: Sampler,
+    *,
+    default_params: SamplingParams | None = None,
+    recorder: Recorder | None = None,
+    max_total_tokens: int | None = None,
+) -> Starlette:
+    """The app; `recorder` (optional) receives every chat call that carries an episode header."""
+    defaults = default_params or SamplingParams()
+    renderer = ChatRenderer(sampler.tokenizer)
+    adapters: dict[str, str] = {}
+
+    def params_from(body: dict[str, Any], prompt_len: int) -> SamplingParams:
+        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or defaults.max_tokens
+        if max_total_tokens is not None:
+            max_tokens = min(max_tokens, max_total_tokens - prompt_len)
+        if max_tokens < 1:
+            raise SamplerError(
+                f"the prompt has {prompt_len} tokens, leaving no room under the context budget of {max_total_tokens}",
+                backend="openai-app",
+                reason="context_exhausted",
+            )
+        return SamplingParams(
+            max_tokens=int(max_tokens),
+            temperature=float(body.get("temperature", defaults.temperature)),
+            top_p=float(body.get("top_p", defaults.top_p)),
+            top_k=int(body.get("top_k") or defaults.top_k),
+            seed=body.get("seed", defaults.seed),
+            stop_token_ids=tuple(body.get("stop_token_ids") or defaults.stop_token_ids),
+        )
+
+    def adapter_for(body: dict[str, Any]) -> str | None:
+        return adapters.get(body.get("model") or "")
+
+    async def chat(request: Request) -> JSONResponse:
+        body = await request.json()
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return _error(400, "`messages` must be a non-empty list")
+        episode = request.headers.get(EPISODE_HEADER)
+        if (
+            episode
+            and recorder is not None
+            and recorder.limit is not None
+            and recorder.count(episode) >= recorder.limit
+        ):
+            return _error(
+                400, f"episode `{episode}` reached its limit of {recorder.limit} model calls (max_turns)"
+            )
+        lake_messages = [normalize_message(m) for m in messages]
+        tools = parse_tools(body.get("tools"))
+        tools = (
+            [t if "function" in t else {"type": "function", "function": t} for t in tools] if tools else None
+        )
+        prompt_text = renderer.render(lake_messages, tools, add_generation_prompt=True)
+        previous = recorder.previous(episode) if (episode and recorder is not None) else None
+        extends = False
+        if previous is not None and prompt_text.startswith(previous.full_text):
+            extends = True
+            tail = prompt_text[len(previous.full_text) :]
+            prompt_ids = previous.prompt_ids + list(previous.completion.token_ids) + renderer.encode(tail)
+        else:
+            prompt_ids = renderer.encode(prompt_text)
+        n = int(body.get("n") or 1)
+        try:
+            params = params_from(body, len(prompt_ids))
+            completions = await sampler.agenerate(
+                SampleRequest(tuple(prompt_ids), n, params, adapter_for(body))
+            )
+        except SamplerError as exc:
+            return _error(400, str(exc))
+        choices = []
+        for i, completion in enumerate(completions):
+            ids = list(completion.token_ids)
+            stopped = completion.finish_reason == "stop" and ids and ids[-1] == renderer.eos_token_id
+            text = renderer.decode(ids[:-1] if stopped else ids)
+            parsed = parse_assistant_text(text)
+            ok_calls = [c for c in parsed.tool_calls if c.ok] if completion.finish_reason == "stop" else []
+            tool_calls = [
+                {
+                    "id": f"call_{uuid.uuid4().hex[:12]}",
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                }
+                for c in ok_calls
+            ]
+            content = parsed.content if tool_calls else text
+            finish = "tool_calls" if tool_calls else completion.finish_reason
+            choice: dict[str, Any] = {
+                "index": i,
+                "message": {
+                    "role": "assistant",
+                    "content": content or None,
+                    "tool_calls": tool_calls or None,
+                },
+                "finish_reason": finish,
+                "logprobs": None,
+                "token_ids": ids,
+            }
+            if body.get("logprobs"):
+                choice["logprobs"] = {
+                    "content": [
+                        {"token": renderer.decode([t]), "logprob": lp, "bytes": None, "top_logprobs": []}
+                        for t, lp in zip(ids, completion.logprobs, strict=True)
+                    ]
+                }
+            choices.append(choice)
+            if i == 0 and episode and recorder is not None:
+                assistant = normalize_message(choice["message"])
+                recorder.add(
+                    episode,
+                    RecordedCall(
+                        prompt_ids=prompt_ids,
+                        completion=completion,
+                        messages=[*lake_messages, assistant],
+                        extends_previous=extends or previous is None,
+                        full_text=prompt_text + renderer.decode(ids),
+                    ),
+                )
+        completion_tokens = sum(len(c.token_ids) for c in completions)
+        return JSONResponse(
+            {
+                "id": f"chatcmpl-{uuid.uuid4().hex}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.get("model") or sampler.model,
+                "choices": choices,
+                "prompt_token_ids": prompt_ids,
+                "usage": {
+                    "prompt_tokens": len(prompt_ids),
+                    "completion_tokens": completion_tokens,
+                    "total_tokens": len(prompt_ids) + completion_tokens,
+                },
+            }
+        )
+
+    async def completions(request: Request) -> JSONResponse:
+        body = await request.json()
+        prompt = body.get("prompt")
+        if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and isinstance(prompt[0], int)):
+            prompts = [prompt]
+        elif isinstance(prompt, list) and prompt and all(isinstance(p, str | list) for p in prompt):
+            prompts = list(prompt)
+        else:
+            return _error(400, "`prompt` must be text, a list of token ids, or a list of those")
+        if body.get("echo"):
+            return _error(400, "`echo` is not supported")
+        id_prompts = [renderer.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
+        n = int(body.get("n") or 1)
+        try:
+            results = [
+                await sampler.agenerate(
+                    SampleRequest(tuple(ids), n, params_from(body, len(ids)), adapter_for(body))
+                )
+                for ids in id_prompts
+            ]
+        except SamplerError as exc:
+            return _error(400, str(exc))
+        skip_special = body.get("skip_special_tokens", True)
+        choices = []
+        for p, (ids, completions_) in enumerate(zip(id_prompts, results, strict=True)):
+            for j, c in enumerate(completions_):
+                tokens = [renderer.decode([t]) for t in c.token_ids]
+                choice: dict[str, Any] = {
+                    "index": p * n + j,
+                    "text": renderer.tokenizer.decode(list(c.token_ids), skip_special_tokens=skip_special),
+                    "logprobs": None,
+                    "finish_reason": c.finish_reason,
+                    "stop_reason": None,
+                }
+                if body.get("logprobs") is not None:
+                    offsets, at = [], 0
+                    for token in tokens:
+                        offsets.append(at)
+                        at += len(token)
+                    choice["logprobs"] = {
+                        "text_offset": offsets,
+                        "token_logprobs": list(c.logprobs),
+                        "tokens": tokens,
+                        "top_logprobs": None,
+                    }
+                if body.get("return_token_ids"):
+                    choice["token_ids"] = list(c.token_ids)
+                    choice["prompt_token_ids"] = ids
+                choices.append(choice)
+        prompt_tokens = sum(len(ids) for ids in id_prompts)
+        completion_tokens = sum(len(c.token_ids) for cs in results for c in cs)
+        return JSONResponse(
+            {
+                "id": f"cmpl-{uuid.uuid4().hex}",
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": body.get("model") or sampler.model,
+                "choices": choices,
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens,
+                    "total_tokens": prompt_tokens + completion_tokens,
+                },
+            }
+        )
+
+    async def load_adapter(request: Request) -> PlainTextResponse | JSONResponse:
+        body = await request.json()
+        name, path = body.get("lora_name"), body.get("lora_path")
+        if not name or not path:
+            return _error(400, "both `lora_name` and `lora_path` must be provided")
+        if name in adapters:
+            return _error(400, f"The lora adapter '{name}' has already been loaded.")
+        from pathlib import Path
+
+        if not (Path(path) / "adapter_config.json").exists():
+            return _error(404, f"no LoRA adapter at `{path}` (adapter_config.json missing)", "NotFoundError")
+        adapters[name] = path
+        return PlainTextResponse(f"Success: LoRA adapter '{name}' added successfully.")
+
+    async def unload_adapter(request: Request) -> PlainTextResponse | JSONResponse:
+        body = await request.json()
+        name = body.get("lora_name")
+        if name not in adapters:
+            return _error(404, f"The lora adapter '{name}' cannot be found.", "NotFoundError")
+        del adapters[name]
+        return PlainTextResponse(f"Success: LoRA adapter '{name}' removed successfully.")
+
+    async def models(request: Request) -> JSONResponse:
+        data = [{"id": sampler.model, "object": "model", "owned_by": "trajlake"}]
+        data += [
+            {"id": name, "object": "model", "parent": sampler.model, "root": path}
+            for name, path in adapters.items()
+        ]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def health(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    return Starlette(
+        routes=[
+            Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/v1/completions", completions, methods=["POST"]),
+            Route("/v1/load_lora_adapter", load_adapter, methods=["POST"]),
+            Route("/v1/unload_lora_adapter", unload_adapter, methods=["POST"]),
+            Route("/v1/models", models, methods=["GET"]),
+            Route("/health", health, methods=["GET"]),
+        ]
+    )
+
+
+class LoopbackServer:
+    """Serve an ASGI app with uvicorn on 127.0.0.1 in a background thread (port 0 = any free port)."""
+
+    def __init__(self, app: Any, port: int = 0) -> None:
+        import uvicorn
+
+        self._server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+        )
+        self._thread = threading.Thread(target=self._server.run, name="trajlake-loopback", daemon=True)
+
+    def start(self, timeout_s: float = 10.0) -> str:
+        """Start and return the base URL (`http://127.0.0.1:PORT`)."""
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise SamplerError(
+                    "the loopback server did not start", backend="openai-app", reason="server_start"
+                )
+            time.sleep(0.01)
+        port = self._server.servers[0].sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}"
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -19,6 +19,7 @@ after that many good pages until `restore()`.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -107,6 +108,7 @@ class StandinLangfuse:
     faults: list[Fault] = field(default_factory=list)
     requests: list[tuple[str, dict[str, Any], int]] = field(default_factory=list)
     outage: dict[str, int] = field(default_factory=dict)  # path -> good pages left before the outage
+    delay_s: float = 0.0  # per observations page, to let a test kill a slow pull mid-way
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     # --- seeding -------------------------------------------------------------------------
@@ -251,6 +253,8 @@ class StandinLangfuse:
         return JSONResponse({"status": "OK", "version": "4.60.0"})
 
     async def _observations(self, request: Request) -> JSONResponse:
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
         response = self._guard(request) or self._list_observations(request)
         self._log(request, response.status_code)
         return response

@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from ingest.conversation import build_conversation, final_output
 from ingest.normalize import LLMCall, Span, ToolCall, normalize_span
+from ingest.normalize.genai import tool_definitions
 from ingest.normalize.types import first, maybe_json
 from ingest.spans import LOG_KIND
 from store.schema import PARTITION_COLUMN, REWARDS, TRAJECTORIES, WRITTEN_AT
@@ -171,12 +172,16 @@ def _runs(trace_id: str, spans: list[Span]) -> tuple[list[_Run], dict[str, _Run]
     return ordered, run_of_span
 
 
-def _tools(calls: list[LLMCall | ToolCall]) -> list[dict[str, Any]]:
+def _tools(calls: list[LLMCall | ToolCall], spans: list[Span]) -> list[dict[str, Any]]:
+    """Tool definitions from the chat calls, then from agent/workflow spans that declare them."""
     tools: dict[str, dict[str, Any]] = {}
     for call in calls:
         if isinstance(call, LLMCall):
             for tool in call.tools:
                 tools.setdefault(tool["function"]["name"], tool)
+    for span in spans:
+        for tool in tool_definitions(span["attributes"]):
+            tools.setdefault(tool["function"]["name"], tool)
     return list(tools.values())
 
 
@@ -247,7 +252,7 @@ def _trajectory(run: _Run, trace_spans: list[Span], has_root: bool) -> dict[str,
         "started_at": started,
         "ended_at": max(ends) if ends else None,
         "messages": messages,
-        "tools": json.dumps(_tools(llm_calls), sort_keys=True),
+        "tools": json.dumps(_tools(llm_calls, run.spans), sort_keys=True),
         "final_output": final_output(messages),
         "input_tokens": _sum([c.input_tokens for c in llm_calls]),
         "output_tokens": _sum([c.output_tokens for c in llm_calls]),

@@ -235,8 +235,9 @@ def logs_from_request(
                 digest = hashlib.blake2b(
                     record.SerializeToString(deterministic=True), digest_size=8
                 ).hexdigest()
-                if record.HasField("body"):
-                    attrs["log.body"] = any_value(record.body)
+                body = any_value(record.body) if record.HasField("body") else None
+                if body is not None:
+                    attrs["log.body"] = body
                 if record.severity_text:
                     attrs["log.severity_text"] = record.severity_text
                 at = record.time_unix_nano or record.observed_time_unix_nano or None

@@ -108,8 +108,11 @@ def serve_in_thread(app: object, port: int | None = None) -> Iterator[str]:
         thread.join(timeout=20)
 
 
-def run_agent(base_url: str, model: str = "gpt-4o-mini") -> str:
-    """The two-turn tool-using agent: ask, run the tool the model asks for, answer."""
+def run_agent(base_url: str, model: str = "gpt-4o-mini", tracer: object | None = None) -> str:
+    """The two-turn tool-using agent: ask, run the tool the model asks for, answer.
+
+    With a `tracer`, the tool execution gets its own `execute_tool` span (GenAI semconv).
+    """
     import openai
 
     client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="sk-test-not-a-real-key-000000000000")
@@ -137,6 +140,13 @@ def run_agent(base_url: str, model: str = "gpt-4o-mini") -> str:
     result = json.dumps(
         {"city": json.loads(call.function.arguments)["city"], "weather": "rainy", "celsius": 14}
     )
+    if tracer is not None:
+        with tracer.start_as_current_span(f"execute_tool {call.function.name}") as span:  # type: ignore[attr-defined]
+            span.set_attribute("gen_ai.operation.name", "execute_tool")
+            span.set_attribute("gen_ai.tool.name", call.function.name)
+            span.set_attribute("gen_ai.tool.call.id", call.id)
+            span.set_attribute("gen_ai.tool.call.arguments", call.function.arguments)
+            span.set_attribute("gen_ai.tool.call.result", result)
     messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
     second = client.chat.completions.create(
         model=model, messages=messages, tools=[WEATHER_TOOL], temperature=0.2

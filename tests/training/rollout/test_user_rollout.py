@@ -1,0 +1,80 @@
+"""User rollout functions driven through the OpenAI-compatible app, recorded token-exactly."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from tests.training.helpers import TOOLS, ScriptedSampler, calculator_script
+from training.errors import ToolSourceError
+from training.rollout.loop import RolloutLimits
+from training.rollout.user import UserRollouts
+from training.samplers.base import SamplingParams
+from training.scenarios import Scenario, normalize_message
+
+
+def _scenario() -> Scenario:
+    return Scenario(
+        scenario_id="sc-user",
+        messages=[
+            normalize_message({"role": "system", "content": "You are a careful math assistant."}),
+            normalize_message({"role": "user", "content": "What is 12 * 7?"}),
+        ],
+        tools=TOOLS,
+    )
+
+
+def _group(tiny_model: Path, spec: str, group_size: int = 2, limits: RolloutLimits | None = None):
+    sampler = ScriptedSampler(str(tiny_model), calculator_script)
+    runner = UserRollouts(sampler, spec, params=SamplingParams(max_tokens=64), limits=limits)
+    try:
+        return sampler, asyncio.run(runner.run_group(_scenario(), group_size))
+    finally:
+        runner.close()
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["tests.training.rollout.user_agents:async_agent", "tests.training.rollout.user_agents:sync_agent"],
+)
+def test_openai_sdk_agent_is_recorded_token_exactly(tiny_model: Path, spec: str) -> None:
+    sampler, episodes = _group(tiny_model, spec)
+    tokenizer = sampler.tokenizer
+    assert len(episodes) == 2
+    for episode in episodes:
+        assert episode.status == "ok", episode.error
+        assert episode.finish_reason == "stop"  # every call extended the previous one
+        assert episode.final_output == 'The answer is {"result": 84}.'
+        assert len(episode.turns) == 2
+        first, second = episode.turns
+        assert second["prompt_token_ids"][
+            : len(first["prompt_token_ids"]) + len(first["completion_token_ids"])
+        ] == (first["prompt_token_ids"] + first["completion_token_ids"])
+        assert first["completion_token_ids"][-1] == tokenizer.eos_token_id
+        assert tokenizer.decode(second["completion_token_ids"][:-1]) == episode.final_output
+        roles = [m["role"] for m in episode.messages]
+        assert roles == ["system", "user", "assistant", "tool", "assistant"]
+        assert episode.messages[2]["tool_calls"][0]["name"] == "calculator"
+
+
+def test_agent_failure_and_turn_limit_are_recorded(tiny_model: Path) -> None:
+    _, (failed,) = _group(tiny_model, "tests.training.rollout.user_agents:failing_agent", group_size=1)
+    assert failed.status == "error" and "agent crashed after one call" in failed.error
+    assert len(failed.turns) == 1  # the call it made is still recorded
+    _, (looped,) = _group(
+        tiny_model,
+        "tests.training.rollout.user_agents:looping_agent",
+        group_size=1,
+        limits=RolloutLimits(max_turns=3),
+    )
+    assert looped.status == "truncated" and looped.finish_reason == "max_turns" and len(looped.turns) == 3
+
+
+def test_bad_rollout_path_names_the_problem(tiny_model: Path) -> None:
+    sampler = ScriptedSampler(str(tiny_model), calculator_script)
+    with pytest.raises(ToolSourceError, match="no attribute `nope`"):
+        UserRollouts(sampler, "tests.training.rollout.user_agents:nope")
+    with pytest.raises(ToolSourceError, match="not an import path"):
+        UserRollouts(sampler, "just_a_name")

@@ -93,6 +93,7 @@ class RulerJudge:
         self._client_arg = client
         self._client: JudgeClient | None = None
         self._limit: asyncio.Semaphore | None = None
+        self._fell_back = False
         self.calls = 0  # groups sent to the judge this run (cache misses)
         self.cache_hits = 0
 
@@ -104,10 +105,12 @@ class RulerJudge:
 
     @property
     def fell_back_to_text(self) -> bool:
-        return self._client is not None and self._client.fell_back
+        """Whether the endpoint rejected `json_schema` and the tolerant parser took over."""
+        return self._fell_back or (self._client is not None and self._client.fell_back)
 
     async def aclose(self) -> None:
         if self._client is not None:
+            self._fell_back = self._fell_back or self._client.fell_back
             await self._client.close()
             self._client = None
         self._limit = None

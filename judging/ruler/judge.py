@@ -121,7 +121,8 @@ class JudgeClient:
 
     async def _once(self, prompt: JudgePrompt, cost: CallCost) -> dict[str, tuple[float, str]]:
         request: dict[str, Any] = {"model": self.config.model, "messages": prompt.messages}
-        fmt = response_format(self.mode)
+        sent_mode = self.mode
+        fmt = response_format(sent_mode)
         if fmt is not None:
             request["response_format"] = fmt
         if self.config.temperature is not None:
@@ -131,9 +132,10 @@ class JudgeClient:
         try:
             completion = await self.client.chat.completions.create(**request)
         except openai.APIStatusError as exc:
+            # Concurrent calls may all be rejected before the first switches modes: check what was sent.
             if (
                 self.config.structured_output == "auto"
-                and self.mode != "none"
+                and sent_mode != "none"
                 and _is_response_format_rejection(exc)
             ):
                 self.mode, self.fell_back = "none", True

@@ -66,7 +66,11 @@ def _entries(payload: Any) -> list[tuple[Any, Any, Any]]:
     """(id, score, explanation) triples from any accepted shape."""
     if isinstance(payload, dict):
         for key in ("scores", "results", "trajectories", "ratings"):
-            if isinstance(payload.get(key), list):
+            if key in payload:
+                if not isinstance(payload[key], list):
+                    raise _invalid(
+                        "invalid_json", f"`{key}` should be a list, got {type(payload[key]).__name__}"
+                    )
                 payload = payload[key]
                 break
         else:

@@ -74,3 +74,63 @@ def reward(
         "scored_at": store.utc_now(),
         "status": status,
     }
+
+
+def model_logprobs(
+    model_path: str, prompt: list[int], completion: list[int], temperature: float = 1.0
+) -> list[float]:
+    """Logprob of each completion token under the base model at `temperature` (what a sampler would store)."""
+    import torch
+
+    model = _cached_model(model_path)
+    ids = torch.tensor([prompt + completion])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt) - 1 : -1].float() / temperature
+    logps = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(completion).unsqueeze(1)).squeeze(1)
+    return logps.tolist()
+
+
+_MODELS: dict[str, object] = {}
+
+
+def _cached_model(model_path: str):  # type: ignore[no-untyped-def]
+    from transformers import AutoModelForCausalLM
+
+    if model_path not in _MODELS:
+        _MODELS[model_path] = AutoModelForCausalLM.from_pretrained(model_path).eval()
+    return _MODELS[model_path]
+
+
+def stored_groups(
+    model_path: str,
+    *,
+    groups: int = 3,
+    size: int = 4,
+    seed: int = 0,
+    temperature: float = 1.0,
+    multi_turn: bool = True,
+    vocab: int = 500,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Scored groups with token data whose logprobs are the base model's own (an on-policy sample).
+
+    Multi-turn rows have a tool-result glue between the two sampled turns.
+    """
+    import random
+
+    rng = random.Random(seed)
+    rows, rewards = [], []
+    for g in range(groups):
+        prompt = [rng.randrange(3, vocab) for _ in range(6 + g)]
+        for k in range(size):
+            tid = f"g{g}-{k}"
+            first = [rng.randrange(3, vocab) for _ in range(3 + k)]
+            turns = [
+                turn(prompt, first, model_logprobs(model_path, prompt, first, temperature), "tool_calls")
+            ]
+            if multi_turn:
+                history = prompt + first + [rng.randrange(3, vocab) for _ in range(4)]
+                second = [rng.randrange(3, vocab) for _ in range(2 + (k % 2))]
+                turns.append(turn(history, second, model_logprobs(model_path, history, second, temperature)))
+            rows.append(traj(tid, group_id=f"g{g}", scenario_id=f"s{g}", turns=turns))
+            rewards.append(reward(tid, float((k + g) % 3) / 2, group_id=f"g{g}"))
+    return rows, rewards

@@ -62,6 +62,11 @@ def _messages(raw: Any, default_role: str) -> tuple[list[Message], list[dict[str
     return [make_message(default_role, as_text(value))], tools
 
 
+def _text(value: Any) -> str | None:
+    value = maybe_json(value)
+    return None if value is None else str(value)
+
+
 def _usage(attrs: dict[str, Any]) -> tuple[int | None, int | None]:
     usage = maybe_json(attrs.get(f"{PREFIX}usage_details"))
     if not isinstance(usage, dict):
@@ -89,7 +94,8 @@ def normalize_langfuse(span: Span) -> LLMCall | ToolCall | None:
             trace_id=span["trace_id"],
             convention="langfuse",
             name=span.get("name"),
-            call_id=first(attrs, "gen_ai.tool.call.id", f"{PREFIX}metadata.tool_call_id"),
+            # Langfuse JSON-encodes each metadata value (`"\"call_1\""`).
+            call_id=_text(first(attrs, "gen_ai.tool.call.id", f"{PREFIX}metadata.tool_call_id")),
             arguments=as_json_text(arguments),
             result=as_text(maybe_json(attrs.get(f"{PREFIX}output"))),
             error=_error(span, attrs),

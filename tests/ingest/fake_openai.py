@@ -108,14 +108,25 @@ def serve_in_thread(app: object, port: int | None = None) -> Iterator[str]:
         thread.join(timeout=20)
 
 
-def run_agent(base_url: str, model: str = "gpt-4o-mini", tracer: object | None = None) -> str:
+def run_agent(
+    base_url: str,
+    model: str = "gpt-4o-mini",
+    tracer: object | None = None,
+    openai_module: object | None = None,
+    on_tool: object | None = None,
+) -> str:
     """The two-turn tool-using agent: ask, run the tool the model asks for, answer.
 
-    With a `tracer`, the tool execution gets its own `execute_tool` span (GenAI semconv).
+    With a `tracer`, the tool execution gets its own `execute_tool` span (GenAI semconv);
+    `on_tool(name, call_id, arguments, result)` records it any other way (Langfuse);
+    `openai_module` swaps in a wrapped client module (`langfuse.openai`).
     """
-    import openai
+    if openai_module is None:
+        import openai as openai_module
 
-    client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="sk-test-not-a-real-key-000000000000")
+    client = openai_module.OpenAI(  # type: ignore[attr-defined]
+        base_url=f"{base_url}/v1", api_key="sk-test-not-a-real-key-000000000000"
+    )
     messages: list[dict] = [
         {"role": "system", "content": "You are a weather assistant."},
         {"role": "user", "content": "What is the weather in Paris?"},
@@ -147,6 +158,8 @@ def run_agent(base_url: str, model: str = "gpt-4o-mini", tracer: object | None =
             span.set_attribute("gen_ai.tool.call.id", call.id)
             span.set_attribute("gen_ai.tool.call.arguments", call.function.arguments)
             span.set_attribute("gen_ai.tool.call.result", result)
+    if on_tool is not None:
+        on_tool(call.function.name, call.id, call.function.arguments, result)  # type: ignore[operator]
     messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
     second = client.chat.completions.create(
         model=model, messages=messages, tools=[WEATHER_TOOL], temperature=0.2

@@ -114,3 +114,63 @@ def test_library_yields_one_full_trajectory(library: str, gzip: bool, openai_url
     )
     names = sql(collector.lake, f"SELECT name, kind, parent_span_id FROM spans WHERE trace_id = '{trace_id}'")
     assert spans[0]["n"] == 4, names  # agent, two chat calls, one tool execution
+
+
+def test_langfuse_sdk_yields_one_full_trajectory_and_its_scores(openai_url: str, start_collector) -> None:  # type: ignore[no-untyped-def]
+    collector = start_collector(langfuse_public_key="pk-lf-test", langfuse_secret_key="sk-lf-test")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.ingest.langfuse_agent_script",
+            openai_url,
+            collector.url,
+            "pk-lf-test",
+            "sk-lf-test",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    trace_id = done.stdout.strip().splitlines()[-1]
+    check_trajectory(collector.lake, trace_id)
+    assert sql(collector.lake, f"SELECT source FROM trajectories WHERE trace_id = '{trace_id}'") == [
+        {"source": "langfuse"}
+    ]
+    rewards = {
+        r["name"]: r for r in sql(collector.lake, f"SELECT * FROM rewards WHERE trajectory_id = '{trace_id}'")
+    }
+    assert rewards["user_feedback"]["value"] == 1.0 and rewards["user_feedback"]["explanation"] == "thumbs up"
+    assert rewards["tone"]["value"] is None and json.loads(rewards["tone"]["metadata"])["label"] == "friendly"
+
+
+def test_langfuse_sdk_with_wrong_keys_gets_401_and_nothing_is_written(
+    openai_url: str, start_collector
+) -> None:  # type: ignore[no-untyped-def]
+    collector = start_collector(langfuse_public_key="pk-lf-test", langfuse_secret_key="sk-lf-test")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.ingest.langfuse_agent_script",
+            openai_url,
+            collector.url,
+            "pk-lf-test",
+            "wrong",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "401" in done.stderr
+    collector.runtime.flush_sealed()
+    assert collector.runtime.stats.rows_accepted == 0
+    assert not collector.lake.data_files("spans") and not collector.lake.data_files("rewards")

@@ -153,6 +153,11 @@ class Collector:
                 log.exception("flushing the spool to %s failed; will retry", self.lake)
                 self._stop.wait(1.0)
 
+    def flush(self) -> int:
+        """Seal the active spool segment and write everything spooled to the lake now."""
+        self.spool.rotate().result(timeout=60)
+        return self.flush_sealed()
+
     def flush_sealed(self) -> int:
         """Write every sealed spool segment to the lake's `spans` table, then delete it."""
         rows = 0

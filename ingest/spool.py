@@ -39,6 +39,7 @@ MAGIC = b"TLS1"
 HEADER = struct.Struct("<4sQI")
 _GROUP_MAX_BYTES = 32 * 1024 * 1024
 _STOP = object()
+_ROTATE = "rotate"
 
 
 def encode_table(table: pa.Table) -> bytes:
@@ -128,12 +129,22 @@ class Spool:
         self._queue.put((payload, future))
         return future
 
+    def rotate(self) -> concurrent.futures.Future[None]:
+        """Seal the active segment now (after everything queued before this call is committed)."""
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._queue.put((_ROTATE, future))
+        return future
+
     def _run(self) -> None:
         while True:
             try:
                 item = self._queue.get(timeout=self._wait())
             except queue.Empty:
                 self._maybe_rotate()
+                continue
+            if isinstance(item, tuple) and item[0] is _ROTATE:
+                self._maybe_rotate(force=True)
+                item[1].set_result(None)
                 continue
             stop = item is _STOP
             group: list[tuple[bytes, concurrent.futures.Future[None]]] = [] if stop else [item]  # type: ignore[list-item]
@@ -146,6 +157,9 @@ class Spool:
                 if more is _STOP:
                     stop = True
                     continue
+                if isinstance(more, tuple) and more[0] is _ROTATE:
+                    self._queue.put(more)  # handled after this group is committed
+                    break
                 group.append(more)  # type: ignore[arg-type]
                 size += len(more[0])  # type: ignore[index]
             if group:
@@ -191,11 +205,11 @@ class Spool:
             return 0.5
         return max(0.01, self.segment_seconds - (time.monotonic() - self._active_since))
 
-    def _maybe_rotate(self) -> None:
+    def _maybe_rotate(self, *, force: bool = False) -> None:
         if self._active_bytes == 0:
             return
         aged = time.monotonic() - self._active_since >= self.segment_seconds
-        if self._active_bytes >= self.segment_bytes or aged:
+        if force or self._active_bytes >= self.segment_bytes or aged:
             with self._rotate_lock:
                 self._seal()
                 self._open_new()

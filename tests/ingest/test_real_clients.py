@@ -171,6 +171,6 @@ def test_langfuse_sdk_with_wrong_keys_gets_401_and_nothing_is_written(
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "401" in done.stderr
-    collector.runtime.flush_sealed()
+    collector.runtime.flush()
     assert collector.runtime.stats.rows_accepted == 0
     assert not collector.lake.data_files("spans") and not collector.lake.data_files("rewards")

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 import store
 from ingest.langfuse.config import DEFAULT_CATEGORY_VALUES
 from ingest.langfuse.errors import ExportNotFound, MalformedExport, RecordProblem
@@ -59,6 +61,7 @@ class ImportReport:
     rewards: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
     elapsed_s: float = 0.0
+    phases_s: dict[str, float] = field(default_factory=dict)  # read+spans, assemble, rewards
 
 
 def classify_record(record: Any) -> str:
@@ -95,8 +98,8 @@ def iter_records(path: Path) -> Iterator[tuple[int, Any | RecordProblem]]:
             if not text:
                 continue
             try:
-                yield number, json.loads(text)
-            except json.JSONDecodeError as exc:
+                yield number, orjson.loads(text)
+            except orjson.JSONDecodeError as exc:
                 yield number, RecordProblem(number, "invalid_json", f"{exc.msg} at column {exc.colno}")
 
 
@@ -262,11 +265,16 @@ def import_langfuse_export(
     finally:
         if progress is not None:
             progress.stop()
+    mark = time.monotonic()
+    report.phases_s["read_and_write_spans"] = round(mark - started, 3)
     counts = assemble_traces(lake, trace_ids)
     report.trajectories = counts.trajectories
+    report.phases_s["assemble"] = round(time.monotonic() - mark, 3)
+    mark = time.monotonic()
     report.scores = len(scores)
     report.rewards, skipped = _write_scores(lake, scores, categories)
     report.skipped = skipped
+    report.phases_s["rewards"] = round(time.monotonic() - mark, 3)
     report.elapsed_s = round(time.monotonic() - started, 3)
     return report
 

@@ -28,6 +28,8 @@ from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
+
 from ingest.langfuse.errors import RecordProblem
 
 SOURCE = "langfuse"
@@ -111,10 +113,14 @@ def maybe_time(value: Any, what: str) -> datetime | None:
 
 
 def serialize_value(value: Any) -> str | None:
-    """As the Langfuse SDK's `_serialize`: strings unchanged, None stays None, else JSON."""
+    """As the Langfuse SDK's `_serialize`: strings unchanged, None stays None, else JSON.
+
+    (orjson writes compact JSON where the SDK's `json.dumps` puts spaces; readers parse
+    the text, so only the bytes differ, and the import is several times faster.)
+    """
     if value is None or isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False, default=str)
+    return orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
 def serialize_metadata_value(value: Any) -> str:
@@ -233,7 +239,7 @@ def observation_to_span(
         "status_message": obs.get("statusMessage"),
         "service_name": None,
         "scope_name": SCOPE_NAME,
-        "attributes": json.dumps(attrs, ensure_ascii=False),
+        "attributes": orjson.dumps(attrs, default=str).decode(),
         "events": "[]",
         "resource": "{}",
         "received_at": received_at,

@@ -109,10 +109,16 @@ def packing_efficiency(dataset: Any, max_length: int) -> float:
 
 def last_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
     """The newest `checkpoint-<step>` folder under `<output_dir>/checkpoints`, if any."""
-    from transformers.trainer_utils import get_last_checkpoint
-
     folder = Path(output_dir) / CHECKPOINTS
-    return get_last_checkpoint(str(folder)) if folder.is_dir() else None
+    if not folder.is_dir():
+        return None
+    steps = []
+    for child in folder.iterdir():
+        name, _, step = child.name.partition("-")
+        # A run killed while saving leaves a folder without trainer_state.json (saved last): skip it.
+        if name == "checkpoint" and step.isdigit() and (child / "trainer_state.json").exists():
+            steps.append((int(step), child))
+    return str(max(steps)[1]) if steps else None
 
 
 def start_run(

@@ -140,6 +140,10 @@ def score(
     force: Annotated[
         bool, typer.Option("--force", help="Score again what this scorer already scored.")
     ] = False,
+    flush_every: Annotated[
+        int,
+        typer.Option("--flush-every", help="Commit rewards every N groups (a kill loses at most that many)."),
+    ] = 32,
     progress: Annotated[
         bool, typer.Option("--progress/--no-progress", help="Progress bar on stderr.")
     ] = True,
@@ -165,6 +169,7 @@ def score(
             limit_groups=limit_groups,
             force=force,
             progress=progress,
+            flush_every=flush_every,
         )
         judge = None
         if "ruler" in specs:

@@ -18,7 +18,7 @@ def quality_parts_reward(trajectory: dict[str, Any], scenario: dict[str, Any] | 
 
 
 def exploding_reward(trajectory: dict[str, Any], scenario: dict[str, Any] | None) -> float:
-    if trajectory["trajectory_id"].endswith("-1"):
+    if trajectory["trajectory_id"] in ("g1-1", "g2-1", "g-1"):
         raise RuntimeError("tool database offline")
     return 1.0
 

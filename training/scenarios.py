@@ -308,7 +308,7 @@ def select_trajectories(lake: store.Lake | str, sql: str) -> list[dict[str, Any]
                 f"SELECT t.* FROM trajectories t WHERE t.trajectory_id IN (SELECT trajectory_id FROM ({sql})) "
                 "ORDER BY t.trajectory_id"
             )
-            .fetch_arrow_table()
+            .to_arrow_table()
             .to_pylist()
         )
     except ScenarioError:
@@ -333,17 +333,18 @@ def create_scenarios(
         raise ScenarioError(
             f"the selection returned no trajectories: {sql}", item=sql, reason="empty_selection"
         )
-    scenarios, skipped = [], []
+    scenarios, skipped, first_problem = [], [], ""
     for row in rows:
         try:
             scenarios.append(scenario_from_trajectory(row, turn=turn, val_fraction=val_fraction))
         except ScenarioError as exc:
             skipped.append((row["trajectory_id"], exc.reason))
+            first_problem = first_problem or str(exc)
     if not scenarios:
         reasons = sorted({reason for _, reason in skipped})
         raise ScenarioError(
-            f"none of the {len(rows)} selected trajectories gives a scenario (reasons: {', '.join(reasons)}); "
-            "nothing was written",
+            f"none of the {len(rows)} selected trajectories gives a scenario (reasons: {', '.join(reasons)}; "
+            f"first: {first_problem}); nothing was written",
             item=sql,
             reason="no_scenarios",
         )
@@ -383,7 +384,7 @@ def read_scenarios(lake: store.Lake | str, sql: str = "SELECT * FROM scenarios")
             con.sql(
                 f"SELECT s.* FROM scenarios s WHERE s.scenario_id IN (SELECT scenario_id FROM ({sql})) ORDER BY s.scenario_id"
             )
-            .fetch_arrow_table()
+            .to_arrow_table()
             .to_pylist()
         )
     except ScenarioError:

@@ -249,7 +249,7 @@ def normalize_genai_tool(span: Span) -> ToolCall:
         convention="genai",
         name=name,
         call_id=strip_or_none(attrs.get("gen_ai.tool.call.id")),
-        arguments=as_json_text(maybe_json(attrs.get("gen_ai.tool.call.arguments"))),
+        arguments=as_json_text(attrs.get("gen_ai.tool.call.arguments")),
         result=as_text(attrs.get("gen_ai.tool.call.result")),  # JSON text on spans: kept verbatim
         description=attrs.get("gen_ai.tool.description"),
         error=error_of(span),

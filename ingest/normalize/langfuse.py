@@ -88,7 +88,7 @@ def normalize_langfuse(span: Span) -> LLMCall | ToolCall | None:
     attrs = span.get("attributes") or {}
     kind = str(attrs.get(f"{PREFIX}type", "")).lower()
     if kind in TOOL_TYPES:
-        arguments = maybe_json(attrs.get(f"{PREFIX}input"))
+        arguments = attrs.get(f"{PREFIX}input")  # JSON text as the SDK serialised it: kept verbatim
         return ToolCall(
             span_id=span["span_id"],
             trace_id=span["trace_id"],

@@ -45,7 +45,7 @@ class FakeJudge:
     always: str | None = None
     faults: deque[str] = field(default_factory=deque)
     requests: list[dict[str, Any]] = field(default_factory=list)
-    answered: int = 0  # successful (200, valid) answers sent
+    answered: int = 0  # 200 responses sent (valid or not)
     timeout_sleep_s: float = 5.0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -88,9 +88,6 @@ class FakeJudge:
             content = "I think the first one is best, score 0.9!"
         elif fault == "prose" or (fmt is None and self.supports_schema is False):
             content = f"Here are my scores:\n```json\n{content}\n```\nHope this helps."
-        with self.lock:
-            if fault not in ("invalid_json", "missing_id", "extra_id", "out_of_range"):
-                self.answered += 1
         return 200, completion(body.get("model", "judge"), content, len(user) // 4, len(content) // 4), {}
 
 
@@ -117,6 +114,9 @@ def make_app(judge: FakeJudge) -> Starlette:
         status, payload, headers = judge.answer(body)
         if judge.delay_s:
             await asyncio.sleep(judge.delay_s)
+        if status == 200:
+            with judge.lock:
+                judge.answered += 1  # counted when the response leaves, as the client sees it
         return JSONResponse(payload, status_code=status, headers=headers)
 
     async def chat_with_timeout(request: Request) -> JSONResponse:

@@ -305,19 +305,23 @@ def _write_scores(
             skipped["score_unknown_trace"] = skipped.get("score_unknown_trace", 0) + 1
             continue
         rows.append(score_to_reward(score, trajectory_id=trajectory_id, category_values=categories))
-    written, stale = write_rewards(lake, rows) if rows else (0, 0)
-    if stale:
-        skipped["score_superseded"] = stale
+    written, not_written = write_rewards(lake, rows) if rows else (0, {})
+    skipped.update(not_written)
     return written, skipped
 
 
 def _progress(show: bool, file: Path) -> Any:
     if not show:
         return None
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     progress = Progress(
-        TextColumn(f"importing {file.name}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
+        TextColumn(f"importing {file.name}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),  # stdout stays clean for `--json`
     )
     progress.add_task("records", total=None)
     progress.start()

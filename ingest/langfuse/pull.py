@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 import store
@@ -40,6 +41,7 @@ from ingest.langfuse.scores import score_target, score_to_reward
 from ingest.langfuse.sink import (
     AssembleCounts,
     assemble_traces,
+    drop_unchanged_spans,
     trace_attributes,
     trajectory_ids_of,
     write_rewards,
@@ -266,8 +268,10 @@ def _pull_observations(
         tick("observations")
         done = page.next_cursor is None
         if done or pages >= config.checkpoint_pages:
-            counts = _commit_spans(lake, buffer)
-            report.spans_written += len(buffer)
+            written, counts = _commit_spans(lake, buffer)
+            report.spans_written += written
+            if len(buffer) > written:
+                skipped["observation_unchanged"] += len(buffer) - written
             report.traces += counts.traces
             report.trajectories += counts.trajectories
             state.cursor = page.next_cursor
@@ -282,11 +286,17 @@ def _pull_observations(
             return
 
 
-def _commit_spans(lake: Lake, rows: list[dict[str, Any]]) -> AssembleCounts:
-    if not rows:
-        return AssembleCounts()
-    write_spans(lake, rows)
-    return assemble_traces(lake, {row["trace_id"] for row in rows})
+def _commit_spans(lake: Lake, rows: list[dict[str, Any]]) -> tuple[int, AssembleCounts]:
+    """Write the spans that are new or changed and re-assemble their traces.
+
+    Re-read spans (overlap window, resumed pages) that the lake already holds unchanged
+    are dropped here, so a scheduled run over quiet data writes nothing.
+    """
+    fresh = drop_unchanged_spans(lake, rows)
+    if not fresh:
+        return 0, AssembleCounts()
+    write_spans(lake, fresh)
+    return len(fresh), assemble_traces(lake, {row["trace_id"] for row in fresh})
 
 
 def _pull_scores(
@@ -375,9 +385,8 @@ def _commit_scores(
             skipped[f"score_{exc.reason}"] += 1
             if len(report.problems) < MAX_PROBLEMS_KEPT:
                 report.problems.append(f"score `{score.get('id')}`: {exc}")
-    written, stale = write_rewards(lake, rows) if rows else (0, 0)
-    if stale:
-        skipped["score_superseded"] += stale
+    written, not_written = write_rewards(lake, rows) if rows else (0, {})
+    skipped.update(not_written)
     return written
 
 
@@ -396,4 +405,7 @@ class _NoProgress:
 def _progress(show: bool) -> Any:
     if not show:
         return _NoProgress()
-    return Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), transient=False)
+    # On stderr, so `--json` output on stdout stays machine-readable.
+    return Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=Console(stderr=True)
+    )

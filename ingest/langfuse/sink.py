@@ -47,6 +47,52 @@ def write_spans(lake: Lake, rows: Iterable[dict[str, Any]] | pa.Table) -> int:
     return store.write(lake, "spans", rows).rows
 
 
+# Columns that say what a span is; `received_at` (when we fetched it) is not among them.
+_CONTENT = ("name", "parent_span_id", "start_time", "end_time", "status_code", "status_message", "attributes")
+
+
+def drop_unchanged_spans(lake: Lake, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`rows` minus those whose newest lake version has the same content (and in-batch repeats)."""
+    latest: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in rows:
+        latest[(row["trace_id"], row["span_id"])] = row
+    if not latest or not lake.data_files("spans"):
+        return list(latest.values())
+    con = store.connect(lake)
+    try:
+        con.register(
+            "__keys",
+            pa.table(
+                {
+                    "trace_id": pa.array([k[0] for k in latest], pa.string()),
+                    "span_id": pa.array([k[1] for k in latest], pa.string()),
+                }
+            ),
+        )
+        existing = con.execute(
+            f"SELECT s.trace_id, s.span_id, {', '.join('s.' + c for c in _CONTENT)} "
+            f"FROM {raw_relation_sql(lake, SPANS)} s JOIN __keys k USING (trace_id, span_id) "
+            f"QUALIFY row_number() OVER (PARTITION BY s.trace_id, s.span_id ORDER BY s.{WRITTEN_AT} DESC) = 1"
+        ).fetchall()
+    finally:
+        con.close()
+    known = {(r[0], r[1]): r[2:] for r in existing}
+    return [
+        row
+        for key, row in latest.items()
+        if key not in known or not _same(known[key], tuple(row.get(c) for c in _CONTENT))
+    ]
+
+
+def _same(stored: tuple[Any, ...], fresh: tuple[Any, ...]) -> bool:
+    return all(_normal(a) == _normal(b) for a, b in zip(stored, fresh, strict=True))
+
+
+def _normal(value: Any) -> Any:
+    # DuckDB hands timestamps back in its own zone object; compare instants.
+    return value.timestamp() if hasattr(value, "timestamp") else value
+
+
 def spans_of_traces(lake: Lake, trace_ids: Iterable[str], batch_rows: int = 50_000) -> Iterator[pa.Table]:
     """The lake's newest span rows of `trace_ids`, ordered by trace, in tables that never
     split a trace (so each can be assembled on its own)."""
@@ -149,26 +195,48 @@ def trace_attributes(lake: Lake, trace_ids: Iterable[str]) -> dict[str, list[str
     return out
 
 
-def write_rewards(lake: Lake, rows: list[dict[str, Any]]) -> tuple[int, int]:
-    """Write reward rows unless superseded; returns (written, skipped_as_older).
+def write_rewards(lake: Lake, rows: list[dict[str, Any]]) -> tuple[int, dict[str, int]]:
+    """Write reward rows that are new or newer; returns (written, skipped by reason).
 
-    Within `rows` and against the lake, a key keeps the row with the newest `scored_at`.
+    Within `rows` and against the lake, a key keeps the row with the newest `scored_at`
+    (`score_superseded`); a row the lake already holds unchanged is not written again
+    (`score_unchanged`), so re-reading an overlap window costs no new files.
     """
     newest: dict[tuple[str, str, str], dict[str, Any]] = {}
+    skipped: dict[str, int] = {}
     for row in rows:
         key = (row["trajectory_id"], row["name"], row["scorer"])
         if key not in newest or row["scored_at"] >= newest[key]["scored_at"]:
             newest[key] = row
-    stale = len(rows) - len(newest)
-    existing = _existing_scored_at(lake, list(newest))
-    fresh = [row for key, row in newest.items() if key not in existing or row["scored_at"] >= existing[key]]
-    stale += len(newest) - len(fresh)
-    fresh.sort(key=lambda r: r["scored_at"])
+    if len(rows) > len(newest):
+        skipped["score_superseded"] = len(rows) - len(newest)
+    existing = _existing_rewards(lake, list(newest))
+    fresh = []
+    for key, row in newest.items():
+        old = existing.get(key)
+        if old is not None:
+            if old[0].timestamp() > row["scored_at"].timestamp():
+                skipped["score_superseded"] = skipped.get("score_superseded", 0) + 1
+                continue
+            if old[0].timestamp() == row["scored_at"].timestamp() and old[1:] == _reward_content(row):
+                skipped["score_unchanged"] = skipped.get("score_unchanged", 0) + 1
+                continue
+        fresh.append(row)
+    fresh.sort(key=lambda r: r["scored_at"])  # later rows win in the view: newest last
     written = store.write(lake, "rewards", fresh).rows if fresh else 0
-    return written, stale
+    return written, skipped
 
 
-def _existing_scored_at(lake: Lake, keys: list[tuple[str, str, str]]) -> dict[tuple[str, str, str], Any]:
+_REWARD_CONTENT = ("value", "explanation", "status", "error", "metadata")
+
+
+def _reward_content(row: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(row.get(c) for c in _REWARD_CONTENT)
+
+
+def _existing_rewards(
+    lake: Lake, keys: list[tuple[str, str, str]]
+) -> dict[tuple[str, str, str], tuple[Any, ...]]:
     if not keys or not lake.data_files("rewards"):
         return {}
     con = store.connect(lake)
@@ -184,12 +252,12 @@ def _existing_scored_at(lake: Lake, keys: list[tuple[str, str, str]]) -> dict[tu
             ),
         )
         rows = con.execute(
-            "SELECT trajectory_id, name, scorer, scored_at FROM rewards JOIN __keys "
-            "USING (trajectory_id, name, scorer)"
+            f"SELECT trajectory_id, name, scorer, scored_at, {', '.join(_REWARD_CONTENT)} FROM rewards "
+            "JOIN __keys USING (trajectory_id, name, scorer)"
         ).fetchall()
     finally:
         con.close()
-    return {(t, n, s): at for t, n, s, at in rows}
+    return {(r[0], r[1], r[2]): r[3:] for r in rows}
 
 
 def _as_table(data: Any, table: str) -> pa.Table:

@@ -132,6 +132,7 @@ def test_late_observation_of_an_older_trace_is_picked_up(
     seed_agent_trace(standin, tid, start, city="Oslo", include=("gen2",))
     report = pull_langfuse(lake, config)
     assert report.observations == 4  # the overlap re-reads the trace's window
+    assert report.spans_written == 1 and report.skipped["observation_unchanged"] == 3  # only the new one
     [after] = sql(lake, f"SELECT * FROM trajectories WHERE trace_id = '{tid}'")
     assert [m["role"] for m in after["messages"]] == ROLES
     assert after["final_output"] == "It is rainy, 14C in Oslo."
@@ -139,6 +140,12 @@ def test_late_observation_of_an_older_trace_is_picked_up(
     assert ids["gen2"] in {
         json.loads(s["attributes"])["langfuse.observation.id"] for s in sql(lake, "SELECT * FROM spans")
     }
+
+    # Re-reading quiet data inside the overlap writes nothing.
+    files = {t: len(lake.data_files(t)) for t in ("spans", "trajectories", "rewards")}
+    third = pull_langfuse(lake, config)
+    assert (third.observations, third.spans_written, third.trajectories) == (4, 0, 0)
+    assert {t: len(lake.data_files(t)) for t in files} == files
 
 
 @pytest.mark.parametrize(

@@ -106,3 +106,18 @@ def test_bad_scores_name_the_reason(score: dict, reason: str) -> None:
     with pytest.raises(ObservationError) as info:
         reward(score)
     assert info.value.reason == reason
+
+
+def test_rewards_keep_the_newest_score_and_skip_unchanged_rewrites(lake) -> None:  # type: ignore[no-untyped-def]
+    from ingest.langfuse.sink import write_rewards
+    from store import connect
+
+    newer = reward(v3("NUMERIC", 0.9, timestamp="2026-08-01T11:00:00Z"))
+    older = reward(v3("NUMERIC", 0.1, timestamp="2026-08-01T09:00:00Z"))
+    assert write_rewards(lake, [newer, older]) == (1, {"score_superseded": 1})  # in-batch: newest wins
+    assert write_rewards(lake, [older]) == (0, {"score_superseded": 1})  # the lake holds a newer one
+    assert write_rewards(lake, [newer]) == (0, {"score_unchanged": 1})  # an overlap re-read writes nothing
+    changed = {**newer, "explanation": "edited in the UI"}
+    assert write_rewards(lake, [changed]) == (1, {})
+    rows = connect(lake).sql("SELECT value, explanation FROM rewards").fetchall()
+    assert rows == [(0.9, "edited in the UI")]

@@ -163,7 +163,7 @@ def pipeline_flow(
     round_rows = []
     for round_number in range(1, rounds + 1):
         replayed = replay_task(config, adapter, round_number)
-        scored = score_task(config)
+        scored = score_task(config, replayed["group_ids"])
         round_rows.append(
             {
                 "round": round_number,
@@ -176,7 +176,7 @@ def pipeline_flow(
             }
         )
         if config.train.grpo.enabled:
-            adapter = grpo_task(config, adapter, round_number)
+            adapter = grpo_task(config, adapter, round_number, replayed["group_ids"])
     create_table_artifact(
         round_rows, key="trajlake-rounds", description="Mean reward of each round's replayed groups"
     )

@@ -25,6 +25,7 @@ class AgentRun:
     answer: str | None
     trace_id: str
     tool_calls: int
+    span_context: trace.SpanContext | None = None
 
 
 def run_agent(client: Any, model: str, question: str, tracer: trace.Tracer, max_steps: int = 4) -> AgentRun:
@@ -39,17 +40,18 @@ def run_agent(client: Any, model: str, question: str, tracer: trace.Tracer, max_
         kind=trace.SpanKind.INTERNAL,
         attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": AGENT_NAME},
     ) as root:
-        trace_id = format(root.get_span_context().trace_id, "032x")
+        context = root.get_span_context()
+        trace_id = format(context.trace_id, "032x")
         for _ in range(max_steps):
             response = client.chat.completions.create(model=model, messages=messages, tools=TOOL_DEFINITIONS)
             message = response.choices[0].message
             if not message.tool_calls:
-                return AgentRun(question, message.content, trace_id, calls)
+                return AgentRun(question, message.content, trace_id, calls, context)
             messages.append(message.model_dump(exclude_none=True))
             for call in message.tool_calls:
                 calls += 1
                 messages.append(_execute_tool(tracer, call.id, call.function.name, call.function.arguments))
-        return AgentRun(question, None, trace_id, calls)
+        return AgentRun(question, None, trace_id, calls, context)
 
 
 def _execute_tool(tracer: trace.Tracer, call_id: str, name: str, arguments: str) -> dict[str, Any]:
@@ -70,3 +72,25 @@ def _execute_tool(tracer: trace.Tracer, call_id: str, name: str, arguments: str)
             span.set_attribute("error.type", type(exc).__name__)
         span.set_attribute("gen_ai.tool.call.result", result)
     return {"role": "tool", "tool_call_id": call_id, "content": result}
+
+
+def record_feedback(logger: Any, run: AgentRun, correct: bool) -> None:
+    """The user's verdict on an answer, as the GenAI `gen_ai.evaluation.result` event.
+
+    Feedback arrives after the agent span has ended, so it is an OTel log record (sent
+    to `/v1/logs`) carrying the evaluated span's trace and span ids, as the convention
+    says, rather than a span event.
+    """
+    if run.span_context is None:
+        return
+    context = trace.set_span_in_context(trace.NonRecordingSpan(run.span_context))
+    logger.emit(
+        context=context,
+        event_name="gen_ai.evaluation.result",
+        attributes={
+            "gen_ai.evaluation.name": "user_feedback",
+            "gen_ai.evaluation.score.value": 1.0 if correct else 0.0,
+            "gen_ai.evaluation.score.label": "correct" if correct else "wrong",
+            "gen_ai.evaluation.explanation": "thumbs up" if correct else "thumbs down: wrong number",
+        },
+    )

@@ -102,7 +102,7 @@ def rebuild(
         where.append("trace_id IN (SELECT unnest(?))")
         params.append(sorted(set(trace_ids)))
     sql = f"SELECT * FROM spans {'WHERE ' + ' AND '.join(where) if where else ''} ORDER BY trace_id, span_id"
-    reader = con.execute(sql, params).fetch_record_batch(50_000)
+    reader = con.sql(sql, params=params or None).to_arrow_reader(50_000)
     pending: list[pa.RecordBatch] = []
     pending_traces: set[str] = set()
 

@@ -116,14 +116,20 @@ def _attach_logs(spans: list[Span]) -> tuple[list[Span], list[Span]]:
     """Fold LOG rows into their span's events; return (real spans, orphan logs)."""
     by_id = {s["span_id"]: s for s in spans if s.get("kind") != LOG_KIND}
     orphans = []
-    for log in sorted((s for s in spans if s.get("kind") == LOG_KIND), key=_order):
-        event = {"name": log.get("name"), "time": _ns(log.get("start_time")), "attributes": log["attributes"]}
+    logs = [s for s in spans if s.get("kind") == LOG_KIND]
+    for log in sorted(logs, key=lambda s: (_log_time(s), s["span_id"])):
+        event = {"name": log.get("name"), "time": _log_time(log), "attributes": log["attributes"]}
         parent = by_id.get(log.get("parent_span_id") or "")
         if parent is not None:
             parent["events"] = [*parent["events"], event]
         else:
             orphans.append({**log, "events": [event]})
     return list(by_id.values()), orphans
+
+
+def _log_time(log: Span) -> int:
+    exact = log["attributes"].get("log.time_unix_nano")
+    return exact if isinstance(exact, int) else _ns(log.get("start_time"))
 
 
 def _ns(value: datetime | None) -> int:

@@ -241,6 +241,8 @@ def logs_from_request(
                 if record.severity_text:
                     attrs["log.severity_text"] = record.severity_text
                 at = record.time_unix_nano or record.observed_time_unix_nano or None
+                # The table keeps microseconds; event order within a microsecond needs the nanoseconds.
+                attrs["log.time_unix_nano"] = at
                 c["trace_id"].append(record.trace_id.hex())
                 c["span_id"].append(digest)
                 c["parent_span_id"].append(record.span_id.hex() if len(record.span_id) == 8 else None)

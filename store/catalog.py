@@ -16,45 +16,121 @@ Polars users get the same deduplicated tables as LazyFrames from `scan`.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import duckdb
 import polars as pl
 
 from store.errors import ReadOnlyViolation
 from store.lake import Lake
+from store.layout import base_name, compact_generation, dir_name
 from store.schema import PARTITION_COLUMN, TABLES, WRITTEN_AT, TableSpec, table_spec
 
 _READ_ONLY_STATEMENTS = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 
 
-def _empty_select(spec: TableSpec, con: duckdb.DuckDBPyConnection) -> str:
-    """A zero-row SELECT with the table's column types, for a table with no files yet."""
-    empty = spec.schema.empty_table()
+def _duckdb_types(spec: TableSpec, con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
+    """(column, DuckDB type) for every column of the table's schema."""
     name = f"__empty_{spec.name}"
-    con.register(name, empty)
-    types = con.execute(f"DESCRIBE SELECT * FROM {name}").fetchall()
-    con.unregister(name)
-    cols = ", ".join(f'CAST(NULL AS {t[1]}) AS "{t[0]}"' for t in types)
-    return f"SELECT {cols} WHERE false"
+    con.register(name, spec.schema.empty_table())
+    try:
+        return [(row[0], row[1]) for row in con.execute(f"DESCRIBE SELECT * FROM {name}").fetchall()]
+    finally:
+        con.unregister(name)
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 def raw_relation_sql(lake: Lake, spec: TableSpec) -> str:
     """Every committed row of a table, duplicates included (what plain DuckDB sees)."""
-    glob = lake.glob(spec.name).replace("'", "''")
     return (
-        f"read_parquet('{glob}', hive_partitioning={str(spec.partitioned).lower()}, "
-        "union_by_name=true)"
+        f"read_parquet({_literal(lake.glob(spec.name))}, "
+        f"hive_partitioning={str(spec.partitioned).lower()}, union_by_name=true)"
     )
 
 
-def table_view_sql(lake: Lake, spec: TableSpec, con: duckdb.DuckDBPyConnection) -> str:
-    if not lake.data_files(spec.name):
-        return _empty_select(spec, con)
-    key = ", ".join(f'"{k}"' for k in spec.key)
+@dataclass(frozen=True)
+class Snapshot:
+    """The files of one table at one moment, split by what their names promise (`store.layout`)."""
+
+    compacted: tuple[str, ...]  # live compacted files: each key at most once across them
+    other: tuple[str, ...]  # part files, foreign files, and compacted files already replaced
+
+
+def snapshot(lake: Lake, table: str) -> Snapshot:
+    """List a table's committed files once and classify them."""
+    files = lake.data_files(table)
+    newest: dict[str, int] = {}
+    for path in files:
+        generation = compact_generation(base_name(path))
+        if generation is not None:
+            directory = dir_name(path)
+            newest[directory] = max(generation, newest.get(directory, -1))
+    compacted, other = [], []
+    for path in files:
+        generation = compact_generation(base_name(path))
+        live = generation is not None and generation == newest[dir_name(path)]
+        (compacted if live else other).append(path)
+    return Snapshot(tuple(compacted), tuple(other))
+
+
+def _read_files_sql(lake: Lake, spec: TableSpec, files: tuple[str, ...], typed: str, cols: str) -> str:
+    urls = ", ".join(_literal(path if lake.is_local else f"{lake.protocol}://{path}") for path in files)
+    # Union with a typed empty row set so that columns no file has yet (additive schema
+    # evolution) still exist, with the schema's types.
     return (
-        f"SELECT * FROM {raw_relation_sql(lake, spec)} "
-        f"QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY {WRITTEN_AT} DESC) = 1"
+        f"SELECT {cols} FROM ({typed} UNION ALL BY NAME SELECT * FROM read_parquet([{urls}], "
+        f"hive_partitioning={str(spec.partitioned).lower()}, union_by_name=true))"
     )
+
+
+def table_view_sql(
+    lake: Lake, spec: TableSpec, con: duckdb.DuckDBPyConnection, files: Snapshot | None = None
+) -> str:
+    """The deduplicated view of one table over one snapshot of its files: the newest row per key.
+
+    Every scan in the view reads the same explicit file list, so a query sees one
+    consistent state of the lake even while writers commit and compaction replaces files.
+    Live compacted files hold each key once (see `store.layout`), so their rows need no
+    deduplication among themselves: a compacted row survives unless a strictly newer row
+    of its key is among the other files (`p`), and a `p` row survives if it is the newest
+    of its key among `p` rows and no compacted row is as new (a tie means compaction
+    copied it: the copy wins). Only keys that repeat among `p` rows go through a window.
+    A freshly compacted table therefore reads like plain Parquet.
+    """
+    files = files if files is not None else snapshot(lake, spec.name)
+    types = _duckdb_types(spec, con)
+    cols = ", ".join(_quote(c) for c, _ in types)
+    typed = "SELECT " + ", ".join(f"CAST(NULL AS {t}) AS {_quote(c)}" for c, t in types) + " WHERE false"
+    if not files.compacted and not files.other:
+        return typed
+    if not files.other:
+        return _read_files_sql(lake, spec, files.compacted, typed, cols)
+    key = ", ".join(_quote(k) for k in spec.key)
+    p_new = f"""
+        WITH p AS NOT MATERIALIZED ({_read_files_sql(lake, spec, files.other, typed, cols)}),
+        p_dup AS MATERIALIZED (SELECT {key} FROM p GROUP BY ALL HAVING count(*) > 1)
+        SELECT * FROM p ANTI JOIN p_dup USING ({key})
+        UNION ALL
+        (SELECT * FROM p SEMI JOIN p_dup USING ({key})
+         QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY {WRITTEN_AT} DESC) = 1)
+    """
+    if not files.compacted:
+        return p_new
+    on = " AND ".join(f"c.{_quote(k)} = p_new.{_quote(k)}" for k in spec.key)
+    return f"""
+        WITH c AS NOT MATERIALIZED ({_read_files_sql(lake, spec, files.compacted, typed, cols)}),
+        p_new AS NOT MATERIALIZED ({p_new})
+        SELECT {cols} FROM c ANTI JOIN p_new ON {on} AND p_new.{WRITTEN_AT} > c.{WRITTEN_AT}
+        UNION ALL
+        SELECT {cols} FROM p_new ANTI JOIN c ON {on} AND c.{WRITTEN_AT} >= p_new.{WRITTEN_AT}
+    """
 
 
 DERIVED_VIEWS = {
@@ -100,10 +176,14 @@ def connect(
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with the lake's views.
 
-    Views list the lake's files when a query binds, so files committed after `connect`
-    are seen; a table that had no files at all at connect time stays empty until the
-    next `connect`. `read_only=True` also locks the connection against writing files,
-    attaching databases and loading extensions (see `run_read_only`).
+    The views read a snapshot: the files committed when `connect` (or `refresh`) ran.
+    Every query on the connection therefore sees one consistent state of the lake, even
+    while writers commit and compaction merges files. Data committed later is seen after
+    `refresh(con, lake)` or on a new connection; connections are cheap, so take a new
+    one per unit of work. Compaction deletes the files it replaced only after a grace
+    period (`CompactConfig.grace_seconds`), so refresh connections older than that.
+    `read_only=True` also locks the connection against writing files, attaching
+    databases and loading extensions (see `run_read_only`).
     """
     lake = Lake.of(lake)
     con = duckdb.connect(config={"autoinstall_known_extensions": False})
@@ -113,14 +193,20 @@ def connect(
         con.execute(f"SET memory_limit = '{memory_limit}'")
     if not lake.is_local:
         con.register_filesystem(lake.fs)
-    for spec in TABLES.values():
-        con.execute(f'CREATE OR REPLACE VIEW "{spec.name}" AS {table_view_sql(lake, spec, con)}')
+    refresh(con, lake)
     for name, sql in DERIVED_VIEWS.items():
         con.execute(f'CREATE OR REPLACE VIEW "{name}" AS {sql}')
     con.execute(GROUP_STATS_MACRO)
     if read_only:
         _lock_down(con, lake)
     return con
+
+
+def refresh(con: duckdb.DuckDBPyConnection, lake: Lake | str | os.PathLike[str]) -> None:
+    """Point the table views of a `connect`ed connection at the lake's current files."""
+    lake = Lake.of(lake)
+    for spec in TABLES.values():
+        con.execute(f'CREATE OR REPLACE VIEW "{spec.name}" AS {table_view_sql(lake, spec, con)}')
 
 
 def _lock_down(con: duckdb.DuckDBPyConnection, lake: Lake) -> None:
@@ -163,4 +249,5 @@ def scan(lake: Lake | str | os.PathLike[str], table: str) -> pl.LazyFrame:
         storage_options=lake.storage_options or None,
     )
     newest = pl.col(WRITTEN_AT) == pl.col(WRITTEN_AT).max().over(list(spec.key))
-    return frame.filter(newest)
+    # A tie is the same row in a compacted file and in a file it replaced: keep one.
+    return frame.filter(newest).unique(subset=list(spec.key), keep="any")

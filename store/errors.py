@@ -41,3 +41,24 @@ class ReadOnlyViolation(StoreError, PermissionError):
             f"`trajlake sql` is read-only: a {statement_type} statement is not allowed "
             f"(`{short}`). Only SELECT-like queries (SELECT, WITH, DESCRIBE, SHOW, EXPLAIN) run here."
         )
+
+
+class CompactionError(StoreError):
+    """Compaction of a table partition could not finish. Readers are unaffected: the
+    partition's previous files are still live, and a later `trajlake compact` retries."""
+
+    def __init__(self, table: str, partition: str, detail: str) -> None:
+        self.table = table
+        self.partition = partition
+        super().__init__(
+            f"compacting `{table}` partition `{partition}` failed: {detail}; the previous files "
+            "are still live, nothing was lost; rerun `trajlake compact`"
+        )
+
+
+class LakeBusy(StoreError):
+    """Another process holds the lake resource (for example, compaction of a table)."""
+
+    def __init__(self, resource: str, holder: str) -> None:
+        self.resource = resource
+        super().__init__(f"`{resource}` is in use by {holder}; wait for it to finish and retry")

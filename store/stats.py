@@ -28,6 +28,6 @@ def table_stats(lake: Lake | str | os.PathLike[str]) -> list[TableStats]:
     for name in TABLES:
         files = lake.data_files(name)
         size = sum(lake.fs.size(f) for f in files)
-        rows, newest = con.execute(f'SELECT count(*), max({WRITTEN_AT}) FROM "{name}"').fetchone()
+        rows, newest = con.execute(f'SELECT count(*), max({WRITTEN_AT}) FROM "{name}"').fetchall()[0]
         out.append(TableStats(name, rows, len(files), size, newest))
     return out

@@ -18,27 +18,32 @@ processes) never collide.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
-import uuid
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from store.errors import SchemaViolation
 from store.lake import Lake
+from store.layout import new_compact_name, new_part_name, temp_name
 from store.schema import PARTITION_COLUMN, WRITTEN_AT, TableSpec, table_spec
 
 WriteInput = Any  # pa.Table | pa.RecordBatch | polars.DataFrame | list[dict] | Iterable of those
 
 DEFAULT_ROW_GROUP_SIZE = 64_000
 DEFAULT_MAX_ROWS_PER_FILE = 2_000_000
+DEFAULT_BUFFER_BYTES = 64 * 1024 * 1024
 
 _clock_lock = threading.Lock()
 _last_stamp = 0
@@ -148,9 +153,7 @@ def conform_batch(spec: TableSpec, batch: pa.RecordBatch, row_offset: int = 0) -
     _check_unknown(spec, names)
     n = batch.num_rows
     derive_dt = spec.partitioned and PARTITION_COLUMN not in names
-    missing = [
-        c for c in spec.not_null if c not in names and not (c == PARTITION_COLUMN and derive_dt)
-    ]
+    missing = [c for c in spec.not_null if c not in names and not (c == PARTITION_COLUMN and derive_dt)]
     if missing:
         raise SchemaViolation(
             spec.name,
@@ -220,9 +223,45 @@ def _dates_of(timestamps: pa.Array) -> pa.Array:
 # --- writing -----------------------------------------------------------------------------
 
 
+@functools.cache
+def parquet_layout(table: str) -> dict[str, Any]:
+    """Parquet writer options for `table`, chosen for what readers filter on.
+
+    - Statistics (min/max, for row-group pruning) only on top-level scalar columns:
+      computing them over every nested message string costs a third of the write time
+      and no query can prune on them.
+    - Dictionary encoding everywhere except token ids and logprobs, which are
+      high-entropy numbers that dictionaries only slow down.
+    - A bloom filter on the key columns, so a point lookup (`WHERE trajectory_id = ...`)
+      skips row groups whose min/max range cannot rule the key out (keys are random ids).
+    """
+    spec = table_spec(table)
+    schema = spec.file_schema
+    scalar = [f.name for f in schema if not pa.types.is_nested(f.type)]
+    leaves = [path for f in schema for path in _leaf_paths(f.name, f.type)]
+    return {
+        "write_statistics": scalar,
+        "use_dictionary": [p for p in leaves if not p.startswith("turns.")],
+        "bloom_filter_options": {k: {"ndv": DEFAULT_ROW_GROUP_SIZE, "fpp": 0.01} for k in spec.key},
+    }
+
+
+def _leaf_paths(path: str, kind: pa.DataType) -> list[str]:
+    # Parquet column paths as pyarrow names them: lists add `.list.element`.
+    if pa.types.is_struct(kind):
+        return [
+            p
+            for i in range(kind.num_fields)
+            for p in _leaf_paths(f"{path}.{kind.field(i).name}", kind.field(i).type)
+        ]
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return _leaf_paths(f"{path}.list.element", kind.value_type)
+    return [path]
+
+
 def new_file_name() -> str:
     """Sortable by creation time, unique across threads and processes."""
-    return f"part-{time.time_ns():020d}-{uuid.uuid4().hex[:16]}.parquet"
+    return new_part_name()
 
 
 def partition_dir(lake: Lake, spec: TableSpec, dt: date | None) -> str:
@@ -236,11 +275,18 @@ def partition_dir(lake: Lake, spec: TableSpec, dt: date | None) -> str:
 class _PartitionFile:
     """One Parquet file being written under a temporary name."""
 
-    def __init__(self, lake: Lake, directory: str, spec: TableSpec, compression_level: int | None) -> None:
+    def __init__(
+        self,
+        lake: Lake,
+        directory: str,
+        spec: TableSpec,
+        compression_level: int | None,
+        file_name: str | None = None,
+    ) -> None:
         self.lake = lake
-        self.final = f"{directory}/{new_file_name()}"
-        name = self.final.rsplit("/", 1)[1]
-        self.temp = f"{directory}/.{name}.tmp"
+        name = file_name or new_part_name()
+        self.final = f"{directory}/{name}"
+        self.temp = f"{directory}/{temp_name(name)}"
         lake.arrow_fs.create_dir(directory, recursive=True)
         self.writer = pq.ParquetWriter(
             self.temp,
@@ -248,16 +294,29 @@ class _PartitionFile:
             filesystem=lake.arrow_fs,
             compression="zstd",
             compression_level=compression_level,
-            write_statistics=True,
+            **parquet_layout(spec.name),
         )
         self.rows = 0
+        self._lock = threading.Lock()  # a ParquetWriter is not thread-safe
+        self._futures: list[Future[None]] = []
 
-    def write(self, table: pa.Table, row_group_size: int) -> None:
-        self.writer.write_table(table, row_group_size=row_group_size)
+    def submit(self, pool: ThreadPoolExecutor, table: pa.Table, row_group_size: int) -> Future[None]:
+        """Encode `table` as row groups on `pool`; rows are counted now, written later."""
         self.rows += table.num_rows
+        future = pool.submit(self._write, table, row_group_size)
+        self._futures.append(future)
+        return future
+
+    def _write(self, table: pa.Table, row_group_size: int) -> None:
+        with self._lock:
+            self.writer.write_table(table, row_group_size=row_group_size)
 
     def close(self) -> None:
-        self.writer.close()
+        for future in self._futures:
+            future.result()
+        self._futures.clear()
+        with self._lock:
+            self.writer.close()
 
     def commit(self, durable: bool) -> str:
         if self.lake.is_local:
@@ -269,8 +328,11 @@ class _PartitionFile:
         return self.final
 
     def discard(self) -> None:
+        for future in self._futures:
+            future.cancel()
         try:
-            self.writer.close()
+            with self._lock:
+                self.writer.close()
         except Exception:  # already closed or broken: removing the file is what matters
             pass
         try:
@@ -306,13 +368,21 @@ def write(
     durable: bool = True,
     compression_level: int | None = None,
     stamp: bool = True,
+    buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+    threads: int = 2,
+    generation: int | None = None,
 ) -> WriteResult:
     """Append `data` to `table` of `lake`, all or nothing.
 
     `data` may be a pyarrow Table or RecordBatch, a polars DataFrame, a list of dicts, or
-    an iterable of those (streamed: memory stays bounded by `row_group_size` rows per
-    partition). `durable` fsyncs files and directories before returning. `stamp=False`
-    keeps the caller's `_written_at` (compaction uses it to preserve row order).
+    an iterable of those (streamed: each partition buffers at most `row_group_size` rows
+    or `buffer_bytes` bytes before it is encoded, so memory stays bounded). `durable`
+    fsyncs files and directories before returning. `stamp=False` keeps the caller's
+    `_written_at` (compaction uses it to preserve which row is newest); rows without one
+    are stamped anyway. Parquet encoding runs on up to `threads` background threads
+    while the next batch is validated and split. `generation` is for `store.compact`
+    only: it writes one `compact-<generation>-…` file per partition instead of `part-`
+    files (see `store.layout` for what that name promises).
 
     >>> write("lake", "runs", [{"run_id": "r1", "step": 0, "stage": "sft"}]).rows  # doctest: +SKIP
     1
@@ -323,12 +393,16 @@ def write(
     open_files: dict[date | None, _PartitionFile] = {}
     pending: dict[date | None, list[pa.RecordBatch]] = {}
     pending_rows: dict[date | None, int] = {}
+    pending_bytes: dict[date | None, int] = {}
     finished: list[_PartitionFile] = []
+    inflight: deque[Future[None]] = deque()
+    pool = ThreadPoolExecutor(max_workers=max(threads, 1), thread_name_prefix="trajlake-write")
     offset = 0
 
     def flush(key: date | None) -> None:
         batches = pending.pop(key, [])
         pending_rows.pop(key, None)
+        pending_bytes.pop(key, None)
         if not batches:
             return
         chunk = pa.Table.from_batches(batches, schema=spec.schema)
@@ -336,13 +410,17 @@ def write(
             chunk = chunk.drop_columns([PARTITION_COLUMN])
         part = open_files.get(key)
         if part is None:
+            name = new_compact_name(generation) if generation is not None else None
             part = open_files[key] = _PartitionFile(
-                lake, partition_dir(lake, spec, key), spec, compression_level
+                lake, partition_dir(lake, spec, key), spec, compression_level, name
             )
-        part.write(chunk, row_group_size)
-        if part.rows >= max_rows_per_file:
-            part.close()
+        inflight.append(part.submit(pool, chunk, row_group_size))
+        # Bounded pipeline: at most a couple of encoded-but-unwritten chunks in memory.
+        while len(inflight) > 2 * max(threads, 1):
+            inflight.popleft().result()
+        if part.rows >= max_rows_per_file and generation is None:
             finished.append(open_files.pop(key))
+            part.close()
 
     try:
         for raw in iter_batches(data, spec, row_group_size):
@@ -351,29 +429,31 @@ def write(
             batch = conform_batch(spec, raw, row_offset=offset)
             offset += batch.num_rows
             if stamp or batch.column(WRITTEN_AT).null_count:
-                start = reserve_stamps(batch.num_rows)
-                stamps = pa.array(range(start, start + batch.num_rows), type=pa.int64())
-                batch = batch.set_column(
-                    spec.schema.get_field_index(WRITTEN_AT),
-                    spec.schema.field(WRITTEN_AT),
-                    stamps.cast(spec.schema.field(WRITTEN_AT).type),
-                )
+                batch = _stamped(spec, batch, keep_existing=not stamp)
             for key, rows in _split_by_partition(spec, batch):
                 pending.setdefault(key, []).append(rows)
                 pending_rows[key] = pending_rows.get(key, 0) + rows.num_rows
-                if pending_rows[key] >= row_group_size:
+                pending_bytes[key] = pending_bytes.get(key, 0) + rows.nbytes
+                if pending_rows[key] >= row_group_size or pending_bytes[key] >= buffer_bytes:
                     flush(key)
         for key in list(pending):
             flush(key)
+        while inflight:
+            inflight.popleft().result()
         for part in open_files.values():
             part.close()
         finished.extend(open_files.values())
         open_files.clear()
         committed = [part.commit(durable) for part in finished]
     except BaseException:
+        for future in inflight:
+            future.cancel()
+        pool.shutdown(wait=True)
         for part in [*finished, *open_files.values()]:
             part.discard()
         raise
+    finally:
+        pool.shutdown(wait=True)
     if durable and lake.is_local and committed:
         _fsync_dirs(committed)
     result.rows = offset
@@ -381,7 +461,20 @@ def write(
     return result
 
 
-def _split_by_partition(spec: TableSpec, batch: pa.RecordBatch) -> Iterator[tuple[date | None, pa.RecordBatch]]:
+def _stamped(spec: TableSpec, batch: pa.RecordBatch, keep_existing: bool) -> pa.RecordBatch:
+    """Fill `_written_at` with fresh unique stamps (only the null ones when `keep_existing`)."""
+    index = spec.schema.get_field_index(WRITTEN_AT)
+    kind = spec.schema.field(WRITTEN_AT).type
+    start = reserve_stamps(batch.num_rows)
+    stamps = pa.array(np.arange(start, start + batch.num_rows, dtype=np.int64)).cast(kind)
+    if keep_existing:
+        stamps = pc.coalesce(batch.column(index), stamps)
+    return batch.set_column(index, spec.schema.field(WRITTEN_AT), stamps)
+
+
+def _split_by_partition(
+    spec: TableSpec, batch: pa.RecordBatch
+) -> Iterator[tuple[date | None, pa.RecordBatch]]:
     if not spec.partitioned:
         yield None, batch
         return

@@ -35,8 +35,9 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 import store
-from ingest.langfuse.client import LangfuseClient
+from ingest.langfuse.client import LangfuseClient, Page
 from ingest.langfuse.config import LangfuseConfig, PullFilters, scope_of
+from ingest.langfuse.errors import LangfuseRequestRejected
 from ingest.langfuse.scores import score_target, score_to_reward
 from ingest.langfuse.sink import (
     AssembleCounts,
@@ -248,11 +249,16 @@ def _pull_observations(
     pages = 0
     cursor = state.cursor  # the page to read next; `state.cursor` moves only at checkpoints
     while True:
-        page = client.observations_page(
-            from_start_time=state.window_from,
-            to_start_time=state.window_to,
-            filter_json=filter_json,
-            cursor=cursor,
+        page = _first_or_next(
+            lambda c: client.observations_page(
+                from_start_time=state.window_from,
+                to_start_time=state.window_to,
+                filter_json=filter_json,
+                cursor=c,
+            ),
+            cursor,
+            resuming=cursor is not None and cursor == state.cursor and pages == 0,
+            report=report,
         )
         cursor = page.next_cursor
         received_at = store.utc_now()
@@ -286,6 +292,23 @@ def _pull_observations(
             return
 
 
+def _first_or_next(
+    fetch: Callable[[str | None], Page], cursor: str | None, *, resuming: bool, report: PullReport
+) -> Page:
+    """The page at `cursor`; when a saved cursor from an interrupted run is refused (a
+    server upgrade, an expired cursor), the window is read again from its start instead:
+    re-read rows are unchanged and skipped, so nothing is lost or duplicated."""
+    try:
+        return fetch(cursor)
+    except LangfuseRequestRejected:
+        if not resuming:
+            raise
+        report.problems.append(
+            "the saved cursor was refused (HTTP 400); re-reading the window from its start"
+        )
+        return fetch(None)
+
+
 def _commit_spans(lake: Lake, rows: list[dict[str, Any]]) -> tuple[int, AssembleCounts]:
     """Write the spans that are new or changed and re-assemble their traces.
 
@@ -315,12 +338,17 @@ def _pull_scores(
     pages = 0
     cursor = state.cursor
     while True:
-        page = client.scores_page(
-            from_timestamp=state.window_from,
-            to_timestamp=state.window_to,
-            environment=environment,
-            session_id=None,  # the API's sessionId means session-level scores; trace scores are filtered below
-            cursor=cursor,
+        page = _first_or_next(
+            lambda c: client.scores_page(
+                from_timestamp=state.window_from,
+                to_timestamp=state.window_to,
+                environment=environment,
+                session_id=None,  # the API's sessionId means session-level scores; trace scores are filtered below
+                cursor=c,
+            ),
+            cursor,
+            resuming=cursor is not None and cursor == state.cursor and pages == 0,
+            report=report,
         )
         cursor = page.next_cursor
         buffer.extend(page.items)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 import store
 from store import Lake
@@ -129,23 +130,26 @@ def spans_of_traces(lake: Lake, trace_ids: Iterable[str], batch_rows: int = 50_0
 
 
 def assemble_traces(lake: Lake, trace_ids: Iterable[str]) -> AssembleCounts:
-    """Re-assemble `trace_ids` from the lake's spans; write their trajectories and rewards."""
+    """Re-assemble `trace_ids` from the lake's spans; write their trajectories and rewards.
+
+    Trajectories stream into one all-or-nothing write (memory stays bounded by the span
+    batches); rewards from feedback events, usually few, are written after them.
+    """
     from ingest.assemble import assemble  # the collector's assembler (same code as OTLP ingest)
 
     counts = AssembleCounts()
-    trajectories: list[pa.Table] = []
     rewards: list[pa.Table] = []
-    for spans in spans_of_traces(lake, trace_ids):
-        counts.traces += len(set(spans.column("trace_id").to_pylist()))
-        assembled = assemble(spans)
-        traj = _as_table(assembled.trajectories, "trajectories")
-        if traj.num_rows:
-            trajectories.append(traj)
-        rew = _as_table(assembled.rewards, "rewards")
-        if rew.num_rows:
-            rewards.append(rew)
-    if trajectories:
-        counts.trajectories = store.write(lake, "trajectories", trajectories).rows
+
+    def trajectories() -> Iterator[pa.Table]:
+        for spans in spans_of_traces(lake, trace_ids):
+            counts.traces += pc.count_distinct(spans.column("trace_id")).as_py()
+            assembled = assemble(spans)
+            reward_rows = _as_table(assembled.rewards, "rewards")
+            if reward_rows.num_rows:
+                rewards.append(reward_rows)
+            yield _as_table(assembled.trajectories, "trajectories")
+
+    counts.trajectories = store.write(lake, "trajectories", trajectories()).rows
     if rewards:
         counts.rewards = store.write(lake, "rewards", rewards).rows
     return counts

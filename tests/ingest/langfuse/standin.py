@@ -109,6 +109,7 @@ class StandinLangfuse:
     requests: list[tuple[str, dict[str, Any], int]] = field(default_factory=list)
     outage: dict[str, int] = field(default_factory=dict)  # path -> good pages left before the outage
     delay_s: float = 0.0  # per observations page, to let a test kill a slow pull mid-way
+    cursor_epoch: int = 0  # bump to expire every cursor handed out so far
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     # --- seeding -------------------------------------------------------------------------
@@ -280,7 +281,7 @@ class StandinLangfuse:
         if error:
             return error
         expand = set(filter(None, (q.get("expandMetadata") or "").split(",")))
-        after, error = _cursor(q.get("cursor"))
+        after, error = _cursor(q.get("cursor"), self.cursor_epoch)
         if error:
             return error
         try:
@@ -298,7 +299,7 @@ class StandinLangfuse:
         page, rest = items[:limit], items[limit:]
         meta: dict[str, Any] = {}
         if rest:
-            meta["cursor"] = _encode_cursor((page[-1]["startTime"], page[-1]["id"]))
+            meta["cursor"] = _encode_cursor((page[-1]["startTime"], page[-1]["id"]), self.cursor_epoch)
         return JSONResponse({"data": [self._shape(o, groups, expand) for o in page], "meta": meta})
 
     def _shape(self, obs: dict[str, Any], groups: set[str], expand: set[str]) -> dict[str, Any]:
@@ -357,7 +358,7 @@ class StandinLangfuse:
         limit, error = _limit(q.get("limit"), 50, 100)
         if error:
             return error
-        after, error = _cursor(q.get("cursor"))
+        after, error = _cursor(q.get("cursor"), self.cursor_epoch)
         if error:
             return error
         start = _parse_time(q["fromTimestamp"]) if q.get("fromTimestamp") else None
@@ -391,7 +392,9 @@ class StandinLangfuse:
         keep = set(SCORE_CORE).union(*(SCORE_GROUPS[g] for g in groups))
         meta: dict[str, Any] = {"limit": limit}
         if rest:
-            meta["cursor"] = _encode_cursor((page[-1]["timestamp"], page[-1]["id"]), urlsafe=True)
+            meta["cursor"] = _encode_cursor(
+                (page[-1]["timestamp"], page[-1]["id"]), self.cursor_epoch, urlsafe=True
+            )
         return JSONResponse({"data": [{k: v for k, v in s.items() if k in keep} for s in page], "meta": meta})
 
 
@@ -431,17 +434,19 @@ def _limit(raw: str | None, default: int, maximum: int) -> tuple[int, JSONRespon
     return limit, None
 
 
-def _encode_cursor(position: tuple[str, str], urlsafe: bool = False) -> str:
-    raw = json.dumps({"t": position[0], "id": position[1]}).encode()
+def _encode_cursor(position: tuple[str, str], epoch: int, urlsafe: bool = False) -> str:
+    raw = json.dumps({"t": position[0], "id": position[1], "e": epoch}).encode()
     return (base64.urlsafe_b64encode(raw) if urlsafe else base64.b64encode(raw)).decode()
 
 
-def _cursor(raw: str | None) -> tuple[tuple[str, str] | None, JSONResponse | None]:
+def _cursor(raw: str | None, epoch: int) -> tuple[tuple[str, str] | None, JSONResponse | None]:
     if not raw:
         return None, None
     try:
         padded = raw + "=" * (-len(raw) % 4)
         decoded = json.loads(base64.urlsafe_b64decode(padded.replace("+", "-").replace("/", "_")))
+        if decoded.get("e") != epoch:
+            return None, _bad("Invalid cursor: expired")
         return (decoded["t"], decoded["id"]), None
     except (binascii.Error, ValueError, KeyError, TypeError):
         return None, _bad("Invalid cursor")

@@ -210,6 +210,23 @@ def test_interrupted_pull_resumes_without_gaps_or_duplicates(
     assert sql(lake, query) == sql(clean, query)
 
 
+def test_resume_with_an_expired_cursor_rereads_the_window(
+    standin: StandinLangfuse, seeded: list[str], langfuse_url: str, lake: Lake
+) -> None:
+    config = make_config(langfuse_url, standin, max_retries=0)
+    standin.outage_after(OBS, 3)
+    with pytest.raises(LangfuseUnavailable):
+        pull_langfuse(lake, config)
+    standin.restore()
+    standin.cursor_epoch += 1  # e.g. a server upgrade: saved cursors are refused with 400
+    report = pull_langfuse(lake, config)
+    assert report.resumed and any("saved cursor was refused" in p for p in report.problems)
+    assert report.skipped["observation_unchanged"] == 15  # the three checkpointed pages, read again
+    assert sql(lake, "SELECT count(*) AS n FROM spans")[0]["n"] == 24
+    assert raw_rows(lake, "spans") == 24
+    assert len(sql(lake, "SELECT * FROM trajectories")) == 6
+
+
 def test_killed_pull_resumes(
     standin: StandinLangfuse, seeded: list[str], langfuse_url: str, lake: Lake
 ) -> None:

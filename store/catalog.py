@@ -16,6 +16,7 @@ Polars users get the same deduplicated tables as LazyFrames from `scan`.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 import duckdb
@@ -216,11 +217,21 @@ def _lock_down(con: duckdb.DuckDBPyConnection, lake: Lake) -> None:
     con.execute("SET lock_configuration = true")
 
 
+_EXPLAIN = re.compile(r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^)]*\)\s*)?", re.IGNORECASE)
+
+
 def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
-    """Raise `ReadOnlyViolation` unless every statement in `sql` only reads."""
+    """Raise `ReadOnlyViolation` unless every statement in `sql` only reads.
+
+    `EXPLAIN ANALYZE` runs the statement it explains, so that statement is checked too.
+    """
     for statement in con.extract_statements(sql):
         if statement.type not in _READ_ONLY_STATEMENTS:
             raise ReadOnlyViolation(statement.type.name, statement.query)
+        if statement.type == duckdb.StatementType.EXPLAIN:
+            inner = _EXPLAIN.sub("", statement.query, count=1)
+            if inner.strip() and inner != statement.query:
+                check_read_only(con, inner)
 
 
 def run_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> duckdb.DuckDBPyRelation | None:

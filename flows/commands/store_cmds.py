@@ -15,7 +15,8 @@ from rich.console import Console
 from rich.table import Table
 
 from flows.commands.options import LakeOption, fail, resolve_lake
-from store import ReadOnlyViolation, connect, run_read_only
+from store import ReadOnlyViolation, StoreError, connect, run_read_only
+from store.compact import CompactConfig, compact
 from store.stats import table_stats
 
 
@@ -66,8 +67,8 @@ def sql(
     """Run read-only SQL against the lake's views (trajectories, messages, rewards, groups, ...)."""
     if fmt not in ("table", "csv", "json"):
         raise fail(f"unknown --format `{fmt}`; use table, csv or json", 2)
-    con = connect(resolve_lake(lake), read_only=True)
     try:
+        con = connect(resolve_lake(lake), read_only=True)
         relation = run_read_only(con, query)
         if relation is None:
             return
@@ -76,13 +77,19 @@ def sql(
     except ReadOnlyViolation as exc:
         raise fail(str(exc), 2) from None
     except duckdb.Error as exc:
+        # DuckDB's message already carries the query position (`LINE 1: ... ^`).
         raise fail(str(exc)) from None
+    except (StoreError, OSError, KeyError, ValueError) as exc:
+        raise fail(f"cannot query the lake: {exc}") from None
     print_rows(columns, rows, fmt)
 
 
 def tables(lake: LakeOption = None) -> None:
     """Each table's rows (deduplicated), files, bytes and newest data."""
-    stats = table_stats(resolve_lake(lake))
+    try:
+        stats = table_stats(resolve_lake(lake))
+    except (StoreError, duckdb.Error, OSError) as exc:
+        raise fail(f"cannot read the lake: {exc}") from None
     print_rows(
         ["table", "rows", "files", "bytes", "newest_data"],
         [(s.table, s.rows, s.files, s.bytes, s.newest) for s in stats],
@@ -90,7 +97,62 @@ def tables(lake: LakeOption = None) -> None:
     )
 
 
+def compact_cmd(
+    lake: LakeOption = None,
+    table: Annotated[
+        list[str] | None, typer.Option("--table", "-t", help="Table to compact (repeatable; default: all).")
+    ] = None,
+    grace_seconds: Annotated[
+        float,
+        typer.Option(
+            help="Delete replaced files this long after replacement (0: at once, if no query runs)."
+        ),
+    ] = CompactConfig.grace_seconds,
+    min_part_files: Annotated[
+        int, typer.Option(help="Rewrite a partition once it has at least this many part files.")
+    ] = CompactConfig.min_part_files,
+    memory_limit: Annotated[
+        str, typer.Option(help="DuckDB memory limit while merging.")
+    ] = CompactConfig.memory_limit,
+) -> None:
+    """Merge small files per partition into one, drop superseded rows, delete replaced files after a grace period."""
+    config = CompactConfig(
+        grace_seconds=grace_seconds, min_part_files=min_part_files, memory_limit=memory_limit
+    )
+    console = Console(stderr=True)
+    try:
+        with console.status("compacting…") as status:
+            results = compact(
+                resolve_lake(lake),
+                table or None,
+                config=config,
+                on_partition=lambda t, p: status.update(f"compacting `{t}` {p}"),
+            )
+    except StoreError as exc:
+        raise fail(str(exc)) from None
+    except KeyError as exc:
+        raise fail(str(exc.args[0]) if exc.args else str(exc), 2) from None
+    print_rows(
+        ["table", "partitions", "files_in", "files_out", "rows_in", "rows_out", "deleted", "temps_removed"],
+        [
+            (
+                r.table,
+                r.partitions,
+                r.files_in,
+                r.files_out,
+                r.rows_in,
+                r.rows_out,
+                r.deleted,
+                r.temps_removed,
+            )
+            for r in results
+        ],
+        "table",
+    )
+
+
 def register(app: typer.Typer) -> None:
-    """Add `sql` and `tables` to the `trajlake` app."""
+    """Add `sql`, `tables` and `compact` to the `trajlake` app."""
     app.command("sql")(sql)
     app.command("tables")(tables)
+    app.command("compact")(compact_cmd)

@@ -3,9 +3,10 @@
 It goes through exactly the collector's path: the SDK's own OTLP encoder
 (`encode_spans`, the bytes an OTLP exporter would send) -> `spans_from_request` ->
 redaction -> `store.write`, then assembles the traces whose root span has arrived.
-`force_flush()` and `shutdown()` also assemble traces still waiting for their root, so
-an agent that calls `provider.force_flush()` before exiting finds its trajectories in
-the lake.
+A trace is assembled as soon as its root span is exported, so an agent that calls
+`provider.force_flush()` after a run finds that run's trajectory in the lake. The
+exporter's own `force_flush()` and `shutdown()` (called by `provider.shutdown()`) also
+assemble traces still waiting for their root.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
@@ -99,9 +100,21 @@ def instrument(
     provider.add_span_processor(BatchSpanProcessor(exporter) if batch else SimpleSpanProcessor(exporter))
     if set_global:
         trace.set_tracer_provider(provider)
+    if lake is not None:
+        _shutdown_before_thread_pools(provider)
     if instrument_openai:
         _instrument_openai(provider)
     return provider
+
+
+def _shutdown_before_thread_pools(provider: TracerProvider) -> None:
+    # The SDK shuts the provider down from `atexit`, but by then `concurrent.futures` has
+    # stopped accepting work, and the lake writer encodes Parquet on a thread pool: the last
+    # batch would be lost. `threading` runs its own exit hooks in reverse registration
+    # order before `atexit`, so a hook registered now runs before the pools close.
+    register = getattr(threading, "_register_atexit", None)
+    if register is not None:
+        register(provider.shutdown)
 
 
 def _instrument_openai(provider: TracerProvider) -> None:

@@ -1,0 +1,66 @@
+"""Redaction before anything is written: secrets always, PII when configured, a user function last."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+
+from ingest.redact import RedactionConfig, redact_table, redact_text
+
+
+@pytest.mark.parametrize(
+    ("secret", "marker"),
+    [
+        ("sk-proj-Abcdefghijklmnopqrstuvwxyz012345", "[REDACTED:api_key]"),  # OpenAI project key
+        ("sk-ant-api03-abcdefghijklmnopqrstuvwx", "[REDACTED:api_key]"),  # Anthropic
+        ("sk-lf-1234567890abcdef1234", "[REDACTED:api_key]"),  # Langfuse secret key
+        ("AKIAIOSFODNN7EXAMPLE", "[REDACTED:aws_key]"),
+        ("ghp_abcdefghijklmnopqrstuvwxyz0123456789", "[REDACTED:github_token]"),
+        ("xoxb-1234567890-abcdefghij", "[REDACTED:slack_token]"),
+        ("AIzaSyA-abcdefghijklmnopqrstuvwxyz01234", "[REDACTED:api_key]"),
+    ],
+)
+def test_secrets_are_always_redacted(secret: str, marker: str) -> None:
+    out = redact_text(json.dumps({"prompt": f"use {secret} please"}))
+    assert secret not in out and marker in out and json.loads(out)["prompt"].startswith("use ")
+
+
+def test_bearer_tokens_url_passwords_and_secret_fields_keep_json_valid() -> None:
+    document = {
+        "http.request.header.authorization": "Bearer eyJhbGciOiJIUzI1NiJ9.payload.sig",
+        "db.connection_string": "postgresql://app:hunter2@db.internal:5432/prod",
+        "config": json.dumps({"password": 'p"ss', "api_key": "abc"}),
+        "password": "plain",
+        "note": "curl -H 'Authorization: Bearer abcdefghijklmnop123' https://api",
+        "gen_ai.usage.input_tokens": 123456789012,
+    }
+    out = redact_text(json.dumps(document))
+    parsed = json.loads(out)
+    assert parsed["http.request.header.authorization"] == "[REDACTED]"  # a secret-named field: all of it
+    assert parsed["note"] == "curl -H 'Authorization: Bearer [REDACTED]' https://api"
+    assert parsed["db.connection_string"] == "postgresql://app:[REDACTED]@db.internal:5432/prod"
+    assert parsed["password"] == "[REDACTED]"
+    assert parsed["gen_ai.usage.input_tokens"] == 123456789012  # numbers are not phone numbers
+    assert "hunter2" not in out and "eyJhbGci" not in out
+
+
+def test_emails_and_phones_only_when_configured() -> None:
+    text = json.dumps({"m": "write to jane.doe@example.co.uk or call +1 (415) 555-0132"})
+    assert redact_text(text) == text
+    out = json.loads(redact_text(text, RedactionConfig(emails=True, phones=True)))["m"]
+    assert out == "write to [REDACTED:email] or call [REDACTED:phone]"
+
+
+def test_user_function_runs_last_on_every_text_column() -> None:
+    table = pa.table(
+        {
+            "attributes": ['{"name": "Alice"}', None],
+            "events": ["[]", "[]"],
+            "status_message": ["Alice failed", None],
+        }
+    )
+    out = redact_table(table, RedactionConfig(function=lambda s: s.replace("Alice", "[PERSON]")))
+    assert out.column("attributes").to_pylist() == ['{"name": "[PERSON]"}', None]
+    assert out.column("status_message").to_pylist() == ["[PERSON] failed", None]

@@ -208,16 +208,19 @@ def check_completions(backend: str, request: SampleRequest, completions: list[Co
 class MicroBatcher:
     """Gathers concurrent `submit` calls into batches for a synchronous batch function.
 
-    One worker thread runs one batch at a time; whatever arrived while it ran forms the next
-    batch. Under load batches fill up by themselves, and a lone request waits for nobody.
+    Requests are staged per event loop and released on the loop's next iteration, so every
+    task that is ready now (rollouts started together, or resumed by the same batch's
+    results) submits first and they land in one batch. One worker thread runs one batch at a
+    time; whatever arrived while it ran forms the next batch, and a lone request waits for
+    nobody.
     """
 
-    def __init__(self, run_batch: Any, max_batch: int = 64, window_s: float = 0.005) -> None:
+    def __init__(self, run_batch: Any, max_batch: int = 64, window_s: float = 0.002) -> None:
         self._run_batch = run_batch
         self._max_batch = max_batch
-        # After the first request of a batch arrives, wait this long for company: rollouts
-        # that start together reach the sampler a few microseconds apart.
+        # After a release, wait this long for stragglers from other loops or threads.
         self._window_s = window_s
+        self._staged: dict[int, list[tuple[SampleRequest, asyncio.Future, asyncio.AbstractEventLoop]]] = {}
         self._pending: list[tuple[SampleRequest, asyncio.Future, asyncio.AbstractEventLoop]] = []
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -227,13 +230,21 @@ class MicroBatcher:
     async def submit(self, request: SampleRequest) -> list[Completion]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future = loop.create_future()
+        with self._lock:
+            staged = self._staged.setdefault(id(loop), [])
+            staged.append((request, future, loop))
+            first = len(staged) == 1
+        if first:
+            loop.call_soon(self._release, id(loop))
+        return await future
+
+    def _release(self, loop_key: int) -> None:
         with self._wake:
+            self._pending.extend(self._staged.pop(loop_key, []))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._work, name="sampler-batcher", daemon=True)
                 self._thread.start()
-            self._pending.append((request, future, loop))
             self._wake.notify()
-        return await future
 
     def close(self) -> None:
         with self._wake:

@@ -1,0 +1,45 @@
+"""Tiny builders for store tests (rows inline, as datatrove's `get_doc`)."""
+
+from __future__ import annotations
+
+import glob
+import os
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import store
+
+T0 = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
+
+
+def make_traj(i: int, *, model: str = "m1", day: int = 0, **extra: Any) -> dict[str, Any]:
+    """A minimal valid trajectory row with id `t<i>`."""
+    row: dict[str, Any] = {
+        "trajectory_id": f"t{i}",
+        "source": "otel",
+        "model": model,
+        "started_at": T0 + timedelta(days=day, seconds=i),
+        "messages": [{"role": "user", "content": f"hello {i}"}, {"role": "assistant", "content": "hi"}],
+    }
+    row.update(extra)
+    return row
+
+
+def visible_files(lake: store.Lake, table: str) -> list[str]:
+    """What a plain `**/*.parquet` glob sees."""
+    return sorted(glob.glob(os.path.join(lake.root, table, "**", "*.parquet"), recursive=True))
+
+
+def all_files(lake: store.Lake) -> list[str]:
+    """Every file under the lake, hidden temporaries included."""
+    return sorted(
+        os.path.join(d, f) for d, _, files in os.walk(lake.root) for f in files if "_compaction" not in d
+    )
+
+
+def count(lake: store.Lake | str, sql: str) -> Any:
+    con = store.connect(lake)
+    try:
+        return con.execute(sql).fetchall()[0][0]
+    finally:
+        con.close()

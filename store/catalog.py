@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import duckdb
 import polars as pl
+import pyarrow as pa
+import pyarrow.dataset as ds
 
 from store.errors import ReadOnlyViolation
 from store.lake import Lake
@@ -128,10 +130,18 @@ def table_view_sql(
     return f"""
         WITH c AS NOT MATERIALIZED ({_read_files_sql(lake, spec, files.compacted, typed, cols)}),
         p_new AS NOT MATERIALIZED ({p_new})
-        SELECT {cols} FROM c ANTI JOIN p_new ON {on} AND p_new.{WRITTEN_AT} > c.{WRITTEN_AT}
+        SELECT {cols} FROM c ANTI JOIN p_new ON {on} AND {_stamp("p_new")} > {_stamp("c")}
         UNION ALL
-        SELECT {cols} FROM p_new ANTI JOIN c ON {on} AND c.{WRITTEN_AT} >= p_new.{WRITTEN_AT}
+        SELECT {cols} FROM p_new ANTI JOIN c ON {on} AND {_stamp("c")} >= {_stamp("p_new")}
     """
+
+
+def _stamp(alias: str) -> str:
+    # Files written by other tools may lack `_written_at`: their rows count as the oldest.
+    return f"coalesce({alias}.{WRITTEN_AT}, {EPOCH_SQL})"
+
+
+EPOCH_SQL = "CAST(TIMESTAMPTZ '1970-01-01 00:00:00+00' AS TIMESTAMPTZ_NS)"
 
 
 DERIVED_VIEWS = {
@@ -251,14 +261,30 @@ def scan(lake: Lake | str | os.PathLike[str], table: str) -> pl.LazyFrame:
     files = lake.data_files(table)
     if not files:
         return pl.LazyFrame(schema=pl.from_arrow(spec.schema.empty_table()).schema)
-    source = files if lake.is_local else [f"{lake.protocol}://{f}" for f in files]
-    frame = pl.scan_parquet(
-        source,
-        hive_partitioning=spec.partitioned,
-        missing_columns="insert",
-        extra_columns="ignore",
-        storage_options=lake.storage_options or None,
-    )
-    newest = pl.col(WRITTEN_AT) == pl.col(WRITTEN_AT).max().over(list(spec.key))
+    if lake.is_local:
+        frame = pl.scan_parquet(
+            files,
+            hive_partitioning=spec.partitioned,
+            missing_columns="insert",
+            extra_columns="ignore",
+        )
+    else:
+        # Remote lakes go through the lake's own filesystem (the one writes use), so the
+        # same storage options work for reading.
+        frame = pl.scan_pyarrow_dataset(
+            ds.dataset(
+                files,
+                schema=spec.schema,
+                format="parquet",
+                filesystem=lake.arrow_fs,
+                partitioning=ds.partitioning(pa.schema([spec.schema.field(PARTITION_COLUMN)]), flavor="hive")
+                if spec.partitioned
+                else None,
+                partition_base_dir=lake.table_dir(table),
+            )
+        )
+    # Rows without `_written_at` (files from other tools) count as the oldest.
+    stamp = pl.col(WRITTEN_AT).fill_null(pl.lit(0).cast(pl.Datetime("ns", "UTC")))
+    newest = stamp == stamp.max().over(list(spec.key))
     # A tie is the same row in a compacted file and in a file it replaced: keep one.
     return frame.filter(newest).unique(subset=list(spec.key), keep="any")

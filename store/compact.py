@@ -43,7 +43,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from store.catalog import snapshot
+from store.catalog import EPOCH_SQL, snapshot
 from store.errors import CompactionError, LakeBusy
 from store.lake import Lake
 from store.layout import base_name, compact_generation, dir_name, new_compact_name, temp_name
@@ -199,8 +199,9 @@ def _find_winners(
     """Build the temp table `__win` (newest row per key: its file and `_written_at`) and
     return, per file, how many of its rows are superseded."""
     key = ", ".join(f'"{k}"' for k in spec.key)
+    stamp = f"coalesce({WRITTEN_AT}, {EPOCH_SQL}) AS {WRITTEN_AT}"
     con.execute(
-        f"CREATE OR REPLACE TEMP TABLE __keys AS {_files_sql(lake, spec, files, f'{key}, {WRITTEN_AT}, __file')}"
+        f"CREATE OR REPLACE TEMP TABLE __keys AS {_files_sql(lake, spec, files, f'{key}, {stamp}, __file')}"
     )
     # A tie (the same row in two files, left by a pass that stopped before recording what it
     # replaced) may go either way: the partition holding the copy is rewritten regardless.
@@ -239,8 +240,10 @@ def _rewrite(
     expected = con.execute(f"SELECT count(*) FROM __win WHERE __file IN ({url_list})").fetchall()[0]
     rows_in = con.execute(f"SELECT count(*) FROM __keys WHERE __file IN ({url_list})").fetchall()[0]
     generation = _next_generation(lake, directory)
+    # Rows of files without `_written_at` keep counting as the oldest (not as fresh writes).
+    stamp = f"coalesce({WRITTEN_AT}, {EPOCH_SQL}) AS {WRITTEN_AT}"
     sql = (
-        f"SELECT r.* EXCLUDE (__file) FROM ({_files_sql(lake, spec, inputs)}) r "
+        f"SELECT r.* EXCLUDE (__file) FROM ({_files_sql(lake, spec, inputs, f'* REPLACE ({stamp})')}) r "
         f"SEMI JOIN (SELECT * FROM __win WHERE __file IN ({url_list})) w "
         f"ON {key} AND r.__file = w.__file AND r.{WRITTEN_AT} = w.{WRITTEN_AT}"
     )

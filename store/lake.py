@@ -86,6 +86,9 @@ class Lake:
     def data_files(self, table: str) -> list[str]:
         """Committed Parquet files of a table (temporaries are never listed)."""
         directory = self.table_dir(table)
+        if not self.is_local:
+            # Object-store listings are cached per filesystem instance; other processes write too.
+            self.fs.invalidate_cache()
         if not self.fs.exists(directory):
             return []
         found = self.fs.find(directory)

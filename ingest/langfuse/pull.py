@@ -210,7 +210,7 @@ def pull_langfuse(
                     progress.update(
                         task,
                         description=f"Langfuse {config.host}: {what}; {report.observations} observations, "
-                        f"{report.trajectories} trajectories, {report.scores} scores, {report.retries} retries",
+                        f"{report.trajectories} trajectories, {report.scores} scores, {client.stats.retries} retries",
                     )
 
             if state.phase == "observations":

@@ -147,6 +147,27 @@ def replay_command(
         raise typer.Exit(1)
 
 
+def serve_sampler(
+    model: Annotated[str, typer.Option(help="Model folder to serve with the transformers backend.")],
+    adapter: Annotated[str | None, typer.Option(help="Default LoRA adapter folder.")] = None,
+    host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+) -> None:
+    """Serve a model over an OpenAI/vLLM-compatible API (token-id prompts, n, logprobs) on CPU or GPU.
+
+    For machines without vLLM: `trajlake replay --backend vllm-server --base-url http://HOST:PORT`
+    then works against it, and so do OpenAI SDK agents.
+    """
+    import uvicorn
+
+    from training.rollout.openai_app import create_app
+    from training.samplers import make_sampler
+
+    sampler = make_sampler("transformers", model, adapter=adapter)
+    typer.echo(f"serving {sampler.policy} on http://{host}:{port}/v1")
+    uvicorn.run(create_app(sampler), host=host, port=port, log_level="warning")
+
+
 def tiny_model(
     path: Annotated[Path, typer.Argument(help="Folder to build the tiny model and tokenizer into.")],
     seed: Annotated[int, typer.Option(help="Seed of the random weights and the tokenizer corpus.")] = 0,
@@ -161,4 +182,5 @@ def register(app: typer.Typer) -> None:
     """Add this stage's commands to the `trajlake` app."""
     app.add_typer(scenarios_app, name="scenarios")
     app.command("replay")(replay_command)
+    app.command("serve-sampler")(serve_sampler)
     app.command("tiny-model", hidden=True)(tiny_model)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import threading
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -54,6 +55,7 @@ class UserRollouts:
         )
         self._server: LoopbackServer | None = None
         self._server_url: str | None = None
+        self._server_lock = threading.Lock()  # sync rollouts start in several threads at once
 
     def describe(self) -> str:
         return self.spec
@@ -92,9 +94,10 @@ class UserRollouts:
     def _sync_client(self, episode_id: str) -> Any:
         import openai
 
-        if self._server_url is None:
-            self._server = LoopbackServer(self.app)
-            self._server_url = self._server.start()
+        with self._server_lock:
+            if self._server_url is None:
+                self._server = LoopbackServer(self.app)
+                self._server_url = self._server.start()
         return openai.OpenAI(
             base_url=f"{self._server_url}/v1",
             api_key="trajlake",

@@ -83,18 +83,21 @@ class RewardWriter:
     _groups_pending: int = 0
     _last_flush: float = field(default_factory=time.monotonic)
 
-    def add(self, rows: list[dict[str, Any]], groups: int = 1) -> None:
+    def add(self, rows: list[dict[str, Any]], groups: int = 1, *, auto_flush: bool = True) -> bool:
+        """Buffer rows; commit when a threshold is reached (or report that one is, with `auto_flush=False`)."""
         self.buffer.extend(rows)
         self.written.extend(
             {k: r[k] for k in ("name", "group_id", "value", "status", "error", "trajectory_id")} for r in rows
         )
         self._groups_pending += groups
-        if (
+        due = (
             self._groups_pending >= self.flush_every
             or len(self.buffer) >= self.flush_rows
             or time.monotonic() - self._last_flush >= self.flush_interval_s
-        ):
+        )
+        if due and auto_flush:
             self.flush()
+        return due
 
     def flush(self) -> None:
         if self.buffer:
@@ -272,7 +275,7 @@ def _score_sql(lake: store.Lake, reward: SqlReward, config: ScoreConfig, run_id:
     # in row 9,000) must not leave the first rows written. Three narrow columns fit in memory.
     try:
         check_read_only(con, query)
-        result = con.sql(query, params={"scorer": reward.scorer}).to_arrow_table()
+        result = con.sql(query, params=None if config.force else {"scorer": reward.scorer}).to_arrow_table()
     except Exception as exc:  # duckdb errors of any kind, ReadOnlyViolation
         raise SqlRewardError(reward.expression, f"{type(exc).__name__}: {exc}") from None
     reader = result.to_batches(max_chunksize=4096)
@@ -412,7 +415,9 @@ def _score_ruler(
         try:
             while pending or not exhausted:
                 while not exhausted and len(pending) < window:
-                    item = next(stream, None)
+                    # DuckDB reads (a chunk of groups at a time) run off the event loop, so judge
+                    # calls in flight keep being served meanwhile.
+                    item = await asyncio.to_thread(next, stream, None)
                     if item is None:
                         exhausted = True
                         break
@@ -432,7 +437,8 @@ def _score_ruler(
                     summary.completion_tokens += 0 if verdict.cached else verdict.completion_tokens
                     if verdict.cost_usd is not None and not verdict.cached:
                         summary.cost_usd = (summary.cost_usd or 0.0) + verdict.cost_usd
-                    writer.add(ruler_rows(verdict, judge, name, run_id, gid))
+                    if writer.add(ruler_rows(verdict, judge, name, run_id, gid), auto_flush=False):
+                        await asyncio.to_thread(writer.flush)  # the Parquet commit, off the event loop
                     if task is not None:
                         progress.advance(task)
         finally:

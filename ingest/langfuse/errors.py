@@ -31,7 +31,7 @@ class LangfuseAuthError(LangfuseIngestError, PermissionError):
 
     def __init__(self, host: str, status: int, body: object) -> None:
         self.host = host
-        self.status = status
+        self.http_status = status  # what Langfuse answered (`status` is the collector's own code)
         self.body = body
         what = "rejected the API keys" if status == 401 else "denied access with these keys"
         super().__init__(
@@ -60,7 +60,7 @@ class LangfuseProtocolError(LangfuseIngestError):
     def __init__(self, host: str, path: str, status: int | None, body: object) -> None:
         self.host = host
         self.path = path
-        self.status = status
+        self.http_status = status  # what Langfuse answered (`status` is the collector's own code)
         self.body = body
         super().__init__(
             f"`{host}` did not answer `{path}` like a Langfuse server (HTTP {status}: "
@@ -90,7 +90,7 @@ class LangfuseUnavailable(LangfuseIngestError, ConnectionError):
     def __init__(self, host: str, path: str, status: int | None, attempts: int, detail: str) -> None:
         self.host = host
         self.path = path
-        self.status = status
+        self.http_status = status  # what Langfuse answered (`status` is the collector's own code)
         self.attempts = attempts
         self.detail = detail
         super().__init__(

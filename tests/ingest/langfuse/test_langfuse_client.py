@@ -69,7 +69,7 @@ def test_retries_run_out_with_a_resumable_error(
     config = make_config(langfuse_url, standin, max_retries=2)
     with LangfuseClient(config, sleep=Sleeps()) as client, pytest.raises(LangfuseUnavailable) as info:
         page(client)
-    assert info.value.status == 500 and info.value.attempts == 3
+    assert info.value.http_status == 500 and info.value.attempts == 3
     assert "rerun the same `trajlake ingest langfuse` command" in str(info.value)
 
 
@@ -77,7 +77,7 @@ def test_wrong_keys_are_a_clear_auth_error(standin: StandinLangfuse, langfuse_ur
     config = make_config(langfuse_url, standin, secret_key="sk-lf-wrong")
     with LangfuseClient(config) as client, pytest.raises(LangfuseAuthError) as info:
         page(client)
-    assert info.value.status == 401 and info.value.host == langfuse_url
+    assert info.value.http_status == 401 and info.value.host == langfuse_url
     assert "LANGFUSE_SECRET_KEY" in str(info.value)
     assert standin.count(OBS, 401) == 1  # not retried
 
@@ -114,7 +114,7 @@ def test_a_host_that_is_not_langfuse_says_so(not_langfuse: str) -> None:
     config = LangfuseConfig(host=not_langfuse, public_key="pk", secret_key="sk", max_retries=0)
     with LangfuseClient(config) as client, pytest.raises(LangfuseProtocolError) as info:
         page(client)
-    assert info.value.status == 404 and "nginx" in str(info.value)
+    assert info.value.http_status == 404 and "nginx" in str(info.value)
 
 
 def test_requests_use_field_groups_and_page_limits(

@@ -27,6 +27,7 @@ import pyarrow.dataset as ds
 from store.errors import ReadOnlyViolation
 from store.lake import Lake
 from store.layout import base_name, compact_generation, dir_name
+from store.replaced import pending_files
 from store.schema import PARTITION_COLUMN, TABLES, WRITTEN_AT, TableSpec, table_spec
 
 _READ_ONLY_STATEMENTS = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
@@ -67,8 +68,13 @@ class Snapshot:
 
 
 def snapshot(lake: Lake, table: str) -> Snapshot:
-    """List a table's committed files once and classify them."""
-    files = lake.data_files(table)
+    """List a table's committed files once and classify them.
+
+    Files that compaction already replaced are left out: the records are read before
+    the listing, so the compacted file holding their rows is in the listing.
+    """
+    replaced = pending_files(lake, table)
+    files = [f for f in lake.data_files(table) if f not in replaced]
     newest: dict[str, int] = {}
     for path in files:
         generation = compact_generation(base_name(path))
@@ -261,28 +267,20 @@ def scan(lake: Lake | str | os.PathLike[str], table: str) -> pl.LazyFrame:
     files = lake.data_files(table)
     if not files:
         return pl.LazyFrame(schema=pl.from_arrow(spec.schema.empty_table()).schema)
-    if lake.is_local:
-        frame = pl.scan_parquet(
+    # A pyarrow dataset with the table's full schema: files missing newer columns read as
+    # nulls (whatever file comes first), and remote lakes use the lake's own filesystem.
+    frame = pl.scan_pyarrow_dataset(
+        ds.dataset(
             files,
-            hive_partitioning=spec.partitioned,
-            missing_columns="insert",
-            extra_columns="ignore",
+            schema=spec.schema,
+            format="parquet",
+            filesystem=lake.arrow_fs,
+            partitioning=ds.partitioning(pa.schema([spec.schema.field(PARTITION_COLUMN)]), flavor="hive")
+            if spec.partitioned
+            else None,
+            partition_base_dir=lake.table_dir(table),
         )
-    else:
-        # Remote lakes go through the lake's own filesystem (the one writes use), so the
-        # same storage options work for reading.
-        frame = pl.scan_pyarrow_dataset(
-            ds.dataset(
-                files,
-                schema=spec.schema,
-                format="parquet",
-                filesystem=lake.arrow_fs,
-                partitioning=ds.partitioning(pa.schema([spec.schema.field(PARTITION_COLUMN)]), flavor="hive")
-                if spec.partitioned
-                else None,
-                partition_base_dir=lake.table_dir(table),
-            )
-        )
+    )
     # Rows without `_written_at` (files from other tools) count as the oldest.
     stamp = pl.col(WRITTEN_AT).fill_null(pl.lit(0).cast(pl.Datetime("ns", "UTC")))
     newest = stamp == stamp.max().over(list(spec.key))

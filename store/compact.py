@@ -31,10 +31,8 @@ object store, schedule a single `trajlake compact`.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,10 +45,9 @@ from store.catalog import EPOCH_SQL, snapshot
 from store.errors import CompactionError, LakeBusy
 from store.lake import Lake
 from store.layout import base_name, compact_generation, dir_name, new_compact_name, temp_name
+from store.replaced import STATE_DIR, list_files, pending_files, pending_logs, record_replaced
 from store.schema import TABLES, WRITTEN_AT, TableSpec, table_spec
 from store.writer import DEFAULT_ROW_GROUP_SIZE, parquet_layout, write
-
-STATE_DIR = "_compaction"
 
 
 @dataclass(frozen=True)
@@ -153,7 +150,7 @@ def _compact_table(
             if on_partition is not None:
                 on_partition(spec.name, partition)
             written, rows_in = _rewrite(con, lake, spec, directory, inputs, config, partition)
-            _record_replaced(lake, spec.name, inputs)
+            record_replaced(lake, spec.name, inputs)
             result.partitions += 1
             result.files_in += len(inputs)
             result.files_out += 1
@@ -280,7 +277,7 @@ def _batches(reader: Any) -> Iterator[pa.RecordBatch]:
 def _next_generation(lake: Lake, directory: str) -> int:
     existing = [
         g
-        for g in (compact_generation(base_name(p)) for p in _list_files(lake, directory, recursive=False))
+        for g in (compact_generation(base_name(p)) for p in list_files(lake, directory, recursive=False))
         if g is not None
     ]
     return max(time.time_ns(), max(existing, default=0) + 1)
@@ -307,44 +304,12 @@ def _write_empty(lake: Lake, spec: TableSpec, directory: str, generation: int) -
 # --- reclaiming -------------------------------------------------------------------------
 
 
-def _state_dir(lake: Lake, table: str) -> str:
-    return lake.fs_path(STATE_DIR, table)
-
-
-def _record_replaced(lake: Lake, table: str, files: Sequence[str]) -> None:
-    """Note `files` as replaced now, atomically (write a temporary, then rename)."""
-    directory = _state_dir(lake, table)
-    lake.fs.makedirs(directory, exist_ok=True)
-    name = f"pending-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.json"
-    body = json.dumps({"replaced_at": time.time(), "files": list(files)}).encode()
-    temp = f"{directory}/.{name}.tmp"
-    with lake.fs.open(temp, "wb") as handle:
-        handle.write(body)
-    lake.fs.mv(temp, f"{directory}/{name}")
-
-
-def pending_files(lake: Lake, table: str) -> set[str]:
-    """Files already replaced by a compacted file and waiting for their grace period."""
-    return {path for entry in _pending_logs(lake, table) for path in entry[1]["files"]}
-
-
-def _pending_logs(lake: Lake, table: str) -> list[tuple[str, dict[str, Any]]]:
-    directory = _state_dir(lake, table)
-    logs = []
-    for log in sorted(
-        p for p in _list_files(lake, directory, recursive=False) if base_name(p).startswith("pending-")
-    ):
-        with lake.fs.open(log, "rb") as handle:
-            logs.append((log, json.loads(handle.read())))
-    return logs
-
-
 def reclaim(lake: Lake | str | os.PathLike[str], table: str, grace_seconds: float) -> int:
     """Delete files replaced more than `grace_seconds` ago; the number of files deleted."""
     lake = Lake.of(lake)
     deleted = 0
     now = time.time()
-    for log, entry in _pending_logs(lake, table):
+    for log, entry in pending_logs(lake, table):
         if now - float(entry["replaced_at"]) < grace_seconds:
             continue
         for path in entry["files"]:
@@ -360,7 +325,7 @@ def remove_stale_temps(lake: Lake | str | os.PathLike[str], table: str, older_th
     lake = Lake.of(lake)
     now = time.time()
     removed = 0
-    for path in _list_files(lake, lake.table_dir(table), recursive=True):
+    for path in list_files(lake, lake.table_dir(table), recursive=True):
         name = base_name(path)
         if not (name.startswith(".") and name.endswith(".tmp")):
             continue
@@ -369,14 +334,6 @@ def remove_stale_temps(lake: Lake | str | os.PathLike[str], table: str, older_th
                 lake.fs.rm(path)
                 removed += 1
     return removed
-
-
-def _list_files(lake: Lake, directory: str, recursive: bool) -> list[str]:
-    if not lake.fs.exists(directory):
-        return []
-    if recursive:
-        return list(lake.fs.find(directory))
-    return [e["name"] for e in lake.fs.ls(directory, detail=True) if e.get("type") == "file"]
 
 
 def _mtime(lake: Lake, path: str) -> float:

@@ -1,0 +1,131 @@
+"""The DuckDB views and polars scans: dedup, derived views, snapshots, plain-DuckDB readability."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import store
+from store.synthetic import synthetic_rewards, synthetic_scenarios, synthetic_trajectories
+from tests.store.helpers import T0, count, make_traj
+
+
+def test_newest_row_per_key_wins_in_views_and_scan(lake: store.Lake) -> None:
+    store.write(lake, "trajectories", [make_traj(1, model="a"), make_traj(2, model="a")])
+    store.write(lake, "trajectories", [make_traj(1, model="b")])
+    store.write(
+        lake, "trajectories", [make_traj(1, model="c"), make_traj(1, model="d")]
+    )  # same batch: last wins
+    con = store.connect(lake)
+    assert con.execute("SELECT trajectory_id, model FROM trajectories ORDER BY 1").fetchall() == [
+        ("t1", "d"),
+        ("t2", "a"),
+    ]
+    frame = store.scan(lake, "trajectories").select("trajectory_id", "model").sort("trajectory_id").collect()
+    assert frame.rows() == [("t1", "d"), ("t2", "a")]
+
+
+def test_composite_keys_dedupe_on_every_key_column(lake: store.Lake) -> None:
+    row = {"trajectory_id": "t1", "name": "r", "scorer": "s1", "value": 0.1, "scored_at": T0}
+    store.write(lake, "rewards", [row, {**row, "scorer": "s2", "value": 0.2}])
+    store.write(lake, "rewards", [{**row, "value": 0.9}])
+    assert store.connect(lake).execute("SELECT scorer, value FROM rewards ORDER BY 1").fetchall() == [
+        ("s1", 0.9),
+        ("s2", 0.2),
+    ]
+
+
+def test_derived_views_messages_latest_rewards_groups(lake: store.Lake) -> None:
+    store.write(lake, "trajectories", synthetic_trajectories(40, seed=5, replayed_fraction=1.0, group_size=4))
+    store.write(lake, "rewards", synthetic_rewards(40, seed=5, replayed_fraction=1.0, group_size=4))
+    con = store.connect(lake)
+    total = con.execute("SELECT sum(len(messages)) FROM trajectories").fetchall()[0][0]
+    assert count(lake, "SELECT count(*) FROM messages") == total
+    # Positions are 0-based and contiguous per trajectory; the first message is the system prompt.
+    assert con.execute("SELECT bool_and(role = 'system') FROM messages WHERE position = 0").fetchall() == [
+        (True,)
+    ]
+    gaps = con.execute(
+        "SELECT count(*) FROM (SELECT trajectory_id FROM messages GROUP BY 1 "
+        "HAVING min(position) <> 0 OR max(position) + 1 <> count(*))"
+    ).fetchall()
+    assert gaps == [(0,)]
+    # Failed judge rewards are not in latest_rewards; groups count only successful ones.
+    failed = count(lake, "SELECT count(*) FROM rewards WHERE status = 'failed'")
+    judged = count(lake, "SELECT count(*) FROM rewards WHERE name = 'ruler'")
+    assert count(lake, "SELECT count(*) FROM latest_rewards WHERE name = 'ruler'") == judged - failed
+    sizes = con.execute("SELECT sum(size) FROM groups WHERE name = 'ruler'").fetchall()[0][0]
+    assert sizes == judged - failed
+    assert con.execute("SELECT count(*) FROM group_stats('ruler')").fetchall()[0][0] == 10
+
+
+def test_views_are_a_snapshot_until_refresh(lake: store.Lake) -> None:
+    store.write(lake, "runs", [{"run_id": "r", "step": 0, "stage": "sft"}])
+    con = store.connect(lake)
+    store.write(lake, "runs", [{"run_id": "r", "step": 1, "stage": "sft"}])
+    assert con.execute("SELECT count(*) FROM runs").fetchall() == [(1,)]
+    store.catalog.refresh(con, lake)
+    assert con.execute("SELECT count(*) FROM runs").fetchall() == [(2,)]
+
+
+def test_empty_lake_has_typed_empty_views(lake: store.Lake) -> None:
+    con = store.connect(lake)
+    for table in store.TABLES:
+        assert con.execute(f"SELECT count(*) FROM {table}").fetchall() == [(0,)]
+    types = dict(con.execute("SELECT column_name, column_type FROM (DESCRIBE trajectories)").fetchall())
+    assert types["input_tokens"] == "BIGINT"
+    assert types["dt"] == "DATE"
+    assert count(lake, "SELECT count(*) FROM messages") == 0
+
+
+def test_old_schema_file_stays_readable(lake: store.Lake) -> None:
+    # A file from before `status`, `has_content` and `_written_at` existed, written by plain pyarrow.
+    directory = Path(lake.root) / "trajectories" / "dt=2026-11-20"
+    directory.mkdir(parents=True)
+    old = pa.table(
+        {
+            "trajectory_id": ["old-1"],
+            "source": ["otel"],
+            "started_at": pa.array([T0], pa.timestamp("us", tz="UTC")),
+            "model": ["m0"],
+        }
+    )
+    pq.write_table(old, directory / "legacy.parquet")
+    store.write(lake, "trajectories", [make_traj(1)])
+    con = store.connect(lake)
+    assert con.execute("SELECT trajectory_id, model, status FROM trajectories ORDER BY 1").fetchall() == [
+        ("old-1", "m0", None),
+        ("t1", "m1", None),
+    ]
+    assert store.scan(lake, "trajectories").select("trajectory_id").collect().height == 2
+
+
+def test_plain_duckdb_reads_every_table(lake: store.Lake) -> None:
+    store.write(lake, "trajectories", synthetic_trajectories(30, seed=1))
+    store.write(lake, "rewards", synthetic_rewards(30, seed=1))
+    store.write(lake, "scenarios", synthetic_scenarios(200, seed=1))
+    store.write(
+        lake, "spans", [{"trace_id": "a" * 32, "span_id": "b" * 16, "source": "otel", "start_time": T0}]
+    )
+    store.write(lake, "runs", [{"run_id": "r", "step": 0, "stage": "sft"}])
+    store.write(lake, "adapters", [{"name": "a", "version": 1, "path": "/x", "stages": ["sft"]}])
+    store.write(lake, "watermarks", [{"source": "langfuse", "scope": "s", "updated_at": T0}])
+    con = store.connect(lake)
+    for table in store.TABLES:
+        glob = f"{lake.root}/{table}/**/*.parquet"
+        plain = duckdb.sql(f"SELECT count(*) FROM read_parquet('{glob}', hive_partitioning=true)").fetchall()
+        assert plain == con.execute(f"SELECT count(*) FROM {table}").fetchall()
+        assert plain[0][0] > 0, table
+
+
+def test_point_lookup_reads_through_the_view(lake: store.Lake) -> None:
+    store.write(lake, "trajectories", synthetic_trajectories(500, seed=2))
+    con = store.connect(lake)
+    rows = con.execute(
+        "SELECT trajectory_id, len(messages) FROM trajectories WHERE trajectory_id = 'traj-2-000000123'"
+    )
+    (row,) = rows.fetchall()
+    assert row[0] == "traj-2-000000123" and row[1] >= 3

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import duckdb
 import polars as pl
@@ -250,14 +251,20 @@ def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
                 check_read_only(con, inner)
 
 
-def run_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> duckdb.DuckDBPyRelation | None:
-    """Run user SQL that may only read: each statement is checked before any is run."""
+def run_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """Run user SQL that may only read; (columns, rows) of the last statement.
+
+    Every statement is checked before any runs. Statements run through `execute`, whose
+    errors carry DuckDB's `LINE n: ...` pointer to the offending position.
+    """
     check_read_only(con, sql)
-    statements = con.extract_statements(sql)
-    relation = None
-    for statement in statements:
-        relation = con.sql(statement.query)
-    return relation
+    columns: list[str] = []
+    rows: list[tuple[Any, ...]] = []
+    for statement in con.extract_statements(sql):
+        cursor = con.execute(statement.query)
+        rows = cursor.fetchall()
+        columns = [d[0] for d in cursor.description or []]
+    return columns, rows
 
 
 def scan(lake: Lake | str | os.PathLike[str], table: str) -> pl.LazyFrame:

@@ -69,11 +69,7 @@ def sql(
         raise fail(f"unknown --format `{fmt}`; use table, csv or json", 2)
     try:
         con = connect(resolve_lake(lake), read_only=True)
-        relation = run_read_only(con, query)
-        if relation is None:
-            return
-        columns = list(relation.columns)
-        rows = relation.fetchall()
+        columns, rows = run_read_only(con, query)
     except ReadOnlyViolation as exc:
         raise fail(str(exc), 2) from None
     except duckdb.Error as exc:

@@ -1,0 +1,153 @@
+"""`trajlake sql`, `trajlake tables`, `trajlake compact` through the real CLI."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import store
+from flows.cli import app
+from tests.store.helpers import all_files, make_traj
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def filled(lake: store.Lake) -> store.Lake:
+    store.write(lake, "trajectories", [make_traj(i, model=f"m{i % 2}") for i in range(6)])
+    store.write(lake, "runs", [{"run_id": "r", "step": 0, "stage": "sft", "metrics": '{"loss": 1.5}'}])
+    return lake
+
+
+def _sql(lake: store.Lake, query: str, *options: str) -> object:
+    return runner.invoke(app, ["sql", query, "--lake", lake.root, *options])
+
+
+def test_json_format_is_one_array_of_objects_with_nested_values(filled: store.Lake) -> None:
+    result = _sql(
+        filled,
+        "SELECT trajectory_id, messages[1] AS first, started_at FROM trajectories ORDER BY 1 LIMIT 2",
+        "--format",
+        "json",
+    )
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert [r["trajectory_id"] for r in rows] == ["t0", "t1"]
+    assert rows[0]["first"]["content"] == "hello 0"
+    assert rows[0]["started_at"].startswith("2026-11-20T12:00:00")
+
+
+def test_csv_and_table_formats(filled: store.Lake) -> None:
+    result = _sql(filled, "SELECT model, count(*) AS n FROM trajectories GROUP BY 1 ORDER BY 1", "-f", "csv")
+    assert result.exit_code == 0
+    assert list(csv.reader(io.StringIO(result.stdout))) == [["model", "n"], ["m0", "3"], ["m1", "3"]]
+    table = _sql(filled, "SELECT model, count(*) AS n FROM trajectories GROUP BY 1 ORDER BY 1")
+    assert table.exit_code == 0
+    assert "m0" in table.stdout and "┃ model" in table.stdout
+    bad = _sql(filled, "SELECT 1", "--format", "xml")
+    assert bad.exit_code == 2 and "unknown --format `xml`" in bad.output
+
+
+@pytest.mark.parametrize(
+    ("query", "kind"),
+    [
+        ("COPY (SELECT * FROM trajectories) TO '{out}'", "COPY"),
+        ("COPY trajectories TO '{out}' (FORMAT parquet)", "COPY"),
+        ("ATTACH '{out}' AS other", "ATTACH"),
+        ("INSTALL httpfs", "LOAD"),
+        ("LOAD httpfs", "LOAD"),
+        ("CREATE TABLE t AS SELECT 1", "CREATE"),
+        ("CREATE OR REPLACE VIEW trajectories AS SELECT 1", "CREATE"),
+        ("SET threads = 1", "SET"),
+        ("PRAGMA enable_profiling", "PRAGMA"),
+        ("DROP VIEW trajectories", "DROP"),
+        ("EXPLAIN ANALYZE COPY (SELECT 1) TO '{out}'", "COPY"),
+        ("SELECT 1; COPY (SELECT 1) TO '{out}'", "COPY"),
+        ("EXPORT DATABASE '{out}'", "EXPORT"),
+    ],
+)
+def test_sql_is_read_only(filled: store.Lake, tmp_path: Path, query: str, kind: str) -> None:
+    out = tmp_path / "stolen.out"
+    before = all_files(filled)
+    result = _sql(filled, query.format(out=out))
+    assert result.exit_code == 2, result.output
+    assert "read-only" in result.stderr
+    assert kind in result.stderr
+    assert not out.exists()
+    assert all_files(filled) == before
+
+
+def test_sql_error_shows_duckdb_message_and_position_without_traceback(filled: store.Lake) -> None:
+    # A real process: what a user's terminal shows.
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "sql", "SELECT modle FROM trajectories", "--lake", filled.root],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert 'Referenced column "modle" not found' in proc.stderr
+    assert "LINE 1: SELECT modle FROM trajectories" in proc.stderr
+    assert "^" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELEC 1",
+        "SELECT * FROM nope",
+        "SELECT 1/0::INT + 'a'",
+        "SELECT * FROM read_parquet('/nowhere/*.parquet')",
+    ],
+)
+def test_any_sql_error_exits_nonzero_without_traceback(filled: store.Lake, query: str) -> None:
+    result = _sql(filled, query)
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: ")
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_tables_lists_rows_files_bytes_and_newest(filled: store.Lake) -> None:
+    store.write(filled, "trajectories", [make_traj(0, model="again")])  # a duplicate key
+    result = runner.invoke(app, ["tables", "--lake", filled.root])
+    assert result.exit_code == 0, result.output
+    line = next(ln for ln in result.stdout.splitlines() if "trajectories" in ln)
+    cells = [c.strip() for c in line.strip("│ ").split("│")]
+    assert cells[:3] == ["trajectories", "6", "2"]
+    assert int(cells[3]) > 0 and cells[4].startswith("20")
+    assert any("spans" in ln and "│ 0" in ln for ln in result.stdout.splitlines())
+
+
+def test_compact_command_merges_and_reports(filled: store.Lake) -> None:
+    store.write(filled, "trajectories", [make_traj(0, model="again")])
+    result = runner.invoke(
+        app, ["compact", "--lake", filled.root, "--table", "trajectories", "--grace-seconds", "0"]
+    )
+    assert result.exit_code == 0, result.output
+    line = next(ln for ln in result.stdout.splitlines() if "trajectories" in ln)
+    cells = [c.strip() for c in line.strip("│ ").split("│")]
+    assert cells == ["trajectories", "1", "2", "1", "7", "6", "2", "0"]
+    con = store.connect(filled)
+    assert con.execute("SELECT model FROM trajectories WHERE trajectory_id = 't0'").fetchall() == [("again",)]
+    unknown = runner.invoke(app, ["compact", "--lake", filled.root, "--table", "trajectory"])
+    assert unknown.exit_code == 2 and "unknown table `trajectory`" in unknown.stderr
+
+
+@pytest.mark.parametrize(
+    "query", ["DESCRIBE trajectories", "SHOW TABLES", "WITH x AS (SELECT 1 AS a) SELECT * FROM x"]
+)
+def test_select_like_statements_run(filled: store.Lake, query: str) -> None:
+    result = _sql(filled, query, "-f", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)

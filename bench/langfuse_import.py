@@ -140,6 +140,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--traces", type=int, default=100_000, help="Traces in the generated export.")
+    parser.add_argument(
+        "--workers", type=int, default=1, help="Assembly processes (see --workers of the CLI)."
+    )
     parser.add_argument("--keep", type=Path, default=None, help="Keep the export and lake in this folder.")
     args = parser.parse_args()
 
@@ -157,14 +160,14 @@ def main() -> None:
         f"generated {args.traces:,} traces ({export.stat().st_size / 1e6:.0f} MB) in {generated:.1f}s"
     )
 
-    report = import_langfuse_export(lake, export, show_progress=True)
+    report = import_langfuse_export(lake, export, show_progress=True, workers=args.workers)
     con = store.connect(lake)
     check = con.sql(
         "SELECT count(*), count(*) FILTER (WHERE len(messages) = 5) FROM trajectories"
     ).fetchall()[0]
     rewards = con.sql("SELECT count(*) FROM rewards").fetchall()[0][0]
 
-    table = Table(title=f"Langfuse export import ({args.traces:,} traces)")
+    table = Table(title=f"Langfuse export import ({args.traces:,} traces, {args.workers} assembly worker(s))")
     for column in ("metric", "value"):
         table.add_column(column)
     rows = [

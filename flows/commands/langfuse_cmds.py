@@ -105,6 +105,7 @@ def langfuse(
         list[str] | None,
         typer.Option(help="Categorical score mapping LABEL=VALUE (repeatable; adds to defaults)."),
     ] = None,
+    workers: Annotated[int, typer.Option(help="Processes assembling trajectories of a --file import.")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
     lake: LakeOption = None,
@@ -122,7 +123,9 @@ def langfuse(
     categories = _categories(category or [])
     try:
         if file is not None:
-            report = import_langfuse_export(target, file, category_values=categories, show_progress=progress)
+            report = import_langfuse_export(
+                target, file, category_values=categories, show_progress=progress, workers=workers
+            )
             summary = dict(report.__dict__)
         else:
             host = host or os.environ.get("LANGFUSE_HOST") or os.environ.get("LANGFUSE_BASE_URL")

@@ -129,25 +129,57 @@ def spans_of_traces(lake: Lake, trace_ids: Iterable[str], batch_rows: int = 50_0
         con.close()
 
 
-def assemble_traces(lake: Lake, trace_ids: Iterable[str]) -> AssembleCounts:
+def _assemble_chunk(spans: pa.Table) -> tuple[int, pa.Table, pa.Table]:
+    """(traces, trajectories, rewards) of one span chunk; top level so worker processes can run it."""
+    from ingest.assemble import assemble  # the collector's assembler (same code as OTLP ingest)
+
+    assembled = assemble(spans)
+    traces = pc.count_distinct(spans.column("trace_id")).as_py()
+    return traces, _as_table(assembled.trajectories, "trajectories"), _as_table(assembled.rewards, "rewards")
+
+
+def _chunks_in_order(chunks: Iterator[pa.Table], workers: int) -> Iterator[tuple[int, pa.Table, pa.Table]]:
+    """`_assemble_chunk` over `chunks`, in order; with `workers` > 1 in that many processes,
+    keeping at most two chunks per worker in flight so memory stays bounded."""
+    if workers <= 1:
+        yield from map(_assemble_chunk, chunks)
+        return
+    import multiprocessing
+    from collections import deque
+    from concurrent.futures import Future, ProcessPoolExecutor
+
+    # spawn, not fork: the parent holds DuckDB and Arrow thread pools that must not be forked.
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        pending: deque[Future[tuple[int, pa.Table, pa.Table]]] = deque()
+        for chunk in chunks:
+            pending.append(pool.submit(_assemble_chunk, chunk))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+def assemble_traces(
+    lake: Lake, trace_ids: Iterable[str], *, workers: int = 1, chunk_rows: int = 50_000
+) -> AssembleCounts:
     """Re-assemble `trace_ids` from the lake's spans; write their trajectories and rewards.
 
     Trajectories stream into one all-or-nothing write (memory stays bounded by the span
-    batches); rewards from feedback events, usually few, are written after them.
+    chunks); rewards from feedback events, usually few, are written after them.
+    `workers` > 1 assembles chunks in that many processes (assembly is pure Python and
+    the slowest step of a large import); the rows are the same either way.
     """
-    from ingest.assemble import assemble  # the collector's assembler (same code as OTLP ingest)
-
     counts = AssembleCounts()
     rewards: list[pa.Table] = []
 
     def trajectories() -> Iterator[pa.Table]:
-        for spans in spans_of_traces(lake, trace_ids):
-            counts.traces += pc.count_distinct(spans.column("trace_id")).as_py()
-            assembled = assemble(spans)
-            reward_rows = _as_table(assembled.rewards, "rewards")
+        for traces, trajectory_rows, reward_rows in _chunks_in_order(
+            spans_of_traces(lake, trace_ids, chunk_rows), workers
+        ):
+            counts.traces += traces
             if reward_rows.num_rows:
                 rewards.append(reward_rows)
-            yield _as_table(assembled.trajectories, "trajectories")
+            yield trajectory_rows
 
     counts.trajectories = store.write(lake, "trajectories", trajectories()).rows
     if rewards:

@@ -79,6 +79,19 @@ def test_v2_observation_files_in_every_layout(layout: str, tmp_path: Path, lake:
     assert rows[1]["final_output"] == "It is rainy, 14C in Oslo."
 
 
+def test_parallel_assembly_gives_the_same_rows(tmp_path: Path, lake: Lake) -> None:
+    from ingest.langfuse.sink import assemble_traces
+
+    standin = StandinLangfuse()
+    ids = seed_project(standin, n=6)
+    import_langfuse_export(lake, write_jsonl(tmp_path / "export.jsonl", standin.export_traces()))
+    serial = sql(lake, COMPARE)
+    # Chunks of ~one trace, two worker processes: rows must come back complete and in order.
+    counts = assemble_traces(lake, ids, workers=2, chunk_rows=4)
+    assert (counts.traces, counts.trajectories) == (6, 6)
+    assert sql(lake, COMPARE) == serial
+
+
 def test_reimport_is_idempotent(tmp_path: Path, lake: Lake) -> None:
     standin = StandinLangfuse()
     seed_project(standin, n=3)

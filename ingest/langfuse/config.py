@@ -177,8 +177,9 @@ class PullFilters:
 
     @property
     def narrows_traces(self) -> bool:
-        """Whether the filters select traces by something the scores API cannot filter on."""
-        return bool(self.trace_name or self.tags or self.user_id)
+        """Whether the filters select traces by something the scores API cannot filter on
+        (its `sessionId` selects session-level scores, not the scores of a session's traces)."""
+        return bool(self.trace_name or self.tags or self.user_id or self.session_id)
 
     def describe(self) -> dict[str, object]:
         """The filters as plain JSON values (empty ones left out)."""

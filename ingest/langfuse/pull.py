@@ -388,7 +388,7 @@ def _commit_scores(
     trace_ids = {trace_id for _, trace_id in targets}
     trajectories = trajectory_ids_of(lake, trace_ids)
     narrowed = None
-    if filters.narrows_traces or filters.session_id:
+    if filters.narrows_traces:
         attrs = trace_attributes(lake, trace_ids)
         narrowed = {t for t, texts in attrs.items() if matches_trace_filters(texts, filters)}
     rows = []

@@ -91,9 +91,17 @@ def create_app(
     adapters: dict[str, str] = {}
 
     def params_from(body: dict[str, Any], prompt_len: int) -> SamplingParams:
-        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or defaults.max_tokens
+        max_tokens = body.get("max_completion_tokens")
+        if max_tokens is None:
+            max_tokens = body.get("max_tokens")
+        if max_tokens is None:
+            max_tokens = defaults.max_tokens
         if max_total_tokens is not None:
             max_tokens = min(max_tokens, max_total_tokens - prompt_len)
+        if max_tokens < 1 and max_total_tokens is None:
+            raise SamplerError(
+                f"`max_tokens` must be >= 1, got {max_tokens}", backend="openai-app", reason="bad_params"
+            )
         if max_tokens < 1:
             raise SamplerError(
                 f"the prompt has {prompt_len} tokens, leaving no room under the context budget of {max_total_tokens}",

@@ -109,21 +109,25 @@ def test_stop_tokens_end_and_are_kept_and_nothing_follows(sampler: Sampler) -> N
         assert not any(t in set(stops) for t in c.token_ids[:-1])  # padding after the stop is stripped
 
 
-def test_logprobs_are_the_processed_distribution(sampler: Sampler, tiny_model: Path) -> None:
-    """Recompute log softmax(logits / T) with a plain forward pass: it must match what was returned."""
+@pytest.mark.parametrize(("temperature", "top_k"), [(0.7, 0), (1.0, 20)])
+def test_logprobs_are_the_processed_distribution(
+    sampler: Sampler, tiny_model: Path, temperature: float, top_k: int
+) -> None:
+    """Recompute log softmax(top_k(logits / T)) with a plain forward pass: it must match what was returned."""
     from transformers import AutoModelForCausalLM
 
-    temperature = 0.7
     prompt = _prompt(sampler)
-    (completions,) = sampler.generate(
-        [SampleRequest(prompt, 2, SamplingParams(max_tokens=10, temperature=temperature, seed=1))]
-    )
+    params = SamplingParams(max_tokens=10, temperature=temperature, top_k=top_k, seed=1)
+    (completions,) = sampler.generate([SampleRequest(prompt, 2, params)])
     model = AutoModelForCausalLM.from_pretrained(tiny_model).eval()
     tolerance = 2e-2 if sampler.backend == "vllm" else 1e-3
     for c in completions:
         ids = torch.tensor([list(prompt) + list(c.token_ids)])
         with torch.no_grad():
             logits = model(ids).logits[0, len(prompt) - 1 : -1].float() / temperature
+        if top_k:
+            kth = logits.topk(top_k, dim=-1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
         expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(c.token_ids)[:, None])[:, 0]
         assert torch.allclose(expected, torch.tensor(c.logprobs), atol=tolerance)
 

@@ -248,6 +248,7 @@ def _pull_observations(
     buffer: list[dict[str, Any]] = []
     pages = 0
     cursor = state.cursor  # the page to read next; `state.cursor` moves only at checkpoints
+    first = True
     while True:
         page = _first_or_next(
             lambda c: client.observations_page(
@@ -274,7 +275,11 @@ def _pull_observations(
         tick("observations")
         done = page.next_cursor is None
         if done or pages >= config.checkpoint_pages:
-            written, counts = _commit_spans(lake, buffer)
+            # The first checkpoint of a resumed run re-reads the pages whose commit was cut
+            # short: their spans may be on disk without their trajectories, so every trace
+            # they touch is re-assembled even where the spans are unchanged.
+            written, counts = _commit_spans(lake, buffer, reassemble_all=report.resumed and first)
+            first = False
             report.spans_written += written
             if len(buffer) > written:
                 skipped["observation_unchanged"] += len(buffer) - written
@@ -309,17 +314,19 @@ def _first_or_next(
         return fetch(None)
 
 
-def _commit_spans(lake: Lake, rows: list[dict[str, Any]]) -> tuple[int, AssembleCounts]:
+def _commit_spans(
+    lake: Lake, rows: list[dict[str, Any]], *, reassemble_all: bool = False
+) -> tuple[int, AssembleCounts]:
     """Write the spans that are new or changed and re-assemble their traces.
 
     Re-read spans (overlap window, resumed pages) that the lake already holds unchanged
     are dropped here, so a scheduled run over quiet data writes nothing.
     """
     fresh = drop_unchanged_spans(lake, rows)
-    if not fresh:
-        return 0, AssembleCounts()
-    write_spans(lake, fresh)
-    return len(fresh), assemble_traces(lake, {row["trace_id"] for row in fresh})
+    if fresh:
+        write_spans(lake, fresh)
+    touched = {row["trace_id"] for row in (rows if reassemble_all else fresh)}
+    return len(fresh), assemble_traces(lake, touched) if touched else AssembleCounts()
 
 
 def _pull_scores(

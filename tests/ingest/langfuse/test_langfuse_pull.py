@@ -210,6 +210,37 @@ def test_interrupted_pull_resumes_without_gaps_or_duplicates(
     assert sql(lake, query) == sql(clean, query)
 
 
+def test_crash_between_spans_and_trajectories_is_repaired_on_resume(
+    standin: StandinLangfuse,
+    seeded: list[str],
+    langfuse_url: str,
+    lake: Lake,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import ingest.langfuse.pull as pull_module
+
+    real = pull_module.assemble_traces
+    calls = []
+
+    def crash_on_third(lake_: Lake, trace_ids: set[str]):  # type: ignore[no-untyped-def]
+        calls.append(trace_ids)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # the process dies after writing the spans of checkpoint 3
+        return real(lake_, trace_ids)
+
+    monkeypatch.setattr(pull_module, "assemble_traces", crash_on_third)
+    with pytest.raises(KeyboardInterrupt):
+        pull_langfuse(lake, make_config(langfuse_url, standin))
+    assert raw_rows(lake, "spans") == 15  # three pages of spans on disk, trajectories for two
+    monkeypatch.setattr(pull_module, "assemble_traces", real)
+
+    report = pull_langfuse(lake, make_config(langfuse_url, standin))
+    assert report.resumed and report.skipped["observation_unchanged"] == 5
+    trajectories = sql(lake, "SELECT * FROM trajectories ORDER BY trace_id")
+    assert [t["trace_id"] for t in trajectories] == seeded
+    assert all([m["role"] for m in t["messages"]] == ROLES for t in trajectories)
+
+
 def test_resume_with_an_expired_cursor_rereads_the_window(
     standin: StandinLangfuse, seeded: list[str], langfuse_url: str, lake: Lake
 ) -> None:

@@ -114,9 +114,9 @@ def get_reward(spec: str, name: str | None = None) -> ProgrammaticReward:
         raise RewardSpecError(
             spec, f"cannot import module `{module_name}` ({exc}); is it on PYTHONPATH?"
         ) from None
-    fn: Any = module
+    target: Any = module
     for part in attribute.split("."):
-        if not hasattr(fn, part):
+        if not hasattr(target, part):
             public = sorted(
                 n for n in dir(module) if n.endswith("_reward") or callable(getattr(module, n, None))
             )
@@ -124,10 +124,10 @@ def get_reward(spec: str, name: str | None = None) -> ProgrammaticReward:
                 spec,
                 f"module `{module_name}` has no `{attribute}`; callables there: {', '.join(public[:20]) or 'none'}",
             )
-        fn = getattr(fn, part)
-    if not callable(fn):
-        raise RewardSpecError(spec, f"`{attribute}` is a {type(fn).__name__}, not a function")
-    reward = from_function(fn, name)
+        target = getattr(target, part)
+    if not callable(target):
+        raise RewardSpecError(spec, f"`{attribute}` is a {type(target).__name__}, not a function")
+    reward = from_function(target, name)
     if reward.name in RESERVED_NAMES:
         raise RewardSpecError(spec, f"the reward name `{reward.name}` is reserved; pass another name")
     return reward

@@ -44,8 +44,8 @@ def where_clause(where: str | None) -> str:
 
 def run_checked(
     con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any] | None = None, *, user_sql: str = ""
-) -> duckdb.DuckDBPyConnection:
-    """Execute SQL that embeds user text: one read-only statement, errors named after the user's SQL."""
+) -> list[tuple[Any, ...]]:
+    """Run SQL that embeds user text: one read-only statement, errors named after the user's SQL."""
     try:
         check_read_only(con, sql)
         if len(con.extract_statements(sql)) != 1:

@@ -26,7 +26,6 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +34,7 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -138,19 +138,35 @@ def reward_row(
     }
 
 
-def _progress(enabled: bool, description: str, total: int) -> tuple[AbstractContextManager[Any], Any]:
-    if not enabled:
-        return nullcontext(), None
-    progress = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-        transient=False,
-    )
-    return progress, progress.add_task(description, total=total)
+class _Bar:
+    """A rich progress bar on stderr, or nothing when progress is off."""
+
+    def __init__(self, enabled: bool, description: str, total: int) -> None:
+        self.progress: Progress | None = None
+        self.task: TaskID | None = None
+        if enabled:
+            self.progress = Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+            )
+            self.task = self.progress.add_task(description, total=total)
+
+    def __enter__(self) -> _Bar:
+        if self.progress is not None:
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+    def advance(self, n: int = 1) -> None:
+        if self.progress is not None and self.task is not None:
+            self.progress.advance(self.task, n)
 
 
 def resolve_reward(reward: RewardSpec, name: str | None = None) -> ProgrammaticReward | SqlReward | str:
@@ -221,8 +237,8 @@ def _score_function(
     summary = ScoreSummary(reward.name, reward.scorer, run_id, "function", trajectories_skipped=skipped)
     writer = RewardWriter(lake, config.flush_every * 64, config.flush_interval_s)
     meta = {"kind": "function", "path": reward.path, "version": reward.version}
-    progress, task = _progress(config.progress, f"{reward.name}", len(ids))
-    with progress:
+    bar = _Bar(config.progress, f"{reward.name}", len(ids))
+    with bar:
         try:
             for chunk in _chunks(ids, 4096):
                 rows = list(load_trajectories(con, chunk, config.load_turns))
@@ -230,7 +246,7 @@ def _score_function(
                 scored_at = store.utc_now()
                 out = []
                 for traj in rows:
-                    scenario = scenarios.get(traj.get("scenario_id"))
+                    scenario = scenarios.get(traj["scenario_id"]) if traj.get("scenario_id") else None
                     for outcome in evaluate_reward(reward, traj, scenario):
                         out.append(
                             reward_row(
@@ -248,8 +264,7 @@ def _score_function(
                             )
                         )
                 writer.add(out, groups=len(rows))
-                if task is not None:
-                    progress.advance(task, len(rows))
+                bar.advance(len(rows))
         finally:
             writer.flush()
     summary.groups_selected = len({r["group_id"] or r["trajectory_id"] for r in writer.written})
@@ -282,8 +297,8 @@ def _score_sql(lake: store.Lake, reward: SqlReward, config: ScoreConfig, run_id:
     writer = RewardWriter(lake, config.flush_every * 64, config.flush_interval_s)
     meta = {"kind": "sql", "expression": reward.expression}
     seen = 0
-    progress, task = _progress(config.progress, name, total)
-    with progress:
+    bar = _Bar(config.progress, name, total)
+    with bar:
         try:
             for batch in reader:
                 scored_at = store.utc_now()
@@ -305,8 +320,7 @@ def _score_sql(lake: store.Lake, reward: SqlReward, config: ScoreConfig, run_id:
                 ]
                 seen += len(rows)
                 writer.add(rows, groups=len(rows))
-                if task is not None:
-                    progress.advance(task, len(rows))
+                bar.advance(len(rows))
         finally:
             writer.flush()
     summary.trajectories_skipped = total - seen
@@ -399,7 +413,7 @@ def _score_ruler(
             f"{small} group(s) smaller than min_group_size={config.min_group_size} were not judged"
         )
     writer = RewardWriter(lake, config.flush_every, config.flush_interval_s)
-    progress, task = _progress(config.progress, f"{name} ({judge_config.model})", len(groups))
+    bar = _Bar(config.progress, f"{name} ({judge_config.model})", len(groups))
 
     def group_stream() -> Iterator[tuple[str, list[dict[str, Any]]]]:
         for chunk in _chunks([g for g, _ in groups], GROUP_CHUNK):
@@ -439,8 +453,7 @@ def _score_ruler(
                         summary.cost_usd = (summary.cost_usd or 0.0) + verdict.cost_usd
                     if writer.add(ruler_rows(verdict, judge, name, run_id, gid), auto_flush=False):
                         await asyncio.to_thread(writer.flush)  # the Parquet commit, off the event loop
-                    if task is not None:
-                        progress.advance(task)
+                    bar.advance()
         finally:
             for fut in pending:
                 fut.cancel()
@@ -448,7 +461,7 @@ def _score_ruler(
                 await asyncio.gather(*pending, return_exceptions=True)
             await judge.aclose()
 
-    with progress:
+    with bar:
         try:
             run_sync(run())
         finally:

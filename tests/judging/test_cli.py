@@ -32,7 +32,16 @@ def test_ruler_and_programmatic_rewards_side_by_side_in_sql(lake, judge_server):
     out = cli("score", "--lake", lake.root, "--reward", "ruler", *judge, "--no-progress")
     assert "groups scored" in out and "ruler:stand-in-judge:rubric-" in out
     cli("score", "--lake", lake.root, "--reward", "valid_json", "--no-progress")
-    cli("score", "--lake", lake.root, "--sql-reward", "length(final_output) / 20.0", "--name", "brevity", "--no-progress")
+    cli(
+        "score",
+        "--lake",
+        lake.root,
+        "--sql-reward",
+        "length(final_output) / 20.0",
+        "--name",
+        "brevity",
+        "--no-progress",
+    )
     query = (
         "SELECT r.group_id, r.trajectory_id, r.value AS ruler, r.explanation AS why, r.scorer AS judge, "
         "p.value AS valid_json, p.scorer AS checker FROM rewards r JOIN rewards p USING (trajectory_id) "
@@ -41,8 +50,12 @@ def test_ruler_and_programmatic_rewards_side_by_side_in_sql(lake, judge_server):
     table = json.loads(cli("sql", query, "--lake", lake.root, "--format", "json"))
     assert len(table) == 9 and {row["group_id"] for row in table} == {"g000", "g001", "g002"}
     assert table[2] == {
-        "group_id": "g000", "trajectory_id": "g000-2", "ruler": 0.5, "why": "2 good",
-        "judge": table[0]["judge"], "valid_json": 0.0,
+        "group_id": "g000",
+        "trajectory_id": "g000-2",
+        "ruler": 0.5,
+        "why": "2 good",
+        "judge": table[0]["judge"],
+        "valid_json": 0.0,
         "checker": "judging.rewards.format:valid_json_reward@1",
     }
     # the acceptance check: re-running makes no judge call
@@ -68,9 +81,22 @@ def test_cli_errors_are_one_clear_line(lake):
 
 def _spawn_score(lake: store.Lake, base_url: str, *extra: str) -> subprocess.Popen:
     command = [
-        sys.executable, "-m", "flows.cli", "score", "--lake", lake.root, "--reward", "ruler",
-        "--judge-model", "stand-in-judge", "--judge-base-url", base_url, "--concurrency", "1",
-        "--no-progress", *extra,
+        sys.executable,
+        "-m",
+        "flows.cli",
+        "score",
+        "--lake",
+        lake.root,
+        "--reward",
+        "ruler",
+        "--judge-model",
+        "stand-in-judge",
+        "--judge-base-url",
+        base_url,
+        "--concurrency",
+        "1",
+        "--no-progress",
+        *extra,
     ]
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -104,9 +130,11 @@ def test_a_killed_run_resumes_without_paying_twice(lake):
         # answers that arrived before the kill but were not committed come from the cache
         assert summary.cache_hits >= answered_before - committed - 1
         assert server.judge.answered <= 10 + 1  # at most the one in flight at the kill is paid twice
-    final = store.connect(lake).execute(
-        "SELECT count(*), count(DISTINCT trajectory_id), bool_and(status = 'ok') FROM rewards"
-    ).fetchone()
+    final = (
+        store.connect(lake)
+        .execute("SELECT count(*), count(DISTINCT trajectory_id), bool_and(status = 'ok') FROM rewards")
+        .fetchone()
+    )
     assert final == (30, 30, True)
 
 

@@ -117,7 +117,10 @@ def test_sql_reward_scores_in_duckdb(qa_lake):
     assert rows(qa_lake, "bare")["prod-1"][1:3] == ("failed", "null_value")
     assert summary.scorer.startswith("sql:") and got["g1-0"][5] == summary.scorer
     assert score(qa_lake, SqlReward(expr, "sql_exact"), QUIET).rows_written == 0  # idempotent
-    assert score(qa_lake, SqlReward(expr, "sql_exact"), ScoreConfig(progress=False, force=True)).rows_written == 6
+    assert (
+        score(qa_lake, SqlReward(expr, "sql_exact"), ScoreConfig(progress=False, force=True)).rows_written
+        == 6
+    )
 
 
 def test_sql_reward_may_use_other_views(qa_lake):

@@ -285,6 +285,8 @@ async def areplay(
         await flush()
         if hasattr(runner, "close"):
             runner.close()
+        if hasattr(sampler, "aclose"):  # HTTP pools belong to this event loop: close them with it
+            await sampler.aclose()
     result.elapsed_s = time.perf_counter() - started
     return result
 

@@ -290,6 +290,34 @@ def test_scenarios_from_trajectories_replay_with_recorded_tools(lake: store.Lake
         assert row["final_output"] == 'The answer is {"result": 84}.'
 
 
+def test_multi_turn_replay_over_the_vllm_protocol(lake: store.Lake, tmp_path: Path, tiny_model: Path) -> None:
+    """vllm-server backend end to end: token-id prompts over loopback HTTP, tools, groups in the lake."""
+    from training.rollout.openai_app import LoopbackServer, create_app
+
+    _load(lake, tmp_path, count=2)
+    server_side = ScriptedSampler(str(tiny_model), calculator_script)
+    with (
+        LoopbackServer(create_app(server_side)) as url,
+        make_sampler("vllm-server", "served-tiny", tokenizer=str(tiny_model), base_url=url) as sampler,
+    ):
+        result = replay(
+            lake,
+            "SELECT scenario_id FROM scenarios",
+            sampler,
+            ReplayConfig(group_size=3),
+            tools=make_tools(["tests.training.helpers:calculator"]),
+            progress=False,
+        )
+    assert len(result.group_ids) == 2 and result.failed == []
+    assert [r.n for r in server_side.requests].count(3) == 2  # one n=G request per scenario's first turn
+    for row in _rows(lake):
+        assert row["policy"] == "served-tiny" and json.loads(row["metadata"])["backend"] == "vllm-server"
+        first_turn, second_turn = row["turns"]
+        head = first_turn["prompt_token_ids"] + first_turn["completion_token_ids"]
+        assert second_turn["prompt_token_ids"][: len(head)] == head
+        assert row["final_output"] == 'The answer is {"result": 84}.'
+
+
 @pytest.mark.parametrize("bad", [{"group_size": 0}, {"concurrency": 0}])
 def test_bad_config(bad: dict) -> None:
     from training.errors import ReplayError

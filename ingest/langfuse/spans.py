@@ -208,10 +208,6 @@ def observation_to_span(
     _put(attrs, "langfuse.observation.prompt.version", obs.get("promptVersion"))
     metadata = obs.get("metadata") or None
     _flatten_metadata(metadata, "langfuse.observation.metadata", attrs)
-    if kind == "tool" and isinstance(metadata, Mapping) and isinstance(metadata.get("tool_call_id"), str):
-        # Tool observations link to the model's call through metadata; the GenAI attribute
-        # says so in the one place every normaliser looks (the metadata copy is JSON-encoded).
-        attrs["gen_ai.tool.call.id"] = metadata["tool_call_id"]
 
     # Trace context: denormalised on v2 observations, on the trace in exports.
     _put(attrs, "langfuse.trace.name", obs.get("traceName") or ctx.get("name"))

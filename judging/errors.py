@@ -92,3 +92,17 @@ class ConfigValueError(JudgingError, ValueError):
         self.field = field
         self.value = value
         super().__init__(f"`{field}` = {value!r} is not allowed: {allowed}")
+
+
+class JudgeUnreachableError(JudgingError, ConnectionError):
+    """Several groups in a row could not reach the judge at all: the endpoint is down, the run stops."""
+
+    def __init__(self, model: str, base_url: str | None, groups: int, detail: str) -> None:
+        self.model = model
+        self.base_url = base_url
+        self.groups = groups
+        super().__init__(
+            f"judge `{model}` at {base_url or 'the default OpenAI endpoint'} was unreachable for {groups} groups "
+            f"in a row ({detail}); stopped. Their failures and every reward scored before are written; "
+            "start the judge (or fix --judge-base-url) and rerun: the run resumes where it stopped."
+        )

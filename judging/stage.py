@@ -42,7 +42,7 @@ from rich.progress import (
 
 import store
 from judging.config import JudgeConfig, ScoreConfig
-from judging.errors import RewardSpecError, SqlRewardError
+from judging.errors import JudgeUnreachableError, RewardSpecError, SqlRewardError
 from judging.registry import ProgrammaticReward, evaluate_reward, get_reward
 from judging.ruler.cache import JudgeCache
 from judging.ruler.group import GroupVerdict, RulerJudge, run_sync
@@ -63,6 +63,9 @@ from store.catalog import check_read_only
 
 RewardSpec = str | ProgrammaticReward | SqlReward
 GROUP_CHUNK = 256  # groups loaded from DuckDB per query
+# After this many groups in a row fail with `judge_unreachable` (retries included), the
+# endpoint is down: stop instead of recording the same failure for every remaining group.
+UNREACHABLE_STOP = 3
 
 
 def new_run_id() -> str:
@@ -426,6 +429,7 @@ def _score_ruler(
         stream = group_stream()
         pending: dict[asyncio.Task[GroupVerdict], str] = {}
         exhausted = False
+        unreachable = 0  # groups in a row that could not reach the judge at all
         try:
             while pending or not exhausted:
                 while not exhausted and len(pending) < window:
@@ -443,6 +447,7 @@ def _score_ruler(
                 for fut in finished:
                     gid = pending.pop(fut)
                     verdict = fut.result()  # JudgeConfigError stops the run here
+                    unreachable = unreachable + 1 if verdict.error == "judge_unreachable" else 0
                     if verdict.ok:
                         summary.groups_scored += 1
                     else:
@@ -454,6 +459,10 @@ def _score_ruler(
                     if writer.add(ruler_rows(verdict, judge, name, run_id, gid), auto_flush=False):
                         await asyncio.to_thread(writer.flush)  # the Parquet commit, off the event loop
                     bar.advance()
+                    if unreachable >= UNREACHABLE_STOP:
+                        raise JudgeUnreachableError(
+                            judge_config.model, judge_config.base_url, unreachable, verdict.error_detail or ""
+                        )
         finally:
             for fut in pending:
                 fut.cancel()

@@ -120,6 +120,17 @@ class RulerJudge:
         ids = [str(t["trajectory_id"]) for t in trajectories]
         seed = group_seed(self.config.seed, group_id)
         result = GroupVerdict(group_id=group_id, trajectory_ids=ids, seed=seed)
+        empty = [
+            tid
+            for tid, t in zip(ids, trajectories, strict=True)
+            if t.get("has_content") is False or not t.get("messages")
+        ]
+        if empty:
+            # Content capture was off (or nothing was recorded): a judge would rank empty
+            # conversations, so the group is a recorded failure rather than noise.
+            result.error = "no_content"
+            result.error_detail = f"no message content recorded for {', '.join(f'`{t}`' for t in empty)}"
+            return result
         key = cache_key(self.config.model, self.rubric_hash, trajectories)
         if self.cache is not None:
             entry = await asyncio.to_thread(self.cache.get, key)

@@ -223,3 +223,36 @@ def test_ruler_score_group_for_evaluation_gates(judge_config):
         "eval-2": 0.5,
     }
     assert re.fullmatch(r"t[123]", verdict.verdicts["eval-0"].label)
+
+
+def test_groups_without_content_fail_with_a_reason_and_cost_nothing(lake, judge_server, judge_config):
+    write_groups(lake, 1, size=2)
+    hidden = make_group("hidden", ["secret", "secret too"])
+    for t in hidden:
+        t["has_content"] = False
+    store.write(lake, "trajectories", hidden)
+    summary = score(lake, "ruler", QUIET, judge=judge_config)
+    assert (summary.groups_scored, summary.groups_failed, summary.judge_calls) == (1, 1, 1)
+    got = rewards(lake)
+    assert got["hidden-0"]["error"] == "no_content" and "`hidden-1`" in got["hidden-0"]["explanation"]
+
+
+def test_a_judge_that_is_down_stops_the_run(lake, judge_config):
+    import socket
+
+    from judging import JudgeUnreachableError
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    write_groups(lake, 20, size=2)
+    config = JudgeConfig(
+        **{**judge_config.__dict__, "base_url": f"http://127.0.0.1:{port}/v1", "max_attempts": 2}
+    )
+    with pytest.raises(JudgeUnreachableError, match="rerun") as info:
+        score(lake, "ruler", QUIET, judge=config)
+    assert info.value.groups == 3
+    failed = rewards(lake)
+    # the failures seen are recorded, the rest of the groups are left for the rerun
+    assert {r["error"] for r in failed.values()} == {"judge_unreachable"}
+    assert 3 * 2 <= len(failed) < 20 * 2

@@ -101,6 +101,12 @@ def langfuse(
     page_size: Annotated[int, typer.Option(help="Observations per page (max 1000).")] = 500,
     max_retries: Annotated[int, typer.Option(help="Retries per request on 429/5xx/dropped connections.")] = 6,
     scores: Annotated[bool, typer.Option(help="Also pull scores into `rewards`.")] = True,
+    expand_metadata: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Metadata key to fetch untruncated (repeatable; the API cuts others at 200 chars)."
+        ),
+    ] = None,
     category: Annotated[
         list[str] | None,
         typer.Option(help="Categorical score mapping LABEL=VALUE (repeatable; adds to defaults)."),
@@ -150,6 +156,7 @@ def langfuse(
                 overlap=timedelta(minutes=overlap_minutes),
                 scores=scores,
                 category_values=categories,
+                expand_metadata=tuple(expand_metadata or ()),
             )
             filters = PullFilters(
                 since=_time(since, "--since"),

@@ -17,8 +17,8 @@ every problem is reported with its line number (up to the first 10 shown, all in
 artefact, so a bad line means a truncated or hand-edited file, and importing the rest
 would silently leave holes in traces that later look complete. Fix the lines and rerun.
 
-Spans are written in one all-or-nothing commit (streamed, so memory stays bounded by
-the write buffer, not the file); the touched traces are then assembled from all their
+Spans are written in one all-or-nothing commit (JSONL is streamed line by line, so
+memory stays bounded by the write buffer; a JSON document is parsed whole); the touched traces are then assembled from all their
 spans in the lake, and the scores written as rewards. Re-importing the same file gives
 the same rows under the same keys: the views show no duplicates.
 """

@@ -158,3 +158,18 @@ def test_a_bad_filter_is_a_clear_400(standin: StandinLangfuse, langfuse_url: str
         )
     assert "filter must be a JSON array" in str(info.value)
     assert standin.count(OBS, 400) == 1
+
+
+def test_expand_metadata_asks_for_untruncated_values(standin: StandinLangfuse, langfuse_url: str) -> None:
+    standin.add_observation(
+        id="m1",
+        traceId="ab" * 16,
+        type="SPAN",
+        startTime="2026-08-01T10:00:00Z",
+        metadata={"prompt_dump": "x" * 500, "note": "y" * 500},
+    )
+    with LangfuseClient(make_config(langfuse_url, standin, expand_metadata=("prompt_dump",))) as client:
+        [item] = page(client).items
+    assert len(item["metadata"]["prompt_dump"]) == 500  # expanded
+    assert len(item["metadata"]["note"]) == 200  # the API's default truncation
+    assert standin.requests[-1][1]["expandMetadata"] == "prompt_dump"

@@ -26,7 +26,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ from training.errors import (
     PromotionRefused,
     PublishError,
 )
+from training.evaluation import Evaluator
 from training.metrics import RUN_RECORD, new_run_id, read_run_record, runs_row
 from training.sft_config import VLLM_LORA_RANKS
 
@@ -52,9 +53,6 @@ LATEST = "latest"
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 UNSERVABLE_INITS = ("pissa", "olora", "loftq", "corda", "eva")
-
-# An evaluator scores a policy on the val scenarios: adapter path (None = base model) -> mean reward.
-Evaluator = Callable[[str | None], float]
 
 
 @dataclass

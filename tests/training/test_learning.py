@@ -1,0 +1,154 @@
+"""Learning: rounds of replay -> programmatic score -> GRPO raise the val reward, and the gate promotes it.
+
+The toy task: emit tokens from one class, the quarter of the vocabulary whose embeddings
+point most towards the token "7" (a class the policy can reach by turning one direction
+of its last hidden state). The reward is the fraction of sampled completion tokens in
+the class; it is dense (about 0.2 at the start) and deterministic.
+
+The base is the session's tiny model with its (tied) embeddings scaled x4: at the stock
+init (std 0.02) the logits of a 64-wide model span about +-1.3 nats whatever the hidden
+state, which caps what any LoRA adapter can change (0.22 -> at most 0.31 on this task).
+Scaling the embeddings lifts that cap without pretraining anything.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import store
+from training.evaluation import evaluate, replay_evaluator, score_trajectories
+from training.grpo import train_grpo
+from training.grpo_config import TrajlakeGRPOConfig
+from training.publish import publish, read_manifest
+from training.replay import ReplayConfig, replay
+from training.samplers import make_sampler
+
+
+@pytest.fixture(scope="module")
+def capable_model(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = tmp_path_factory.mktemp("capable-tiny")
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    with torch.no_grad():
+        model.get_input_embeddings().weight.mul_(4.0)
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(tiny_model).save_pretrained(out)
+    return out
+
+
+def class_reward_for(model_path: Path):  # type: ignore[no-untyped-def]
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    embeddings = AutoModelForCausalLM.from_pretrained(model_path).get_input_embeddings().weight.detach()
+    seven = embeddings[AutoTokenizer.from_pretrained(model_path).convert_tokens_to_ids("7")]
+    ranked = torch.argsort(embeddings @ seven, descending=True)
+    target = set(ranked[: len(ranked) // 4].tolist())
+
+    def class_reward(trajectory: dict, scenario: dict | None) -> float:
+        ids = [t for turn in trajectory["turns"] for t in turn["completion_token_ids"]]
+        return sum(t in target for t in ids) / max(len(ids), 1)
+
+    return class_reward
+
+
+def scenario(i: int, split: str) -> dict:
+    message = {
+        "role": "user",
+        "content": f"Say a number {i}.",
+        "name": None,
+        "tool_call_id": None,
+        "tool_calls": [],
+        "is_error": None,
+    }
+    return {
+        "scenario_id": f"{split}-{i}",
+        "messages": [message],
+        "split": split,
+        "created_at": store.utc_now(),
+    }
+
+
+def test_grpo_rounds_raise_val_reward_and_pass_the_gate(
+    lake: store.Lake, capable_model: Path, tmp_path: Path
+) -> None:
+    store.write(
+        lake, "scenarios", [scenario(i, "train") for i in range(4)] + [scenario(i, "val") for i in range(4)]
+    )
+    reward = class_reward_for(capable_model)
+    model = str(capable_model)
+
+    def sampling(run: str) -> ReplayConfig:
+        return ReplayConfig(group_size=8, max_tokens=8, run=run, seed=0)
+
+    start = evaluate(lake, model, None, reward, replay_config=sampling("eval")).mean_reward
+
+    adapter: str | None = None
+    for round_ in range(3):
+        with make_sampler("transformers", model, adapter=adapter) as sampler:
+            sampled = replay(
+                lake,
+                "SELECT scenario_id FROM scenarios WHERE split = 'train'",
+                sampler,
+                sampling(f"round{round_}"),
+                progress=False,
+            )
+        scores = score_trajectories(lake, sampled.group_ids, reward)
+        store.write(
+            lake,
+            "rewards",
+            [
+                {
+                    "trajectory_id": t,
+                    "name": "class",
+                    "scorer": "tests.class_reward@1",
+                    "value": v,
+                    "scored_at": store.utc_now(),
+                    "status": "ok",
+                }
+                for t, v in scores
+            ],
+        )
+        groups = ", ".join(f"'{g}'" for g in sampled.group_ids)
+        config = TrajlakeGRPOConfig(
+            output_dir="unused",
+            per_device_train_batch_size=8,
+            num_train_epochs=2,
+            learning_rate=5e-2,
+            lr_scheduler_type="constant",
+            mask_truncated_completions=False,  # every completion stops at the 8-token budget here
+            gradient_checkpointing=False,
+            save_strategy="no",
+            seed=0,
+            disable_tqdm=True,
+        )
+        result = train_grpo(
+            lake,
+            f"SELECT trajectory_id FROM trajectories WHERE group_id IN ({groups})",
+            model,
+            adapter,
+            tmp_path / f"r{round_}",
+            config,
+        )
+        adapter = result.adapter_dir
+
+    end = evaluate(lake, model, adapter, reward, replay_config=sampling("eval")).mean_reward
+    # Measured: 0.210 -> 0.358 (val: 4 scenarios x 8 samples x 8 tokens; eval noise ~0.025).
+    assert end > start + 0.08, (start, end)
+
+    # The gate replays the same val groups (their ids hash the policy, so they are reused) and promotes.
+    published = publish(
+        lake,
+        adapter,
+        "toy",
+        aliases=["latest", "production"],
+        evaluator=replay_evaluator(lake, model, reward, replay_config=sampling("eval")),
+    )
+    assert published.gate is not None and published.gate.promoted and not published.gate.forced
+    assert published.gate.candidate == pytest.approx(end) and published.gate.incumbent == pytest.approx(start)
+    manifest = read_manifest(published.path)
+    assert manifest["stages"] == ["grpo", "grpo", "grpo"] and len(manifest["lineage"]) == 3
+    assert manifest["eval"]["incumbent_name"] == "base"

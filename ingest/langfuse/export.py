@@ -98,9 +98,19 @@ def iter_records(path: Path) -> Iterator[tuple[int, Any | RecordProblem]]:
             if not text:
                 continue
             try:
-                yield number, orjson.loads(text)
+                record = orjson.loads(text)
             except orjson.JSONDecodeError as exc:
                 yield number, RecordProblem(number, "invalid_json", f"{exc.msg} at column {exc.colno}")
+                continue
+            if _is_api_page(record):  # a saved API response per line (`{"data": [...], "meta": ...}`)
+                for item in record["data"]:
+                    yield number, item
+            else:
+                yield number, record
+
+
+def _is_api_page(record: Any) -> bool:
+    return isinstance(record, dict) and isinstance(record.get("data"), list) and "id" not in record
 
 
 def _is_single_document(head: str) -> bool:
@@ -124,7 +134,7 @@ def _json_document(text: str) -> Iterator[tuple[int, Any | RecordProblem]]:
         except json.JSONDecodeError as exc:
             yield exc.lineno, RecordProblem(exc.lineno, "invalid_json", f"{exc.msg} at column {exc.colno}")
             return
-        if isinstance(obj, dict) and isinstance(obj.get("data"), list):
+        if _is_api_page(obj):
             # A saved API response: line numbers of items are not tracked inside it.
             for index, item in enumerate(obj["data"]):
                 yield (

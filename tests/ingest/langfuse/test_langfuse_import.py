@@ -60,7 +60,7 @@ def test_pull_and_file_import_give_the_same_trajectories(
     assert sql(imported, REWARDS) == sql(pulled, REWARDS)  # v1 score shapes map like v3 ones
 
 
-@pytest.mark.parametrize("layout", ["jsonl", "array", "api_response"])
+@pytest.mark.parametrize("layout", ["jsonl", "array", "api_response", "api_pages_jsonl"])
 def test_v2_observation_files_in_every_layout(layout: str, tmp_path: Path, lake: Lake) -> None:
     standin = StandinLangfuse()
     ids = seed_project(standin, n=3)
@@ -70,8 +70,10 @@ def test_v2_observation_files_in_every_layout(layout: str, tmp_path: Path, lake:
         write_jsonl(path, items)
     elif layout == "array":
         path.write_text(json.dumps(items, indent=2))
-    else:
+    elif layout == "api_response":
         path.write_text(json.dumps({"data": items, "meta": {"cursor": None}}, indent=2))
+    else:  # one saved page per line, as a paging script would dump them
+        write_jsonl(path, [{"data": items[:5], "meta": {"cursor": "c1"}}, {"data": items[5:], "meta": {}}])
     report = import_langfuse_export(lake, path)
     assert report.observations == 12 and report.trajectories == 3
     rows = sql(lake, "SELECT trace_id, source, final_output FROM trajectories ORDER BY trace_id")

@@ -1,0 +1,257 @@
+"""Benchmark the lake: write throughput and memory, then a fixed set of queries.
+
+    python bench/lake.py                 # 1,000,000 trajectories (~8M messages)
+    python bench/lake.py --n 100000 --keep /tmp/lake
+
+1. **Write.** A child process generates synthetic trajectories and rewards and writes
+   them with `store.write`; it reports rows/s (time spent generating is subtracted)
+   and its peak RSS (`getrusage` maxrss of the child alone). Targets: >= 100,000
+   trajectories/s, peak RSS < 2 GB.
+2. **Queries** through trajlake's views, on the lake as written and after
+   `store.compact`, against plain DuckDB over one ideally compacted Parquet file per
+   table holding the same rows. Each query runs `--repeat` times; the best time counts.
+   Targets: every compacted-lake query within 1.5x of the single file and under 2 s.
+   Results are compared across the three setups: a mismatch fails the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+from rich.console import Console
+from rich.table import Table
+
+import store
+from store.catalog import DERIVED_VIEWS
+from store.compact import CompactConfig, compact
+from store.synthetic import synthetic_rewards, synthetic_trajectories, trajectory_ids
+from store.writer import parquet_layout
+
+SEED = 7
+
+QUERIES: dict[str, str] = {
+    "reward by model and day": """
+        SELECT t.model, t.dt, r.name, round(avg(r.value), 9) AS mean, count(*) AS n
+        FROM trajectories t JOIN latest_rewards r USING (trajectory_id)
+        GROUP BY ALL ORDER BY ALL""",
+    "groups with reward std > 0.3": """
+        SELECT group_id, size, round(mean, 6), round(std, 6) FROM groups
+        WHERE name = 'ruler' AND std > 0.3 ORDER BY group_id""",
+    "failed tool calls by tool": """
+        SELECT name AS tool, count(*) AS failures FROM messages
+        WHERE role = 'tool' AND is_error GROUP BY name ORDER BY failures DESC, tool""",
+    "one trajectory by id": "SELECT * FROM trajectories WHERE trajectory_id = '{one_id}'",
+}
+
+
+# --- write --------------------------------------------------------------------------------
+
+
+class _Timed:
+    """Wraps a generator and accumulates the time spent inside it (generation, not writing)."""
+
+    def __init__(self, source: Iterator[pa.Table]) -> None:
+        self.source = source
+        self.seconds = 0.0
+        self.messages = 0
+
+    def __iter__(self) -> Iterator[pa.Table]:
+        while True:
+            start = time.perf_counter()
+            try:
+                batch = next(self.source)
+            except StopIteration:
+                return
+            finally:
+                self.seconds += time.perf_counter() - start
+            if "messages" in batch.column_names:
+                self.messages += sum(len(chunk.values) for chunk in batch["messages"].chunks)
+            yield batch
+
+
+def _write_child(root: str, n: int, queue: Any) -> None:
+    start = time.perf_counter()
+    trajectories = _Timed(synthetic_trajectories(n, SEED, batch_size=20_000))
+    result = store.write(root, "trajectories", trajectories)
+    t_elapsed = time.perf_counter() - start
+    start = time.perf_counter()
+    rewards = _Timed(synthetic_rewards(n, SEED))
+    reward_result = store.write(root, "rewards", rewards)
+    r_elapsed = time.perf_counter() - start
+    queue.put(
+        {
+            "rows": result.rows,
+            "files": len(result.files),
+            "messages": trajectories.messages,
+            "elapsed": t_elapsed,
+            "generating": trajectories.seconds,
+            "reward_rows": reward_result.rows,
+            "reward_elapsed": r_elapsed,
+            "reward_generating": rewards.seconds,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        }
+    )
+
+
+def bench_write(root: str, n: int) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")  # a fresh interpreter: RSS is the writer's alone
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_write_child, args=(root, n, queue))
+    proc.start()
+    stats = queue.get()
+    proc.join()
+    return stats
+
+
+# --- queries ------------------------------------------------------------------------------
+
+
+def single_file_connection(root: str, out: str) -> duckdb.DuckDBPyConnection:
+    """Plain DuckDB over one Parquet file per table (the lake's rows, deduplicated)."""
+    con = store.connect(root)
+    for table in ("trajectories", "rewards"):
+        spec = store.table_spec(table)
+        reader = con.sql(f"SELECT * FROM {table}").to_arrow_reader(65_536)
+        path = f"{out}/{table}.parquet"
+        with pq.ParquetWriter(path, spec.schema, compression="zstd", **parquet_layout(table)) as writer:
+            for batch in reader:
+                writer.write_batch(
+                    batch.cast(spec.schema) if batch.schema != spec.schema else batch, row_group_size=64_000
+                )
+    con.close()
+    plain = duckdb.connect()
+    for table in ("trajectories", "rewards"):
+        plain.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{out}/{table}.parquet')")
+    for name, sql in DERIVED_VIEWS.items():
+        plain.execute(f"CREATE VIEW {name} AS {sql}")
+    return plain
+
+
+def run_queries(
+    con: duckdb.DuckDBPyConnection, repeat: int, one_id: str
+) -> dict[str, tuple[float, list[Any]]]:
+    out = {}
+    for name, sql in QUERIES.items():
+        sql = sql.format(one_id=one_id)
+        best, rows = float("inf"), []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            rows = con.execute(sql).fetchall()
+            best = min(best, time.perf_counter() - start)
+        out[name] = (best, rows)
+    return out
+
+
+# --- main ---------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--n", type=int, default=1_000_000, help="trajectories to write")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per query (the best counts)")
+    parser.add_argument("--keep", default=None, help="write the lake here and keep it (default: a temp dir)")
+    args = parser.parse_args()
+    console = Console(width=150)
+    work = args.keep or tempfile.mkdtemp(prefix="trajlake-bench-")
+    root = f"{work}/lake"
+    shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(f"{work}/single", exist_ok=True)
+    console.print(f"[bold]trajlake lake benchmark[/]: n={args.n:,} on {os.cpu_count()} cores, lake at {root}")
+
+    with console.status("writing…"):
+        w = bench_write(root, args.n)
+    write_s = w["elapsed"] - w["generating"]
+    one_id = trajectory_ids(1, SEED, start=args.n // 2 + 17).to_pylist()[0]
+
+    with console.status("querying the lake as written…"):
+        fresh = run_queries(store.connect(root), args.repeat, one_id)
+    with console.status("compacting…"):
+        start = time.perf_counter()
+        results = compact(root, ["trajectories", "rewards"], config=CompactConfig(grace_seconds=0))
+        compact_s = time.perf_counter() - start
+    with console.status("querying the compacted lake…"):
+        compacted = run_queries(store.connect(root), args.repeat, one_id)
+    with console.status("building the single-file baseline…"):
+        plain = single_file_connection(root, f"{work}/single")
+        single = run_queries(plain, args.repeat, one_id)
+
+    table = Table(title=f"write ({args.n:,} trajectories, {w['messages']:,} messages)")
+    for col in ("what", "value", "target", "ok"):
+        table.add_column(col)
+    rate = w["rows"] / write_s
+    table.add_row("trajectories/s (write only)", f"{rate:,.0f}", ">= 100,000", _ok(rate >= 100_000))
+    table.add_row("trajectories/s (incl. generation)", f"{w['rows'] / w['elapsed']:,.0f}", "", "")
+    table.add_row("messages/s (write only)", f"{w['messages'] / write_s:,.0f}", "", "")
+    table.add_row(
+        "rewards/s (write only)",
+        f"{w['reward_rows'] / (w['reward_elapsed'] - w['reward_generating']):,.0f}",
+        "",
+        "",
+    )
+    table.add_row(
+        "peak RSS of the writer", f"{w['peak_rss_mb']:,.0f} MB", "< 2,048 MB", _ok(w["peak_rss_mb"] < 2048)
+    )
+    table.add_row("files written (trajectories)", str(w["files"]), "", "")
+    table.add_row(
+        "compaction (both tables)",
+        f"{compact_s:.1f} s, {sum(r.files_in for r in results)} -> {sum(r.files_out for r in results)} files",
+        "",
+        "",
+    )
+    console.print(table)
+
+    queries = Table(title=f"queries (best of {args.repeat}, seconds)")
+    for col in ("query", "views, as written", "views, compacted", "single file", "ratio", "target", "ok"):
+        queries.add_column(col)
+    failed = False
+    for name in QUERIES:
+        f_s, f_rows = fresh[name]
+        c_s, c_rows = compacted[name]
+        s_s, s_rows = single[name]
+        same = _norm(f_rows) == _norm(c_rows) == _norm(s_rows)
+        failed |= not same
+        ratio = c_s / s_s if s_s else float("inf")
+        good = (ratio <= 1.5 or c_s - s_s < 0.01) and c_s < 2.0
+        queries.add_row(
+            name + ("" if same else " [red](RESULTS DIFFER)[/]"),
+            f"{f_s:.3f}",
+            f"{c_s:.3f}",
+            f"{s_s:.3f}",
+            f"{ratio:.2f}x",
+            "<= 1.5x, < 2 s",
+            _ok(good),
+        )
+    console.print(queries)
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    if failed:
+        raise SystemExit("query results differ between the lake and the single file")
+
+
+def _norm(rows: list[Any]) -> list[str]:
+    return sorted(repr(r) for r in rows)
+
+
+def _ok(good: bool) -> str:
+    return "[green]yes[/]" if good else "[red]no[/]"
+
+
+if __name__ == "__main__":
+    main()

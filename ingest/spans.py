@@ -81,11 +81,12 @@ def attributes_dict(attributes: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for kv in attributes:
         value = kv.value
-        kind = value.WhichOneof("value")
-        # The common scalar cases inline: this loop runs once per attribute of every span.
-        if kind == "string_value":
-            out[kv.key] = value.string_value
-        elif kind == "int_value":
+        # This loop runs once per attribute of every span: the common case (a non-empty
+        # string) costs one field read, everything else falls back to the oneof.
+        text = value.string_value
+        if text:
+            out[kv.key] = text
+        elif value.WhichOneof("value") == "int_value":
             out[kv.key] = value.int_value
         else:
             out[kv.key] = any_value(value)

@@ -26,8 +26,10 @@ import contextlib
 import hmac
 import json
 import logging
+import os
 import threading
 import time
+import zlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,7 +60,7 @@ from ingest.pending import PendingTraces
 from ingest.redact import redact_table
 from ingest.scores import scores_to_rewards
 from ingest.spans import Converted, logs_from_request, spans_from_request
-from ingest.spool import Spool, decode_table, encode_table, read_segment
+from ingest.spool import HEADER, MAGIC, Spool, decode_table, encode_table, read_segment
 
 log = logging.getLogger("trajlake.ingest.collector")
 
@@ -98,6 +100,7 @@ class Collector:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._flush_lock = threading.Lock()
+        self.last_error: str | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -147,9 +150,10 @@ class Collector:
             self._sealed.clear()
             try:
                 self.flush_sealed()
-            except Exception:
+            except Exception as exc:
                 # The segment stays in the spool and is retried; nothing acknowledged is lost.
                 self.stats.errors += 1
+                self.last_error = f"flushing the spool failed: {exc}; retrying"
                 log.exception("flushing the spool to %s failed; will retry", self.lake)
                 self._stop.wait(1.0)
 
@@ -165,8 +169,18 @@ class Collector:
             for segment in self.spool.sealed_segments():
                 records, _ = read_segment(segment)
                 if records:
-                    table = pa.concat_tables([decode_table(r) for r in records], promote_options="default")
-                    result = store.write(self.lake, "spans", table)
+                    try:
+                        table = pa.concat_tables(
+                            [decode_table(r) for r in records], promote_options="default"
+                        )
+                        result = store.write(self.lake, "spans", table)
+                    except (pa.ArrowInvalid, store.SchemaViolation) as exc:
+                        # Not a transient failure (those are OSErrors, retried): write the
+                        # records one by one and keep only the bad ones aside, rather than
+                        # block the spool forever or hold good rows back with a bad one.
+                        rows += self._write_one_by_one(segment, records, exc)
+                        self.spool.remove(segment)
+                        continue
                     self.stats.rows_flushed += result.rows
                     self.stats.files_written += len(result.files)
                     rows += result.rows
@@ -175,14 +189,39 @@ class Collector:
                 self.spool.remove(segment)
         return rows
 
+    def _write_one_by_one(self, segment: Path, records: list[bytes], first_error: Exception) -> int:
+        rows = 0
+        failed = segment.with_suffix(".failed")
+        for record in records:
+            try:
+                table = decode_table(record)
+                result = store.write(self.lake, "spans", table)
+            except (pa.ArrowInvalid, store.SchemaViolation) as exc:
+                with failed.open("ab") as handle:  # same record format: readable with `read_segment`
+                    handle.write(HEADER.pack(MAGIC, len(record), zlib.crc32(record)) + record)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                self.stats.errors += 1
+                self.last_error = f"a spooled batch could not be written ({exc}); kept in `{failed}`"
+                log.error(self.last_error)
+                continue
+            rows += result.rows
+            self.stats.rows_flushed += result.rows
+            self.stats.files_written += len(result.files)
+            if self.config.assemble:
+                self.pending.observe(table)
+        log.warning("segment %s needed a record-by-record write after: %s", segment.name, first_error)
+        return rows
+
     # --- assembling -------------------------------------------------------------------------------
 
     def _assemble_loop(self) -> None:
         while not self._stop.wait(self.config.assemble_interval_s):
             try:
                 self.assemble_ready()
-            except Exception:
+            except Exception as exc:
                 self.stats.errors += 1
+                self.last_error = f"assembling trajectories failed: {exc}; `trajlake assemble` rebuilds them"
                 log.exception("assembling trajectories in %s failed", self.lake)
 
     def assemble_ready(self, *, everything: bool = False) -> int:
@@ -197,6 +236,7 @@ class Collector:
     def health(self) -> dict[str, Any]:
         return {
             "status": "ok",
+            "last_error": self.last_error,
             "lake": self.lake.root,
             "pending_bytes": self.spool.pending_bytes,
             "pending_traces": len(self.pending),

@@ -153,3 +153,22 @@ def test_spool_group_commit_resolves_every_future_and_seals_by_size(tmp_path: Pa
     assert sealed and spool.committed_records == 20
     rows = sum(decode_table(r).num_rows for p in spool.segments() for r in read_segment(p)[0])
     assert rows == 20 * 50
+
+
+def test_an_unwritable_segment_is_kept_aside_and_does_not_block_the_spool(start_collector) -> None:  # type: ignore[no-untyped-def]
+    collector = start_collector(flush_seconds=3600)
+    runtime = collector.runtime
+    # A segment whose record decodes to rows the lake rejects (no start_time: a required column).
+    bad = pa.table({"trace_id": ["ab" * 16], "span_id": ["cd" * 8], "source": ["otel"]})
+    runtime.spool.append(encode_table(bad)).result(timeout=10)
+    body, ids = random_request(3)
+    assert (
+        httpx.post(
+            f"{collector.url}/v1/traces", content=body, headers={"Content-Type": "application/x-protobuf"}
+        ).status_code
+        == 200
+    )
+    runtime.flush()
+    assert {r["span_id"] for r in sql(collector.lake, "SELECT span_id FROM spans")} == set(ids)
+    failed = list((Path(collector.lake.root) / "_spool").glob("*.failed"))
+    assert len(failed) == 1 and "start_time" in httpx.get(f"{collector.url}/health").json()["last_error"]

@@ -168,11 +168,26 @@ class ChainTools(ToolSource):
         return "+".join(s.describe() for s in self.sources)
 
 
+class NoTools(ToolSource):
+    """No tools at all: every call gets an error result saying so."""
+
+    def handles(self, name: str, scenario: Scenario) -> bool:
+        return False
+
+    async def call(self, name: str, arguments: dict[str, Any], scenario: Scenario) -> ToolResult:
+        return ToolResult(f"error: no tools are available in this replay (called `{name}`)", True)
+
+    def describe(self) -> str:
+        return "none"
+
+
 def make_tools(callables: Sequence[str] = (), *, recorded: bool = True) -> ToolSource:
     """The usual setup: the named callables (if any), then the recorded results (if asked)."""
     sources: list[ToolSource] = []
     if callables:
         sources.append(CallableTools.from_specs(callables))
-    if recorded or not sources:
+    if recorded:
         sources.append(RecordedTools())
+    if not sources:
+        return NoTools()
     return sources[0] if len(sources) == 1 else ChainTools(sources)

@@ -183,3 +183,12 @@ def test_total_token_budget_caps_later_turns(tiny_model: Path) -> None:
     for turn in episode.turns:
         assert len(turn["prompt_token_ids"]) + len(turn["completion_token_ids"]) <= prompt_len + 30
     assert episode.status == "truncated"
+
+
+def test_no_tool_source_answers_every_call_with_an_error(tiny_model: Path) -> None:
+    sampler = ScriptedSampler(str(tiny_model), calculator_script)
+    tools = make_tools([], recorded=False)
+    assert tools.describe() == "none"
+    (episode,) = _run(sampler, tools, group_size=1)
+    assert episode.messages[2]["is_error"] is True
+    assert "no tools are available" in episode.messages[2]["content"]

@@ -57,23 +57,31 @@ def run_checked(
         raise SqlRewardError(user_sql or sql, f"{type(exc).__name__}: {exc}") from None
 
 
-def done_ids(con: duckdb.DuckDBPyConnection, scorer: str) -> set[str]:
-    """Trajectories this scorer already scored successfully."""
-    return {row[0] for row in con.execute(DONE, {"scorer": scorer}).fetchall()}
+def count_trajectories(con: duckdb.DuckDBPyConnection, where: str | None, scorer: str) -> tuple[int, int]:
+    """(trajectories matching `where`, of which already scored by `scorer`).
 
-
-def selected_trajectory_ids(
-    con: duckdb.DuckDBPyConnection, where: str | None, scorer: str, force: bool
-) -> tuple[list[str], int]:
-    """(ids to score, ids skipped as already scored), in (group_id, trajectory_id) order."""
+    Runs the user's filter over every candidate, so an error in it surfaces here,
+    before anything is written.
+    """
     sql = f"""
         WITH candidates AS ({candidates_sql()})
-        SELECT trajectory_id, trajectory_id IN ({DONE}) AS done FROM candidates {where_clause(where)}
+        SELECT count(*), count(*) FILTER (WHERE trajectory_id IN ({DONE})) FROM candidates {where_clause(where)}
+    """
+    [(total, done)] = run_checked(con, sql, {"scorer": scorer}, user_sql=where or "")
+    return total, done
+
+
+def stream_trajectories(
+    con: duckdb.DuckDBPyConnection, where: str | None, scorer: str, force: bool, load_turns: bool = False
+) -> Iterator[dict[str, Any]]:
+    """Trajectory dicts to score, in (group_id, trajectory_id) order, from one streaming query."""
+    skip = "" if force else f"AND trajectory_id NOT IN ({DONE})"
+    sql = f"""
+        WITH candidates AS ({candidates_sql(load_turns)})
+        SELECT * FROM candidates {where_clause(where) or "WHERE true"} {skip}
         ORDER BY group_id NULLS LAST, trajectory_id
     """
-    rows = run_checked(con, sql, {"scorer": scorer}, user_sql=where or "")
-    todo = [tid for tid, done in rows if force or not done]
-    return todo, len(rows) - len(todo)
+    yield from _records(con, sql, {} if force else {"scorer": scorer})
 
 
 def selected_groups(
@@ -113,16 +121,27 @@ def _records(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -
         yield from batch.to_pylist()
 
 
-def load_trajectories(
-    con: duckdb.DuckDBPyConnection, ids: list[str], load_turns: bool = False
-) -> Iterator[dict[str, Any]]:
-    """Trajectory dicts (the `candidates` columns) for the given ids, in (group, id) order."""
+def stream_groups(
+    con: duckdb.DuckDBPyConnection, group_ids: list[str], load_turns: bool = False
+) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """(group_id, members) for the given groups, from one streaming query ordered by group.
+
+    One pass over the lake however many groups there are; memory holds one group at a time
+    (plus DuckDB's reader batch).
+    """
     sql = f"""
         WITH candidates AS ({candidates_sql(load_turns)})
-        SELECT * FROM candidates WHERE trajectory_id IN (SELECT unnest($ids))
-        ORDER BY group_id NULLS LAST, trajectory_id
+        SELECT * FROM candidates WHERE group_id IN (SELECT unnest($ids))
+        ORDER BY group_id, trajectory_id
     """
-    yield from _records(con, sql, {"ids": ids})
+    members: list[dict[str, Any]] = []
+    for row in _records(con, sql, {"ids": group_ids}):
+        if members and row["group_id"] != members[0]["group_id"]:
+            yield members[0]["group_id"], members
+            members = []
+        members.append(row)
+    if members:
+        yield members[0]["group_id"], members
 
 
 def load_groups(

@@ -21,11 +21,11 @@ of the group; a cached row reports what the original call cost and `cached: true
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,12 +49,12 @@ from judging.ruler.group import GroupVerdict, RulerJudge, run_sync
 from judging.select import (
     DONE,
     candidates_sql,
-    load_groups,
+    count_trajectories,
     load_scenarios,
-    load_trajectories,
     run_checked,
     selected_groups,
-    selected_trajectory_ids,
+    stream_groups,
+    stream_trajectories,
     where_clause,
 )
 from judging.sql_reward import SqlReward, sql_reward_query
@@ -62,7 +62,6 @@ from judging.summary import ScoreSummary, count_failures, value_stats
 from store.catalog import check_read_only
 
 RewardSpec = str | ProgrammaticReward | SqlReward
-GROUP_CHUNK = 256  # groups loaded from DuckDB per query
 # After this many groups in a row fail with `judge_unreachable` (retries included), the
 # endpoint is down: stop instead of recording the same failure for every remaining group.
 UNREACHABLE_STOP = 3
@@ -236,19 +235,23 @@ def _score_function(
     lake: store.Lake, reward: ProgrammaticReward, config: ScoreConfig, run_id: str
 ) -> ScoreSummary:
     con = store.connect(lake)
-    ids, skipped = selected_trajectory_ids(con, config.where, reward.scorer, config.force)
-    summary = ScoreSummary(reward.name, reward.scorer, run_id, "function", trajectories_skipped=skipped)
+    total, done = count_trajectories(con, config.where, reward.scorer)
+    todo = total if config.force else total - done
+    summary = ScoreSummary(reward.name, reward.scorer, run_id, "function", trajectories_skipped=total - todo)
     writer = RewardWriter(lake, config.flush_every * 64, config.flush_interval_s)
     meta = {"kind": "function", "path": reward.path, "version": reward.version}
-    bar = _Bar(config.progress, f"{reward.name}", len(ids))
+    scenarios: dict[str, dict[str, Any]] = {}
+    stream = stream_trajectories(con, config.where, reward.scorer, config.force, config.load_turns)
+    scenario_con = store.connect(lake)  # the stream holds `con` open; scenarios are read beside it
+    bar = _Bar(config.progress, reward.name, todo)
     with bar:
         try:
-            for chunk in _chunks(ids, 4096):
-                rows = list(load_trajectories(con, chunk, config.load_turns))
-                scenarios = load_scenarios(con, {r["scenario_id"] for r in rows if r.get("scenario_id")})
+            while batch := list(itertools.islice(stream, 2048)):
+                wanted = {t["scenario_id"] for t in batch if t.get("scenario_id")} - scenarios.keys()
+                scenarios.update(load_scenarios(scenario_con, wanted))
                 scored_at = store.utc_now()
                 out = []
-                for traj in rows:
+                for traj in batch:
                     scenario = scenarios.get(traj["scenario_id"]) if traj.get("scenario_id") else None
                     for outcome in evaluate_reward(reward, traj, scenario):
                         out.append(
@@ -266,17 +269,12 @@ def _score_function(
                                 metadata=meta,
                             )
                         )
-                writer.add(out, groups=len(rows))
-                bar.advance(len(rows))
+                writer.add(out, groups=len(batch))
+                bar.advance(len(batch))
         finally:
             writer.flush()
     summary.groups_selected = len({r["group_id"] or r["trajectory_id"] for r in writer.written})
     return _finish(summary, writer)
-
-
-def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
 
 
 # --- SQL rewards -----------------------------------------------------------------------------
@@ -418,15 +416,12 @@ def _score_ruler(
     writer = RewardWriter(lake, config.flush_every, config.flush_interval_s)
     bar = _Bar(config.progress, f"{name} ({judge_config.model})", len(groups))
 
-    def group_stream() -> Iterator[tuple[str, list[dict[str, Any]]]]:
-        for chunk in _chunks([g for g, _ in groups], GROUP_CHUNK):
-            yield from load_groups(con, chunk).items()
+    stream = stream_groups(con, [g for g, _ in groups], config.load_turns)
 
     async def run() -> None:
         # Keep a bounded window of groups in flight: enough to saturate `concurrency`, without
         # loading every group into memory at once.
         window = judge_config.concurrency * 2
-        stream = group_stream()
         pending: dict[asyncio.Task[GroupVerdict], str] = {}
         exhausted = False
         unreachable = 0  # groups in a row that could not reach the judge at all

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -178,7 +179,7 @@ def _runs(trace_id: str, spans: list[Span]) -> tuple[list[_Run], dict[str, _Run]
     return ordered, run_of_span
 
 
-def _tools(calls: list[LLMCall | ToolCall], spans: list[Span]) -> list[dict[str, Any]]:
+def _tools(calls: Sequence[LLMCall | ToolCall], spans: list[Span]) -> list[dict[str, Any]]:
     """Tool definitions from the chat calls, then from agent/workflow spans that declare them."""
     tools: dict[str, dict[str, Any]] = {}
     for call in calls:
@@ -364,8 +365,8 @@ def assemble_trace(trace_id: str, spans: list[Span]) -> tuple[list[dict[str, Any
     emitted = {t["trajectory_id"] for t in trajectories}
     rewards = []
     for span in sorted([*real, *orphans], key=_order):
-        run = run_of_span.get(span["span_id"]) or run_of_span.get(span.get("parent_span_id") or "")
-        run_id = run.trajectory_id if run is not None and run.trajectory_id in emitted else trace_id
+        owner = run_of_span.get(span["span_id"]) or run_of_span.get(span.get("parent_span_id") or "")
+        run_id = owner.trajectory_id if owner is not None and owner.trajectory_id in emitted else trace_id
         rewards.extend(_feedback(span, run_id))
     return trajectories, rewards
 

@@ -46,6 +46,12 @@ def collect(
     ] = 64,
     redact_emails: Annotated[bool, typer.Option(help="Replace email addresses before storing.")] = False,
     redact_phones: Annotated[bool, typer.Option(help="Replace phone numbers before storing.")] = False,
+    redact_function: Annotated[
+        str | None,
+        typer.Option(
+            help="Your own redaction, `package.module:function` taking and returning a string; runs last."
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
 ) -> None:
     """OTLP/HTTP receiver: /v1/traces, /v1/logs, Langfuse /api/public/otel/v1/traces and /api/public/scores, GET /health."""
@@ -55,6 +61,7 @@ def collect(
     from ingest.redact import RedactionConfig
 
     resolved = resolve_lake(lake)
+    function = _import_function(redact_function) if redact_function else None
     try:
         config = CollectorConfig(
             lake=resolved.root,
@@ -69,7 +76,7 @@ def collect(
             flush_seconds=flush_seconds,
             idle_timeout_s=idle_timeout,
             assemble=not no_assemble,
-            redaction=RedactionConfig(emails=redact_emails, phones=redact_phones),
+            redaction=RedactionConfig(emails=redact_emails, phones=redact_phones, function=function),
         )
     except IngestError as exc:
         raise fail(str(exc)) from None
@@ -78,6 +85,21 @@ def collect(
         typer.echo(f"trajlake collect: listening on http://{host}:{port} -> {resolved.root}", err=True)
 
     serve(config, log_level=log_level, ready=ready)
+
+
+def _import_function(path: str):  # type: ignore[no-untyped-def]
+    import importlib
+
+    module_name, _, attribute = path.partition(":")
+    try:
+        function = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise fail(
+            f"--redact-function `{path}` cannot be imported ({exc}); expected `package.module:function`"
+        ) from None
+    if not callable(function):
+        raise fail(f"--redact-function `{path}` is not callable")
+    return function
 
 
 def assemble(

@@ -116,7 +116,7 @@ def messages_from_openai(raw: Any) -> list[Message]:
         calls = []
         for call in item.get("tool_calls") or []:
             if isinstance(call, dict):
-                fn = call.get("function") if isinstance(call.get("function"), dict) else call
+                fn: dict[str, Any] = call["function"] if isinstance(call.get("function"), dict) else call
                 calls.append(make_tool_call(call.get("id"), fn.get("name"), fn.get("arguments")))
         out.append(
             make_message(

@@ -52,7 +52,7 @@ def _messages(attrs: dict[str, Any], prefix: str, default_role: str) -> list[Mes
         content = fields.get("message.content")
         if content is None:
             parts = indexed(fields, "message.contents")
-            texts = [p.get("message_content.text") for p in parts.values() if p.get("message_content.text")]
+            texts = [str(p["message_content.text"]) for p in parts.values() if p.get("message_content.text")]
             content = "".join(texts) if texts else None
         calls = [
             make_tool_call(

@@ -119,8 +119,9 @@ def as_text(value: Any) -> str | None:
         return value
     if isinstance(value, list):
         texts = [p.get("text", p.get("content")) for p in value if isinstance(p, dict)]
-        if texts and all(isinstance(t, str) for t in texts) and len(texts) == len(value):
-            return "".join(texts)
+        strings = [t for t in texts if isinstance(t, str)]
+        if strings and len(strings) == len(value):
+            return "".join(strings)
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 

@@ -46,6 +46,8 @@ class FakeJudge:
     faults: deque[str] = field(default_factory=deque)
     requests: list[dict[str, Any]] = field(default_factory=list)
     answered: int = 0  # 200 responses sent (valid or not)
+    in_flight: int = 0
+    max_in_flight: int = 0
     timeout_sleep_s: float = 5.0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -112,8 +114,15 @@ def make_app(judge: FakeJudge) -> Starlette:
     async def chat(request: Request) -> JSONResponse:
         body = await request.json()
         status, payload, headers = judge.answer(body)
-        if judge.delay_s:
-            await asyncio.sleep(judge.delay_s)
+        with judge.lock:
+            judge.in_flight += 1
+            judge.max_in_flight = max(judge.max_in_flight, judge.in_flight)
+        try:
+            if judge.delay_s:
+                await asyncio.sleep(judge.delay_s)
+        finally:
+            with judge.lock:
+                judge.in_flight -= 1
         if status == 200:
             with judge.lock:
                 judge.answered += 1  # counted when the response leaves, as the client sees it

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
 
@@ -256,3 +257,28 @@ def test_a_judge_that_is_down_stops_the_run(lake, judge_config):
     # the failures seen are recorded, the rest of the groups are left for the rerun
     assert {r["error"] for r in failed.values()} == {"judge_unreachable"}
     assert 3 * 2 <= len(failed) < 20 * 2
+
+
+def test_calls_run_concurrently_under_the_limit(lake, judge_server, judge_config):
+    write_groups(lake, 12, size=2)
+    judge_server.judge.delay_s = 0.15
+    config = JudgeConfig(**{**judge_config.__dict__, "concurrency": 3})
+    started = time.perf_counter()
+    summary = score(lake, "ruler", QUIET, judge=config)
+    assert summary.groups_scored == 12
+    assert judge_server.judge.max_in_flight == 3
+    assert time.perf_counter() - started < 12 * 0.15  # not one at a time
+
+
+@pytest.mark.parametrize(
+    ("mode", "sent"), [("none", None), ("json_object", "json_object"), ("json_schema", "json_schema")]
+)
+def test_structured_output_modes(lake, judge_server, judge_config, mode, sent):
+    write_groups(lake, 1, size=2)
+    config = JudgeConfig(**{**judge_config.__dict__, "structured_output": mode})
+    assert score(lake, "ruler", QUIET, judge=config).groups_scored == 1
+    [request] = judge_server.judge.requests
+    assert (request.get("response_format") or {}).get("type") == sent
+    if mode == "json_schema":
+        schema = request["response_format"]["json_schema"]
+        assert schema["strict"] is True and schema["schema"]["required"] == ["scores"]

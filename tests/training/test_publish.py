@@ -1,0 +1,227 @@
+"""Publishing: PEFT round trip, manifest lineage, atomic aliases, vLLM checks, eval gate, hot-load, hub args."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import httpx
+import pyarrow.parquet as pq
+import pytest
+import torch
+from transformers import TrainerCallback
+
+import store
+from tests.training.train_helpers import stored_groups
+from training.datasets import digest_ids
+from training.errors import (
+    AdapterNotFound,
+    AdapterNotServable,
+    BadHyperparameter,
+    PromotionRefused,
+    PublishError,
+)
+from training.grpo import train_grpo
+from training.grpo_config import TrajlakeGRPOConfig
+from training.metrics import TrainResult
+from training.publish import load_into_vllm, publish, read_manifest, resolve_adapter, vllm_problems
+from training.sft import train_sft
+from training.sft_config import TrajlakeSFTConfig
+
+PROBE = [[5, 17, 42, 99, 7, 300, 12, 64]]
+
+
+class CaptureLogits(TrainerCallback):
+    """Logits of the model as trained (in memory) on a fixed probe, taken when training ends."""
+
+    def __init__(self) -> None:
+        self.logits: torch.Tensor | None = None
+
+    def on_train_end(self, args, state, control, model=None, **kw):  # type: ignore[no-untyped-def]
+        model.eval()
+        with torch.no_grad():
+            self.logits = model(torch.tensor(PROBE)).logits.float().clone()
+
+
+@pytest.fixture(scope="module")
+def trained(
+    tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[store.Lake, TrainResult, torch.Tensor]:
+    """A lake with conversations and scored groups, an SFT adapter and a GRPO adapter continued from it."""
+    tmp = tmp_path_factory.mktemp("publish")
+    lake = store.Lake(str(tmp / "lake"))
+    rows, rewards = stored_groups(str(tiny_model), groups=2, size=4, multi_turn=False)
+    store.write(lake, "trajectories", rows)
+    store.write(lake, "rewards", rewards)
+    common = dict(
+        gradient_checkpointing=False, save_strategy="no", seed=0, disable_tqdm=True, learning_rate=1e-2
+    )
+    sft = train_sft(
+        lake,
+        "SELECT trajectory_id FROM trajectories",
+        tiny_model,
+        tmp / "sft",
+        TrajlakeSFTConfig(
+            output_dir="x", max_steps=2, per_device_train_batch_size=2, max_length=256, **common
+        ),
+    )
+    capture = CaptureLogits()
+    grpo = train_grpo(
+        lake,
+        "SELECT trajectory_id FROM trajectories WHERE group_id = 'g0'",
+        tiny_model,
+        sft.adapter_dir,
+        tmp / "grpo",
+        TrajlakeGRPOConfig(output_dir="x", max_steps=2, per_device_train_batch_size=2, **common),
+        callbacks=[capture],
+    )
+    assert capture.logits is not None
+    return lake, grpo, capture.logits
+
+
+def test_published_adapter_reproduces_trained_logits(trained, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    lake, grpo, logits = trained
+    published = publish(lake, grpo.adapter_dir, "logits-check")
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model), published.path).eval()
+    with torch.no_grad():
+        reloaded = model(torch.tensor(PROBE)).logits.float()
+    torch.testing.assert_close(reloaded, logits, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        base = AutoModelForCausalLM.from_pretrained(tiny_model)(torch.tensor(PROBE)).logits.float()
+    assert not torch.allclose(base, logits, atol=1e-4)  # the adapter really changed the model
+
+
+def test_manifest_lineage_names_the_rows(trained) -> None:  # type: ignore[no-untyped-def]
+    lake, grpo, _ = trained
+    published = publish(lake, grpo.adapter_dir, "lineage")
+    manifest = read_manifest(published.path)
+    assert Path(published.path, "manifest.json").exists()
+    assert manifest["stages"] == ["sft", "grpo"] and manifest["run_ids"] == grpo.run_ids
+    assert manifest["base_model"] == grpo.base_model
+    sft_lineage, grpo_lineage = manifest["lineage"]
+    assert sft_lineage["stage"] == "sft" and sft_lineage["trajectory_count"] == 8
+    assert grpo_lineage["sql"].endswith("group_id = 'g0'")
+    assert grpo_lineage["trajectory_ids_digest"] == digest_ids([f"g0-{k}" for k in range(4)])
+    assert grpo_lineage["reward_name"] == "correct" and grpo_lineage["reward_scorers"] == ["tests.reward@1"]
+    for rel in grpo_lineage["lake_files"]:
+        assert Path(lake.root, rel).exists()
+    assert manifest["hyperparameters"]["grpo"]["loss_type"] == "dapo"
+    assert manifest["hyperparameters"]["sft"]["lora_r"] == 16
+    assert set(manifest["files"]) >= {"adapter_config.json", "adapter_model.safetensors", "trajlake_run.json"}
+    row = resolve_adapter(lake, f"lineage:{published.version}")
+    assert row["stages"] == ["sft", "grpo"] and row["run_id"] == grpo.run_id
+    assert json.loads(row["data"])[1]["trajectory_ids_digest"] == grpo_lineage["trajectory_ids_digest"]
+
+
+def test_aliases_move_atomically(trained, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    lake, grpo, _ = trained
+    registry = str(tmp_path / "elsewhere")
+    v1 = publish(lake, grpo.adapter_dir, "agent", aliases=["latest", "production"], registry=registry)
+    v2 = publish(lake, grpo.adapter_dir, "agent", registry=registry)
+    assert (v1.version, v2.version) == (1, 2) and v2.moved_from == {"latest": 1}
+    assert v2.path.startswith(registry) and v1.path != v2.path  # every version gets a fresh folder
+    assert resolve_adapter(lake, "agent:production")["version"] == 1
+    assert resolve_adapter(lake, "agent")["version"] == 2  # `latest` by default
+    assert resolve_adapter(lake, "agent:1")["aliases"] == ["production"]
+    # The move was one commit: the newest adapters file holds both the new row and the old row that lost `latest`.
+    newest = max(lake.data_files("adapters"), key=lambda p: pq.read_table(p)["_written_at"][0].as_py())
+    rows = {(r["name"], r["version"]): r["aliases"] for r in pq.read_table(newest).to_pylist()}
+    assert rows == {("agent", 2): ["latest"], ("agent", 1): ["production"]}
+
+
+def test_unservable_adapter_is_refused_before_writing(trained, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    lake, grpo, _ = trained
+    bad = tmp_path / "dora"
+    shutil.copytree(grpo.adapter_dir, bad)
+    config = json.loads((bad / "adapter_config.json").read_text())
+    (bad / "adapter_config.json").write_text(json.dumps({**config, "use_dora": True, "r": 24}))
+    with pytest.raises(AdapterNotServable) as err:
+        publish(lake, bad, "dora", registry=str(tmp_path / "reg"))
+    assert any("DoRA" in p for p in err.value.problems) and any("rank 24" in p for p in err.value.problems)
+    assert not (tmp_path / "reg").exists()
+    with pytest.raises(AdapterNotFound):
+        resolve_adapter(lake, "dora")
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"r": 64}, "exceeds the server's --max-lora-rank 16"),
+        ({"modules_to_save": ["lm_head"]}, "modules_to_save"),
+        ({"bias": "all"}, "bias `all`"),
+        ({"init_lora_weights": "pissa_niter_4"}, "init_lora_weights"),
+        ({"target_modules": []}, "no target_modules"),
+    ],
+)
+def test_vllm_problems(change: dict, problem: str) -> None:
+    config = {"peft_type": "LORA", "r": 16, "target_modules": ["q_proj"], "bias": "none", **change}
+    assert any(problem in p for p in vllm_problems(config))
+
+
+def test_gate_refuses_a_worse_adapter_unless_forced(trained) -> None:  # type: ignore[no-untyped-def]
+    lake, grpo, _ = trained
+    scores = {None: 0.5}  # the base model (no production adapter yet) scores 0.5; the candidate 0.4
+
+    def evaluator(adapter: str | None) -> float:
+        return scores.get(adapter, 0.4)
+
+    with pytest.raises(PromotionRefused) as err:
+        publish(lake, grpo.adapter_dir, "gated", aliases=["latest", "production"], evaluator=evaluator)
+    assert (err.value.candidate, err.value.incumbent, err.value.incumbent_name) == (0.4, 0.5, "base")
+    with pytest.raises(AdapterNotFound):
+        resolve_adapter(lake, "gated")  # nothing published
+    recorded = (
+        store.connect(lake)
+        .sql(
+            "SELECT json_extract_string(metrics, '$.role'), json_extract(metrics, '$.mean_reward')::DOUBLE "
+            "FROM runs WHERE stage = 'eval' AND json_extract_string(metrics, '$.adapter') = 'gated' ORDER BY step"
+        )
+        .fetchall()
+    )
+    assert recorded == [("candidate", 0.4), ("incumbent", 0.5)]  # both numbers kept
+
+    forced = publish(
+        lake, grpo.adapter_dir, "gated", aliases=["latest", "production"], evaluator=evaluator, force=True
+    )
+    assert forced.gate is not None and forced.gate.forced and forced.gate.promoted
+    assert read_manifest(forced.path)["eval"]["candidate"] == 0.4
+    assert resolve_adapter(lake, "gated:production")["version"] == 1
+
+
+def test_load_into_vllm_protocol_server(trained, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
+    from training.rollout.openai_app import LoopbackServer, create_app
+    from training.samplers import make_sampler
+
+    lake, grpo, _ = trained
+    with make_sampler("transformers", str(tiny_model)) as sampler, LoopbackServer(create_app(sampler)) as url:
+        published = publish(lake, grpo.adapter_dir, "served", load_into=url)
+        assert published.loaded_into == f"served-v{published.version}"
+        models = httpx.get(f"{url}/v1/models").json()["data"]
+        served = {m["id"]: m for m in models}
+        assert served["served-v1"]["root"] == published.path  # the server loaded the registry copy
+        with pytest.raises(PublishError, match="refused adapter `served-v1`"):  # loading the same name twice
+            load_into_vllm(url, "served-v1", published.path)
+
+
+def test_hub_arguments_are_checked_before_publishing(trained) -> None:  # type: ignore[no-untyped-def]
+    lake, grpo, _ = trained
+    with pytest.raises(BadHyperparameter) as err:
+        publish(lake, grpo.adapter_dir, "hub", push_to_hub="me/agent", hub_token=None)
+    assert err.value.name == "hub_token" and "HF_TOKEN" in str(err.value)
+    with pytest.raises(BadHyperparameter) as err:
+        publish(lake, grpo.adapter_dir, "hub", push_to_hub="not a repo", hub_token="hf_x")
+    assert err.value.name == "push_to_hub"
+    with pytest.raises(AdapterNotFound):
+        resolve_adapter(lake, "hub")
+
+
+def test_bad_names(trained) -> None:  # type: ignore[no-untyped-def]
+    lake, grpo, _ = trained
+    with pytest.raises(BadHyperparameter):
+        publish(lake, grpo.adapter_dir, "../escape")
+    with pytest.raises(BadHyperparameter):
+        publish(lake, grpo.adapter_dir, "ok", aliases=["3"])  # a number would shadow version 3

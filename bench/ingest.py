@@ -278,7 +278,12 @@ def rss_mb(pid: int) -> float:
 
 
 def bench_http(
-    bodies: list[bytes], lake: str, seconds: float, clients: int, rate: float | None
+    bodies: list[bytes],
+    lake: str,
+    seconds: float,
+    clients: int,
+    rate: float | None,
+    extra: tuple[str, ...] = (),
 ) -> dict[str, float]:
     port = free_port()
     command = [
@@ -291,6 +296,7 @@ def bench_http(
         "--port",
         str(port),
         "--no-assemble",
+        *extra,
     ]
     collector = subprocess.Popen(
         command,

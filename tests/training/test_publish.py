@@ -225,3 +225,80 @@ def test_bad_names(trained) -> None:  # type: ignore[no-untyped-def]
         publish(lake, grpo.adapter_dir, "../escape")
     with pytest.raises(BadHyperparameter):
         publish(lake, grpo.adapter_dir, "ok", aliases=["3"])  # a number would shadow version 3
+
+
+# --- the command line ----------------------------------------------------------------------------
+
+
+def test_cli_train_sft_then_grpo_then_publish(tiny_model: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    lake = store.Lake(str(tmp_path / "lake"))
+    rows, rewards = stored_groups(str(tiny_model), groups=2, size=2, multi_turn=False)
+    store.write(lake, "trajectories", rows)
+    store.write(lake, "rewards", rewards)
+    runner = CliRunner()
+    common = [
+        "--lake",
+        lake.root,
+        "--base-model",
+        str(tiny_model),
+        "--max-steps",
+        "1",
+        "--set",
+        "gradient_checkpointing=false",
+    ]
+    sft = runner.invoke(
+        app,
+        ["train", "sft", "-o", str(tmp_path / "sft"), "--max-length", "128", "--batch-size", "2", *common],
+    )
+    assert sft.exit_code == 0, sft.output
+    assert f"adapter: {tmp_path / 'sft' / 'adapter'}" in sft.output
+    grpo = runner.invoke(
+        app,
+        [
+            "train",
+            "grpo",
+            "-o",
+            str(tmp_path / "grpo"),
+            "--adapter",
+            str(tmp_path / "sft" / "adapter"),
+            "--batch-size",
+            "2",
+            "--loss-type",
+            "grpo",
+            *common,
+        ],
+    )
+    assert grpo.exit_code == 0, grpo.output
+    out = runner.invoke(
+        app,
+        ["publish", str(tmp_path / "grpo" / "adapter"), "--name", "cli", "--production", "--lake", lake.root],
+    )
+    assert out.exit_code == 0, out.output
+    assert "published cli:1" in out.output and "latest, production" in out.output
+    assert read_manifest(resolve_adapter(lake, "cli:production")["path"])["stages"] == ["sft", "grpo"]
+
+    # Errors are one clear line, no traceback, and nothing is trained.
+    bad = runner.invoke(app, ["train", "grpo", "-o", str(tmp_path / "bad"), "--loss-type", "ppo", *common])
+    assert bad.exit_code == 1 and "`loss_type`" in bad.output and "Traceback" not in bad.output
+    typo = runner.invoke(
+        app, ["train", "sft", "-o", str(tmp_path / "bad"), "--set", "warmup_step=3", *common]
+    )
+    assert typo.exit_code == 1 and "did you mean warmup_steps" in typo.output
+    empty = runner.invoke(
+        app,
+        [
+            "train",
+            "sft",
+            "-o",
+            str(tmp_path / "bad"),
+            "--sql",
+            "SELECT trajectory_id FROM trajectories WHERE false",
+            *common,
+        ],
+    )
+    assert empty.exit_code == 1 and "matched no" in empty.output
+    assert not (tmp_path / "bad").exists()

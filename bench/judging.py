@@ -2,7 +2,8 @@
 
 RULER: a stand-in judge (OpenAI chat-completions protocol on 127.0.0.1, in its own
 process) answers every call after `--latency` seconds (1 s by default). For each
-concurrency level c in 1..64 the stage judges 4*c groups (cache off, `force`), and we
+concurrency level c in 1..64 the stage judges `--rounds`*c groups (8*c by default; cache
+off, `force`), and we
 report groups/s against the ideal c / latency. Target: >= 80% of ideal up to 64.
 The time measured is the whole `score()` call: selecting groups in DuckDB, building
 prompts, the HTTP calls, parsing, and committing the rewards to Parquet.
@@ -13,7 +14,7 @@ shared machine the client, the stand-in judge and everything else compete for co
 
 Programmatic: built-in function rewards and a SQL reward over synthetic trajectories.
 
-    python bench/judging.py [--latency 1.0] [--max-concurrency 64] [--trajectories 20000]
+    python bench/judging.py [--latency 1.0] [--max-concurrency 64] [--rounds 8] [--trajectories 20000]
 """
 
 from __future__ import annotations
@@ -42,7 +43,6 @@ from judging.select import load_groups  # noqa: E402
 from store.synthetic import synthetic_trajectories  # noqa: E402
 
 GROUP_SIZE = 4
-ROUNDS = 4  # groups per level = ROUNDS * concurrency
 
 
 def _serve(latency: float, port_queue: mp.Queue) -> None:
@@ -74,7 +74,9 @@ async def _bare_client(base_url: str, prompt: list[dict[str, str]], n: int, conc
     return elapsed
 
 
-def bench_ruler(lake: store.Lake, base_url: str, latency: float, levels: list[int]) -> list[tuple]:
+def bench_ruler(
+    lake: store.Lake, base_url: str, latency: float, levels: list[int], rounds: int
+) -> list[tuple]:
     con = store.connect(lake)
     [(first,)] = con.execute("SELECT min(group_id) FROM trajectories").fetchall()
     members = load_groups(con, [first])[first]
@@ -83,7 +85,7 @@ def bench_ruler(lake: store.Lake, base_url: str, latency: float, levels: list[in
     ).messages
     results = []
     for concurrency in levels:
-        n_groups = ROUNDS * concurrency
+        n_groups = rounds * concurrency
         judge = JudgeConfig(
             model="stand-in-judge", base_url=base_url, concurrency=concurrency, use_cache=False, timeout_s=60
         )
@@ -168,10 +170,12 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             lake = store.Lake(f"{tmp}/lake")
-            n = ROUNDS * max(levels) * GROUP_SIZE
+            n = args.rounds * max(levels) * GROUP_SIZE
             for batch in synthetic_trajectories(n, seed=1, replayed_fraction=1.0, group_size=GROUP_SIZE):
                 store.write(lake, "trajectories", batch)
-            console.print(ruler_table(bench_ruler(lake, base_url, args.latency, levels), args.latency))
+            console.print(
+                ruler_table(bench_ruler(lake, base_url, args.latency, levels, args.rounds), args.latency)
+            )
             load = os.getloadavg()
             console.print(
                 f"{os.cpu_count()} CPUs, load average {load[0]:.1f} after the run. `bare client`: the openai "

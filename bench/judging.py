@@ -155,6 +155,7 @@ def main() -> None:
         "--latency", type=float, default=1.0, help="Seconds the stand-in judge takes per call."
     )
     parser.add_argument("--max-concurrency", type=int, default=64, help="Highest concurrency level.")
+    parser.add_argument("--rounds", type=int, default=8, help="Groups per level = rounds x concurrency.")
     parser.add_argument(
         "--trajectories", type=int, default=20_000, help="Trajectories for programmatic rewards."
     )

@@ -133,3 +133,26 @@ with serve_in_thread(create_app()) as url:
         "n": 5,
     }
     assert sql(lake, "SELECT DISTINCT service_name FROM spans") == [{"service_name": "demo-agent"}]
+
+
+def test_instrument_with_an_endpoint_exports_to_a_running_collector(collector) -> None:  # type: ignore[no-untyped-def]
+    provider = instrument(
+        endpoint=collector.url,
+        service_name="remote-agent",
+        set_global=False,
+        instrument_openai=False,
+        headers={"x-test": "1"},
+    )
+    record(provider)
+    assert provider.force_flush()
+    provider.shutdown()
+    from tests.ingest.conftest import wait_for
+
+    rows = wait_for(
+        lambda: (
+            collector.lake.data_files("trajectories")
+            and sql(collector.lake, "SELECT final_output, metadata FROM trajectories")
+        )
+    )
+    assert rows[0]["final_output"] == "noted"
+    assert json.loads(rows[0]["metadata"])["service_name"] == "remote-agent"

@@ -47,20 +47,43 @@ def runs_row(run_id: str, step: int, stage: str, metrics: dict[str, Any]) -> dic
 
 
 class RunsTableCallback(TrainerCallback):
-    """Write every logged step to the `runs` table (one small commit per log, nothing buffered)."""
+    """Write every logged step to the `runs` table.
+
+    Rows are buffered and committed together at each checkpoint save, at the end of
+    training and at least every `flush_every_s` seconds: one Parquet commit per step
+    would cost more than a step of a small model. Flushing at each checkpoint keeps the
+    table consistent with resume, which replays the steps after the newest checkpoint
+    (a replayed step's row supersedes the earlier one: same key, newer `_written_at`).
+    """
 
     def __init__(
-        self, lake: store.Lake | str, run_id: str, stage: str, extra: dict[str, Any] | None = None
+        self,
+        lake: store.Lake | str,
+        run_id: str,
+        stage: str,
+        extra: dict[str, Any] | None = None,
+        flush_every_s: float = 30.0,
     ) -> None:
         self.lake = store.Lake.of(lake)
         self.run_id = run_id
         self.stage = stage
         self.extra = dict(extra or {})
+        self.flush_every_s = flush_every_s
+        self.rows_written = 0
+        self._buffer: dict[int, dict[str, Any]] = {}
+        self._last_flush = time.monotonic()
         self._last_time: float | None = None
         self._last_tokens: float | None = None
-        self.rows_written = 0
-        self._last_step: int | None = None
-        self._last_metrics: dict[str, Any] | None = None
+        self._last: tuple[int, dict[str, Any]] | None = None
+
+    def flush(self) -> None:
+        """Commit the buffered rows (one write)."""
+        if self._buffer:
+            rows = [runs_row(self.run_id, step, self.stage, m) for step, m in sorted(self._buffer.items())]
+            store.write(self.lake, "runs", rows)
+            self.rows_written += len(rows)
+            self._buffer.clear()
+        self._last_flush = time.monotonic()
 
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
@@ -86,13 +109,25 @@ class RunsTableCallback(TrainerCallback):
         self._last_time, self._last_tokens = now, tokens
         metrics.update(self.extra)
         step = int(state.global_step)
-        if step == self._last_step and self._last_metrics is not None:
-            # The end-of-training summary is logged at the last step: merge it into that step's row
-            # (same key) instead of superseding the step's metrics.
-            metrics = {**self._last_metrics, **metrics}
-        store.write(self.lake, "runs", [runs_row(self.run_id, step, self.stage, metrics)])
-        self._last_step, self._last_metrics = step, metrics
-        self.rows_written += 1
+        # The end-of-training summary is logged at the last step: merge it into that step's row
+        # (even when that row was already flushed: the merged row supersedes it).
+        earlier = self._buffer.get(step) or (self._last[1] if self._last and self._last[0] == step else {})
+        self._buffer[step] = {**earlier, **metrics}
+        self._last = (step, self._buffer[step])
+        if "train_runtime" in metrics or time.monotonic() - self._last_flush >= self.flush_every_s:
+            self.flush()
+
+    def on_save(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
+    ) -> None:
+        if state.is_world_process_zero:
+            self.flush()
+
+    def on_train_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
+    ) -> None:
+        if state.is_world_process_zero:
+            self.flush()
 
 
 def is_finite_log(logs: dict[str, Any]) -> bool:

@@ -1,7 +1,8 @@
-"""The Parquet trajectory lake: schema, writer, DuckDB catalog. Imports nothing else of trajlake."""
+"""The Parquet trajectory lake: schema, writer, DuckDB catalog, compaction. Imports nothing else of trajlake."""
 
-from store.catalog import connect, run_read_only, scan
-from store.errors import ReadOnlyViolation, SchemaViolation, StoreError
+from store.catalog import connect, refresh, run_read_only, scan
+from store.compact import CompactConfig, CompactionResult, compact
+from store.errors import CompactionError, LakeBusy, ReadOnlyViolation, SchemaViolation, StoreError
 from store.lake import DEFAULT_LAKE, Lake
 from store.schema import TABLES, TableSpec, empty_table, table_spec
 from store.writer import WriteResult, conform_batch, utc_now, write
@@ -9,15 +10,21 @@ from store.writer import WriteResult, conform_batch, utc_now, write
 __all__ = [
     "DEFAULT_LAKE",
     "TABLES",
+    "CompactConfig",
+    "CompactionError",
+    "CompactionResult",
     "Lake",
+    "LakeBusy",
     "ReadOnlyViolation",
     "SchemaViolation",
     "StoreError",
     "TableSpec",
     "WriteResult",
+    "compact",
     "conform_batch",
     "connect",
     "empty_table",
+    "refresh",
     "run_read_only",
     "scan",
     "table_spec",

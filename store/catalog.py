@@ -82,7 +82,8 @@ def snapshot(lake: Lake, table: str) -> Snapshot:
         if generation is not None:
             directory = dir_name(path)
             newest[directory] = max(generation, newest.get(directory, -1))
-    compacted, other = [], []
+    compacted: list[str] = []
+    other: list[str] = []
     for path in files:
         generation = compact_generation(base_name(path))
         live = generation is not None and generation == newest[dir_name(path)]
@@ -273,7 +274,7 @@ def scan(lake: Lake | str | os.PathLike[str], table: str) -> pl.LazyFrame:
     spec = table_spec(table)
     files = lake.data_files(table)
     if not files:
-        return pl.LazyFrame(schema=pl.from_arrow(spec.schema.empty_table()).schema)
+        return pl.DataFrame(spec.schema.empty_table()).lazy()
     # A pyarrow dataset with the table's full schema: files missing newer columns read as
     # nulls (whatever file comes first), and remote lakes use the lake's own filesystem.
     frame = pl.scan_pyarrow_dataset(

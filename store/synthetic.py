@@ -787,7 +787,7 @@ def _reward_batch(rand: _Rand, cfg: SyntheticConfig, seed: int, lo: int, hi: int
     )
     group_ids = _ids("grp", seed, plan.group[rows]).to_numpy(zero_copy_only=False)
     replayed = plan.replayed[rows]
-    explanation = np.where(
+    explanation = np.where(  # type: ignore[call-overload]  # None makes an object array, as intended
         name == "ruler",
         "Compared with the other attempts in its group, this one reached the goal with fewer failed tool calls.",
         None,
@@ -802,7 +802,7 @@ def _reward_batch(rand: _Rand, cfg: SyntheticConfig, seed: int, lo: int, hi: int
         "scored_at": pa.array(scored_us, type=TIMESTAMP),
         "run_id": pa.array(np.full(len(rows), f"synthetic-{seed}"), type=pa.string()),
         "status": pa.array(np.where(failed_mask, "failed", "ok"), type=pa.string()),
-        "error": pa.array(np.where(failed_mask, "judge_timeout", None), type=pa.string()),
+        "error": pa.array(np.where(failed_mask, "judge_timeout", None), type=pa.string()),  # type: ignore[call-overload]
         "metadata": pa.array(np.full(len(rows), '{"synthetic": true}'), type=pa.string()),
         "_written_at": pa.nulls(len(rows), REWARDS.schema.field("_written_at").type),
         "dt": pa.array((scored_us // 86_400_000_000).astype(np.int32), type=pa.date32()),

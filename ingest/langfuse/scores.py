@@ -13,8 +13,10 @@ Value mapping, by the score's `dataType`:
 - `TEXT` and `CORRECTION`: no number (`value` null, `status` 'ok'); the text is the
   explanation.
 
-`scorer` is `langfuse:<source>:<name>` (source = api, eval or annotation), with
-`@<observation id>` appended for scores attached to one observation, so several
+`scorer` is `langfuse:<source>` (source = api, eval or annotation; the score's name is
+already the reward's `name`, and this is the scorer the collector's
+`/api/public/scores` endpoint writes, so a score that arrives both ways is one row),
+with `@<observation id>` appended for scores attached to one observation, so several
 observation scores of the same name on one trace stay apart. Session and experiment
 scores have no single trajectory and are counted, not written. Both the v3 API shape
 (`subject`, typed `value`) and the v1 shape of older exports (`traceId`,
@@ -61,9 +63,9 @@ def score_target(score: Mapping[str, Any]) -> ScoreTarget:
 
 
 def scorer_of(score: Mapping[str, Any], target: ScoreTarget) -> str:
-    """`langfuse:<source>:<name>`, plus `@<observation id>` for observation scores."""
+    """`langfuse:<source>`, plus `@<observation id>` for observation scores."""
     source = str(score.get("source") or "api").lower()
-    scorer = f"langfuse:{source}:{score.get('name')}"
+    scorer = f"langfuse:{source}"
     if target.kind == "observation" and target.observation_id:
         scorer += f"@{target.observation_id}"
     return scorer

@@ -194,7 +194,7 @@ def test_standalone_score_records_become_rewards(tmp_path: Path, lake: Lake) -> 
     assert (reward["trajectory_id"], reward["value"], reward["scorer"]) == (
         tid,
         1.0,
-        "langfuse:annotation:thumbs",
+        "langfuse:annotation",
     )
 
 

@@ -80,18 +80,15 @@ def test_pull_builds_trajectories_rewards_and_watermark(
     assert first["status"] == "ok"
 
     rewards = {(r["name"], r["scorer"]): r for r in sql(lake, "SELECT * FROM rewards")}
-    assert rewards[("helpfulness", "langfuse:api:helpfulness")]["value"] == 0.75
-    assert rewards[("helpfulness", "langfuse:api:helpfulness")]["explanation"] == "mostly helpful"
-    assert rewards[("correct", "langfuse:annotation:correct")]["value"] == 0.0
-    assert rewards[("verdict", "langfuse:eval:verdict")]["value"] == 1.0
-    tone = rewards[("tone", "langfuse:api:tone")]
+    assert rewards[("helpfulness", "langfuse:api")]["value"] == 0.75
+    assert rewards[("helpfulness", "langfuse:api")]["explanation"] == "mostly helpful"
+    assert rewards[("correct", "langfuse:annotation")]["value"] == 0.0
+    assert rewards[("verdict", "langfuse:eval")]["value"] == 1.0
+    tone = rewards[("tone", "langfuse:api")]
     assert (tone["value"], tone["status"], tone["error"]) == (None, "failed", "unmapped_category")
-    review = rewards[("review", "langfuse:annotation:review")]
+    review = rewards[("review", "langfuse:annotation")]
     assert review["value"] is None and review["explanation"] == "Answer cites the tool."
-    assert (
-        rewards[("tool_choice", f"langfuse:api:tool_choice@{seeded[2][:12]}0002")]["trajectory_id"]
-        == seeded[2]
-    )
+    assert rewards[("tool_choice", f"langfuse:api@{seeded[2][:12]}0002")]["trajectory_id"] == seeded[2]
     assert len(rewards) == 6  # the session-level score has no single trajectory
     assert report["skipped"] == {"score_session_subject": 1}
 

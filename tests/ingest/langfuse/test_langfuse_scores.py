@@ -68,10 +68,10 @@ def test_value_mapping_per_data_type(
 
 
 def test_scorer_names_source_and_observation() -> None:
-    assert reward(v3("NUMERIC", 1))["scorer"] == "langfuse:api:quality"
-    assert reward(v3("NUMERIC", 1, source="ANNOTATION"))["scorer"] == "langfuse:annotation:quality"
+    assert reward(v3("NUMERIC", 1))["scorer"] == "langfuse:api"
+    assert reward(v3("NUMERIC", 1, source="ANNOTATION"))["scorer"] == "langfuse:annotation"
     obs = v3("NUMERIC", 1, subject={"kind": "observation", "id": "obs-9", "traceId": TRACE["id"]})
-    assert reward(obs)["scorer"] == "langfuse:api:quality@obs-9"
+    assert reward(obs)["scorer"] == "langfuse:api@obs-9"
     assert score_target(obs).trace_id == TRACE["id"]
 
 

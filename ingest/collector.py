@@ -228,8 +228,9 @@ class Collector:
         ready = self.pending.take_ready(everything=everything)
         if not ready:
             return 0
-        days = set().union(*ready.values())
-        result = assemble_traces(self.lake, ready, days)
+        result = assemble_traces(
+            self.lake, ready.trace_ids, ready.dts, written_after_ns=_minus_skew(ready.first_start_ns)
+        )
         self.stats.trajectories_written += result.trajectories
         return result.trajectories
 
@@ -243,6 +244,11 @@ class Collector:
             "spool_segments": len(self.spool.segments()),
             **self.stats.__dict__,
         }
+
+
+def _minus_skew(start_ns: int | None, skew_s: float = 600.0) -> int | None:
+    # Span start times come from the senders' clocks; a generous margin covers clock skew.
+    return None if start_ns is None else start_ns - int(skew_s * 1e9)
 
 
 # --- HTTP -----------------------------------------------------------------------------------------

@@ -78,8 +78,7 @@ class LakeSpanExporter(SpanExporter):
     def _assemble(self, *, everything: bool) -> None:
         ready = self.pending.take_ready(everything=everything)
         if ready:
-            days = set().union(*ready.values())
-            assemble_traces(self.lake, ready, days)
+            assemble_traces(self.lake, ready.trace_ids, ready.dts)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Assemble every trace seen so far, root span or not."""

@@ -35,24 +35,49 @@ class AssembleResult:
     files: int = 0
 
 
-def read_trace_spans(lake: LakeLike, trace_ids: Iterable[str], dts: Iterable[date] | None = None) -> pa.Table:
-    """Every stored row of the given traces (duplicates included; `assemble` keeps the newest)."""
+def _written_before(path: str, bound_ns: int) -> bool:
+    """Whether a `part-<time_ns>-…` file was committed before `bound_ns` (other names: unknown, kept)."""
+    name = path.rsplit("/", 1)[-1]
+    if not name.startswith("part-"):
+        return False
+    stamp = name[5:].split("-", 1)[0]
+    return stamp.isdigit() and int(stamp) < bound_ns
+
+
+def read_trace_spans(
+    lake: LakeLike,
+    trace_ids: Iterable[str],
+    dts: Iterable[date] | None = None,
+    *,
+    written_after_ns: int | None = None,
+) -> pa.Table:
+    """Every stored row of the given traces (duplicates included; `assemble` keeps the newest).
+
+    `dts` limits the read to those `dt` partitions; `written_after_ns` skips `part-` files
+    committed before that time (a span is only written after it started, so the collector
+    passes the traces' earliest start minus a clock-skew margin): assembling the traces
+    that just completed reads the last minutes' files, not the whole day.
+    """
     lake = store.Lake.of(lake)
     ids = sorted(set(trace_ids))
-    if not ids or not lake.data_files("spans"):
+    files = lake.data_files("spans")
+    days = sorted(set(dts or ()))
+    if days:
+        wanted = {f"/{PARTITION_COLUMN}={day.isoformat()}/" for day in days}
+        files = [f for f in files if any(w in f for w in wanted)]
+    if written_after_ns is not None:
+        files = [f for f in files if not _written_before(f, written_after_ns)]
+    if not ids or not files:
         return SPANS.schema.empty_table()
     dataset = ds.dataset(
-        lake.table_dir("spans"),
+        files,
         schema=SPANS.schema,
         format="parquet",
         filesystem=lake.arrow_fs,
         partitioning=ds.partitioning(pa.schema([(PARTITION_COLUMN, pa.date32())]), flavor="hive"),
+        partition_base_dir=lake.table_dir("spans"),
     )
-    condition = pc.field("trace_id").isin(ids)
-    days = sorted(set(dts or ()))
-    if days:
-        condition = condition & pc.field(PARTITION_COLUMN).isin(pa.array(days, type=pa.date32()))
-    return dataset.to_table(filter=condition)
+    return dataset.to_table(filter=pc.field("trace_id").isin(ids))
 
 
 def write_assembled(lake: LakeLike, assembled: Assembled) -> AssembleResult:
@@ -68,10 +93,15 @@ def write_assembled(lake: LakeLike, assembled: Assembled) -> AssembleResult:
 
 
 def assemble_traces(
-    lake: LakeLike, trace_ids: Iterable[str], dts: Iterable[date] | None = None
+    lake: LakeLike,
+    trace_ids: Iterable[str],
+    dts: Iterable[date] | None = None,
+    *,
+    written_after_ns: int | None = None,
 ) -> AssembleResult:
     """Read the given traces from the lake, assemble them, write the results."""
-    return write_assembled(lake, assemble(read_trace_spans(lake, trace_ids, dts)))
+    spans = read_trace_spans(lake, trace_ids, dts, written_after_ns=written_after_ns)
+    return write_assembled(lake, assemble(spans))
 
 
 def rebuild(

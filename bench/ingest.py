@@ -373,7 +373,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--seconds", type=float, default=15.0, help="Duration of each HTTP phase.")
+    parser.add_argument("--seconds", type=float, default=15.0, help="Duration of the max-rate HTTP phase.")
+    parser.add_argument(
+        "--paced-seconds",
+        type=float,
+        default=None,
+        help="Duration of the 80%% phase (300 = the 5-minute memory check).",
+    )
     parser.add_argument("--clients", type=int, default=8, help="Concurrent HTTP clients (processes).")
     parser.add_argument("--bodies", type=int, default=40, help="Distinct pre-built request bodies.")
     args = parser.parse_args()
@@ -394,7 +400,7 @@ def main() -> None:
         paced = bench_http(
             bodies,
             str(work / "lake-paced"),
-            args.seconds,
+            args.paced_seconds or args.seconds,
             args.clients,
             0.8 * full["spans_s"] / SPANS_PER_REQUEST,
         )

@@ -1,0 +1,393 @@
+"""Benchmark the training stages against stock TRL on the same model and data.
+
+    python bench/train.py [--model PATH] [--steps 30] [--repeats 2]
+
+What it measures (printed as a rich table):
+
+1. SFT: `training.sft.train_sft` (lake selection, trajlake tokenisation with assistant
+   masks, TRL `SFTTrainer` + LoRA, runs-table callback) against stock `SFTTrainer` given
+   the same conversations as a conversational dataset (`assistant_only_loss=True`), same
+   LoRA, packing (bfd), batch size and steps. Tokens/s = tokens trained on / train
+   runtime (TRL's own `num_tokens` and `train_runtime`, so both sides count alike).
+   Packing efficiency = real tokens / (packed rows x max_length).
+2. GRPO: `training.grpo.train_grpo` on stored scored groups against stock
+   `GRPOTrainer` fed the same groups through TRL's `rollout_func` (its supported hook
+   for externally generated completions) and a reward function returning the stored
+   rewards: same LoRA, loss, batch size and steps.
+
+Each side runs `--repeats` times, alternating, and the best run counts (the CPU is
+shared). The model defaults to the tiny offline model; pass a 0.5B-class model folder on
+a GPU machine for meaningful absolute numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+import store  # noqa: E402
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "description": "Add two integers.",
+            "parameters": {
+                "type": "object",
+                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            },
+        },
+    }
+]
+
+
+def message(role: str, content: str | None = None, **kw: Any) -> dict[str, Any]:
+    return {
+        "role": role,
+        "content": content,
+        "name": kw.get("name"),
+        "tool_call_id": kw.get("tool_call_id"),
+        "tool_calls": kw.get("tool_calls") or [],
+        "is_error": None,
+    }
+
+
+def conversation(i: int, rng: random.Random) -> list[dict[str, Any]]:
+    """A tool-using arithmetic conversation of varying length."""
+    a, b = rng.randrange(100), rng.randrange(100)
+    filler = " ".join(
+        rng.choice(["please", "quickly", "carefully", "now", "thanks"]) for _ in range(rng.randrange(2, 40))
+    )
+    call = {"id": f"c{i}", "name": "add", "arguments": json.dumps({"a": a, "b": b})}
+    return [
+        message("user", f"What is {a} + {b}? {filler}"),
+        message("assistant", None, tool_calls=[call]),
+        message("tool", str(a + b), name="add", tool_call_id=f"c{i}"),
+        message("assistant", f"The answer is {a + b}. " + filler),
+    ]
+
+
+def chat_form(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    from training.datasets import to_chat_message
+
+    return [to_chat_message(m) for m in messages]
+
+
+# --- SFT -------------------------------------------------------------------------------------------
+
+
+def sft_stock(
+    model: str, convs: list[list[dict[str, Any]]], args: argparse.Namespace, out: Path
+) -> dict[str, float]:
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    from training.sft_config import TrajlakeSFTConfig
+
+    ours = TrajlakeSFTConfig(output_dir=str(out))
+    dataset = Dataset.from_list([{"messages": chat_form(c), "tools": json.dumps(TOOLS)} for c in convs])
+    config = SFTConfig(output_dir=str(out), assistant_only_loss=True, **sft_kwargs(args, ours.bf16))
+    trainer = SFTTrainer(model=model, args=config, train_dataset=dataset, peft_config=ours.lora_config())
+    metrics = trainer.train().metrics
+    tokens = max(h.get("num_tokens", 0) for h in trainer.state.log_history)
+    lengths = [len(x) for x in trainer.train_dataset["input_ids"]]
+    return {
+        "tokens": tokens,
+        "seconds": metrics["train_runtime"],
+        "packing": sum(lengths) / (len(lengths) * args.max_length),
+    }
+
+
+def sft_kwargs(args: argparse.Namespace, bf16: bool) -> dict[str, Any]:
+    return dict(
+        max_steps=args.steps,
+        per_device_train_batch_size=args.batch_size,
+        learning_rate=1e-4,
+        max_length=args.max_length,
+        packing=True,
+        gradient_checkpointing=False,
+        save_strategy="no",
+        logging_steps=1,
+        report_to="none",
+        disable_tqdm=True,
+        seed=0,
+        bf16=bf16,
+    )
+
+
+def sft_ours(model: str, lake: store.Lake, args: argparse.Namespace, out: Path) -> dict[str, float]:
+    from training.sft import train_sft
+    from training.sft_config import TrajlakeSFTConfig
+
+    probe = TrajlakeSFTConfig(output_dir=str(out))
+    config = TrajlakeSFTConfig(output_dir=str(out), **sft_kwargs(args, probe.bf16))
+    result = train_sft(
+        lake, "SELECT trajectory_id FROM trajectories WHERE source = 'otel'", model, out, config
+    )
+    row = (
+        store.connect(lake)
+        .sql(f"SELECT metrics FROM runs WHERE run_id = '{result.run_id}' ORDER BY step DESC LIMIT 1")
+        .fetchall()[0][0]
+    )
+    return {
+        "tokens": json.loads(row)["num_tokens"],
+        "seconds": result.metrics["train_runtime"],
+        "packing": result.report["packing_efficiency"],
+    }
+
+
+# --- GRPO ------------------------------------------------------------------------------------------
+
+
+def make_groups(args: argparse.Namespace, vocab: int, rng: random.Random) -> list[dict[str, Any]]:
+    groups = []
+    for g in range(args.groups):
+        prompt = [
+            rng.randrange(3, vocab) for _ in range(rng.randrange(args.prompt_len // 2, args.prompt_len))
+        ]
+        members = []
+        for k in range(args.group_size):
+            n = rng.randrange(args.completion_len // 2, args.completion_len)
+            completion = [rng.randrange(3, vocab) for _ in range(n)]
+            members.append(
+                {"completion": completion, "logprobs": [-6.4] * n, "reward": float((g + k) % 3) / 2}
+            )
+        groups.append({"id": f"g{g:04d}", "prompt": prompt, "members": members})
+    return groups
+
+
+def grpo_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    return dict(
+        max_steps=args.steps,
+        per_device_train_batch_size=args.batch_size,
+        learning_rate=1e-4,
+        gradient_checkpointing=False,
+        save_strategy="no",
+        logging_steps=1,
+        report_to="none",
+        disable_tqdm=True,
+        seed=0,
+        max_completion_length=args.completion_len,
+        mask_truncated_completions=False,
+    )
+
+
+def grpo_stock(
+    model: str, groups: list[dict[str, Any]], args: argparse.Namespace, out: Path
+) -> dict[str, float]:
+    import os
+
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from training.grpo_config import TrajlakeGRPOConfig
+
+    os.environ["TRL_EXPERIMENTAL_SILENCE"] = "1"
+    by_id = {g["id"]: g for g in groups}
+    rewards = {}
+    for g in groups:
+        for m in g["members"]:
+            rewards[tuple(m["completion"])] = m["reward"]
+
+    def rollout(prompts: list[str], trainer: Any) -> dict[str, list]:
+        # The generation batch holds each group's prompt `group_size` times in a row.
+        seen: dict[str, int] = {}
+        out: dict[str, list] = {"prompt_ids": [], "completion_ids": [], "logprobs": []}
+        for p in prompts:
+            k = seen.get(p, 0) % args.group_size
+            seen[p] = seen.get(p, 0) + 1
+            member = by_id[p]["members"][k]
+            out["prompt_ids"].append(by_id[p]["prompt"])
+            out["completion_ids"].append(member["completion"])
+            out["logprobs"].append(member["logprobs"])
+        return out
+
+    def stored(
+        prompts: list[str], completions: list, completion_ids: list[list[int]], **kw: Any
+    ) -> list[float]:
+        return [rewards[tuple(ids)] for ids in completion_ids]
+
+    ours = TrajlakeGRPOConfig(output_dir=str(out))
+    config = GRPOConfig(
+        output_dir=str(out), num_generations=args.group_size, bf16=ours.bf16, **grpo_kwargs(args)
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=stored,
+        args=config,
+        train_dataset=Dataset.from_dict({"prompt": [g["id"] for g in groups]}),
+        peft_config=ours.lora_config(),
+        rollout_func=rollout,
+    )
+    metrics = trainer.train().metrics
+    tokens = max(h.get("num_tokens", 0) for h in trainer.state.log_history)
+    return {"tokens": tokens, "seconds": metrics["train_runtime"], "packing": float("nan")}
+
+
+def grpo_lake(lake: store.Lake, groups: list[dict[str, Any]]) -> None:
+    rows, rewards = [], []
+    now = store.utc_now()
+    for g in groups:
+        for k, m in enumerate(g["members"]):
+            tid = f"{g['id']}-{k}"
+            turn = {
+                "prompt_token_ids": g["prompt"],
+                "completion_token_ids": m["completion"],
+                "logprobs": m["logprobs"],
+                "finish_reason": "stop",
+            }
+            rows.append(
+                {
+                    "trajectory_id": tid,
+                    "source": "replay",
+                    "started_at": now,
+                    "group_id": g["id"],
+                    "turns": [turn],
+                }
+            )
+            rewards.append(
+                {"trajectory_id": tid, "name": "r", "scorer": "bench", "value": m["reward"], "scored_at": now}
+            )
+    store.write(lake, "trajectories", rows)
+    store.write(lake, "rewards", rewards)
+
+
+def grpo_ours(model: str, lake: store.Lake, args: argparse.Namespace, out: Path) -> dict[str, float]:
+    from training.grpo import train_grpo
+    from training.grpo_config import TrajlakeGRPOConfig
+
+    config = TrajlakeGRPOConfig(output_dir=str(out), **grpo_kwargs(args))
+    result = train_grpo(
+        lake, "SELECT trajectory_id FROM trajectories WHERE source = 'replay'", model, None, out, config
+    )
+    row = (
+        store.connect(lake)
+        .sql(f"SELECT metrics FROM runs WHERE run_id = '{result.run_id}' ORDER BY step DESC LIMIT 1")
+        .fetchall()[0][0]
+    )
+    return {
+        "tokens": json.loads(row)["num_tokens"],
+        "seconds": result.metrics["train_runtime"],
+        "packing": float("nan"),
+    }
+
+
+# --- main ----------------------------------------------------------------------------------------------
+
+
+def best(runs: list[dict[str, float]]) -> dict[str, float]:
+    return max(runs, key=lambda r: r["tokens"] / r["seconds"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", help="Model folder (default: the tiny offline model).")
+    parser.add_argument("--steps", type=int, default=30, help="Optimizer steps per run.")
+    parser.add_argument("--repeats", type=int, default=2, help="Runs per side (best counts).")
+    parser.add_argument("--batch-size", type=int, default=8, help="Rows per step.")
+    parser.add_argument("--conversations", type=int, default=400, help="SFT conversations.")
+    parser.add_argument("--max-length", type=int, default=1024, help="SFT packed row length.")
+    parser.add_argument("--groups", type=int, default=64, help="GRPO groups.")
+    parser.add_argument("--group-size", type=int, default=4, help="Trajectories per group.")
+    parser.add_argument("--prompt-len", type=int, default=128, help="Max prompt tokens (GRPO).")
+    parser.add_argument("--completion-len", type=int, default=128, help="Max completion tokens (GRPO).")
+    args = parser.parse_args()
+
+    import logging
+
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    logging.getLogger("trl").setLevel(logging.ERROR)
+    from transformers import AutoTokenizer
+
+    from training.tiny import tiny_model_path
+
+    console = Console()
+    work = Path(tempfile.mkdtemp(prefix="trajlake-bench-train-"))
+    try:
+        model = args.model or str(tiny_model_path(work / "models"))
+        vocab = len(AutoTokenizer.from_pretrained(model))
+        rng = random.Random(0)
+        convs = [conversation(i, rng) for i in range(args.conversations)]
+        lake = store.Lake(str(work / "lake"))
+        now = store.utc_now()
+        store.write(
+            lake,
+            "trajectories",
+            [
+                {
+                    "trajectory_id": f"c{i:05d}",
+                    "source": "otel",
+                    "started_at": now,
+                    "messages": c,
+                    "tools": json.dumps(TOOLS),
+                }
+                for i, c in enumerate(convs)
+            ],
+        )
+        groups = make_groups(args, vocab, rng)
+        grpo_lake(lake, groups)
+
+        results: dict[tuple[str, str], list[dict[str, float]]] = {}
+        for r in range(args.repeats):
+            for stage, impl, fn in (
+                ("sft", "stock TRL", lambda o: sft_stock(model, convs, args, o)),
+                ("sft", "trajlake", lambda o: sft_ours(model, lake, args, o)),
+                ("grpo", "stock TRL", lambda o: grpo_stock(model, groups, args, o)),
+                ("grpo", "trajlake", lambda o: grpo_ours(model, lake, args, o)),
+            ):
+                console.log(f"{stage} / {impl} (run {r + 1}/{args.repeats})")
+                results.setdefault((stage, impl), []).append(fn(work / f"{stage}-{impl.split()[0]}-{r}"))
+
+        table = Table(
+            title=f"training throughput, {args.steps} steps x batch {args.batch_size}, model {Path(model).name}"
+        )
+        for col in (
+            "stage",
+            "implementation",
+            "tokens",
+            "seconds",
+            "tokens/s",
+            "vs stock",
+            "packing efficiency",
+        ):
+            table.add_column(col, justify="right" if col not in ("stage", "implementation") else "left")
+        for stage in ("sft", "grpo"):
+            stock = best(results[(stage, "stock TRL")])
+            stock_tps = stock["tokens"] / stock["seconds"]
+            for impl in ("stock TRL", "trajlake"):
+                run = best(results[(stage, impl)])
+                tps = run["tokens"] / run["seconds"]
+                packing = "-" if run["packing"] != run["packing"] else f"{run['packing']:.1%}"
+                table.add_row(
+                    stage,
+                    impl,
+                    f"{run['tokens']:,.0f}",
+                    f"{run['seconds']:.2f}",
+                    f"{tps:,.0f}",
+                    f"{tps / stock_tps:.1%}",
+                    packing,
+                )
+        console.print(table)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -8,17 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ingest.errors import IngestError
+from ingest.errors import ConfigError
 from ingest.redact import RedactionConfig
-
-
-class ConfigError(IngestError, ValueError):
-    """An invalid combination of collector settings."""
-
-    def __init__(self, name: str, value: object, detail: str) -> None:
-        self.name = name
-        self.value = value
-        super().__init__(f"`{name}` = {value!r}: {detail}")
 
 
 @dataclass

@@ -78,13 +78,14 @@ class Overloaded(IngestError, RuntimeError):
         )
 
 
-class SpoolCorrupt(IngestError, OSError):
-    """A spool segment has a record that is not a torn tail: it is kept aside, never deleted."""
+class ConfigError(IngestError, ValueError):
+    """An invalid combination of collector settings."""
 
-    def __init__(self, path: str, offset: int, detail: str) -> None:
-        self.path = path
-        self.offset = offset
-        super().__init__(
-            f"spool segment `{path}` is corrupt at byte {offset} ({detail}); it was renamed to "
-            "`*.corrupt` and left in place for inspection"
-        )
+    def __init__(self, name: str, value: object, detail: str) -> None:
+        self.name = name
+        self.value = value
+        super().__init__(f"`{name}` = {value!r}: {detail}")
+
+
+class InstrumentError(IngestError, ValueError):
+    """`instrument` was called without a destination (or with two)."""

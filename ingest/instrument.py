@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
 
 import store
-from ingest.errors import IngestError
+from ingest.errors import InstrumentError
 from ingest.exporter import LakeSpanExporter
 from ingest.redact import RedactionConfig
 
@@ -31,10 +31,6 @@ log = logging.getLogger("trajlake.ingest.instrument")
 
 CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 STABILITY_OPT_IN = "OTEL_SEMCONV_STABILITY_OPT_IN"
-
-
-class InstrumentError(IngestError, ValueError):
-    """`instrument` was called without a destination (or with two)."""
 
 
 def enable_content_capture() -> None:

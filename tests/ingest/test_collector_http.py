@@ -167,3 +167,14 @@ def test_health_reports_counters(collector) -> None:  # type: ignore[no-untyped-
     httpx.post(f"{collector.url}/v1/traces", content=chat_trace(1).SerializeToString(), headers=PB)
     health = httpx.get(f"{collector.url}/health").json()
     assert health["status"] == "ok" and health["rows_accepted"] == 2 and health["requests"] == 1
+
+
+def test_config_rejects_half_a_langfuse_key_pair_and_non_positive_limits() -> None:
+    from ingest.config import CollectorConfig
+    from ingest.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="both Langfuse keys") as info:
+        CollectorConfig(langfuse_public_key="pk-lf-1")
+    assert info.value.name == "langfuse_public_key"
+    with pytest.raises(ConfigError, match="must be positive"):
+        CollectorConfig(max_body_bytes=0)

@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import store
 from ingest import LakeSpanExporter, instrument
-from ingest.instrument import InstrumentError
+from ingest.errors import InstrumentError
 from ingest.spans import spans_from_request
 from tests.ingest.conftest import sql
 

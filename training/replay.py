@@ -165,19 +165,24 @@ def episode_row(
     }
 
 
-def complete_groups(lake: store.Lake | str, group_ids: Sequence[str], group_size: int) -> set[str]:
-    """Which of `group_ids` already have all `group_size` trajectories in the lake."""
+def complete_groups(
+    lake: store.Lake | str, group_ids: Sequence[str], group_size: int, *, con: Any = None
+) -> set[str]:
+    """Which of `group_ids` already have all `group_size` trajectories in the lake (`con`: reuse, left open)."""
     if not group_ids:
         return set()
-    con = store.connect(lake, read_only=True)
+    own = con is None
+    con = con or store.connect(lake, read_only=True)
     try:
         con.register("wanted", _ids_table(group_ids))
         rows = con.sql(
             "SELECT t.group_id FROM trajectories t JOIN wanted w ON t.group_id = w.group_id "
             f"WHERE t.source = 'replay' GROUP BY t.group_id HAVING count(*) >= {int(group_size)}"
         ).fetchall()
+        con.unregister("wanted")
     finally:
-        con.close()
+        if own:
+            con.close()
     return {r[0] for r in rows}
 
 
@@ -205,9 +210,21 @@ async def areplay(
 ) -> ReplayResult:
     """`replay` for callers already inside an event loop."""
     config = config or ReplayConfig()
-    chosen = read_scenarios(lake, scenarios) if isinstance(scenarios, str) else list(scenarios)
-    if isinstance(scenarios, str) and not chosen:
-        raise ReplayError(f"the scenario selection returned no scenarios: {scenarios}", reason="no_scenarios")
+    # One connection for both lookups: each connect lists the lake's files.
+    con = store.connect(lake, read_only=True)
+    try:
+        chosen = read_scenarios(lake, scenarios, con=con) if isinstance(scenarios, str) else list(scenarios)
+        if isinstance(scenarios, str) and not chosen:
+            raise ReplayError(
+                f"the scenario selection returned no scenarios: {scenarios}", reason="no_scenarios"
+            )
+        ids = {
+            s.scenario_id: group_id_for(s.scenario_id, sampler.policy, config.run, config.group_size)
+            for s in chosen
+        }
+        done = complete_groups(lake, list(ids.values()), config.group_size, con=con)
+    finally:
+        con.close()
     tools = tools or make_tools()
     runner: Any
     if rollout is not None:
@@ -221,11 +238,6 @@ async def areplay(
 
     result = ReplayResult()
     started = time.perf_counter()
-    ids = {
-        s.scenario_id: group_id_for(s.scenario_id, sampler.policy, config.run, config.group_size)
-        for s in chosen
-    }
-    done = complete_groups(lake, list(ids.values()), config.group_size)
     todo = [s for s in chosen if ids[s.scenario_id] not in done]
     result.skipped_group_ids = [ids[s.scenario_id] for s in chosen if ids[s.scenario_id] in done]
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import duckdb
+
 import store
 from store.catalog import check_read_only
 from training.errors import ScenarioError
@@ -368,9 +370,18 @@ def load_scenarios(lake: store.Lake | str, path: str | Path, *, val_fraction: fl
     return ScenarioResult([s.scenario_id for s in scenarios], [], list(result.files))
 
 
-def read_scenarios(lake: store.Lake | str, sql: str = "SELECT * FROM scenarios") -> list[Scenario]:
-    """Scenarios whose ids `sql` selects (any query over the views returning `scenario_id`), by id."""
-    con = store.connect(lake, read_only=True)
+def read_scenarios(
+    lake: store.Lake | str,
+    sql: str = "SELECT * FROM scenarios",
+    *,
+    con: duckdb.DuckDBPyConnection | None = None,
+) -> list[Scenario]:
+    """Scenarios whose ids `sql` selects (any query over the views returning `scenario_id`), by id.
+
+    `con`: an open read-only connection of `lake` to reuse (it is left open).
+    """
+    own = con is None
+    con = con or store.connect(lake, read_only=True)
     try:
         check_read_only(con, sql)
         columns = [d[0] for d in con.sql(sql).description]
@@ -392,5 +403,6 @@ def read_scenarios(lake: store.Lake | str, sql: str = "SELECT * FROM scenarios")
     except Exception as exc:  # duckdb's error types vary; all mean the SQL is wrong for this lake
         raise ScenarioError(f"the scenario selection SQL failed: {exc}", item=sql, reason="bad_sql") from exc
     finally:
-        con.close()
+        if own:
+            con.close()
     return [Scenario.from_row(row) for row in rows]

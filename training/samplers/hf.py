@@ -32,8 +32,10 @@ class TransformersSampler(Sampler):
         device: str | None = None,
         dtype: str | None = None,
         max_batch_rows: int = 64,
+        share_prefill: bool = True,
     ) -> None:
         super().__init__(model, adapter=adapter, tokenizer=tokenizer)
+        self.share_prefill = share_prefill
         self.device_name = device
         self.dtype_name = dtype
         self.max_batch_rows = max_batch_rows
@@ -116,6 +118,44 @@ class TransformersSampler(Sampler):
                     results[i] = done[i]
         return [r for r in results if r is not None]
 
+    @staticmethod
+    def _prefill_once(
+        model: Any, rows: list[tuple[int, tuple[int, ...]]], input_ids: Any, attention: Any
+    ) -> Any:
+        """Prefill each distinct prompt once and copy its KV cache to its `n` rows (what vLLM's `n` does).
+
+        `generate` repeats a prompt per sample and would prefill it `n` times. Here the rows of
+        one prompt (adjacent: a request's `n` rows) share one forward pass over all but the last
+        prompt token; `generate` then starts from that cache and feeds only the last token. Returns
+        None when no prompt repeats or the model's cache cannot be re-indexed.
+        """
+        import torch
+        from transformers import DynamicCache
+
+        firsts = [r for r in range(len(rows)) if r == 0 or rows[r][1] != rows[r - 1][1]]
+        if (
+            len(firsts) == len(rows)
+            or input_ids.shape[1] < 2
+            or not hasattr(DynamicCache, "batch_select_indices")
+        ):
+            return None
+        owner, current = [], -1
+        for r in range(len(rows)):
+            current += r == 0 or rows[r][1] != rows[r - 1][1]
+            owner.append(current)
+        unique_ids, unique_mask = input_ids[firsts, :-1], attention[firsts, :-1]
+        positions = (unique_mask.long().cumsum(-1) - 1).clamp(min=0)  # left padding: count real tokens only
+        cache = DynamicCache(config=model.config)
+        model(
+            input_ids=unique_ids,
+            attention_mask=unique_mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+        )
+        cache.batch_select_indices(torch.tensor(owner, device=input_ids.device))
+        return cache
+
     def _run(
         self, rows: list[tuple[int, tuple[int, ...]]], params: SamplingParams, adapter: str | None
     ) -> list[Completion]:
@@ -150,10 +190,13 @@ class TransformersSampler(Sampler):
             kwargs.update(temperature=None, top_p=None, top_k=None)
         if params.seed is not None:
             torch.manual_seed(params.seed)
+        input_ids, attention = input_ids.to(device), attention.to(device)
         with torch.inference_mode(), adapter_ctx:
-            out = model.generate(
-                input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs
-            )
+            if self.share_prefill:
+                shared = self._prefill_once(model, rows, input_ids, attention)
+                if shared is not None:
+                    kwargs["past_key_values"] = shared
+            out = model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
             scores = base.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)
         generated = out.sequences[:, width:].tolist()
         logprobs = scores.float().cpu().tolist()

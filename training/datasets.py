@@ -71,13 +71,21 @@ def digest_ids(ids: Sequence[str]) -> str:
     return f"sha256:{h.hexdigest()}"
 
 
-def _files_holding(con: duckdb.DuckDBPyConnection, lake: store.Lake, table: str, ids: list[str]) -> list[str]:
-    """Parquet files holding the current (newest) row of each selected trajectory."""
+def _files_holding(
+    con: duckdb.DuckDBPyConnection,
+    lake: store.Lake,
+    table: str,
+    ids: list[str],
+    reward_name: str | None = None,
+) -> list[str]:
+    """Parquet files holding the current (newest) row of each selected trajectory (and reward name)."""
     if not ids or not lake.data_files(table):
         return []
     spec = TABLES[table]
     glob = lake.glob(table).replace("'", "''")
     con.register("__selected_ids", _ids_table(ids))
+    quoted = (reward_name or "").replace("'", "''")
+    name_filter = f"AND name = '{quoted}'" if reward_name else ""
     try:
         key = ", ".join(spec.key)
         rows = con.execute(
@@ -85,7 +93,7 @@ def _files_holding(con: duckdb.DuckDBPyConnection, lake: store.Lake, table: str,
             SELECT DISTINCT filename FROM (
               SELECT filename FROM read_parquet('{glob}', hive_partitioning={str(spec.partitioned).lower()},
                                                 union_by_name=true, filename=true)
-              WHERE trajectory_id IN (SELECT trajectory_id FROM __selected_ids)
+              WHERE trajectory_id IN (SELECT trajectory_id FROM __selected_ids) {name_filter}
               QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY _written_at DESC) = 1
             ) ORDER BY filename
             """
@@ -455,7 +463,8 @@ def select_grpo(
         trajectory_count=len(ids),
         trajectory_ids_digest=digest_ids(ids),
         lake=lake.url(),
-        lake_files=_files_holding(con, lake, "trajectories", ids) + _files_holding(con, lake, "rewards", ids),
+        lake_files=_files_holding(con, lake, "trajectories", ids)
+        + _files_holding(con, lake, "rewards", ids, None if has_reward else reward_name),
         reward_name=reward_name if not has_reward else "reward",
         reward_scorers=scorers,
     )

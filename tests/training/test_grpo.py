@@ -283,3 +283,32 @@ def test_bad_hyperparameters(tmp_path: Path, kw: dict, name: str) -> None:
     with pytest.raises(BadHyperparameter) as err:
         config(tmp_path, **kw)
     assert err.value.name == name and f"`{name}`" in str(err.value)
+
+
+def test_resume_grpo_from_checkpoint(groups_lake: store.Lake, tiny_model: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    first = train_grpo(
+        groups_lake,
+        ALL,
+        tiny_model,
+        None,
+        out,
+        config(tmp_path, max_steps=2, save_strategy="steps", save_steps=1),
+    )
+    resumed = train_grpo(
+        groups_lake,
+        ALL,
+        tiny_model,
+        None,
+        out,
+        config(tmp_path, max_steps=4, save_strategy="steps", save_steps=1),
+        resume=True,
+    )
+    assert resumed.run_id == first.run_id and resumed.global_step == 4
+    assert resumed.report["resumed_from"].endswith("checkpoint-2")
+    steps = (
+        store.connect(groups_lake)
+        .sql(f"SELECT step FROM runs WHERE run_id = '{first.run_id}' ORDER BY step")
+        .fetchall()
+    )
+    assert [s[0] for s in steps] == [1, 2, 3, 4]

@@ -173,6 +173,7 @@ def main() -> None:
     root = f"{work}/lake"
     shutil.rmtree(root, ignore_errors=True)
     os.makedirs(f"{work}/single", exist_ok=True)
+    load_before = os.getloadavg()[0]
     console.print(f"[bold]trajlake lake benchmark[/]: n={args.n:,} on {os.cpu_count()} cores, lake at {root}")
 
     with console.status("writing…"):
@@ -239,6 +240,10 @@ def main() -> None:
             _ok(good),
         )
     console.print(queries)
+    console.print(
+        f"machine: {os.cpu_count()} cores; 1-minute load average {load_before:.1f} at start, "
+        f"{os.getloadavg()[0]:.1f} at end (other work on the machine slows every column alike)"
+    )
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     if failed:

@@ -112,7 +112,9 @@ def table_view_sql(
     deduplication among themselves: a compacted row survives unless a strictly newer row
     of its key is among the other files (`p`), and a `p` row survives if it is the newest
     of its key among `p` rows and no compacted row is as new (a tie means compaction
-    copied it: the copy wins). Only keys that repeat among `p` rows go through a window.
+    copied it: the copy wins). Only keys that repeat among `p` rows go through a window;
+    repeats are found on a 64-bit hash of the key (a collision only sends a unique key
+    through the window too, which is still correct).
     A freshly compacted table therefore reads like plain Parquet.
     """
     files = files if files is not None else snapshot(lake, spec.name)
@@ -126,10 +128,10 @@ def table_view_sql(
     key = ", ".join(_quote(k) for k in spec.key)
     p_new = f"""
         WITH p AS NOT MATERIALIZED ({_read_files_sql(lake, spec, files.other, typed, cols)}),
-        p_dup AS MATERIALIZED (SELECT {key} FROM p GROUP BY ALL HAVING count(*) > 1)
-        SELECT * FROM p ANTI JOIN p_dup USING ({key})
+        p_dup AS MATERIALIZED (SELECT hash({key}) AS __h FROM p GROUP BY 1 HAVING count(*) > 1)
+        SELECT * FROM p ANTI JOIN p_dup ON hash({key}) = p_dup.__h
         UNION ALL
-        (SELECT * FROM p SEMI JOIN p_dup USING ({key})
+        (SELECT * FROM p SEMI JOIN p_dup ON hash({key}) = p_dup.__h
          QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY {WRITTEN_AT} DESC) = 1)
     """
     if not files.compacted:

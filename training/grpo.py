@@ -34,7 +34,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler, nanstd, pad, use_adapter
 
 import store
-from training.datasets import GRPOExample, GRPOSelection, select_grpo
+from training.datasets import GRPOExample, select_grpo
 from training.errors import BadHyperparameter
 from training.grpo_config import TrajlakeGRPOConfig
 from training.metrics import (
@@ -234,8 +234,8 @@ def load_policy(base_model: str, adapter: str | None, config: TrajlakeGRPOConfig
     return PeftModel.from_pretrained(model, adapter, is_trainable=True), None
 
 
-def check_inputs(selection: GRPOSelection, base_model: str, adapter: str | None) -> None:
-    """Refuse inputs that would only fail later, before any model is loaded."""
+def check_adapter_dir(adapter: str | None) -> None:
+    """Refuse an adapter folder that would only fail after the model is loaded."""
     if adapter is not None and not (Path(adapter) / "adapter_config.json").exists():
         raise BadHyperparameter(
             f"`{adapter}` is not a PEFT adapter folder (no adapter_config.json); pass the `adapter/` folder of "
@@ -278,7 +278,7 @@ def train_grpo(
         else ("group" if config.scale_rewards else "none"),
         min_group_size=config.min_group_size,
     )
-    check_inputs(selection, base_model, adapter)
+    check_adapter_dir(adapter)
     examples = [cut_to_max_length(e, config.max_completion_length) for e in selection.examples]
     run_id = start_run(
         output_dir, "grpo", config.run_id, resume, {"base_model": base_model, "adapter": adapter, "sql": sql}

@@ -258,9 +258,9 @@ def _rewrite(
         raise CompactionError(spec.name, partition, str(exc)) from exc
     want = expected[0] if expected else 0
     if result.rows != want:
-        # The output is committed but incomplete: hide it behind an empty newer generation?
-        # No: the old files are still there and not recorded as replaced, and the next
-        # pass sees the mismatch again. Say so loudly instead of recording the inputs.
+        # Nothing is lost: the inputs are not recorded as replaced, so readers still see
+        # them (a superseded compacted file reads like any other file) and the next pass
+        # redoes this partition.
         raise CompactionError(spec.name, partition, f"wrote {result.rows} rows, expected {want}")
     if result.files:
         return (result.files[0], result.rows), rows_in[0] if rows_in else 0

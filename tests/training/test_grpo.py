@@ -312,3 +312,12 @@ def test_resume_grpo_from_checkpoint(groups_lake: store.Lake, tiny_model: Path, 
         .fetchall()
     )
     assert [s[0] for s in steps] == [1, 2, 3, 4]
+
+
+def test_missing_adapter_folder_fails_before_work(groups_lake: store.Lake, tmp_path: Path) -> None:
+    with pytest.raises(BadHyperparameter) as err:
+        train_grpo(
+            groups_lake, ALL, tmp_path / "no-model", tmp_path / "nope", tmp_path / "run", config(tmp_path)
+        )
+    assert err.value.name == "adapter" and "adapter_config.json" in str(err.value)
+    assert not (tmp_path / "run").exists()

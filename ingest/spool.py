@@ -96,6 +96,9 @@ class Spool:
         self._active_since = 0.0
         self._seq = 0
         self._queued_bytes = 0
+        self._disk_bytes = (
+            0  # bytes in segment files not yet removed (kept as a counter: no stat per request)
+        )
         self._thread: threading.Thread | None = None
         self.committed_records = 0
 
@@ -106,6 +109,8 @@ class Spool:
         self.directory.mkdir(parents=True, exist_ok=True)
         existing = self.segments()
         self._seq = max((int(p.stem.split("-")[1]) for p in existing), default=0)
+        with self._lock:
+            self._disk_bytes = sum(p.stat().st_size for p in existing)
         self._open_new()
         self._thread = threading.Thread(target=self._run, name="trajlake-spool", daemon=True)
         self._thread.start()
@@ -195,6 +200,7 @@ class Spool:
         self.committed_records += len(group)
         with self._lock:
             self._queued_bytes -= size
+            self._disk_bytes += size + HEADER.size * len(group)
         for _, future in group:
             future.set_result(None)
 
@@ -247,16 +253,16 @@ class Spool:
             return [p for p in self.segments() if p != active]
 
     def remove(self, path: Path) -> None:
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            return
         path.unlink(missing_ok=True)
+        with self._lock:
+            self._disk_bytes = max(0, self._disk_bytes - size)
 
     @property
     def pending_bytes(self) -> int:
         """Bytes accepted or queued that are not yet in the lake."""
-        on_disk = 0
-        for path in self.segments():
-            try:
-                on_disk += path.stat().st_size
-            except FileNotFoundError:
-                continue
         with self._lock:
-            return on_disk + self._queued_bytes
+            return self._disk_bytes + self._queued_bytes

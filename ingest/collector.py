@@ -418,6 +418,20 @@ def create_app(config: CollectorConfig, collector: Collector | None = None) -> S
     async def health(request: Request) -> Response:
         return JSONResponse(runtime.health())
 
+    async def projects(request: Request) -> Response:
+        # What `Langfuse().auth_check()` reads: one project, when the keys are right.
+        try:
+            _check_langfuse(request, config)
+        except IngestError as exc:
+            return _error(exc, JSON)
+        project = {
+            "id": "trajlake",
+            "name": "trajlake",
+            "organization": {"id": "trajlake", "name": "trajlake"},
+            "metadata": {"lake": runtime.lake.root},
+        }
+        return JSONResponse({"data": [project]})
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await asyncio.to_thread(runtime.start)
@@ -434,6 +448,7 @@ def create_app(config: CollectorConfig, collector: Collector | None = None) -> S
             Route("/api/public/scores", scores, methods=["POST"]),
             Route("/health", health, methods=["GET"]),
             Route("/api/public/health", health, methods=["GET"]),
+            Route("/api/public/projects", projects, methods=["GET"]),
         ],
         lifespan=lifespan,
     )

@@ -1,6 +1,6 @@
 """The same tool-using agent, traced by the real Langfuse SDK v5 pointed at trajlake.
 
-    python -m tests.ingest.langfuse_agent_script OPENAI_URL COLLECTOR_URL PUBLIC_KEY SECRET_KEY
+    python -m tests.ingest.langfuse_agent_script OPENAI_URL COLLECTOR_URL PUBLIC_KEY SECRET_KEY [check]
 
 The agent uses Langfuse's OpenAI drop-in (`langfuse.openai`), an `agent` observation
 around the run, a `tool` observation for the tool, trace attributes (user, session) and a
@@ -24,6 +24,9 @@ def main() -> None:
     from langfuse import openai as langfuse_openai
 
     from tests.ingest.fake_openai import run_agent
+
+    if sys.argv[5:] == ["check"] and not langfuse.auth_check():  # the SDK's own credentials check
+        raise SystemExit("auth_check failed")
 
     def on_tool(name: str, call_id: str, arguments: str, result: str) -> None:
         with langfuse.start_as_current_observation(

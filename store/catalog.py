@@ -167,10 +167,17 @@ DERIVED_VIEWS = {
             FROM trajectories
         )
     """,
+    # Per (trajectory_id, name) the newest successful reward. Most pairs have one row (one
+    # scorer): only pairs that repeat (found on a hash) go through the window.
     "latest_rewards": """
-        SELECT * FROM rewards
-        WHERE status IS DISTINCT FROM 'failed' AND value IS NOT NULL
-        QUALIFY row_number() OVER (PARTITION BY trajectory_id, name ORDER BY scored_at DESC, _written_at DESC) = 1
+        WITH r AS NOT MATERIALIZED (
+            SELECT * FROM rewards WHERE status IS DISTINCT FROM 'failed' AND value IS NOT NULL
+        ),
+        d AS MATERIALIZED (SELECT hash(trajectory_id, name) AS __h FROM r GROUP BY 1 HAVING count(*) > 1)
+        SELECT * FROM r ANTI JOIN d ON hash(trajectory_id, name) = d.__h
+        UNION ALL
+        (SELECT * FROM r SEMI JOIN d ON hash(trajectory_id, name) = d.__h
+         QUALIFY row_number() OVER (PARTITION BY trajectory_id, name ORDER BY scored_at DESC, _written_at DESC) = 1)
     """,
     "groups": """
         SELECT t.group_id, any_value(t.scenario_id) AS scenario_id, r.name,

@@ -129,3 +129,33 @@ def test_point_lookup_reads_through_the_view(lake: store.Lake) -> None:
     )
     (row,) = rows.fetchall()
     assert row[0] == "traj-2-000000123" and row[1] >= 3
+
+
+def test_latest_rewards_takes_the_newest_successful_score_across_scorers(lake: store.Lake) -> None:
+    from datetime import timedelta
+
+    rows = [
+        {"trajectory_id": "a", "name": "r", "scorer": "s1", "value": 0.1, "scored_at": T0},
+        {
+            "trajectory_id": "a",
+            "name": "r",
+            "scorer": "s2",
+            "value": 0.2,
+            "scored_at": T0 + timedelta(hours=1),
+        },
+        {
+            "trajectory_id": "a",
+            "name": "r",
+            "scorer": "s3",
+            "value": None,
+            "scored_at": T0 + timedelta(hours=2),
+            "status": "failed",
+        },
+        {"trajectory_id": "b", "name": "r", "scorer": "s1", "value": 0.5, "scored_at": T0},
+    ]
+    store.write(lake, "rewards", rows)
+    con = store.connect(lake)
+    assert con.execute("SELECT trajectory_id, scorer, value FROM latest_rewards ORDER BY 1").fetchall() == [
+        ("a", "s2", 0.2),
+        ("b", "s1", 0.5),
+    ]

@@ -1,10 +1,11 @@
-"""The acceptance path: real instrumentation libraries -> real OTLP/HTTP -> running collector -> SQL.
+"""The acceptance path: real instrumentation libraries -> real OTLP/HTTP -> `trajlake collect` -> SQL.
 
 Each library runs the same two-turn tool-using conversation against the scripted
 OpenAI-compatible server, in its own interpreter (instrumentors patch `openai`
 globally), exporting with the real OTLP/HTTP exporter, with and without gzip. The
 result must be ONE trajectory holding every message, the tool definitions and the
-model, read back through `trajlake sql` on `trajectories` and `messages`.
+model, read back through `trajlake sql` on `trajectories` and `messages`. The collector
+is the real command (`trajlake collect`) running as its own process.
 """
 
 from __future__ import annotations
@@ -14,10 +15,13 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
+from store import Lake
 from tests.ingest.conftest import sql, wait_for
 from tests.ingest.fake_openai import (
     FINAL_ANSWER,
@@ -25,10 +29,64 @@ from tests.ingest.fake_openai import (
     TOOL_ARGUMENTS,
     TOOL_CALL_ID,
     create_app,
+    free_port,
     serve_in_thread,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
+PUBLIC_KEY, SECRET_KEY = "pk-lf-test", "sk-lf-test"
+
+
+@dataclass
+class CollectProcess:
+    url: str
+    lake: Lake
+
+
+@pytest.fixture(scope="module")
+def collector(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CollectProcess]:
+    """`trajlake collect` as a subprocess, shared by this module's tests (queries filter by trace id)."""
+    lake = Lake(str(tmp_path_factory.mktemp("real-clients") / "lake"))
+    port = free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "flows.cli",
+        "collect",
+        "--lake",
+        lake.root,
+        "--port",
+        str(port),
+        "--flush-seconds",
+        "0.2",
+        "--idle-timeout",
+        "2",
+        "--langfuse-public-key",
+        PUBLIC_KEY,
+        "--langfuse-secret-key",
+        SECRET_KEY,
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRAJLAKE_"))}
+    process = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        assert process.poll() is None, process.stderr.read().decode() if process.stderr else ""
+        try:
+            return httpx.get(f"{url}/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_for(healthy, timeout=60, interval=0.2)
+    yield CollectProcess(url, lake)
+    process.terminate()
+    process.wait(timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -116,8 +174,9 @@ def test_library_yields_one_full_trajectory(library: str, gzip: bool, openai_url
     assert spans[0]["n"] == 4, names  # agent, two chat calls, one tool execution
 
 
-def test_langfuse_sdk_yields_one_full_trajectory_and_its_scores(openai_url: str, start_collector) -> None:  # type: ignore[no-untyped-def]
-    collector = start_collector(langfuse_public_key="pk-lf-test", langfuse_secret_key="sk-lf-test")
+def test_langfuse_sdk_yields_one_full_trajectory_and_its_scores(
+    openai_url: str, collector: CollectProcess
+) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
         [
@@ -150,9 +209,8 @@ def test_langfuse_sdk_yields_one_full_trajectory_and_its_scores(openai_url: str,
 
 
 def test_langfuse_sdk_with_wrong_keys_gets_401_and_nothing_is_written(
-    openai_url: str, start_collector
-) -> None:  # type: ignore[no-untyped-def]
-    collector = start_collector(langfuse_public_key="pk-lf-test", langfuse_secret_key="sk-lf-test")
+    openai_url: str, collector: CollectProcess
+) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
         [
@@ -172,6 +230,13 @@ def test_langfuse_sdk_with_wrong_keys_gets_401_and_nothing_is_written(
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "401" in done.stderr
-    collector.runtime.flush()
-    assert collector.runtime.stats.rows_accepted == 0
-    assert not collector.lake.data_files("spans") and not collector.lake.data_files("rewards")
+    trace_id = done.stdout.strip().splitlines()[-1]
+    health = httpx.get(f"{collector.url}/health").json()
+    wait_for(lambda: httpx.get(f"{collector.url}/health").json()["pending_bytes"] == 0)
+    assert health["errors"] >= 1  # the refused requests
+    for table in ("spans", "rewards"):
+        column = "trace_id" if table == "spans" else "trajectory_id"
+        if collector.lake.data_files(table):
+            assert sql(
+                collector.lake, f"SELECT count(*) AS n FROM {table} WHERE {column} = '{trace_id}'"
+            ) == [{"n": 0}]

@@ -47,7 +47,8 @@ def print_rows(columns: list[str], rows: list[tuple[Any, ...]], fmt: str) -> Non
     """Write query results to stdout as a rich table, CSV, or a JSON array of objects."""
     if fmt == "json":
         objects = [{c: _plain(v) for c, v in zip(columns, row, strict=True)} for row in rows]
-        sys.stdout.write(json.dumps(objects, ensure_ascii=False, indent=None) + "\n")
+        # `default=str` covers what JSON has no type for (intervals, UUIDs, times).
+        sys.stdout.write(json.dumps(objects, ensure_ascii=False, indent=None, default=str) + "\n")
     elif fmt == "csv":
         writer = csv.writer(sys.stdout)
         writer.writerow(columns)
@@ -77,6 +78,8 @@ def sql(
         raise fail(str(exc)) from None
     except (StoreError, OSError, KeyError, ValueError) as exc:
         raise fail(f"cannot query the lake: {exc}") from None
+    except Exception as exc:  # never a traceback for a user's query
+        raise fail(f"{type(exc).__name__}: {exc}") from None
     print_rows(columns, rows, fmt)
 
 

@@ -151,3 +151,15 @@ def test_select_like_statements_run(filled: store.Lake, query: str) -> None:
     result = _sql(filled, query, "-f", "json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)
+
+
+def test_values_without_a_json_type_are_printed_as_text(filled: store.Lake) -> None:
+    result = _sql(
+        filled,
+        "SELECT INTERVAL 1 DAY AS i, '6b0b1f4e-0000-4000-8000-000000000000'::UUID AS u, TIME '10:00' AS t",
+        "-f",
+        "json",
+    )
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)
+    assert row == {"i": "1 day, 0:00:00", "u": "6b0b1f4e-0000-4000-8000-000000000000", "t": "10:00:00"}

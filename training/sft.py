@@ -97,7 +97,13 @@ def sft_dataset(selection: SFTSelection, tokenizer: Any) -> Any:
 
 
 def packing_efficiency(dataset: Any, max_length: int) -> float:
-    """Real tokens / processed tokens of a packed dataset (rows are padded to `max_length`)."""
+    """Bin fill of a packed dataset: real tokens / (packed rows x `max_length`).
+
+    This is the share of real tokens if every packed row were padded to `max_length`. With
+    TRL's default `bfd` packing the collator is padding-free (a batch is one flattened
+    sequence with position ids), so no pad token is processed at all and real / processed
+    tokens is 1.0; bin fill still tells how well conversations fill the rows.
+    """
     lengths = [len(ids) for ids in dataset["input_ids"]]
     if not lengths:
         return 0.0

@@ -71,6 +71,7 @@ def test_train_sft_end_to_end(lake: store.Lake, tiny_model: Path, tmp_path: Path
     result = train_sft(lake, ALL, tiny_model, tmp_path / "run", config(tmp_path))
     assert result.stage == "sft" and result.global_step == 3
     assert result.report["conversations"] == 12 and result.report["packed_rows"] < 12  # packing merged rows
+    assert result.report["padding_free"] and 0 < result.report["packing_bin_fill"] <= 1
     adapter = Path(result.adapter_dir)
     config_json = json.loads((adapter / "adapter_config.json").read_text())
     assert config_json["r"] == 16 and config_json["bias"] == "none" and not config_json.get("modules_to_save")

@@ -240,9 +240,10 @@ def train_sft(
         report={
             "conversations": len(selection.rows),
             "packed_rows": len(trainer.train_dataset),
-            "packing_efficiency": packing_efficiency(trainer.train_dataset, max_length)
+            "packing_bin_fill": packing_efficiency(trainer.train_dataset, max_length)
             if config.packing
             else None,
+            "padding_free": bool(getattr(trainer, "padding_free", False)),
             "resumed_from": checkpoint,
         },
     )

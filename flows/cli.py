@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import typer
 
-from flows.commands import collect_cmds, langfuse_cmds, pipeline_cmds, replay_cmds, score_cmds, store_cmds, train_cmds
+from flows.commands import (
+    collect_cmds,
+    langfuse_cmds,
+    pipeline_cmds,
+    replay_cmds,
+    score_cmds,
+    store_cmds,
+    train_cmds,
+)
 
 app = typer.Typer(
     name="trajlake",

@@ -11,7 +11,9 @@ from store import DEFAULT_LAKE, Lake
 
 LakeOption = Annotated[
     str | None,
-    typer.Option("--lake", help="Lake path or URL (default: $TRAJLAKE_LAKE, then ./lake).", show_default=False),
+    typer.Option(
+        "--lake", help="Lake path or URL (default: $TRAJLAKE_LAKE, then ./lake).", show_default=False
+    ),
 ]
 
 

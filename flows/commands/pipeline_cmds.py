@@ -26,6 +26,20 @@ def _prefect_defaults(home: Path) -> None:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 
 
+def quiet_libraries() -> None:
+    """Keep the terminal for trajlake's own progress: no library deprecation noise or weight-loading bars."""
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"(torch|transformers|trl|peft)\b.*")
+    import datasets
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+
+
 def pipeline(
     config: ConfigOption = None,
     lake: LakeOption = None,
@@ -42,6 +56,7 @@ def pipeline(
     except ConfigError as exc:
         raise fail(str(exc), 2) from None
     _prefect_defaults(Path(cfg.lake.path).absolute().parent / ".prefect")
+    quiet_libraries()
     from flows.prefect_flows import pipeline_flow
 
     result = pipeline_flow(config_file=config, lake=cfg.lake.path, rounds=rounds, force_publish=force_publish)
@@ -85,6 +100,7 @@ def demo(
     if size not in SIZES:
         raise fail(f"unknown --size `{size}`; choose from {', '.join(SIZES)}", 2)
     _prefect_defaults(workdir.absolute() / ".prefect")
+    quiet_libraries()
     run_demo(workdir, size=size, judge_base_url=judge_base_url or None, judge_model=judge_model or None)
 
 

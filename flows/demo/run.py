@@ -33,6 +33,8 @@ console = Console()
 @dataclass(frozen=True)
 class DemoSize:
     questions: int  # production agent runs
+    pretrain_steps: int  # generic pretraining of the tiny base model
+    train_scenarios: int  # scenarios replayed per round
     rounds: int  # replay -> score -> GRPO rounds
     group_size: int
     sft_epochs: float
@@ -42,10 +44,24 @@ class DemoSize:
 
 SIZES = {
     "full": DemoSize(
-        questions=160, rounds=2, group_size=4, sft_epochs=6.0, grpo_epochs=2.0, max_new_tokens=48
+        questions=160,
+        pretrain_steps=120,
+        train_scenarios=32,
+        rounds=2,
+        group_size=4,
+        sft_epochs=8.0,
+        grpo_epochs=1.0,
+        max_new_tokens=40,
     ),
     "small": DemoSize(
-        questions=24, rounds=1, group_size=2, sft_epochs=1.0, grpo_epochs=1.0, max_new_tokens=24
+        questions=24,
+        pretrain_steps=4,
+        train_scenarios=6,
+        rounds=1,
+        group_size=2,
+        sft_epochs=1.0,
+        grpo_epochs=1.0,
+        max_new_tokens=24,
     ),
 }
 
@@ -105,6 +121,7 @@ temperature = 1.0
 max_new_tokens = {size.max_new_tokens}
 max_turns = 3
 tools = "flows.demo.task:calculator"
+scenarios_sql = "SELECT scenario_id FROM scenarios WHERE split = 'train' ORDER BY hash(scenario_id) LIMIT {size.train_scenarios}"
 concurrency = 2
 
 [score]
@@ -117,7 +134,7 @@ seed = 0
 [train.sft]
 sql = "SELECT trajectory_id FROM trajectories WHERE source = 'otel' AND has_content AND trajectory_id IN (SELECT trajectory_id FROM latest_rewards WHERE name = 'user_feedback' AND value >= 1)"
 epochs = {size.sft_epochs}
-learning_rate = 3e-3
+learning_rate = 1e-2
 batch_size = 8
 
 [train.grpo]
@@ -182,6 +199,7 @@ def run_demo(
     judge_model: str | None = None,
 ) -> dict[str, Any]:
     """Run every stage on `workdir` and return what was measured (also written to the report)."""
+    from flows.demo.base_model import pretrain_base_model
     from flows.prefect_flows import pipeline_flow
     from flows.report import Evaluation, report_data, write_report
     from training.tiny import build_tiny_model
@@ -195,9 +213,11 @@ def run_demo(
         console.rule(f"[bold]{name}")
         return time.perf_counter()
 
-    start = step("1/4 building the tiny model")
-    model = build_tiny_model(workdir / "model")
-    timings.append(("build tiny model", time.perf_counter() - start))
+    start = step("1/4 building the tiny base model (tokenizer, weights, brief generic pretraining)")
+    model = pretrain_base_model(
+        build_tiny_model(workdir / "tiny"), workdir / "model", steps=spec.pretrain_steps
+    )
+    timings.append(("build tiny base model", time.perf_counter() - start))
 
     start = step("2/4 production agent -> OpenTelemetry -> trajlake collect -> lake")
     captured = capture_production_traces(lake, spec.questions)

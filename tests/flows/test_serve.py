@@ -1,0 +1,53 @@
+"""`trajlake serve`: deployments whose schedules match the configuration, read back through Prefect's API."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
+from flows.config import load_config
+from flows.deployments import deployment_specs
+
+
+def test_specs_follow_the_configuration(tmp_path: Path) -> None:
+    path = tmp_path / "trajlake.toml"
+    path.write_text(
+        '[schedules]\ningest = "*/15 * * * *"\npipeline = "30 2 * * 1"\ntimezone = "Europe/Paris"\n'
+    )
+    specs = deployment_specs(load_config(path, environ={}), str(path))
+    assert [(s.flow_name, s.cron, s.timezone) for s in specs] == [
+        ("trajlake-ingest", "*/15 * * * *", "Europe/Paris"),
+        ("trajlake-pipeline", "30 2 * * 1", "Europe/Paris"),
+    ]
+    assert all(s.parameters["config_file"] == str(path.absolute()) for s in specs)
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_serve_registers_scheduled_deployments(tmp_path: Path) -> None:
+    path = tmp_path / "trajlake.toml"
+    path.write_text('[schedules]\ningest = "5 * * * *"\npipeline = "0 4 * * *"\n')
+    result = CliRunner().invoke(
+        app, ["serve", "--config", str(path), "--lake", str(tmp_path / "lake"), "--once"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "trajlake-ingest/hourly-ingest" in result.output
+
+    from prefect.client.orchestration import get_client
+
+    async def schedules() -> dict[str, list[str]]:
+        async with get_client() as client:
+            out = {}
+            for name in ("trajlake-ingest/hourly-ingest", "trajlake-pipeline/nightly-pipeline"):
+                deployment = await client.read_deployment_by_name(name)
+                out[name] = [s.schedule.cron for s in deployment.schedules]
+                assert deployment.parameters["lake"] == str(tmp_path / "lake")
+            return out
+
+    assert asyncio.run(schedules()) == {
+        "trajlake-ingest/hourly-ingest": ["5 * * * *"],
+        "trajlake-pipeline/nightly-pipeline": ["0 4 * * *"],
+    }

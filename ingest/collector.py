@@ -20,10 +20,7 @@ type or encoding, 503 + Retry-After when the writer is behind or the disk failed
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
-import hmac
 import json
 import logging
 import os
@@ -36,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from google.rpc import status_pb2
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -44,17 +40,16 @@ from starlette.routing import Route
 
 import store
 from ingest.config import CollectorConfig
-from ingest.errors import IngestError, MalformedPayload, Overloaded, PayloadTooLarge, Unauthorized
+from ingest.errors import IngestError, MalformedPayload, Overloaded
+from ingest.http import check_bearer, check_langfuse, error_response, read_body, response_media
 from ingest.lakeio import assemble_traces
 from ingest.otlp import (
     JSON,
-    PROTOBUF,
     ExportLogsServiceResponse,
     ExportTraceServiceResponse,
     decode_logs,
     decode_traces,
     encode_response,
-    media_type,
 )
 from ingest.pending import PendingTraces
 from ingest.redact import redact_table
@@ -254,72 +249,6 @@ def _minus_skew(start_ns: int | None, skew_s: float = 600.0) -> int | None:
 # --- HTTP -----------------------------------------------------------------------------------------
 
 
-def _error(exc: IngestError, media: str) -> Response:
-    headers = {}
-    if isinstance(exc, Overloaded):
-        headers["Retry-After"] = str(exc.retry_after)
-    if isinstance(exc, Unauthorized):
-        headers["WWW-Authenticate"] = f'{exc.scheme} realm="trajlake"'
-    status = status_pb2.Status(code=_grpc_code(exc.status), message=str(exc))
-    if media == PROTOBUF:
-        return Response(
-            status.SerializeToString(), status_code=exc.status, media_type=PROTOBUF, headers=headers
-        )
-    return JSONResponse(
-        {"code": status.code, "message": status.message}, status_code=exc.status, headers=headers
-    )
-
-
-def _grpc_code(http: int) -> int:
-    # google.rpc.Code values: INVALID_ARGUMENT 3, UNAUTHENTICATED 16, RESOURCE_EXHAUSTED 8, UNAVAILABLE 14.
-    return {400: 3, 401: 16, 413: 8, 415: 3, 503: 14}.get(http, 13)
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
-        raise PayloadTooLarge(limit, decompressed=False)
-    chunks = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(limit, decompressed=False)
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _check_bearer(request: Request, token: str | None) -> None:
-    if not token:
-        return
-    header = request.headers.get("authorization", "")
-    scheme, _, value = header.partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), token.encode()):
-        raise Unauthorized("Bearer")
-
-
-def _check_langfuse(request: Request, config: CollectorConfig) -> None:
-    if not config.langfuse_public_key:
-        _check_bearer(request, config.bearer_token)
-        return
-    header = request.headers.get("authorization", "")
-    scheme, _, value = header.partition(" ")
-    try:
-        decoded = base64.b64decode(value.strip(), validate=True).decode()
-    except (binascii.Error, UnicodeDecodeError):
-        raise Unauthorized("Basic") from None
-    expected = f"{config.langfuse_public_key}:{config.langfuse_secret_key}"
-    if scheme.lower() != "basic" or not hmac.compare_digest(decoded.encode(), expected.encode()):
-        raise Unauthorized("Basic")
-
-
-def _response_media(request: Request) -> str:
-    try:
-        return media_type(request.headers.get("content-type"))
-    except IngestError:
-        return JSON
-
-
 def create_app(config: CollectorConfig, collector: Collector | None = None) -> Starlette:
     """The collector's ASGI app; its lifespan starts and stops the `Collector`.
 
@@ -329,15 +258,15 @@ def create_app(config: CollectorConfig, collector: Collector | None = None) -> S
     runtime = collector or Collector(config)
 
     async def otlp(request: Request, *, logs: bool, source: str, langfuse: bool) -> Response:
-        media = _response_media(request)
+        media = response_media(request)
         runtime.stats.requests += 1
         try:
             if langfuse:
-                _check_langfuse(request, config)
+                check_langfuse(request, config)
             else:
-                _check_bearer(request, config.bearer_token)
+                check_bearer(request, config.bearer_token)
             runtime.check_capacity()
-            body = await _read_body(request, config.max_body_bytes)
+            body = await read_body(request, config.max_body_bytes)
             content_type = request.headers.get("content-type")
             encoding = request.headers.get("content-encoding")
             converted: Converted
@@ -363,7 +292,7 @@ def create_app(config: CollectorConfig, collector: Collector | None = None) -> S
                 ) from None
         except IngestError as exc:
             runtime.stats.errors += 1
-            return _error(exc, media)
+            return error_response(exc, media)
         runtime.stats.rows_rejected += converted.rejected
         response: ExportTraceServiceResponse | ExportLogsServiceResponse
         if logs:
@@ -389,8 +318,8 @@ def create_app(config: CollectorConfig, collector: Collector | None = None) -> S
 
     async def scores(request: Request) -> Response:
         try:
-            _check_langfuse(request, config)
-            body = await _read_body(request, config.max_body_bytes)
+            check_langfuse(request, config)
+            body = await read_body(request, config.max_body_bytes)
             try:
                 document = json.loads(body)
             except (ValueError, UnicodeDecodeError) as exc:
@@ -399,7 +328,7 @@ def create_app(config: CollectorConfig, collector: Collector | None = None) -> S
             if batch.rows:
                 await asyncio.to_thread(store.write, runtime.lake, "rewards", batch.table())
         except IngestError as exc:
-            return _error(exc, JSON)
+            return error_response(exc, JSON)
         if not isinstance(document, list):
             if batch.errors:
                 return JSONResponse({"message": batch.errors[0]}, status_code=400)
@@ -421,9 +350,9 @@ def create_app(config: CollectorConfig, collector: Collector | None = None) -> S
     async def projects(request: Request) -> Response:
         # What `Langfuse().auth_check()` reads: one project, when the keys are right.
         try:
-            _check_langfuse(request, config)
+            check_langfuse(request, config)
         except IngestError as exc:
-            return _error(exc, JSON)
+            return error_response(exc, JSON)
         project = {
             "id": "trajlake",
             "name": "trajlake",

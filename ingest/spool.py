@@ -137,6 +137,9 @@ class Spool:
     def rotate(self) -> concurrent.futures.Future[None]:
         """Seal the active segment now (after everything queued before this call is committed)."""
         future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        if self._thread is None:  # not started, or closed (and so already sealed): nothing to rotate
+            future.set_result(None)
+            return future
         self._queue.put((_ROTATE, future))
         return future
 

@@ -172,3 +172,15 @@ def test_an_unwritable_segment_is_kept_aside_and_does_not_block_the_spool(start_
     assert {r["span_id"] for r in sql(collector.lake, "SELECT span_id FROM spans")} == set(ids)
     failed = list((Path(collector.lake.root) / "_spool").glob("*.failed"))
     assert len(failed) == 1 and "start_time" in httpx.get(f"{collector.url}/health").json()["last_error"]
+
+
+def test_flush_after_stop_returns_at_once(tmp_path: Path) -> None:
+    from ingest.collector import Collector
+    from ingest.config import CollectorConfig
+
+    runtime = Collector(CollectorConfig(lake=str(tmp_path / "lake"), assemble=False))
+    runtime.start()
+    runtime.spool.append(encode_table(pa.table({"x": [1]}))).result(timeout=10)  # rejected rows: kept aside
+    runtime.stop()
+    started = time.monotonic()
+    assert runtime.flush() == 0 and time.monotonic() - started < 5

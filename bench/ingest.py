@@ -216,6 +216,25 @@ def bench_in_process(bodies: list[bytes], lake: str, seconds: float) -> dict[str
     return {"spans_s": exported / elapsed, "spans_cpu_s": exported / cpu}
 
 
+def bench_assembly(bodies: list[bytes]) -> dict[str, float]:
+    """`assemble` (spans -> trajectories) over the same traces: what the assembler thread sustains."""
+    import pyarrow as pa
+
+    from ingest.assemble import assemble
+    from ingest.spans import spans_from_request
+
+    tables = []
+    for body in bodies:
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(body)
+        tables.append(spans_from_request(request).table)
+    spans = pa.concat_tables(tables)
+    cpu = time.process_time()
+    result = assemble(spans)
+    cpu = time.process_time() - cpu
+    return {"traces_cpu_s": result.trajectories.num_rows / cpu, "spans_cpu_s": spans.num_rows / cpu}
+
+
 # --- 3 and 4: over HTTP ---------------------------------------------------------------------------------
 
 
@@ -395,6 +414,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="trajlake-bench-"))
     try:
         conversion = bench_conversion(bodies, 5.0)
+        assembly = bench_assembly(bodies)
         in_process = bench_in_process(bodies, str(work / "lake-inproc"), 5.0)
         full = bench_http(bodies, str(work / "lake-http"), args.seconds, args.clients, None)
         paced = bench_http(
@@ -428,6 +448,18 @@ def main() -> None:
         f"{conversion['spans_cpu_s']:,.0f}",
         "",
         f"{conversion['mb_s']:.1f}",
+        "",
+        "",
+        "",
+        "",
+        "",
+    )
+    table.add_row(
+        "assemble (spans -> trajectories)",
+        "",
+        f"{assembly['spans_cpu_s']:,.0f}",
+        f"{assembly['traces_cpu_s']:,.0f} traces/CPU-s",
+        "",
         "",
         "",
         "",

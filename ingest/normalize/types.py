@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 Message = dict[str, Any]
 Span = dict[str, Any]  # a `spans` row with `attributes` as a dict and `events` as a list of dicts
 
@@ -129,9 +131,12 @@ def maybe_json(value: Any) -> Any:
     """Parse JSON text when it is JSON; anything else is returned unchanged."""
     if isinstance(value, str) and value[:1] in ("[", "{", '"'):
         try:
-            return json.loads(value)
-        except ValueError:
-            return value
+            return orjson.loads(value)  # chat spans repeat the whole history: parsing is the hot spot
+        except orjson.JSONDecodeError:
+            try:
+                return json.loads(value)  # NaN/Infinity and other liberties orjson refuses
+            except ValueError:
+                return value
     return value
 
 

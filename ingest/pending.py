@@ -12,6 +12,7 @@ committed after it (see `read_trace_spans(written_after_ns=...)`).
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import OrderedDict
@@ -81,11 +82,12 @@ class PendingTraces:
                 entry.dts.add(day)
                 entry.first_start_ns = min(entry.first_start_ns, (start or 0) * 1000)
                 entry.root_seen = entry.root_seen or bool(is_root)
-            while len(self._pending) > self.max_tracked:
-                # Over capacity: the oldest trace is forced out as ready on the next `take_ready`.
-                oldest = min(self._pending, key=lambda t: self._pending[t].last_seen)
-                self._pending[oldest].last_seen = float("-inf")
-                break
+            excess = len(self._pending) - self.max_tracked
+            if excess > 0:
+                # Over capacity: the oldest traces (dicts keep insertion order) are forced out
+                # as ready on the next `take_ready`, whether or not their root has come.
+                for trace_id in itertools.islice(self._pending, excess):
+                    self._pending[trace_id].last_seen = float("-inf")
 
     def take_ready(self, now: float | None = None, *, everything: bool = False) -> ReadyTraces:
         """Remove and return the traces ready now (all of them with `everything=True`)."""

@@ -41,3 +41,11 @@ def test_read_trace_spans_skips_files_committed_before_the_bound(lake: store.Lak
     recent = read_trace_spans(lake, ["1" * 32, "2" * 32], written_after_ns=bound)
     assert set(both.column("trace_id").to_pylist()) == {"1" * 32, "2" * 32}
     assert set(recent.column("trace_id").to_pylist()) == {"2" * 32}
+
+
+def test_over_capacity_the_oldest_traces_are_forced_out() -> None:
+    pending = PendingTraces(idle_timeout_s=1000, max_tracked=2)
+    for n in range(4):
+        pending.observe(rows(f"{n:032x}", root=False), now=n)
+    assert pending.take_ready(now=5).trace_ids == [f"{0:032x}", f"{1:032x}"]
+    assert len(pending) == 2

@@ -17,7 +17,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from prefect import flow, get_run_logger, task
+from prefect import flow, get_run_logger, task, unmapped
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ThreadPoolTaskRunner
@@ -62,9 +62,10 @@ pull_langfuse_task = task(stages.pull_langfuse, name="pull-langfuse", **_network
 assemble_task = task(stages.assemble_pending, name="assemble", **_local)
 scenarios_task = task(stages.make_scenarios, name="scenarios", **_local)
 replay_task = task(stages.replay_round, name="replay", **_local)
-score_task = task(
-    stages.score_round, name="score", timeout_seconds=int(timedelta(hours=6).total_seconds()), **_network
+score_reward_task = task(
+    stages.score_reward, name="score", timeout_seconds=int(timedelta(hours=6).total_seconds()), **_network
 )
+finish_scoring_task = task(stages.finish_scoring, name="combine-rewards", **_local)
 sft_task = task(stages.train_sft, name="train-sft", **_local)
 grpo_task = task(stages.train_grpo, name="train-grpo", **_local)
 evaluate_task = task(stages.evaluate_adapter, name="evaluate", **_local)
@@ -95,13 +96,19 @@ def replay_flow(
     return replay_task(config, adapter, 0)
 
 
+def _score(config: TrajlakeConfig, group_ids: list[str] | None) -> dict[str, Any]:
+    """Each reward as its own task, concurrently under the flow's task runner, then the combination."""
+    futures = score_reward_task.map(unmapped(config), stages.rewards_to_score(config), unmapped(group_ids))
+    table = [future.result() for future in futures]
+    stats = finish_scoring_task(config, group_ids)
+    create_table_artifact(table, key="trajlake-score", description="Scorers run on the replayed groups")
+    return {**stats, "table": table}
+
+
 @flow(name="trajlake-score", log_prints=True)
 def score_flow(config_file: str | None = None, lake: str | None = None) -> dict[str, Any]:
     """Score every unscored replayed trajectory with the configured rewards (and RULER)."""
-    config = _config(config_file, lake)
-    summary = score_task(config)
-    create_table_artifact(summary["table"], key="trajlake-score")
-    return summary
+    return _score(_config(config_file, lake), None)
 
 
 @flow(name="trajlake-train", log_prints=True)
@@ -163,7 +170,7 @@ def pipeline_flow(
     round_rows = []
     for round_number in range(1, rounds + 1):
         replayed = replay_task(config, adapter, round_number)
-        scored = score_task(config, replayed["group_ids"])
+        scored = _score(config, replayed["group_ids"])
         round_rows.append(
             {
                 "round": round_number,
@@ -187,6 +194,15 @@ def pipeline_flow(
         _publish_artifacts(published, evaluation)
         result.update(evaluation=evaluation, published=published)
     return result
+
+
+def run_pipeline(
+    config_file: str | None, lake: str, rounds: int | None = None, force_publish: bool = False
+) -> dict[str, Any]:
+    """`pipeline_flow` under the configured task runner (what `trajlake pipeline` and the demo call)."""
+    config = _config(config_file, lake)
+    flow_with_runner = pipeline_flow.with_options(task_runner=task_runner(config))
+    return flow_with_runner(config_file=config_file, lake=lake, rounds=rounds, force_publish=force_publish)
 
 
 def _publish_artifacts(published: dict[str, Any], evaluation: dict[str, Any]) -> None:

@@ -60,12 +60,20 @@ def _quoted(ids: list[str]) -> str:
 
 
 def programmatic_reward(config: TrajlakeConfig) -> Any:
-    """The reward the evaluation gate scores val replays with: `score.reward` if programmatic, else the first."""
+    """The reward the evaluation gate scores val replays with: the one named `score.reward`, else the first.
+
+    `score.reward` is a reward *name* (`exact_match`, or `calculator` for
+    `flows.demo.task:calculator_reward`); RULER and `combined` need a judge or other rows,
+    so the gate falls back to the first programmatic reward for them.
+    """
     from judging.registry import get_reward
 
-    for spec in (config.score.reward, *config.score.rewards):
-        if spec not in ("ruler", "combined"):
-            return get_reward(spec)
+    rewards = [get_reward(spec) for spec in config.score.rewards]
+    for reward in rewards:
+        if reward.name == config.score.reward:
+            return reward
+    if rewards:
+        return rewards[0]
     raise StageError(
         "score.rewards", "evaluation needs at least one programmatic reward (e.g. `exact_match`)"
     )
@@ -258,39 +266,57 @@ def replay_round(config: TrajlakeConfig, adapter: str | None, round_number: int)
 # --- scoring --------------------------------------------------------------------------------------
 
 
-def score_round(config: TrajlakeConfig, group_ids: list[str] | None = None) -> dict[str, Any]:
-    """Score unscored replayed trajectories with every configured reward; stats of the training reward.
+def rewards_to_score(config: TrajlakeConfig) -> list[str]:
+    """Every reward a round is scored with: the programmatic ones, then RULER when a judge is configured."""
+    return [*config.score.rewards, *(["ruler"] if config.score.judge.model else [])]
 
-    Each scorer skips what it already scored, so re-running costs nothing.
-    """
-    from judging.combine import combine
-    from judging.config import JudgeConfig, ScoreConfig
-    from judging.stage import score
 
-    lake = lake_of(config)
+def _replay_where(group_ids: list[str] | None) -> str:
     where = "source = 'replay'"
     if group_ids:
         where += f" AND group_id IN ({_quoted(group_ids)})"
-    table = []
-    for reward in config.score.rewards:
-        summary = score(lake, reward, ScoreConfig(where=where, progress=False))
-        table.append(_score_row(summary))
-    judge = config.score.judge
-    if judge.model:
-        rubric = Path(judge.rubric_file).read_text() if judge.rubric_file else None
+    return where
+
+
+def score_reward(config: TrajlakeConfig, reward: str, group_ids: list[str] | None = None) -> dict[str, Any]:
+    """Score the replayed trajectories (of `group_ids`) with one reward; skips what that scorer already scored."""
+    from judging.config import JudgeConfig, ScoreConfig
+    from judging.stage import score
+
+    judge_config = None
+    if reward == "ruler":
+        judge = config.score.judge
         judge_config = JudgeConfig(
             model=judge.model,
             base_url=judge.base_url,
             api_key=os.environ.get(judge.api_key_env) or "none",
             concurrency=judge.concurrency,
-            rubric=rubric,
+            rubric=Path(judge.rubric_file).read_text() if judge.rubric_file else None,
         )
-        summary = score(lake, "ruler", ScoreConfig(where=where, progress=False), judge=judge_config)
-        table.append(_score_row(summary))
+    summary = score(
+        lake_of(config),
+        reward,
+        ScoreConfig(where=_replay_where(group_ids), progress=False),
+        judge=judge_config,
+    )
+    return _score_row(summary)
+
+
+def finish_scoring(config: TrajlakeConfig, group_ids: list[str] | None = None) -> dict[str, Any]:
+    """Write the combined reward (when weights are configured); stats of the reward training uses."""
+    from judging.combine import combine
+
+    lake = lake_of(config)
     if config.score.weights:
-        combine(lake, config.score.weights, "combined", where=where)
-    stats = group_stats(lake, config.score.reward, group_ids)
-    return {**stats, "table": table}
+        combine(lake, config.score.weights, "combined", where=_replay_where(group_ids))
+    return group_stats(lake, config.score.reward, group_ids)
+
+
+def score_round(config: TrajlakeConfig, group_ids: list[str] | None = None) -> dict[str, Any]:
+    """Every configured reward, one after the other, then the training reward's stats (the flow runs
+    the rewards as concurrent tasks instead)."""
+    table = [score_reward(config, reward, group_ids) for reward in rewards_to_score(config)]
+    return {**finish_scoring(config, group_ids), "table": table}
 
 
 def _score_row(summary: Any) -> dict[str, Any]:

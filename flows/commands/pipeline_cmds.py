@@ -57,9 +57,9 @@ def pipeline(
         raise fail(str(exc), 2) from None
     _prefect_defaults(Path(cfg.lake.path).absolute().parent / ".prefect")
     quiet_libraries()
-    from flows.prefect_flows import pipeline_flow
+    from flows.prefect_flows import run_pipeline
 
-    result = pipeline_flow(config_file=config, lake=cfg.lake.path, rounds=rounds, force_publish=force_publish)
+    result = run_pipeline(config, cfg.lake.path, rounds=rounds, force_publish=force_publish)
     for row in result["rounds"]:
         typer.echo(f"round {row['round']}: policy {row['policy']} mean reward {row['mean_reward']:.3f}")
     if result.get("published"):

@@ -38,7 +38,12 @@ def run_agent(client: Any, model: str, question: str, tracer: trace.Tracer, max_
     with tracer.start_as_current_span(
         f"invoke_agent {AGENT_NAME}",
         kind=trace.SpanKind.INTERNAL,
-        attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": AGENT_NAME},
+        attributes={
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": AGENT_NAME,
+            # opt-in in the GenAI conventions; it is what lets replay show the model its tools
+            "gen_ai.tool.definitions": json.dumps(TOOL_DEFINITIONS),
+        },
     ) as root:
         context = root.get_span_context()
         trace_id = format(context.trace_id, "032x")

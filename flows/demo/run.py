@@ -44,12 +44,12 @@ class DemoSize:
 
 SIZES = {
     "full": DemoSize(
-        questions=160,
-        pretrain_steps=120,
+        questions=300,
+        pretrain_steps=300,
         train_scenarios=32,
         rounds=2,
         group_size=4,
-        sft_epochs=8.0,
+        sft_epochs=6.0,
         grpo_epochs=1.0,
         max_new_tokens=40,
     ),
@@ -102,7 +102,7 @@ def write_demo_config(
 ) -> Path:
     """The demo's `trajlake.toml` (also a worked example of the configuration)."""
     judge_table = ""
-    rewards = '["exact_match", "tool_success"]'
+    rewards = '["flows.demo.task:calculator_reward", "exact_match", "tool_success"]'
     if judge:
         judge_table = f'\n[score.judge]\nmodel = "{judge[1]}"\nbase_url = "{judge[0]}"\n'
     path.write_text(
@@ -117,7 +117,7 @@ val_fraction = 0.25
 [replay]
 model = "{model}"
 group_size = {size.group_size}
-temperature = 1.0
+temperature = 0.8
 max_new_tokens = {size.max_new_tokens}
 max_turns = 3
 tools = "flows.demo.task:calculator"
@@ -126,7 +126,7 @@ concurrency = 2
 
 [score]
 rewards = {rewards}
-reward = "exact_match"
+reward = "calculator"
 {judge_table}
 [train]
 seed = 0
@@ -200,7 +200,7 @@ def run_demo(
 ) -> dict[str, Any]:
     """Run every stage on `workdir` and return what was measured (also written to the report)."""
     from flows.demo.base_model import pretrain_base_model
-    from flows.prefect_flows import pipeline_flow
+    from flows.prefect_flows import run_pipeline
     from flows.report import Evaluation, report_data, write_report
     from training.tiny import build_tiny_model
 
@@ -230,7 +230,7 @@ def run_demo(
     start = step("3/4 Prefect pipeline: scenarios, SFT, replay/score/GRPO rounds, evaluate, publish")
     judge = (judge_base_url, judge_model) if judge_base_url and judge_model else None
     config_file = write_demo_config(workdir / "trajlake.toml", lake, model, spec, judge)
-    result = pipeline_flow(config_file=str(config_file), lake=str(lake), rounds=spec.rounds)
+    result = run_pipeline(str(config_file), str(lake), rounds=spec.rounds)
     timings.append(("pipeline flow", time.perf_counter() - start))
 
     start = step("4/4 report")
@@ -247,7 +247,7 @@ def run_demo(
         )
     data = report_data(
         lake,
-        "exact_match",
+        "calculator",
         title="trajlake demo: calculator agent",
         evaluation=evaluation,
         adapter_name="calculator-agent",

@@ -9,6 +9,7 @@ the number the tool gives. The phrasing matches the tiny model's tokenizer corpu
 from __future__ import annotations
 
 import ast
+import json
 import operator
 import random
 import re
@@ -80,3 +81,35 @@ def parse_question(text: str) -> Question | None:
     """The question in a user message, or None when it is not one of ours."""
     match = QUESTION.search(text or "")
     return Question(match.group(1)) if match else None
+
+
+def calculator_reward(trajectory: dict, scenario: dict | None) -> float:
+    """The demo's training reward, graded so GRPO sees a signal before answers are right.
+
+    1.0 when the final answer is the expected number; 0.5 when the calculator was called
+    with an expression whose value is the expected number (the answer was then mangled);
+    0.2 for a well-formed calculator call with another expression; 0.0 otherwise.
+
+    >>> good = {"messages": [{"role": "assistant", "content": "7"}]}
+    >>> calculator_reward(good, {"expected": '"7"'})
+    1.0
+    """
+    from judging.trajectory import expected_answer, final_answer
+
+    expected = str(expected_answer(scenario)).strip()
+    if (final_answer(trajectory) or "").strip() == expected:
+        return 1.0
+    best = 0.0
+    for message in trajectory.get("messages") or []:
+        for call in message.get("tool_calls") or []:
+            if call.get("name") != "calculator":
+                continue
+            try:
+                value = calculator(json.loads(call.get("arguments") or "")["expression"])
+            except (ValueError, KeyError, TypeError):
+                continue
+            best = max(best, 0.5 if value == expected else 0.2)
+    return best
+
+
+calculator_reward.reward_version = "1"  # type: ignore[attr-defined]

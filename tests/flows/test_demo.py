@@ -39,6 +39,8 @@ def test_small_demo_runs_the_whole_loop(tmp_path: Path) -> None:
     assert otel[0] == result["captured"]["agent_runs"] == 24
     assert otel[1] == 5  # system, user, assistant tool call, tool result, final answer
     assert otel[2] == "production-llm-1"
+    tools = con.execute("SELECT DISTINCT tools FROM trajectories WHERE source = 'otel'").fetchall()
+    assert [json.loads(t[0])[0]["function"]["name"] for t in tools] == ["calculator"]
     feedback = con.execute("SELECT count(*) FROM rewards WHERE name = 'user_feedback'").fetchone()[0]
     assert feedback == 24
 
@@ -49,8 +51,9 @@ def test_small_demo_runs_the_whole_loop(tmp_path: Path) -> None:
     ).fetchone()
     assert groups[0] == result["rounds"][0]["groups"] > 0
     assert groups[1] >= 1 and groups[2]
-    scored = con.execute("SELECT count(*) FROM groups WHERE name = 'exact_match'").fetchone()[0]
-    assert scored >= groups[0]
+    for reward in ("calculator", "exact_match", "tool_success"):  # the training reward and two checks
+        scored = con.execute("SELECT count(*) FROM groups WHERE name = ?", [reward]).fetchone()[0]
+        assert scored >= groups[0], reward
 
     # training wrote per-step metrics, and the adapter was published with lineage
     stages = {row[0] for row in con.execute("SELECT DISTINCT stage FROM runs").fetchall()}

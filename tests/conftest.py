@@ -24,3 +24,11 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def lake(tmp_path: Path) -> Lake:
     """An empty lake in a temporary folder."""
     return Lake(str(tmp_path / "lake"))
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Path of the tiny Qwen2-style model and tokenizer (built once per session, read-only by convention)."""
+    from training.tiny import tiny_model_path
+
+    return tiny_model_path(tmp_path_factory.getbasetemp() / "tiny-model-cache")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -28,10 +27,3 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
-
-
-@pytest.fixture
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from training.tiny import tiny_model_path
-
-    return tiny_model_path()

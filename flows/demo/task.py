@@ -15,22 +15,12 @@ import random
 import re
 from dataclasses import dataclass
 
+from training.tiny import TOOLS as TINY_MODEL_TOOLS
+
 SYSTEM_PROMPT = "You are a careful math assistant. Use the calculator tool when needed."
 
-TOOL_DEFINITIONS: list[dict] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "calculator",
-            "description": "Evaluate an arithmetic expression and return the number.",
-            "parameters": {
-                "type": "object",
-                "properties": {"expression": {"type": "string", "description": "e.g. 12 * (3 + 4)"}},
-                "required": ["expression"],
-            },
-        },
-    }
-]
+# The tiny model's tokenizer corpus declares this very tool, so its JSON tokenizes compactly.
+TOOL_DEFINITIONS: list[dict] = [tool for tool in TINY_MODEL_TOOLS if tool["function"]["name"] == "calculator"]
 
 _OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
 QUESTION = re.compile(r"What is (\d+ [-+*] \d+)\?")

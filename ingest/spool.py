@@ -129,6 +129,9 @@ class Spool:
     def append(self, payload: bytes) -> concurrent.futures.Future[None]:
         """Queue one record; the future resolves once it is fsynced (or fails with the OS error)."""
         future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        if self._thread is None or not self._thread.is_alive():
+            future.set_exception(OSError("the spool is not running"))
+            return future
         with self._lock:
             self._queued_bytes += len(payload)
         self._queue.put((payload, future))
@@ -144,6 +147,49 @@ class Spool:
         return future
 
     def _run(self) -> None:
+        # The writer thread must outlive any error: if it died, every later request would
+        # wait forever. Failures fail the requests in flight (the collector answers 503 and
+        # the client retries) and the next round starts from a fresh segment.
+        group: list[tuple[bytes, concurrent.futures.Future[None]]] = []
+        while True:
+            try:
+                if self._round(group):
+                    return
+            except Exception as exc:
+                log.exception("spool writer error; failing %d queued request(s) and reopening", len(group))
+                for payload, future in group:
+                    if not future.done():
+                        with self._lock:
+                            self._queued_bytes -= len(payload)
+                        future.set_exception(exc if isinstance(exc, OSError) else OSError(str(exc)))
+                self._reopen()
+            group = []
+
+    def _recount(self) -> None:
+        """Resynchronise the on-disk byte counter with the files really there (after a failure)."""
+        total = 0
+        for path in self.segments():
+            try:
+                total += path.stat().st_size
+            except FileNotFoundError:
+                continue
+        with self._lock:
+            self._disk_bytes = total
+
+    def _reopen(self) -> None:
+        self._recount()
+        try:
+            with self._rotate_lock:
+                if self._file is not None:
+                    os.close(self._file)  # type: ignore[arg-type]
+                    self._file = None
+                self._open_new()
+        except OSError as exc:  # e.g. the disk is gone: keep serving 503s, try again next round
+            log.error("spool cannot open a new segment in %s: %s", self.directory, exc)
+            time.sleep(0.5)
+
+    def _round(self, group: list[tuple[bytes, concurrent.futures.Future[None]]]) -> bool:
+        """One group commit; True when the spool is stopping. Fills `group` as it goes."""
         while True:
             try:
                 item = self._queue.get(timeout=self._wait())
@@ -155,7 +201,8 @@ class Spool:
                 item[1].set_result(None)
                 continue
             stop = item is _STOP
-            group: list[tuple[bytes, concurrent.futures.Future[None]]] = [] if stop else [item]  # type: ignore[list-item]
+            if not stop:
+                group.append(item)  # type: ignore[arg-type]
             size = sum(len(p) for p, _ in group)
             while size < _GROUP_MAX_BYTES:
                 try:
@@ -173,8 +220,7 @@ class Spool:
             if group:
                 self._commit(group, size)
             self._maybe_rotate()
-            if stop:
-                return
+            return stop
 
     def _commit(self, group: list[tuple[bytes, concurrent.futures.Future[None]]], size: int) -> None:
         try:
@@ -182,20 +228,33 @@ class Spool:
             for payload, _ in group:
                 chunks.append(HEADER.pack(MAGIC, len(payload), zlib.crc32(payload)))
                 chunks.append(payload)
+            if self._file is None:
+                self._reopen()
             fd = self._file
+            if fd is None:
+                raise OSError(f"spool directory {self.directory} is not writable")
             os.write(fd, b"".join(chunks))  # type: ignore[arg-type]
             os.fsync(fd)  # type: ignore[arg-type]
+            if os.fstat(fd).st_nlink == 0:  # type: ignore[arg-type]
+                # Someone removed the segment (or the spool directory): these bytes would
+                # never reach the lake, so they are not acknowledged; the client retries.
+                raise FileNotFoundError(f"spool segment {self._active} was removed from under the collector")
         except OSError as exc:
             log.error("spool write failed: %s", exc)
-            # The segment may now end in a partial record; start a fresh one so later
-            # records are not hidden behind it (recovery stops at the first bad record).
-            with self._rotate_lock:
-                self._seal()
-                self._open_new()
-            for _, future in group:
-                future.set_exception(exc)
             with self._lock:
                 self._queued_bytes -= size
+            for _, future in group:
+                future.set_exception(exc)
+            # The segment may now end in a partial record; start a fresh one so later
+            # records are not hidden behind it (recovery stops at the first bad record).
+            try:
+                with self._rotate_lock:
+                    self._seal()
+                    self._open_new()
+            except OSError as again:
+                log.error("spool cannot open a new segment in %s: %s", self.directory, again)
+                self._file = None
+            self._recount()
             return
         if self._active_bytes == 0:
             self._active_since = time.monotonic()
@@ -224,6 +283,7 @@ class Spool:
                 self._open_new()
 
     def _open_new(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)  # recreated if something removed it
         self._seq += 1
         self._active = self.directory / f"seg-{self._seq:012d}.wal"
         self._file = os.open(self._active, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

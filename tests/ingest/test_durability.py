@@ -184,3 +184,23 @@ def test_flush_after_stop_returns_at_once(tmp_path: Path) -> None:
     runtime.stop()
     started = time.monotonic()
     assert runtime.flush() == 0 and time.monotonic() - started < 5
+
+
+def test_spool_survives_its_directory_being_removed(tmp_path: Path) -> None:
+    import shutil
+
+    spool = Spool(tmp_path / "spool", segment_bytes=1 << 30, segment_seconds=3600)
+    spool.start()
+    spool.append(encode_table(pa.table({"n": [1]}))).result(timeout=10)
+    shutil.rmtree(tmp_path / "spool")  # e.g. a careless /tmp cleaner
+    lost = spool.append(encode_table(pa.table({"n": [2]})))
+    try:
+        lost.result(timeout=10)
+        raise AssertionError("a write into a removed segment must not be acknowledged")
+    except FileNotFoundError:
+        pass
+    spool.append(encode_table(pa.table({"n": [3]}))).result(timeout=10)  # the writer lives on
+    spool.close()
+    rows = [decode_table(r).column("n").to_pylist() for p in spool.segments() for r in read_segment(p)[0]]
+    # Only what is really on disk counts as pending: nothing phantom is left to block requests.
+    assert rows == [[3]] and spool.pending_bytes == sum(p.stat().st_size for p in spool.segments())

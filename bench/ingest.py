@@ -264,7 +264,11 @@ def client_worker(url: str, bodies: list[bytes], deadline: float, rate: float | 
             body = bodies[i % len(bodies)]
             i += 1
             began = time.perf_counter()
-            response = client.post(url, content=body, headers={"Content-Type": "application/x-protobuf"})
+            try:
+                response = client.post(url, content=body, headers={"Content-Type": "application/x-protobuf"})
+            except httpx.HTTPError:
+                errors += 1  # counted, never fatal: the parent waits for every worker's result
+                continue
             latencies.append(time.perf_counter() - began)
             if response.status_code == 200:
                 sent += SPANS_PER_REQUEST
@@ -411,7 +415,7 @@ def main() -> None:
         f"{sum(map(len, bodies)) / len(bodies) / SPANS_PER_REQUEST:.0f} B/span; cores: {os.cpu_count()}, "
         f"load average {os.getloadavg()[0]:.1f}"
     )
-    work = Path(tempfile.mkdtemp(prefix="trajlake-bench-"))
+    work = Path(tempfile.mkdtemp(prefix="ingestbench-"))
     try:
         conversion = bench_conversion(bodies, 5.0)
         assembly = bench_assembly(bodies)

@@ -32,8 +32,17 @@ for module in (store_cmds, collect_cmds, langfuse_cmds, replay_cmds, score_cmds,
 
 
 def main() -> None:
-    """Console entry point."""
-    app()
+    """Console entry point; a `trajlake.toml` in effect supplies `trajlake collect`'s defaults."""
+    from flows.config import ConfigError, collect_defaults, config_file_present, load_config
+
+    default_map = {}
+    if config_file_present():
+        try:
+            default_map["collect"] = collect_defaults(load_config())
+        except ConfigError as exc:
+            typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+            raise SystemExit(2) from None
+    app(default_map=default_map)
 
 
 if __name__ == "__main__":

@@ -54,9 +54,17 @@ class LakeSection:
 class CollectorSection:
     host: str = _help("Interface `trajlake collect` binds to.", "127.0.0.1")
     port: int = _help("OTLP/HTTP port.", 4318)
-    bearer_token_env: str = _help("Env var holding a bearer token clients must send (empty: no auth).", "")
-    max_body_mb: int = _help("Largest accepted request body, after decompression.", 64)
-    redact_pii: bool = _help("Also redact emails and phone numbers (secrets are always redacted).", False)
+    token_env: str = _help("Env var holding a bearer token clients must send (empty: no auth).", "")
+    max_body_mb: int = _help("Largest accepted request body, also after decompression (MiB).", 64)
+    flush_seconds: float = _help("Seal spooled spans into Parquet after this many seconds.", 5.0)
+    idle_timeout: float = _help(
+        "Assemble a trace whose root span never arrives after this many quiet seconds.", 30.0
+    )
+    redact_emails: bool = _help(
+        "Replace email addresses before storing (secrets are always redacted).", False
+    )
+    redact_phones: bool = _help("Replace phone numbers before storing.", False)
+    redact_function: str = _help("Your own redaction, `package.module:function` (string -> string).", "")
 
 
 @dataclass
@@ -295,6 +303,7 @@ def validate(config: TrajlakeConfig, source: str = "configuration") -> TrajlakeC
         ("train.grpo.learning_rate", config.train.grpo.learning_rate > 0, "must be > 0"),
         ("pipeline.rounds", config.pipeline.rounds >= 1, "must be >= 1"),
         ("collector.port", 0 <= config.collector.port < 65536, "must be a TCP port"),
+        ("collector.max_body_mb", config.collector.max_body_mb > 0, "must be positive"),
         ("score.judge.concurrency", config.score.judge.concurrency >= 1, "must be >= 1"),
     ]
     for key, ok, detail in checks:
@@ -337,6 +346,34 @@ def load_config(
         source = f"{source} + environment"
     config = _build(TrajlakeConfig, _merge(data, overrides), "", source)
     return validate(config, source)
+
+
+def config_file_present(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether a configuration file applies (`$TRAJLAKE_CONFIG`, or `./trajlake.toml`)."""
+    environ = os.environ if environ is None else environ
+    return bool(environ.get("TRAJLAKE_CONFIG")) or Path(DEFAULT_CONFIG_FILE).exists()
+
+
+def collect_defaults(config: TrajlakeConfig, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Defaults of `trajlake collect`'s options from the `collector` section (explicit flags still win)."""
+    environ = os.environ if environ is None else environ
+    section = config.collector
+    defaults: dict[str, Any] = {
+        "host": section.host,
+        "port": section.port,
+        "max_body_mb": section.max_body_mb,
+        "flush_seconds": section.flush_seconds,
+        "idle_timeout": section.idle_timeout,
+        "redact_emails": section.redact_emails,
+        "redact_phones": section.redact_phones,
+    }
+    if section.redact_function:
+        defaults["redact_function"] = section.redact_function
+    if section.token_env:
+        if not environ.get(section.token_env):
+            raise ConfigError("collector.token_env", f"${section.token_env} is not set", "environment")
+        defaults["token"] = environ[section.token_env]
+    return defaults
 
 
 def with_lake(config: TrajlakeConfig, lake: str | None) -> TrajlakeConfig:

@@ -18,8 +18,14 @@ LakeOption = Annotated[
 
 
 def resolve_lake(lake: str | None) -> Lake:
-    """The lake named on the command line, else $TRAJLAKE_LAKE, else ./lake."""
-    return Lake(lake or os.environ.get("TRAJLAKE_LAKE") or DEFAULT_LAKE)
+    """The lake named on the command line, else $TRAJLAKE_LAKE, else the config file's `lake.path`, else ./lake."""
+    if lake or os.environ.get("TRAJLAKE_LAKE"):
+        return Lake(lake or os.environ["TRAJLAKE_LAKE"])
+    from flows.config import config_file_present, load_config
+
+    if config_file_present():
+        return Lake(load_config().lake.path)
+    return Lake(DEFAULT_LAKE)
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:

@@ -90,3 +90,26 @@ def test_reference_documents_every_key() -> None:
     keys = [key for key, _, _ in describe()]
     assert "replay.group_size" in keys and "train.grpo.loss_type" in keys and "schedules.pipeline" in keys
     assert all(text for _, _, text in describe())
+
+
+def test_collector_section_supplies_collect_defaults(tmp_path: Path) -> None:
+    from flows.config import collect_defaults
+
+    path = write(tmp_path, '[collector]\nport = 14318\ntoken_env = "COLLECTOR_TOKEN"\nredact_emails = true\n')
+    config = load_config(path, environ={})
+    defaults = collect_defaults(config, environ={"COLLECTOR_TOKEN": "s3cret"})
+    assert defaults["port"] == 14318 and defaults["token"] == "s3cret" and defaults["redact_emails"] is True
+    with pytest.raises(ConfigError) as info:
+        collect_defaults(config, environ={})
+    assert info.value.key == "collector.token_env"
+
+
+def test_commands_use_the_config_files_lake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import store
+
+    lake = tmp_path / "configured-lake"
+    store.write(str(lake), "runs", [{"run_id": "r", "step": 0, "stage": "sft"}])
+    monkeypatch.setenv("TRAJLAKE_CONFIG", write(tmp_path, f'[lake]\npath = "{lake}"\n'))
+    result = CliRunner().invoke(app, ["sql", "SELECT count(*) AS n FROM runs", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert '"n": 1' in result.output

@@ -328,7 +328,14 @@ class _PartitionFile:
     def submit(self, pool: ThreadPoolExecutor, table: pa.Table, row_group_size: int) -> Future[None]:
         """Encode `table` as row groups on `pool`; rows are counted now, written later."""
         self.rows += table.num_rows
-        future = pool.submit(self._write, table, row_group_size)
+        try:
+            future = pool.submit(self._write, table, row_group_size)
+        except RuntimeError:
+            # No new threads once the interpreter is shutting down (an OTel exporter flushing
+            # from atexit): encode inline rather than lose the rows.
+            future = Future()
+            self._write(table, row_group_size)
+            future.set_result(None)
         self._futures.append(future)
         return future
 

@@ -150,6 +150,9 @@ class GRPOSection:
 class TrainSection:
     output_dir: str = _help("Where checkpoints go (default: <lake>/_work/train).", "")
     seed: int = _help("Training seed.", 0)
+    gradient_checkpointing: bool = _help(
+        "Recompute activations to save memory (TRL's default; off for tiny CPU models).", True
+    )
     sft: SFTSection = field(default_factory=SFTSection)
     grpo: GRPOSection = field(default_factory=GRPOSection)
 

@@ -14,7 +14,6 @@ so a Prefect cache could only serve stale answers.
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from prefect import flow, get_run_logger, task, unmapped
@@ -62,9 +61,7 @@ pull_langfuse_task = task(stages.pull_langfuse, name="pull-langfuse", **_network
 assemble_task = task(stages.assemble_pending, name="assemble", **_local)
 scenarios_task = task(stages.make_scenarios, name="scenarios", **_local)
 replay_task = task(stages.replay_round, name="replay", **_local)
-score_reward_task = task(
-    stages.score_reward, name="score", timeout_seconds=int(timedelta(hours=6).total_seconds()), **_network
-)
+score_reward_task = task(stages.score_reward, name="score", **_network)
 finish_scoring_task = task(stages.finish_scoring, name="combine-rewards", **_local)
 sft_task = task(stages.train_sft, name="train-sft", **_local)
 grpo_task = task(stages.train_grpo, name="train-grpo", **_local)

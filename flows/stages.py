@@ -370,6 +370,7 @@ def train_sft(config: TrajlakeConfig, round_number: int = 0) -> str:
         lora_r=section.lora_r,
         max_length=section.max_length,
         seed=config.train.seed,
+        gradient_checkpointing=config.train.gradient_checkpointing,
         report_to="none",
     )
     result = sft(lake_of(config), section.sql, base_model(config), output, sft_config, resume=True)
@@ -400,6 +401,7 @@ def train_grpo(
         reward_name=config.score.reward,
         lora_r=config.train.sft.lora_r,
         seed=config.train.seed,
+        gradient_checkpointing=config.train.gradient_checkpointing,
         report_to="none",
     )
     result = grpo(lake_of(config), sql, base_model(config), adapter, output, grpo_config, resume=True)

@@ -47,6 +47,7 @@ def pretrain_base_model(tiny_model: Path, output: Path, *, steps: int = 150, see
         report_to="none",
         seed=seed,
         use_cpu=True,
+        gradient_checkpointing=False,  # a 100k-parameter model: recomputation only costs time
         dataloader_pin_memory=False,
         disable_tqdm=False,
     )

@@ -130,6 +130,7 @@ reward = "calculator"
 {judge_table}
 [train]
 seed = 0
+gradient_checkpointing = false
 
 [train.sft]
 sql = "SELECT trajectory_id FROM trajectories WHERE source = 'otel' AND has_content AND trajectory_id IN (SELECT trajectory_id FROM latest_rewards WHERE name = 'user_feedback' AND value >= 1)"

@@ -20,6 +20,7 @@ ConfigOption = Annotated[
 def _prefect_defaults(home: Path) -> None:
     """Offline-friendly Prefect settings, unless the user configured Prefect already."""
     if not os.environ.get("PREFECT_API_URL") and not os.environ.get("PREFECT_HOME"):
+        home.mkdir(parents=True, exist_ok=True)
         os.environ["PREFECT_HOME"] = str(home)
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")

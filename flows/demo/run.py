@@ -238,8 +238,9 @@ def run_demo(
     evaluation = None
     if result.get("evaluation"):
         ev = result["evaluation"]
+        published = result.get("published") or {}
         evaluation = Evaluation(
-            candidate=ev["candidate"],
+            candidate=f"{published['name']}:v{published['version']}" if published else ev["candidate"],
             candidate_reward=ev["candidate_reward"],
             baseline=ev["baseline"],
             baseline_reward=ev["baseline_reward"],

@@ -115,7 +115,8 @@ def rebuild(
     """(Re)build trajectories and rewards from the `spans` table, deterministically.
 
     Streams spans ordered by trace id and assembles `batch_traces` traces at a time.
-    `since` limits the rebuild to spans in `dt` partitions on or after that date;
+    `since` limits the rebuild to traces with spans in `dt` partitions on or after that
+    date (each read whole, earlier partitions included);
     `progress` is called with the number of traces done after each batch.
     """
     lake = store.Lake.of(lake)
@@ -126,7 +127,10 @@ def rebuild(
     where = []
     params: list[object] = []
     if since is not None:
-        where.append(f"{PARTITION_COLUMN} >= ?")
+        # Whole traces with a span on or after `since`: a trace that crosses midnight has
+        # spans in two partitions, and one rebuilt from the later ones alone would
+        # supersede its complete trajectory with a partial one.
+        where.append(f"trace_id IN (SELECT trace_id FROM spans WHERE {PARTITION_COLUMN} >= ?)")
         params.append(since)
     if trace_ids is not None:
         where.append("trace_id IN (SELECT unnest(?))")

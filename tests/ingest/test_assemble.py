@@ -300,3 +300,22 @@ def test_rebuild_streams_traces_in_batches_and_filters(lake: store.Lake) -> None
         cli_app, ["assemble", "--lake", lake.root, "--trace-id", f"{3:032x}", "--since", "2026-11-20"]
     )
     assert only.exit_code == 0 and "assembled 1 traces" in only.stdout
+
+
+def test_rebuild_since_reads_whole_traces_that_cross_midnight(lake: store.Lake) -> None:
+    from ingest.lakeio import rebuild
+
+    # The agent span starts on 2026-11-19, its LLM call on 2026-11-20 (partition `dt` follows start_time).
+    before_midnight, after_midnight = -12 * 3600 - 10, -12 * 3600 + 10
+    rows = [
+        agent("a" * 16, None, "bot", before_midnight),
+        chat("b" * 16, "a" * 16, [text("user", "q")], text("assistant", "a"), after_midnight),
+    ]
+    store.write(lake, "spans", spans_table(rows))
+    full = assemble(spans_table(rows)).trajectories.drop_columns(["_written_at"]).to_pylist()
+
+    result = rebuild(lake, since=datetime(2026, 11, 20, tzinfo=UTC).date())
+    assert (result.traces, result.trajectories) == (1, 1)
+    stored = store.connect(lake).sql("SELECT * EXCLUDE (_written_at) FROM trajectories").to_arrow_table()
+    assert stored.to_pylist() == full  # not a trajectory rebuilt from the later half alone
+    assert full[0]["agent_name"] == "bot"

@@ -281,7 +281,10 @@ def scan(lake: Lake | str | os.PathLike[str], table: str) -> pl.LazyFrame:
     """A polars LazyFrame of a table, deduplicated on its key like the DuckDB view."""
     lake = Lake.of(lake)
     spec = table_spec(table)
-    files = lake.data_files(table)
+    # The same files as the views: those compaction replaced are left out (their rows are
+    # in the live compacted files, and a grace-period reclaim may delete them mid-scan).
+    snap = snapshot(lake, table)
+    files = sorted([*snap.compacted, *snap.other])
     if not files:
         return pl.DataFrame(spec.schema.empty_table()).lazy()
     # A pyarrow dataset with the table's full schema: files missing newer columns read as

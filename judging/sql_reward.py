@@ -5,9 +5,9 @@ selected trajectory in one query, with no Python per row. The expression sees th
 `candidates` columns (every trajectory column plus the scenario's `expected` and
 `split`; see `judging.select`) and may use subqueries over the other views, e.g.
 `1 - (SELECT count(*) FROM messages m WHERE m.trajectory_id = candidates.trajectory_id AND m.is_error) / 10`.
-A NULL result is a failed row (`null_value`), never a zero. The `scorer` is
-`sql:<sha256 of the expression, 12 hex>`, so a different expression never mixes
-with old values.
+A NULL result is a failed row (`null_value`), never a zero; so is NaN or infinity
+(`invalid_value`). The `scorer` is `sql:<sha256 of the expression, 12 hex>`, so a
+different expression never mixes with old values.
 """
 
 from __future__ import annotations

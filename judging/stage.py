@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import math
 import os
 import time
 import uuid
@@ -303,22 +304,24 @@ def _score_sql(lake: store.Lake, reward: SqlReward, config: ScoreConfig, run_id:
         try:
             for batch in reader:
                 scored_at = store.utc_now()
-                rows = [
-                    reward_row(
-                        r["trajectory_id"],
-                        name,
-                        reward.scorer,
-                        value=r["value"],
-                        status="ok" if r["value"] is not None else "failed",
-                        error=None if r["value"] is not None else "null_value",
-                        explanation=None if r["value"] is not None else "the SQL expression returned NULL",
-                        group_id=r["group_id"],
-                        run_id=run_id,
-                        scored_at=scored_at,
-                        metadata=meta,
+                rows = []
+                for r in batch.to_pylist():
+                    error, explanation = _sql_value_problem(r["value"])
+                    rows.append(
+                        reward_row(
+                            r["trajectory_id"],
+                            name,
+                            reward.scorer,
+                            value=None if error else r["value"],
+                            status="failed" if error else "ok",
+                            error=error,
+                            explanation=explanation,
+                            group_id=r["group_id"],
+                            run_id=run_id,
+                            scored_at=scored_at,
+                            metadata=meta,
+                        )
                     )
-                    for r in batch.to_pylist()
-                ]
                 seen += len(rows)
                 writer.add(rows, groups=len(rows))
                 bar.advance(len(rows))
@@ -327,6 +330,18 @@ def _score_sql(lake: store.Lake, reward: SqlReward, config: ScoreConfig, run_id:
     summary.trajectories_skipped = total - seen
     summary.groups_selected = len({r["group_id"] or r["trajectory_id"] for r in writer.written})
     return _finish(summary, writer)
+
+
+def _sql_value_problem(value: float | None) -> tuple[str | None, str | None]:
+    """(reason, explanation) when a SQL reward value cannot be recorded as a score, else (None, None).
+
+    NULL and non-finite results (`sqrt(-1)`, `1.0/0`) are failures, as for programmatic rewards.
+    """
+    if value is None:
+        return "null_value", "the SQL expression returned NULL"
+    if not math.isfinite(value):
+        return "invalid_value", f"the SQL expression returned {value!r}"
+    return None, None
 
 
 # --- RULER -----------------------------------------------------------------------------------

@@ -123,6 +123,18 @@ def test_sql_reward_scores_in_duckdb(qa_lake):
     )
 
 
+def test_non_finite_sql_reward_values_are_failures_not_scores(qa_lake):
+    expr = (
+        "CASE WHEN trajectory_id = 'g1-0' THEN sqrt(-1) WHEN trajectory_id = 'g1-1' THEN 1.0 / 0 ELSE 0.5 END"
+    )
+    summary = score(qa_lake, SqlReward(expr, "odd"), QUIET)
+    got = rows(qa_lake, "odd")
+    assert got["g1-0"][:3] == (None, "failed", "invalid_value")  # NaN
+    assert got["g1-1"][:3] == (None, "failed", "invalid_value")  # inf
+    assert got["g1-2"][:3] == (0.5, "ok", None)
+    assert summary.failures == {"invalid_value": 2}
+
+
 def test_sql_reward_may_use_other_views(qa_lake):
     expr = "(SELECT count(*) FROM messages m WHERE m.trajectory_id = candidates.trajectory_id)"
     score(qa_lake, SqlReward(expr, "n_messages"), QUIET)

@@ -11,6 +11,7 @@ with a reason, as Langfuse's own 207 answer does.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -55,6 +56,8 @@ def score_to_reward(score: Any, redaction: RedactionConfig | None = None) -> dic
     label = None
     if isinstance(value, bool | int | float):
         number = float(value)
+        if not math.isfinite(number):  # JSON `NaN`/`Infinity` would poison every mean over the reward
+            return f"score `{name}` on trace `{trace_id}` has value {value!r}; scores must be finite numbers"
     else:
         number, label = None, None if value is None else str(value)
     comment = score.get("comment")

@@ -26,6 +26,7 @@ scores have no single trajectory and are counted, not written. Both the v3 API s
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -169,12 +170,13 @@ def score_to_reward(
 
 
 def _number(raw: Any, score_id: Any) -> float:
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
-        try:
-            return float(raw)
-        except (TypeError, ValueError):
-            raise ObservationError("bad_value", f"numeric score `{score_id}` has value {raw!r}") from None
-    return float(raw)
+    try:
+        number = float(raw)
+    except (TypeError, ValueError):
+        raise ObservationError("bad_value", f"numeric score `{score_id}` has value {raw!r}") from None
+    if not math.isfinite(number):  # "NaN" or "Infinity" would poison every mean over the reward
+        raise ObservationError("bad_value", f"numeric score `{score_id}` has value {raw!r}")
+    return number
 
 
 def _boolean(raw: Any, string_value: Any, score_id: Any) -> float:

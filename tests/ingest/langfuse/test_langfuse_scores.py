@@ -98,6 +98,8 @@ def test_user_mapping_overrides_the_defaults() -> None:
         ({**v3("NUMERIC", 1), "name": ""}, "missing_field"),
         ({k: v for k, v in v3("NUMERIC", 1).items() if k != "timestamp"}, "missing_field"),
         (v3("NUMERIC", "lots"), "bad_value"),
+        (v3("NUMERIC", "NaN"), "bad_value"),  # not a zero, not a NaN that poisons every mean
+        (v3("NUMERIC", float("inf")), "bad_value"),
         (v3("BOOLEAN", "maybe"), "bad_value"),
         (v3("RANKING", 1), "bad_value"),
     ],

@@ -19,6 +19,7 @@ the evaluated span.
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -327,6 +328,8 @@ def _reward(
     try:
         number = None if value is None else float(value)
     except (TypeError, ValueError):  # a label-only evaluation: no number, the label is in metadata
+        number = None
+    if number is not None and not math.isfinite(number):  # NaN/inf: no usable number (raw_value keeps it)
         number = None
     scored_at = datetime.fromtimestamp((int(time_ns or 0)) / 1e9, tz=UTC)
     return {

@@ -248,6 +248,24 @@ def test_feedback_events_logs_and_annotations_become_rewards() -> None:
     assert (rewards["correct"]["value"], rewards["correct"]["scorer"]) == (1.0, "openinference:annotation")
 
 
+def test_non_finite_feedback_values_are_stored_without_a_number() -> None:
+    evaluation = {
+        "name": "gen_ai.evaluation.result",
+        "time": int((T0 + timedelta(seconds=9)).timestamp() * 1e9),
+        "attributes": {"gen_ai.evaluation.name": "relevance", "gen_ai.evaluation.score.value": "NaN"},
+    }
+    rows = [
+        agent("a" * 16, None, "bot", 0),
+        {
+            **chat("b" * 16, "a" * 16, [text("user", "q")], text("assistant", "a"), 1),
+            "events": json.dumps([evaluation]),
+        },
+    ]
+    (reward,) = assemble(spans_table(rows)).rewards.to_pylist()
+    assert reward["name"] == "relevance" and reward["value"] is None  # NaN would poison every mean
+    assert json.loads(reward["metadata"])["raw_value"] == "NaN"
+
+
 def test_assembly_is_deterministic_and_in_the_lake_schemas(lake: store.Lake) -> None:
     rows = [
         agent("a" * 16, None, "bot", 0),

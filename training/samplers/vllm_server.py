@@ -5,6 +5,9 @@ vLLM's `return_token_ids`, so nothing is re-tokenised on either side. The server
 and shares the prompt's prefill across the `n` samples (prefix caching). Adapters are
 loaded once per path with `/v1/load_lora_adapter` (the server must run with
 `--enable-lora` and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=1`) and then addressed by name.
+Start the server with `--logprobs-mode processed_logprobs`, as the in-process `vllm`
+backend sets it: vLLM's default returns logprobs before temperature/top-k/top-p, which
+are not the sampling policy's (GRPO's `old_per_token_logps`) when temperature != 1.
 
 The client keeps one pooled `httpx.AsyncClient` per event loop, bounds in-flight requests
 with a semaphore, and retries connection errors, timeouts, 429 and 5xx with exponential

@@ -53,10 +53,6 @@ def compact_generation(name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def is_compacted(name: str) -> bool:
-    return compact_generation(name) is not None
-
-
 def base_name(path: str) -> str:
     return path.rsplit("/", 1)[-1]
 

@@ -284,11 +284,6 @@ def _leaf_paths(path: str, kind: pa.DataType) -> list[str]:
     return [path]
 
 
-def new_file_name() -> str:
-    """Sortable by creation time, unique across threads and processes."""
-    return new_part_name()
-
-
 def partition_dir(lake: Lake, spec: TableSpec, dt: date | None) -> str:
     if not spec.partitioned:
         return lake.table_dir(spec.name)

@@ -10,7 +10,11 @@ The contract, in the order it is enforced:
 3. Rows stream into zstd Parquet files under temporary names (`.part-….parquet.tmp`,
    which no `*.parquet` glob matches), bounded by `row_group_size` rows per partition.
 4. Only when every batch has been validated and written are the files fsynced and
-   renamed into place. Any failure deletes the temporaries: nothing partial is visible.
+   renamed into place; a failure before that deletes the temporaries, so a rejected or
+   failed write leaves nothing visible. A write spanning several files (several `dt`
+   partitions, or more than `max_rows_per_file` rows) commits them one rename at a time:
+   a process killed in that instant can leave some visible, which re-running the same
+   write repairs (rows are keyed; the newest wins in the views).
 
 File names embed the write time and a random suffix, so concurrent writers (threads or
 processes) never collide.

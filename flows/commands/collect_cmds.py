@@ -106,7 +106,10 @@ def assemble(
     lake: LakeOption = None,
     since: Annotated[
         datetime | None,
-        typer.Option(formats=["%Y-%m-%d"], help="Only spans in dt partitions on/after this date."),
+        typer.Option(
+            formats=["%Y-%m-%d"],
+            help="Only traces with a span on or after this date (each rebuilt from all its spans).",
+        ),
     ] = None,
     trace_id: Annotated[
         list[str] | None, typer.Option("--trace-id", help="Only these traces (repeatable).")

@@ -9,7 +9,9 @@ transforms data.
 
 from __future__ import annotations
 
+import json
 import os
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -139,8 +141,6 @@ def pull_langfuse(config: TrajlakeConfig) -> int:
         raise StageError(
             "langfuse.public_key_env", f"set ${section.public_key_env} and ${section.secret_key_env}"
         )
-    from datetime import timedelta
-
     langfuse = LangfuseConfig(
         host=section.host,
         public_key=public,
@@ -477,7 +477,6 @@ def publish_adapter(
     except PromotionRefused:
         published = publish(lake, adapter, section.name, aliases=("latest",), **common)
         promoted = False
-    import json
 
     return {
         "name": published.name,

@@ -34,6 +34,19 @@ ResumeOption = Annotated[
 ]
 
 
+BaseModelOption = Annotated[
+    str, typer.Option("--base-model", help="Base model folder or hub id (available offline).")
+]
+OutputOption = Annotated[
+    Path, typer.Option("--output", "-o", help="Run folder: checkpoints/ and adapter/ go here.")
+]
+MaxStepsOption = Annotated[int | None, typer.Option(help="Optimizer steps (overrides --epochs).")]
+LearningRateOption = Annotated[float | None, typer.Option("--lr", help="Peak learning rate.")]
+SaveStepsOption = Annotated[int | None, typer.Option(help="Checkpoint every N steps.")]
+SeedOption = Annotated[int | None, typer.Option(help="Random seed.")]
+ReportToOption = Annotated[str | None, typer.Option(help="Also report to wandb or tensorboard.")]
+
+
 def parse_overrides(pairs: list[str] | None, config_cls: type) -> dict[str, Any]:
     """`name=value` pairs as config kwargs; unknown names fail listing close matches."""
     import difflib
@@ -81,19 +94,15 @@ def print_result(result: Any) -> None:
 
 @train_app.command("sft")
 def train_sft_command(
-    base_model: Annotated[
-        str, typer.Option("--base-model", help="Base model folder or hub id (available offline).")
-    ],
-    output: Annotated[
-        Path, typer.Option("--output", "-o", help="Run folder: checkpoints/ and adapter/ go here.")
-    ],
+    base_model: BaseModelOption,
+    output: OutputOption,
     sql: Annotated[
         str,
         typer.Option(help="SQL returning the `trajectory_id`s to learn from (their conversations + tools)."),
     ] = "SELECT trajectory_id FROM trajectories",
-    max_steps: Annotated[int | None, typer.Option(help="Optimizer steps (overrides --epochs).")] = None,
+    max_steps: MaxStepsOption = None,
     epochs: Annotated[float | None, typer.Option(help="Passes over the data.")] = None,
-    learning_rate: Annotated[float | None, typer.Option("--lr", help="Peak learning rate.")] = None,
+    learning_rate: LearningRateOption = None,
     batch_size: Annotated[int | None, typer.Option(help="Rows per device per step.")] = None,
     max_length: Annotated[int | None, typer.Option(help="Longest packed row in tokens.")] = None,
     packing: Annotated[
@@ -101,9 +110,9 @@ def train_sft_command(
     ] = True,
     lora_r: Annotated[int | None, typer.Option(help="LoRA rank (a vLLM rank: 8, 16, 32, 64, ...).")] = None,
     lora_alpha: Annotated[int | None, typer.Option(help="LoRA alpha.")] = None,
-    save_steps: Annotated[int | None, typer.Option(help="Checkpoint every N steps.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Random seed.")] = None,
-    report_to: Annotated[str | None, typer.Option(help="Also report to wandb or tensorboard.")] = None,
+    save_steps: SaveStepsOption = None,
+    seed: SeedOption = None,
+    report_to: ReportToOption = None,
     resume: ResumeOption = False,
     overrides: SetOption = None,
     lake: LakeOption = None,
@@ -136,12 +145,8 @@ def train_sft_command(
 
 @train_app.command("grpo")
 def train_grpo_command(
-    base_model: Annotated[
-        str, typer.Option("--base-model", help="Base model folder or hub id (available offline).")
-    ],
-    output: Annotated[
-        Path, typer.Option("--output", "-o", help="Run folder: checkpoints/ and adapter/ go here.")
-    ],
+    base_model: BaseModelOption,
+    output: OutputOption,
     sql: Annotated[
         str,
         typer.Option(
@@ -164,14 +169,14 @@ def train_grpo_command(
     temperature: Annotated[
         float | None, typer.Option(help="The temperature the groups were sampled at.")
     ] = None,
-    max_steps: Annotated[int | None, typer.Option(help="Optimizer steps (overrides --epochs).")] = None,
+    max_steps: MaxStepsOption = None,
     epochs: Annotated[float | None, typer.Option(help="Passes over the stored groups.")] = None,
-    learning_rate: Annotated[float | None, typer.Option("--lr", help="Peak learning rate.")] = None,
+    learning_rate: LearningRateOption = None,
     batch_size: Annotated[int | None, typer.Option(help="Trajectories per device per step.")] = None,
     lora_r: Annotated[int | None, typer.Option(help="LoRA rank for a fresh adapter.")] = None,
-    save_steps: Annotated[int | None, typer.Option(help="Checkpoint every N steps.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Random seed.")] = None,
-    report_to: Annotated[str | None, typer.Option(help="Also report to wandb or tensorboard.")] = None,
+    save_steps: SaveStepsOption = None,
+    seed: SeedOption = None,
+    report_to: ReportToOption = None,
     resume: ResumeOption = False,
     overrides: SetOption = None,
     lake: LakeOption = None,

@@ -27,10 +27,10 @@ from rich.console import Console
 from rich.table import Table
 
 import store
-from training.replay import ReplayConfig, replay
-from training.rollout.render import ChatRenderer
-from training.samplers import make_sampler
-from training.scenarios import load_scenarios, read_scenarios
+from training.replay.rollout.render import ChatRenderer
+from training.replay.samplers import make_sampler
+from training.replay.scenario_io import load_scenarios, read_scenarios
+from training.replay.stage import ReplayConfig, replay
 from training.tiny import TOOLS, tiny_model_path
 
 

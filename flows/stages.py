@@ -185,10 +185,11 @@ def assemble_pending(config: TrajlakeConfig) -> int:
 
 def make_scenarios(config: TrajlakeConfig) -> dict[str, int]:
     """Scenarios from the trajectories `scenarios.sql` selects (idempotent: same ids, same split)."""
-    from training.scenarios import create_scenarios
+    from training.replay.scenario_io import create_scenarios
+    from training.replay.scenarios import ScenarioConfig
 
     result = create_scenarios(
-        lake_of(config), config.scenarios.sql, val_fraction=config.scenarios.val_fraction
+        lake_of(config), config.scenarios.sql, ScenarioConfig(val_fraction=config.scenarios.val_fraction)
     )
     con = store.connect(lake_of(config))
     counts = dict(con.execute("SELECT split, count(*) FROM scenarios GROUP BY split").fetchall())
@@ -204,7 +205,7 @@ def make_scenarios(config: TrajlakeConfig) -> dict[str, int]:
 
 def tool_source(config: TrajlakeConfig) -> Any:
     """Tools for rollouts: recorded production results and/or `package.module:function` callables."""
-    from training.rollout.tools import make_tools
+    from training.replay.rollout.tools import make_tools
 
     specs = [s.strip() for s in config.replay.tools.split(",") if s.strip()]
     callables = [s for s in specs if s != "recorded"]
@@ -212,7 +213,7 @@ def tool_source(config: TrajlakeConfig) -> Any:
 
 
 def replay_config(config: TrajlakeConfig, run: str, seed: int) -> Any:
-    from training.replay import ReplayConfig
+    from training.replay.stage import ReplayConfig
 
     section = config.replay
     return ReplayConfig(
@@ -227,7 +228,7 @@ def replay_config(config: TrajlakeConfig, run: str, seed: int) -> Any:
 
 
 def sampler_for(config: TrajlakeConfig, adapter: str | None) -> Any:
-    from training.samplers import make_sampler
+    from training.replay.samplers import make_sampler
 
     options: dict[str, Any] = {"adapter": adapter}
     if config.replay.backend == "vllm-server":
@@ -237,7 +238,7 @@ def sampler_for(config: TrajlakeConfig, adapter: str | None) -> Any:
 
 def replay_round(config: TrajlakeConfig, adapter: str | None, round_number: int) -> dict[str, Any]:
     """Group-sample the train scenarios with the current policy; resumable (complete groups are skipped)."""
-    from training.replay import replay
+    from training.replay.stage import replay
 
     with sampler_for(config, adapter) as sampler:
         result = replay(

@@ -27,7 +27,7 @@ from typing import Any
 import store
 from judging.errors import ConfigValueError
 from judging.select import candidates_sql, run_checked, where_clause
-from judging.stage import new_run_id, reward_row
+from judging.stage import reward_row
 
 
 @dataclass
@@ -84,7 +84,7 @@ def combine(
     _check_weights(weights)
     lake = store.Lake.of(lake)
     scorer = combined_scorer(weights, normalize)
-    run_id = run_id or new_run_id()
+    run_id = run_id or store.new_run_id("score")
     con = store.connect(lake)
     names = sorted(weights)
     sql = f"""

@@ -26,7 +26,6 @@ import json
 import math
 import os
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,10 +65,6 @@ RewardSpec = str | ProgrammaticReward | SqlReward
 # After this many groups in a row fail with `judge_unreachable` (retries included), the
 # endpoint is down: stop instead of recording the same failure for every remaining group.
 UNREACHABLE_STOP = 3
-
-
-def new_run_id() -> str:
-    return f"score-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:6]}"
 
 
 @dataclass
@@ -197,7 +192,7 @@ def score(
     lake = store.Lake.of(lake)
     config = config or ScoreConfig()
     resolved = resolve_reward(reward, config.name)
-    run_id = config.run_id or new_run_id()
+    run_id = config.run_id or store.new_run_id("score")
     started = time.monotonic()
     if isinstance(resolved, str):  # "ruler"
         if judge is None:

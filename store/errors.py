@@ -62,3 +62,12 @@ class LakeBusy(StoreError):
     def __init__(self, resource: str, holder: str) -> None:
         self.resource = resource
         super().__init__(f"`{resource}` is in use by {holder}; wait for it to finish and retry")
+
+
+class SelectionError(StoreError, ValueError):
+    """A user's selection SQL cannot be used: empty, not read-only, failing, or missing a column."""
+
+    def __init__(self, message: str, *, sql: str, reason: str) -> None:
+        self.sql = sql
+        self.reason = reason  # snake_case code: empty_sql, not_read_only, bad_sql, missing_column
+        super().__init__(message)

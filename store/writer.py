@@ -26,6 +26,7 @@ import functools
 import os
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -516,6 +517,11 @@ def _split_by_partition(
         return
     for value in values:
         yield value, batch.filter(pc.equal(dts, pa.scalar(value, type=pa.date32())))
+
+
+def new_run_id(stage: str) -> str:
+    """A fresh run id (a key of the `runs` table), sortable by start time: `<stage>-<UTC time>-<random>`."""
+    return f"{stage}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"
 
 
 def utc_now() -> datetime:

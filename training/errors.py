@@ -104,7 +104,7 @@ class AdapterNotFound(PublishError, KeyError):
         return str(self.args[0])
 
 
-# --- replay: tiny model, scenarios, samplers, rollouts (issue 5) ------------------------------
+# --- the tiny local model -----------------------------------------------------------------------
 
 
 class TinyModelError(TrainingError, ValueError):
@@ -113,47 +113,3 @@ class TinyModelError(TrainingError, ValueError):
     def __init__(self, message: str, *, path: str) -> None:
         super().__init__(message)
         self.path = path
-
-
-class ScenarioError(TrainingError, ValueError):
-    """A scenario could not be made or loaded (no prompt, bad JSONL line, unknown trajectory)."""
-
-    def __init__(self, message: str, *, item: str, reason: str) -> None:
-        super().__init__(message)
-        self.item = item  # trajectory id, scenario id or "file:line"
-        self.reason = reason  # snake_case code: no_prompt, bad_json, missing_field, ...
-
-
-class SamplerError(TrainingError, RuntimeError):
-    """A sampler backend failed or was misconfigured (unknown backend, server error, bad adapter)."""
-
-    def __init__(self, message: str, *, backend: str, reason: str) -> None:
-        super().__init__(message)
-        self.backend = backend
-        self.reason = reason  # snake_case code: unknown_backend, not_installed, http_error, ...
-
-
-class ToolSourceError(TrainingError, ValueError):
-    """A tool source could not be resolved (bad import path, not callable, unknown kind)."""
-
-    def __init__(self, message: str, *, spec: str) -> None:
-        super().__init__(message)
-        self.spec = spec
-
-
-class RolloutError(TrainingError, RuntimeError):
-    """The agent loop broke an invariant it must keep (a prompt that does not extend the last)."""
-
-    def __init__(self, message: str, *, scenario_id: str, turn: int, reason: str) -> None:
-        super().__init__(message)
-        self.scenario_id = scenario_id
-        self.turn = turn
-        self.reason = reason
-
-
-class ReplayError(TrainingError, ValueError):
-    """The replay stage was misconfigured or selected nothing to replay."""
-
-    def __init__(self, message: str, *, reason: str) -> None:
-        super().__init__(message)
-        self.reason = reason  # snake_case code: bad_config, no_scenarios, ...

@@ -17,7 +17,7 @@ from typing import Any
 
 import store
 from training.errors import BadHyperparameter, PublishError
-from training.metrics import new_run_id, runs_row
+from training.run import runs_row
 
 # Adapter path (None = the base model alone) -> mean reward on the val scenarios.
 Evaluator = Callable[[str | None], float]
@@ -107,8 +107,8 @@ def evaluate(
     policy, so re-evaluating the same adapter reuses its groups); the mean reward is
     written to the `runs` table (stage `eval`) and returned.
     """
-    from training.replay import ReplayConfig, replay
-    from training.samplers import make_sampler
+    from training.replay.samplers import make_sampler
+    from training.replay.stage import ReplayConfig, replay
 
     lake = store.Lake.of(lake)
     config = replay_config or ReplayConfig(group_size=4, run="eval", seed=0)
@@ -124,7 +124,7 @@ def evaluate(
             f"evaluation of `{policy}` produced no trajectories; are there val scenarios? ({scenarios})"
         )
     mean = sum(v for _, v in scored) / len(scored)
-    run_id = new_run_id("eval")
+    run_id = store.new_run_id("eval")
     metrics = {
         "policy": policy,
         "adapter": adapter,

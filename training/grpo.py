@@ -37,22 +37,19 @@ import store
 from training.datasets import GRPOExample, select_grpo
 from training.errors import BadHyperparameter
 from training.grpo_config import TrajlakeGRPOConfig
-from training.metrics import (
-    NonFiniteLossGuard,
-    RunsTableCallback,
-    TrainResult,
-    read_run_record,
-    write_run_record,
-)
-from training.sft import (
+from training.metrics import NonFiniteLossGuard, RunsTableCallback
+from training.run import (
     ADAPTER,
     CHECKPOINTS,
+    TrainResult,
     hyperparameters,
     last_checkpoint,
     load_tokenizer,
     raise_non_finite,
+    read_run_record,
     save_adapter,
     start_run,
+    write_run_record,
 )
 
 ROW_COLUMNS = (

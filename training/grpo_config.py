@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from training.advantages import SCALE_REWARDS
+from training.device import bf16_supported
 from training.errors import BadHyperparameter
-from training.sft_config import LoraFields, bf16_supported
+from training.lora import LoraFields
 
 LOSS_TYPES: tuple[str, ...] = ("dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo", "vespo")
 

@@ -13,37 +13,17 @@ newest checkpoint on disk is the last good one.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import time
-import uuid
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 import store
+from training.run import runs_row
 
 # Keys TRL logs that are not per-step metrics (end-of-training summaries are kept, under their names).
 _SKIP = frozenset({"epoch_end"})
-
-
-def runs_row(run_id: str, step: int, stage: str, metrics: dict[str, Any]) -> dict[str, Any]:
-    """One `runs` row; non-finite floats are written as strings so the JSON stays valid.
-
-    >>> runs_row("r1", 3, "grpo", {"loss": float("nan")})["metrics"]
-    '{"loss": "nan"}'
-    """
-    clean = {k: (repr(v) if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
-    return {
-        "run_id": run_id,
-        "step": step,
-        "stage": stage,
-        "metrics": json.dumps(clean),
-        "at": store.utc_now(),
-    }
 
 
 class RunsTableCallback(TrainerCallback):
@@ -161,64 +141,3 @@ class NonFiniteLossGuard(TrainerCallback):
             control.should_training_stop = True
             control.should_save = False
         return control
-
-
-# --- the record a training run leaves next to its adapter -------------------------------------
-
-RUN_RECORD = "trajlake_run.json"
-
-
-@dataclass
-class TrainResult:
-    """What a training stage produced: the adapter folder and everything the publisher needs."""
-
-    stage: str
-    run_id: str
-    adapter_dir: str
-    base_model: str
-    global_step: int
-    metrics: dict[str, Any] = field(default_factory=dict)
-    lineage: dict[str, Any] = field(default_factory=dict)
-    hyperparameters: dict[str, Any] = field(default_factory=dict)
-    parent: dict[str, Any] | None = None  # the record of the adapter this run continued from
-    report: dict[str, Any] = field(default_factory=dict)  # stage-specific: groups, packing, ...
-
-    @property
-    def stages(self) -> list[str]:
-        return [*(self.parent or {}).get("stages", []), self.stage]
-
-    @property
-    def run_ids(self) -> list[str]:
-        return [*(self.parent or {}).get("run_ids", []), self.run_id]
-
-    def to_record(self) -> dict[str, Any]:
-        record = asdict(self)
-        record["stages"] = self.stages
-        record["run_ids"] = self.run_ids
-        record["lineage_chain"] = [
-            *(self.parent or {}).get("lineage_chain", []),
-            {"stage": self.stage, **self.lineage},
-        ]
-        return record
-
-
-def write_run_record(result: TrainResult) -> Path:
-    """Write `trajlake_run.json` into the adapter folder, last: its presence marks the adapter complete."""
-    path = Path(result.adapter_dir) / RUN_RECORD
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result.to_record(), indent=2, sort_keys=True, default=str))
-    os.replace(tmp, path)
-    return path
-
-
-def read_run_record(adapter_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The run record of an adapter folder trained by trajlake, or None for a foreign adapter."""
-    path = Path(adapter_dir) / RUN_RECORD
-    if not path.exists():
-        return None
-    return json.loads(path.read_text())
-
-
-def new_run_id(stage: str) -> str:
-    """A fresh run id, sortable by start time: `<stage>-<UTC timestamp>-<random>`."""
-    return f"{stage}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"

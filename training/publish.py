@@ -43,8 +43,8 @@ from training.errors import (
     PublishError,
 )
 from training.evaluation import Evaluator
-from training.metrics import RUN_RECORD, new_run_id, read_run_record, runs_row
-from training.sft_config import VLLM_LORA_RANKS
+from training.lora import VLLM_LORA_RANKS
+from training.run import RUN_RECORD, read_run_record, runs_row
 
 REGISTRY_DIR = "_registry"
 MANIFEST = "manifest.json"
@@ -296,7 +296,7 @@ def run_gate(
     gate = EvalGate(
         candidate, incumbent, incumbent_name, promoted=better or force, forced=force and not better
     )
-    run_id = new_run_id("eval")
+    run_id = store.new_run_id("eval")
     store.write(
         lake,
         "runs",

@@ -8,20 +8,13 @@ The shape follows `trl/scripts/sft.py`: select rows (I/O), build the dataset, ha
    objects, so the loss covers exactly the assistant tokens (`assistant_masks`). Rows go
    to TRL pre-tokenised; packing, truncation and labels stay TRL's.
 2. Bookkeeping: a `runs` row per logged step, a non-finite loss guard, checkpoints under
-   `<output_dir>/checkpoints` and resume from the newest one.
+   `<output_dir>/checkpoints` and resume from the newest one (`training.run`).
 3. A run record (`trajlake_run.json`, written last) beside the adapter in
    `<output_dir>/adapter`, carrying lineage and hyperparameters for `publish`.
-
-Folder layout of a run::
-
-    <output_dir>/run.json              run id and inputs (written first; resume reuses the id)
-    <output_dir>/checkpoints/checkpoint-<step>/
-    <output_dir>/adapter/              adapter_config.json, adapter_model.safetensors, tokenizer, trajlake_run.json
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,20 +22,21 @@ from typing import Any
 
 import store
 from training.datasets import SFTSelection, select_sft
-from training.errors import NonFiniteLoss, TrainingError
-from training.metrics import (
-    NonFiniteLossGuard,
-    RunsTableCallback,
+from training.errors import TrainingError
+from training.metrics import NonFiniteLossGuard, RunsTableCallback
+from training.run import (
+    ADAPTER,
+    CHECKPOINTS,
     TrainResult,
-    new_run_id,
+    hyperparameters,
+    last_checkpoint,
+    load_tokenizer,
+    raise_non_finite,
+    save_adapter,
+    start_run,
     write_run_record,
 )
 from training.sft_config import TrajlakeSFTConfig
-
-CHECKPOINTS = "checkpoints"
-ADAPTER = "adapter"
-RUN_STATE = "run.json"
-
 
 # --- dataset ------------------------------------------------------------------------------------
 
@@ -108,76 +102,6 @@ def packing_efficiency(dataset: Any, max_length: int) -> float:
     if not lengths:
         return 0.0
     return sum(lengths) / (len(lengths) * max(max_length, max(lengths)))
-
-
-# --- run folder ---------------------------------------------------------------------------------
-
-
-def last_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
-    """The newest `checkpoint-<step>` folder under `<output_dir>/checkpoints`, if any."""
-    folder = Path(output_dir) / CHECKPOINTS
-    if not folder.is_dir():
-        return None
-    steps = []
-    for child in folder.iterdir():
-        name, _, step = child.name.partition("-")
-        # A run killed while saving leaves a folder without trainer_state.json (saved last): skip it.
-        if name == "checkpoint" and step.isdigit() and (child / "trainer_state.json").exists():
-            steps.append((int(step), child))
-    return str(max(steps)[1]) if steps else None
-
-
-def start_run(
-    output_dir: str | os.PathLike[str], stage: str, run_id: str | None, resume: bool, inputs: dict[str, Any]
-) -> str:
-    """Create (or, on resume, reopen) the run folder and return the run id.
-
-    Resuming reuses the recorded run id so the `runs` table continues the same run;
-    starting fresh in a folder that already holds checkpoints is refused, because mixing
-    two runs' checkpoints would make "resume" resume the wrong one.
-    """
-    folder = Path(output_dir)
-    state_path = folder / RUN_STATE
-    if resume and state_path.exists():
-        return str(json.loads(state_path.read_text())["run_id"])
-    if not resume and last_checkpoint(folder) is not None:
-        raise TrainingError(
-            f"`{folder}` already holds checkpoints of an earlier run; pass `resume=True` (`--resume`) "
-            "to continue it, or choose a new output folder"
-        )
-    folder.mkdir(parents=True, exist_ok=True)
-    run_id = run_id or new_run_id(stage)
-    state_path.write_text(json.dumps({"run_id": run_id, "stage": stage, **inputs}, indent=2, default=str))
-    return run_id
-
-
-def load_tokenizer(base_model: str) -> Any:
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(base_model)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer
-
-
-def save_adapter(model: Any, tokenizer: Any, adapter_dir: Path) -> None:
-    """Save only the trained adapter (never a `ref` copy TRL may hold) plus the tokenizer."""
-    adapter_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(adapter_dir), selected_adapters=["default"])
-    tokenizer.save_pretrained(str(adapter_dir))
-
-
-def raise_non_finite(guard: NonFiniteLossGuard, output_dir: str | os.PathLike[str]) -> None:
-    if guard.tripped_at is None:
-        return
-    kept = last_checkpoint(output_dir)
-    raise NonFiniteLoss(
-        f"the loss became non-finite at step {guard.tripped_at} ({guard.evidence}); the run stopped and "
-        f"the last good checkpoint is `{kept or 'none (it failed before the first checkpoint)'}`. "
-        "Lower the learning rate or check the data, then rerun with `--resume` from that checkpoint",
-        step=guard.tripped_at,
-        last_checkpoint=kept,
-    )
 
 
 # --- the stage ----------------------------------------------------------------------------------
@@ -249,37 +173,3 @@ def train_sft(
     )
     write_run_record(result)
     return result
-
-
-# Hyperparameters worth recording in the manifest (the full config stays in the checkpoints).
-RECORDED = (
-    "learning_rate",
-    "num_train_epochs",
-    "max_steps",
-    "per_device_train_batch_size",
-    "gradient_accumulation_steps",
-    "lr_scheduler_type",
-    "warmup_steps",
-    "weight_decay",
-    "max_grad_norm",
-    "seed",
-    "max_length",
-    "packing",
-    "loss_type",
-    "beta",
-    "epsilon",
-    "epsilon_high",
-    "scale_rewards",
-    "temperature",
-    "importance_sampling_level",
-    "num_iterations",
-    "mask_truncated_completions",
-    "reward_name",
-)
-
-
-def hyperparameters(config: Any) -> dict[str, Any]:
-    """The recorded subset of a stage config, plus its LoRA shape."""
-    values = {name: getattr(config, name) for name in RECORDED if hasattr(config, name)}
-    values.update(config.lora_hyperparameters())
-    return {k: (v.value if hasattr(v, "value") else v) for k, v in values.items()}

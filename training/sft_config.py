@@ -9,99 +9,12 @@ below only add the LoRA shape (kept inside what vLLM can serve) and run bookkeep
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from trl import SFTConfig
 
+from training.device import bf16_supported
 from training.errors import BadHyperparameter
-
-# vLLM's `--max-lora-rank` accepts exactly these values (vllm/config/lora.py).
-VLLM_LORA_RANKS: tuple[int, ...] = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-DEFAULT_TARGET_MODULES: tuple[str, ...] = (
-    "q_proj",
-    "k_proj",
-    "v_proj",
-    "o_proj",
-    "gate_proj",
-    "up_proj",
-    "down_proj",
-)
-
-
-def bf16_supported() -> bool:
-    """Whether bf16 mixed precision can run here (a CUDA device that supports it)."""
-    import torch
-
-    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-
-
-@dataclass
-class LoraFields:
-    """LoRA adapter shape shared by the SFT and GRPO stages (vLLM-servable by construction)."""
-
-    # Parameters that shape the LoRA adapter
-    lora_r: int = field(
-        default=16,
-        metadata={
-            "help": f"LoRA rank; must be one of vLLM's ranks {VLLM_LORA_RANKS} and <= the server's --max-lora-rank (16 by default)."
-        },
-    )
-    lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling numerator (scale = alpha / r)."})
-    lora_dropout: float = field(default=0.0, metadata={"help": "Dropout on the LoRA input during training."})
-    lora_target_modules: list[str] | None = field(
-        default=None,
-        metadata={
-            "help": "Modules to adapt; default: the attention and MLP projections of Qwen/Llama-style models."
-        },
-    )
-    # Bookkeeping
-    run_id: str | None = field(
-        default=None, metadata={"help": "Id of this run in the lake's `runs` table (generated when empty)."}
-    )
-
-    def check_lora(self) -> None:
-        """Reject adapter shapes vLLM would refuse, before any work starts."""
-        if self.lora_r not in VLLM_LORA_RANKS:
-            raise BadHyperparameter(
-                f"`lora_r` = {self.lora_r} is not a rank vLLM can serve; pick one of {', '.join(map(str, VLLM_LORA_RANKS))}",
-                name="lora_r",
-                value=self.lora_r,
-            )
-        if self.lora_alpha <= 0:
-            raise BadHyperparameter(
-                f"`lora_alpha` must be positive; got {self.lora_alpha}",
-                name="lora_alpha",
-                value=self.lora_alpha,
-            )
-        if not 0.0 <= self.lora_dropout < 1.0:
-            raise BadHyperparameter(
-                f"`lora_dropout` must be in [0, 1); got {self.lora_dropout}",
-                name="lora_dropout",
-                value=self.lora_dropout,
-            )
-
-    def lora_config(self) -> Any:
-        """The PEFT `LoraConfig`: bias none, no DoRA, no modules_to_save, default init (all vLLM-compatible)."""
-        from peft import LoraConfig
-
-        return LoraConfig(
-            r=self.lora_r,
-            lora_alpha=self.lora_alpha,
-            lora_dropout=self.lora_dropout,
-            target_modules=list(self.lora_target_modules or DEFAULT_TARGET_MODULES),
-            bias="none",
-            use_dora=False,
-            modules_to_save=None,
-            task_type="CAUSAL_LM",
-        )
-
-    def lora_hyperparameters(self) -> dict[str, Any]:
-        return {
-            "lora_r": self.lora_r,
-            "lora_alpha": self.lora_alpha,
-            "lora_dropout": self.lora_dropout,
-            "lora_target_modules": list(self.lora_target_modules or DEFAULT_TARGET_MODULES),
-        }
+from training.lora import LoraFields
 
 
 @dataclass

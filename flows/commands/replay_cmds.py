@@ -31,11 +31,14 @@ def scenarios_create(
     lake: LakeOption = None,
 ) -> None:
     """Cut scenarios (prompt prefix, tools, expected outcome, recorded tool results) from selected trajectories."""
-    from training.errors import ScenarioError
-    from training.scenarios import create_scenarios
+    from training.replay.errors import ScenarioError
+    from training.replay.scenario_io import create_scenarios
+    from training.replay.scenarios import ScenarioConfig
 
     try:
-        result = create_scenarios(resolve_lake(lake), sql, turn=turn, val_fraction=val_fraction)
+        result = create_scenarios(
+            resolve_lake(lake), sql, ScenarioConfig(turn=turn, val_fraction=val_fraction)
+        )
     except ScenarioError as exc:
         raise fail(str(exc)) from None
     typer.echo(f"wrote {len(result.scenario_ids)} scenarios")
@@ -52,11 +55,12 @@ def scenarios_load(
     lake: LakeOption = None,
 ) -> None:
     """Load scenarios from a JSONL file (all lines are checked before anything is written)."""
-    from training.errors import ScenarioError
-    from training.scenarios import load_scenarios
+    from training.replay.errors import ScenarioError
+    from training.replay.scenario_io import load_scenarios
+    from training.replay.scenarios import ScenarioConfig
 
     try:
-        result = load_scenarios(resolve_lake(lake), path, val_fraction=val_fraction)
+        result = load_scenarios(resolve_lake(lake), path, ScenarioConfig(val_fraction=val_fraction))
     except ScenarioError as exc:
         raise fail(str(exc)) from None
     typer.echo(f"wrote {len(result.scenario_ids)} scenarios")
@@ -103,10 +107,10 @@ def replay_command(
     lake: LakeOption = None,
 ) -> None:
     """Group sampling: G token-exact trajectories per scenario (resumable: complete groups are skipped)."""
-    from training.errors import TrainingError
-    from training.replay import ReplayConfig, replay
-    from training.rollout.tools import make_tools
-    from training.samplers import make_sampler
+    from training.replay.errors import ReplayError
+    from training.replay.rollout.tools import make_tools
+    from training.replay.samplers import make_sampler
+    from training.replay.stage import ReplayConfig, replay
 
     options: dict[str, object] = {"adapter": adapter, "tokenizer": tokenizer}
     if backend == "vllm-server":
@@ -134,7 +138,7 @@ def replay_command(
                 tools=make_tools(tool or (), recorded=recorded_tools),
                 rollout=rollout,
             )
-    except TrainingError as exc:
+    except ReplayError as exc:
         raise fail(str(exc)) from None
     typer.echo(
         f"wrote {len(result.group_ids)} groups ({len(result.trajectory_ids)} trajectories, "
@@ -160,8 +164,8 @@ def serve_sampler(
     """
     import uvicorn
 
-    from training.rollout.openai_app import create_app
-    from training.samplers import make_sampler
+    from training.replay.rollout.openai_app import create_app
+    from training.replay.samplers import make_sampler
 
     sampler = make_sampler("transformers", model, adapter=adapter)
     typer.echo(f"serving {sampler.policy} on http://{host}:{port}/v1")

@@ -269,8 +269,8 @@ def publish_command(
         from judging.errors import JudgingError
         from judging.registry import get_reward
         from training.evaluation import replay_evaluator
-        from training.metrics import read_run_record
-        from training.replay import ReplayConfig
+        from training.replay.stage import ReplayConfig
+        from training.run import read_run_record
 
         try:
             reward_fn = get_reward(eval_reward)

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from training.samplers.base import Completion, Sampler, SampleRequest
+from training.replay.samplers.base import Completion, Sampler, SampleRequest
 
 Script = Callable[[str], str]  # decoded prompt text -> completion text
 

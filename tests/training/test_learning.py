@@ -23,8 +23,8 @@ from training.evaluation import evaluate, replay_evaluator, score_trajectories
 from training.grpo import train_grpo
 from training.grpo_config import TrajlakeGRPOConfig
 from training.publish import publish, read_manifest
-from training.replay import ReplayConfig, replay
-from training.samplers import make_sampler
+from training.replay.samplers import make_sampler
+from training.replay.stage import ReplayConfig, replay
 
 
 @pytest.fixture(scope="module")

@@ -24,8 +24,8 @@ from training.errors import (
 )
 from training.grpo import train_grpo
 from training.grpo_config import TrajlakeGRPOConfig
-from training.metrics import TrainResult
 from training.publish import load_into_vllm, publish, read_manifest, resolve_adapter, vllm_problems
+from training.run import TrainResult
 from training.sft import train_sft
 from training.sft_config import TrajlakeSFTConfig
 
@@ -193,8 +193,8 @@ def test_gate_refuses_a_worse_adapter_unless_forced(trained) -> None:  # type: i
 
 
 def test_load_into_vllm_protocol_server(trained, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
-    from training.rollout.openai_app import LoopbackServer, create_app
-    from training.samplers import make_sampler
+    from training.replay.rollout.openai_app import LoopbackServer, create_app
+    from training.replay.samplers import make_sampler
 
     lake, grpo, _ = trained
     with make_sampler("transformers", str(tiny_model)) as sampler, LoopbackServer(create_app(sampler)) as url:

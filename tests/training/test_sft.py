@@ -19,7 +19,8 @@ from tests.training.test_datasets import add_call
 from tests.training.train_helpers import msg, traj
 from training.datasets import select_sft
 from training.errors import BadHyperparameter, SelectionError, TrainingError
-from training.sft import last_checkpoint, load_tokenizer, tokenize_conversations, train_sft
+from training.run import last_checkpoint, load_tokenizer
+from training.sft import tokenize_conversations, train_sft
 from training.sft_config import TrajlakeSFTConfig
 
 ALL = "SELECT trajectory_id FROM trajectories"

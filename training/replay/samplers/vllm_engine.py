@@ -12,8 +12,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from training.errors import SamplerError
-from training.samplers.base import Completion, Sampler, SampleRequest, adapter_name
+from training.replay.errors import SamplerError
+from training.replay.samplers.base import Completion, Sampler, SampleRequest, adapter_name
 
 
 class VLLMEngineSampler(Sampler):

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from tests.training.helpers import TOOLS, ScriptedSampler, calculator_script
-from training.rollout.loop import AgentLoop, RolloutLimits
-from training.rollout.tools import CallableTools, ChainTools, RecordedTools, make_tools
-from training.samplers.base import SamplingParams
-from training.scenarios import Scenario, normalize_message
+from training.replay.rollout.loop import AgentLoop, RolloutLimits
+from training.replay.rollout.tools import CallableTools, ChainTools, RecordedTools, make_tools
+from training.replay.samplers.base import SamplingParams
+from training.replay.scenarios import Scenario, normalize_message
 
 
 def _scenario(recorded: list[dict] | None = None) -> Scenario:

@@ -19,12 +19,12 @@ import inspect
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from training.errors import ToolSourceError
-from training.rollout.parsing import canonical_arguments
-from training.scenarios import Scenario
+from training.replay.errors import ToolSourceError
+from training.replay.rollout.parsing import canonical_arguments
+from training.replay.scenarios import Scenario
 
 
 @dataclass(frozen=True)
@@ -179,6 +179,23 @@ class NoTools(ToolSource):
 
     def describe(self) -> str:
         return "none"
+
+
+@dataclass(frozen=True)
+class ToolsConfig:
+    """Where a replay's tool results come from."""
+
+    tool: tuple[str, ...] = field(
+        default=(),
+        metadata={"help": "Tool function `[name=]package.module:function`, sync or async (repeatable)."},
+    )
+    recorded: bool = field(
+        default=True,
+        metadata={"help": "Answer other tool calls with the results recorded in the source trajectory."},
+    )
+
+    def build(self) -> ToolSource:
+        return make_tools(self.tool, recorded=self.recorded)
 
 
 def make_tools(callables: Sequence[str] = (), *, recorded: bool = True) -> ToolSource:

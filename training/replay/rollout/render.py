@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from training.errors import RolloutError
+from training.replay.errors import RolloutError
 
 _DUMMY = [{"role": "user", "content": "."}, {"role": "assistant", "content": "."}]
 

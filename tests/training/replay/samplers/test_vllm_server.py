@@ -11,10 +11,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
-from training.errors import SamplerError
-from training.rollout.openai_app import LoopbackServer
-from training.samplers import make_sampler
-from training.samplers.base import SampleRequest, SamplingParams, adapter_name
+from training.replay.errors import SamplerError
+from training.replay.rollout.openai_app import LoopbackServer
+from training.replay.samplers import make_sampler
+from training.replay.samplers.base import SampleRequest, SamplingParams, adapter_name
 
 REQUEST = SampleRequest((1, 2, 3), 2, SamplingParams(max_tokens=3, temperature=0.5, top_k=5, seed=7))
 

@@ -12,9 +12,9 @@ import openai
 import pytest
 
 from tests.training.helpers import TOOLS, ScriptedSampler, calculator_script
-from training.rollout.openai_app import EPISODE_HEADER, Recorder, create_app
-from training.samplers import make_sampler
-from training.samplers.base import Sampler
+from training.replay.rollout.openai_app import EPISODE_HEADER, Recorder, create_app
+from training.replay.samplers import make_sampler
+from training.replay.samplers.base import Sampler
 
 
 @pytest.fixture(scope="module")

@@ -30,11 +30,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import store
-from training.errors import ReplayError
-from training.rollout.loop import AgentLoop, Episode, RolloutLimits
-from training.rollout.tools import ToolSource, make_tools
-from training.samplers.base import Sampler, SamplingParams
-from training.scenarios import Scenario, read_scenarios
+from training.replay.errors import ReplaySetupError
+from training.replay.rollout.loop import AgentLoop, Episode, RolloutLimits
+from training.replay.rollout.tools import ToolSource, make_tools
+from training.replay.samplers.base import Sampler, SamplingParams
+from training.replay.scenario_io import read_scenarios
+from training.replay.scenarios import Scenario
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,9 @@ class ReplayConfig:
             "flush_groups",
         ):
             if getattr(self, name) < 1:
-                raise ReplayError(f"`{name}` must be >= 1, got {getattr(self, name)}", reason="bad_config")
+                raise ReplaySetupError(
+                    f"`{name}` must be >= 1, got {getattr(self, name)}", reason="bad_config"
+                )
 
     def sampling_params(self) -> SamplingParams:
         return SamplingParams(
@@ -215,7 +218,7 @@ async def areplay(
     try:
         chosen = read_scenarios(lake, scenarios, con=con) if isinstance(scenarios, str) else list(scenarios)
         if isinstance(scenarios, str) and not chosen:
-            raise ReplayError(
+            raise ReplaySetupError(
                 f"the scenario selection returned no scenarios: {scenarios}", reason="no_scenarios"
             )
         ids = {
@@ -228,7 +231,7 @@ async def areplay(
     tools = tools or make_tools()
     runner: Any
     if rollout is not None:
-        from training.rollout.user import UserRollouts
+        from training.replay.rollout.user import UserRollouts
 
         runner = UserRollouts(sampler, rollout, params=config.sampling_params(), limits=config.limits())
         tools_desc = f"rollout:{runner.describe()}"

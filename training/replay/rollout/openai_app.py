@@ -28,11 +28,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
-from training.errors import SamplerError
-from training.rollout.parsing import parse_assistant_text
-from training.rollout.render import ChatRenderer, parse_tools
-from training.samplers.base import Completion, Sampler, SampleRequest, SamplingParams
-from training.scenarios import normalize_message
+from training.replay.errors import SamplerError
+from training.replay.rollout.parsing import parse_assistant_text
+from training.replay.rollout.render import ChatRenderer, parse_tools
+from training.replay.samplers.base import Completion, Sampler, SampleRequest, SamplingParams
+from training.replay.scenarios import normalize_message
 
 EPISODE_HEADER = "x-trajlake-episode"
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from tests.training.helpers import TOOLS, ScriptedSampler, calculator_script
-from training.errors import ToolSourceError
-from training.rollout.loop import RolloutLimits
-from training.rollout.user import UserRollouts
-from training.samplers.base import SamplingParams
-from training.scenarios import Scenario, normalize_message
+from training.replay.errors import ToolSourceError
+from training.replay.rollout.loop import RolloutLimits
+from training.replay.rollout.user import UserRollouts
+from training.replay.samplers.base import SamplingParams
+from training.replay.scenarios import Scenario, normalize_message
 
 
 def _scenario() -> Scenario:
@@ -37,7 +37,10 @@ def _group(tiny_model: Path, spec: str, group_size: int = 2, limits: RolloutLimi
 
 @pytest.mark.parametrize(
     "spec",
-    ["tests.training.rollout.user_agents:async_agent", "tests.training.rollout.user_agents:sync_agent"],
+    [
+        "tests.training.replay.rollout.user_agents:async_agent",
+        "tests.training.replay.rollout.user_agents:sync_agent",
+    ],
 )
 def test_openai_sdk_agent_is_recorded_token_exactly(tiny_model: Path, spec: str) -> None:
     sampler, episodes = _group(tiny_model, spec)
@@ -60,12 +63,12 @@ def test_openai_sdk_agent_is_recorded_token_exactly(tiny_model: Path, spec: str)
 
 
 def test_agent_failure_and_turn_limit_are_recorded(tiny_model: Path) -> None:
-    _, (failed,) = _group(tiny_model, "tests.training.rollout.user_agents:failing_agent", group_size=1)
+    _, (failed,) = _group(tiny_model, "tests.training.replay.rollout.user_agents:failing_agent", group_size=1)
     assert failed.status == "error" and "agent crashed after one call" in failed.error
     assert len(failed.turns) == 1  # the call it made is still recorded
     _, (looped,) = _group(
         tiny_model,
-        "tests.training.rollout.user_agents:looping_agent",
+        "tests.training.replay.rollout.user_agents:looping_agent",
         group_size=1,
         limits=RolloutLimits(max_turns=3),
     )
@@ -75,6 +78,6 @@ def test_agent_failure_and_turn_limit_are_recorded(tiny_model: Path) -> None:
 def test_bad_rollout_path_names_the_problem(tiny_model: Path) -> None:
     sampler = ScriptedSampler(str(tiny_model), calculator_script)
     with pytest.raises(ToolSourceError, match="no attribute `nope`"):
-        UserRollouts(sampler, "tests.training.rollout.user_agents:nope")
+        UserRollouts(sampler, "tests.training.replay.rollout.user_agents:nope")
     with pytest.raises(ToolSourceError, match="not an import path"):
         UserRollouts(sampler, "just_a_name")

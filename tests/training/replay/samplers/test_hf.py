@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from training.samplers import make_sampler
-from training.samplers.base import SampleRequest, SamplingParams
+from training.replay.samplers import make_sampler
+from training.replay.samplers.base import SampleRequest, SamplingParams
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.9])

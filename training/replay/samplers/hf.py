@@ -14,8 +14,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from training.errors import SamplerError
-from training.samplers.base import Completion, Sampler, SampleRequest, SamplingParams, adapter_name
+from training.replay.errors import SamplerError
+from training.replay.samplers.base import Completion, Sampler, SampleRequest, SamplingParams, adapter_name
 
 
 class TransformersSampler(Sampler):

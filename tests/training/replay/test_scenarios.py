@@ -9,14 +9,9 @@ import pytest
 
 import store
 from tests.training.helpers import TOOLS, make_trajectory
-from training.errors import ScenarioError
-from training.scenarios import (
-    assign_split,
-    create_scenarios,
-    load_scenarios,
-    prompt_prefix,
-    read_scenarios,
-)
+from training.replay.errors import ScenarioError
+from training.replay.scenario_io import create_scenarios, load_scenarios, read_scenarios
+from training.replay.scenarios import ScenarioConfig, assign_split, prompt_prefix
 
 
 def _scenario_rows(lake: store.Lake) -> list[dict]:
@@ -51,7 +46,7 @@ def test_chosen_turn_and_metadata_expected(lake: store.Lake) -> None:
     store.write(
         lake, "trajectories", [make_trajectory("t1", metadata=json.dumps({"expected": {"answer": 84}}))]
     )
-    create_scenarios(lake, "SELECT trajectory_id FROM trajectories", turn=1)
+    create_scenarios(lake, "SELECT trajectory_id FROM trajectories", ScenarioConfig(turn=1))
     (scenario,) = read_scenarios(lake)
     # Cut before the second assistant turn: the tool call and its result are part of the prompt.
     assert [m["role"] for m in scenario.messages] == ["system", "user", "assistant", "tool"]
@@ -76,7 +71,11 @@ def test_unusable_trajectories_are_skipped_with_reasons_and_all_bad_writes_nothi
         create_scenarios(lake, "SELECT trajectory_id FROM trajectories WHERE trajectory_id = 't-bad'")
     assert err.value.reason == "no_scenarios"
     with pytest.raises(ScenarioError, match="there is no turn 5 to cut at"):
-        create_scenarios(lake, "SELECT trajectory_id FROM trajectories WHERE trajectory_id = 't-ok'", turn=5)
+        create_scenarios(
+            lake,
+            "SELECT trajectory_id FROM trajectories WHERE trajectory_id = 't-ok'",
+            ScenarioConfig(turn=5),
+        )
     assert len(_scenario_rows(lake)) == 1
 
 
@@ -110,8 +109,8 @@ def test_split_is_stable_and_roughly_the_fraction() -> None:
 
 def test_split_follows_the_source_trajectory_across_turns(lake: store.Lake) -> None:
     store.write(lake, "trajectories", [make_trajectory(f"t{i}") for i in range(20)])
-    create_scenarios(lake, "SELECT trajectory_id FROM trajectories", turn=0, val_fraction=0.5)
-    create_scenarios(lake, "SELECT trajectory_id FROM trajectories", turn=1, val_fraction=0.5)
+    create_scenarios(lake, "SELECT trajectory_id FROM trajectories", ScenarioConfig(turn=0, val_fraction=0.5))
+    create_scenarios(lake, "SELECT trajectory_id FROM trajectories", ScenarioConfig(turn=1, val_fraction=0.5))
     by_source: dict[str, set[str]] = {}
     for s in read_scenarios(lake):
         by_source.setdefault(s.source_trajectory_id, set()).add(s.split)

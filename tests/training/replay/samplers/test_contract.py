@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from training.rollout.openai_app import LoopbackServer, create_app
-from training.samplers import make_sampler
-from training.samplers.base import Sampler, SampleRequest, SamplingParams
+from training.replay.rollout.openai_app import LoopbackServer, create_app
+from training.replay.samplers import make_sampler
+from training.replay.samplers.base import Sampler, SampleRequest, SamplingParams
 
 BACKENDS = ["transformers", "vllm-server-standin", "vllm-server", "vllm"]
 

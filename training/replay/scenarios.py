@@ -18,14 +18,10 @@ import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import duckdb
-
 import store
-from store.catalog import check_read_only
-from training.errors import ScenarioError
+from training.replay.errors import ScenarioError
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -102,6 +98,26 @@ class ScenarioResult:
     scenario_ids: list[str]
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (trajectory_id, reason code)
     files: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ScenarioConfig:
+    """How scenarios are cut from trajectories and split."""
+
+    turn: int = field(default=0, metadata={"help": "Cut before this assistant turn (0 = the first)."})
+    val_fraction: float = field(
+        default=0.1, metadata={"help": "Share of scenarios held out in the `val` split (by hash, stable)."}
+    )
+
+    def __post_init__(self) -> None:
+        if self.turn < 0:
+            raise ScenarioError(f"`turn` must be >= 0, got {self.turn}", item="turn", reason="bad_config")
+        if not 0 <= self.val_fraction < 1:
+            raise ScenarioError(
+                f"`val_fraction` must be in [0, 1), got {self.val_fraction}",
+                item="val_fraction",
+                reason="bad_config",
+            )
 
 
 # --- pure functions -----------------------------------------------------------------------
@@ -288,121 +304,3 @@ def parse_scenarios_jsonl(
             ) from exc
         scenarios.append(scenario_from_json(obj, where=where, val_fraction=val_fraction))
     return scenarios
-
-
-# --- lake I/O -----------------------------------------------------------------------------
-
-
-def select_trajectories(lake: store.Lake | str, sql: str) -> list[dict[str, Any]]:
-    """Trajectory rows whose ids the user's SQL selects (it must return a `trajectory_id` column)."""
-    con = store.connect(lake, read_only=True)
-    try:
-        check_read_only(con, sql)
-        columns = [d[0] for d in con.sql(sql).description]
-        if "trajectory_id" not in columns:
-            raise ScenarioError(
-                f"the selection must return a `trajectory_id` column; it returns: {', '.join(columns)}",
-                item=sql,
-                reason="missing_column",
-            )
-        rows = (
-            con.sql(
-                f"SELECT t.* FROM trajectories t WHERE t.trajectory_id IN (SELECT trajectory_id FROM ({sql})) "
-                "ORDER BY t.trajectory_id"
-            )
-            .to_arrow_table()
-            .to_pylist()
-        )
-    except ScenarioError:
-        raise
-    except Exception as exc:  # duckdb raises many error types; all mean the SQL is wrong for this lake
-        raise ScenarioError(f"the selection SQL failed: {exc}", item=sql, reason="bad_sql") from exc
-    finally:
-        con.close()
-    return rows
-
-
-def create_scenarios(
-    lake: store.Lake | str, sql: str, *, turn: int = 0, val_fraction: float = 0.1
-) -> ScenarioResult:
-    """Make scenarios from the trajectories selected by `sql` and write them (one atomic write).
-
-    Trajectories that cannot give a scenario are skipped with a reason code; if none can,
-    nothing is written and `ScenarioError` says why.
-    """
-    rows = select_trajectories(lake, sql)
-    if not rows:
-        raise ScenarioError(
-            f"the selection returned no trajectories: {sql}", item=sql, reason="empty_selection"
-        )
-    scenarios, skipped, first_problem = [], [], ""
-    for row in rows:
-        try:
-            scenarios.append(scenario_from_trajectory(row, turn=turn, val_fraction=val_fraction))
-        except ScenarioError as exc:
-            skipped.append((row["trajectory_id"], exc.reason))
-            first_problem = first_problem or str(exc)
-    if not scenarios:
-        reasons = sorted({reason for _, reason in skipped})
-        raise ScenarioError(
-            f"none of the {len(rows)} selected trajectories gives a scenario (reasons: {', '.join(reasons)}; "
-            f"first: {first_problem}); nothing was written",
-            item=sql,
-            reason="no_scenarios",
-        )
-    result = store.write(lake, "scenarios", [s.to_row() for s in scenarios])
-    return ScenarioResult([s.scenario_id for s in scenarios], skipped, list(result.files))
-
-
-def load_scenarios(lake: store.Lake | str, path: str | Path, *, val_fraction: float = 0.1) -> ScenarioResult:
-    """Load scenarios from a JSONL file into the lake (validated entirely before anything is written)."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScenarioError(
-            f"cannot read `{path}`: {exc.strerror}", item=str(path), reason="unreadable"
-        ) from exc
-    scenarios = parse_scenarios_jsonl(text.splitlines(), source=str(path), val_fraction=val_fraction)
-    if not scenarios:
-        raise ScenarioError(f"`{path}` has no scenarios (empty file)", item=str(path), reason="empty_file")
-    result = store.write(lake, "scenarios", [s.to_row() for s in scenarios])
-    return ScenarioResult([s.scenario_id for s in scenarios], [], list(result.files))
-
-
-def read_scenarios(
-    lake: store.Lake | str,
-    sql: str = "SELECT * FROM scenarios",
-    *,
-    con: duckdb.DuckDBPyConnection | None = None,
-) -> list[Scenario]:
-    """Scenarios whose ids `sql` selects (any query over the views returning `scenario_id`), by id.
-
-    `con`: an open read-only connection of `lake` to reuse (it is left open).
-    """
-    own = con is None
-    con = con or store.connect(lake, read_only=True)
-    try:
-        check_read_only(con, sql)
-        columns = [d[0] for d in con.sql(sql).description]
-        if "scenario_id" not in columns:
-            raise ScenarioError(
-                f"the scenario selection must return a `scenario_id` column; it returns: {', '.join(columns)}",
-                item=sql,
-                reason="missing_column",
-            )
-        rows = (
-            con.sql(
-                f"SELECT s.* FROM scenarios s WHERE s.scenario_id IN (SELECT scenario_id FROM ({sql})) ORDER BY s.scenario_id"
-            )
-            .to_arrow_table()
-            .to_pylist()
-        )
-    except ScenarioError:
-        raise
-    except Exception as exc:  # duckdb's error types vary; all mean the SQL is wrong for this lake
-        raise ScenarioError(f"the scenario selection SQL failed: {exc}", item=sql, reason="bad_sql") from exc
-    finally:
-        if own:
-            con.close()
-    return [Scenario.from_row(row) for row in rows]

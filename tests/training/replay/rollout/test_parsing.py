@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from training.rollout.parsing import canonical_arguments, parse_assistant_text
+from training.replay.rollout.parsing import canonical_arguments, parse_assistant_text
 
 
 def test_plain_answer_has_no_calls() -> None:

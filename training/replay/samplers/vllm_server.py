@@ -22,8 +22,8 @@ from typing import Any
 
 import httpx
 
-from training.errors import SamplerError
-from training.samplers.base import Completion, Sampler, SampleRequest, adapter_name, check_completions
+from training.replay.errors import SamplerError
+from training.replay.samplers.base import Completion, Sampler, SampleRequest, adapter_name, check_completions
 
 RETRYABLE_STATUS = {408, 429, 500, 502, 503, 504}
 

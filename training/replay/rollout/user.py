@@ -25,11 +25,11 @@ from typing import Any
 
 import httpx
 
-from training.rollout.loop import Episode, RolloutLimits, turn_record
-from training.rollout.openai_app import EPISODE_HEADER, LoopbackServer, Recorder, create_app
-from training.rollout.tools import import_object
-from training.samplers.base import Sampler, SamplingParams
-from training.scenarios import Scenario
+from training.replay.rollout.loop import Episode, RolloutLimits, turn_record
+from training.replay.rollout.openai_app import EPISODE_HEADER, LoopbackServer, Recorder, create_app
+from training.replay.rollout.tools import import_object
+from training.replay.samplers.base import Sampler, SamplingParams
+from training.replay.scenarios import Scenario
 
 
 class UserRollouts:

@@ -15,13 +15,13 @@ from typer.testing import CliRunner
 
 import store
 from tests.training.helpers import TOOLS, ScriptedSampler, calculator_script, make_trajectory
-from training.replay import ReplayConfig, group_id_for, replay
-from training.rollout.tools import make_tools
-from training.samplers import make_sampler
-from training.samplers.base import Completion, SampleRequest
-from training.scenarios import create_scenarios, load_scenarios
+from training.replay.rollout.tools import make_tools
+from training.replay.samplers import make_sampler
+from training.replay.samplers.base import Completion, SampleRequest
+from training.replay.scenario_io import create_scenarios, load_scenarios
+from training.replay.stage import ReplayConfig, group_id_for, replay
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _load(lake: store.Lake, tmp_path: Path, count: int = 3) -> None:
@@ -150,21 +150,22 @@ def test_user_rollout_function_through_replay(lake: store.Lake, tmp_path: Path, 
         "SELECT scenario_id FROM scenarios",
         sampler,
         ReplayConfig(group_size=2),
-        rollout="tests.training.rollout.user_agents:async_agent",
+        rollout="tests.training.replay.rollout.user_agents:async_agent",
         progress=False,
     )
     assert len(result.group_ids) == 2
     for row in _rows(lake):
         assert row["status"] == "ok" and len(row["turns"]) == 2
         assert (
-            json.loads(row["metadata"])["tools"] == "rollout:tests.training.rollout.user_agents:async_agent"
+            json.loads(row["metadata"])["tools"]
+            == "rollout:tests.training.replay.rollout.user_agents:async_agent"
         )
 
 
 _WORKER = """
 import sys
 from tests.training.helpers import ScriptedSampler, calculator_script
-from training.replay import ReplayConfig, replay
+from training.replay.stage import ReplayConfig, replay
 sampler = ScriptedSampler(sys.argv[2], calculator_script, delay_s=0.4)
 replay(sys.argv[1], "SELECT scenario_id FROM scenarios", sampler,
        ReplayConfig(group_size=3, concurrency=1, flush_groups=1), progress=False)
@@ -292,7 +293,7 @@ def test_scenarios_from_trajectories_replay_with_recorded_tools(lake: store.Lake
 
 def test_multi_turn_replay_over_the_vllm_protocol(lake: store.Lake, tmp_path: Path, tiny_model: Path) -> None:
     """vllm-server backend end to end: token-id prompts over loopback HTTP, tools, groups in the lake."""
-    from training.rollout.openai_app import LoopbackServer, create_app
+    from training.replay.rollout.openai_app import LoopbackServer, create_app
 
     _load(lake, tmp_path, count=2)
     server_side = ScriptedSampler(str(tiny_model), calculator_script)
@@ -320,7 +321,7 @@ def test_multi_turn_replay_over_the_vllm_protocol(lake: store.Lake, tmp_path: Pa
 
 @pytest.mark.parametrize("bad", [{"group_size": 0}, {"concurrency": 0}])
 def test_bad_config(bad: dict) -> None:
-    from training.errors import ReplayError
+    from training.replay.errors import ReplayError
 
     with pytest.raises(ReplayError, match="must be >= 1"):
         ReplayConfig(**bad)

@@ -43,7 +43,7 @@ class SamplingParams:
     )
 
     def __post_init__(self) -> None:
-        from training.errors import SamplerError
+        from training.replay.errors import SamplerError
 
         problems = []
         if self.max_tokens < 1:
@@ -92,7 +92,7 @@ class SampleRequest:
     adapter: str | None = None  # path of a PEFT LoRA adapter; None = the sampler's default
 
     def __post_init__(self) -> None:
-        from training.errors import SamplerError
+        from training.replay.errors import SamplerError
 
         if self.n < 1:
             raise SamplerError(f"`n` must be >= 1, got {self.n}", backend="*", reason="bad_params")
@@ -188,7 +188,7 @@ class Sampler(ABC):
 
 def check_completions(backend: str, request: SampleRequest, completions: list[Completion]) -> None:
     """The contract every backend keeps; a broken backend fails loudly, not with bad training data."""
-    from training.errors import SamplerError
+    from training.replay.errors import SamplerError
 
     if len(completions) != request.n:
         raise SamplerError(

@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from training.errors import RolloutError
-from training.rollout.parsing import ParsedToolCall, parse_assistant_text
-from training.rollout.render import ChatRenderer
-from training.rollout.tools import ToolResult, ToolSource
-from training.samplers.base import Completion, Sampler, SampleRequest, SamplingParams
-from training.scenarios import Scenario
+from training.replay.errors import RolloutError
+from training.replay.rollout.parsing import ParsedToolCall, parse_assistant_text
+from training.replay.rollout.render import ChatRenderer
+from training.replay.rollout.tools import ToolResult, ToolSource
+from training.replay.samplers.base import Completion, Sampler, SampleRequest, SamplingParams
+from training.replay.scenarios import Scenario
 
 EpisodeStatus = Literal["ok", "truncated", "error"]
 

@@ -1,0 +1,105 @@
+"""Samplers: one interface (prompt token ids in; n completions with token ids, logprobs, finish reason out).
+
+Backends: `transformers` (default, CPU/GPU), `vllm-server` (HTTP to `vllm serve`), `vllm`
+(in-process engine, optional extra). Build one with `make_sampler`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from training.replay.errors import SamplerError
+from training.replay.samplers.base import (
+    Completion,
+    FinishReason,
+    Sampler,
+    SampleRequest,
+    SamplingParams,
+    adapter_name,
+)
+
+BACKENDS = ("transformers", "vllm-server", "vllm")
+Backend = Literal["transformers", "vllm-server", "vllm"]
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """Which model samples, and on which backend."""
+
+    backend: Backend = field(
+        default="transformers",
+        metadata={
+            "help": "Sampler backend: transformers (CPU/GPU), vllm-server (a running `vllm serve`), "
+            "vllm (in-process engine, `pip install 'trajlake[vllm]'`)."
+        },
+    )
+    model: str = field(
+        default="",
+        metadata={
+            "help": "Base model folder or hub id (the served base model's name for vllm-server); "
+            "empty: the tiny local model."
+        },
+    )
+    tokenizer: str | None = field(default=None, metadata={"help": "Tokenizer folder (default: the model)."})
+    base_url: str = field(
+        default="http://127.0.0.1:8000", metadata={"help": "URL of `vllm serve` (backend vllm-server)."}
+    )
+    api_key: str | None = field(
+        default=None, metadata={"help": "API key of the vLLM server.", "env": "TRAJLAKE_VLLM_API_KEY"}
+    )
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise SamplerError(
+                f"unknown sampler backend `{self.backend}`; choose one of: {', '.join(BACKENDS)}",
+                backend=self.backend,
+                reason="unknown_backend",
+            )
+
+    def build(self, adapter: str | None = None, *, model: str | None = None) -> Sampler:
+        """The sampler for this configuration, sampling through `adapter` (None: the base model)."""
+        options: dict[str, Any] = {"adapter": adapter, "tokenizer": self.tokenizer}
+        if self.backend == "vllm-server":
+            options.update(base_url=self.base_url, api_key=self.api_key)
+        return make_sampler(self.backend, model or self.model, **options)
+
+
+def make_sampler(backend: str, model: str, **options: Any) -> Sampler:
+    """Build the sampler for `backend` on `model` (a local folder, or the served name for vllm-server).
+
+    Common options: `adapter` (LoRA path), `tokenizer` (path, defaults to `model`).
+    transformers: `device`, `dtype`, `max_batch_rows`, `share_prefill` (prefill a prompt once for its n samples). vllm-server: `base_url`, `api_key`,
+    `served_model`, `max_concurrency`, `timeout_s`, `retries`. vllm: `max_lora_rank`,
+    `gpu_memory_utilization`, `max_model_len`, `engine_kwargs`.
+    """
+    if backend == "transformers":
+        from training.replay.samplers.hf import TransformersSampler
+
+        return TransformersSampler(model, **options)
+    if backend == "vllm-server":
+        from training.replay.samplers.vllm_server import VLLMServerSampler
+
+        return VLLMServerSampler(model, **options)
+    if backend == "vllm":
+        from training.replay.samplers.vllm_engine import VLLMEngineSampler
+
+        return VLLMEngineSampler(model, **options)
+    raise SamplerError(
+        f"unknown sampler backend `{backend}`; choose one of: {', '.join(BACKENDS)}",
+        backend=backend,
+        reason="unknown_backend",
+    )
+
+
+__all__ = [
+    "BACKENDS",
+    "Completion",
+    "FinishReason",
+    "SampleRequest",
+    "Sampler",
+    "SamplerConfig",
+    "SamplingParams",
+    "adapter_name",
+    "make_sampler",
+]

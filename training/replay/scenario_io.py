@@ -1,0 +1,111 @@
+"""Scenarios in the lake: cut them from selected trajectories, load them from JSONL, read them back.
+
+The pure cutting and parsing live in `training.replay.scenarios`; this module is the I/O
+around them. Every write is one atomic `store.write`, so a failed selection or a bad
+JSONL line leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+import store
+from training.replay.errors import ScenarioError
+from training.replay.scenarios import (
+    Scenario,
+    ScenarioConfig,
+    ScenarioResult,
+    parse_scenarios_jsonl,
+    scenario_from_trajectory,
+)
+
+
+def selected_rows(con: duckdb.DuckDBPyConnection, sql: str, table: str, column: str) -> list[dict[str, Any]]:
+    """Rows of `table` whose `column` the user's SQL selects, ordered by it."""
+    try:
+        text, _ = store.check_selection(con, sql, column)
+        return (
+            con.sql(
+                f"SELECT x.* FROM {table} x WHERE x.{column} IN (SELECT {column} FROM ({text})) ORDER BY x.{column}"
+            )
+            .to_arrow_table()
+            .to_pylist()
+        )
+    except store.SelectionError as exc:
+        raise ScenarioError(str(exc), item=sql, reason=exc.reason) from exc
+    except duckdb.Error as exc:
+        raise ScenarioError(f"the selection SQL failed: {exc}", item=sql, reason="bad_sql") from exc
+
+
+def create_scenarios(
+    lake: store.Lake | str, sql: str, config: ScenarioConfig | None = None
+) -> ScenarioResult:
+    """Make scenarios from the trajectories selected by `sql` and write them (one atomic write).
+
+    Trajectories that cannot give a scenario are skipped with a reason code; if none can,
+    nothing is written and `ScenarioError` says why.
+    """
+    config = config or ScenarioConfig()
+    with store.connect(lake, read_only=True) as con:
+        rows = selected_rows(con, sql, "trajectories", "trajectory_id")
+    if not rows:
+        raise ScenarioError(
+            f"the selection returned no trajectories: {sql}", item=sql, reason="empty_selection"
+        )
+    scenarios, skipped, first_problem = [], [], ""
+    for row in rows:
+        try:
+            scenarios.append(
+                scenario_from_trajectory(row, turn=config.turn, val_fraction=config.val_fraction)
+            )
+        except ScenarioError as exc:
+            skipped.append((row["trajectory_id"], exc.reason))
+            first_problem = first_problem or str(exc)
+    if not scenarios:
+        reasons = sorted({reason for _, reason in skipped})
+        raise ScenarioError(
+            f"none of the {len(rows)} selected trajectories gives a scenario (reasons: {', '.join(reasons)}; "
+            f"first: {first_problem}); nothing was written",
+            item=sql,
+            reason="no_scenarios",
+        )
+    result = store.write(lake, "scenarios", [s.to_row() for s in scenarios])
+    return ScenarioResult([s.scenario_id for s in scenarios], skipped, list(result.files))
+
+
+def load_scenarios(
+    lake: store.Lake | str, path: str | Path, config: ScenarioConfig | None = None
+) -> ScenarioResult:
+    """Load scenarios from a JSONL file into the lake (validated entirely before anything is written)."""
+    config = config or ScenarioConfig()
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(
+            f"cannot read `{path}`: {exc.strerror}", item=str(path), reason="unreadable"
+        ) from exc
+    scenarios = parse_scenarios_jsonl(text.splitlines(), source=str(path), val_fraction=config.val_fraction)
+    if not scenarios:
+        raise ScenarioError(f"`{path}` has no scenarios (empty file)", item=str(path), reason="empty_file")
+    result = store.write(lake, "scenarios", [s.to_row() for s in scenarios])
+    return ScenarioResult([s.scenario_id for s in scenarios], [], list(result.files))
+
+
+def read_scenarios(
+    lake: store.Lake | str,
+    sql: str = "SELECT * FROM scenarios",
+    *,
+    con: duckdb.DuckDBPyConnection | None = None,
+) -> list[Scenario]:
+    """Scenarios whose ids `sql` selects (any query over the views returning `scenario_id`), by id.
+
+    `con`: an open read-only connection of `lake` to reuse (it is left open).
+    """
+    if con is not None:
+        return [Scenario.from_row(row) for row in selected_rows(con, sql, "scenarios", "scenario_id")]
+    with store.connect(lake, read_only=True) as own:
+        return [Scenario.from_row(row) for row in selected_rows(own, sql, "scenarios", "scenario_id")]

@@ -1,0 +1,203 @@
+"""One training run on disk, shared by the SFT and GRPO stages.
+
+Folder layout of a run::
+
+    <output_dir>/run.json              run id and inputs (written first; resume reuses the id)
+    <output_dir>/checkpoints/checkpoint-<step>/
+    <output_dir>/adapter/              adapter_config.json, adapter_model.safetensors, tokenizer,
+                                       trajlake_run.json (the run record, written last)
+
+The run record carries what `publish` needs: stages, run ids, lineage, hyperparameters
+and metrics, chained through the adapter a run continued from.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import store
+from training.errors import NonFiniteLoss, TrainingError
+
+CHECKPOINTS = "checkpoints"
+ADAPTER = "adapter"
+RUN_STATE = "run.json"
+RUN_RECORD = "trajlake_run.json"
+
+
+# --- the run folder ---------------------------------------------------------------------------------
+
+
+def last_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
+    """The newest `checkpoint-<step>` folder under `<output_dir>/checkpoints`, if any."""
+    folder = Path(output_dir) / CHECKPOINTS
+    if not folder.is_dir():
+        return None
+    steps = []
+    for child in folder.iterdir():
+        name, _, step = child.name.partition("-")
+        # A run killed while saving leaves a folder without trainer_state.json (saved last): skip it.
+        if name == "checkpoint" and step.isdigit() and (child / "trainer_state.json").exists():
+            steps.append((int(step), child))
+    return str(max(steps)[1]) if steps else None
+
+
+def start_run(
+    output_dir: str | os.PathLike[str], stage: str, run_id: str | None, resume: bool, inputs: dict[str, Any]
+) -> str:
+    """Create (or, on resume, reopen) the run folder and return the run id.
+
+    Resuming reuses the recorded run id so the `runs` table continues the same run;
+    starting fresh in a folder that already holds checkpoints is refused, because mixing
+    two runs' checkpoints would make "resume" resume the wrong one.
+    """
+    folder = Path(output_dir)
+    state_path = folder / RUN_STATE
+    if resume and state_path.exists():
+        return str(json.loads(state_path.read_text())["run_id"])
+    if not resume and last_checkpoint(folder) is not None:
+        raise TrainingError(
+            f"`{folder}` already holds checkpoints of an earlier run; pass `resume=True` (`--resume`) "
+            "to continue it, or choose a new output folder"
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    run_id = run_id or store.new_run_id(stage)
+    state_path.write_text(json.dumps({"run_id": run_id, "stage": stage, **inputs}, indent=2, default=str))
+    return run_id
+
+
+def load_tokenizer(base_model: str) -> Any:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(base_model)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def save_adapter(model: Any, tokenizer: Any, adapter_dir: Path) -> None:
+    """Save only the trained adapter (never a `ref` copy TRL may hold) plus the tokenizer."""
+    adapter_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(adapter_dir), selected_adapters=["default"])
+    tokenizer.save_pretrained(str(adapter_dir))
+
+
+def raise_non_finite(guard: Any, output_dir: str | os.PathLike[str]) -> None:
+    if guard.tripped_at is None:
+        return
+    kept = last_checkpoint(output_dir)
+    raise NonFiniteLoss(
+        f"the loss became non-finite at step {guard.tripped_at} ({guard.evidence}); the run stopped and "
+        f"the last good checkpoint is `{kept or 'none (it failed before the first checkpoint)'}`. "
+        "Lower the learning rate or check the data, then rerun with `--resume` from that checkpoint",
+        step=guard.tripped_at,
+        last_checkpoint=kept,
+    )
+
+
+def runs_row(run_id: str, step: int, stage: str, metrics: dict[str, Any]) -> dict[str, Any]:
+    """One `runs` row; non-finite floats are written as strings so the JSON stays valid.
+
+    >>> runs_row("r1", 3, "grpo", {"loss": float("nan")})["metrics"]
+    '{"loss": "nan"}'
+    """
+    clean = {k: (repr(v) if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
+    return {
+        "run_id": run_id,
+        "step": step,
+        "stage": stage,
+        "metrics": json.dumps(clean),
+        "at": store.utc_now(),
+    }
+
+
+# --- the record a training run leaves next to its adapter -------------------------------------
+
+
+@dataclass
+class TrainResult:
+    """What a training stage produced: the adapter folder and everything the publisher needs."""
+
+    stage: str
+    run_id: str
+    adapter_dir: str
+    base_model: str
+    global_step: int
+    metrics: dict[str, Any] = field(default_factory=dict)
+    lineage: dict[str, Any] = field(default_factory=dict)
+    hyperparameters: dict[str, Any] = field(default_factory=dict)
+    parent: dict[str, Any] | None = None  # the record of the adapter this run continued from
+    report: dict[str, Any] = field(default_factory=dict)  # stage-specific: groups, packing, ...
+
+    @property
+    def stages(self) -> list[str]:
+        return [*(self.parent or {}).get("stages", []), self.stage]
+
+    @property
+    def run_ids(self) -> list[str]:
+        return [*(self.parent or {}).get("run_ids", []), self.run_id]
+
+    def to_record(self) -> dict[str, Any]:
+        record = asdict(self)
+        record["stages"] = self.stages
+        record["run_ids"] = self.run_ids
+        record["lineage_chain"] = [
+            *(self.parent or {}).get("lineage_chain", []),
+            {"stage": self.stage, **self.lineage},
+        ]
+        return record
+
+
+def write_run_record(result: TrainResult) -> Path:
+    """Write `trajlake_run.json` into the adapter folder, last: its presence marks the adapter complete."""
+    path = Path(result.adapter_dir) / RUN_RECORD
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(result.to_record(), indent=2, sort_keys=True, default=str))
+    os.replace(tmp, path)
+    return path
+
+
+def read_run_record(adapter_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The run record of an adapter folder trained by trajlake, or None for a foreign adapter."""
+    path = Path(adapter_dir) / RUN_RECORD
+    if not path.exists():
+        return None
+    return json.loads(path.read_text())
+
+
+# Hyperparameters worth recording in the manifest (the full config stays in the checkpoints).
+RECORDED = (
+    "learning_rate",
+    "num_train_epochs",
+    "max_steps",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "lr_scheduler_type",
+    "warmup_steps",
+    "weight_decay",
+    "max_grad_norm",
+    "seed",
+    "max_length",
+    "packing",
+    "loss_type",
+    "beta",
+    "epsilon",
+    "epsilon_high",
+    "scale_rewards",
+    "temperature",
+    "importance_sampling_level",
+    "num_iterations",
+    "mask_truncated_completions",
+    "reward_name",
+)
+
+
+def hyperparameters(config: Any) -> dict[str, Any]:
+    """The recorded subset of a stage config, plus its LoRA shape."""
+    values = {name: getattr(config, name) for name in RECORDED if hasattr(config, name)}
+    values.update(config.lora_hyperparameters())
+    return {k: (v.value if hasattr(v, "value") else v) for k, v in values.items()}

@@ -15,128 +15,36 @@ user previews with `trajlake sql` is exactly what trains.
   the completion, in which only the tokens the model sampled are trained on
   (`tool_mask` = 1) and tool results / template glue are masked out (0).
 
-Each selection also returns its `Lineage`: the SQL, a digest of the trajectory ids,
-the lake files the rows were read from and the reward scorers, which the publisher
+Each selection also returns its `Lineage` (`training.lineage`), which the publisher
 writes into the adapter's manifest.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import duckdb
-import pyarrow as pa
 
 import store
-from store.schema import TABLES
 from training.advantages import AdvantageReport, ScaleRewards, compute_advantages
 from training.errors import MissingTokenData, SelectionError, TokenDataMismatch
+from training.lineage import Lineage, digest_ids, files_holding
 
 TRUNCATED_FINISH_REASONS = frozenset({"length", "max_tokens"})
-
-
-# --- lineage ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Lineage:
-    """Where a training set came from: enough to find the exact rows again."""
-
-    sql: str
-    trajectory_count: int
-    trajectory_ids_digest: str
-    lake: str
-    lake_files: list[str] = field(default_factory=list)
-    reward_name: str | None = None
-    reward_scorers: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def digest_ids(ids: Sequence[str]) -> str:
-    """Order-independent sha256 of a set of trajectory ids (`sha256:<hex>`).
-
-    >>> digest_ids(["b", "a"]) == digest_ids(["a", "b"])
-    True
-    """
-    h = hashlib.sha256()
-    for tid in sorted(set(ids)):
-        h.update(tid.encode())
-        h.update(b"\n")
-    return f"sha256:{h.hexdigest()}"
-
-
-def _files_holding(
-    con: duckdb.DuckDBPyConnection,
-    lake: store.Lake,
-    table: str,
-    ids: list[str],
-    reward_name: str | None = None,
-) -> list[str]:
-    """Parquet files holding the current (newest) row of each selected trajectory (and reward name)."""
-    if not ids or not lake.data_files(table):
-        return []
-    spec = TABLES[table]
-    glob = lake.glob(table).replace("'", "''")
-    con.register("__selected_ids", _ids_table(ids))
-    quoted = (reward_name or "").replace("'", "''")
-    name_filter = f"AND name = '{quoted}'" if reward_name else ""
-    try:
-        key = ", ".join(spec.key)
-        rows = con.execute(
-            f"""
-            SELECT DISTINCT filename FROM (
-              SELECT filename FROM read_parquet('{glob}', hive_partitioning={str(spec.partitioned).lower()},
-                                                union_by_name=true, filename=true)
-              WHERE trajectory_id IN (SELECT trajectory_id FROM __selected_ids) {name_filter}
-              QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY _written_at DESC) = 1
-            ) ORDER BY filename
-            """
-        ).fetchall()
-    finally:
-        con.unregister("__selected_ids")
-    root = lake.url()
-    return [r[0][len(root) + 1 :] if r[0].startswith(root) else r[0] for r in rows]
-
-
-def _ids_table(ids: list[str]) -> pa.Table:
-    return pa.table({"trajectory_id": pa.array(ids, pa.string())})
 
 
 # --- running the selection --------------------------------------------------------------------
 
 
 def _selected(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[str], bool]:
-    """Run the user's query (read-only) and return its columns; checks `trajectory_id` is there."""
-    text = sql.strip().rstrip(";")
-    if not text:
-        raise SelectionError(
-            "the selection SQL is empty; pass a query returning `trajectory_id`", sql=sql, reason="empty_sql"
-        )
+    """Run the user's query (read-only) and return its columns and whether it carries a `reward`."""
     try:
-        store.catalog.check_read_only(con, text)
-        columns = [d[0] for d in con.execute(f"SELECT * FROM ({text}) LIMIT 0").description]
-    except store.ReadOnlyViolation as exc:
-        raise SelectionError(
-            f"the selection SQL must only read: {exc}", sql=sql, reason="not_read_only"
-        ) from exc
-    except duckdb.Error as exc:
-        raise SelectionError(
-            f"the selection SQL failed: {exc}\n  query: `{text}`\n  try it first with `trajlake sql`",
-            sql=sql,
-            reason="bad_sql",
-        ) from exc
-    if "trajectory_id" not in columns:
-        raise SelectionError(
-            f"the selection SQL must return a `trajectory_id` column; it returned: {', '.join(columns) or 'nothing'}",
-            sql=sql,
-            reason="missing_column",
-        )
+        _, columns = store.check_selection(con, sql, "trajectory_id")
+    except store.SelectionError as exc:
+        raise SelectionError(str(exc), sql=sql, reason=exc.reason) from exc
     return columns, "reward" in columns
 
 
@@ -238,7 +146,7 @@ def select_sft(lake: store.Lake | str, sql: str) -> SFTSelection:
         trajectory_count=len(ids),
         trajectory_ids_digest=digest_ids(ids),
         lake=lake.url(),
-        lake_files=_files_holding(con, lake, "trajectories", ids),
+        lake_files=files_holding(con, lake, "trajectories", ids),
     )
     return SFTSelection(rows=rows, lineage=lineage)
 
@@ -463,8 +371,8 @@ def select_grpo(
         trajectory_count=len(ids),
         trajectory_ids_digest=digest_ids(ids),
         lake=lake.url(),
-        lake_files=_files_holding(con, lake, "trajectories", ids)
-        + _files_holding(con, lake, "rewards", ids, None if has_reward else reward_name),
+        lake_files=files_holding(con, lake, "trajectories", ids)
+        + files_holding(con, lake, "rewards", ids, None if has_reward else reward_name),
         reward_name=reward_name if not has_reward else "reward",
         reward_scorers=scorers,
     )

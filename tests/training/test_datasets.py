@@ -8,8 +8,9 @@ import pytest
 
 import store
 from tests.training.train_helpers import msg, reward, traj, turn
-from training.datasets import digest_ids, flatten_turns, select_grpo, select_sft
+from training.datasets import flatten_turns, select_grpo, select_sft
 from training.errors import MissingTokenData, SelectionError, TokenDataMismatch
+from training.lineage import digest_ids
 
 ALL = "SELECT trajectory_id FROM trajectories"
 

@@ -14,7 +14,6 @@ from transformers import TrainerCallback
 
 import store
 from tests.training.train_helpers import stored_groups
-from training.datasets import digest_ids
 from training.errors import (
     AdapterNotFound,
     AdapterNotServable,
@@ -24,6 +23,7 @@ from training.errors import (
 )
 from training.grpo import train_grpo
 from training.grpo_config import TrajlakeGRPOConfig
+from training.lineage import digest_ids
 from training.publish import load_into_vllm, publish, read_manifest, resolve_adapter, vllm_problems
 from training.run import TrainResult
 from training.sft import train_sft

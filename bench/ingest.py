@@ -165,8 +165,8 @@ def make_bodies(count: int) -> list[bytes]:
 
 
 def bench_conversion(bodies: list[bytes], seconds: float) -> dict[str, float]:
+    from ingest.otlp.convert import spans_from_request
     from ingest.redact import redact_table
-    from ingest.spans import spans_from_request
 
     spans = 0
     size = 0
@@ -221,7 +221,7 @@ def bench_assembly(bodies: list[bytes]) -> dict[str, float]:
     import pyarrow as pa
 
     from ingest.assemble import assemble
-    from ingest.spans import spans_from_request
+    from ingest.otlp.convert import spans_from_request
 
     tables = []
     for body in bodies:

@@ -37,10 +37,10 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 import store  # noqa: E402
+from bench.synthetic import synthetic_trajectories  # noqa: E402
 from judging import DEFAULT_RUBRIC, JudgeConfig, ScoreConfig, SqlReward, score  # noqa: E402
 from judging.ruler.prompt import build_prompt  # noqa: E402
 from judging.select import load_groups  # noqa: E402
-from store.synthetic import synthetic_trajectories  # noqa: E402
 
 GROUP_SIZE = 4
 

@@ -37,9 +37,9 @@ from rich.console import Console
 from rich.table import Table
 
 import store
+from bench.synthetic import synthetic_rewards, synthetic_trajectories, trajectory_ids
 from store.catalog import DERIVED_VIEWS
 from store.compact import CompactConfig, compact
-from store.synthetic import synthetic_rewards, synthetic_trajectories, trajectory_ids
 from store.writer import parquet_layout
 
 SEED = 7

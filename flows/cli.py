@@ -1,48 +1,63 @@
-"""The `trajlake` command line: one Typer app; each stage registers its commands from its own module.
+"""The `trajlake` command line: one Typer app whose commands live in `flows.commands`, one module per stage.
 
 Commands are thin: they turn options into config objects, open the lake, call one
-library function, and print where the results went. Heavy imports (torch, prefect)
-happen inside the commands so `trajlake sql` starts fast.
+library function, and print where the results went. A command's module is imported
+only when that command runs, so `trajlake sql` never pays for torch, TRL or Prefect;
+options derived from the libraries' config declarations (`flows.settings`) are built
+then too.
 """
 
 from __future__ import annotations
 
 import typer
 
-from flows.commands import (
-    collect_cmds,
-    langfuse_cmds,
-    pipeline_cmds,
-    replay_cmds,
-    score_cmds,
-    store_cmds,
-    train_cmds,
-)
+from flows.commands.options import LazyGroup
+
+COMMANDS = {
+    "sql": "store_cmds",
+    "tables": "store_cmds",
+    "compact": "store_cmds",
+    "collect": "collect_cmds",
+    "assemble": "collect_cmds",
+    "ingest": "langfuse_cmds",
+    "scenarios": "replay_cmds",
+    "replay": "replay_cmds",
+    "serve-sampler": "replay_cmds",
+    "tiny-model": "replay_cmds",
+    "score": "score_cmds",
+    "combine": "score_cmds",
+    "agreement": "score_cmds",
+    "train": "train_cmds",
+    "publish": "train_cmds",
+    "pipeline": "pipeline_cmds",
+    "serve": "pipeline_cmds",
+    "demo": "pipeline_cmds",
+    "config": "pipeline_cmds",
+}
+
+
+class TrajlakeGroup(LazyGroup):
+    lazy = {name: f"flows.commands.{module}:app" for name, module in COMMANDS.items()}
+
 
 app = typer.Typer(
     name="trajlake",
-    help="Production agent traces -> Parquet trajectory lake -> replay, scoring, SFT/GRPO LoRA adapters.",
+    cls=TrajlakeGroup,
+    help="Production agent traces -> trajectory lake -> replay, scoring, SFT/GRPO LoRA adapters.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
 )
 
-for module in (store_cmds, collect_cmds, langfuse_cmds, replay_cmds, score_cmds, train_cmds, pipeline_cmds):
-    module.register(app)
+
+@app.callback()
+def trajlake() -> None:
+    """Production agent traces -> trajectory lake -> replay, scoring, SFT/GRPO LoRA adapters."""
 
 
 def main() -> None:
-    """Console entry point; a `trajlake.toml` in effect supplies `trajlake collect`'s defaults."""
-    from flows.config import ConfigError, collect_defaults, config_file_present, load_config
-
-    default_map = {}
-    if config_file_present():
-        try:
-            default_map["collect"] = collect_defaults(load_config())
-        except ConfigError as exc:
-            typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
-            raise SystemExit(2) from None
-    app(default_map=default_map)
+    """Console entry point (a `trajlake.toml` in effect and `TRAJLAKE_*` variables supply option defaults)."""
+    app()
 
 
 if __name__ == "__main__":

@@ -22,11 +22,11 @@ from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows import stages
-from flows.config import TrajlakeConfig, load_config, with_lake
+from flows.config import TrajlakeConfig, load_config
 
 
 def _config(config_file: str | None, lake: str | None) -> TrajlakeConfig:
-    return with_lake(load_config(config_file), lake)
+    return load_config(config_file).with_lake(lake)
 
 
 def task_runner(config: TrajlakeConfig) -> Any:
@@ -77,7 +77,7 @@ def ingest_flow(config_file: str | None = None, lake: str | None = None) -> dict
     """Pull new traces from Langfuse (when configured) and assemble pending traces."""
     config = _config(config_file, lake)
     counts = {"langfuse_trajectories": 0}
-    if config.langfuse.host:
+    if config.pipeline.langfuse:
         counts["langfuse_trajectories"] = pull_langfuse_task(config)
     counts["assembled_trajectories"] = assemble_task(config)
     create_table_artifact([{"stage": k, "rows": v} for k, v in counts.items()], key="trajlake-ingest")
@@ -114,9 +114,9 @@ def train_flow(
 ) -> str | None:
     """SFT on production trajectories, then GRPO on the stored, scored groups."""
     config = _config(config_file, lake)
-    if config.train.sft.enabled:
+    if config.pipeline.sft:
         adapter = sft_task(config, 0)
-    if config.train.grpo.enabled:
+    if config.pipeline.grpo:
         adapter = grpo_task(config, adapter, 1)
     return adapter
 
@@ -128,7 +128,8 @@ def evaluate_flow(
     """Replay the val scenarios with `adapter` and with the production adapter (or base model)."""
     config = _config(config_file, lake)
     evaluation = evaluate_task(config, adapter)
-    create_table_artifact([evaluation], key="trajlake-evaluation")
+    comparison = evaluation["comparison"]
+    create_table_artifact([comparison["candidate"], comparison["baseline"]], key="trajlake-evaluation")
     return evaluation
 
 
@@ -158,12 +159,12 @@ def pipeline_flow(
     config = _config(config_file, lake)
     logger = get_run_logger()
     rounds = rounds or config.pipeline.rounds
-    if config.langfuse.host:
+    if config.pipeline.langfuse:
         pull_langfuse_task(config)
     assemble_task(config)
     scenarios = scenarios_task(config)
     logger.info("scenarios: %s", scenarios)
-    adapter = sft_task(config, 0) if config.train.sft.enabled else None
+    adapter = sft_task(config, 0) if config.pipeline.sft else None
     round_rows = []
     for round_number in range(1, rounds + 1):
         replayed = replay_task(config, adapter, round_number)
@@ -179,7 +180,7 @@ def pipeline_flow(
                 "equal_reward_groups": scored["equal_groups"],
             }
         )
-        if config.train.grpo.enabled:
+        if config.pipeline.grpo:
             adapter = grpo_task(config, adapter, round_number, replayed["group_ids"])
     create_table_artifact(
         round_rows, key="trajlake-rounds", description="Mean reward of each round's replayed groups"
@@ -204,10 +205,12 @@ def run_pipeline(
 
 def _publish_artifacts(published: dict[str, Any], evaluation: dict[str, Any]) -> None:
     create_table_artifact(
-        [evaluation], key="trajlake-evaluation", description="Val reward: candidate vs baseline"
+        published["gate"]["table"],
+        key="trajlake-evaluation",
+        description="Val success: candidate vs baseline",
     )
     lines = [f"## Adapter `{published['name']}` v{published['version']}", ""]
-    lines += [f"- **{k}**: `{v}`" for k, v in published.items() if k != "lineage"]
+    lines += [f"- **{k}**: `{v}`" for k, v in published.items() if k not in ("lineage_json", "gate")]
     lines += ["", "### Lineage", "", "```json", published.get("lineage_json", "{}"), "```"]
     create_markdown_artifact(
         "\n".join(lines), key="trajlake-adapter", description="Published adapter and its lineage"

@@ -1,17 +1,25 @@
 """Ingest: production agent traces (OTLP, Langfuse) -> `spans` -> trajectories and rewards.
 
+One folder per source over one shared core:
+
+- `otlp/`: the OTLP/HTTP collector, the in-process exporter, `instrument()`;
+- `langfuse/`: the Langfuse puller and export importer;
+- the core both use: `normalize/` (OTel GenAI, OpenInference, OpenLLMetry, Langfuse
+  attributes -> LLM and tool calls), `conversation` and `assemble` (spans ->
+  trajectories, pure), `lakeio` (the one assembly path against a lake), `scores` (the
+  one Langfuse score mapping), `records` (ids and times), `redact`, `pending`.
+
 Public surface:
 
 - `instrument(lake=..., endpoint=..., service_name=...)`: one-call tracing set-up for an agent;
 - `LakeSpanExporter(lake)`: an OpenTelemetry exporter writing straight into a lake;
 - `assemble(spans) -> Assembled`: the pure spans -> trajectories/rewards step;
-- `assemble_traces`, `rebuild`: the same against a lake (what `trajlake assemble` runs);
-- `collector.create_app(config)` / `collector.serve(config)`: the OTLP/HTTP collector;
+- `assemble_traces`, `rebuild`, `pending_trace_ids`: the same against a lake (`trajlake assemble`);
+- `otlp.app.create_app(config)` / `otlp.app.serve(config)`: the OTLP/HTTP collector;
 - `normalize.normalize_span(span)`: one span -> `LLMCall` | `ToolCall` | None.
 """
 
 from ingest.assemble import Assembled, assemble, span_dicts
-from ingest.config import CollectorConfig
 from ingest.errors import (
     IngestError,
     MalformedPayload,
@@ -20,9 +28,10 @@ from ingest.errors import (
     Unauthorized,
     UnsupportedMediaType,
 )
-from ingest.exporter import LakeSpanExporter
-from ingest.instrument import instrument
-from ingest.lakeio import AssembleResult, assemble_traces, read_trace_spans, rebuild
+from ingest.lakeio import AssembleResult, assemble_traces, pending_trace_ids, rebuild, spans_of_traces
+from ingest.otlp.config import CollectorConfig
+from ingest.otlp.exporter import LakeSpanExporter
+from ingest.otlp.instrument import instrument
 from ingest.redact import RedactionConfig
 
 __all__ = [
@@ -40,7 +49,8 @@ __all__ = [
     "assemble",
     "assemble_traces",
     "instrument",
-    "read_trace_spans",
+    "pending_trace_ids",
     "rebuild",
     "span_dicts",
+    "spans_of_traces",
 ]

@@ -33,8 +33,7 @@ from ingest.conversation import build_conversation, final_output
 from ingest.normalize import LLMCall, Span, ToolCall, normalize_span
 from ingest.normalize.genai import tool_definitions
 from ingest.normalize.types import first, maybe_json
-from ingest.spans import LOG_KIND
-from store.schema import PARTITION_COLUMN, REWARDS, TRAJECTORIES, WRITTEN_AT
+from store.schema import LOG_KIND, PARTITION_COLUMN, REWARDS, TRAJECTORIES, WRITTEN_AT
 
 EVALUATION_EVENT = "gen_ai.evaluation.result"
 SESSION_KEYS = (

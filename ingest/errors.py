@@ -37,7 +37,7 @@ class PayloadTooLarge(IngestError, ValueError):
         which = "decompressed body" if decompressed else "body"
         super().__init__(
             f"{which} is over the limit of {limit} bytes; send smaller batches "
-            "(e.g. OTEL_BSP_MAX_EXPORT_BATCH_SIZE) or raise `CollectorConfig.max_body_bytes`"
+            "(e.g. OTEL_BSP_MAX_EXPORT_BATCH_SIZE) or raise `collector.max_body_mb`"
         )
 
 

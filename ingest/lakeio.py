@@ -1,28 +1,38 @@
-"""The lake edge of assembly: read a few traces' spans, write trajectories and rewards, rebuild everything.
+"""The lake edge of assembly: one path from stored spans to trajectories and rewards.
 
-`assemble` itself is pure; this module does the I/O around it. Reading the spans of a
-handful of traces uses a pyarrow dataset over the `spans` table with the `dt`
-partitions the traces touch, so a collector assembling today's traces reads today's
-files only. `rebuild` streams the whole table ordered by trace id through DuckDB and
-assembles trace by trace, so memory is bounded by the largest trace, not the lake.
+`assemble` (`ingest.assemble`) is pure; this module is the I/O around it, shared by
+every source: the OTLP collector and in-process exporter (traces that just completed),
+the Langfuse puller and importer (traces a page touched), and `trajlake assemble`
+(every trace, or those since a date).
+
+- `spans_of_traces` is the one reader of "the spans of these traces": the newest row
+  of each span, every span of each trace (a trace is always assembled whole, so a late
+  span rebuilds the complete trajectory rather than a partial one), in chunks that never
+  split a trace, so memory is bounded by the chunk size, not the lake;
+- `assemble_traces` assembles those chunks (in worker processes when asked; assembly
+  is pure Python) and writes trajectories in one all-or-nothing write, then rewards;
+- `rebuild` does the same for every trace with spans (optionally since a date).
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from datetime import date
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 
 import store
-from ingest.assemble import Assembled, assemble
-from store.schema import PARTITION_COLUMN, REWARDS, SPANS, TRAJECTORIES
+from ingest.assemble import assemble
+from store.schema import PARTITION_COLUMN, REWARDS, SPANS, TRAJECTORIES, WRITTEN_AT
 
 LakeLike = store.Lake | str | os.PathLike[str]
+CHUNK_ROWS = 50_000
 
 
 @dataclass
@@ -32,76 +42,113 @@ class AssembleResult:
     traces: int = 0
     trajectories: int = 0
     rewards: int = 0
-    files: int = 0
+
+    def add(self, other: AssembleResult) -> None:
+        self.traces += other.traces
+        self.trajectories += other.trajectories
+        self.rewards += other.rewards
 
 
-def _written_before(path: str, bound_ns: int) -> bool:
-    """Whether a `part-<time_ns>-…` file was committed before `bound_ns` (other names: unknown, kept)."""
-    name = path.rsplit("/", 1)[-1]
-    if not name.startswith("part-"):
-        return False
-    stamp = name[5:].split("-", 1)[0]
-    return stamp.isdigit() and int(stamp) < bound_ns
-
-
-def read_trace_spans(
+def spans_of_traces(
     lake: LakeLike,
-    trace_ids: Iterable[str],
-    dts: Iterable[date] | None = None,
+    trace_ids: Iterable[str] | None,
     *,
-    written_after_ns: int | None = None,
-) -> pa.Table:
-    """Every stored row of the given traces (duplicates included; `assemble` keeps the newest).
-
-    `dts` limits the read to those `dt` partitions; `written_after_ns` skips `part-` files
-    committed before that time (a span is only written after it started, so the collector
-    passes the traces' earliest start minus a clock-skew margin): assembling the traces
-    that just completed reads the last minutes' files, not the whole day.
-    """
+    since: date | None = None,
+    chunk_rows: int = CHUNK_ROWS,
+) -> Iterator[pa.Table]:
+    """The newest row of every span of the given traces (all traces: `None`), ordered by trace,
+    in tables that never split a trace. `since`: only traces with a span on or after that day
+    (each still read whole: a trace crossing midnight is never rebuilt from half its spans)."""
     lake = store.Lake.of(lake)
-    ids = sorted(set(trace_ids))
-    files = lake.data_files("spans")
-    days = sorted(set(dts or ()))
-    if days:
-        wanted = {f"/{PARTITION_COLUMN}={day.isoformat()}/" for day in days}
-        files = [f for f in files if any(w in f for w in wanted)]
-    if written_after_ns is not None:
-        files = [f for f in files if not _written_before(f, written_after_ns)]
-    if not ids or not files:
-        return SPANS.schema.empty_table()
-    dataset = ds.dataset(
-        files,
-        schema=SPANS.schema,
-        format="parquet",
-        filesystem=lake.arrow_fs,
-        partitioning=ds.partitioning(pa.schema([(PARTITION_COLUMN, pa.date32())]), flavor="hive"),
-        partition_base_dir=lake.table_dir("spans"),
-    )
-    return dataset.to_table(filter=pc.field("trace_id").isin(ids))
+    wanted = None if trace_ids is None else sorted(set(trace_ids))
+    if wanted == [] or not lake.data_files(SPANS.name):
+        return
+    with store.connect(lake, read_only=True) as con:
+        where = []
+        if wanted is not None:
+            con.register("__wanted", pa.table({"trace_id": pa.array(wanted, pa.string())}))
+            where.append("trace_id IN (SELECT trace_id FROM __wanted)")
+        if since is not None:
+            where.append(f"trace_id IN (SELECT trace_id FROM spans WHERE {PARTITION_COLUMN} >= $since)")
+        sql = (
+            f"SELECT * EXCLUDE ({WRITTEN_AT}) FROM spans "
+            + (f"WHERE {' AND '.join(where)} " if where else "")
+            + "ORDER BY trace_id, start_time, span_id"
+        )
+        reader = con.sql(sql, params={"since": since} if since else None).to_arrow_reader(chunk_rows)
+        carry: pa.Table | None = None
+        for batch in reader:
+            table = (
+                pa.Table.from_batches([batch])
+                if carry is None
+                else pa.concat_tables([carry, pa.Table.from_batches([batch])])
+            )
+            if table.num_rows == 0:
+                continue
+            ids = table.column("trace_id")
+            last = ids[-1].as_py()
+            cut = pc.index(ids, last).as_py()  # rows are ordered by trace: the last trace starts here
+            carry = table.slice(cut)
+            if cut:
+                yield table.slice(0, cut)
+        if carry is not None and carry.num_rows:
+            yield carry
 
 
-def write_assembled(lake: LakeLike, assembled: Assembled) -> AssembleResult:
-    """Write trajectories and rewards (durably); a newer row supersedes an older one by key."""
-    result = AssembleResult(traces=assembled.traces)
-    if assembled.trajectories.num_rows:
-        written = store.write(lake, TRAJECTORIES.name, assembled.trajectories)
-        result.trajectories, result.files = written.rows, result.files + len(written.files)
-    if assembled.rewards.num_rows:
-        written = store.write(lake, REWARDS.name, assembled.rewards)
-        result.rewards, result.files = written.rows, result.files + len(written.files)
+def _assemble_chunk(spans: pa.Table) -> tuple[int, pa.Table, pa.Table]:
+    """(traces, trajectories, rewards) of one chunk; top level so worker processes can run it."""
+    assembled = assemble(spans)
+    return assembled.traces, assembled.trajectories, assembled.rewards
+
+
+def _chunks_in_order(chunks: Iterator[pa.Table], workers: int) -> Iterator[tuple[int, pa.Table, pa.Table]]:
+    """`_assemble_chunk` over `chunks`, in order; with `workers` > 1 in that many processes,
+    at most two chunks per worker in flight so memory stays bounded."""
+    if workers <= 1:
+        yield from map(_assemble_chunk, chunks)
+        return
+    # spawn, not fork: the parent holds DuckDB and Arrow thread pools that must not be forked.
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        pending: deque[Future[tuple[int, pa.Table, pa.Table]]] = deque()
+        for chunk in chunks:
+            pending.append(pool.submit(_assemble_chunk, chunk))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+def write_chunks(
+    lake: LakeLike,
+    chunks: Iterator[pa.Table],
+    *,
+    workers: int = 1,
+    progress: Callable[[int], None] | None = None,
+) -> AssembleResult:
+    """Assemble span chunks and write the trajectories (one all-or-nothing write), then the rewards."""
+    result = AssembleResult()
+    rewards: list[pa.Table] = []
+
+    def trajectories() -> Iterator[pa.Table]:
+        for traces, trajectory_rows, reward_rows in _chunks_in_order(chunks, workers):
+            result.traces += traces
+            if reward_rows.num_rows:
+                rewards.append(reward_rows)
+            if progress is not None:
+                progress(result.traces)
+            yield trajectory_rows
+
+    result.trajectories = store.write(lake, TRAJECTORIES.name, trajectories()).rows
+    if rewards:
+        result.rewards = store.write(lake, REWARDS.name, rewards).rows
     return result
 
 
 def assemble_traces(
-    lake: LakeLike,
-    trace_ids: Iterable[str],
-    dts: Iterable[date] | None = None,
-    *,
-    written_after_ns: int | None = None,
+    lake: LakeLike, trace_ids: Iterable[str], *, workers: int = 1, chunk_rows: int = CHUNK_ROWS
 ) -> AssembleResult:
-    """Read the given traces from the lake, assemble them, write the results."""
-    spans = read_trace_spans(lake, trace_ids, dts, written_after_ns=written_after_ns)
-    return write_assembled(lake, assemble(spans))
+    """(Re)assemble `trace_ids` from every one of their spans in the lake and write the results."""
+    return write_chunks(lake, spans_of_traces(lake, trace_ids, chunk_rows=chunk_rows), workers=workers)
 
 
 def rebuild(
@@ -109,63 +156,33 @@ def rebuild(
     *,
     since: date | None = None,
     trace_ids: Iterable[str] | None = None,
-    batch_traces: int = 500,
+    workers: int = 1,
+    chunk_rows: int = CHUNK_ROWS,
     progress: Callable[[int], None] | None = None,
 ) -> AssembleResult:
     """(Re)build trajectories and rewards from the `spans` table, deterministically.
 
-    Streams spans ordered by trace id and assembles `batch_traces` traces at a time.
-    `since` limits the rebuild to traces with spans in `dt` partitions on or after that
-    date (each read whole, earlier partitions included);
-    `progress` is called with the number of traces done after each batch.
+    Every trace (or those of `trace_ids`, or those with a span on or after `since`) is
+    assembled from all its spans; `progress` is called with the traces done so far.
     """
+    chunks = spans_of_traces(lake, trace_ids, since=since, chunk_rows=chunk_rows)
+    return write_chunks(lake, chunks, workers=workers, progress=progress)
+
+
+def pending_trace_ids(lake: LakeLike) -> list[str]:
+    """Traces with spans newer than their trajectories (or none yet): what assembly has to (re)do."""
     lake = store.Lake.of(lake)
-    total = AssembleResult()
-    if not lake.data_files("spans"):
-        return total
-    con = store.connect(lake, read_only=False)
-    where = []
-    params: list[object] = []
-    if since is not None:
-        # Whole traces with a span on or after `since`: a trace that crosses midnight has
-        # spans in two partitions, and one rebuilt from the later ones alone would
-        # supersede its complete trajectory with a partial one.
-        where.append(f"trace_id IN (SELECT trace_id FROM spans WHERE {PARTITION_COLUMN} >= ?)")
-        params.append(since)
-    if trace_ids is not None:
-        where.append("trace_id IN (SELECT unnest(?))")
-        params.append(sorted(set(trace_ids)))
-    sql = f"SELECT * FROM spans {'WHERE ' + ' AND '.join(where) if where else ''} ORDER BY trace_id, span_id"
-    reader = con.sql(sql, params=params or None).to_arrow_reader(50_000)
-    pending: list[pa.RecordBatch] = []
-    pending_traces: set[str] = set()
-
-    def flush(batches: list[pa.RecordBatch]) -> None:
-        if not batches:
-            return
-        table = pa.Table.from_batches(batches).cast(SPANS.schema) if batches else SPANS.schema.empty_table()
-        written = write_assembled(lake, assemble(table))
-        total.traces += written.traces
-        total.trajectories += written.trajectories
-        total.rewards += written.rewards
-        total.files += written.files
-        if progress is not None:
-            progress(total.traces)
-
-    for batch in reader:
-        if batch.num_rows == 0:
-            continue
-        ids = batch.column("trace_id")
-        last = ids[-1].as_py()
-        pending.append(batch)
-        pending_traces.update(pc.unique(ids).to_pylist())
-        if len(pending_traces) >= batch_traces:
-            # Everything before the batch's last trace is complete (rows are ordered by trace id).
-            table = pa.Table.from_batches(pending)
-            done = table.filter(pc.not_equal(table.column("trace_id"), last))
-            rest = table.filter(pc.equal(table.column("trace_id"), last))
-            flush(done.to_batches())
-            pending, pending_traces = rest.to_batches(), {last}
-    flush(pending)
-    con.close()
-    return total
+    if not lake.data_files(SPANS.name):
+        return []
+    with store.connect(lake, read_only=True) as con:
+        rows = con.execute(
+            f"""
+            SELECT s.trace_id FROM spans s
+            LEFT JOIN (SELECT trace_id, max({WRITTEN_AT}) AS assembled_at FROM trajectories
+                       WHERE source IN ('otel', 'langfuse') GROUP BY trace_id) t USING (trace_id)
+            GROUP BY s.trace_id, t.assembled_at
+            HAVING t.assembled_at IS NULL OR max(s.{WRITTEN_AT}) > t.assembled_at
+            ORDER BY s.trace_id
+            """
+        ).fetchall()
+    return [r[0] for r in rows]

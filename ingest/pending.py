@@ -5,9 +5,6 @@ before their parent, so the root is normally the last span), or after `idle_time
 without new spans when the root never comes. A span arriving for a trace that was
 already assembled makes it ready again at once: the re-assembled rows supersede the old
 ones by key. Memory is bounded: at most `max_tracked` traces are remembered.
-
-Each trace also remembers its earliest span start, so assembly only reads lake files
-committed after it (see `read_trace_spans(written_after_ns=...)`).
 """
 
 from __future__ import annotations
@@ -16,33 +13,18 @@ import itertools
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
-from datetime import date
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest.spans import LOG_KIND
+from store.schema import LOG_KIND
 
 
 @dataclass
 class _Trace:
     last_seen: float
-    dts: set[date] = field(default_factory=set)
     root_seen: bool = False
-    first_start_ns: int = 2**63 - 1
-
-
-@dataclass
-class ReadyTraces:
-    """Traces to assemble now, with where their spans can be: partitions and earliest start."""
-
-    trace_ids: list[str] = field(default_factory=list)
-    dts: set[date] = field(default_factory=set)
-    first_start_ns: int | None = None
-
-    def __bool__(self) -> bool:
-        return bool(self.trace_ids)
 
 
 class PendingTraces:
@@ -52,7 +34,7 @@ class PendingTraces:
         self.idle_timeout_s = idle_timeout_s
         self.max_tracked = max_tracked
         self._pending: dict[str, _Trace] = {}
-        self._assembled: OrderedDict[str, tuple[set[date], int]] = OrderedDict()
+        self._assembled: OrderedDict[str, None] = OrderedDict()
         self._lock = threading.Lock()
 
     def observe(self, spans: pa.Table, now: float | None = None) -> None:
@@ -60,27 +42,18 @@ class PendingTraces:
         if spans.num_rows == 0:
             return
         now = time.monotonic() if now is None else now
-        starts = spans.column("start_time")
-        dts = pc.cast(starts, pa.date32()).to_pylist()
-        start_ns = pc.cast(starts, pa.int64()).to_pylist()  # microseconds, see below
         roots = pc.and_(
             pc.is_null(spans.column("parent_span_id")), pc.not_equal(spans.column("kind"), LOG_KIND)
         )
         roots = pc.fill_null(roots, False).to_pylist()
         with self._lock:
             trace_ids = spans.column("trace_id").to_pylist()
-            for trace_id, day, start, is_root in zip(trace_ids, dts, start_ns, roots, strict=True):
+            for trace_id, is_root in zip(trace_ids, roots, strict=True):
                 entry = self._pending.get(trace_id)
                 if entry is None:
-                    entry = self._pending[trace_id] = _Trace(now)
-                    previous = self._assembled.get(trace_id)
-                    if previous is not None:  # a late span: the trace was assembled before
-                        entry.root_seen = True
-                        entry.dts |= previous[0]
-                        entry.first_start_ns = previous[1]
+                    # A late span of a trace assembled before makes it ready again at once.
+                    entry = self._pending[trace_id] = _Trace(now, root_seen=trace_id in self._assembled)
                 entry.last_seen = now
-                entry.dts.add(day)
-                entry.first_start_ns = min(entry.first_start_ns, (start or 0) * 1000)
                 entry.root_seen = entry.root_seen or bool(is_root)
             excess = len(self._pending) - self.max_tracked
             if excess > 0:
@@ -89,24 +62,19 @@ class PendingTraces:
                 for trace_id in itertools.islice(self._pending, excess):
                     self._pending[trace_id].last_seen = float("-inf")
 
-    def take_ready(self, now: float | None = None, *, everything: bool = False) -> ReadyTraces:
+    def take_ready(self, now: float | None = None, *, everything: bool = False) -> list[str]:
         """Remove and return the traces ready now (all of them with `everything=True`)."""
         now = time.monotonic() if now is None else now
-        ready = ReadyTraces()
-        earliest = 2**63 - 1
+        ready = []
         with self._lock:
             for trace_id, entry in list(self._pending.items()):
                 if everything or entry.root_seen or now - entry.last_seen >= self.idle_timeout_s:
-                    ready.trace_ids.append(trace_id)
-                    ready.dts |= entry.dts
-                    earliest = min(earliest, entry.first_start_ns)
+                    ready.append(trace_id)
                     del self._pending[trace_id]
-                    self._assembled[trace_id] = (set(entry.dts), entry.first_start_ns)
+                    self._assembled[trace_id] = None
                     self._assembled.move_to_end(trace_id)
             while len(self._assembled) > self.max_tracked:
                 self._assembled.popitem(last=False)
-        if ready:
-            ready.first_start_ns = earliest
         return ready
 
     def __len__(self) -> int:

@@ -8,6 +8,9 @@ Public surface (the CLI and the Prefect flows call these):
 - `get_reward(spec) -> ProgrammaticReward`, `evaluate_reward(reward, trajectory, scenario)`,
   `BUILTIN_REWARDS`: the pure reward registry (evaluation gates use it directly)
 - `ruler_score_group(trajectories, JudgeConfig(...)) -> GroupVerdict`: RULER on one group
+- `scenario_scores(lake, reward, group_ids)`, `compare(reward, candidate, baseline) -> Comparison`,
+  `record_evaluation`: evaluation statistics (bootstrap CIs, paired differences)
+- `reward_stats(lake, reward, group_ids) -> RewardStats`: a round's reward over its groups
 """
 
 from judging.agreement import AgreementReport, agreement, spearman
@@ -22,6 +25,14 @@ from judging.errors import (
     RewardInputError,
     RewardSpecError,
     SqlRewardError,
+)
+from judging.evaluation import (
+    Comparison,
+    PolicyScore,
+    bootstrap_ci,
+    compare,
+    record_evaluation,
+    scenario_scores,
 )
 from judging.registry import (
     BUILTIN_REWARDS,
@@ -43,13 +54,14 @@ from judging.ruler import (
 )
 from judging.sql_reward import SqlReward
 from judging.stage import score
-from judging.summary import ScoreSummary, ValueStats
+from judging.summary import RewardStats, ScoreSummary, ValueStats, reward_stats
 
 __all__ = [
     "BUILTIN_REWARDS",
     "DEFAULT_RUBRIC",
     "AgreementReport",
     "CombineSummary",
+    "Comparison",
     "ConfigValueError",
     "GroupVerdict",
     "JudgeCallError",
@@ -58,10 +70,12 @@ __all__ = [
     "JudgeUnreachableError",
     "JudgeVerdict",
     "JudgingError",
+    "PolicyScore",
     "ProgrammaticReward",
     "RewardInputError",
     "RewardOutcome",
     "RewardSpecError",
+    "RewardStats",
     "RulerJudge",
     "ScoreConfig",
     "ScoreSummary",
@@ -69,16 +83,21 @@ __all__ = [
     "SqlRewardError",
     "ValueStats",
     "agreement",
+    "bootstrap_ci",
     "builtin_names",
     "combine",
     "combine_values",
     "combined_scorer",
+    "compare",
     "evaluate_reward",
     "from_function",
     "get_reward",
+    "record_evaluation",
+    "reward_stats",
     "reward_version",
     "ruler_score_group",
     "ruler_scorer",
+    "scenario_scores",
     "score",
     "spearman",
 ]

@@ -27,7 +27,7 @@ from typing import Any
 import store
 from judging.errors import ConfigValueError
 from judging.select import candidates_sql, run_checked, where_clause
-from judging.stage import reward_row
+from judging.writer import reward_row
 
 
 @dataclass

@@ -30,7 +30,13 @@ class JudgeConfig:
     base_url: str | None = _help(
         "OpenAI-compatible base URL (`http://host:8000/v1`); None: api.openai.com.", None
     )
-    api_key: str | None = _help("API key sent as a bearer token; local servers accept any value.", None)
+    api_key: str | None = field(
+        default=None,
+        metadata={
+            "help": "API key sent as a bearer token; local servers accept any value.",
+            "env": "OPENAI_API_KEY",
+        },
+    )
     structured_output: StructuredOutput = _help(
         "`json_schema` (strict schema), `json_object`, `none` (prompt + tolerant parser), or `auto`: "
         "try json_schema and fall back to the tolerant parser when the endpoint rejects it.",

@@ -20,151 +20,32 @@ of the group; a cached row reports what the original call cost and `cached: true
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-import json
 import math
 import os
 import time
-from dataclasses import dataclass, field
 from typing import Any
-
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
 import store
 from judging.config import JudgeConfig, ScoreConfig
-from judging.errors import JudgeUnreachableError, RewardSpecError, SqlRewardError
+from judging.errors import RewardSpecError, SqlRewardError
 from judging.registry import ProgrammaticReward, evaluate_reward, get_reward
-from judging.ruler.cache import JudgeCache
-from judging.ruler.group import GroupVerdict, RulerJudge, run_sync
+from judging.ruler.stage import score_ruler
 from judging.select import (
     DONE,
     candidates_sql,
     count_trajectories,
     load_scenarios,
     run_checked,
-    selected_groups,
-    stream_groups,
     stream_trajectories,
     where_clause,
 )
 from judging.sql_reward import SqlReward, sql_reward_query
-from judging.summary import ScoreSummary, count_failures, value_stats
+from judging.summary import ScoreSummary
+from judging.writer import ProgressBar, RewardWriter, finish_summary, reward_row
 from store.catalog import check_read_only
 
 RewardSpec = str | ProgrammaticReward | SqlReward
-# After this many groups in a row fail with `judge_unreachable` (retries included), the
-# endpoint is down: stop instead of recording the same failure for every remaining group.
-UNREACHABLE_STOP = 3
-
-
-@dataclass
-class RewardWriter:
-    """Buffers reward rows and commits them in batches; keeps a light copy for the summary."""
-
-    lake: store.Lake
-    flush_every: int
-    flush_interval_s: float
-    flush_rows: int = 50_000
-    buffer: list[dict[str, Any]] = field(default_factory=list)
-    written: list[dict[str, Any]] = field(default_factory=list)
-    rows_written: int = 0
-    _groups_pending: int = 0
-    _last_flush: float = field(default_factory=time.monotonic)
-
-    def add(self, rows: list[dict[str, Any]], groups: int = 1, *, auto_flush: bool = True) -> bool:
-        """Buffer rows; commit when a threshold is reached (or report that one is, with `auto_flush=False`)."""
-        self.buffer.extend(rows)
-        self.written.extend(
-            {k: r[k] for k in ("name", "group_id", "value", "status", "error", "trajectory_id")} for r in rows
-        )
-        self._groups_pending += groups
-        due = (
-            self._groups_pending >= self.flush_every
-            or len(self.buffer) >= self.flush_rows
-            or time.monotonic() - self._last_flush >= self.flush_interval_s
-        )
-        if due and auto_flush:
-            self.flush()
-        return due
-
-    def flush(self) -> None:
-        if self.buffer:
-            store.write(self.lake, "rewards", self.buffer)
-            self.rows_written += len(self.buffer)
-        self.buffer = []
-        self._groups_pending = 0
-        self._last_flush = time.monotonic()
-
-
-def reward_row(
-    trajectory_id: str,
-    name: str,
-    scorer: str,
-    *,
-    value: float | None,
-    status: str,
-    group_id: str | None,
-    run_id: str,
-    scored_at: Any,
-    error: str | None = None,
-    explanation: str | None = None,
-    metadata: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """One `rewards` row."""
-    return {
-        "trajectory_id": trajectory_id,
-        "name": name,
-        "scorer": scorer,
-        "value": value,
-        "explanation": explanation,
-        "group_id": group_id,
-        "scored_at": scored_at,
-        "run_id": run_id,
-        "status": status,
-        "error": error,
-        "metadata": json.dumps(metadata or {}, sort_keys=True),
-    }
-
-
-class _Bar:
-    """A rich progress bar on stderr, or nothing when progress is off."""
-
-    def __init__(self, enabled: bool, description: str, total: int) -> None:
-        self.progress: Progress | None = None
-        self.task: TaskID | None = None
-        if enabled:
-            self.progress = Progress(
-                TextColumn("[bold]{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                TimeRemainingColumn(),
-                console=Console(stderr=True),
-            )
-            self.task = self.progress.add_task(description, total=total)
-
-    def __enter__(self) -> _Bar:
-        if self.progress is not None:
-            self.progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-
-    def advance(self, n: int = 1) -> None:
-        if self.progress is not None and self.task is not None:
-            self.progress.advance(self.task, n)
 
 
 def resolve_reward(reward: RewardSpec, name: str | None = None) -> ProgrammaticReward | SqlReward | str:
@@ -197,30 +78,12 @@ def score(
     if isinstance(resolved, str):  # "ruler"
         if judge is None:
             raise RewardSpecError("ruler", "RULER needs a judge: pass JudgeConfig(model=..., base_url=...)")
-        summary = _score_ruler(lake, judge, config, run_id)
+        summary = score_ruler(lake, judge, config, run_id)
     elif isinstance(resolved, SqlReward):
         summary = _score_sql(lake, resolved, config, run_id)
     else:
         summary = _score_function(lake, resolved, config, run_id)
     summary.seconds = time.monotonic() - started
-    return summary
-
-
-def _finish(summary: ScoreSummary, writer: RewardWriter) -> ScoreSummary:
-    summary.rows_written = writer.rows_written
-    summary.failures = count_failures(writer.written)
-    summary.values = value_stats(writer.written)
-    by_traj_failed = {r["trajectory_id"] for r in writer.written if r["status"] == "failed"}
-    by_traj = {r["trajectory_id"] for r in writer.written}
-    summary.trajectories_failed = len(by_traj_failed)
-    summary.trajectories_scored = len(by_traj - by_traj_failed)
-    groups: dict[str, bool] = {}
-    for r in writer.written:
-        gid = r["group_id"] or r["trajectory_id"]
-        groups[gid] = groups.get(gid, True) and r["status"] == "ok"
-    if summary.kind != "ruler":
-        summary.groups_scored = sum(groups.values())
-        summary.groups_failed = len(groups) - summary.groups_scored
     return summary
 
 
@@ -239,7 +102,7 @@ def _score_function(
     scenarios: dict[str, dict[str, Any]] = {}
     stream = stream_trajectories(con, config.where, reward.scorer, config.force, config.load_turns)
     scenario_con = store.connect(lake)  # the stream holds `con` open; scenarios are read beside it
-    bar = _Bar(config.progress, reward.name, todo)
+    bar = ProgressBar(config.progress, reward.name, todo)
     with bar:
         try:
             while batch := list(itertools.islice(stream, 2048)):
@@ -270,7 +133,7 @@ def _score_function(
         finally:
             writer.flush()
     summary.groups_selected = len({r["group_id"] or r["trajectory_id"] for r in writer.written})
-    return _finish(summary, writer)
+    return finish_summary(summary, writer)
 
 
 # --- SQL rewards -----------------------------------------------------------------------------
@@ -294,7 +157,7 @@ def _score_sql(lake: store.Lake, reward: SqlReward, config: ScoreConfig, run_id:
     writer = RewardWriter(lake, config.flush_every * 64, config.flush_interval_s)
     meta = {"kind": "sql", "expression": reward.expression}
     seen = 0
-    bar = _Bar(config.progress, name, total)
+    bar = ProgressBar(config.progress, name, total)
     with bar:
         try:
             for batch in reader:
@@ -324,7 +187,7 @@ def _score_sql(lake: store.Lake, reward: SqlReward, config: ScoreConfig, run_id:
             writer.flush()
     summary.trajectories_skipped = total - seen
     summary.groups_selected = len({r["group_id"] or r["trajectory_id"] for r in writer.written})
-    return _finish(summary, writer)
+    return finish_summary(summary, writer)
 
 
 def _sql_value_problem(value: float | None) -> tuple[str | None, str | None]:
@@ -337,150 +200,3 @@ def _sql_value_problem(value: float | None) -> tuple[str | None, str | None]:
     if not math.isfinite(value):
         return "invalid_value", f"the SQL expression returned {value!r}"
     return None, None
-
-
-# --- RULER -----------------------------------------------------------------------------------
-
-
-def ruler_rows(
-    verdict: GroupVerdict, judge: RulerJudge, name: str, run_id: str, group_id: str
-) -> list[dict[str, Any]]:
-    """The rows of one judged group: one per trajectory, scores or the group's failure."""
-    scored_at = store.utc_now()
-    base = {
-        "kind": "ruler",
-        "judge_model": judge.config.model,
-        "rubric_hash": judge.rubric_hash,
-        "seed": verdict.seed,
-        "group_size": len(verdict.trajectory_ids),
-        "cached": verdict.cached,
-        "attempts": verdict.attempts,
-        "truncated": verdict.truncated,
-        "prompt_tokens": verdict.prompt_tokens,
-        "completion_tokens": verdict.completion_tokens,
-        "cost_usd": verdict.cost_usd,
-    }
-    if verdict.retry_reasons:
-        base["retry_reasons"] = verdict.retry_reasons
-    rows = []
-    for tid in verdict.trajectory_ids:
-        if verdict.ok:
-            v = verdict.verdicts[tid]
-            rows.append(
-                reward_row(
-                    tid,
-                    name,
-                    judge.scorer,
-                    value=v.score,
-                    status="ok",
-                    explanation=v.explanation,
-                    group_id=group_id,
-                    run_id=run_id,
-                    scored_at=scored_at,
-                    metadata={**base, "label": v.label},
-                )
-            )
-        else:
-            rows.append(
-                reward_row(
-                    tid,
-                    name,
-                    judge.scorer,
-                    value=None,
-                    status="failed",
-                    error=verdict.error,
-                    explanation=verdict.error_detail,
-                    group_id=group_id,
-                    run_id=run_id,
-                    scored_at=scored_at,
-                    metadata=base,
-                )
-            )
-    return rows
-
-
-def _score_ruler(
-    lake: store.Lake, judge_config: JudgeConfig, config: ScoreConfig, run_id: str
-) -> ScoreSummary:
-    judge = RulerJudge(judge_config, JudgeCache(lake))
-    name = config.name or "ruler"
-    con = store.connect(lake)
-    groups, done, small = selected_groups(
-        con, config.where, judge.scorer, config.force, config.min_group_size
-    )
-    if config.limit_groups is not None:
-        groups = groups[: config.limit_groups]
-    summary = ScoreSummary(
-        name,
-        judge.scorer,
-        run_id,
-        "ruler",
-        groups_selected=len(groups) + done + small,
-        groups_skipped=done,
-        groups_too_small=small,
-    )
-    if small:
-        summary.notes.append(
-            f"{small} group(s) smaller than min_group_size={config.min_group_size} were not judged"
-        )
-    writer = RewardWriter(lake, config.flush_every, config.flush_interval_s)
-    bar = _Bar(config.progress, f"{name} ({judge_config.model})", len(groups))
-
-    stream = stream_groups(con, [g for g, _ in groups], config.load_turns)
-
-    async def run() -> None:
-        # Keep a bounded window of groups in flight: enough to saturate `concurrency`, without
-        # loading every group into memory at once.
-        window = judge_config.concurrency * 2
-        pending: dict[asyncio.Task[GroupVerdict], str] = {}
-        exhausted = False
-        unreachable = 0  # groups in a row that could not reach the judge at all
-        try:
-            while pending or not exhausted:
-                while not exhausted and len(pending) < window:
-                    # DuckDB reads (a chunk of groups at a time) run off the event loop, so judge
-                    # calls in flight keep being served meanwhile.
-                    item = await asyncio.to_thread(next, stream, None)
-                    if item is None:
-                        exhausted = True
-                        break
-                    gid, members = item
-                    pending[asyncio.ensure_future(judge.score_group(gid, members))] = gid
-                if not pending:
-                    break
-                finished, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for fut in finished:
-                    gid = pending.pop(fut)
-                    verdict = fut.result()  # JudgeConfigError stops the run here
-                    unreachable = unreachable + 1 if verdict.error == "judge_unreachable" else 0
-                    if verdict.ok:
-                        summary.groups_scored += 1
-                    else:
-                        summary.groups_failed += 1
-                    summary.prompt_tokens += 0 if verdict.cached else verdict.prompt_tokens
-                    summary.completion_tokens += 0 if verdict.cached else verdict.completion_tokens
-                    if verdict.cost_usd is not None and not verdict.cached:
-                        summary.cost_usd = (summary.cost_usd or 0.0) + verdict.cost_usd
-                    if writer.add(ruler_rows(verdict, judge, name, run_id, gid), auto_flush=False):
-                        await asyncio.to_thread(writer.flush)  # the Parquet commit, off the event loop
-                    bar.advance()
-                    if unreachable >= UNREACHABLE_STOP:
-                        raise JudgeUnreachableError(
-                            judge_config.model, judge_config.base_url, unreachable, verdict.error_detail or ""
-                        )
-        finally:
-            for fut in pending:
-                fut.cancel()
-            if pending:
-                await asyncio.gather(*pending, return_exceptions=True)
-            await judge.aclose()
-
-    with bar:
-        try:
-            run_sync(run())
-        finally:
-            writer.flush()
-    summary.judge_calls, summary.cache_hits = judge.calls, judge.cache_hits
-    if judge.fell_back_to_text:
-        summary.notes.append("the judge rejected response_format json_schema; used the tolerant text parser")
-    return _finish(summary, writer)

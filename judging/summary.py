@@ -12,6 +12,10 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+
+import store
+
 
 @dataclass
 class ValueStats:
@@ -100,3 +104,40 @@ def value_stats(rows: list[dict[str, Any]]) -> dict[str, ValueStats]:
 def count_failures(rows: list[dict[str, Any]]) -> dict[str, int]:
     """Failed rows by reason code."""
     return dict(Counter(r["error"] or "unknown" for r in rows if r["status"] == "failed"))
+
+
+@dataclass
+class RewardStats:
+    """One reward over a set of replayed groups: what a training round will see."""
+
+    reward: str
+    mean: float
+    std: float
+    scored: int  # trajectories with a value
+    equal_groups: int  # groups whose values are all equal: no GRPO signal
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def reward_stats(lake: store.Lake | str, reward: str, group_ids: list[str] | None = None) -> RewardStats:
+    """Mean, spread and all-equal groups of `reward` over `group_ids` (every replayed group if None)."""
+    with store.connect(lake, read_only=True) as con:
+        con.register("__groups", pa.table({"group_id": pa.array(list(group_ids or []), pa.string())}))
+
+        def within(alias: str) -> str:
+            return f"AND {alias}.group_id IN (SELECT group_id FROM __groups)" if group_ids else ""
+
+        mean, std, scored = con.execute(
+            f"""
+            SELECT avg(r.value), coalesce(stddev_pop(r.value), 0), count(*)
+            FROM trajectories t JOIN latest_rewards r USING (trajectory_id)
+            WHERE r.name = $reward AND t.source = 'replay' {within("t")}
+            """,
+            {"reward": reward},
+        ).fetchone()
+        (equal,) = con.execute(
+            f"SELECT count(*) FROM groups g WHERE name = $reward AND all_equal {within('g')}",
+            {"reward": reward},
+        ).fetchone()
+    return RewardStats(reward, float(mean or 0.0), float(std or 0.0), int(scored), int(equal))

@@ -2,6 +2,7 @@
 
 from store.catalog import connect, refresh, run_read_only, scan
 from store.compact import CompactConfig, CompactionResult, compact
+from store.conform import conform_batch
 from store.errors import (
     CompactionError,
     LakeBusy,
@@ -11,9 +12,10 @@ from store.errors import (
     StoreError,
 )
 from store.lake import DEFAULT_LAKE, Lake
+from store.rows import new_run_id, runs_row, utc_now
 from store.schema import TABLES, TableSpec, empty_table, table_spec
 from store.selection import check_selection
-from store.writer import WriteResult, conform_batch, new_run_id, utc_now, write
+from store.writer import WriteResult, write
 
 __all__ = [
     "DEFAULT_LAKE",
@@ -37,6 +39,7 @@ __all__ = [
     "new_run_id",
     "refresh",
     "run_read_only",
+    "runs_row",
     "scan",
     "table_spec",
     "utc_now",

@@ -29,6 +29,10 @@ Split = Literal["train", "val"]
 RunStage = Literal["sft", "grpo", "eval"]
 RewardStatus = Literal["ok", "failed"]
 
+# `spans.kind` of a row that is an OTLP log record (a GenAI event, feedback), not a span:
+# log records share the table so the assembler folds them into their trace.
+LOG_KIND = "LOG"
+
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 WRITTEN_AT = "_written_at"
 PARTITION_COLUMN = "dt"

@@ -26,12 +26,11 @@ import functools
 import os
 import threading
 import time
-import uuid
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import date
 from typing import Any
 
 import numpy as np
@@ -39,12 +38,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from store.errors import SchemaViolation
+from store.conform import WriteInput, conform_batch, iter_batches
 from store.lake import Lake
 from store.layout import new_compact_name, new_part_name, temp_name
 from store.schema import PARTITION_COLUMN, WRITTEN_AT, TableSpec, table_spec
-
-WriteInput = Any  # pa.Table | pa.RecordBatch | polars.DataFrame | list[dict] | Iterable of those
 
 DEFAULT_ROW_GROUP_SIZE = 64_000
 DEFAULT_MAX_ROWS_PER_FILE = 2_000_000
@@ -70,159 +67,6 @@ class WriteResult:
     table: str
     rows: int = 0
     files: list[str] = field(default_factory=list)
-
-
-# --- input coercion ----------------------------------------------------------------------
-
-
-def iter_batches(data: WriteInput, spec: TableSpec, chunk_rows: int) -> Iterator[pa.RecordBatch]:
-    """Turn any accepted input into record batches, lazily for iterables."""
-    if isinstance(data, pa.Table):
-        yield from data.to_batches(max_chunksize=chunk_rows)
-    elif isinstance(data, pa.RecordBatch):
-        yield data
-    elif _is_polars(data):
-        yield from data.to_arrow().to_batches(max_chunksize=chunk_rows)
-    elif isinstance(data, list) and (not data or isinstance(data[0], Mapping)):
-        for start in range(0, len(data), chunk_rows):
-            yield rows_to_batch(spec, data[start : start + chunk_rows], row_offset=start)
-    elif isinstance(data, Iterable) and not isinstance(data, (str, bytes, Mapping)):
-        for part in data:
-            yield from iter_batches(part, spec, chunk_rows)
-    else:
-        raise TypeError(
-            f"cannot write a {type(data).__name__} to `{spec.name}`: pass a pyarrow Table or "
-            "RecordBatch, a polars DataFrame, a list of dicts, or an iterable of those"
-        )
-
-
-def _is_polars(data: object) -> bool:
-    return type(data).__module__.startswith("polars") and hasattr(data, "to_arrow")
-
-
-def rows_to_batch(spec: TableSpec, rows: list[Mapping[str, Any]], row_offset: int = 0) -> pa.RecordBatch:
-    """Build a batch from dicts, naming the first row whose value has the wrong type."""
-    names = list(dict.fromkeys(k for row in rows for k in row))
-    _check_unknown(spec, names)
-    arrays = []
-    for name in names:
-        target = spec.schema.field(name).type
-        values = [row.get(name) for row in rows]
-        try:
-            arrays.append(pa.array(values, type=target))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
-            bad = _first_bad_value(values, target)
-            raise SchemaViolation(
-                spec.name,
-                name,
-                row_offset + bad if bad is not None else None,
-                "wrong_type",
-                f"expected {target}, got {values[bad]!r} ({exc})" if bad is not None else str(exc),
-            ) from None
-    return pa.RecordBatch.from_arrays(arrays, names=names)
-
-
-def _first_bad_value(values: list[Any], target: pa.DataType) -> int | None:
-    for i, value in enumerate(values):
-        try:
-            pa.array([value], type=target)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
-            return i
-    return None
-
-
-# --- validation --------------------------------------------------------------------------
-
-
-def _check_unknown(spec: TableSpec, names: Iterable[str]) -> None:
-    unknown = [n for n in names if n not in spec.schema.names]
-    if unknown:
-        raise SchemaViolation(
-            spec.name,
-            unknown[0],
-            None,
-            "unknown_column",
-            f"unknown column(s) {', '.join(f'`{u}`' for u in unknown)}; "
-            f"the table has: {', '.join(spec.schema.names)}",
-        )
-
-
-def conform_batch(spec: TableSpec, batch: pa.RecordBatch, row_offset: int = 0) -> pa.RecordBatch:
-    """Validate `batch` against `spec` and return it in the table's exact schema.
-
-    Missing nullable columns become nulls; types are cast safely (int32 -> int64, large
-    strings -> strings, ISO date strings -> dates); `_written_at` is left null for the
-    writer to stamp. Raises `SchemaViolation` with the offending column and row.
-    """
-    names = batch.schema.names
-    _check_unknown(spec, names)
-    n = batch.num_rows
-    derive_dt = spec.partitioned and PARTITION_COLUMN not in names
-    missing = [c for c in spec.not_null if c not in names and not (c == PARTITION_COLUMN and derive_dt)]
-    if missing:
-        raise SchemaViolation(
-            spec.name,
-            missing[0],
-            None,
-            "missing_column",
-            f"required column(s) {', '.join(f'`{m}`' for m in missing)} missing; "
-            f"got: {', '.join(names) or 'no columns'}",
-        )
-    columns: list[pa.Array] = []
-    for target in spec.schema:
-        if target.name in names:
-            column = _cast_column(spec, target, batch.column(target.name), row_offset)
-        elif target.name == PARTITION_COLUMN and derive_dt:
-            column = _dates_of(columns[spec.schema.get_field_index(spec.partition_from)])
-        else:
-            column = pa.nulls(n, type=target.type)
-        if target.name in spec.not_null and column.null_count:
-            row = pc.index(pc.is_null(column), True).as_py()
-            reason = "null_key" if target.name in spec.key else "null_value"
-            what = "primary key" if target.name in spec.key else "required column"
-            raise SchemaViolation(
-                spec.name, target.name, row_offset + row, reason, f"null in {what} `{target.name}`"
-            )
-        columns.append(column)
-    return pa.RecordBatch.from_arrays(columns, schema=spec.schema)
-
-
-def _cast_column(spec: TableSpec, target: pa.Field, column: pa.Array, row_offset: int) -> pa.Array:
-    if column.type == target.type:
-        return column
-    try:
-        if target.type == pa.date32() and pa.types.is_timestamp(column.type):
-            return _dates_of(column)
-        return pc.cast(column, target.type, safe=True)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-        bad = _first_uncastable(column, target.type)
-        detail = f"expected {target.type}, got {column.type}"
-        if bad is not None:
-            detail += f" (value {column[bad].as_py()!r})"
-        raise SchemaViolation(
-            spec.name,
-            target.name,
-            row_offset + bad if bad is not None else None,
-            "wrong_type",
-            f"{detail}: {exc}",
-        ) from None
-
-
-def _first_uncastable(column: pa.Array, target: pa.DataType) -> int | None:
-    for i in range(len(column)):
-        try:
-            pc.cast(column.slice(i, 1), target, safe=True)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-            return i
-    return None
-
-
-def _dates_of(timestamps: pa.Array) -> pa.Array:
-    if pa.types.is_timestamp(timestamps.type) and timestamps.type.tz is None:
-        timestamps = pc.assume_timezone(timestamps, "UTC")
-    if pa.types.is_timestamp(timestamps.type):
-        timestamps = pc.cast(timestamps, pa.timestamp(timestamps.type.unit, tz="UTC"))
-    return pc.cast(timestamps, pa.date32())
 
 
 # --- writing -----------------------------------------------------------------------------
@@ -517,15 +361,3 @@ def _split_by_partition(
         return
     for value in values:
         yield value, batch.filter(pc.equal(dts, pa.scalar(value, type=pa.date32())))
-
-
-def new_run_id(stage: str) -> str:
-    """A fresh run id (a key of the `runs` table), sortable by start time: `<stage>-<UTC time>-<random>`."""
-    return f"{stage}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"
-
-
-def utc_now() -> datetime:
-    """Timezone-aware now, the type every timestamp column expects."""
-    from datetime import UTC
-
-    return datetime.now(UTC)

@@ -52,6 +52,9 @@ from training.run import (
     write_run_record,
 )
 
+# Every replayed trajectory with token data: what `trajlake train grpo` trains on by default.
+DEFAULT_GRPO_SQL = "SELECT trajectory_id FROM trajectories WHERE source = 'replay' AND len(turns) > 0"
+
 ROW_COLUMNS = (
     "trajectory_id",
     "group_id",

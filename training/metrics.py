@@ -20,7 +20,6 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 import store
-from training.run import runs_row
 
 # Keys TRL logs that are not per-step metrics (end-of-training summaries are kept, under their names).
 _SKIP = frozenset({"epoch_end"})
@@ -59,7 +58,9 @@ class RunsTableCallback(TrainerCallback):
     def flush(self) -> None:
         """Commit the buffered rows (one write)."""
         if self._buffer:
-            rows = [runs_row(self.run_id, step, self.stage, m) for step, m in sorted(self._buffer.items())]
+            rows = [
+                store.runs_row(self.run_id, step, self.stage, m) for step, m in sorted(self._buffer.items())
+            ]
             store.write(self.lake, "runs", rows)
             self.rows_written += len(rows)
             self._buffer.clear()

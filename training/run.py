@@ -14,7 +14,6 @@ and metrics, chained through the adapter a run continued from.
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -97,22 +96,6 @@ def raise_non_finite(guard: Any, output_dir: str | os.PathLike[str]) -> None:
         step=guard.tripped_at,
         last_checkpoint=kept,
     )
-
-
-def runs_row(run_id: str, step: int, stage: str, metrics: dict[str, Any]) -> dict[str, Any]:
-    """One `runs` row; non-finite floats are written as strings so the JSON stays valid.
-
-    >>> runs_row("r1", 3, "grpo", {"loss": float("nan")})["metrics"]
-    '{"loss": "nan"}'
-    """
-    clean = {k: (repr(v) if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
-    return {
-        "run_id": run_id,
-        "step": step,
-        "stage": stage,
-        "metrics": json.dumps(clean),
-        "at": store.utc_now(),
-    }
 
 
 # --- the record a training run leaves next to its adapter -------------------------------------

@@ -7,99 +7,26 @@ from typing import Annotated
 
 import typer
 
-from flows.commands.options import LakeOption, fail, resolve_lake
+from flows.commands.options import LakeOption, build, configured, resolve_lake
 
 
 def collect(
+    collector: dict,
     lake: LakeOption = None,
-    host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port (4318 is the OTLP/HTTP default).")] = 4318,
-    token: Annotated[
-        str | None,
-        typer.Option(
-            envvar="TRAJLAKE_COLLECTOR_TOKEN", help="Require `Authorization: Bearer TOKEN` on /v1/*."
-        ),
-    ] = None,
-    langfuse_public_key: Annotated[
-        str | None,
-        typer.Option(
-            envvar="TRAJLAKE_LANGFUSE_PUBLIC_KEY", help="With the secret key: Basic auth on /api/public/*."
-        ),
-    ] = None,
-    langfuse_secret_key: Annotated[
-        str | None, typer.Option(envvar="TRAJLAKE_LANGFUSE_SECRET_KEY", help="See --langfuse-public-key.")
-    ] = None,
-    spool_dir: Annotated[
-        str | None, typer.Option(help="Write-ahead spool directory (default: <lake>/_spool).")
-    ] = None,
-    flush_mb: Annotated[int, typer.Option(help="Seal spooled data into Parquet at this many MiB...")] = 64,
-    flush_seconds: Annotated[float, typer.Option(help="...or after this many seconds.")] = 5.0,
-    idle_timeout: Annotated[
-        float,
-        typer.Option(help="Assemble a trace whose root span never arrives after this many quiet seconds."),
-    ] = 30.0,
-    no_assemble: Annotated[
-        bool, typer.Option("--no-assemble", help="Only store spans; run `trajlake assemble` later.")
-    ] = False,
-    max_body_mb: Annotated[
-        int, typer.Option(help="Largest request body, also after decompression (MiB).")
-    ] = 64,
-    redact_emails: Annotated[bool, typer.Option(help="Replace email addresses before storing.")] = False,
-    redact_phones: Annotated[bool, typer.Option(help="Replace phone numbers before storing.")] = False,
-    redact_function: Annotated[
-        str | None,
-        typer.Option(
-            help="Your own redaction, `package.module:function` taking and returning a string; runs last."
-        ),
-    ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
 ) -> None:
     """OTLP/HTTP receiver: /v1/traces, /v1/logs, Langfuse /api/public/otel/v1/traces and /api/public/scores, GET /health."""
-    from ingest.collector import serve
-    from ingest.config import CollectorConfig
-    from ingest.errors import IngestError
-    from ingest.redact import RedactionConfig
+    from ingest.otlp.app import serve
 
     resolved = resolve_lake(lake)
-    function = _import_function(redact_function) if redact_function else None
-    try:
-        config = CollectorConfig(
-            lake=resolved.root,
-            spool_dir=spool_dir,
-            host=host,
-            port=port,
-            bearer_token=token,
-            langfuse_public_key=langfuse_public_key,
-            langfuse_secret_key=langfuse_secret_key,
-            max_body_bytes=max_body_mb * 1024 * 1024,
-            flush_bytes=flush_mb * 1024 * 1024,
-            flush_seconds=flush_seconds,
-            idle_timeout_s=idle_timeout,
-            assemble=not no_assemble,
-            redaction=RedactionConfig(emails=redact_emails, phones=redact_phones, function=function),
-        )
-    except IngestError as exc:
-        raise fail(str(exc)) from None
+    config = build("collector", collector, lake=resolved.root)
 
     def ready() -> None:
-        typer.echo(f"trajlake collect: listening on http://{host}:{port} -> {resolved.root}", err=True)
+        typer.echo(
+            f"trajlake collect: listening on http://{config.host}:{config.port} -> {resolved.root}", err=True
+        )
 
     serve(config, log_level=log_level, ready=ready)
-
-
-def _import_function(path: str):  # type: ignore[no-untyped-def]
-    import importlib
-
-    module_name, _, attribute = path.partition(":")
-    try:
-        function = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise fail(
-            f"--redact-function `{path}` cannot be imported ({exc}); expected `package.module:function`"
-        ) from None
-    if not callable(function):
-        raise fail(f"--redact-function `{path}` is not callable")
-    return function
 
 
 def assemble(
@@ -136,7 +63,6 @@ def assemble(
     )
 
 
-def register(app: typer.Typer) -> None:
-    """Add `collect` and `assemble` to the `trajlake` app."""
-    app.command("collect")(collect)
-    app.command("assemble")(assemble)
+app = typer.Typer(add_completion=False)  # its commands join `trajlake` on first use (flows.cli)
+app.command("collect")(configured(collect, collector="collector"))
+app.command("assemble")(assemble)

@@ -1,18 +1,23 @@
-"""Options shared by every command."""
+"""Options shared by every command, and options derived from the libraries' config declarations."""
 
 from __future__ import annotations
 
 import os
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
+from flows.settings import ConfigError, Section, import_path, with_options
 from store import DEFAULT_LAKE, Lake
 
 LakeOption = Annotated[
     str | None,
     typer.Option(
-        "--lake", help="Lake path or URL (default: $TRAJLAKE_LAKE, then ./lake).", show_default=False
+        "--lake",
+        help="Lake path or URL (default: $TRAJLAKE_LAKE, then the config's lake.path, then ./lake).",
+        show_default=False,
     ),
 ]
 
@@ -21,11 +26,62 @@ def resolve_lake(lake: str | None) -> Lake:
     """The lake named on the command line, else $TRAJLAKE_LAKE, else the config file's `lake.path`, else ./lake."""
     if lake or os.environ.get("TRAJLAKE_LAKE"):
         return Lake(lake or os.environ["TRAJLAKE_LAKE"])
-    from flows.config import config_file_present, load_config
+    return Lake(values_for("lake").get("path") or DEFAULT_LAKE)
 
-    if config_file_present():
-        return Lake(load_config().lake.path)
-    return Lake(DEFAULT_LAKE)
+
+def values_for(key: str) -> dict[str, Any]:
+    """A config table's values from the file and environment in effect; a bad one is a clean exit 2."""
+    from flows.config import command_defaults
+
+    try:
+        return command_defaults(key)
+    except ConfigError as exc:
+        raise fail(str(exc), 2) from None
+
+
+def configured(command: Callable[..., Any], **tables: str | Section) -> Callable[..., Any]:
+    """`command` with one option per setting of each config table it names (`replay="replay"`).
+
+    The command receives each table as a dict of values: the options given on the
+    command line over the config file and environment (`TRAJLAKE_REPLAY__GROUP_SIZE`);
+    what is in neither keeps the library's declared default.
+    """
+    from flows.config import SECTIONS
+
+    sections = {param: SECTIONS[t] if isinstance(t, str) else t for param, t in tables.items()}
+
+    def file_values(section: Section) -> dict[str, Any]:
+        return values_for(section.key) if section.key in SECTIONS else {}
+
+    return with_options(command, sections, file_values)
+
+
+def build(section: str | Section, values: dict[str, Any], **extra: Any) -> Any:
+    """The library config of a table from a command's values; a refused value is a clean exit 2."""
+    from flows.config import SECTIONS
+
+    try:
+        return (SECTIONS[section] if isinstance(section, str) else section).build(
+            values, "command line", **extra
+        )
+    except ConfigError as exc:
+        raise fail(str(exc), 2) from None
+
+
+class LazyGroup(TyperGroup):
+    """A command group whose commands are imported only when used: `trajlake sql` does not
+    pay for TRL's import, `trajlake train sft --help` does (its options are TRL's fields)."""
+
+    lazy: dict[str, str] = {}  # command name -> "module:app", the Typer app that registers it
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: Any, name: str) -> Any:
+        if name not in self.lazy:
+            return super().get_command(ctx, name)
+        command = typer.main.get_command(import_path(self.lazy[name]))
+        return command.get_command(ctx, name) if isinstance(command, TyperGroup) else command
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:

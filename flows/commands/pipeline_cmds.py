@@ -9,7 +9,8 @@ from typing import Annotated
 import typer
 
 from flows.commands.options import LakeOption, fail
-from flows.config import ConfigError, describe, load_config, with_lake
+from flows.config import describe, load_config
+from flows.settings import ConfigError
 
 ConfigOption = Annotated[
     str | None,
@@ -53,7 +54,7 @@ def pipeline(
 ) -> None:
     """Run the whole loop once as a Prefect flow."""
     try:
-        cfg = with_lake(load_config(config), lake)
+        cfg = load_config(config).with_lake(lake)
     except ConfigError as exc:
         raise fail(str(exc), 2) from None
     _prefect_defaults(Path(cfg.lake.path).absolute().parent / ".prefect")
@@ -75,7 +76,7 @@ def serve(
 ) -> None:
     """Register the ingest and pipeline deployments with their schedules and serve them."""
     try:
-        cfg = with_lake(load_config(config), lake)
+        cfg = load_config(config).with_lake(lake)
     except ConfigError as exc:
         raise fail(str(exc), 2) from None
     _prefect_defaults(Path(cfg.lake.path).absolute().parent / ".prefect")
@@ -105,15 +106,18 @@ def demo(
     run_demo(workdir, size=size, judge_base_url=judge_base_url or None, judge_model=judge_model or None)
 
 
-def config_reference() -> None:
-    """Print every configuration key with its default and meaning."""
+def config_reference(
+    markdown: Annotated[bool, typer.Option("--markdown", help="As the README's table.")] = False,
+) -> None:
+    """Print every configuration key with its default and meaning (derived from the libraries' declarations)."""
+    if markdown:
+        typer.echo("| key | default | meaning |\n| --- | --- | --- |")
     for key, default, text in describe():
-        typer.echo(f"{key} = {default}\n    {text}")
+        typer.echo(f"| `{key}` | `{default}` | {text} |" if markdown else f"{key} = {default}\n    {text}")
 
 
-def register(app: typer.Typer) -> None:
-    """Add `pipeline`, `serve`, `demo` and `config` to the `trajlake` app."""
-    app.command("pipeline")(pipeline)
-    app.command("serve")(serve)
-    app.command("demo")(demo)
-    app.command("config")(config_reference)
+app = typer.Typer(add_completion=False)  # its commands join `trajlake` on first use (flows.cli)
+app.command("pipeline")(pipeline)
+app.command("serve")(serve)
+app.command("demo")(demo)
+app.command("config")(config_reference)

@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from flows.commands.options import LakeOption, fail, resolve_lake
+from flows.commands.options import LakeOption, build, configured, fail, resolve_lake
 
 scenarios_app = typer.Typer(
     help="Make replayable scenarios from trajectories, or load them from JSONL.", no_args_is_help=True
 )
 
 
-@scenarios_app.command("create")
 def scenarios_create(
+    scenarios: dict,
     sql: Annotated[
         str,
         typer.Option(
@@ -24,49 +23,45 @@ def scenarios_create(
             help="SQL returning `trajectory_id`s, e.g. SELECT trajectory_id FROM trajectories WHERE ...",
         ),
     ],
-    turn: Annotated[int, typer.Option(help="Cut before this assistant turn (0 = the first).")] = 0,
-    val_fraction: Annotated[
-        float, typer.Option(help="Share of scenarios put in the `val` split (by hash).")
-    ] = 0.1,
     lake: LakeOption = None,
 ) -> None:
     """Cut scenarios (prompt prefix, tools, expected outcome, recorded tool results) from selected trajectories."""
-    from training.replay.errors import ScenarioError
-    from training.replay.scenario_io import create_scenarios
-    from training.replay.scenarios import ScenarioConfig
+    from training.replay import ScenarioError, create_scenarios
 
     try:
-        result = create_scenarios(
-            resolve_lake(lake), sql, ScenarioConfig(turn=turn, val_fraction=val_fraction)
-        )
+        result = create_scenarios(resolve_lake(lake), sql, build("scenarios", scenarios))
     except ScenarioError as exc:
         raise fail(str(exc)) from None
-    typer.echo(f"wrote {len(result.scenario_ids)} scenarios")
+    typer.echo(f"wrote {len(result.scenario_ids)} scenarios ({_splits(result.splits)})")
     for trajectory_id, reason in result.skipped:
         typer.echo(f"skipped {trajectory_id}: {reason}")
 
 
-@scenarios_app.command("load")
 def scenarios_load(
+    scenarios: dict,
     path: Annotated[
         Path, typer.Argument(help="JSONL file: one {messages, tools?, expected?, split?, ...} per line.")
     ],
-    val_fraction: Annotated[float, typer.Option(help="Share put in `val` when a line gives no split.")] = 0.1,
     lake: LakeOption = None,
 ) -> None:
     """Load scenarios from a JSONL file (all lines are checked before anything is written)."""
-    from training.replay.errors import ScenarioError
-    from training.replay.scenario_io import load_scenarios
-    from training.replay.scenarios import ScenarioConfig
+    from training.replay import ScenarioError, load_scenarios
 
     try:
-        result = load_scenarios(resolve_lake(lake), path, ScenarioConfig(val_fraction=val_fraction))
+        result = load_scenarios(resolve_lake(lake), path, build("scenarios", scenarios))
     except ScenarioError as exc:
         raise fail(str(exc)) from None
-    typer.echo(f"wrote {len(result.scenario_ids)} scenarios")
+    typer.echo(f"wrote {len(result.scenario_ids)} scenarios ({_splits(result.splits)})")
+
+
+def _splits(splits: dict[str, int]) -> str:
+    return ", ".join(f"{n} {split}" for split, n in sorted(splits.items())) or "none"
 
 
 def replay_command(
+    replay: dict,
+    sampler: dict,
+    tools: dict,
     scenarios: Annotated[
         str,
         typer.Option(
@@ -74,68 +69,30 @@ def replay_command(
             help="SQL returning `scenario_id`s, e.g. SELECT scenario_id FROM scenarios WHERE split='train'",
         ),
     ],
-    model: Annotated[
-        str, typer.Option(help="Model folder (transformers, vllm) or served model name (vllm-server).")
-    ],
-    group_size: Annotated[int, typer.Option("--group-size", "-g", help="Trajectories per scenario.")] = 4,
-    backend: Annotated[str, typer.Option(help="transformers, vllm-server or vllm.")] = "transformers",
     adapter: Annotated[str | None, typer.Option(help="LoRA adapter folder to sample through.")] = None,
-    tokenizer: Annotated[str | None, typer.Option(help="Tokenizer folder (default: the model).")] = None,
-    base_url: Annotated[
-        str | None,
-        typer.Option(help="vllm-server URL (default: $TRAJLAKE_VLLM_URL, then http://127.0.0.1:8000)."),
-    ] = None,
-    tool: Annotated[
-        list[str] | None,
-        typer.Option("--tool", help="Tool function `[name=]package.module:function` (repeatable)."),
-    ] = None,
-    recorded_tools: Annotated[
-        bool, typer.Option(help="Answer other tool calls with results recorded in the source trajectory.")
-    ] = True,
     rollout: Annotated[
         str | None,
         typer.Option(help="User rollout function `package.module:rollout` instead of the built-in loop."),
     ] = None,
-    run: Annotated[str, typer.Option(help="Replay run name (a new name samples new groups).")] = "default",
-    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
-    top_p: Annotated[float, typer.Option(help="Nucleus sampling mass.")] = 1.0,
-    seed: Annotated[int | None, typer.Option(help="Sampling seed.")] = None,
-    max_turns: Annotated[int, typer.Option(help="Most model calls per rollout.")] = 8,
-    max_tokens: Annotated[int, typer.Option(help="Most tokens per model call.")] = 256,
-    max_total_tokens: Annotated[int, typer.Option(help="Context budget per rollout.")] = 4096,
-    concurrency: Annotated[int, typer.Option(help="Scenarios sampled at once.")] = 8,
     lake: LakeOption = None,
 ) -> None:
     """Group sampling: G token-exact trajectories per scenario (resumable: complete groups are skipped)."""
-    from training.replay.errors import ReplayError
-    from training.replay.rollout.tools import make_tools
-    from training.replay.samplers import make_sampler
-    from training.replay.stage import ReplayConfig, replay
+    from training.replay import ReplayError
+    from training.replay import replay as run_replay
 
-    options: dict[str, object] = {"adapter": adapter, "tokenizer": tokenizer}
-    if backend == "vllm-server":
-        options["base_url"] = base_url or os.environ.get("TRAJLAKE_VLLM_URL") or "http://127.0.0.1:8000"
-        options["api_key"] = os.environ.get("TRAJLAKE_VLLM_API_KEY")
     try:
-        config = ReplayConfig(
-            group_size=group_size,
-            run=run,
-            temperature=temperature,
-            top_p=top_p,
-            seed=seed,
-            max_turns=max_turns,
-            max_tokens=max_tokens,
-            max_total_tokens=max_total_tokens,
-            concurrency=concurrency,
-        )
-        sampler = make_sampler(backend, model, **options)
-        with sampler:
-            result = replay(
+        sampler_config = build("sampler", sampler)
+        if not sampler_config.model:
+            raise fail(
+                "--model is required: a model folder (transformers, vllm) or the served model's name", 2
+            )
+        with sampler_config.build(adapter) as model:
+            result = run_replay(
                 resolve_lake(lake),
                 scenarios,
-                sampler,
-                config,
-                tools=make_tools(tool or (), recorded=recorded_tools),
+                model,
+                build("replay", replay),
+                tools=build("tools", tools).build(),
                 rollout=rollout,
             )
     except ReplayError as exc:
@@ -182,9 +139,10 @@ def tiny_model(
     typer.echo(str(build_tiny_model(path, seed=seed)))
 
 
-def register(app: typer.Typer) -> None:
-    """Add this stage's commands to the `trajlake` app."""
-    app.add_typer(scenarios_app, name="scenarios")
-    app.command("replay")(replay_command)
-    app.command("serve-sampler")(serve_sampler)
-    app.command("tiny-model", hidden=True)(tiny_model)
+app = typer.Typer(add_completion=False)  # its commands join `trajlake` on first use (flows.cli)
+scenarios_app.command("create")(configured(scenarios_create, scenarios="scenarios"))
+scenarios_app.command("load")(configured(scenarios_load, scenarios="scenarios"))
+app.add_typer(scenarios_app, name="scenarios")
+app.command("replay")(configured(replay_command, replay="replay", sampler="sampler", tools="tools"))
+app.command("serve-sampler")(serve_sampler)
+app.command("tiny-model", hidden=True)(tiny_model)

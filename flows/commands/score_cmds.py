@@ -8,7 +8,6 @@ table says what happened.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -17,9 +16,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from flows.commands.options import LakeOption, fail, resolve_lake
+from flows.commands.options import LakeOption, build, configured, fail, resolve_lake
+from flows.settings import Section
 
 FormatOption = Annotated[str, typer.Option("--format", "-f", help="table or json")]
+# A scoring run's options (`--where`, `--force`, ...): command-line only, no table in trajlake.toml.
+SCORE_RUN = Section("score-run", "judging.config:ScoreConfig")
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -80,6 +82,8 @@ def _print_summaries(summaries: list, fmt: str, lake: str) -> None:
 
 
 def score(
+    run: dict,
+    judge: dict,
     reward: Annotated[
         list[str] | None,
         typer.Option(
@@ -93,60 +97,9 @@ def score(
         str | None,
         typer.Option("--sql-reward", help="DuckDB expression over `candidates` giving the reward."),
     ] = None,
-    name: Annotated[
-        str | None, typer.Option("--name", help="Reward name to write (default: from the reward).")
-    ] = None,
-    where: Annotated[
-        str | None,
-        typer.Option("--where", help="SQL condition over trajectories (+ scenario `expected`, `split`)."),
-    ] = None,
-    judge_model: Annotated[
-        str | None,
-        typer.Option("--judge-model", envvar="TRAJLAKE_SCORE__JUDGE__MODEL", help="Judge model for RULER."),
-    ] = None,
-    judge_base_url: Annotated[
-        str | None,
-        typer.Option(
-            "--judge-base-url", envvar="TRAJLAKE_SCORE__JUDGE__BASE_URL", help="OpenAI-compatible base URL."
-        ),
-    ] = None,
-    judge_api_key_env: Annotated[
-        str, typer.Option("--judge-api-key-env", help="Environment variable holding the judge API key.")
-    ] = "OPENAI_API_KEY",
     rubric: Annotated[
         Path | None, typer.Option("--rubric", help="Rubric file (default: RULER's rubric).")
     ] = None,
-    concurrency: Annotated[int, typer.Option("--concurrency", help="Judge calls in flight.")] = 8,
-    max_attempts: Annotated[int, typer.Option("--max-attempts", help="Attempts per group.")] = 4,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds per judge call.")] = 120.0,
-    seed: Annotated[int, typer.Option("--seed", help="Base seed of the per-group shuffle.")] = 0,
-    max_context_tokens: Annotated[
-        int, typer.Option("--max-context-tokens", help="Judge context window.")
-    ] = 128_000,
-    structured_output: Annotated[
-        str, typer.Option("--structured-output", help="auto, json_schema, json_object or none.")
-    ] = "auto",
-    input_cost: Annotated[
-        float | None, typer.Option("--input-cost", help="USD per 1M prompt tokens.")
-    ] = None,
-    output_cost: Annotated[
-        float | None, typer.Option("--output-cost", help="USD per 1M completion tokens.")
-    ] = None,
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Ignore cached judge verdicts.")] = False,
-    min_group_size: Annotated[int, typer.Option("--min-group-size", help="RULER skips smaller groups.")] = 2,
-    limit_groups: Annotated[
-        int | None, typer.Option("--limit-groups", help="Judge at most N groups now.")
-    ] = None,
-    force: Annotated[
-        bool, typer.Option("--force", help="Score again what this scorer already scored.")
-    ] = False,
-    flush_every: Annotated[
-        int,
-        typer.Option("--flush-every", help="Commit rewards every N groups (a kill loses at most that many)."),
-    ] = 32,
-    progress: Annotated[
-        bool, typer.Option("--progress/--no-progress", help="Progress bar on stderr.")
-    ] = True,
     lake: LakeOption = None,
     fmt: FormatOption = "table",
 ) -> None:
@@ -158,42 +111,23 @@ def score(
         raise fail(
             "give at least one --reward (ruler, a built-in, or package.module:function) or --sql-reward", 2
         )
-    if name and len(specs) + (sql_reward is not None) > 1:
+    if run.get("name") and len(specs) + (sql_reward is not None) > 1:
         raise fail("--name applies to a single reward; run one `trajlake score` per named reward", 2)
     target = resolve_lake(lake)
-    try:
-        config = judging.ScoreConfig(
-            where=where,
-            name=name,
-            min_group_size=min_group_size,
-            limit_groups=limit_groups,
-            force=force,
-            progress=progress,
-            flush_every=flush_every,
-        )
-        judge = None
-        if "ruler" in specs:
-            if not judge_model:
-                raise fail("RULER needs --judge-model (or TRAJLAKE_SCORE__JUDGE__MODEL)", 2)
-            judge = judging.JudgeConfig(
-                model=judge_model,
-                base_url=judge_base_url,
-                api_key=os.environ.get(judge_api_key_env),
-                rubric=rubric.read_text(encoding="utf-8") if rubric else None,
-                concurrency=concurrency,
-                max_attempts=max_attempts,
-                timeout_s=timeout,
-                seed=seed,
-                max_context_tokens=max_context_tokens,
-                structured_output=structured_output,  # type: ignore[arg-type]
-                input_cost_per_mtok=input_cost,
-                output_cost_per_mtok=output_cost,
-                use_cache=not no_cache,
+    config = build(SCORE_RUN, run)
+    judge_config = None
+    if "ruler" in specs:
+        if not judge.get("model"):
+            raise fail(
+                "RULER needs --judge-model (or `judge.model` in trajlake.toml, TRAJLAKE_JUDGE__MODEL)", 2
             )
-        rewards: list = [*specs]
-        if sql_reward is not None:
-            rewards.append(judging.SqlReward(sql_reward, name or "sql"))
-        summaries = [judging.score(target, spec, config, judge=judge) for spec in rewards]
+        text = rubric.read_text(encoding="utf-8") if rubric else None
+        judge_config = build("judge", judge, **({"rubric": text} if text else {}))
+    rewards: list = [*specs]
+    if sql_reward is not None:
+        rewards.append(judging.SqlReward(sql_reward, run.get("name") or "sql"))
+    try:
+        summaries = [judging.score(target, spec, config, judge=judge_config) for spec in rewards]
     except (judging.JudgingError, OSError) as exc:
         raise fail(str(exc)) from None
     _print_summaries(summaries, fmt, str(target))
@@ -285,8 +219,7 @@ def agreement(
         console.print(f"no group has two or more trajectories scored by both `{a}` and `{b}`")
 
 
-def register(app: typer.Typer) -> None:
-    """Add `score`, `combine` and `agreement` to the `trajlake` app."""
-    app.command("score")(score)
-    app.command("combine")(combine)
-    app.command("agreement")(agreement)
+app = typer.Typer(add_completion=False)  # its commands join `trajlake` on first use (flows.cli)
+app.command("score")(configured(score, run=SCORE_RUN, judge="judge"))
+app.command("combine")(combine)
+app.command("agreement")(agreement)

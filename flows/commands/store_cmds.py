@@ -150,8 +150,7 @@ def compact_cmd(
     )
 
 
-def register(app: typer.Typer) -> None:
-    """Add `sql`, `tables` and `compact` to the `trajlake` app."""
-    app.command("sql")(sql)
-    app.command("tables")(tables)
-    app.command("compact")(compact_cmd)
+app = typer.Typer(add_completion=False)  # its commands join `trajlake` on first use (flows.cli)
+app.command("sql")(sql)
+app.command("tables")(tables)
+app.command("compact")(compact_cmd)

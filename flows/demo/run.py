@@ -16,6 +16,7 @@ The story, each step a real part:
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +25,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from flows.background import BackgroundServer
-from flows.demo.task import make_questions
+from flows.demo.capture import capture_production_traces
 
 console = Console()
 
@@ -101,53 +101,65 @@ def write_demo_config(
     path: Path, lake: Path, model: Path, size: DemoSize, judge: tuple[str, str] | None
 ) -> Path:
     """The demo's `trajlake.toml` (also a worked example of the configuration)."""
+    well_rated = (
+        "SELECT trajectory_id FROM trajectories WHERE source = 'otel' AND has_content AND trajectory_id IN "
+        "(SELECT trajectory_id FROM latest_rewards WHERE name = 'user_feedback' AND value >= 1)"
+    )
+    rewards = ["flows.demo.task:calculator_reward", "exact_match", "tool_success"]
     judge_table = ""
-    rewards = '["flows.demo.task:calculator_reward", "exact_match", "tool_success"]'
     if judge:
-        judge_table = f'\n[score.judge]\nmodel = "{judge[1]}"\nbase_url = "{judge[0]}"\n'
+        rewards.append("ruler")
+        judge_table = f'\n[judge]\nmodel = "{judge[1]}"\nbase_url = "{judge[0]}"\n'
     path.write_text(
         f"""# Written by `trajlake demo`.
 [lake]
 path = "{lake}"
 
+[select]
+scenarios = "{well_rated}"
+replay = "SELECT scenario_id FROM scenarios WHERE split = 'train' ORDER BY hash(scenario_id) LIMIT {size.train_scenarios}"
+sft = "{well_rated}"
+
 [scenarios]
-sql = "SELECT trajectory_id FROM trajectories t WHERE source = 'otel' AND has_content AND trajectory_id IN (SELECT trajectory_id FROM latest_rewards WHERE name = 'user_feedback' AND value >= 1)"
 val_fraction = 0.25
 
-[replay]
+[sampler]
 model = "{model}"
+
+[replay]
 group_size = {size.group_size}
 temperature = 0.8
-max_new_tokens = {size.max_new_tokens}
+max_tokens = {size.max_new_tokens}
 max_turns = 3
-tools = "flows.demo.task:calculator"
-scenarios_sql = "SELECT scenario_id FROM scenarios WHERE split = 'train' ORDER BY hash(scenario_id) LIMIT {size.train_scenarios}"
 concurrency = 2
+seed = 0
+
+[tools]
+tool = ["flows.demo.task:calculator"]
+recorded = false
 
 [score]
-rewards = {rewards}
+rewards = {json.dumps(rewards)}
 reward = "calculator"
 {judge_table}
-[train]
+[train.sft]
+num_train_epochs = {size.sft_epochs}
+learning_rate = 1e-2
+per_device_train_batch_size = 8
 seed = 0
 gradient_checkpointing = false
-
-[train.sft]
-sql = "SELECT trajectory_id FROM trajectories WHERE source = 'otel' AND has_content AND trajectory_id IN (SELECT trajectory_id FROM latest_rewards WHERE name = 'user_feedback' AND value >= 1)"
-epochs = {size.sft_epochs}
-learning_rate = 1e-2
-batch_size = 8
 
 [train.grpo]
 loss_type = "dapo"
 beta = 0.0
 learning_rate = 1e-3
-epochs = {size.grpo_epochs}
-batch_size = 8
+num_train_epochs = {size.grpo_epochs}
+per_device_train_batch_size = 8
+seed = 0
+gradient_checkpointing = false
 
 [publish]
 name = "calculator-agent"
-require_improvement = true
 
 [pipeline]
 rounds = {size.rounds}
@@ -155,42 +167,6 @@ max_workers = 2
 """
     )
     return path
-
-
-def capture_production_traces(lake: Path, questions: int, seed: int = 0) -> dict[str, Any]:
-    """Run the instrumented agent against the stand-in production LLM, through `trajlake collect`."""
-    import openai
-
-    from flows.demo import agent, teacher
-    from flows.stages import collector_app, finish_collection, instrument_agent
-
-    stats: dict[str, Any] = {}
-    app, collector = collector_app(lake)
-    with BackgroundServer(teacher.create_app(seed=seed)) as llm, BackgroundServer(app) as server:
-        provider, logger_provider, uninstrument = instrument_agent(
-            server.url, service_name="calculator-agent"
-        )
-        try:
-            client = openai.OpenAI(base_url=f"{llm.url}/v1", api_key="demo-key", max_retries=0)
-            tracer = provider.get_tracer("calculator-agent")
-            feedback = logger_provider.get_logger("calculator-agent.feedback")
-            runs = []
-            for question in make_questions(questions, seed=seed):
-                run = agent.run_agent(client, teacher.TEACHER_MODEL, question.text, tracer)
-                agent.record_feedback(feedback, run, correct=run.answer == question.answer)
-                runs.append(run)
-            provider.force_flush()
-            logger_provider.force_flush()
-        finally:
-            uninstrument()
-            provider.shutdown()
-            logger_provider.shutdown()
-        stats["agent_runs"] = len(runs)
-        stats["correct"] = sum(
-            r.answer == q.answer for r, q in zip(runs, make_questions(questions, seed=seed), strict=True)
-        )
-        stats.update(finish_collection(collector))
-    return stats
 
 
 def run_demo(
@@ -237,15 +213,17 @@ def run_demo(
     start = step("4/4 report")
     evaluation = None
     if result.get("evaluation"):
-        ev = result["evaluation"]
+        comparison = result["evaluation"]["comparison"]
         published = result.get("published") or {}
         evaluation = Evaluation(
-            candidate=f"{published['name']}:v{published['version']}" if published else ev["candidate"],
-            candidate_reward=ev["candidate_reward"],
-            baseline=ev["baseline"],
-            baseline_reward=ev["baseline_reward"],
-            scenarios=ev["scenarios"],
-            promoted=bool(result.get("published", {}).get("promoted")),
+            candidate=f"{published['name']}:v{published['version']}"
+            if published
+            else result["evaluation"]["candidate"],
+            candidate_reward=comparison["candidate"]["mean"],
+            baseline=result["evaluation"]["baseline"],
+            baseline_reward=comparison["baseline"]["mean"],
+            scenarios=comparison["paired_scenarios"],
+            promoted=bool(published.get("promoted")),
         )
     data = report_data(
         lake,
@@ -262,6 +240,7 @@ def run_demo(
         "report": str(report),
         "lake": str(lake),
         "rounds": result["rounds"],
+        "adapter": result.get("adapter"),
         "evaluation": result.get("evaluation"),
         "published": result.get("published"),
         "timings": timings,

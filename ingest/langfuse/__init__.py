@@ -10,7 +10,7 @@ scores become `rewards`. Progress lives in the lake's `watermarks` table.
 """
 
 from ingest.langfuse.client import LangfuseClient, retry_after_seconds
-from ingest.langfuse.config import DEFAULT_CATEGORY_VALUES, LangfuseConfig, PullFilters, scope_of
+from ingest.langfuse.config import LangfuseConfig, PullFilters, scope_of
 from ingest.langfuse.errors import (
     ExportNotFound,
     InvalidLangfuseConfig,
@@ -25,9 +25,9 @@ from ingest.langfuse.errors import (
 )
 from ingest.langfuse.export import ImportReport, import_langfuse_export
 from ingest.langfuse.pull import PullReport, pull_langfuse
-from ingest.langfuse.scores import map_category, score_to_reward
 from ingest.langfuse.spans import observation_to_span, to_span_id, to_trace_id, trace_to_spans
 from ingest.langfuse.watermark import PullState, read_state
+from ingest.scores import DEFAULT_CATEGORY_VALUES, map_category, score_to_reward
 
 __all__ = [
     "DEFAULT_CATEGORY_VALUES",

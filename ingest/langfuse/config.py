@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from ingest.langfuse.errors import InvalidLangfuseConfig
+from ingest.scores import DEFAULT_CATEGORY_VALUES
 
 # API limits, from the endpoint docs in the langfuse 5.0.4 SDK (`api/observations/raw_client.py`,
 # `api/scores/raw_client.py`): larger limits answer HTTP 400.
@@ -25,55 +26,6 @@ MAX_SCORES_PAGE = 100
 OBSERVATION_FIELDS = "core,basic,time,io,metadata,model,usage,prompt,metrics,trace_context"
 SCORE_FIELDS = "details,subject"
 
-# How categorical score values become numbers when the user gives no mapping. Matching is
-# case-insensitive on the stripped label; a label that is a number ("4", "0.5") is that
-# number. Anything else is recorded as a failed reward (`unmapped_category`), never a zero.
-DEFAULT_CATEGORY_VALUES: dict[str, float] = {
-    **dict.fromkeys(
-        (
-            "true",
-            "yes",
-            "pass",
-            "passed",
-            "correct",
-            "good",
-            "positive",
-            "success",
-            "resolved",
-            "thumbs_up",
-            "thumbsup",
-            "up",
-            "helpful",
-            "accept",
-            "accepted",
-            "👍",
-        ),
-        1.0,
-    ),
-    **dict.fromkeys(
-        (
-            "false",
-            "no",
-            "fail",
-            "failed",
-            "incorrect",
-            "bad",
-            "negative",
-            "failure",
-            "unresolved",
-            "thumbs_down",
-            "thumbsdown",
-            "down",
-            "unhelpful",
-            "reject",
-            "rejected",
-            "👎",
-        ),
-        0.0,
-    ),
-    **dict.fromkeys(("neutral", "partial", "partially_correct", "mixed"), 0.5),
-}
-
 
 @dataclass
 class LangfuseConfig:
@@ -84,8 +36,12 @@ class LangfuseConfig:
         default="https://cloud.langfuse.com",
         metadata={"help": "Langfuse web URL (without /api/public)."},
     )
-    public_key: str | None = field(default=None, metadata={"help": "Project public key (pk-lf-...)."})
-    secret_key: str | None = field(default=None, metadata={"help": "Project secret key (sk-lf-...)."})
+    public_key: str | None = field(
+        default=None, metadata={"help": "Project public key (pk-lf-...).", "env": "LANGFUSE_PUBLIC_KEY"}
+    )
+    secret_key: str | None = field(
+        default=None, metadata={"help": "Project secret key (sk-lf-...).", "env": "LANGFUSE_SECRET_KEY"}
+    )
     timeout_s: float = field(default=60.0, metadata={"help": "Per-request timeout in seconds."})
 
     # --- politeness ----------------------------------------------------------------------
@@ -104,10 +60,10 @@ class LangfuseConfig:
     )
 
     # --- incremental pulls -----------------------------------------------------------------
-    overlap: timedelta = field(
-        default=timedelta(minutes=30),
+    overlap_minutes: float = field(
+        default=30.0,
         metadata={
-            "help": "Each run re-reads this much before the watermark, to catch observations that "
+            "help": "Each run re-reads this many minutes before the watermark, to catch observations that "
             "reached Langfuse late for older traces (rows are deduplicated by key)."
         },
     )
@@ -142,11 +98,15 @@ class LangfuseConfig:
             )
         if self.max_retries < 0:
             raise InvalidLangfuseConfig("max_retries", self.max_retries, "must be >= 0")
-        if self.overlap < timedelta(0):
-            raise InvalidLangfuseConfig("overlap", self.overlap, "must not be negative")
+        if self.overlap_minutes < 0:
+            raise InvalidLangfuseConfig("overlap_minutes", self.overlap_minutes, "must not be negative")
         if self.checkpoint_pages < 1:
             raise InvalidLangfuseConfig("checkpoint_pages", self.checkpoint_pages, "must be >= 1")
         self.category_values = {k.strip().lower(): float(v) for k, v in self.category_values.items()}
+
+    @property
+    def overlap(self) -> timedelta:
+        return timedelta(minutes=self.overlap_minutes)
 
 
 @dataclass(frozen=True)

@@ -36,11 +36,12 @@ from typing import Any
 import orjson
 
 import store
-from ingest.langfuse.config import DEFAULT_CATEGORY_VALUES
+from ingest.lakeio import assemble_traces
 from ingest.langfuse.errors import ExportNotFound, MalformedExport, RecordProblem
-from ingest.langfuse.scores import score_target, score_to_reward
-from ingest.langfuse.sink import assemble_traces, trajectory_ids_of, write_rewards
+from ingest.langfuse.sink import trajectory_ids_of, write_rewards
 from ingest.langfuse.spans import ObservationError, observation_to_span, to_trace_id, trace_to_spans
+from ingest.records import BadRecord
+from ingest.scores import DEFAULT_CATEGORY_VALUES, score_target, score_to_reward
 from store import Lake
 
 SPAN_BATCH_ROWS = 20_000
@@ -256,9 +257,9 @@ def import_langfuse_export(
                         f"neither a trace (`observations`), an observation (`startTime`, `type`) nor a score "
                         f"(`dataType`, `value`); got: {keys}",
                     )
-            except ObservationError as exc:
+            except BadRecord as exc:  # an observation's or a score's
                 if len(problems) < MAX_PROBLEMS:
-                    problems.append(exc.at(line))
+                    problems.append(RecordProblem(line, exc.reason, exc.detail))
                 continue
             report.observations += len(rows)
             trace_ids.update(row["trace_id"] for row in rows)

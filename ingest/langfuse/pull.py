@@ -23,25 +23,23 @@ The report says what was read, written and skipped (with reason codes).
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 import store
+from ingest.lakeio import AssembleResult, assemble_traces
 from ingest.langfuse.client import LangfuseClient, Page
 from ingest.langfuse.config import LangfuseConfig, PullFilters, scope_of
 from ingest.langfuse.errors import LangfuseRequestRejected
-from ingest.langfuse.scores import score_target, score_to_reward
+from ingest.langfuse.filters import matches_trace_filters, observation_filter, plan_window
 from ingest.langfuse.sink import (
-    AssembleCounts,
-    assemble_traces,
     drop_unchanged_spans,
     trace_attributes,
     trajectory_ids_of,
@@ -50,6 +48,8 @@ from ingest.langfuse.sink import (
 )
 from ingest.langfuse.spans import ObservationError, observation_to_span, to_trace_id
 from ingest.langfuse.watermark import PullState, read_state, save_state
+from ingest.records import BadRecord
+from ingest.scores import score_target, score_to_reward
 from store import Lake
 
 MAX_PROBLEMS_KEPT = 20
@@ -84,85 +84,6 @@ class PullReport:
             out[key] = out[key].isoformat() if out[key] else None
         out["problems"] = out["problems"][:5]
         return out
-
-
-def plan_window(
-    state: PullState, filters: PullFilters, overlap: timedelta, now: datetime
-) -> tuple[datetime | None, datetime]:
-    """The `[from, to)` start-time window of a fresh run.
-
-    >>> from datetime import UTC
-    >>> t = datetime(2026, 1, 1, 12, tzinfo=UTC)
-    >>> plan_window(PullState("s", watermark=t), PullFilters(), timedelta(hours=1), t + timedelta(hours=5))
-    (datetime.datetime(2026, 1, 1, 11, 0, tzinfo=datetime.timezone.utc), datetime.datetime(2026, 1, 1, 17, 0, tzinfo=datetime.timezone.utc))
-    """
-    to = min(now, filters.until) if filters.until else now
-    start = state.watermark - overlap if state.watermark else None
-    if filters.since and (start is None or filters.since > start):
-        start = filters.since
-    return start, to
-
-
-def observation_filter(filters: PullFilters, start: datetime | None, end: datetime | None) -> str | None:
-    """The v2 `filter` JSON for `filters`, or None when plain query parameters suffice.
-
-    The API lets `filter` take precedence over the query-parameter filters, so when it
-    is needed it carries the time window too.
-    """
-    conditions: list[dict[str, Any]] = []
-    if filters.environments:
-        conditions.append(
-            {
-                "type": "stringOptions",
-                "column": "environment",
-                "operator": "any of",
-                "value": list(filters.environments),
-            }
-        )
-    if filters.trace_name:
-        conditions.append(
-            {"type": "string", "column": "traceName", "operator": "=", "value": filters.trace_name}
-        )
-    if filters.tags:
-        conditions.append(
-            {"type": "arrayOptions", "column": "traceTags", "operator": "any of", "value": list(filters.tags)}
-        )
-    if filters.user_id:
-        conditions.append({"type": "string", "column": "userId", "operator": "=", "value": filters.user_id})
-    if filters.session_id:
-        conditions.append(
-            {"type": "string", "column": "sessionId", "operator": "=", "value": filters.session_id}
-        )
-    if not conditions:
-        return None
-    if start is not None:
-        conditions.append({"type": "datetime", "column": "startTime", "operator": ">=", "value": _iso(start)})
-    if end is not None:
-        conditions.append({"type": "datetime", "column": "startTime", "operator": "<", "value": _iso(end)})
-    return json.dumps(conditions)
-
-
-def matches_trace_filters(attributes_json: list[str], filters: PullFilters) -> bool:
-    """Whether a trace's spans (attribute JSON texts) satisfy the trace-level filters."""
-    names: set[str] = set()
-    tags: set[str] = set()
-    users: set[str] = set()
-    sessions: set[str] = set()
-    for text in attributes_json:
-        attrs = json.loads(text or "{}")
-        if attrs.get("langfuse.trace.name"):
-            names.add(attrs["langfuse.trace.name"])
-        tags.update(attrs.get("langfuse.trace.tags") or [])
-        if attrs.get("user.id"):
-            users.add(attrs["user.id"])
-        if attrs.get("session.id"):
-            sessions.add(attrs["session.id"])
-    return (
-        (not filters.trace_name or filters.trace_name in names)
-        and (not filters.tags or bool(tags & set(filters.tags)))
-        and (not filters.user_id or filters.user_id in users)
-        and (not filters.session_id or filters.session_id in sessions)
-    )
 
 
 def pull_langfuse(
@@ -316,7 +237,7 @@ def _first_or_next(
 
 def _commit_spans(
     lake: Lake, rows: list[dict[str, Any]], *, reassemble_all: bool = False
-) -> tuple[int, AssembleCounts]:
+) -> tuple[int, AssembleResult]:
     """Write the spans that are new or changed and re-assemble their traces.
 
     Re-read spans (overlap window, resumed pages) that the lake already holds unchanged
@@ -326,7 +247,7 @@ def _commit_spans(
     if fresh:
         write_spans(lake, fresh)
     touched = {row["trace_id"] for row in (rows if reassemble_all else fresh)}
-    return len(fresh), assemble_traces(lake, touched) if touched else AssembleCounts()
+    return len(fresh), assemble_traces(lake, touched) if touched else AssembleResult()
 
 
 def _pull_scores(
@@ -416,17 +337,13 @@ def _commit_scores(
             rows.append(
                 score_to_reward(score, trajectory_id=trajectory_id, category_values=config.category_values)
             )
-        except ObservationError as exc:
+        except BadRecord as exc:
             skipped[f"score_{exc.reason}"] += 1
             if len(report.problems) < MAX_PROBLEMS_KEPT:
                 report.problems.append(f"score `{score.get('id')}`: {exc}")
     written, not_written = write_rewards(lake, rows) if rows else (0, {})
     skipped.update(not_written)
     return written
-
-
-def _iso(value: datetime) -> str:
-    return value.isoformat().replace("+00:00", "Z")
 
 
 class _NoProgress:

@@ -1,10 +1,9 @@
 """Writing what the puller and the importer produce into the lake.
 
 Spans are written first, then the traces they touch are re-assembled from *all* of
-their spans in the lake (the new ones and any pulled earlier), so an observation that
-arrives late for an older trace rebuilds that trace's trajectory instead of making a
-second, partial one. Assembly itself is the collector's (`ingest.assemble`): a pulled
-observation, an imported one and a span received over OTLP go through the same code.
+their spans in the lake (`ingest.lakeio.assemble_traces`, the collector's path), so an
+observation that arrives late for an older trace rebuilds that trace's trajectory
+instead of making a second, partial one.
 
 Scores become rewards only for trajectories that exist; each reward row is written only
 if the lake holds no row with the same key and a newer `scored_at`, so re-reading an
@@ -13,34 +12,18 @@ older page (overlap window, resumed pull) never brings back a superseded score.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 import store
 from store import Lake
 from store.catalog import raw_relation_sql
-from store.schema import SPANS, TABLES, WRITTEN_AT
+from store.schema import SPANS, WRITTEN_AT
 
 # `assemble` sets source 'langfuse' on trajectories whose spans all came from Langfuse.
 TRAJECTORY_SOURCE = "langfuse"
-
-
-@dataclass
-class AssembleCounts:
-    """What one re-assembly wrote."""
-
-    traces: int = 0
-    trajectories: int = 0
-    rewards: int = 0
-
-    def add(self, other: AssembleCounts) -> None:
-        self.traces += other.traces
-        self.trajectories += other.trajectories
-        self.rewards += other.rewards
 
 
 def write_spans(lake: Lake, rows: Iterable[dict[str, Any]] | pa.Table) -> int:
@@ -92,99 +75,6 @@ def _same(stored: tuple[Any, ...], fresh: tuple[Any, ...]) -> bool:
 def _normal(value: Any) -> Any:
     # DuckDB hands timestamps back in its own zone object; compare instants.
     return value.timestamp() if hasattr(value, "timestamp") else value
-
-
-def spans_of_traces(lake: Lake, trace_ids: Iterable[str], batch_rows: int = 50_000) -> Iterator[pa.Table]:
-    """The lake's newest span rows of `trace_ids`, ordered by trace, in tables that never
-    split a trace (so each can be assembled on its own)."""
-    wanted = sorted(set(trace_ids))
-    if not wanted or not lake.data_files("spans"):
-        return
-    con = store.connect(lake)
-    try:
-        con.register("__wanted", pa.table({"trace_id": pa.array(wanted, pa.string())}))
-        # Filter before de-duplicating: the key starts with trace_id, so rows of other
-        # traces can never be the newest version of a wanted span.
-        sql = (
-            f"SELECT * FROM {raw_relation_sql(lake, SPANS)} "
-            "WHERE trace_id IN (SELECT trace_id FROM __wanted) "
-            f"QUALIFY row_number() OVER (PARTITION BY trace_id, span_id ORDER BY {WRITTEN_AT} DESC) = 1 "
-            "ORDER BY trace_id, start_time, span_id"
-        )
-        reader = con.sql(sql).to_arrow_reader(batch_rows)
-        carry: pa.Table | None = None
-        for batch in reader:
-            table = pa.Table.from_batches([batch])
-            if carry is not None:
-                table = pa.concat_tables([carry, table])
-            last = table.column("trace_id")[-1].as_py()
-            ids = table.column("trace_id").to_pylist()
-            cut = ids.index(last)
-            carry = table.slice(cut)
-            if cut:
-                yield table.slice(0, cut)
-        if carry is not None and carry.num_rows:
-            yield carry
-    finally:
-        con.close()
-
-
-def _assemble_chunk(spans: pa.Table) -> tuple[int, pa.Table, pa.Table]:
-    """(traces, trajectories, rewards) of one span chunk; top level so worker processes can run it."""
-    from ingest.assemble import assemble  # the collector's assembler (same code as OTLP ingest)
-
-    assembled = assemble(spans)
-    traces = pc.count_distinct(spans.column("trace_id")).as_py()
-    return traces, _as_table(assembled.trajectories, "trajectories"), _as_table(assembled.rewards, "rewards")
-
-
-def _chunks_in_order(chunks: Iterator[pa.Table], workers: int) -> Iterator[tuple[int, pa.Table, pa.Table]]:
-    """`_assemble_chunk` over `chunks`, in order; with `workers` > 1 in that many processes,
-    keeping at most two chunks per worker in flight so memory stays bounded."""
-    if workers <= 1:
-        yield from map(_assemble_chunk, chunks)
-        return
-    import multiprocessing
-    from collections import deque
-    from concurrent.futures import Future, ProcessPoolExecutor
-
-    # spawn, not fork: the parent holds DuckDB and Arrow thread pools that must not be forked.
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        pending: deque[Future[tuple[int, pa.Table, pa.Table]]] = deque()
-        for chunk in chunks:
-            pending.append(pool.submit(_assemble_chunk, chunk))
-            if len(pending) >= 2 * workers:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
-
-
-def assemble_traces(
-    lake: Lake, trace_ids: Iterable[str], *, workers: int = 1, chunk_rows: int = 50_000
-) -> AssembleCounts:
-    """Re-assemble `trace_ids` from the lake's spans; write their trajectories and rewards.
-
-    Trajectories stream into one all-or-nothing write (memory stays bounded by the span
-    chunks); rewards from feedback events, usually few, are written after them.
-    `workers` > 1 assembles chunks in that many processes (assembly is pure Python and
-    the slowest step of a large import); the rows are the same either way.
-    """
-    counts = AssembleCounts()
-    rewards: list[pa.Table] = []
-
-    def trajectories() -> Iterator[pa.Table]:
-        for traces, trajectory_rows, reward_rows in _chunks_in_order(
-            spans_of_traces(lake, trace_ids, chunk_rows), workers
-        ):
-            counts.traces += traces
-            if reward_rows.num_rows:
-                rewards.append(reward_rows)
-            yield trajectory_rows
-
-    counts.trajectories = store.write(lake, "trajectories", trajectories()).rows
-    if rewards:
-        counts.rewards = store.write(lake, "rewards", rewards).rows
-    return counts
 
 
 def trajectory_ids_of(lake: Lake, trace_ids: Iterable[str]) -> dict[str, str]:
@@ -294,21 +184,3 @@ def _existing_rewards(
     finally:
         con.close()
     return {(r[0], r[1], r[2]): r[3:] for r in rows}
-
-
-def _as_table(data: Any, table: str) -> pa.Table:
-    if data is None:
-        return TABLES[table].schema.empty_table()
-    if isinstance(data, pa.Table):
-        return data
-    if isinstance(data, pa.RecordBatch):
-        return pa.Table.from_batches([data])
-    if isinstance(data, list):
-        if not data:
-            return TABLES[table].schema.empty_table()
-        names = [n for n in TABLES[table].schema.names if any(n in row for row in data)]
-        schema = pa.schema([TABLES[table].schema.field(n) for n in names])
-        return pa.Table.from_pylist(data, schema=schema)
-    if hasattr(data, "to_arrow"):
-        return data.to_arrow()
-    return pa.Table.from_pylist(list(data))

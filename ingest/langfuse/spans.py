@@ -21,23 +21,18 @@ export of older SDKs (input/output as JSON values, trace fields on the trace).
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 from collections.abc import Iterator, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import orjson
 
-from ingest.langfuse.errors import RecordProblem
+from ingest.records import BadRecord, maybe_time, parse_time, to_span_id, to_trace_id
 
 SOURCE = "langfuse"
 SCOPE_NAME = "langfuse-sdk"
 
-_HEX32 = re.compile(r"^[0-9a-f]{32}$")
-_HEX16 = re.compile(r"^[0-9a-f]{16}$")
-_UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 
 OBSERVATION_TYPES = (
     "span",
@@ -53,63 +48,11 @@ OBSERVATION_TYPES = (
 )
 
 
-class ObservationError(ValueError):
-    """One observation cannot become a span; `reason` is a snake_case code."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        self.reason = reason
-        self.detail = detail
-        super().__init__(f"{reason}: {detail}")
-
-    def at(self, line: int) -> RecordProblem:
-        return RecordProblem(line, self.reason, self.detail)
-
-
-# --- ids -----------------------------------------------------------------------------------
-
-
-def to_trace_id(langfuse_id: str) -> str:
-    """A Langfuse trace id as the lake's 32 lowercase hex chars (stable, never random).
-
-    >>> to_trace_id("5B8EFFF798038103D269B633813FC60C")
-    '5b8efff798038103d269b633813fc60c'
-    >>> to_trace_id("0f8fad5b-d9cb-469f-a165-70867728950e")
-    '0f8fad5bd9cb469fa16570867728950e'
-    """
-    low = langfuse_id.lower()
-    if _HEX32.match(low):
-        return low
-    if _UUID.match(langfuse_id):
-        return low.replace("-", "")
-    return hashlib.sha256(b"langfuse-trace:" + langfuse_id.encode()).hexdigest()[:32]
-
-
-def to_span_id(langfuse_id: str) -> str:
-    """A Langfuse observation id as 16 lowercase hex chars (itself when it already is)."""
-    low = langfuse_id.lower()
-    if _HEX16.match(low):
-        return low
-    return hashlib.sha256(b"langfuse-observation:" + langfuse_id.encode()).hexdigest()[:16]
-
-
 # --- values --------------------------------------------------------------------------------
 
 
-def parse_time(value: Any, what: str) -> datetime:
-    """An ISO-8601 string (or datetime) as an aware UTC datetime."""
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    if not isinstance(value, str):
-        raise ObservationError("bad_timestamp", f"`{what}` is {value!r}, expected an ISO-8601 string")
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise ObservationError("bad_timestamp", f"`{what}` = {value!r} is not ISO-8601") from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
-def maybe_time(value: Any, what: str) -> datetime | None:
-    return None if value is None or value == "" else parse_time(value, what)
+class ObservationError(BadRecord):
+    """One observation cannot become a span; `reason` is a snake_case code."""
 
 
 def serialize_value(value: Any) -> str | None:

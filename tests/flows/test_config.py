@@ -1,14 +1,16 @@
-"""trajlake.toml: defaults, overrides, and errors that name the bad key before any work."""
+"""trajlake.toml: derived from the libraries' declarations; overrides and errors that name the key."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
-from flows.config import ConfigError, describe, env_overrides, load_config
+from flows.config import SECTIONS, command_defaults, describe, load_config
+from flows.settings import ConfigError, env_overrides
 
 
 def write(tmp_path: Path, text: str) -> str:
@@ -19,8 +21,10 @@ def write(tmp_path: Path, text: str) -> str:
 
 def test_empty_file_is_the_embedded_default(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, ""), environ={})
-    assert config.replay.backend == "transformers"
-    assert config.replay.group_size == 4
+    from training.replay import ReplayConfig, SamplerConfig
+
+    assert config.build("sampler") == SamplerConfig()  # the library's own defaults, declared once
+    assert config.build("replay") == ReplayConfig()
     assert config.score.rewards == ["exact_match"]
 
 
@@ -32,8 +36,8 @@ def test_file_values_and_environment_overrides(tmp_path: Path) -> None:
     config = load_config(
         path, environ={"TRAJLAKE_REPLAY__GROUP_SIZE": "6", "TRAJLAKE_LAKE__PATH": "s3://b/lake"}
     )
-    assert config.replay.group_size == 6  # environment beats the file
-    assert config.train.grpo.beta == 0.04
+    assert config.build("replay").group_size == 6  # environment beats the file
+    assert config.build("train.grpo", output_dir="x").beta == 0.04  # a TRL field, read by TRL's config
     assert config.lake.path == "s3://b/lake"  # not TOML: kept as a string
     assert config.score.weights == {"exact_match": 1.0}
 
@@ -49,12 +53,14 @@ def test_env_overrides_parse_toml_values() -> None:
     [
         ("[replay]\ngroup_sise = 3", "replay.group_sise", "group_size"),  # typo: lists the real keys
         ("[replay]\ngroup_size = 'x'", "replay.group_size", "expected int"),
-        ("[replay]\nbackend = 'tgi'", "replay.backend", "'vllm-server'"),
+        ("[sampler]\nbackend = 'tgi'", "sampler.backend", "'vllm-server'"),
         ("[replay]\ngroup_size = 1", "replay.group_size", "at least 2"),
-        ("[train.sft]\nlora_r = 12", "train.sft.lora_r", "vLLM accepts"),
-        ("[score.judge]\nmodel = 'judge'", "score.judge.base_url", "no endpoint"),
-        ("[score]\nweights = {nope = 1.0}", "score.weights.nope", "not a configured reward"),
+        ("[train.sft]\nlora_r = 12", "train.sft.lora_r", "vLLM can serve"),  # checked by the library
+        ("[score]\nweights = {nope = 1.0}", "score.weights.nope", "not a scored reward"),
+        ("[collector]\nmax_body_mb = 0", "collector.max_body_mb", "must be positive"),
+        ("[judge]\napi_key_env = 'NO_SUCH_VARIABLE'", "judge.api_key_env", "$NO_SUCH_VARIABLE is not set"),
         ("replay = 3", "replay", "expected a table"),
+        ("[nope]\nx = 1", "nope", "unknown table"),
         ("[replay\n", "(syntax)", "line 1"),
     ],
 )
@@ -77,6 +83,14 @@ def test_missing_file_is_an_error(tmp_path: Path) -> None:
         load_config(tmp_path / "nope.toml", environ={})
 
 
+def test_secrets_come_from_the_environment_variable_the_file_names(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, '[collector]\nbearer_token_env = "COLLECTOR_TOKEN"\n[collector.redaction]\nemails = true\n'
+    )
+    collector = load_config(path, environ={"COLLECTOR_TOKEN": "s3cret"}).build("collector")
+    assert collector.bearer_token == "s3cret" and collector.redaction.emails is True
+
+
 def test_cli_fails_before_any_work_on_bad_config(tmp_path: Path) -> None:
     path = write(tmp_path, "[pipeline]\nrounds = 0\n")
     lake = tmp_path / "lake"
@@ -86,22 +100,55 @@ def test_cli_fails_before_any_work_on_bad_config(tmp_path: Path) -> None:
     assert not lake.exists()  # nothing ran, nothing was written
 
 
-def test_reference_documents_every_key() -> None:
-    keys = [key for key, _, _ in describe()]
-    assert "replay.group_size" in keys and "train.grpo.loss_type" in keys and "schedules.pipeline" in keys
-    assert all(text for _, _, text in describe())
+def test_reference_is_generated_from_the_declarations() -> None:
+    from judging import JudgeConfig
+    from training.replay import ReplayConfig
+
+    rows = {key: (default, text) for key, default, text in describe()}
+    group_size = next(f for f in dataclasses.fields(ReplayConfig) if f.name == "group_size")
+    assert rows["replay.group_size"] == (repr(group_size.default), group_size.metadata["help"])
+    assert rows["judge.api_key_env"][0] == "'OPENAI_API_KEY'"  # a secret: the variable, never a value
+    assert (
+        "train.sft.learning_rate" in rows and "train.grpo.loss_type" in rows and "schedules.pipeline" in rows
+    )
+    assert all(text for _, text in rows.values())
+    assert set(rows) >= {f"judge.{f.name}" for f in dataclasses.fields(JudgeConfig) if f.name != "api_key"}
 
 
-def test_collector_section_supplies_collect_defaults(tmp_path: Path) -> None:
-    from flows.config import collect_defaults
+def test_a_toml_key_an_environment_variable_and_an_option_reach_the_same_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import training.replay
 
-    path = write(tmp_path, '[collector]\nport = 14318\ntoken_env = "COLLECTOR_TOKEN"\nredact_emails = true\n')
-    config = load_config(path, environ={})
-    defaults = collect_defaults(config, environ={"COLLECTOR_TOKEN": "s3cret"})
-    assert defaults["port"] == 14318 and defaults["token"] == "s3cret" and defaults["redact_emails"] is True
-    with pytest.raises(ConfigError) as info:
-        collect_defaults(config, environ={})
-    assert info.value.key == "collector.token_env"
+    seen: list[training.replay.ScenarioConfig] = []
+
+    def create(lake: object, sql: str, config: training.replay.ScenarioConfig) -> object:
+        seen.append(config)
+        return training.replay.ScenarioResult(["s"], splits={"train": 1})
+
+    monkeypatch.setattr(training.replay, "create_scenarios", create)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TRAJLAKE_CONFIG", write(tmp_path, "[scenarios]\nval_fraction = 0.3\nturn = 1\n"))
+    args = [
+        "scenarios",
+        "create",
+        "--sql",
+        "SELECT trajectory_id FROM trajectories",
+        "--lake",
+        str(tmp_path / "l"),
+    ]
+
+    def run(*extra: str) -> training.replay.ScenarioConfig:
+        command_defaults.cache_clear()
+        result = CliRunner().invoke(app, [*args, *extra])
+        assert result.exit_code == 0, result.output
+        return seen[-1]
+
+    assert (run().val_fraction, run().turn) == (0.3, 1)  # from the file
+    monkeypatch.setenv("TRAJLAKE_SCENARIOS__VAL_FRACTION", "0.4")
+    assert (run().val_fraction, run().turn) == (0.4, 1)  # the environment beats the file
+    assert (run("--val-fraction", "0.5").val_fraction, run().turn) == (0.5, 1)  # the option beats both
+    assert SECTIONS["scenarios"].cls is training.replay.ScenarioConfig
 
 
 def test_commands_use_the_config_files_lake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -110,6 +157,7 @@ def test_commands_use_the_config_files_lake(tmp_path: Path, monkeypatch: pytest.
     lake = tmp_path / "configured-lake"
     store.write(str(lake), "runs", [{"run_id": "r", "step": 0, "stage": "sft"}])
     monkeypatch.setenv("TRAJLAKE_CONFIG", write(tmp_path, f'[lake]\npath = "{lake}"\n'))
+    command_defaults.cache_clear()
     result = CliRunner().invoke(app, ["sql", "SELECT count(*) AS n FROM runs", "--format", "json"])
     assert result.exit_code == 0, result.output
     assert '"n": 1' in result.output

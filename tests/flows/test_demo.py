@@ -26,8 +26,26 @@ async def _artifact_keys() -> set[str]:
     return {a.key for a in artifacts if a.key}
 
 
+def counting(monkeypatch: pytest.MonkeyPatch, module: object, name: str, calls: list[tuple]) -> None:
+    """Spy on `module.name`: record each call's arguments, then run the real function."""
+    real = getattr(module, name)
+
+    def spy(*args: object, **kwargs: object) -> object:
+        calls.append((name, args, kwargs))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, spy)
+
+
 @pytest.mark.usefixtures("prefect_api")
-def test_small_demo_runs_the_whole_loop(tmp_path: Path) -> None:
+def test_small_demo_runs_the_whole_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import flows.stages.evaluate
+    import training.publish
+
+    calls: list[tuple] = []
+    counting(monkeypatch, flows.stages.evaluate, "replay_policy", calls)
+    counting(monkeypatch, flows.stages.evaluate, "score_reward", calls)
+    counting(monkeypatch, training.publish, "publish", calls)
     result = run_demo(tmp_path / "demo", size="small")
     lake = store.Lake(result["lake"])
     con = store.connect(lake)
@@ -64,10 +82,17 @@ def test_small_demo_runs_the_whole_loop(tmp_path: Path) -> None:
     assert adapter is not None and "latest" in adapter[2]
     assert json.loads(adapter[3])  # lineage
     evaluation = result["evaluation"]
-    assert evaluation["baseline"] == "base model" and evaluation["scenarios"] > 0
+    comparison = evaluation["comparison"]
+    assert evaluation["baseline"] == "base" and comparison["paired_scenarios"] > 0
+
+    # evaluated once, published once: one replay and one scoring per policy (candidate, base model)
+    assert [name for name, _, _ in calls] == ["replay_policy", "score_reward"] * 2 + ["publish"]
+    assert {args[1] for name, args, _ in calls if name == "replay_policy"} == {result["adapter"], None}
+    assert con.execute("SELECT count(DISTINCT run_id) FROM runs WHERE stage = 'eval'").fetchone()[0] == 1
 
     # the report shows the measured numbers; Prefect has the artifacts
     page = Path(result["report"]).read_text()
-    assert f"{evaluation['candidate_reward']:.3f}" in page and f"{evaluation['baseline_reward']:.3f}" in page
+    candidate, baseline = comparison["candidate"]["mean"], comparison["baseline"]["mean"]
+    assert f"{candidate:.3f}" in page and f"{baseline:.3f}" in page
     assert page.count("data:image/png;base64,") == 3
     assert {"trajlake-rounds", "trajlake-evaluation", "trajlake-adapter"} <= asyncio.run(_artifact_keys())

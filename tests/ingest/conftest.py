@@ -12,8 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app as cli_app
-from ingest.collector import Collector, create_app
-from ingest.config import CollectorConfig
+from ingest.otlp.app import create_app
+from ingest.otlp.collector import Collector
+from ingest.otlp.config import CollectorConfig
 from store import Lake
 from tests.ingest.fake_openai import serve_in_thread
 

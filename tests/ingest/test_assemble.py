@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 import store
 from flows.cli import app as cli_app
 from ingest.assemble import assemble
-from ingest.spans import ROW_SCHEMA
+from ingest.otlp.convert import ROW_SCHEMA
 from store.schema import REWARDS, TRAJECTORIES
 
 T0 = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
@@ -310,7 +310,7 @@ def test_rebuild_streams_traces_in_batches_and_filters(lake: store.Lake) -> None
         ]
     store.write(lake, "spans", spans_table(rows))
     done: list[int] = []
-    result = rebuild(lake, batch_traces=2, progress=done.append)
+    result = rebuild(lake, chunk_rows=4, progress=done.append)
     assert (result.traces, result.trajectories) == (5, 5) and done[-1] == 5 and len(done) > 1
     names = store.connect(lake).sql("SELECT agent_name FROM trajectories ORDER BY 1").fetchall()
     assert [n for (n,) in names] == [f"bot{n}" for n in range(5)]

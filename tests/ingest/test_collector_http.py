@@ -97,7 +97,7 @@ def test_bad_requests_get_a_4xx_naming_the_problem_and_write_nothing(
 
 
 def test_body_limits_apply_before_and_after_decompression(start_collector) -> None:  # type: ignore[no-untyped-def]
-    collector = start_collector(max_body_bytes=64 * 1024)
+    collector = start_collector(max_body_mb=1 / 16)
     big = httpx.post(f"{collector.url}/v1/traces", content=b"\0" * (65 * 1024), headers=PB)
     assert big.status_code == 413
     # A gzip bomb: 30 KiB on the wire, 50 MiB inflated; must be refused without inflating it all.
@@ -131,7 +131,7 @@ def test_bearer_token_is_required_when_configured(start_collector) -> None:  # t
 
 
 def test_overload_answers_503_with_retry_after(start_collector) -> None:  # type: ignore[no-untyped-def]
-    collector = start_collector(max_pending_bytes=1, flush_seconds=3600, retry_after_s=7)
+    collector = start_collector(max_pending_mb=1e-6, flush_seconds=3600, retry_after_s=7)
     body = chat_trace(1).SerializeToString()
     assert httpx.post(f"{collector.url}/v1/traces", content=body, headers=PB).status_code == 200
     busy = httpx.post(f"{collector.url}/v1/traces", content=body, headers=PB)
@@ -151,7 +151,7 @@ def test_scores_endpoint_accepts_batches_and_reports_rejects(collector) -> None:
     ]
     response = httpx.post(f"{collector.url}/api/public/scores", json=scores)
     assert response.status_code == 207
-    assert response.json()["accepted"] == 1 and "no traceId" in response.json()["errors"][0]["message"]
+    assert response.json()["accepted"] == 1 and "names no trace" in response.json()["errors"][0]["message"]
     rows = sql(collector.lake, "SELECT trajectory_id, name, value, explanation FROM rewards")
     assert rows == [
         {
@@ -170,11 +170,11 @@ def test_health_reports_counters(collector) -> None:  # type: ignore[no-untyped-
 
 
 def test_config_rejects_half_a_langfuse_key_pair_and_non_positive_limits() -> None:
-    from ingest.config import CollectorConfig
     from ingest.errors import ConfigError
+    from ingest.otlp.config import CollectorConfig
 
     with pytest.raises(ConfigError, match="both Langfuse keys") as info:
         CollectorConfig(langfuse_public_key="pk-lf-1")
     assert info.value.name == "langfuse_public_key"
     with pytest.raises(ConfigError, match="must be positive"):
-        CollectorConfig(max_body_bytes=0)
+        CollectorConfig(max_body_mb=0)

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from ingest.spool import HEADER, MAGIC, Spool, decode_table, encode_table, read_segment
+from ingest.otlp.spool import HEADER, MAGIC, Spool, decode_table, encode_table, read_segment
 from store import Lake
 from tests.ingest.conftest import sql, wait_for
 from tests.ingest.fake_openai import free_port
@@ -175,8 +175,8 @@ def test_an_unwritable_segment_is_kept_aside_and_does_not_block_the_spool(start_
 
 
 def test_flush_after_stop_returns_at_once(tmp_path: Path) -> None:
-    from ingest.collector import Collector
-    from ingest.config import CollectorConfig
+    from ingest.otlp.collector import Collector
+    from ingest.otlp.config import CollectorConfig
 
     runtime = Collector(CollectorConfig(lake=str(tmp_path / "lake"), assemble=False))
     runtime.start()

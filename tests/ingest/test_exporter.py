@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import store
 from ingest import LakeSpanExporter, instrument
 from ingest.errors import InstrumentError
-from ingest.spans import spans_from_request
+from ingest.otlp.convert import spans_from_request
 from tests.ingest.conftest import sql
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -205,7 +205,10 @@ def test_langfuse_sdk_yields_one_full_trajectory_and_its_scores(
         r["name"]: r for r in sql(collector.lake, f"SELECT * FROM rewards WHERE trajectory_id = '{trace_id}'")
     }
     assert rewards["user_feedback"]["value"] == 1.0 and rewards["user_feedback"]["explanation"] == "thumbs up"
-    assert rewards["tone"]["value"] is None and json.loads(rewards["tone"]["metadata"])["label"] == "friendly"
+    # An unmapped categorical label is a failed reward that keeps its label, never a made-up number.
+    tone = rewards["tone"]
+    assert tone["value"] is None and tone["status"] == "failed" and tone["error"] == "unmapped_category"
+    assert json.loads(tone["metadata"])["label"] == "friendly"
 
 
 def test_langfuse_sdk_with_wrong_keys_gets_401_and_nothing_is_written(

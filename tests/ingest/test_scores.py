@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 
@@ -22,8 +23,8 @@ def test_non_finite_values_are_refused_not_stored(value: float) -> None:
             ]
         )
     )
-    batch = scores_to_rewards(body)
+    batch = scores_to_rewards(body, received_at=datetime.now(UTC))
     assert [row["name"] for row in batch.rows] == ["ok"]
     assert batch.rows[0]["value"] == 0.5 and batch.rows[0]["status"] == "ok"
-    assert len(batch.errors) == 1 and batch.errors[0].startswith("[0] score `helpful`")
+    assert len(batch.errors) == 1 and batch.errors[0].startswith("[0] bad_value: numeric score `helpful`")
     assert "finite" in batch.errors[0]

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import store
-from store.synthetic import synthetic_rewards, synthetic_scenarios, synthetic_trajectories
+from bench.synthetic import synthetic_rewards, synthetic_scenarios, synthetic_trajectories
 from tests.store.helpers import T0, count, make_traj
 
 

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pytest
 
 import store
+from bench.synthetic import synthetic_rewards, synthetic_trajectories
 from store.compact import CompactConfig, compact
-from store.synthetic import synthetic_rewards, synthetic_trajectories
 
 moto_server = pytest.importorskip("moto.server")
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 import store
-from store.synthetic import (
+from bench.synthetic import (
     SyntheticConfigError,
     synthetic_rewards,
     synthetic_scenarios,

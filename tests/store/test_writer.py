@@ -132,7 +132,7 @@ _SLOW_WRITER = textwrap.dedent(
     """
     import sys, time
     import store
-    from store.synthetic import synthetic_trajectories
+    from bench.synthetic import synthetic_trajectories
 
     def slow():
         for i, batch in enumerate(synthetic_trajectories(200_000, seed=1, batch_size=2_000)):

@@ -1,5 +1,8 @@
 """Learning: rounds of replay -> programmatic score -> GRPO raise the val reward, and the gate promotes it.
 
+Evaluation is what the pipeline does: replay the val scenarios with each policy, score
+them with judging, compare the policies paired by scenario (bootstrap CI), publish once.
+
 The toy task: emit tokens from one class, the quarter of the vocabulary whose embeddings
 point most towards the token "7" (a class the policy can reach by turning one direction
 of its last hidden state). The reward is the fraction of sampled completion tokens in
@@ -18,13 +21,16 @@ from pathlib import Path
 import pytest
 import torch
 
+import judging
 import store
-from training.evaluation import evaluate, replay_evaluator, score_trajectories
 from training.grpo import train_grpo
 from training.grpo_config import TrajlakeGRPOConfig
-from training.publish import publish, read_manifest
+from training.publish import EvalGate, PublishConfig, publish
+from training.registry import read_manifest
 from training.replay.samplers import make_sampler
 from training.replay.stage import ReplayConfig, replay
+
+VAL = "SELECT scenario_id FROM scenarios WHERE split = 'val'"
 
 
 @pytest.fixture(scope="module")
@@ -72,47 +78,50 @@ def scenario(i: int, split: str) -> dict:
     }
 
 
+def sample_and_score(
+    lake: store.Lake,
+    model: str,
+    adapter: str | None,
+    scenarios: str,
+    run: str,
+    reward: judging.ProgrammaticReward,
+) -> tuple[str, list[str]]:
+    """Replay `scenarios` with the policy and score the groups with `reward`: (policy, group ids)."""
+    with make_sampler("transformers", model, adapter=adapter) as sampler:
+        sampled = replay(
+            lake,
+            scenarios,
+            sampler,
+            ReplayConfig(group_size=8, max_tokens=8, run=run, seed=0),
+            progress=False,
+        )
+        policy = sampler.policy
+    groups = [*sampled.group_ids, *sampled.skipped_group_ids]
+    where = "group_id IN (" + ", ".join(f"'{g}'" for g in groups) + ")"
+    judging.score(lake, reward, judging.ScoreConfig(where=where, load_turns=True, progress=False))
+    return policy, groups
+
+
 def test_grpo_rounds_raise_val_reward_and_pass_the_gate(
     lake: store.Lake, capable_model: Path, tmp_path: Path
 ) -> None:
     store.write(
-        lake, "scenarios", [scenario(i, "train") for i in range(4)] + [scenario(i, "val") for i in range(4)]
+        lake, "scenarios", [scenario(i, "train") for i in range(4)] + [scenario(i, "val") for i in range(8)]
     )
-    reward = class_reward_for(capable_model)
+    reward = judging.from_function(class_reward_for(capable_model), name="class", version="1")
     model = str(capable_model)
 
-    def sampling(run: str) -> ReplayConfig:
-        return ReplayConfig(group_size=8, max_tokens=8, run=run, seed=0)
-
-    start = evaluate(lake, model, None, reward, replay_config=sampling("eval")).mean_reward
-
+    base_policy, base_groups = sample_and_score(lake, model, None, VAL, "eval", reward)
     adapter: str | None = None
     for round_ in range(3):
-        with make_sampler("transformers", model, adapter=adapter) as sampler:
-            sampled = replay(
-                lake,
-                "SELECT scenario_id FROM scenarios WHERE split = 'train'",
-                sampler,
-                sampling(f"round{round_}"),
-                progress=False,
-            )
-        scores = score_trajectories(lake, sampled.group_ids, reward)
-        store.write(
+        _, groups = sample_and_score(
             lake,
-            "rewards",
-            [
-                {
-                    "trajectory_id": t,
-                    "name": "class",
-                    "scorer": "tests.class_reward@1",
-                    "value": v,
-                    "scored_at": store.utc_now(),
-                    "status": "ok",
-                }
-                for t, v in scores
-            ],
+            model,
+            adapter,
+            "SELECT scenario_id FROM scenarios WHERE split = 'train'",
+            f"round{round_}",
+            reward,
         )
-        groups = ", ".join(f"'{g}'" for g in sampled.group_ids)
         config = TrajlakeGRPOConfig(
             output_dir="unused",
             per_device_train_batch_size=8,
@@ -124,10 +133,12 @@ def test_grpo_rounds_raise_val_reward_and_pass_the_gate(
             save_strategy="no",
             seed=0,
             disable_tqdm=True,
+            reward_name="class",
         )
+        quoted = ", ".join(f"'{g}'" for g in groups)
         result = train_grpo(
             lake,
-            f"SELECT trajectory_id FROM trajectories WHERE group_id IN ({groups})",
+            f"SELECT trajectory_id FROM trajectories WHERE group_id IN ({quoted})",
             model,
             adapter,
             tmp_path / f"r{round_}",
@@ -135,20 +146,27 @@ def test_grpo_rounds_raise_val_reward_and_pass_the_gate(
         )
         adapter = result.adapter_dir
 
-    end = evaluate(lake, model, adapter, reward, replay_config=sampling("eval")).mean_reward
-    # Measured: 0.210 -> 0.358 (val: 4 scenarios x 8 samples x 8 tokens; eval noise ~0.025).
-    assert end > start + 0.08, (start, end)
-
-    # The gate replays the same val groups (their ids hash the policy, so they are reused) and promotes.
-    published = publish(
-        lake,
-        adapter,
-        "toy",
-        aliases=["latest", "production"],
-        evaluator=replay_evaluator(lake, model, reward, replay_config=sampling("eval")),
+    policy, groups = sample_and_score(lake, model, adapter, VAL, "eval", reward)
+    comparison = judging.compare(
+        "class",
+        (policy, judging.scenario_scores(lake, "class", groups)),
+        (base_policy, judging.scenario_scores(lake, "class", base_groups)),
     )
-    assert published.gate is not None and published.gate.promoted and not published.gate.forced
-    assert published.gate.candidate == pytest.approx(end) and published.gate.incumbent == pytest.approx(start)
+    # Measured: 0.210 -> 0.358 (val: 8 scenarios x 8 samples x 8 tokens; eval noise ~0.025).
+    assert comparison.paired_scenarios == 8
+    assert comparison.difference > 0.08 and comparison.better, comparison
+
+    gate = EvalGate(
+        candidate=comparison.candidate.mean,
+        incumbent=comparison.baseline.mean,
+        incumbent_name="base",
+        difference=comparison.difference,
+        difference_ci=comparison.difference_ci,
+        scenarios=comparison.paired_scenarios,
+        reward="class",
+    )
+    published = publish(lake, adapter, PublishConfig(name="toy"), aliases=["latest", "production"], gate=gate)
+    assert published.gate is gate and "production" in published.aliases
     manifest = read_manifest(published.path)
     assert manifest["stages"] == ["grpo", "grpo", "grpo"] and len(manifest["lineage"]) == 3
-    assert manifest["eval"]["incumbent_name"] == "base"
+    assert manifest["eval"]["incumbent_name"] == "base" and manifest["eval"]["promoted"] is True

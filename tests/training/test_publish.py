@@ -24,8 +24,10 @@ from training.errors import (
 from training.grpo import train_grpo
 from training.grpo_config import TrajlakeGRPOConfig
 from training.lineage import digest_ids
-from training.publish import load_into_vllm, publish, read_manifest, resolve_adapter, vllm_problems
+from training.publish import EvalGate, PublishConfig, publish
+from training.registry import read_manifest, resolve_adapter
 from training.run import TrainResult
+from training.serving import load_into_vllm, vllm_problems
 from training.sft import train_sft
 from training.sft_config import TrajlakeSFTConfig
 
@@ -85,7 +87,7 @@ def test_published_adapter_reproduces_trained_logits(trained, tiny_model: Path) 
     from transformers import AutoModelForCausalLM
 
     lake, grpo, logits = trained
-    published = publish(lake, grpo.adapter_dir, "logits-check")
+    published = publish(lake, grpo.adapter_dir, PublishConfig(name="logits-check"))
     model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model), published.path).eval()
     with torch.no_grad():
         reloaded = model(torch.tensor(PROBE)).logits.float()
@@ -97,7 +99,7 @@ def test_published_adapter_reproduces_trained_logits(trained, tiny_model: Path) 
 
 def test_manifest_lineage_names_the_rows(trained) -> None:  # type: ignore[no-untyped-def]
     lake, grpo, _ = trained
-    published = publish(lake, grpo.adapter_dir, "lineage")
+    published = publish(lake, grpo.adapter_dir, PublishConfig(name="lineage"))
     manifest = read_manifest(published.path)
     assert Path(published.path, "manifest.json").exists()
     assert manifest["stages"] == ["sft", "grpo"] and manifest["run_ids"] == grpo.run_ids
@@ -120,8 +122,13 @@ def test_manifest_lineage_names_the_rows(trained) -> None:  # type: ignore[no-un
 def test_aliases_move_atomically(trained, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     lake, grpo, _ = trained
     registry = str(tmp_path / "elsewhere")
-    v1 = publish(lake, grpo.adapter_dir, "agent", aliases=["latest", "production"], registry=registry)
-    v2 = publish(lake, grpo.adapter_dir, "agent", registry=registry)
+    v1 = publish(
+        lake,
+        grpo.adapter_dir,
+        PublishConfig(name="agent", registry=registry),
+        aliases=["latest", "production"],
+    )
+    v2 = publish(lake, grpo.adapter_dir, PublishConfig(name="agent", registry=registry))
     assert (v1.version, v2.version) == (1, 2) and v2.moved_from == {"latest": 1}
     assert v2.path.startswith(registry) and v1.path != v2.path  # every version gets a fresh folder
     assert resolve_adapter(lake, "agent:production")["version"] == 1
@@ -140,7 +147,7 @@ def test_unservable_adapter_is_refused_before_writing(trained, tmp_path: Path) -
     config = json.loads((bad / "adapter_config.json").read_text())
     (bad / "adapter_config.json").write_text(json.dumps({**config, "use_dora": True, "r": 24}))
     with pytest.raises(AdapterNotServable) as err:
-        publish(lake, bad, "dora", registry=str(tmp_path / "reg"))
+        publish(lake, bad, PublishConfig(name="dora", registry=str(tmp_path / "reg")))
     assert any("DoRA" in p for p in err.value.problems) and any("rank 24" in p for p in err.value.problems)
     assert not (tmp_path / "reg").exists()
     with pytest.raises(AdapterNotFound):
@@ -164,32 +171,32 @@ def test_vllm_problems(change: dict, problem: str) -> None:
 
 def test_gate_refuses_a_worse_adapter_unless_forced(trained) -> None:  # type: ignore[no-untyped-def]
     lake, grpo, _ = trained
-    scores = {None: 0.5}  # the base model (no production adapter yet) scores 0.5; the candidate 0.4
-
-    def evaluator(adapter: str | None) -> float:
-        return scores.get(adapter, 0.4)
-
+    # The evaluation said: candidate 0.4 against the base model's 0.5, paired difference -0.1.
+    gate = EvalGate(0.4, 0.5, "base", difference=-0.1, difference_ci=(-0.2, 0.0), scenarios=10, reward="r")
     with pytest.raises(PromotionRefused) as err:
-        publish(lake, grpo.adapter_dir, "gated", aliases=["latest", "production"], evaluator=evaluator)
+        publish(
+            lake, grpo.adapter_dir, PublishConfig(name="gated"), aliases=["latest", "production"], gate=gate
+        )
     assert (err.value.candidate, err.value.incumbent, err.value.incumbent_name) == (0.4, 0.5, "base")
+    assert "95% CI -0.2000 to +0.0000" in str(err.value)
     with pytest.raises(AdapterNotFound):
         resolve_adapter(lake, "gated")  # nothing published
-    recorded = (
-        store.connect(lake)
-        .sql(
-            "SELECT json_extract_string(metrics, '$.role'), json_extract(metrics, '$.mean_reward')::DOUBLE "
-            "FROM runs WHERE stage = 'eval' AND json_extract_string(metrics, '$.adapter') = 'gated' ORDER BY step"
-        )
-        .fetchall()
-    )
-    assert recorded == [("candidate", 0.4), ("incumbent", 0.5)]  # both numbers kept
 
+    # A better mean whose interval still reaches zero is not better either: the decision is the paired CI.
+    unsure = EvalGate(0.6, 0.5, "base", difference=0.1, difference_ci=(-0.05, 0.25), scenarios=10, reward="r")
+    assert not unsure.better and not unsure.promoted
+    latest_only = publish(
+        lake, grpo.adapter_dir, PublishConfig(name="gated"), aliases=["latest"], gate=unsure
+    )
+    assert latest_only.aliases == ["latest"] and read_manifest(latest_only.path)["eval"]["promoted"] is False
+
+    gate.forced = True
     forced = publish(
-        lake, grpo.adapter_dir, "gated", aliases=["latest", "production"], evaluator=evaluator, force=True
+        lake, grpo.adapter_dir, PublishConfig(name="gated"), aliases=["latest", "production"], gate=gate
     )
     assert forced.gate is not None and forced.gate.forced and forced.gate.promoted
     assert read_manifest(forced.path)["eval"]["candidate"] == 0.4
-    assert resolve_adapter(lake, "gated:production")["version"] == 1
+    assert resolve_adapter(lake, "gated:production")["version"] == 2
 
 
 def test_load_into_vllm_protocol_server(trained, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
@@ -198,7 +205,7 @@ def test_load_into_vllm_protocol_server(trained, tiny_model: Path) -> None:  # t
 
     lake, grpo, _ = trained
     with make_sampler("transformers", str(tiny_model)) as sampler, LoopbackServer(create_app(sampler)) as url:
-        published = publish(lake, grpo.adapter_dir, "served", load_into=url)
+        published = publish(lake, grpo.adapter_dir, PublishConfig(name="served", load_into=url))
         assert published.loaded_into == f"served-v{published.version}"
         models = httpx.get(f"{url}/v1/models").json()["data"]
         served = {m["id"]: m for m in models}
@@ -208,12 +215,12 @@ def test_load_into_vllm_protocol_server(trained, tiny_model: Path) -> None:  # t
 
 
 def test_hub_arguments_are_checked_before_publishing(trained) -> None:  # type: ignore[no-untyped-def]
-    lake, grpo, _ = trained
+    lake, _, _ = trained
     with pytest.raises(BadHyperparameter) as err:
-        publish(lake, grpo.adapter_dir, "hub", push_to_hub="me/agent", hub_token=None)
+        PublishConfig(name="hub", push_to_hub="me/agent", hub_token=None)
     assert err.value.name == "hub_token" and "HF_TOKEN" in str(err.value)
     with pytest.raises(BadHyperparameter) as err:
-        publish(lake, grpo.adapter_dir, "hub", push_to_hub="not a repo", hub_token="hf_x")
+        PublishConfig(name="hub", push_to_hub="not a repo", hub_token="hf_x")
     assert err.value.name == "push_to_hub"
     with pytest.raises(AdapterNotFound):
         resolve_adapter(lake, "hub")
@@ -222,9 +229,11 @@ def test_hub_arguments_are_checked_before_publishing(trained) -> None:  # type: 
 def test_bad_names(trained) -> None:  # type: ignore[no-untyped-def]
     lake, grpo, _ = trained
     with pytest.raises(BadHyperparameter):
-        publish(lake, grpo.adapter_dir, "../escape")
+        PublishConfig(name="../escape")
     with pytest.raises(BadHyperparameter):
-        publish(lake, grpo.adapter_dir, "ok", aliases=["3"])  # a number would shadow version 3
+        publish(
+            lake, grpo.adapter_dir, PublishConfig(name="ok"), aliases=["3"]
+        )  # a number would shadow version 3
 
 
 # --- the command line ----------------------------------------------------------------------------
@@ -283,7 +292,7 @@ def test_cli_train_sft_then_grpo_then_publish(tiny_model: Path, tmp_path: Path) 
 
     # Errors are one clear line, no traceback, and nothing is trained.
     bad = runner.invoke(app, ["train", "grpo", "-o", str(tmp_path / "bad"), "--loss-type", "ppo", *common])
-    assert bad.exit_code == 1 and "`loss_type`" in bad.output and "Traceback" not in bad.output
+    assert bad.exit_code == 2 and "`loss_type`" in bad.output and "Traceback" not in bad.output
     typo = runner.invoke(
         app, ["train", "sft", "-o", str(tmp_path / "bad"), "--set", "warmup_step=3", *common]
     )

@@ -7,6 +7,7 @@ JSONL line leaves nothing behind.
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,10 @@ def selected_rows(con: duckdb.DuckDBPyConnection, sql: str, table: str, column: 
         raise ScenarioError(str(exc), item=sql, reason=exc.reason) from exc
     except duckdb.Error as exc:
         raise ScenarioError(f"the selection SQL failed: {exc}", item=sql, reason="bad_sql") from exc
+
+
+def split_counts(scenarios: list[Scenario]) -> dict[str, int]:
+    return dict(Counter(s.split for s in scenarios))
 
 
 def create_scenarios(
@@ -73,7 +78,9 @@ def create_scenarios(
             reason="no_scenarios",
         )
     result = store.write(lake, "scenarios", [s.to_row() for s in scenarios])
-    return ScenarioResult([s.scenario_id for s in scenarios], skipped, list(result.files))
+    return ScenarioResult(
+        [s.scenario_id for s in scenarios], skipped, list(result.files), split_counts(scenarios)
+    )
 
 
 def load_scenarios(
@@ -92,7 +99,7 @@ def load_scenarios(
     if not scenarios:
         raise ScenarioError(f"`{path}` has no scenarios (empty file)", item=str(path), reason="empty_file")
     result = store.write(lake, "scenarios", [s.to_row() for s in scenarios])
-    return ScenarioResult([s.scenario_id for s in scenarios], [], list(result.files))
+    return ScenarioResult([s.scenario_id for s in scenarios], [], list(result.files), split_counts(scenarios))
 
 
 def read_scenarios(

@@ -82,7 +82,7 @@ def test_v2_observation_files_in_every_layout(layout: str, tmp_path: Path, lake:
 
 
 def test_parallel_assembly_gives_the_same_rows(tmp_path: Path, lake: Lake) -> None:
-    from ingest.langfuse.sink import assemble_traces
+    from ingest.lakeio import assemble_traces
 
     standin = StandinLangfuse()
     ids = seed_project(standin, n=6)

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import pytest
 
 from ingest.langfuse import DEFAULT_CATEGORY_VALUES, map_category, score_to_reward
-from ingest.langfuse.scores import score_target
-from ingest.langfuse.spans import ObservationError
+from ingest.records import BadRecord
+from ingest.scores import score_target
 
 TS = "2026-08-01T10:05:00Z"
 TRACE = {"kind": "trace", "id": "5b8efff798038103d269b633813fc60c"}
@@ -105,7 +105,7 @@ def test_user_mapping_overrides_the_defaults() -> None:
     ],
 )
 def test_bad_scores_name_the_reason(score: dict, reason: str) -> None:
-    with pytest.raises(ObservationError) as info:
+    with pytest.raises(BadRecord) as info:
         reward(score)
     assert info.value.reason == reason
 

@@ -9,8 +9,8 @@ import pytest
 
 import store
 from ingest.langfuse import observation_to_span, to_span_id, to_trace_id, trace_to_spans
-from ingest.langfuse.spans import ObservationError
 from ingest.normalize import LLMCall, ToolCall, normalize_span
+from ingest.records import BadRecord
 
 NOW = datetime(2026, 11, 20, 12, tzinfo=UTC)
 
@@ -148,7 +148,7 @@ def test_error_level_marks_the_span_failed() -> None:
     ],
 )
 def test_unusable_observations_name_the_reason(obs: dict, reason: str) -> None:
-    with pytest.raises(ObservationError) as info:
+    with pytest.raises(BadRecord) as info:
         observation_to_span(obs, received_at=NOW)
     assert info.value.reason == reason
 

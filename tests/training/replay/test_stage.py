@@ -278,7 +278,8 @@ def test_cli_errors_are_clear(lake: store.Lake, tiny_model: Path) -> None:
             lake.root,
         ],
     )
-    assert out.exit_code == 1 and "unknown sampler backend `tgi`" in out.output
+    message = " ".join(out.output.replace("│", " ").split())  # the error box wraps lines
+    assert out.exit_code == 2 and "'tgi' is not one of 'transformers', 'vllm-server', 'vllm'" in message
 
 
 def test_scenarios_from_trajectories_replay_with_recorded_tools(lake: store.Lake, tiny_model: Path) -> None:

@@ -25,12 +25,11 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from ingest.otlp import ExportLogsServiceRequest, ExportTraceServiceRequest
-from store.schema import SPANS
+from ingest.otlp.decode import ExportLogsServiceRequest, ExportTraceServiceRequest
+from store.schema import LOG_KIND, SPANS
 
 KINDS = ("UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
 STATUS = ("UNSET", "OK", "ERROR")
-LOG_KIND = "LOG"
 _ZERO_TRACE = b"\0" * 16
 _ZERO_SPAN = b"\0" * 8
 

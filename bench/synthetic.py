@@ -7,7 +7,7 @@ scorers. This module makes such data as Arrow tables in the lake's exact schemas
 can go straight into `store.write`:
 
 >>> import store
->>> from store.synthetic import synthetic_trajectories, synthetic_rewards
+>>> from bench.synthetic import synthetic_trajectories, synthetic_rewards
 >>> for batch in synthetic_trajectories(1_000, seed=7):  # doctest: +SKIP
 ...     store.write(lake, "trajectories", batch)
 >>> store.write(lake, "rewards", synthetic_rewards(1_000, seed=7))  # doctest: +SKIP

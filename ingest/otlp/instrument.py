@@ -24,10 +24,10 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 
 import store
 from ingest.errors import InstrumentError
-from ingest.exporter import LakeSpanExporter
+from ingest.otlp.exporter import LakeSpanExporter
 from ingest.redact import RedactionConfig
 
-log = logging.getLogger("trajlake.ingest.instrument")
+log = logging.getLogger("trajlake.ingest.otlp.instrument")
 
 CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 STABILITY_OPT_IN = "OTEL_SEMCONV_STABILITY_OPT_IN"

@@ -15,9 +15,9 @@ from google.rpc import status_pb2
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ingest.config import CollectorConfig
 from ingest.errors import IngestError, Overloaded, PayloadTooLarge, Unauthorized
-from ingest.otlp import JSON, PROTOBUF, media_type
+from ingest.otlp.config import CollectorConfig
+from ingest.otlp.decode import JSON, PROTOBUF, media_type
 
 
 def error_response(exc: IngestError, media: str) -> Response:

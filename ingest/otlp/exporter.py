@@ -22,11 +22,11 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 import store
 from ingest.lakeio import assemble_traces
+from ingest.otlp.convert import spans_from_request
 from ingest.pending import PendingTraces
 from ingest.redact import RedactionConfig, redact_table
-from ingest.spans import spans_from_request
 
-log = logging.getLogger("trajlake.ingest.exporter")
+log = logging.getLogger("trajlake.ingest.otlp.exporter")
 
 
 class LakeSpanExporter(SpanExporter):
@@ -78,7 +78,7 @@ class LakeSpanExporter(SpanExporter):
     def _assemble(self, *, everything: bool) -> None:
         ready = self.pending.take_ready(everything=everything)
         if ready:
-            assemble_traces(self.lake, ready.trace_ids, ready.dts)
+            assemble_traces(self.lake, ready)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Assemble every trace seen so far, root span or not."""

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-log = logging.getLogger("trajlake.ingest.spool")
+log = logging.getLogger("trajlake.ingest.otlp.spool")
 
 MAGIC = b"TLS1"
 HEADER = struct.Struct("<4sQI")

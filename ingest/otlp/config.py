@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from ingest.errors import ConfigError
 from ingest.redact import RedactionConfig
 
+MIB = 1024 * 1024
+
 
 @dataclass
 class CollectorConfig:
@@ -33,28 +35,38 @@ class CollectorConfig:
 
     # --- authentication (off when unset)
     bearer_token: str | None = field(
-        default=None, metadata={"help": "Require `Authorization: Bearer <token>` on the OTLP endpoints."}
+        default=None,
+        metadata={
+            "help": "Require `Authorization: Bearer <token>` on the OTLP endpoints.",
+            "env": "TRAJLAKE_COLLECTOR_TOKEN",
+        },
     )
     langfuse_public_key: str | None = field(
         default=None,
-        metadata={"help": "With the secret key: require Basic auth on the /api/public endpoints."},
+        metadata={
+            "help": "With the secret key: require Basic auth on the /api/public endpoints.",
+            "env": "TRAJLAKE_LANGFUSE_PUBLIC_KEY",
+        },
     )
-    langfuse_secret_key: str | None = field(default=None, metadata={"help": "See `langfuse_public_key`."})
+    langfuse_secret_key: str | None = field(
+        default=None,
+        metadata={"help": "See `langfuse_public_key`.", "env": "TRAJLAKE_LANGFUSE_SECRET_KEY"},
+    )
 
     # --- limits and back-pressure
-    max_body_bytes: int = field(
-        default=64 * 1024 * 1024,
-        metadata={"help": "Largest request body, compressed and decompressed (413 above it)."},
+    max_body_mb: float = field(
+        default=64.0,
+        metadata={"help": "Largest request body in MiB, compressed and decompressed (413 above it)."},
     )
-    max_pending_bytes: int = field(
-        default=512 * 1024 * 1024,
-        metadata={"help": "Spooled bytes not yet in Parquet above which requests get 503 + Retry-After."},
+    max_pending_mb: float = field(
+        default=512.0,
+        metadata={"help": "Spooled MiB not yet in the lake above which requests get 503 + Retry-After."},
     )
     retry_after_s: int = field(default=2, metadata={"help": "Retry-After seconds sent with 503."})
 
     # --- batching into Parquet
-    flush_bytes: int = field(
-        default=64 * 1024 * 1024, metadata={"help": "Seal a spool segment into Parquet at this size."}
+    flush_mb: float = field(
+        default=64.0, metadata={"help": "Seal a spool segment into the lake at this many MiB..."}
     )
     flush_seconds: float = field(default=5.0, metadata={"help": "... or when its oldest record is this old."})
 
@@ -69,7 +81,8 @@ class CollectorConfig:
 
     # --- redaction
     redaction: RedactionConfig = field(
-        default_factory=RedactionConfig, metadata={"help": "What to remove before anything is written."}
+        default_factory=RedactionConfig,
+        metadata={"help": "What to remove before anything is written.", "cli_prefix": "redact"},
     )
 
     def __post_init__(self) -> None:
@@ -77,8 +90,20 @@ class CollectorConfig:
             raise ConfigError(
                 "langfuse_public_key", self.langfuse_public_key, "set both Langfuse keys or neither"
             )
-        for name in ("max_body_bytes", "max_pending_bytes", "flush_bytes"):
+        for name in ("max_body_mb", "max_pending_mb", "flush_mb"):
             if getattr(self, name) <= 0:
                 raise ConfigError(name, getattr(self, name), "must be positive")
         if self.flush_seconds <= 0 or self.idle_timeout_s <= 0:
             raise ConfigError("flush_seconds", self.flush_seconds, "timeouts must be positive")
+
+    @property
+    def max_body_bytes(self) -> int:
+        return int(self.max_body_mb * MIB)
+
+    @property
+    def max_pending_bytes(self) -> int:
+        return int(self.max_pending_mb * MIB)
+
+    @property
+    def flush_bytes(self) -> int:
+        return int(self.flush_mb * MIB)

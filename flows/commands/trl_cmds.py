@@ -1,0 +1,149 @@
+"""`trajlake train sft` and `trajlake train grpo`: the options are the `[train.sft]` and
+`[train.grpo]` tables (TRL's `SFTConfig`/`GRPOConfig` fields trajlake exposes, plus its LoRA
+fields); any other TRL/transformers setting is reachable with `--set name=value`.
+
+Loaded only when a `train` command runs (`flows.commands.options.LazyGroup`): building
+these options imports TRL, which every other command can do without.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from flows.commands.options import LakeOption, build, configured, fail, resolve_lake
+
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set", help="Any other config field as name=value (JSON values), e.g. --set warmup_steps=10."
+    ),
+]
+ResumeOption = Annotated[
+    bool, typer.Option("--resume", help="Continue from the newest checkpoint in the output folder.")
+]
+BaseModelOption = Annotated[
+    str, typer.Option("--base-model", help="Base model folder or hub id (available offline).")
+]
+OutputOption = Annotated[
+    Path, typer.Option("--output", "-o", help="Run folder: checkpoints/ and adapter/ go here.")
+]
+
+
+def parse_overrides(pairs: list[str] | None, config_cls: type) -> dict[str, Any]:
+    """`name=value` pairs as config kwargs; unknown names fail listing close matches."""
+    import difflib
+
+    known = {f.name for f in fields(config_cls)}
+    out: dict[str, Any] = {}
+    for pair in pairs or []:
+        name, sep, raw = pair.partition("=")
+        name = name.strip().replace("-", "_")
+        if not sep:
+            raise fail(f"`--set {pair}` must look like name=value")
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=3)
+            raise fail(
+                f"`{name}` is not a field of {config_cls.__name__}"
+                + (f"; did you mean {', '.join(close)}?" if close else "")
+            )
+        try:
+            out[name] = json.loads(raw)
+        except ValueError:
+            out[name] = raw  # plain strings need no quotes
+    return out
+
+
+def stage_config(key: str, values: dict[str, Any], output: Path, overrides: list[str] | None) -> Any:
+    """The stage config from its table's values and `--set` overrides, checkpointing under `output`."""
+    from flows.config import SECTIONS
+
+    extra = parse_overrides(overrides, SECTIONS[key].cls)
+    return build(key, {**values, **extra}, output_dir=str(output / "checkpoints"))
+
+
+def print_result(result: Any) -> None:
+    typer.echo(f"{result.stage}: run `{result.run_id}`, {result.global_step} steps")
+    for key, value in result.report.items():
+        if value is not None:
+            typer.echo(f"  {key}: {value}")
+    typer.echo(f"adapter: {result.adapter_dir}")
+    typer.echo(f"publish it: trajlake publish {result.adapter_dir} --name NAME")
+
+
+def train_sft_command(
+    sft: dict,
+    base_model: BaseModelOption,
+    output: OutputOption,
+    sql: Annotated[
+        str,
+        typer.Option(help="SQL returning the `trajectory_id`s to learn from (their conversations + tools)."),
+    ] = "SELECT trajectory_id FROM trajectories",
+    resume: ResumeOption = False,
+    overrides: SetOption = None,
+    lake: LakeOption = None,
+) -> None:
+    """Fine-tune a LoRA adapter on selected conversations (assistant tokens only)."""
+    from training.errors import TrainingError
+    from training.sft import train_sft
+
+    config = stage_config("train.sft", sft, output, overrides)
+    try:
+        result = train_sft(resolve_lake(lake), sql, base_model, output, config, resume=resume)
+    except TrainingError as exc:
+        raise fail(str(exc)) from None
+    print_result(result)
+
+
+def train_grpo_command(
+    grpo: dict,
+    base_model: BaseModelOption,
+    output: OutputOption,
+    sql: Annotated[
+        str | None,
+        typer.Option(
+            help="SQL returning the `trajectory_id`s of scored groups with token data (and optionally "
+            "`reward`); default: every replayed trajectory with token data."
+        ),
+    ] = None,
+    adapter: Annotated[
+        str | None,
+        typer.Option(help="Adapter to continue from: a folder, or a registry ref name[:version|:alias]."),
+    ] = None,
+    reward: Annotated[str | None, typer.Option(help="Reward name (rewards.name) to train on.")] = None,
+    temperature: Annotated[
+        float | None, typer.Option(help="The temperature the groups were sampled at (default: [replay]'s).")
+    ] = None,
+    resume: ResumeOption = False,
+    overrides: SetOption = None,
+    lake: LakeOption = None,
+) -> None:
+    """Train (or continue) a LoRA adapter with GRPO on stored, scored groups."""
+    from flows.commands.options import values_for
+    from training.errors import TrainingError
+    from training.grpo import DEFAULT_GRPO_SQL, train_grpo
+    from training.registry import resolve_adapter
+
+    the_lake = resolve_lake(lake)
+    sampled_at = temperature if temperature is not None else build("replay", values_for("replay")).temperature
+    config = stage_config(
+        "train.grpo", {**grpo, "temperature": sampled_at, "reward_name": reward}, output, overrides
+    )
+    try:
+        if adapter is not None and not Path(adapter).exists():
+            adapter = resolve_adapter(the_lake, adapter)["path"]
+        result = train_grpo(
+            the_lake, sql or DEFAULT_GRPO_SQL, base_model, adapter, output, config, resume=resume
+        )
+    except TrainingError as exc:
+        raise fail(str(exc)) from None
+    print_result(result)
+
+
+app = typer.Typer(add_completion=False)  # joins `trajlake train` on first use
+app.command("sft")(configured(train_sft_command, sft="train.sft"))
+app.command("grpo")(configured(train_grpo_command, grpo="train.grpo"))

@@ -1,0 +1,95 @@
+"""The demo's production traffic: the calculator agent, instrumented with OpenTelemetry, answering
+questions through a scripted stand-in for the hosted LLM, its spans and feedback sent to a real
+`trajlake collect` (the collector's app, in a thread, tuned to flush and assemble quickly).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from flows.background import BackgroundServer
+from flows.demo.task import make_questions
+
+
+def collector_app(lake: str | os.PathLike[str], **overrides: Any) -> tuple[Any, Any]:
+    """A `trajlake collect` ASGI app and its `Collector`, tuned to flush and assemble quickly."""
+    from ingest.otlp.app import create_app
+    from ingest.otlp.collector import Collector
+    from ingest.otlp.config import CollectorConfig
+
+    settings = {"flush_seconds": 0.5, "idle_timeout_s": 2.0, "assemble_interval_s": 0.5, **overrides}
+    config = CollectorConfig(lake=str(lake), **settings)
+    collector = Collector(config)
+    return create_app(config, collector), collector
+
+
+def finish_collection(collector: Any) -> dict[str, int]:
+    """Flush what the collector spooled and assemble every pending trace; returns its counters."""
+    collector.flush()
+    collector.assemble_ready(everything=True)
+    stats = collector.stats
+    return {
+        "spans": stats.rows_flushed,
+        "trajectories": stats.trajectories_written,
+        "requests": stats.requests,
+    }
+
+
+def instrument_agent(endpoint: str, service_name: str) -> tuple[Any, Any, Any]:
+    """Tracing and event logging of an agent to a collector: (tracer provider, logger provider, uninstrument)."""
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+    from opentelemetry.sdk.resources import Resource
+
+    import ingest
+
+    provider = ingest.instrument(endpoint=endpoint, service_name=service_name, set_global=False)
+    logger_provider = LoggerProvider(resource=Resource.create({"service.name": service_name}))
+    logger_provider.add_log_record_processor(
+        BatchLogRecordProcessor(OTLPLogExporter(endpoint=f"{endpoint}/v1/logs"))
+    )
+
+    def uninstrument() -> None:
+        from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+
+        OpenAIInstrumentor().uninstrument()
+
+    return provider, logger_provider, uninstrument
+
+
+def capture_production_traces(lake: Path, questions: int, seed: int = 0) -> dict[str, Any]:
+    """Run the instrumented agent against the stand-in production LLM, through `trajlake collect`."""
+    import openai
+
+    from flows.demo import agent, teacher
+
+    stats: dict[str, Any] = {}
+    app, collector = collector_app(lake)
+    with BackgroundServer(teacher.create_app(seed=seed)) as llm, BackgroundServer(app) as server:
+        provider, logger_provider, uninstrument = instrument_agent(
+            server.url, service_name="calculator-agent"
+        )
+        try:
+            client = openai.OpenAI(base_url=f"{llm.url}/v1", api_key="demo-key", max_retries=0)
+            tracer = provider.get_tracer("calculator-agent")
+            feedback = logger_provider.get_logger("calculator-agent.feedback")
+            runs = []
+            for question in make_questions(questions, seed=seed):
+                run = agent.run_agent(client, teacher.TEACHER_MODEL, question.text, tracer)
+                agent.record_feedback(feedback, run, correct=run.answer == question.answer)
+                runs.append(run)
+            provider.force_flush()
+            logger_provider.force_flush()
+        finally:
+            uninstrument()
+            provider.shutdown()
+            logger_provider.shutdown()
+        stats["agent_runs"] = len(runs)
+        stats["correct"] = sum(
+            r.answer == q.answer for r, q in zip(runs, make_questions(questions, seed=seed), strict=True)
+        )
+        stats.update(finish_collection(collector))
+    return stats

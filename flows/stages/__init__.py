@@ -1,0 +1,35 @@
+"""Stage functions: one per step of the loop, each turning the configuration into library calls.
+
+These are what the Prefect tasks run (`flows.prefect_flows`), what the commands reuse,
+and what tests call directly. Each takes the validated `TrajlakeConfig`, calls one
+library function of `ingest`, `training` or `judging` with the config objects those
+libraries declare, and returns a small JSON-able dict (Prefect stores task results;
+artifacts are built from them). No data logic lives here: queries and statistics
+belong to the library that owns the data.
+"""
+
+from flows.stages.common import StageError, base_model, lake_of, work_dir
+from flows.stages.evaluate import evaluate_adapter, publish_adapter
+from flows.stages.ingest import assemble_pending, pull_langfuse
+from flows.stages.replay import make_scenarios, replay_round
+from flows.stages.score import finish_scoring, rewards_to_score, score_reward, score_round
+from flows.stages.train import train_grpo, train_sft
+
+__all__ = [
+    "StageError",
+    "assemble_pending",
+    "base_model",
+    "evaluate_adapter",
+    "finish_scoring",
+    "lake_of",
+    "make_scenarios",
+    "publish_adapter",
+    "pull_langfuse",
+    "replay_round",
+    "rewards_to_score",
+    "score_reward",
+    "score_round",
+    "train_grpo",
+    "train_sft",
+    "work_dir",
+]

@@ -1,0 +1,50 @@
+"""What every stage resolves the same way: the lake, the base model, the working folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import store
+from flows.config import TrajlakeConfig
+
+
+class StageError(ValueError):
+    """A stage cannot run with this configuration or lake state; names the key or table at fault."""
+
+    def __init__(self, key: str, detail: str) -> None:
+        self.key = key
+        super().__init__(f"`{key}`: {detail}")
+
+
+def lake_of(config: TrajlakeConfig) -> store.Lake:
+    return store.Lake(config.lake.path)
+
+
+def base_model(config: TrajlakeConfig) -> str:
+    """The configured base model, or the tiny local model (built once, cached) when none is set."""
+    model = config.build("sampler").model
+    if model:
+        return str(model)
+    from training.tiny import tiny_model_path
+
+    return str(tiny_model_path())
+
+
+def sampler_for(config: TrajlakeConfig, adapter: str | None) -> Any:
+    """The configured sampler on the base model, sampling through `adapter` (None: the base model)."""
+    return config.build("sampler").build(adapter, model=base_model(config))
+
+
+def work_dir(config: TrajlakeConfig, *parts: str) -> Path:
+    """Checkpoints and adapters: `pipeline.work_dir`, else `<lake>/_work` (kept out of the tables)."""
+    lake = lake_of(config)
+    if config.pipeline.work_dir:
+        root = Path(config.pipeline.work_dir)
+    elif lake.is_local:
+        root = Path(lake.root) / "_work"
+    else:
+        raise StageError(
+            "pipeline.work_dir", f"the lake `{lake.root}` is remote: set a local folder for checkpoints"
+        )
+    return root.joinpath(*parts)

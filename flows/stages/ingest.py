@@ -1,0 +1,28 @@
+"""Ingest stages: pull from Langfuse, assemble what arrived since the last assembly."""
+
+from __future__ import annotations
+
+from flows.config import TrajlakeConfig
+from flows.stages.common import StageError, lake_of
+
+
+def pull_langfuse(config: TrajlakeConfig) -> int:
+    """Pull what is new in the configured Langfuse project; returns trajectories written."""
+    from ingest.langfuse.errors import InvalidLangfuseConfig
+    from ingest.langfuse.pull import pull_langfuse as pull
+
+    langfuse = config.build("langfuse")
+    if not langfuse.public_key or not langfuse.secret_key:
+        raise StageError("langfuse.public_key_env", "set $LANGFUSE_PUBLIC_KEY and $LANGFUSE_SECRET_KEY")
+    try:
+        return pull(lake_of(config), langfuse, config.build("langfuse.filters")).trajectories
+    except InvalidLangfuseConfig as exc:
+        raise StageError(f"langfuse.{exc.field}", str(exc)) from None
+
+
+def assemble_pending(config: TrajlakeConfig) -> int:
+    """Assemble traces whose spans arrived after their last assembly; returns trajectories written."""
+    from ingest.lakeio import assemble_traces, pending_trace_ids
+
+    lake = lake_of(config)
+    return assemble_traces(lake, pending_trace_ids(lake)).trajectories

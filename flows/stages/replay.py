@@ -1,0 +1,65 @@
+"""Replay stages: scenarios from the selected trajectories, and one round of group sampling."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flows.config import TrajlakeConfig
+from flows.stages.common import StageError, lake_of, sampler_for
+
+
+def make_scenarios(config: TrajlakeConfig) -> dict[str, int]:
+    """Scenarios from the trajectories `select.scenarios` picks (idempotent: same ids, same split)."""
+    from training.replay import create_scenarios
+
+    result = create_scenarios(lake_of(config), config.select.scenarios, config.build("scenarios"))
+    if not result.splits.get("train"):
+        example = f", e.g. `{result.skipped[0][0]}`: {result.skipped[0][1]}" if result.skipped else ""
+        raise StageError(
+            "select.scenarios",
+            f"no train scenarios ({len(result.skipped)} trajectories skipped{example}); "
+            "check the selection and that production trajectories have content",
+        )
+    return {
+        "train": result.splits.get("train", 0),
+        "val": result.splits.get("val", 0),
+        "skipped": len(result.skipped),
+    }
+
+
+def replay_policy(
+    config: TrajlakeConfig, adapter: str | None, scenarios: str, *, run: str, seed: int
+) -> dict[str, Any]:
+    """Group-sample `scenarios` with the base model or `adapter`; resumable (complete groups are skipped)."""
+    from training.replay import replay
+
+    replay_config = config.build("replay", run=run, seed=seed)
+    with sampler_for(config, adapter) as sampler:
+        result = replay(
+            lake_of(config),
+            scenarios,
+            sampler,
+            replay_config,
+            tools=config.build("tools").build(),
+            progress=False,
+        )
+        policy = sampler.policy
+    group_ids = [*result.group_ids, *result.skipped_group_ids]
+    if not group_ids:
+        failure = f": {result.failed[0][1]}" if result.failed else ""
+        raise StageError("select.replay", f"no group was sampled{failure}")
+    return {
+        "policy": policy,
+        "group_ids": group_ids,
+        "groups": len(group_ids),
+        "trajectories": len(group_ids) * replay_config.group_size,
+        "generated_tokens": result.generated_tokens,
+        "failed": len(result.failed),
+        "seconds": round(result.elapsed_s, 2),
+    }
+
+
+def replay_round(config: TrajlakeConfig, adapter: str | None, round_number: int) -> dict[str, Any]:
+    """One round's group sampling of the train scenarios with the current policy."""
+    seed = (config.build("replay").seed or 0) + round_number
+    return replay_policy(config, adapter, config.select.replay, run=f"round-{round_number}", seed=seed)

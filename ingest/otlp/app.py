@@ -1,0 +1,215 @@
+"""The OTLP/HTTP collector's endpoints: a Starlette app over one `Collector` (spool, flusher, assembler).
+
+Endpoints (all answers as the OTLP/HTTP specification says):
+
+- `POST /v1/traces`, `POST /v1/logs`: OTLP protobuf or JSON, optionally gzip/deflate;
+- `POST /api/public/otel/v1/traces`: the same, for a Langfuse SDK pointed at trajlake
+  (rows get `source = 'langfuse'`); `POST /api/public/scores`: Langfuse scores -> rewards;
+- `GET /health` (and `GET /api/public/health`).
+
+A request is decoded, converted to rows, redacted, appended to the write-ahead spool
+and answered only once the spool has fsynced it, so 200 means durable.
+
+Answers: 200 (with `partial_success` when some spans were rejected), 400 malformed,
+401 bad credentials, 413 too large (also after decompression), 415 unknown content
+type or encoding, 503 + Retry-After when the writer is behind or the disk failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pyarrow as pa
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+import store
+from ingest.errors import IngestError, MalformedPayload, Overloaded
+from ingest.otlp.collector import Collector
+from ingest.otlp.config import CollectorConfig
+from ingest.otlp.convert import Converted, logs_from_request, spans_from_request
+from ingest.otlp.decode import (
+    JSON,
+    ExportLogsServiceResponse,
+    ExportTraceServiceResponse,
+    decode_logs,
+    decode_traces,
+    encode_response,
+)
+from ingest.otlp.http import check_bearer, check_langfuse, error_response, read_body, response_media
+from ingest.scores import scores_to_rewards
+
+log = logging.getLogger("trajlake.ingest.otlp.app")
+
+
+def create_app(config: CollectorConfig, collector: Collector | None = None) -> Starlette:
+    """The collector's ASGI app; its lifespan starts and stops the `Collector`.
+
+    >>> import uvicorn  # doctest: +SKIP
+    >>> uvicorn.run(create_app(CollectorConfig(lake="./lake")), host="127.0.0.1", port=4318)
+    """
+    runtime = collector or Collector(config)
+
+    async def otlp(request: Request, *, logs: bool, source: str, langfuse: bool) -> Response:
+        media = response_media(request)
+        runtime.stats.requests += 1
+        try:
+            if langfuse:
+                check_langfuse(request, config)
+            else:
+                check_bearer(request, config.bearer_token)
+            runtime.check_capacity()
+            body = await read_body(request, config.max_body_bytes)
+            content_type = request.headers.get("content-type")
+            encoding = request.headers.get("content-encoding")
+            converted: Converted
+            try:
+                if logs:
+                    converted = logs_from_request(
+                        decode_logs(body, content_type, encoding, config.max_body_bytes), source=source
+                    )
+                else:
+                    converted = spans_from_request(
+                        decode_traces(body, content_type, encoding, config.max_body_bytes), source=source
+                    )
+            except IngestError:
+                raise
+            except (ValueError, TypeError, OverflowError, RecursionError, pa.ArrowException) as exc:
+                raise MalformedPayload("OTLP request", f"could not convert: {exc}") from None
+            try:
+                await runtime.accept(converted.table)
+            except OSError as exc:
+                log.error("spool write failed: %s", exc)
+                raise Overloaded(
+                    runtime.spool.pending_bytes, config.max_pending_bytes, config.retry_after_s
+                ) from None
+        except IngestError as exc:
+            runtime.stats.errors += 1
+            return error_response(exc, media)
+        runtime.stats.rows_rejected += converted.rejected
+        response: ExportTraceServiceResponse | ExportLogsServiceResponse
+        if logs:
+            response = ExportLogsServiceResponse()
+            if converted.rejected:
+                response.partial_success.rejected_log_records = converted.rejected
+                response.partial_success.error_message = converted.error_message
+        else:
+            response = ExportTraceServiceResponse()
+            if converted.rejected:
+                response.partial_success.rejected_spans = converted.rejected
+                response.partial_success.error_message = converted.error_message
+        return Response(encode_response(response, media), media_type=media)
+
+    async def traces(request: Request) -> Response:
+        return await otlp(request, logs=False, source="otel", langfuse=False)
+
+    async def logs(request: Request) -> Response:
+        return await otlp(request, logs=True, source="otel", langfuse=False)
+
+    async def langfuse_traces(request: Request) -> Response:
+        return await otlp(request, logs=False, source="langfuse", langfuse=True)
+
+    async def scores(request: Request) -> Response:
+        try:
+            check_langfuse(request, config)
+            body = await read_body(request, config.max_body_bytes)
+            try:
+                document = json.loads(body)
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise MalformedPayload("scores JSON", str(exc)[:200]) from None
+            batch = scores_to_rewards(document, received_at=store.utc_now(), redaction=config.redaction)
+            if batch.rows:
+                await asyncio.to_thread(store.write, runtime.lake, "rewards", batch.rows)
+        except IngestError as exc:
+            return error_response(exc, JSON)
+        if not isinstance(document, list):
+            if batch.errors:
+                return JSONResponse({"message": batch.errors[0]}, status_code=400)
+            return JSONResponse({"id": document.get("id") or ""}, status_code=200)
+        if batch.errors:
+            return JSONResponse(
+                {
+                    "accepted": len(batch.rows),
+                    "rejected": len(batch.errors),
+                    "errors": [{"message": e} for e in batch.errors],
+                },
+                status_code=207,
+            )
+        return JSONResponse({"message": "Accepted"}, status_code=202)
+
+    async def health(request: Request) -> Response:
+        return JSONResponse(runtime.health())
+
+    async def projects(request: Request) -> Response:
+        # What `Langfuse().auth_check()` reads: one project, when the keys are right.
+        try:
+            check_langfuse(request, config)
+        except IngestError as exc:
+            return error_response(exc, JSON)
+        project = {
+            "id": "trajlake",
+            "name": "trajlake",
+            "organization": {"id": "trajlake", "name": "trajlake"},
+            "metadata": {"lake": runtime.lake.root},
+        }
+        return JSONResponse({"data": [project]})
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await asyncio.to_thread(runtime.start)
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(runtime.stop)
+
+    app = Starlette(
+        routes=[
+            Route("/v1/traces", traces, methods=["POST"]),
+            Route("/v1/logs", logs, methods=["POST"]),
+            Route("/api/public/otel/v1/traces", langfuse_traces, methods=["POST"]),
+            Route("/api/public/scores", scores, methods=["POST"]),
+            Route("/health", health, methods=["GET"]),
+            Route("/api/public/health", health, methods=["GET"]),
+            Route("/api/public/projects", projects, methods=["GET"]),
+        ],
+        lifespan=lifespan,
+    )
+    app.state.collector = runtime
+    return app
+
+
+def serve(
+    config: CollectorConfig, *, log_level: str = "warning", ready: Callable[[], None] | None = None
+) -> None:
+    """Run the collector in the foreground until interrupted (SIGINT/SIGTERM flush and stop cleanly)."""
+    import uvicorn
+
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(config),
+            host=config.host,
+            port=config.port,
+            log_level=log_level,
+            access_log=False,
+            lifespan="on",
+        )
+    )
+    if ready is not None:
+        threading.Thread(target=_announce, args=(server, ready), daemon=True).start()
+    server.run()
+
+
+def _announce(server: Any, ready: Callable[[], None]) -> None:
+    while not server.started and not server.should_exit:
+        time.sleep(0.05)
+    if server.started:
+        ready()

@@ -1,0 +1,210 @@
+"""The collector's state: the write-ahead spool, the flusher thread and the assembler thread.
+
+The HTTP endpoints (`ingest.otlp.app`) append redacted rows to the spool, which answers
+once they are fsynced, so a 200 means durable. A flusher thread turns sealed spool
+segments into large lake writes; an assembler thread assembles traces whose root span
+has arrived (or that went idle). One `Collector` per process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+import store
+from ingest.errors import Overloaded
+from ingest.lakeio import assemble_traces
+from ingest.otlp.config import CollectorConfig
+from ingest.otlp.spool import HEADER, MAGIC, Spool, decode_table, encode_table, read_segment
+from ingest.pending import PendingTraces
+from ingest.redact import redact_table
+
+log = logging.getLogger("trajlake.ingest.otlp.collector")
+
+
+@dataclass
+class CollectorStats:
+    requests: int = 0
+    rows_accepted: int = 0
+    rows_rejected: int = 0
+    rows_flushed: int = 0
+    files_written: int = 0
+    trajectories_written: int = 0
+    errors: int = 0
+
+
+def default_spool_dir(lake: store.Lake) -> Path:
+    if lake.is_local:
+        return Path(lake.root) / "_spool"
+    return Path(".trajlake-spool")
+
+
+class Collector:
+    """The stateful part: spool, flusher thread, assembler thread. One per process."""
+
+    def __init__(self, config: CollectorConfig) -> None:
+        self.config = config
+        self.lake = store.Lake.of(config.lake)
+        self._sealed = threading.Event()
+        self.spool = Spool(
+            config.spool_dir or default_spool_dir(self.lake),
+            segment_bytes=config.flush_bytes,
+            segment_seconds=config.flush_seconds,
+            on_sealed=self._sealed.set,
+        )
+        self.pending = PendingTraces(idle_timeout_s=config.idle_timeout_s)
+        self.stats = CollectorStats()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._flush_lock = threading.Lock()
+        self.last_error: str | None = None
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Open the spool (recovering what a previous run left) and start the background threads."""
+        self.spool.start()
+        self._sealed.set()  # recovered segments are flushed right away
+        workers: list[tuple[str, Callable[[], None]]] = [("trajlake-flusher", self._flush_loop)]
+        if self.config.assemble:
+            workers.append(("trajlake-assembler", self._assemble_loop))
+        for name, target in workers:
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        """Commit and flush everything, assemble what is pending, stop the threads."""
+        self.spool.close()
+        self._stop.set()
+        self._sealed.set()
+        for thread in self._threads:
+            thread.join(timeout=120)
+        self._threads.clear()
+        self.flush_sealed()
+        if self.config.assemble:
+            self.assemble_ready(everything=True)
+
+    # --- accepting ------------------------------------------------------------------------------
+
+    def check_capacity(self) -> None:
+        pending = self.spool.pending_bytes
+        if pending > self.config.max_pending_bytes:
+            raise Overloaded(pending, self.config.max_pending_bytes, self.config.retry_after_s)
+
+    async def accept(self, table: pa.Table) -> None:
+        """Redact and durably spool rows; returns once they are fsynced."""
+        table = redact_table(table, self.config.redaction)
+        if table.num_rows:
+            await asyncio.wrap_future(self.spool.append(encode_table(table)))
+        self.stats.rows_accepted += table.num_rows
+
+    # --- flushing -----------------------------------------------------------------------------------
+
+    def _flush_loop(self) -> None:
+        while not self._stop.is_set():
+            self._sealed.wait(timeout=0.5)
+            self._sealed.clear()
+            try:
+                self.flush_sealed()
+            except Exception as exc:
+                # The segment stays in the spool and is retried; nothing acknowledged is lost.
+                self.stats.errors += 1
+                self.last_error = f"flushing the spool failed: {exc}; retrying"
+                log.exception("flushing the spool to %s failed; will retry", self.lake)
+                self._stop.wait(1.0)
+
+    def flush(self) -> int:
+        """Seal the active spool segment and write everything spooled to the lake now."""
+        self.spool.rotate().result(timeout=60)
+        return self.flush_sealed()
+
+    def flush_sealed(self) -> int:
+        """Write every sealed spool segment to the lake's `spans` table, then delete it."""
+        rows = 0
+        with self._flush_lock:
+            for segment in self.spool.sealed_segments():
+                records, _ = read_segment(segment)
+                if records:
+                    try:
+                        table = pa.concat_tables(
+                            [decode_table(r) for r in records], promote_options="default"
+                        )
+                        result = store.write(self.lake, "spans", table)
+                    except (pa.ArrowInvalid, store.SchemaViolation) as exc:
+                        # Not a transient failure (those are OSErrors, retried): write the
+                        # records one by one and keep only the bad ones aside, rather than
+                        # block the spool forever or hold good rows back with a bad one.
+                        rows += self._write_one_by_one(segment, records, exc)
+                        self.spool.remove(segment)
+                        continue
+                    self.stats.rows_flushed += result.rows
+                    self.stats.files_written += len(result.files)
+                    rows += result.rows
+                    if self.config.assemble:
+                        self.pending.observe(table)
+                self.spool.remove(segment)
+        return rows
+
+    def _write_one_by_one(self, segment: Path, records: list[bytes], first_error: Exception) -> int:
+        rows = 0
+        failed = segment.with_suffix(".failed")
+        for record in records:
+            try:
+                table = decode_table(record)
+                result = store.write(self.lake, "spans", table)
+            except (pa.ArrowInvalid, store.SchemaViolation) as exc:
+                with failed.open("ab") as handle:  # same record format: readable with `read_segment`
+                    handle.write(HEADER.pack(MAGIC, len(record), zlib.crc32(record)) + record)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                self.stats.errors += 1
+                self.last_error = f"a spooled batch could not be written ({exc}); kept in `{failed}`"
+                log.error(self.last_error)
+                continue
+            rows += result.rows
+            self.stats.rows_flushed += result.rows
+            self.stats.files_written += len(result.files)
+            if self.config.assemble:
+                self.pending.observe(table)
+        log.warning("segment %s needed a record-by-record write after: %s", segment.name, first_error)
+        return rows
+
+    # --- assembling -------------------------------------------------------------------------------
+
+    def _assemble_loop(self) -> None:
+        while not self._stop.wait(self.config.assemble_interval_s):
+            try:
+                self.assemble_ready()
+            except Exception as exc:
+                self.stats.errors += 1
+                self.last_error = f"assembling trajectories failed: {exc}; `trajlake assemble` rebuilds them"
+                log.exception("assembling trajectories in %s failed", self.lake)
+
+    def assemble_ready(self, *, everything: bool = False) -> int:
+        ready = self.pending.take_ready(everything=everything)
+        if not ready:
+            return 0
+        result = assemble_traces(self.lake, ready)
+        self.stats.trajectories_written += result.trajectories
+        return result.trajectories
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "last_error": self.last_error,
+            "lake": self.lake.root,
+            "pending_bytes": self.spool.pending_bytes,
+            "pending_traces": len(self.pending),
+            "spool_segments": len(self.spool.segments()),
+            **self.stats.__dict__,
+        }

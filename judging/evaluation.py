@@ -1,0 +1,152 @@
+"""Evaluation summaries: policies compared on the same scenarios, with confidence intervals.
+
+Evaluating a policy is replaying the val scenarios with it and scoring what it did; this
+module is the last step, the statistics. A policy's score on a scenario is the mean
+reward of its trajectories there (a group of G samples), so every policy is measured on
+the same unit. From those:
+
+- each policy's mean over scenarios, with a percentile bootstrap confidence interval
+  (scenarios resampled with replacement);
+- the paired comparison of two policies: the mean of per-scenario differences over the
+  scenarios both were scored on, with its own bootstrap interval. Pairing removes the
+  between-scenario variance (easy and hard questions), so it detects a real gain with
+  far fewer scenarios than comparing two means would.
+
+The pure functions take `{scenario_id: value}` mappings; `scenario_scores` reads them
+from the lake (`latest_rewards` joined with `trajectories`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pyarrow as pa
+
+import store
+
+CONFIDENCE = 0.95
+RESAMPLES = 4000
+
+
+@dataclass(frozen=True)
+class PolicyScore:
+    """One policy's success on a set of scenarios."""
+
+    policy: str
+    mean: float
+    ci: tuple[float, float]
+    scenarios: int
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A candidate against a baseline on the scenarios both were scored on."""
+
+    reward: str
+    candidate: PolicyScore
+    baseline: PolicyScore
+    difference: float  # mean over paired scenarios of candidate - baseline
+    difference_ci: tuple[float, float]
+    paired_scenarios: int
+
+    @property
+    def better(self) -> bool:
+        """Whether the whole confidence interval of the paired difference is above zero."""
+        return self.difference_ci[0] > 0
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def bootstrap_ci(
+    values: Sequence[float], *, confidence: float = CONFIDENCE, resamples: int = RESAMPLES, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of `values` (a point interval for fewer than 2).
+
+    >>> bootstrap_ci([1.0, 1.0, 1.0])
+    (1.0, 1.0)
+    """
+    data = np.asarray(values, dtype=np.float64)
+    if data.size == 0:
+        return (float("nan"), float("nan"))
+    if data.size == 1:
+        return (float(data[0]), float(data[0]))
+    rng = np.random.default_rng(seed)
+    means = data[rng.integers(0, data.size, size=(resamples, data.size))].mean(axis=1)
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(means, [tail, 1 - tail])
+    return (float(low), float(high))
+
+
+def policy_score(policy: str, scores: Mapping[str, float], **bootstrap: int | float) -> PolicyScore:
+    """Mean and interval of one policy's per-scenario scores."""
+    values = list(scores.values())
+    mean = float(np.mean(values)) if values else float("nan")
+    return PolicyScore(policy, mean, bootstrap_ci(values, **bootstrap), len(values))  # type: ignore[arg-type]
+
+
+def compare(
+    reward: str,
+    candidate: tuple[str, Mapping[str, float]],
+    baseline: tuple[str, Mapping[str, float]],
+    **bootstrap: int | float,
+) -> Comparison:
+    """Paired comparison of two policies' per-scenario scores (`(name, {scenario_id: score})` each)."""
+    shared = sorted(set(candidate[1]) & set(baseline[1]))
+    differences = [candidate[1][s] - baseline[1][s] for s in shared]
+    return Comparison(
+        reward=reward,
+        candidate=policy_score(candidate[0], candidate[1], **bootstrap),
+        baseline=policy_score(baseline[0], baseline[1], **bootstrap),
+        difference=float(np.mean(differences)) if differences else float("nan"),
+        difference_ci=bootstrap_ci(differences, **bootstrap),  # type: ignore[arg-type]
+        paired_scenarios=len(shared),
+    )
+
+
+# --- the lake ----------------------------------------------------------------------------------------
+
+
+def scenario_scores(lake: store.Lake | str, reward: str, group_ids: Sequence[str]) -> dict[str, float]:
+    """`{scenario_id: mean reward}` of the trajectories of `group_ids` (scored under `reward`)."""
+    if not group_ids:
+        return {}
+    with store.connect(lake, read_only=True) as con:
+        con.register("__groups", pa.table({"group_id": pa.array(list(group_ids), pa.string())}))
+        rows = con.execute(
+            """
+            SELECT t.scenario_id, avg(r.value)
+            FROM trajectories t JOIN __groups USING (group_id)
+                 JOIN latest_rewards r USING (trajectory_id)
+            WHERE r.name = ? AND t.scenario_id IS NOT NULL
+            GROUP BY t.scenario_id
+            """,
+            [reward],
+        ).fetchall()
+    return {scenario: float(value) for scenario, value in rows}
+
+
+def record_evaluation(lake: store.Lake | str, comparison: Comparison, **context: str) -> str:
+    """Write the comparison to the `runs` table (stage `eval`: candidate, baseline); returns the run id."""
+    run_id = store.new_run_id("eval")
+    rows = []
+    for step, (role, score) in enumerate(
+        (("candidate", comparison.candidate), ("baseline", comparison.baseline))
+    ):
+        metrics = {
+            **context,
+            "role": role,
+            "policy": score.policy,
+            "reward": comparison.reward,
+            "mean_reward": score.mean,
+            "ci_low": score.ci[0],
+            "ci_high": score.ci[1],
+            "scenarios": score.scenarios,
+            "difference": comparison.difference,
+            "difference_ci": list(comparison.difference_ci),
+        }
+        rows.append(store.runs_row(run_id, step, "eval", metrics))
+    store.write(lake, "runs", rows)
+    return run_id

@@ -1,0 +1,37 @@
+"""Small helpers every writer of the lake uses: the time type of the timestamp columns, run ids,
+rows of the `runs` table."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+
+def new_run_id(stage: str) -> str:
+    """A fresh run id (a key of the `runs` table), sortable by start time: `<stage>-<UTC time>-<random>`."""
+    return f"{stage}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"
+
+
+def runs_row(run_id: str, step: int, stage: str, metrics: dict[str, Any]) -> dict[str, Any]:
+    """One `runs` row; non-finite floats are written as strings so the JSON stays valid.
+
+    >>> runs_row("r1", 3, "grpo", {"loss": float("nan")})["metrics"]
+    '{"loss": "nan"}'
+    """
+    clean = {k: (repr(v) if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
+    return {
+        "run_id": run_id,
+        "step": step,
+        "stage": stage,
+        "metrics": json.dumps(clean),
+        "at": utc_now(),
+    }
+
+
+def utc_now() -> datetime:
+    """Timezone-aware now, the type every timestamp column expects."""
+    return datetime.now(UTC)

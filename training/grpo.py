@@ -39,17 +39,12 @@ from training.errors import BadHyperparameter
 from training.grpo_config import TrajlakeGRPOConfig
 from training.metrics import NonFiniteLossGuard, RunsTableCallback
 from training.run import (
-    ADAPTER,
     CHECKPOINTS,
     TrainResult,
-    hyperparameters,
-    last_checkpoint,
     load_tokenizer,
-    raise_non_finite,
     read_run_record,
-    save_adapter,
     start_run,
-    write_run_record,
+    train_and_record,
 )
 
 # Every replayed trajectory with token data: what `trajlake train grpo` trains on by default.
@@ -306,26 +301,19 @@ def train_grpo(
         peft_config=peft_config,
         callbacks=[runs, guard, *callbacks],
     )
-    checkpoint = last_checkpoint(output_dir) if resume else None
-    output = trainer.train(resume_from_checkpoint=checkpoint)
-    raise_non_finite(guard, output_dir)
-
-    adapter_dir = output_dir / ADAPTER
-    save_adapter(trainer.model, tokenizer, adapter_dir)
     parent = read_run_record(adapter) if adapter else None
     if adapter and parent is None:
         parent = {"adapter_dir": adapter, "stages": ["external"], "run_ids": []}
-    result = TrainResult(
+    return train_and_record(
+        trainer,
+        guard,
         stage="grpo",
         run_id=run_id,
-        adapter_dir=str(adapter_dir),
+        output_dir=output_dir,
         base_model=base_model,
-        global_step=int(trainer.state.global_step),
-        metrics=dict(output.metrics),
+        config=config,
         lineage=selection.lineage.to_dict(),
-        hyperparameters=hyperparameters(config),
+        resume=resume,
+        report=report,
         parent=parent,
-        report={**report, "resumed_from": checkpoint},
     )
-    write_run_record(result)
-    return result

@@ -184,3 +184,40 @@ def hyperparameters(config: Any) -> dict[str, Any]:
     values = {name: getattr(config, name) for name in RECORDED if hasattr(config, name)}
     values.update(config.lora_hyperparameters())
     return {k: (v.value if hasattr(v, "value") else v) for k, v in values.items()}
+
+
+def train_and_record(
+    trainer: Any,
+    guard: Any,
+    *,
+    stage: str,
+    run_id: str,
+    output_dir: Path,
+    base_model: str,
+    config: Any,
+    lineage: dict[str, Any],
+    resume: bool,
+    report: dict[str, Any],
+    parent: dict[str, Any] | None = None,
+) -> TrainResult:
+    """Train (from the newest checkpoint when resuming), stop on a non-finite loss, save the
+    adapter, then write the run record beside it, last."""
+    checkpoint = last_checkpoint(output_dir) if resume else None
+    output = trainer.train(resume_from_checkpoint=checkpoint)
+    raise_non_finite(guard, output_dir)
+    adapter_dir = output_dir / ADAPTER
+    save_adapter(trainer.model, trainer.processing_class, adapter_dir)
+    result = TrainResult(
+        stage=stage,
+        run_id=run_id,
+        adapter_dir=str(adapter_dir),
+        base_model=base_model,
+        global_step=int(trainer.state.global_step),
+        metrics=dict(output.metrics),
+        lineage=lineage,
+        hyperparameters=hyperparameters(config),
+        parent=parent,
+        report={**report, "resumed_from": checkpoint},
+    )
+    write_run_record(result)
+    return result

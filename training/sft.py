@@ -25,16 +25,11 @@ from training.datasets import SFTSelection, select_sft
 from training.errors import TrainingError
 from training.metrics import NonFiniteLossGuard, RunsTableCallback
 from training.run import (
-    ADAPTER,
     CHECKPOINTS,
     TrainResult,
-    hyperparameters,
-    last_checkpoint,
     load_tokenizer,
-    raise_non_finite,
-    save_adapter,
     start_run,
-    write_run_record,
+    train_and_record,
 )
 from training.sft_config import TrajlakeSFTConfig
 
@@ -145,31 +140,22 @@ def train_sft(
         peft_config=config.lora_config(),
         callbacks=[runs, guard, *callbacks],
     )
-    checkpoint = last_checkpoint(output_dir) if resume else None
-    output = trainer.train(resume_from_checkpoint=checkpoint)
-    raise_non_finite(guard, output_dir)
-
-    adapter_dir = output_dir / ADAPTER
-    save_adapter(trainer.model, tokenizer, adapter_dir)
     max_length = config.max_length or 1024
-    result = TrainResult(
+    report = {
+        "conversations": len(selection.rows),
+        "packed_rows": len(trainer.train_dataset),
+        "packing_bin_fill": packing_efficiency(trainer.train_dataset, max_length) if config.packing else None,
+        "padding_free": bool(getattr(trainer, "padding_free", False)),
+    }
+    return train_and_record(
+        trainer,
+        guard,
         stage="sft",
         run_id=run_id,
-        adapter_dir=str(adapter_dir),
+        output_dir=output_dir,
         base_model=base_model,
-        global_step=int(trainer.state.global_step),
-        metrics=dict(output.metrics),
+        config=config,
         lineage=selection.lineage.to_dict(),
-        hyperparameters=hyperparameters(config),
-        report={
-            "conversations": len(selection.rows),
-            "packed_rows": len(trainer.train_dataset),
-            "packing_bin_fill": packing_efficiency(trainer.train_dataset, max_length)
-            if config.packing
-            else None,
-            "padding_free": bool(getattr(trainer, "padding_free", False)),
-            "resumed_from": checkpoint,
-        },
+        resume=resume,
+        report=report,
     )
-    write_run_record(result)
-    return result

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -42,6 +42,16 @@ def quiet_libraries() -> None:
     datasets.disable_progress_bars()
 
 
+def _configure(config: str | None, lake: str | None) -> Any:
+    """The checked configuration (exit 2 naming the bad key otherwise), with Prefect set up beside the lake."""
+    try:
+        cfg = load_config(config).with_lake(lake)
+    except ConfigError as exc:
+        raise fail(str(exc), 2) from None
+    _prefect_defaults(Path(cfg.lake.path).absolute().parent / ".prefect")
+    return cfg
+
+
 def pipeline(
     config: ConfigOption = None,
     lake: LakeOption = None,
@@ -53,11 +63,7 @@ def pipeline(
     ] = False,
 ) -> None:
     """Run the whole loop once as a Prefect flow."""
-    try:
-        cfg = load_config(config).with_lake(lake)
-    except ConfigError as exc:
-        raise fail(str(exc), 2) from None
-    _prefect_defaults(Path(cfg.lake.path).absolute().parent / ".prefect")
+    cfg = _configure(config, lake)
     quiet_libraries()
     from flows.prefect_flows import run_pipeline
 
@@ -75,11 +81,7 @@ def serve(
     once: Annotated[bool, typer.Option(help="Register the deployments, poll once, and exit.")] = False,
 ) -> None:
     """Register the ingest and pipeline deployments with their schedules and serve them."""
-    try:
-        cfg = load_config(config).with_lake(lake)
-    except ConfigError as exc:
-        raise fail(str(exc), 2) from None
-    _prefect_defaults(Path(cfg.lake.path).absolute().parent / ".prefect")
+    cfg = _configure(config, lake)
     from flows.deployments import serve_deployments
 
     names = serve_deployments(cfg, config, run_once=once)

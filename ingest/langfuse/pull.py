@@ -154,6 +154,48 @@ def pull_langfuse(
     return report
 
 
+def _read_pages(
+    lake: Lake,
+    fetch: Callable[[str | None], Page],
+    config: LangfuseConfig,
+    state: PullState,
+    report: PullReport,
+    tick: Callable[[], None],
+    commit: Callable[[list[dict[str, Any]], bool, bool], None],
+    on_checkpoint: Callable[[PullState], None] | None,
+) -> None:
+    """Read pages from the saved cursor; every `checkpoint_pages` pages, and at the end, hand
+    what was read to `commit(items, first, done)` (which writes it and sets the phase) and
+    move the cursor, so an interrupted pull resumes from its last checkpoint."""
+    buffer: list[dict[str, Any]] = []
+    pages = 0
+    cursor = state.cursor  # the page to read next; `state.cursor` moves only at checkpoints
+    first = True
+    while True:
+        page = _first_or_next(
+            fetch,
+            cursor,
+            resuming=cursor is not None and cursor == state.cursor and pages == 0,
+            report=report,
+        )
+        cursor = page.next_cursor
+        buffer.extend(page.items)
+        pages += 1
+        tick()
+        done = page.next_cursor is None
+        if done or pages >= config.checkpoint_pages:
+            commit(buffer, first, done)
+            first = False
+            state.cursor = page.next_cursor
+            if not done or state.phase != "idle":
+                save_state(lake, state)
+            if on_checkpoint:
+                on_checkpoint(state)
+            buffer, pages = [], 0
+        if done:
+            return
+
+
 def _pull_observations(
     lake: Lake,
     config: LangfuseConfig,
@@ -166,56 +208,39 @@ def _pull_observations(
     on_checkpoint: Callable[[PullState], None] | None,
 ) -> None:
     filter_json = observation_filter(filters, state.window_from, state.window_to)
-    buffer: list[dict[str, Any]] = []
-    pages = 0
-    cursor = state.cursor  # the page to read next; `state.cursor` moves only at checkpoints
-    first = True
-    while True:
-        page = _first_or_next(
-            lambda c: client.observations_page(
-                from_start_time=state.window_from,
-                to_start_time=state.window_to,
-                filter_json=filter_json,
-                cursor=c,
-            ),
-            cursor,
-            resuming=cursor is not None and cursor == state.cursor and pages == 0,
-            report=report,
+
+    def fetch(cursor: str | None) -> Page:
+        return client.observations_page(
+            from_start_time=state.window_from,
+            to_start_time=state.window_to,
+            filter_json=filter_json,
+            cursor=cursor,
         )
-        cursor = page.next_cursor
+
+    def commit(observations: list[dict[str, Any]], first: bool, done: bool) -> None:
         received_at = store.utc_now()
-        for obs in page.items:
+        rows = []
+        for obs in observations:
             try:
-                buffer.append(observation_to_span(obs, received_at=received_at))
+                rows.append(observation_to_span(obs, received_at=received_at))
             except ObservationError as exc:
                 skipped[f"observation_{exc.reason}"] += 1
                 if len(report.problems) < MAX_PROBLEMS_KEPT:
                     report.problems.append(f"observation `{obs.get('id')}`: {exc}")
-        report.observations += len(page.items)
-        pages += 1
-        tick("observations")
-        done = page.next_cursor is None
-        if done or pages >= config.checkpoint_pages:
-            # The first checkpoint of a resumed run re-reads the pages whose commit was cut
-            # short: their spans may be on disk without their trajectories, so every trace
-            # they touch is re-assembled even where the spans are unchanged.
-            written, counts = _commit_spans(lake, buffer, reassemble_all=report.resumed and first)
-            first = False
-            report.spans_written += written
-            if len(buffer) > written:
-                skipped["observation_unchanged"] += len(buffer) - written
-            report.traces += counts.traces
-            report.trajectories += counts.trajectories
-            state.cursor = page.next_cursor
-            state.phase = "scores" if done and config.scores else ("idle" if done else "observations")
-            state.counts["observations"] = state.counts.get("observations", 0) + len(buffer)
-            if not done or state.phase == "scores":
-                save_state(lake, state)
-            if on_checkpoint:
-                on_checkpoint(state)
-            buffer, pages = [], 0
-        if done:
-            return
+        report.observations += len(observations)
+        # The first checkpoint of a resumed run re-reads the pages whose commit was cut
+        # short: their spans may be on disk without their trajectories, so every trace
+        # they touch is re-assembled even where the spans are unchanged.
+        written, counts = _commit_spans(lake, rows, reassemble_all=report.resumed and first)
+        report.spans_written += written
+        if len(rows) > written:
+            skipped["observation_unchanged"] += len(rows) - written
+        report.traces += counts.traces
+        report.trajectories += counts.trajectories
+        state.phase = "scores" if done and config.scores else ("idle" if done else "observations")
+        state.counts["observations"] = state.counts.get("observations", 0) + len(observations)
+
+    _read_pages(lake, fetch, config, state, report, lambda: tick("observations"), commit, on_checkpoint)
 
 
 def _first_or_next(
@@ -262,40 +287,23 @@ def _pull_scores(
     on_checkpoint: Callable[[PullState], None] | None,
 ) -> None:
     environment = ",".join(filters.environments) or None
-    buffer: list[dict[str, Any]] = []
-    pages = 0
-    cursor = state.cursor
-    while True:
-        page = _first_or_next(
-            lambda c: client.scores_page(
-                from_timestamp=state.window_from,
-                to_timestamp=state.window_to,
-                environment=environment,
-                session_id=None,  # the API's sessionId means session-level scores; trace scores are filtered below
-                cursor=c,
-            ),
-            cursor,
-            resuming=cursor is not None and cursor == state.cursor and pages == 0,
-            report=report,
+
+    def fetch(cursor: str | None) -> Page:
+        return client.scores_page(
+            from_timestamp=state.window_from,
+            to_timestamp=state.window_to,
+            environment=environment,
+            session_id=None,  # the API's sessionId means session-level scores; trace scores are filtered below
+            cursor=cursor,
         )
-        cursor = page.next_cursor
-        buffer.extend(page.items)
-        report.scores += len(page.items)
-        pages += 1
-        tick("scores")
-        done = page.next_cursor is None
-        if done or pages >= config.checkpoint_pages:
-            report.rewards += _commit_scores(lake, config, filters, buffer, report, skipped)
-            state.cursor = page.next_cursor
-            state.phase = "idle" if done else "scores"
-            state.counts["scores"] = state.counts.get("scores", 0) + len(buffer)
-            if not done:
-                save_state(lake, state)
-            if on_checkpoint:
-                on_checkpoint(state)
-            buffer, pages = [], 0
-        if done:
-            return
+
+    def commit(scores: list[dict[str, Any]], first: bool, done: bool) -> None:
+        report.scores += len(scores)
+        report.rewards += _commit_scores(lake, config, filters, scores, report, skipped)
+        state.phase = "idle" if done else "scores"
+        state.counts["scores"] = state.counts.get("scores", 0) + len(scores)
+
+    _read_pages(lake, fetch, config, state, report, lambda: tick("scores"), commit, on_checkpoint)
 
 
 def _commit_scores(

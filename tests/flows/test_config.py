@@ -161,3 +161,12 @@ def test_commands_use_the_config_files_lake(tmp_path: Path, monkeypatch: pytest.
     result = CliRunner().invoke(app, ["sql", "SELECT count(*) AS n FROM runs", "--format", "json"])
     assert result.exit_code == 0, result.output
     assert '"n": 1' in result.output
+
+
+def test_readme_configuration_table_is_the_generated_one() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    result = CliRunner().invoke(app, ["config", "--markdown"])
+    assert result.exit_code == 0
+    assert result.output in readme, (
+        "README's configuration table is stale: paste `trajlake config --markdown`"
+    )

@@ -17,6 +17,7 @@ COMMANDS = {
     "sql": "store_cmds",
     "tables": "store_cmds",
     "compact": "store_cmds",
+    "migrate": "store_cmds",
     "collect": "collect_cmds",
     "assemble": "collect_cmds",
     "ingest": "langfuse_cmds",

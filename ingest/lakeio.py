@@ -61,7 +61,7 @@ def spans_of_traces(
     (each still read whole: a trace crossing midnight is never rebuilt from half its spans)."""
     lake = store.Lake.of(lake)
     wanted = None if trace_ids is None else sorted(set(trace_ids))
-    if wanted == [] or not lake.data_files(SPANS.name):
+    if wanted == [] or not lake.has_table(SPANS.name):
         return
     with store.connect(lake, read_only=True) as con:
         where = []
@@ -125,12 +125,22 @@ def write_chunks(
     workers: int = 1,
     progress: Callable[[int], None] | None = None,
 ) -> AssembleResult:
-    """Assemble span chunks and write the trajectories (one all-or-nothing write), then the rewards."""
+    """Assemble span chunks and write the trajectories (one all-or-nothing write), then the rewards.
+
+    A trajectory's earlier row, if any, was assembled from some of the same spans, so it is
+    in one of the `dt` partitions those spans fall on: the write looks for it only there.
+    """
     result = AssembleResult()
     rewards: list[pa.Table] = []
+    span_days: set[date] = set()  # filled while the write reads the chunks, used when it commits
+
+    def noting_days(tables: Iterator[pa.Table]) -> Iterator[pa.Table]:
+        for table in tables:
+            span_days.update(pc.unique(table.column(PARTITION_COLUMN)).to_pylist())
+            yield table
 
     def trajectories() -> Iterator[pa.Table]:
-        for traces, trajectory_rows, reward_rows in _chunks_in_order(chunks, workers):
+        for traces, trajectory_rows, reward_rows in _chunks_in_order(noting_days(chunks), workers):
             result.traces += traces
             if reward_rows.num_rows:
                 rewards.append(reward_rows)
@@ -138,7 +148,7 @@ def write_chunks(
                 progress(result.traces)
             yield trajectory_rows
 
-    result.trajectories = store.write(lake, TRAJECTORIES.name, trajectories()).rows
+    result.trajectories = store.write(lake, TRAJECTORIES.name, trajectories(), within=span_days).rows
     if rewards:
         result.rewards = store.write(lake, REWARDS.name, rewards).rows
     return result
@@ -172,7 +182,7 @@ def rebuild(
 def pending_trace_ids(lake: LakeLike) -> list[str]:
     """Traces with spans newer than their trajectories (or none yet): what assembly has to (re)do."""
     lake = store.Lake.of(lake)
-    if not lake.data_files(SPANS.name):
+    if not lake.has_table(SPANS.name):
         return []
     with store.connect(lake, read_only=True) as con:
         rows = con.execute(

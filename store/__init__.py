@@ -1,17 +1,27 @@
-"""The Parquet trajectory lake: schema, writer, DuckDB catalog, compaction. Imports nothing else of trajlake."""
+"""The trajectory lake: Delta Lake tables with one schema module, a writer, DuckDB views and maintenance.
 
-from store.catalog import connect, refresh, run_read_only, scan
-from store.compact import CompactConfig, CompactionResult, compact
+Imports nothing else of trajlake. Public surface:
+
+- `write(lake, table, data)`: validate and commit, one row per key (`store.writer`);
+- `connect(lake)`, `refresh`, `run_read_only`, `scan(lake, table)`: SQL and polars over a
+  snapshot; `snapshot(lake, versions)`: table versions, for lineage and time travel;
+- `compact(lake)`: OPTIMIZE + Z-order + VACUUM (`store.maintenance`); `migrate(lake)`:
+  the Parquet-files release to Delta (`store.migrate`);
+- `TABLES`, `table_spec`, `empty_table`: the schemas (`store.schema`); `Lake`.
+"""
+
+from store.catalog import Snapshot, TableVersion, connect, refresh, run_read_only, scan, snapshot
 from store.conform import conform_batch
 from store.errors import (
     CompactionError,
-    LakeBusy,
     ReadOnlyViolation,
     SchemaViolation,
     SelectionError,
     StoreError,
 )
 from store.lake import DEFAULT_LAKE, Lake
+from store.maintenance import CompactConfig, TableCompaction, compact
+from store.migrate import TableMigration, migrate
 from store.rows import new_run_id, runs_row, utc_now
 from store.schema import TABLES, TableSpec, empty_table, table_spec
 from store.selection import check_selection
@@ -22,25 +32,29 @@ __all__ = [
     "TABLES",
     "CompactConfig",
     "CompactionError",
-    "CompactionResult",
     "Lake",
-    "LakeBusy",
     "ReadOnlyViolation",
     "SchemaViolation",
     "SelectionError",
+    "Snapshot",
     "StoreError",
+    "TableCompaction",
+    "TableMigration",
     "TableSpec",
+    "TableVersion",
     "WriteResult",
     "check_selection",
     "compact",
     "conform_batch",
     "connect",
     "empty_table",
+    "migrate",
     "new_run_id",
     "refresh",
     "run_read_only",
     "runs_row",
     "scan",
+    "snapshot",
     "table_spec",
     "utc_now",
     "write",

@@ -1,37 +1,94 @@
-"""SQL over the lake: a DuckDB connection with one deduplicated view per table, plus derived views.
+"""SQL over the lake: a DuckDB connection with one view per table over a snapshot of its Delta table.
 
-Each table view reads the table's Parquet files directly (`read_parquet` over the
-table's glob, hive partitions, files unioned by column name so older files missing a
-newer column read as nulls) and keeps, per primary key, the row with the newest
-`_written_at`. Derived views:
+Every table is a Delta table, so its current files hold exactly one row per key: a view
+is DuckDB's own Parquet reader over the file list of one table version (hive partitions,
+files unioned by column name so files older than a new column read it as null), as fast
+as plain Parquet and without deduplication. A snapshot pins a version of every table, so
+a query sees one consistent state of the lake while writers commit and `compact`
+rewrites files (replaced files stay on disk until a vacuum, after the retention period).
+Lineage pins the versions a training run read; `connect(lake, snapshot=...)` reads them
+again.
+
+Derived views:
 
 - `messages`: one row per message, with `trajectory_id` and its 0-based `position`;
 - `latest_rewards`: per (`trajectory_id`, `name`) the newest successful reward, any scorer;
 - `groups`: per (`group_id`, reward `name`): size, mean, std, min, max, `all_equal`;
   the table macro `group_stats(reward_name)` gives the same for one chosen reward.
 
-Polars users get the same deduplicated tables as LazyFrames from `scan`.
+Polars users get the same tables from `scan` (`polars.scan_delta`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import duckdb
 import polars as pl
-import pyarrow as pa
-import pyarrow.dataset as ds
 
 from store.errors import ReadOnlyViolation
 from store.lake import Lake
-from store.layout import base_name, compact_generation, dir_name
-from store.replaced import pending_files
-from store.schema import PARTITION_COLUMN, TABLES, WRITTEN_AT, TableSpec, table_spec
+from store.schema import PARTITION_COLUMN, TABLES, TableSpec, table_spec
 
 _READ_ONLY_STATEMENTS = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+
+
+@dataclass(frozen=True)
+class TableVersion:
+    """One table at one version: what a query over it reads, and how to name it for lineage."""
+
+    table: str
+    version: int | None  # None: nothing was ever committed to the table
+    timestamp: datetime | None  # when that version was committed
+    files: tuple[str, ...] = ()
+
+    def lineage(self) -> dict[str, Any]:
+        return {"version": self.version, "timestamp": self.timestamp.isoformat() if self.timestamp else None}
+
+
+Snapshot = dict[str, TableVersion]
+
+
+def table_version(lake: Lake, table: str, version: int | None = None) -> TableVersion:
+    """The files of `table` at `version` (the newest when None)."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        delta = DeltaTable(lake.table_uri(table), version=version, storage_options=lake.delta_options)
+    except TableNotFoundError:
+        if version is not None:
+            raise
+        return TableVersion(table, None, None)
+    current = delta.version()
+    return TableVersion(table, current, commit_time(lake, table, current), tuple(delta.file_uris()))
+
+
+def commit_time(lake: Lake, table: str, version: int) -> datetime | None:
+    """When `version` of `table` was committed, from its log entry (`commitInfo.timestamp`)."""
+    path = lake.fs_path(table, "_delta_log", f"{version:020d}.json")
+    try:
+        with lake.fs.open(path, "rb") as handle:
+            for line in handle:
+                stamp = json.loads(line).get("commitInfo", {}).get("timestamp")
+                if stamp is not None:
+                    return datetime.fromtimestamp(stamp / 1000, UTC)
+    except FileNotFoundError:
+        pass
+    return None
+
+
+def snapshot(lake: Lake | str | os.PathLike[str], versions: Mapping[str, int] | None = None) -> Snapshot:
+    """Every table's current version (or the `versions` given, for time travel)."""
+    lake = Lake.of(lake)
+    versions = versions or {}
+    return {name: table_version(lake, name, versions.get(name)) for name in TABLES}
 
 
 def _duckdb_types(spec: TableSpec, con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
@@ -52,106 +109,19 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def raw_relation_sql(lake: Lake, spec: TableSpec) -> str:
-    """Every committed row of a table, duplicates included (what plain DuckDB sees)."""
-    return (
-        f"read_parquet({_literal(lake.glob(spec.name))}, "
-        f"hive_partitioning={str(spec.partitioned).lower()}, union_by_name=true)"
-    )
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """The files of one table at one moment, split by what their names promise (`store.layout`)."""
-
-    compacted: tuple[str, ...]  # live compacted files: each key at most once across them
-    other: tuple[str, ...]  # part files, foreign files, and compacted files already replaced
-
-
-def snapshot(lake: Lake, table: str) -> Snapshot:
-    """List a table's committed files once and classify them.
-
-    Files that compaction already replaced are left out: the records are read before
-    the listing, so the compacted file holding their rows is in the listing.
-    """
-    replaced = pending_files(lake, table)
-    files = [f for f in lake.data_files(table) if f not in replaced]
-    newest: dict[str, int] = {}
-    for path in files:
-        generation = compact_generation(base_name(path))
-        if generation is not None:
-            directory = dir_name(path)
-            newest[directory] = max(generation, newest.get(directory, -1))
-    compacted: list[str] = []
-    other: list[str] = []
-    for path in files:
-        generation = compact_generation(base_name(path))
-        live = generation is not None and generation == newest[dir_name(path)]
-        (compacted if live else other).append(path)
-    return Snapshot(tuple(compacted), tuple(other))
-
-
-def _read_files_sql(lake: Lake, spec: TableSpec, files: tuple[str, ...], typed: str, cols: str) -> str:
-    urls = ", ".join(_literal(path if lake.is_local else f"{lake.protocol}://{path}") for path in files)
-    # Union with a typed empty row set so that columns no file has yet (additive schema
-    # evolution) still exist, with the schema's types.
+def table_view_sql(spec: TableSpec, files: tuple[str, ...], con: duckdb.DuckDBPyConnection) -> str:
+    """The view of one table version: its files read by DuckDB, in the schema's types and order."""
+    types = _duckdb_types(spec, con)
+    cols = ", ".join(_quote(c) for c, _ in types)
+    typed = "SELECT " + ", ".join(f"CAST(NULL AS {t}) AS {_quote(c)}" for c, t in types) + " WHERE false"
+    if not files:
+        return typed
+    urls = ", ".join(_literal(path) for path in files)
+    # The typed empty row set keeps columns no file has yet (additive evolution) in the schema's types.
     return (
         f"SELECT {cols} FROM ({typed} UNION ALL BY NAME SELECT * FROM read_parquet([{urls}], "
         f"hive_partitioning={str(spec.partitioned).lower()}, union_by_name=true))"
     )
-
-
-def table_view_sql(
-    lake: Lake, spec: TableSpec, con: duckdb.DuckDBPyConnection, files: Snapshot | None = None
-) -> str:
-    """The deduplicated view of one table over one snapshot of its files: the newest row per key.
-
-    Every scan in the view reads the same explicit file list, so a query sees one
-    consistent state of the lake even while writers commit and compaction replaces files.
-    Live compacted files hold each key once (see `store.layout`), so their rows need no
-    deduplication among themselves: a compacted row survives unless a strictly newer row
-    of its key is among the other files (`p`), and a `p` row survives if it is the newest
-    of its key among `p` rows and no compacted row is as new (a tie means compaction
-    copied it: the copy wins). Only keys that repeat among `p` rows go through a window;
-    repeats are found on a 64-bit hash of the key (a collision only sends a unique key
-    through the window too, which is still correct).
-    A freshly compacted table therefore reads like plain Parquet.
-    """
-    files = files if files is not None else snapshot(lake, spec.name)
-    types = _duckdb_types(spec, con)
-    cols = ", ".join(_quote(c) for c, _ in types)
-    typed = "SELECT " + ", ".join(f"CAST(NULL AS {t}) AS {_quote(c)}" for c, t in types) + " WHERE false"
-    if not files.compacted and not files.other:
-        return typed
-    if not files.other:
-        return _read_files_sql(lake, spec, files.compacted, typed, cols)
-    key = ", ".join(_quote(k) for k in spec.key)
-    p_new = f"""
-        WITH p AS NOT MATERIALIZED ({_read_files_sql(lake, spec, files.other, typed, cols)}),
-        p_dup AS MATERIALIZED (SELECT hash({key}) AS __h FROM p GROUP BY 1 HAVING count(*) > 1)
-        SELECT * FROM p ANTI JOIN p_dup ON hash({key}) = p_dup.__h
-        UNION ALL
-        (SELECT * FROM p SEMI JOIN p_dup ON hash({key}) = p_dup.__h
-         QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY {WRITTEN_AT} DESC) = 1)
-    """
-    if not files.compacted:
-        return p_new
-    on = " AND ".join(f"c.{_quote(k)} = p_new.{_quote(k)}" for k in spec.key)
-    return f"""
-        WITH c AS NOT MATERIALIZED ({_read_files_sql(lake, spec, files.compacted, typed, cols)}),
-        p_new AS NOT MATERIALIZED ({p_new})
-        SELECT {cols} FROM c ANTI JOIN p_new ON {on} AND {_stamp("p_new")} > {_stamp("c")}
-        UNION ALL
-        SELECT {cols} FROM p_new ANTI JOIN c ON {on} AND {_stamp("c")} >= {_stamp("p_new")}
-    """
-
-
-def _stamp(alias: str) -> str:
-    # Files written by other tools may lack `_written_at`: their rows count as the oldest.
-    return f"coalesce({alias}.{WRITTEN_AT}, {EPOCH_SQL})"
-
-
-EPOCH_SQL = "CAST(TIMESTAMPTZ '1970-01-01 00:00:00+00' AS TIMESTAMPTZ_NS)"
 
 
 DERIVED_VIEWS = {
@@ -201,17 +171,16 @@ def connect(
     read_only: bool = False,
     threads: int | None = None,
     memory_limit: str | None = None,
+    snapshot: Snapshot | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with the lake's views.
 
-    The views read a snapshot: the files committed when `connect` (or `refresh`) ran.
-    Every query on the connection therefore sees one consistent state of the lake, even
-    while writers commit and compaction merges files. Data committed later is seen after
-    `refresh(con, lake)` or on a new connection; connections are cheap, so take a new
-    one per unit of work. Compaction deletes the files it replaced only after a grace
-    period (`CompactConfig.grace_seconds`), so refresh connections older than that.
-    `read_only=True` also locks the connection against writing files, attaching
-    databases and loading extensions (see `run_read_only`).
+    The views read a snapshot: every table's version when `connect` (or `refresh`) ran,
+    or the `snapshot` given (`store.snapshot(lake, versions)` for time travel). Data
+    committed later is seen after `refresh(con, lake)` or on a new connection;
+    connections are cheap, so take a new one per unit of work. `read_only=True` also
+    locks the connection against writing files, attaching databases and loading
+    extensions (see `run_read_only`).
     """
     lake = Lake.of(lake)
     con = duckdb.connect(config={"autoinstall_known_extensions": False})
@@ -221,7 +190,7 @@ def connect(
         con.execute(f"SET memory_limit = '{memory_limit}'")
     if not lake.is_local:
         con.register_filesystem(lake.fs)
-    refresh(con, lake)
+    refresh(con, lake, snapshot)
     for name, sql in DERIVED_VIEWS.items():
         con.execute(f'CREATE OR REPLACE VIEW "{name}" AS {sql}')
     con.execute(GROUP_STATS_MACRO)
@@ -230,11 +199,16 @@ def connect(
     return con
 
 
-def refresh(con: duckdb.DuckDBPyConnection, lake: Lake | str | os.PathLike[str]) -> None:
-    """Point the table views of a `connect`ed connection at the lake's current files."""
+def refresh(
+    con: duckdb.DuckDBPyConnection, lake: Lake | str | os.PathLike[str], pinned: Snapshot | None = None
+) -> Snapshot:
+    """Point the table views of a `connect`ed connection at a snapshot (the lake's newest by default)."""
     lake = Lake.of(lake)
+    current = pinned or snapshot(lake)
     for spec in TABLES.values():
-        con.execute(f'CREATE OR REPLACE VIEW "{spec.name}" AS {table_view_sql(lake, spec, con)}')
+        files = current[spec.name].files if spec.name in current else ()
+        con.execute(f'CREATE OR REPLACE VIEW "{spec.name}" AS {table_view_sql(spec, files, con)}')
+    return current
 
 
 def _lock_down(con: duckdb.DuckDBPyConnection, lake: Lake) -> None:
@@ -277,32 +251,11 @@ def run_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[str], 
     return columns, rows
 
 
-def scan(lake: Lake | str | os.PathLike[str], table: str) -> pl.LazyFrame:
-    """A polars LazyFrame of a table, deduplicated on its key like the DuckDB view."""
+def scan(lake: Lake | str | os.PathLike[str], table: str, version: int | None = None) -> pl.LazyFrame:
+    """A polars LazyFrame of a table (one row per key), at `version` or the newest."""
     lake = Lake.of(lake)
     spec = table_spec(table)
-    # The same files as the views: those compaction replaced are left out (their rows are
-    # in the live compacted files, and a grace-period reclaim may delete them mid-scan).
-    snap = snapshot(lake, table)
-    files = sorted([*snap.compacted, *snap.other])
-    if not files:
+    if not lake.has_table(table):
         return pl.DataFrame(spec.schema.empty_table()).lazy()
-    # A pyarrow dataset with the table's full schema: files missing newer columns read as
-    # nulls (whatever file comes first), and remote lakes use the lake's own filesystem.
-    frame = pl.scan_pyarrow_dataset(
-        ds.dataset(
-            files,
-            schema=spec.schema,
-            format="parquet",
-            filesystem=lake.arrow_fs,
-            partitioning=ds.partitioning(pa.schema([spec.schema.field(PARTITION_COLUMN)]), flavor="hive")
-            if spec.partitioned
-            else None,
-            partition_base_dir=lake.table_dir(table),
-        )
-    )
-    # Rows without `_written_at` (files from other tools) count as the oldest.
-    stamp = pl.col(WRITTEN_AT).fill_null(pl.lit(0).cast(pl.Datetime("ns", "UTC")))
-    newest = stamp == stamp.max().over(list(spec.key))
-    # A tie is the same row in a compacted file and in a file it replaced: keep one.
-    return frame.filter(newest).unique(subset=list(spec.key), keep="any")
+    frame = pl.scan_delta(lake.table_uri(table), version=version, storage_options=lake.delta_options or None)
+    return frame.select(spec.schema.names)

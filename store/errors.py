@@ -44,24 +44,16 @@ class ReadOnlyViolation(StoreError, PermissionError):
 
 
 class CompactionError(StoreError):
-    """Compaction of a table partition could not finish. Readers are unaffected: the
-    partition's previous files are still live, and a later `trajlake compact` retries."""
+    """Compacting a table partition kept losing races with writers. Readers are unaffected:
+    the table's current version is untouched, and a later `trajlake compact` retries."""
 
     def __init__(self, table: str, partition: str, detail: str) -> None:
         self.table = table
         self.partition = partition
         super().__init__(
-            f"compacting `{table}` partition `{partition}` failed: {detail}; the previous files "
-            "are still live, nothing was lost; rerun `trajlake compact`"
+            f"compacting `{table}` partition `{partition}` failed: {detail}; the table is unchanged, "
+            "nothing was lost; rerun `trajlake compact`"
         )
-
-
-class LakeBusy(StoreError):
-    """Another process holds the lake resource (for example, compaction of a table)."""
-
-    def __init__(self, resource: str, holder: str) -> None:
-        self.resource = resource
-        super().__init__(f"`{resource}` is in use by {holder}; wait for it to finish and retry")
 
 
 class SelectionError(StoreError, ValueError):

@@ -1,10 +1,12 @@
-"""Where a lake lives: its root, its filesystem, and the paths of its tables.
+"""Where a lake lives: its root, how to reach it, and its tables as Delta tables.
 
-A lake is a directory: a local path, or an object-store URL (`s3://bucket/lake`) reached
-through fsspec (s3fs honours the usual `AWS_*` variables, including `AWS_ENDPOINT_URL`
-for S3-compatible servers). pyarrow writes through the same filesystem, and DuckDB
-reads remote lakes through it too (`register_filesystem`), so no DuckDB extension has
-to be downloaded.
+A lake is a directory: a local path, or an object-store URL (`s3://bucket/lake`). Each
+table is a Delta Lake table in `<lake>/<table>/` (its `_delta_log/` next to its Parquet
+files). delta-rs reads and writes the tables; DuckDB reads their current files through
+fsspec for remote lakes (`register_filesystem`), so no DuckDB extension has to be
+downloaded. Credentials come from the usual `AWS_*` variables (`AWS_ENDPOINT_URL` for
+S3-compatible servers), or from `storage_options` in fsspec's spelling, which is
+translated for delta-rs.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import fsspec
-import pyarrow.fs as pafs
 
 from store.schema import table_spec
 
@@ -28,7 +29,7 @@ class Lake:
     """A trajectory lake rooted at `root` (a path or `protocol://` URL)."""
 
     root: str
-    storage_options: dict[str, Any] = field(default_factory=dict)
+    storage_options: dict[str, Any] = field(default_factory=dict)  # fsspec's spelling
 
     def __post_init__(self) -> None:
         root = str(self.root)
@@ -41,8 +42,6 @@ class Lake:
         """Accept a `Lake` or anything path-like (library functions take either)."""
         return lake if isinstance(lake, Lake) else cls(str(lake))
 
-    # --- filesystems ---------------------------------------------------------------------
-
     @property
     def protocol(self) -> str:
         return self.root.split("://", 1)[0] if "://" in self.root else "file"
@@ -53,51 +52,44 @@ class Lake:
 
     @cached_property
     def fs(self) -> fsspec.AbstractFileSystem:
-        """fsspec filesystem for listing, renaming and deleting (and DuckDB on remote lakes)."""
+        """fsspec filesystem (DuckDB on remote lakes, the registry, caches)."""
         return fsspec.filesystem(self.protocol, **self.storage_options)
 
     @cached_property
-    def arrow_fs(self) -> pafs.FileSystem:
-        """pyarrow filesystem for reading and writing Parquet."""
-        if self.is_local:
-            return pafs.LocalFileSystem()
-        return pafs.PyFileSystem(pafs.FSSpecHandler(self.fs))
+    def delta_options(self) -> dict[str, str]:
+        """delta-rs storage options: fsspec's `key`/`secret`/`endpoint_url` in delta-rs's names."""
+        options = self.storage_options
+        client = options.get("client_kwargs") or {}
+        out = {
+            "AWS_ACCESS_KEY_ID": options.get("key"),
+            "AWS_SECRET_ACCESS_KEY": options.get("secret"),
+            "AWS_SESSION_TOKEN": options.get("token"),
+            "AWS_ENDPOINT_URL": client.get("endpoint_url") or options.get("endpoint_url"),
+            "AWS_REGION": client.get("region_name"),
+        }
+        endpoint = out["AWS_ENDPOINT_URL"] or os.environ.get("AWS_ENDPOINT_URL") or ""
+        if endpoint.startswith("http://"):
+            out["AWS_ALLOW_HTTP"] = "true"
+        return {k: str(v) for k, v in out.items() if v}
 
     def fs_path(self, *parts: str) -> str:
-        """Path as the filesystems above expect it (no protocol prefix for remote lakes)."""
+        """Path as fsspec expects it (no protocol prefix for remote lakes)."""
         base = self.root.split("://", 1)[1] if not self.is_local else self.root
         return "/".join([base, *parts]) if parts else base
 
     def url(self, *parts: str) -> str:
-        """Path or URL as DuckDB and users see it."""
+        """Path or URL as DuckDB, delta-rs and users see it."""
         return "/".join([self.root, *parts]) if parts else self.root
 
-    # --- tables --------------------------------------------------------------------------
-
-    def table_dir(self, table: str) -> str:
+    def table_uri(self, table: str) -> str:
         table_spec(table)
-        return self.fs_path(table)
+        return self.url(table)
 
-    def glob(self, table: str) -> str:
-        """The glob any Parquet engine can use to read `table`."""
-        table_spec(table)
-        return self.url(table, "**", "*.parquet")
+    def has_table(self, table: str) -> bool:
+        """Whether `table` exists as a Delta table (anything was ever committed to it)."""
+        from deltalake import DeltaTable
 
-    def data_files(self, table: str) -> list[str]:
-        """Committed Parquet files of a table (temporaries are never listed)."""
-        directory = self.table_dir(table)
-        if not self.is_local:
-            # Object-store listings are cached per filesystem instance; other processes write too.
-            self.fs.invalidate_cache()
-        if not self.fs.exists(directory):
-            return []
-        found = self.fs.find(directory)
-        return sorted(p for p in found if p.endswith(".parquet") and not _is_hidden(p, directory))
+        return bool(DeltaTable.is_deltatable(self.table_uri(table), storage_options=self.delta_options))
 
     def __str__(self) -> str:
         return self.root
-
-
-def _is_hidden(path: str, under: str) -> bool:
-    rel = path[len(under) :].lstrip("/")
-    return any(part.startswith((".", "_")) for part in rel.split("/"))

@@ -1,17 +1,19 @@
 """The lake's tables: one explicit Arrow schema per table, its primary key and partitioning.
 
-This module is the single source of truth for column names and types. Writers always
-validate against it and write with it (never an inferred schema), the DuckDB views are
-generated from it, and other packages import the names from here.
+This module is the single source of truth for column names and types. Every table is a
+Delta Lake table created with this schema; writers validate against it (never an
+inferred schema), the DuckDB views are generated from it, and other packages import the
+names from here.
 
-Evolution is additive only: a new column is appended as nullable, so files written
-before it existed stay readable (readers union files by column name and see nulls).
+Evolution is additive only: a new column is added to the Delta table as nullable when a
+writer first meets it, so files written before it existed stay readable (readers see
+nulls).
 
-Every table carries one bookkeeping column, ``_written_at``: the time the row was
-committed to the lake, in nanoseconds. Views keep the row with the newest
-``_written_at`` per primary key, which is what makes re-ingesting the same data (an
-OTLP retry, a re-run flow) idempotent and lets a newer row supersede an older one
-(a late span re-assembling a trajectory, a failed judge call later retried).
+Keys: every table has a primary key, and every commit leaves one row per key for any
+Delta reader. How a write treats a key the table already holds is declared here:
+`upsert` tables replace the row (a re-assembled trajectory, a re-scored reward, an
+alias move); `spans` keeps the first row (a retried OTLP delivery is the same span).
+Every row carries ``_written_at``, the time its write was committed.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ RewardStatus = Literal["ok", "failed"]
 # log records share the table so the assembler folds them into their trace.
 LOG_KIND = "LOG"
 
-TIMESTAMP = pa.timestamp("us", tz="UTC")
+TIMESTAMP = pa.timestamp("us", tz="UTC")  # Delta's timestamp: microseconds, UTC
 WRITTEN_AT = "_written_at"
 PARTITION_COLUMN = "dt"
 
@@ -82,17 +84,17 @@ class TableSpec:
     partition_from: str | None = None
     # Columns that must be present and non-null besides the key.
     required: tuple[str, ...] = ()
+    # A key already in the table: replace its row (True) or keep the first one (False).
+    upsert: bool = True
+    # Whether a key's partition never changes (`dt` from an immutable column), so a write
+    # only has to look for its keys in the partitions it writes to.
+    stable_partition: bool = False
+    # Columns `compact` clusters files by (Z-order), for the lookups queries and writes do.
+    cluster_by: tuple[str, ...] = ()
 
     @property
     def partitioned(self) -> bool:
         return self.partition_from is not None
-
-    @property
-    def file_schema(self) -> pa.Schema:
-        """Schema of the Parquet files: `dt` lives in the hive path, not in the file."""
-        if not self.partitioned:
-            return self.schema
-        return self.schema.remove(self.schema.get_field_index(PARTITION_COLUMN))
 
     @property
     def not_null(self) -> tuple[str, ...]:
@@ -100,7 +102,7 @@ class TableSpec:
 
 
 def _schema(*fields: pa.Field, partitioned: bool) -> pa.Schema:
-    tail = [pa.field(WRITTEN_AT, pa.timestamp("ns", tz="UTC"))]
+    tail = [pa.field(WRITTEN_AT, TIMESTAMP)]
     if partitioned:
         tail.append(pa.field(PARTITION_COLUMN, pa.date32()))
     return pa.schema([*fields, *tail])
@@ -111,6 +113,9 @@ SPANS = TableSpec(
     key=("trace_id", "span_id"),
     partition_from="start_time",
     required=("source", "start_time"),
+    upsert=False,  # a retried delivery is the same span: the first row stays
+    stable_partition=True,  # a span's start time never changes
+    cluster_by=("trace_id",),
     schema=_schema(
         pa.field("trace_id", pa.string()),  # 32 lowercase hex chars
         pa.field("span_id", pa.string()),  # 16 lowercase hex chars
@@ -137,6 +142,7 @@ TRAJECTORIES = TableSpec(
     key=("trajectory_id",),
     partition_from="started_at",
     required=("source", "started_at"),
+    cluster_by=("trajectory_id",),
     schema=_schema(
         pa.field("trajectory_id", pa.string()),
         pa.field("source", pa.string()),  # TrajectorySource
@@ -168,6 +174,7 @@ REWARDS = TableSpec(
     key=("trajectory_id", "name", "scorer"),
     partition_from="scored_at",
     required=("scored_at",),
+    cluster_by=("trajectory_id",),
     schema=_schema(
         pa.field("trajectory_id", pa.string()),
         pa.field("name", pa.string()),

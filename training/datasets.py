@@ -22,7 +22,7 @@ writes into the adapter's manifest.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -31,7 +31,7 @@ import duckdb
 import store
 from training.advantages import AdvantageReport, ScaleRewards, compute_advantages
 from training.errors import MissingTokenData, SelectionError, TokenDataMismatch
-from training.lineage import Lineage, digest_ids, files_holding
+from training.lineage import Lineage, digest_ids, selection_snapshot, versions_read
 
 TRUNCATED_FINISH_REASONS = frozenset({"length", "max_tokens"})
 
@@ -110,14 +110,15 @@ def parse_tools(tools: str | None) -> list[dict[str, Any]] | None:
     return parsed or None
 
 
-def select_sft(lake: store.Lake | str, sql: str) -> SFTSelection:
+def select_sft(lake: store.Lake | str, sql: str, *, as_of: Mapping[str, int] | None = None) -> SFTSelection:
     """Conversations of the trajectories that `sql` selects.
 
     Each row is `{"trajectory_id", "messages": [chat messages], "tools": list | None}`.
     Trajectories without an assistant message are skipped (nothing to learn from them).
     """
     lake = store.Lake.of(lake)
-    con = store.connect(lake)
+    snapshot = selection_snapshot(lake, as_of)
+    con = store.connect(lake, snapshot=snapshot)
     _selected(con, sql)
     text = sql.strip().rstrip(";")
     try:
@@ -146,7 +147,7 @@ def select_sft(lake: store.Lake | str, sql: str) -> SFTSelection:
         trajectory_count=len(ids),
         trajectory_ids_digest=digest_ids(ids),
         lake=lake.url(),
-        lake_files=files_holding(con, lake, "trajectories", ids),
+        table_versions=versions_read(snapshot),
     )
     return SFTSelection(rows=rows, lineage=lineage)
 
@@ -258,9 +259,11 @@ def select_grpo(
     scale_rewards: ScaleRewards = "group",
     eps: float = 1e-4,
     min_group_size: int = 2,
+    as_of: Mapping[str, int] | None = None,
 ) -> GRPOSelection:
     """Scored groups of token-exact trajectories selected by `sql`, with advantages.
 
+    `as_of` reads the lake at those table versions (a recorded lineage) instead of now.
     Rewards come from a `reward` column of the query when it has one, else from
     `latest_rewards` with name `reward_name` (which may be omitted when the selected
     trajectories carry exactly one reward name). Groups with fewer than
@@ -268,7 +271,8 @@ def select_grpo(
     are kept (zero advantage) and reported.
     """
     lake = store.Lake.of(lake)
-    con = store.connect(lake)
+    snapshot = selection_snapshot(lake, as_of)
+    con = store.connect(lake, snapshot=snapshot)
     _, has_reward = _selected(con, sql)
     text = sql.strip().rstrip(";")
     scorers: list[str] = []
@@ -371,8 +375,7 @@ def select_grpo(
         trajectory_count=len(ids),
         trajectory_ids_digest=digest_ids(ids),
         lake=lake.url(),
-        lake_files=files_holding(con, lake, "trajectories", ids)
-        + files_holding(con, lake, "rewards", ids, None if has_reward else reward_name),
+        table_versions=versions_read(snapshot),
         reward_name=reward_name if not has_reward else "reward",
         reward_scorers=scorers,
     )

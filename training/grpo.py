@@ -25,7 +25,7 @@ initial copy TRL keeps as the `ref` adapter when continuing from it.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -249,6 +249,7 @@ def train_grpo(
     config: TrajlakeGRPOConfig | None = None,
     *,
     resume: bool = False,
+    as_of: Mapping[str, int] | None = None,
     callbacks: Sequence[Any] = (),
 ) -> TrainResult:
     """Train (or continue) a LoRA adapter with GRPO on the stored groups `sql` selects.
@@ -256,7 +257,8 @@ def train_grpo(
     `adapter` is the adapter folder to continue from (the SFT stage's output), or None
     for a fresh LoRA on `base_model`. Selection, token data and configuration are
     checked before any model is loaded. Each logged step is a `runs` row (stage `grpo`);
-    with `resume=True` training continues from the newest checkpoint.
+    with `resume=True` training continues from the newest checkpoint. `as_of` reads the
+    lake at the table versions of an earlier lineage.
     """
     lake = store.Lake.of(lake)
     base_model = str(base_model)
@@ -272,6 +274,7 @@ def train_grpo(
         if isinstance(config.scale_rewards, str)
         else ("group" if config.scale_rewards else "none"),
         min_group_size=config.min_group_size,
+        as_of=as_of,
     )
     check_adapter_dir(adapter)
     examples = [cut_to_max_length(e, config.max_completion_length) for e in selection.examples]

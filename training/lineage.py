@@ -1,34 +1,37 @@
-"""Lineage: what a training set was made of, recorded so the exact rows can be found again.
+"""Lineage: what a training set was made of, recorded so the exact rows can be read again.
 
-Every selection (SFT conversations, GRPO groups) returns a `Lineage`: the selection
-SQL, a digest of the trajectory ids, the lake files holding the current rows, and the
-reward name and scorers. The run record carries it, and `publish` writes it into the
-adapter's manifest and the `adapters` row.
+Every selection (SFT conversations, GRPO groups) reads the lake at one snapshot and
+returns a `Lineage`: the selection SQL, a digest of the trajectory ids, the Delta
+version (and commit time) of every table the selection read, and the reward name and
+scorers. Re-running the selection at those versions (`as_of`) gives the same rows,
+whatever was re-assembled, re-scored or compacted since, as long as the versions' files
+are kept: vacuum keeps them for the retention period, and for good once an adapter
+trained on them is published (`training.registry.lineage_versions`). The run record
+carries the lineage, and `publish` writes it into the manifest and the `adapters` row.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import duckdb
-import pyarrow as pa
-
 import store
-from store.schema import TABLES
+
+# The tables a selection reads: its SQL may name any view, and the training rows join these.
+READ_TABLES = ("trajectories", "rewards", "scenarios")
 
 
 @dataclass(frozen=True)
 class Lineage:
-    """Where a training set came from: enough to find the exact rows again."""
+    """Where a training set came from: enough to read the exact rows again."""
 
     sql: str
     trajectory_count: int
     trajectory_ids_digest: str
     lake: str
-    lake_files: list[str] = field(default_factory=list)
+    table_versions: dict[str, dict[str, Any]] = field(default_factory=dict)  # table -> version, timestamp
     reward_name: str | None = None
     reward_scorers: list[str] = field(default_factory=list)
 
@@ -49,38 +52,20 @@ def digest_ids(ids: Sequence[str]) -> str:
     return f"sha256:{h.hexdigest()}"
 
 
-def files_holding(
-    con: duckdb.DuckDBPyConnection,
-    lake: store.Lake,
-    table: str,
-    ids: list[str],
-    reward_name: str | None = None,
-) -> list[str]:
-    """Parquet files holding the current (newest) row of each selected trajectory (and reward name)."""
-    if not ids or not lake.data_files(table):
-        return []
-    spec = TABLES[table]
-    glob = lake.glob(table).replace("'", "''")
-    con.register("__selected_ids", _ids_table(ids))
-    quoted = (reward_name or "").replace("'", "''")
-    name_filter = f"AND name = '{quoted}'" if reward_name else ""
-    try:
-        key = ", ".join(spec.key)
-        rows = con.execute(
-            f"""
-            SELECT DISTINCT filename FROM (
-              SELECT filename FROM read_parquet('{glob}', hive_partitioning={str(spec.partitioned).lower()},
-                                                union_by_name=true, filename=true)
-              WHERE trajectory_id IN (SELECT trajectory_id FROM __selected_ids) {name_filter}
-              QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY _written_at DESC) = 1
-            ) ORDER BY filename
-            """
-        ).fetchall()
-    finally:
-        con.unregister("__selected_ids")
-    root = lake.url()
-    return [r[0][len(root) + 1 :] if r[0].startswith(root) else r[0] for r in rows]
+def selection_snapshot(lake: store.Lake, as_of: Mapping[str, int] | None = None) -> store.Snapshot:
+    """The snapshot a selection reads: the lake now, or the table versions of an earlier lineage."""
+    return store.snapshot(lake, dict(as_of or {}))
 
 
-def _ids_table(ids: list[str]) -> pa.Table:
-    return pa.table({"trajectory_id": pa.array(ids, pa.string())})
+def versions_read(snapshot: store.Snapshot) -> dict[str, dict[str, Any]]:
+    """The lineage entry of a snapshot: version and commit time of each table a selection reads."""
+    return {name: snapshot[name].lineage() for name in READ_TABLES if snapshot[name].version is not None}
+
+
+def as_of_versions(lineage: Mapping[str, Any]) -> dict[str, int]:
+    """`{table: version}` of a recorded lineage, to pass back as `as_of`."""
+    return {
+        name: int(entry["version"])
+        for name, entry in (lineage.get("table_versions") or {}).items()
+        if entry.get("version") is not None
+    }

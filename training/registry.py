@@ -112,3 +112,29 @@ def read_manifest(path: str) -> dict[str, Any]:
         raise AdapterNotFound(f"`{path}` has no {MANIFEST}: not a complete published version", name=path)
     with fs.open(f"{p}/{MANIFEST}") as f:
         return json.loads(f.read())
+
+
+def lineage_versions(lake: store.Lake | str) -> dict[str, set[int]]:
+    """Per table, the versions published adapters were trained on (vacuum keeps their files)."""
+    lake = store.Lake.of(lake)
+    if not lake.has_table("adapters"):
+        return {}
+    out: dict[str, set[int]] = {}
+    for row in adapter_rows(lake):
+        for stage in json.loads(row["data"] or "[]"):
+            for table, entry in (stage.get("table_versions") or {}).items():
+                if entry.get("version") is not None:
+                    out.setdefault(table, set()).add(int(entry["version"]))
+    return out
+
+
+def stage_lineage(lake: store.Lake | str, ref: str, stage: str) -> dict[str, Any]:
+    """The lineage a published adapter (`name:version|alias`) recorded for its last `stage` run."""
+    row = resolve_adapter(lake, ref)
+    chain = [entry for entry in json.loads(row["data"] or "[]") if entry.get("stage") == stage]
+    if not chain:
+        stages = ", ".join(e.get("stage", "?") for e in json.loads(row["data"] or "[]")) or "none"
+        raise AdapterNotFound(
+            f"`{ref}` has no `{stage}` stage in its lineage (it has: {stages})", name=ref, version=stage
+        )
+    return chain[-1]

@@ -16,7 +16,7 @@ The shape follows `trl/scripts/sft.py`: select rows (I/O), build the dataset, ha
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -110,20 +110,22 @@ def train_sft(
     config: TrajlakeSFTConfig | None = None,
     *,
     resume: bool = False,
+    as_of: Mapping[str, int] | None = None,
     callbacks: Sequence[Any] = (),
 ) -> TrainResult:
     """Fine-tune a LoRA adapter on the conversations `sql` selects; returns where it went.
 
     The selection and configuration are checked before any model is loaded. Each logged
     step is a row of the `runs` table (stage `sft`). With `resume=True` training continues
-    from the newest checkpoint under `<output_dir>/checkpoints`.
+    from the newest checkpoint under `<output_dir>/checkpoints`. `as_of` reads the lake at
+    the table versions of an earlier lineage (`training.lineage.as_of_versions`).
     """
     from trl import SFTTrainer
 
     lake = store.Lake.of(lake)
     base_model = str(base_model)
     output_dir = Path(output_dir)
-    selection = select_sft(lake, sql)
+    selection = select_sft(lake, sql, as_of=as_of)
     config = config or TrajlakeSFTConfig(output_dir=str(output_dir / CHECKPOINTS))
     config.output_dir = str(output_dir / CHECKPOINTS)
     run_id = start_run(output_dir, "sft", config.run_id, resume, {"base_model": base_model, "sql": sql})

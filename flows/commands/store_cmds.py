@@ -1,4 +1,4 @@
-"""`trajlake sql`, `trajlake tables`, `trajlake compact`: looking at and tidying the lake."""
+"""`trajlake sql`, `tables`, `compact`, `migrate`: looking at the lake, tidying it, upgrading it."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from flows.commands.options import LakeOption, fail, resolve_lake
+from flows.commands.options import LakeOption, build, configured, fail, resolve_lake
+from flows.settings import Section
 from store import ReadOnlyViolation, StoreError, connect, run_read_only
-from store.compact import CompactConfig, compact
 from store.stats import table_stats
 
 
@@ -84,73 +84,72 @@ def sql(
 
 
 def tables(lake: LakeOption = None) -> None:
-    """Each table's rows (deduplicated), files, bytes and newest data."""
+    """Each table's Delta version, rows, files, bytes and newest data (from the tables' logs)."""
     try:
         stats = table_stats(resolve_lake(lake))
-    except (StoreError, duckdb.Error, OSError) as exc:
+    except (StoreError, OSError) as exc:
         raise fail(f"cannot read the lake: {exc}") from None
     print_rows(
-        ["table", "rows", "files", "bytes", "newest_data"],
-        [(s.table, s.rows, s.files, s.bytes, s.newest) for s in stats],
+        ["table", "version", "rows", "files", "bytes", "newest_data"],
+        [(s.table, s.version, s.rows, s.files, s.bytes, s.newest) for s in stats],
         "table",
     )
 
 
-def compact_cmd(
-    lake: LakeOption = None,
-    table: Annotated[
-        list[str] | None, typer.Option("--table", "-t", help="Table to compact (repeatable; default: all).")
-    ] = None,
-    grace_seconds: Annotated[
-        float,
-        typer.Option(
-            help="Delete replaced files this long after replacement (0: at once, if no query runs)."
-        ),
-    ] = CompactConfig.grace_seconds,
-    min_part_files: Annotated[
-        int, typer.Option(help="Rewrite a partition once it has at least this many part files.")
-    ] = CompactConfig.min_part_files,
-    memory_limit: Annotated[
-        str, typer.Option(help="DuckDB memory limit while merging.")
-    ] = CompactConfig.memory_limit,
-) -> None:
-    """Merge small files per partition into one, drop superseded rows, delete replaced files after a grace period."""
-    config = CompactConfig(
-        grace_seconds=grace_seconds, min_part_files=min_part_files, memory_limit=memory_limit
-    )
+def compact_cmd(compaction: dict, lake: LakeOption = None) -> None:
+    """Rewrite small files into large clustered ones (Delta OPTIMIZE + Z-order), then VACUUM.
+
+    Safe while collectors write and queries read. Vacuum keeps the files of every table
+    version a published adapter was trained on, whatever the retention.
+    """
+    from store import compact
+    from training.registry import lineage_versions
+
+    the_lake = resolve_lake(lake)
+    config = build(COMPACTION, compaction)
     console = Console(stderr=True)
     try:
         with console.status("compacting…") as status:
             results = compact(
-                resolve_lake(lake),
-                table or None,
-                config=config,
-                on_partition=lambda t, p: status.update(f"compacting `{t}` {p}"),
+                the_lake,
+                config,
+                keep_versions=lineage_versions(the_lake),
+                on_table=lambda t: status.update(f"compacting `{t}`"),
             )
     except StoreError as exc:
         raise fail(str(exc)) from None
-    except KeyError as exc:
-        raise fail(str(exc.args[0]) if exc.args else str(exc), 2) from None
     print_rows(
-        ["table", "partitions", "files_in", "files_out", "rows_in", "rows_out", "deleted", "temps_removed"],
-        [
-            (
-                r.table,
-                r.partitions,
-                r.files_in,
-                r.files_out,
-                r.rows_in,
-                r.rows_out,
-                r.deleted,
-                r.temps_removed,
-            )
-            for r in results
-        ],
+        ["table", "version", "partitions", "files_removed", "files_added", "files_vacuumed"],
+        [(r.table, r.version, r.partitions, r.files_removed, r.files_added, r.files_vacuumed) for r in results],
         "table",
     )
 
 
+def migrate_cmd(lake: LakeOption = None) -> None:
+    """Turn a lake written by the Parquet-files release into Delta tables (stop writers first)."""
+    from store import migrate
+
+    the_lake = resolve_lake(lake)
+    console = Console(stderr=True)
+    try:
+        with console.status("migrating…") as status:
+            results = migrate(the_lake, on_table=lambda t: status.update(f"migrating `{t}`"))
+    except (StoreError, OSError) as exc:
+        raise fail(f"migration stopped: {exc}; rerun `trajlake migrate` to continue") from None
+    print_rows(
+        ["table", "old_files", "old_rows", "rows", "version"],
+        [(r.table, r.files, r.rows_read, r.rows, r.version) for r in results],
+        "table",
+    )
+    if any(r.files for r in results):
+        console.print(f"old files moved to {the_lake.url('_legacy')}; delete them once the lake is checked")
+
+
+# `trajlake compact`'s options: `store.CompactConfig`'s fields (command line only).
+COMPACTION = Section("compact", "store.maintenance:CompactConfig", flags={"tables": "--table -t"})
+
 app = typer.Typer(add_completion=False)  # its commands join `trajlake` on first use (flows.cli)
 app.command("sql")(sql)
 app.command("tables")(tables)
-app.command("compact")(compact_cmd)
+app.command("compact")(configured(compact_cmd, compaction=COMPACTION))
+app.command("migrate")(migrate_cmd)

@@ -26,6 +26,14 @@ SetOption = Annotated[
 ResumeOption = Annotated[
     bool, typer.Option("--resume", help="Continue from the newest checkpoint in the output folder.")
 ]
+AsOfOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--as-of",
+        help="Read the lake as an earlier run did: TABLE=VERSION (repeatable), or a published adapter "
+        "NAME:VERSION whose lineage names the versions.",
+    ),
+]
 BaseModelOption = Annotated[
     str, typer.Option("--base-model", help="Base model folder or hub id (available offline).")
 ]
@@ -66,6 +74,29 @@ def stage_config(key: str, values: dict[str, Any], output: Path, overrides: list
     return build(key, {**values, **extra}, output_dir=str(output / "checkpoints"))
 
 
+def as_of_versions(values: list[str] | None, stage: str, lake: Any) -> dict[str, int] | None:
+    """`--as-of` as `{table: version}`: explicit pairs, or the lineage of a published adapter's stage."""
+    if not values:
+        return None
+    from training.errors import AdapterNotFound
+    from training.lineage import as_of_versions as of_lineage
+    from training.registry import stage_lineage
+
+    versions: dict[str, int] = {}
+    for value in values:
+        table, sep, version = value.partition("=")
+        if sep:
+            if not version.strip().isdigit():
+                raise fail(f"--as-of `{value}`: expected TABLE=VERSION, e.g. trajectories=12", 2)
+            versions[table.strip()] = int(version)
+            continue
+        try:
+            versions.update(of_lineage(stage_lineage(lake, value, stage)))
+        except AdapterNotFound as exc:
+            raise fail(str(exc), 2) from None
+    return versions
+
+
 def print_result(result: Any) -> None:
     typer.echo(f"{result.stage}: run `{result.run_id}`, {result.global_step} steps")
     for key, value in result.report.items():
@@ -84,6 +115,7 @@ def train_sft_command(
         typer.Option(help="SQL returning the `trajectory_id`s to learn from (their conversations + tools)."),
     ] = "SELECT trajectory_id FROM trajectories",
     resume: ResumeOption = False,
+    as_of: AsOfOption = None,
     overrides: SetOption = None,
     lake: LakeOption = None,
 ) -> None:
@@ -91,9 +123,11 @@ def train_sft_command(
     from training.errors import TrainingError
     from training.sft import train_sft
 
+    the_lake = resolve_lake(lake)
     config = stage_config("train.sft", sft, output, overrides)
+    versions = as_of_versions(as_of, "sft", the_lake)
     try:
-        result = train_sft(resolve_lake(lake), sql, base_model, output, config, resume=resume)
+        result = train_sft(the_lake, sql, base_model, output, config, resume=resume, as_of=versions)
     except TrainingError as exc:
         raise fail(str(exc)) from None
     print_result(result)
@@ -119,6 +153,7 @@ def train_grpo_command(
         float | None, typer.Option(help="The temperature the groups were sampled at (default: [replay]'s).")
     ] = None,
     resume: ResumeOption = False,
+    as_of: AsOfOption = None,
     overrides: SetOption = None,
     lake: LakeOption = None,
 ) -> None:

@@ -19,16 +19,15 @@ import pyarrow as pa
 
 import store
 from store import Lake
-from store.catalog import raw_relation_sql
-from store.schema import SPANS, WRITTEN_AT
 
 # `assemble` sets source 'langfuse' on trajectories whose spans all came from Langfuse.
 TRAJECTORY_SOURCE = "langfuse"
 
 
 def write_spans(lake: Lake, rows: Iterable[dict[str, Any]] | pa.Table) -> int:
-    """Append span rows (all or nothing); returns how many."""
-    return store.write(lake, "spans", rows).rows
+    """Write span rows (all or nothing), replacing the stored versions of observations that
+    changed since they were last pulled; returns how many."""
+    return store.write(lake, "spans", rows, upsert=True).rows
 
 
 # Columns that say what a span is; `received_at` (when we fetched it) is not among them.
@@ -36,11 +35,11 @@ _CONTENT = ("name", "parent_span_id", "start_time", "end_time", "status_code", "
 
 
 def drop_unchanged_spans(lake: Lake, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """`rows` minus those whose newest lake version has the same content (and in-batch repeats)."""
+    """`rows` minus those whose stored version has the same content (and in-batch repeats)."""
     latest: dict[tuple[str, str], dict[str, Any]] = {}
     for row in rows:
         latest[(row["trace_id"], row["span_id"])] = row
-    if not latest or not lake.data_files("spans"):
+    if not latest or not lake.has_table("spans"):
         return list(latest.values())
     con = store.connect(lake)
     try:
@@ -55,8 +54,7 @@ def drop_unchanged_spans(lake: Lake, rows: list[dict[str, Any]]) -> list[dict[st
         )
         existing = con.execute(
             f"SELECT s.trace_id, s.span_id, {', '.join('s.' + c for c in _CONTENT)} "
-            f"FROM {raw_relation_sql(lake, SPANS)} s JOIN __keys k USING (trace_id, span_id) "
-            f"QUALIFY row_number() OVER (PARTITION BY s.trace_id, s.span_id ORDER BY s.{WRITTEN_AT} DESC) = 1"
+            "FROM spans s JOIN __keys k USING (trace_id, span_id)"
         ).fetchall()
     finally:
         con.close()
@@ -84,7 +82,7 @@ def trajectory_ids_of(lake: Lake, trace_ids: Iterable[str]) -> dict[str, str]:
     trace-level run (`trajectory_id = trace_id`) when there is one, else the first run.
     """
     wanted = sorted(set(trace_ids))
-    if not wanted or not lake.data_files("trajectories"):
+    if not wanted or not lake.has_table("trajectories"):
         return {}
     con = store.connect(lake)
     try:
@@ -104,13 +102,13 @@ def trajectory_ids_of(lake: Lake, trace_ids: Iterable[str]) -> dict[str, str]:
 def trace_attributes(lake: Lake, trace_ids: Iterable[str]) -> dict[str, list[str]]:
     """trace_id -> the attribute JSON texts of its Langfuse spans (for client-side filters)."""
     wanted = sorted(set(trace_ids))
-    if not wanted or not lake.data_files("spans"):
+    if not wanted or not lake.has_table("spans"):
         return {}
     con = store.connect(lake)
     try:
         con.register("__wanted", pa.table({"trace_id": pa.array(wanted, pa.string())}))
         rows = con.execute(
-            f"SELECT trace_id, attributes FROM {raw_relation_sql(lake, SPANS)} "
+            "SELECT trace_id, attributes FROM spans "
             "WHERE source = 'langfuse' AND trace_id IN (SELECT trace_id FROM __wanted)"
         ).fetchall()
     finally:
@@ -163,7 +161,7 @@ def _reward_content(row: dict[str, Any]) -> tuple[Any, ...]:
 def _existing_rewards(
     lake: Lake, keys: list[tuple[str, str, str]]
 ) -> dict[tuple[str, str, str], tuple[Any, ...]]:
-    if not keys or not lake.data_files("rewards"):
+    if not keys or not lake.has_table("rewards"):
         return {}
     con = store.connect(lake)
     try:

@@ -24,7 +24,7 @@ import store
 from ingest.errors import Overloaded
 from ingest.lakeio import assemble_traces
 from ingest.otlp.config import CollectorConfig
-from ingest.otlp.spool import HEADER, MAGIC, Spool, decode_table, encode_table, read_segment
+from ingest.otlp.spool import HEADER, MAGIC, Spool, claim_spool, decode_table, encode_table, read_segment
 from ingest.pending import PendingTraces
 from ingest.redact import redact_table
 
@@ -42,7 +42,8 @@ class CollectorStats:
     errors: int = 0
 
 
-def default_spool_dir(lake: store.Lake) -> Path:
+def default_spool_root(lake: store.Lake) -> Path:
+    """Where collectors of `lake` keep their spools: one directory per live process under it."""
     if lake.is_local:
         return Path(lake.root) / "_spool"
     return Path(".trajlake-spool")
@@ -55,11 +56,21 @@ class Collector:
         self.config = config
         self.lake = store.Lake.of(config.lake)
         self._sealed = threading.Event()
+        # A spool of this process's own: the configured directory, or one claimed under the
+        # lake's spool root (where the spools of collectors that died are adopted on start).
+        lock_fd = None
+        self._spool_root: Path | None = None
+        if config.spool_dir:
+            directory = Path(config.spool_dir)
+        else:
+            self._spool_root = default_spool_root(self.lake)
+            directory, lock_fd = claim_spool(self._spool_root)
         self.spool = Spool(
-            config.spool_dir or default_spool_dir(self.lake),
+            directory,
             segment_bytes=config.flush_bytes,
             segment_seconds=config.flush_seconds,
             on_sealed=self._sealed.set,
+            lock_fd=lock_fd,
         )
         self.pending = PendingTraces(idle_timeout_s=config.idle_timeout_s)
         self.stats = CollectorStats()
@@ -72,8 +83,8 @@ class Collector:
 
     def start(self) -> None:
         """Open the spool (recovering what a previous run left) and start the background threads."""
-        self.spool.start()
-        self._sealed.set()  # recovered segments are flushed right away
+        self.spool.start(adopt_from=self._spool_root)
+        self._sealed.set()  # recovered and adopted segments are flushed right away
         workers: list[tuple[str, Callable[[], None]]] = [("trajlake-flusher", self._flush_loop)]
         if self.config.assemble:
             workers.append(("trajlake-assembler", self._assemble_loop))
@@ -93,6 +104,7 @@ class Collector:
         self.flush_sealed()
         if self.config.assemble:
             self.assemble_ready(everything=True)
+        self.spool.release()
 
     # --- accepting ------------------------------------------------------------------------------
 
@@ -139,7 +151,7 @@ class Collector:
                         table = pa.concat_tables(
                             [decode_table(r) for r in records], promote_options="default"
                         )
-                        result = store.write(self.lake, "spans", table)
+                        result = store.write(self.lake, "spans", table, durable=True)
                     except (pa.ArrowInvalid, store.SchemaViolation) as exc:
                         # Not a transient failure (those are OSErrors, retried): write the
                         # records one by one and keep only the bad ones aside, rather than
@@ -148,7 +160,7 @@ class Collector:
                         self.spool.remove(segment)
                         continue
                     self.stats.rows_flushed += result.rows
-                    self.stats.files_written += len(result.files)
+                    self.stats.files_written += result.files_added
                     rows += result.rows
                     if self.config.assemble:
                         self.pending.observe(table)
@@ -161,7 +173,7 @@ class Collector:
         for record in records:
             try:
                 table = decode_table(record)
-                result = store.write(self.lake, "spans", table)
+                result = store.write(self.lake, "spans", table, durable=True)
             except (pa.ArrowInvalid, store.SchemaViolation) as exc:
                 with failed.open("ab") as handle:  # same record format: readable with `read_segment`
                     handle.write(HEADER.pack(MAGIC, len(record), zlib.crc32(record)) + record)
@@ -173,7 +185,7 @@ class Collector:
                 continue
             rows += result.rows
             self.stats.rows_flushed += result.rows
-            self.stats.files_written += len(result.files)
+            self.stats.files_written += result.files_added
             if self.config.assemble:
                 self.pending.observe(table)
         log.warning("segment %s needed a record-by-record write after: %s", segment.name, first_error)

@@ -118,27 +118,39 @@ def test_any_sql_error_exits_nonzero_without_traceback(filled: store.Lake, query
     assert result.exception is None or isinstance(result.exception, SystemExit)
 
 
-def test_tables_lists_rows_files_bytes_and_newest(filled: store.Lake) -> None:
-    store.write(filled, "trajectories", [make_traj(0, model="again")])  # a duplicate key
+def _cells(output: str, table: str) -> list[str]:
+    line = next(ln for ln in output.splitlines() if f" {table} " in ln)
+    return [c.strip() for c in line.strip("│ ").split("│")]
+
+
+def test_tables_lists_versions_rows_files_bytes_and_newest(filled: store.Lake) -> None:
+    store.write(filled, "trajectories", [make_traj(0, model="again")])  # an existing key: replaced
     result = runner.invoke(app, ["tables", "--lake", filled.root])
     assert result.exit_code == 0, result.output
-    line = next(ln for ln in result.stdout.splitlines() if "trajectories" in ln)
-    cells = [c.strip() for c in line.strip("│ ").split("│")]
-    assert cells[:3] == ["trajectories", "6", "2"]
-    assert int(cells[3]) > 0 and cells[4].startswith("20")
-    assert any("spans" in ln and "│ 0" in ln for ln in result.stdout.splitlines())
+    cells = _cells(result.stdout, "trajectories")
+    assert cells[:3] == ["trajectories", "2", "6"]  # created at 0, written at 1, upserted at 2: still 6 rows
+    assert int(cells[3]) >= 1 and int(cells[4]) > 0 and cells[5].startswith("20")
+    assert _cells(result.stdout, "spans")[1:4] == ["", "0", "0"]  # nothing committed yet
 
 
-def test_compact_command_merges_and_reports(filled: store.Lake) -> None:
+def test_compact_command_rewrites_small_files_and_reports(filled: store.Lake) -> None:
+    for i in range(3):  # three more commits: three more files in the partition
+        store.write(filled, "trajectories", [make_traj(10 + i)])
     store.write(filled, "trajectories", [make_traj(0, model="again")])
+    before = store.snapshot(filled)["trajectories"]
     result = runner.invoke(
-        app, ["compact", "--lake", filled.root, "--table", "trajectories", "--grace-seconds", "0"]
+        app, ["compact", "--lake", filled.root, "--table", "trajectories", "--retention-hours", "0"]
     )
     assert result.exit_code == 0, result.output
-    line = next(ln for ln in result.stdout.splitlines() if "trajectories" in ln)
-    cells = [c.strip() for c in line.strip("│ ").split("│")]
-    assert cells == ["trajectories", "1", "2", "1", "7", "6", "2", "0"]
+    table, version, partitions, removed, added, vacuumed = _cells(result.stdout, "trajectories")
+    assert (table, partitions, added) == ("trajectories", "1", "1")
+    assert int(removed) == len(before.files) > 1 and int(vacuumed) >= int(removed)  # retention 0: gone now
+    after = store.snapshot(filled)["trajectories"]
+    assert (
+        int(version) == after.version > before.version and len(after.files) == 1
+    )  # optimize + vacuum commits
     con = store.connect(filled)
+    assert con.execute("SELECT count(*) FROM trajectories").fetchall() == [(9,)]
     assert con.execute("SELECT model FROM trajectories WHERE trajectory_id = 't0'").fetchall() == [("again",)]
     unknown = runner.invoke(app, ["compact", "--lake", filled.root, "--table", "trajectory"])
     assert unknown.exit_code == 2 and "unknown table `trajectory`" in unknown.stderr

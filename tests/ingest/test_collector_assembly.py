@@ -25,7 +25,7 @@ def split(request: ExportTraceServiceRequest, predicate) -> ExportTraceServiceRe
 
 
 def trajectories(collector) -> list[dict]:  # type: ignore[no-untyped-def,type-arg]
-    if not collector.lake.data_files("trajectories"):
+    if not collector.lake.has_table("trajectories"):
         return []
     return sql(
         collector.lake, "SELECT trajectory_id, status, len(messages) AS n, final_output FROM trajectories"
@@ -161,7 +161,7 @@ def test_deprecated_events_on_v1_logs_as_otlp_json_fill_in_the_content(collector
     ]
     reward = wait_for(
         lambda: (
-            collector.lake.data_files("rewards")
+            collector.lake.has_table("rewards")
             and sql(collector.lake, "SELECT name, trajectory_id FROM rewards")
         )
     )

@@ -20,7 +20,7 @@ JS = {"Content-Type": "application/json"}
 
 def span_count(collector) -> int:  # type: ignore[no-untyped-def]
     collector.runtime.flush()
-    if not collector.lake.data_files("spans"):
+    if not collector.lake.has_table("spans"):
         return 0
     return sql(collector.lake, "SELECT count(*) AS n FROM spans")[0]["n"]
 

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+import store
 from ingest.otlp.spool import HEADER, MAGIC, Spool, decode_table, encode_table, read_segment
 from store import Lake
 from tests.ingest.conftest import sql, wait_for
@@ -110,8 +111,8 @@ def test_kill_9_under_load_loses_no_acknowledged_span(lake: Lake) -> None:
     stop.set()
     for thread in threads:
         thread.join()
-    # No partial file is visible: every committed Parquet file reads in full.
-    for path in lake.data_files("spans"):
+    # No partial commit is visible: every file of the current table version reads in full.
+    for path in store.snapshot(lake)["spans"].files:
         pq.read_table(path)
     restarted = start(lake, port)  # recovers the spool
     restarted.send_signal(signal.SIGINT)  # graceful stop flushes everything

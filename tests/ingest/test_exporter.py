@@ -87,7 +87,7 @@ def test_force_flush_assembles_traces_still_waiting_for_their_root(lake: store.L
 
     with trace.use_span(root), tracer.start_as_current_span("chat m") as span:
         span.set_attribute("gen_ai.operation.name", "chat")
-    assert not lake.data_files("trajectories")  # root still open: nothing assembled yet
+    assert not lake.has_table("trajectories")  # root still open: nothing assembled yet
     exporter.force_flush()  # (span processors do not forward force_flush to exporters)
     assert sql(lake, "SELECT status FROM trajectories") == [{"status": "truncated"}]
     root.end()  # the root arrives: re-assembled, the newer row wins
@@ -150,7 +150,7 @@ def test_instrument_with_an_endpoint_exports_to_a_running_collector(collector) -
 
     rows = wait_for(
         lambda: (
-            collector.lake.data_files("trajectories")
+            collector.lake.has_table("trajectories")
             and sql(collector.lake, "SELECT final_output, metadata FROM trajectories")
         )
     )

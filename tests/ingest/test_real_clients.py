@@ -239,7 +239,7 @@ def test_langfuse_sdk_with_wrong_keys_gets_401_and_nothing_is_written(
     assert health["errors"] >= 1  # the refused requests
     for table in ("spans", "rewards"):
         column = "trace_id" if table == "spans" else "trajectory_id"
-        if collector.lake.data_files(table):
+        if collector.lake.has_table(table):
             assert sql(
                 collector.lake, f"SELECT count(*) AS n FROM {table} WHERE {column} = '{trace_id}'"
             ) == [{"n": 0}]

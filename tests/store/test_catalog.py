@@ -1,12 +1,8 @@
-"""The DuckDB views and polars scans: dedup, derived views, snapshots, plain-DuckDB readability."""
+"""The DuckDB views and polars scans: one row per key, derived views, snapshots, plain Delta readers."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import duckdb
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 import store
 from bench.synthetic import synthetic_rewards, synthetic_scenarios, synthetic_trajectories
@@ -81,20 +77,21 @@ def test_empty_lake_has_typed_empty_views(lake: store.Lake) -> None:
     assert count(lake, "SELECT count(*) FROM messages") == 0
 
 
-def test_old_schema_file_stays_readable(lake: store.Lake) -> None:
-    # A file from before `status`, `has_content` and `_written_at` existed, written by plain pyarrow.
-    directory = Path(lake.root) / "trajectories" / "dt=2026-11-20"
-    directory.mkdir(parents=True)
+def test_a_table_created_before_a_column_existed_stays_readable(lake: store.Lake) -> None:
+    # A table written by an older schema (no `status`, `has_content` yet), by plain delta-rs.
+    from deltalake import write_deltalake
+
     old = pa.table(
         {
             "trajectory_id": ["old-1"],
             "source": ["otel"],
             "started_at": pa.array([T0], pa.timestamp("us", tz="UTC")),
             "model": ["m0"],
+            "dt": pa.array([T0.date()], pa.date32()),
         }
     )
-    pq.write_table(old, directory / "legacy.parquet")
-    store.write(lake, "trajectories", [make_traj(1)])
+    write_deltalake(lake.table_uri("trajectories"), old, partition_by=["dt"])
+    store.write(lake, "trajectories", [make_traj(1)])  # adds the missing columns to the table
     con = store.connect(lake)
     assert con.execute("SELECT trajectory_id, model, status FROM trajectories ORDER BY 1").fetchall() == [
         ("old-1", "m0", None),
@@ -103,8 +100,13 @@ def test_old_schema_file_stays_readable(lake: store.Lake) -> None:
     assert store.scan(lake, "trajectories").select("trajectory_id").collect().height == 2
 
 
-def test_plain_duckdb_reads_every_table(lake: store.Lake) -> None:
+def test_plain_delta_readers_see_exactly_the_views(lake: store.Lake) -> None:
+    from deltalake import DeltaTable
+
     store.write(lake, "trajectories", synthetic_trajectories(30, seed=1))
+    store.write(
+        lake, "trajectories", next(synthetic_trajectories(10, seed=1))
+    )  # re-sent: replaced, not added
     store.write(lake, "rewards", synthetic_rewards(30, seed=1))
     store.write(lake, "scenarios", synthetic_scenarios(200, seed=1))
     store.write(
@@ -112,13 +114,20 @@ def test_plain_duckdb_reads_every_table(lake: store.Lake) -> None:
     )
     store.write(lake, "runs", [{"run_id": "r", "step": 0, "stage": "sft"}])
     store.write(lake, "adapters", [{"name": "a", "version": 1, "path": "/x", "stages": ["sft"]}])
+    store.write(
+        lake,
+        "adapters",
+        [{"name": "a", "version": 1, "path": "/x", "stages": ["sft"], "aliases": ["latest"]}],
+    )
     store.write(lake, "watermarks", [{"source": "langfuse", "scope": "s", "updated_at": T0}])
     con = store.connect(lake)
     for table in store.TABLES:
-        glob = f"{lake.root}/{table}/**/*.parquet"
-        plain = duckdb.sql(f"SELECT count(*) FROM read_parquet('{glob}', hive_partitioning=true)").fetchall()
-        assert plain == con.execute(f"SELECT count(*) FROM {table}").fetchall()
-        assert plain[0][0] > 0, table
+        key = ", ".join(store.table_spec(table).key)
+        view = sorted(con.execute(f"SELECT {key} FROM {table}").fetchall())
+        plain = DeltaTable(lake.table_uri(table)).to_pyarrow_table(columns=list(store.table_spec(table).key))
+        assert sorted(tuple(r.values()) for r in plain.to_pylist()) == view, table
+        polars = store.scan(lake, table).select(list(store.table_spec(table).key)).collect().rows()
+        assert sorted(polars) == view and len(view) == len(set(view)) > 0, table
 
 
 def test_point_lookup_reads_through_the_view(lake: store.Lake) -> None:

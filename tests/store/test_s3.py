@@ -2,55 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 import store
 from bench.synthetic import synthetic_rewards, synthetic_trajectories
-from store.compact import CompactConfig, compact
+from store import CompactConfig, compact
+from tests.conftest import s3_lake_at
 
-moto_server = pytest.importorskip("moto.server")
-
-
-@pytest.fixture(scope="module")
-def endpoint() -> Iterator[str]:
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
+pytest.importorskip("moto.server")
 
 
 @pytest.fixture
-def s3_lake(endpoint: str, request: pytest.FixtureRequest) -> store.Lake:
-    import boto3
-
-    bucket = f"lake-{request.node.name.replace('_', '-')[:40].lower()}"
-    boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id="test",
-        aws_secret_access_key="test",
-        region_name="us-east-1",
-    ).create_bucket(Bucket=bucket)
-    options = {
-        "key": "test",
-        "secret": "test",
-        "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
-    }
-    return store.Lake(f"s3://{bucket}/lake", storage_options=options)
+def s3_lake(s3_endpoint: str, request: pytest.FixtureRequest) -> store.Lake:
+    return s3_lake_at(s3_endpoint, f"lake-{request.node.name.replace('_', '-')[:40].lower()}")
 
 
 def test_write_query_scan_compact_round_trip(s3_lake: store.Lake) -> None:
     n = 300
     store.write(s3_lake, "trajectories", synthetic_trajectories(n, seed=3, batch_size=100, days=1))
-    store.write(
-        s3_lake, "trajectories", next(synthetic_trajectories(50, seed=3, days=1))
-    )  # re-sent: duplicates on disk
+    store.write(s3_lake, "trajectories", next(synthetic_trajectories(50, seed=3, days=1)))  # re-sent
     store.write(s3_lake, "rewards", synthetic_rewards(n, seed=3, days=1))
-    files = s3_lake.data_files("trajectories")
-    assert files and all(f.startswith(s3_lake.root.removeprefix("s3://")) for f in files)
+    files = store.snapshot(s3_lake)["trajectories"].files
+    assert files and all(f.startswith(s3_lake.root) for f in files)
 
     con = store.connect(s3_lake)
     assert con.execute("SELECT count(*), count(DISTINCT trajectory_id) FROM trajectories").fetchall() == [
@@ -64,14 +37,38 @@ def test_write_query_scan_compact_round_trip(s3_lake: store.Lake) -> None:
     frame = store.scan(s3_lake, "trajectories").select("trajectory_id", "dt").collect()
     assert frame.height == n and frame["trajectory_id"].n_unique() == n
 
-    results = compact(s3_lake, ["trajectories", "rewards"], config=CompactConfig(grace_seconds=0))
-    assert results[0].rows_out == n and results[0].deleted == results[0].files_in
-    assert all(f.rsplit("/", 1)[1].startswith("compact-") for f in s3_lake.data_files("trajectories"))
+    results = compact(s3_lake, CompactConfig(tables=("trajectories", "rewards"), retention_hours=0))
+    # The re-send replaced rows: the files it rewrote are no longer in the table, and vacuum deletes them.
+    assert results[0].files_vacuumed >= 1 and results[0].files_removed == (
+        len(files) if len(files) > 1 else 0
+    )
+    assert len(store.snapshot(s3_lake)["trajectories"].files) == 1
     con = store.connect(s3_lake)
     assert con.execute("SELECT count(*), count(DISTINCT trajectory_id) FROM trajectories").fetchall() == [
         (n, n)
     ]
     assert con.execute("SELECT count(*) FROM messages WHERE is_error").fetchall() == [(failed,)]
+
+
+def test_concurrent_writers_on_the_bucket_lose_and_duplicate_nothing(s3_lake: store.Lake) -> None:
+    """delta-rs commits to S3 with conditional writes (If-None-Match), which moto enforces."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.store.helpers import make_traj
+
+    def writer(w: int) -> int:
+        for batch in range(4):
+            rows = [make_traj(w * 100 + batch * 10 + i) for i in range(10)]
+            store.write(s3_lake, "trajectories", rows)
+            store.write(s3_lake, "trajectories", rows[:3])  # a retry: replaces, adds nothing
+        return w
+
+    with ThreadPoolExecutor(3) as pool:
+        assert sorted(pool.map(writer, range(3))) == [0, 1, 2]
+    con = store.connect(s3_lake)
+    assert con.execute("SELECT count(*), count(DISTINCT trajectory_id) FROM trajectories").fetchall() == [
+        (120, 120)
+    ]
 
 
 def test_bad_rows_write_nothing_to_the_bucket(s3_lake: store.Lake) -> None:
@@ -81,4 +78,4 @@ def test_bad_rows_write_nothing_to_the_bucket(s3_lake: store.Lake) -> None:
             "runs",
             [{"run_id": "r", "step": 0, "stage": "sft"}, {"run_id": None, "step": 1, "stage": "sft"}],
         )
-    assert s3_lake.fs.find(s3_lake.fs_path()) == []
+    assert s3_lake.fs.find(s3_lake.fs_path()) == []  # not even a table log

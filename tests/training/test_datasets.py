@@ -10,7 +10,7 @@ import store
 from tests.training.train_helpers import msg, reward, traj, turn
 from training.datasets import flatten_turns, select_grpo, select_sft
 from training.errors import MissingTokenData, SelectionError, TokenDataMismatch
-from training.lineage import digest_ids
+from training.lineage import as_of_versions, digest_ids
 
 ALL = "SELECT trajectory_id FROM trajectories"
 
@@ -46,15 +46,24 @@ def test_sft_rows_keep_tools_and_tool_calls(lake: store.Lake) -> None:
     assert row["messages"][2] == {"role": "tool", "content": "5", "tool_call_id": "c1", "name": "add"}
 
 
-def test_sft_lineage_names_rows_and_files(lake: store.Lake) -> None:
+def test_sft_lineage_names_rows_and_the_table_versions_read(lake: store.Lake) -> None:
     store.write(lake, "trajectories", [traj("a"), traj("b")])
-    store.write(lake, "trajectories", [traj("c")])  # a second file, not selected
+    store.write(lake, "trajectories", [traj("c")])  # version 0 created the table; this is version 2
     selection = select_sft(lake, ALL + " WHERE trajectory_id IN ('a', 'b')")
     lineage = selection.lineage
     assert lineage.trajectory_count == 2
     assert lineage.trajectory_ids_digest == digest_ids(["b", "a"])
-    assert len(lineage.lake_files) == 1 and lineage.lake_files[0].startswith("trajectories/")
-    assert (lake.fs_path(lineage.lake_files[0])) in lake.data_files("trajectories")
+    assert lineage.table_versions["trajectories"]["version"] == 2
+    assert set(lineage.table_versions) == {"trajectories"}  # tables that do not exist yet are not named
+
+    # As of version 1, `c` did not exist; as of version 2, `a` read as it was then.
+    store.write(lake, "trajectories", [{**traj("a"), "messages": []}])  # `a` loses its messages later
+    again = select_sft(lake, ALL, as_of=as_of_versions(lineage.to_dict()))
+    assert {row["trajectory_id"] for row in again.rows} == {"a", "b", "c"}
+    assert select_sft(lake, ALL, as_of={"trajectories": 1}).lineage.trajectory_ids_digest == digest_ids(
+        ["a", "b"]
+    )
+    assert select_sft(lake, ALL).lineage.trajectory_count == 2  # now `a` has no assistant turn: skipped
 
 
 def test_sft_skips_conversations_without_assistant(lake: store.Lake) -> None:
@@ -161,8 +170,7 @@ def test_grpo_groups_with_advantages_and_report(lake: store.Lake) -> None:
     lineage = sel.lineage
     assert lineage.reward_name == "correct" and lineage.reward_scorers == ["tests.reward@1"]
     assert lineage.trajectory_ids_digest == digest_ids(list(by_id))
-    assert any(f.startswith("trajectories/") for f in lineage.lake_files)
-    assert any(f.startswith("rewards/") for f in lineage.lake_files)
+    assert {"trajectories", "rewards"} <= set(lineage.table_versions)
 
 
 def test_grpo_reward_column_overrides_stored_rewards(lake: store.Lake) -> None:

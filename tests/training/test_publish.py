@@ -7,7 +7,6 @@ import shutil
 from pathlib import Path
 
 import httpx
-import pyarrow.parquet as pq
 import pytest
 import torch
 from transformers import TrainerCallback
@@ -109,8 +108,7 @@ def test_manifest_lineage_names_the_rows(trained) -> None:  # type: ignore[no-un
     assert grpo_lineage["sql"].endswith("group_id = 'g0'")
     assert grpo_lineage["trajectory_ids_digest"] == digest_ids([f"g0-{k}" for k in range(4)])
     assert grpo_lineage["reward_name"] == "correct" and grpo_lineage["reward_scorers"] == ["tests.reward@1"]
-    for rel in grpo_lineage["lake_files"]:
-        assert Path(lake.root, rel).exists()
+    assert grpo_lineage["table_versions"]["rewards"]["version"] == store.snapshot(lake)["rewards"].version
     assert manifest["hyperparameters"]["grpo"]["loss_type"] == "dapo"
     assert manifest["hyperparameters"]["sft"]["lora_r"] == 16
     assert set(manifest["files"]) >= {"adapter_config.json", "adapter_model.safetensors", "trajlake_run.json"}
@@ -134,10 +132,15 @@ def test_aliases_move_atomically(trained, tmp_path: Path) -> None:  # type: igno
     assert resolve_adapter(lake, "agent:production")["version"] == 1
     assert resolve_adapter(lake, "agent")["version"] == 2  # `latest` by default
     assert resolve_adapter(lake, "agent:1")["aliases"] == ["production"]
-    # The move was one commit: the newest adapters file holds both the new row and the old row that lost `latest`.
-    newest = max(lake.data_files("adapters"), key=lambda p: pq.read_table(p)["_written_at"][0].as_py())
-    rows = {(r["name"], r["version"]): r["aliases"] for r in pq.read_table(newest).to_pylist()}
-    assert rows == {("agent", 2): ["latest"], ("agent", 1): ["production"]}
+    # The move was one commit: the version before it has the old aliases, the one after the new ones.
+    version = store.snapshot(lake)["adapters"].version
+
+    def aliases_at(version: int) -> dict:
+        rows = store.scan(lake, "adapters", version=version).collect().to_dicts()
+        return {r["version"]: r["aliases"] for r in rows if r["name"] == "agent"}
+
+    assert aliases_at(version) == {2: ["latest"], 1: ["production"]}
+    assert aliases_at(version - 1) == {1: ["latest", "production"]}
 
 
 def test_unservable_adapter_is_refused_before_writing(trained, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -77,10 +77,8 @@ def create_scenarios(
             item=sql,
             reason="no_scenarios",
         )
-    result = store.write(lake, "scenarios", [s.to_row() for s in scenarios])
-    return ScenarioResult(
-        [s.scenario_id for s in scenarios], skipped, list(result.files), split_counts(scenarios)
-    )
+    store.write(lake, "scenarios", [s.to_row() for s in scenarios])
+    return ScenarioResult([s.scenario_id for s in scenarios], skipped, split_counts(scenarios))
 
 
 def load_scenarios(
@@ -98,8 +96,8 @@ def load_scenarios(
     scenarios = parse_scenarios_jsonl(text.splitlines(), source=str(path), val_fraction=config.val_fraction)
     if not scenarios:
         raise ScenarioError(f"`{path}` has no scenarios (empty file)", item=str(path), reason="empty_file")
-    result = store.write(lake, "scenarios", [s.to_row() for s in scenarios])
-    return ScenarioResult([s.scenario_id for s in scenarios], [], list(result.files), split_counts(scenarios))
+    store.write(lake, "scenarios", [s.to_row() for s in scenarios])
+    return ScenarioResult([s.scenario_id for s in scenarios], [], split_counts(scenarios))
 
 
 def read_scenarios(

@@ -97,7 +97,6 @@ class ScenarioResult:
 
     scenario_ids: list[str]
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (trajectory_id, reason code)
-    files: list[str] = field(default_factory=list)
     splits: dict[str, int] = field(default_factory=dict)  # scenarios written per split
 
 

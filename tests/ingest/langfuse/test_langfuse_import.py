@@ -133,7 +133,7 @@ def test_malformed_records_reject_the_file_with_line_numbers(tmp_path: Path, lak
     problems = [(p.line, p.reason) for p in info.value.problems]
     assert problems == [(2, "invalid_json"), (5, "unknown_record"), (6, "bad_timestamp")]
     assert "line 2: invalid_json" in str(info.value) and "nothing written" in str(info.value)
-    assert not any(lake.data_files(t) for t in ("spans", "trajectories", "rewards"))
+    assert not any(lake.has_table(t) for t in ("spans", "trajectories", "rewards"))
     assert not list(Path(lake.root).rglob("*.tmp"))  # no temporaries left behind
 
 

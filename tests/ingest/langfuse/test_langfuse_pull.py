@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import store
 from ingest.langfuse import LangfuseUnavailable, PullFilters, pull_langfuse, read_state, scope_of
 from store import Lake
 from tests.ingest.langfuse.conftest import cli, make_config, sql, trace_id
@@ -27,7 +28,7 @@ def raw_rows(lake: Lake, table: str) -> int:
     """Rows in the table's files, duplicates included (what the views deduplicate)."""
     import duckdb
 
-    if not lake.data_files(table):
+    if not lake.has_table(table):
         return 0
     return duckdb.sql(f"SELECT count(*) FROM read_parquet('{lake.root}/{table}/**/*.parquet')").fetchall()[0][
         0
@@ -105,12 +106,12 @@ def test_second_run_fetches_nothing_new(
 ) -> None:
     config = make_config(langfuse_url, standin)
     first = pull_langfuse(lake, config)
-    files = {t: len(lake.data_files(t)) for t in ("spans", "trajectories", "rewards")}
+    files = {t: store.snapshot(lake)[t].version for t in ("spans", "trajectories", "rewards")}
     second = pull_langfuse(lake, config)
     assert (first.observations, first.scores) == (24, 7)
     assert (second.observations, second.scores, second.trajectories, second.rewards) == (0, 0, 0, 0)
     assert second.window_from == first.window_to - config.overlap  # starts at the watermark minus the overlap
-    assert {t: len(lake.data_files(t)) for t in files} == files  # nothing written but the watermark
+    assert {t: store.snapshot(lake)[t].version for t in files} == files  # nothing written but the watermark
     assert len(sql(lake, "SELECT * FROM watermarks")) == 1
 
 
@@ -139,10 +140,10 @@ def test_late_observation_of_an_older_trace_is_picked_up(
     }
 
     # Re-reading quiet data inside the overlap writes nothing.
-    files = {t: len(lake.data_files(t)) for t in ("spans", "trajectories", "rewards")}
+    files = {t: store.snapshot(lake)[t].version for t in ("spans", "trajectories", "rewards")}
     third = pull_langfuse(lake, config)
     assert (third.observations, third.spans_written, third.trajectories) == (4, 0, 0)
-    assert {t: len(lake.data_files(t)) for t in files} == files
+    assert {t: store.snapshot(lake)[t].version for t in files} == files
 
 
 @pytest.mark.parametrize(
@@ -305,7 +306,7 @@ def test_bad_keys_through_the_cli_write_nothing(
     result = cli("ingest", "langfuse", "--host", langfuse_url, "--lake", lake.root, "--no-progress", env=env)
     assert result.exit_code == 1
     assert "rejected the API keys (HTTP 401" in result.output
-    assert not any(lake.data_files(t) for t in ("spans", "trajectories", "watermarks"))
+    assert not any(lake.has_table(t) for t in ("spans", "trajectories", "watermarks"))
 
 
 def test_missing_keys_are_named(langfuse_url: str, lake: Lake) -> None:

@@ -1,0 +1,68 @@
+"""Lineage is a table version: the exact training set reads again after the lake moved on."""
+
+from __future__ import annotations
+
+import store
+from store import CompactConfig, compact
+from tests.training.test_datasets import write_groups
+from tests.training.train_helpers import reward
+from training.datasets import select_grpo
+from training.lineage import as_of_versions
+from training.registry import lineage_versions
+
+GROUPS = "SELECT trajectory_id FROM trajectories WHERE group_id IS NOT NULL"
+
+
+def test_a_recorded_lineage_reads_the_same_training_set_after_the_lake_changed(lake: store.Lake) -> None:
+    write_groups(lake, {"g1": [1.0, 0.0], "g2": [0.0, 1.0]})
+    first = select_grpo(lake, GROUPS, reward_name="correct")
+    recorded = first.lineage.to_dict()
+    rewards_then = {e.trajectory_id: e.reward for e in first.examples}
+
+    # The lake moves on: a new group, every old trajectory re-scored, g1 re-assembled and
+    # moved to another day, then compaction and a vacuum (within the retention window).
+    write_groups(lake, {"g3": [1.0, 0.0]})
+    store.write(lake, "rewards", [reward(tid, 1.0 - value) for tid, value in rewards_then.items()])
+    moved = store.connect(lake).execute(
+        "SELECT * EXCLUDE (_written_at, dt) FROM trajectories WHERE group_id = 'g1'"
+    )
+    rows = moved.to_arrow_table().to_pylist()
+    store.write(lake, "trajectories", [{**r, "started_at": r["started_at"].replace(year=2025)} for r in rows])
+    compact(lake, CompactConfig(retention_hours=168))
+
+    now = select_grpo(lake, GROUPS, reward_name="correct")
+    assert now.lineage.trajectory_ids_digest != recorded["trajectory_ids_digest"]  # the lake did change
+
+    again = select_grpo(lake, GROUPS, reward_name="correct", as_of=as_of_versions(recorded))
+    assert again.lineage.trajectory_ids_digest == recorded["trajectory_ids_digest"]
+    assert {e.trajectory_id: e.reward for e in again.examples} == rewards_then
+    assert again.lineage.table_versions == recorded["table_versions"]
+
+
+def test_published_lineage_versions_are_what_vacuum_keeps(lake: store.Lake) -> None:
+    import json
+
+    versions = {
+        "trajectories": {"version": 3, "timestamp": None},
+        "rewards": {"version": 7, "timestamp": None},
+    }
+    row = {
+        "name": "a",
+        "version": 1,
+        "path": "/x",
+        "stages": ["grpo"],
+        "data": json.dumps([{"stage": "grpo", "table_versions": versions}]),
+    }
+    store.write(
+        lake,
+        "adapters",
+        [
+            row,
+            {
+                **row,
+                "version": 2,
+                "data": json.dumps([{"stage": "sft", "table_versions": {"rewards": {"version": 9}}}]),
+            },
+        ],
+    )
+    assert lineage_versions(lake) == {"trajectories": {3}, "rewards": {7, 9}}

@@ -89,3 +89,15 @@ class ConfigError(IngestError, ValueError):
 
 class InstrumentError(IngestError, ValueError):
     """`instrument` was called without a destination (or with two)."""
+
+
+class SpoolBusy(IngestError, RuntimeError):
+    """Another live collector process owns the spool directory (each process needs its own)."""
+
+    def __init__(self, directory: str, holder: str) -> None:
+        self.directory = directory
+        self.holder = holder
+        super().__init__(
+            f"spool `{directory}` is owned by another collector ({holder}); give this one its own "
+            "`--spool-dir`, or leave it unset to get a spool of its own under the lake"
+        )

@@ -14,6 +14,12 @@ Crash safety, case by case:
 - killed between the Parquet commit and the segment delete: the segment is replayed
   again, and the lake's views keep one row per (trace_id, span_id).
 
+Ownership: a spool directory belongs to one process at a time (an exclusive `flock` on
+its `LOCK` file, released when the process ends, however it ends). Several collectors
+on one lake each claim their own directory under the spool root (`claim_spool`); a
+collector that starts after another died adopts the dead one's unflushed segments, so
+nothing acknowledged waits for a process that will not come back.
+
 Record layout: magic `TLS1`, little-endian u64 payload length, u32 CRC32 of the
 payload, payload.
 """
@@ -21,6 +27,7 @@ payload, payload.
 from __future__ import annotations
 
 import concurrent.futures
+import fcntl
 import logging
 import os
 import queue
@@ -72,6 +79,89 @@ def read_segment(path: Path) -> tuple[list[bytes], int]:
     return records, offset
 
 
+# --- ownership ------------------------------------------------------------------------------
+
+LOCK_FILE = "LOCK"
+
+
+def lock_directory(directory: Path) -> int:
+    """Take the directory's exclusive lock (kept until the process ends); `SpoolBusy` if held."""
+    from ingest.errors import SpoolBusy
+
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+        os.close(fd)
+        raise SpoolBusy(str(directory), holder) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()} on {os.uname().nodename}\n".encode(), 0)
+    return fd
+
+
+def claim_spool(root: Path) -> tuple[Path, int]:
+    """A spool directory under `root` that no live process owns (a new one if all are owned),
+    locked for this process: (directory, lock fd)."""
+    from ingest.errors import SpoolBusy
+
+    root.mkdir(parents=True, exist_ok=True)
+    for candidate in sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("c-")):
+        try:
+            return candidate, lock_directory(candidate)
+        except SpoolBusy:
+            continue
+    index = 0
+    while True:
+        candidate = root / f"c-{index:04d}"
+        if not candidate.exists():
+            try:
+                return candidate, lock_directory(candidate)
+            except SpoolBusy:
+                pass  # another process created and took it a moment ago
+        index += 1
+
+
+def adopt_orphans(root: Path, own: Path, next_seq: int) -> int:
+    """Move the segments of spool directories no live process owns into `own` (numbered from
+    `next_seq`) and remove those directories; returns the next free sequence number."""
+    from ingest.errors import SpoolBusy
+
+    if not root.is_dir():
+        return next_seq
+    # The root itself holds the segments of the previous release's single spool, if any.
+    candidates = [root, *sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("c-"))]
+    for other in (c for c in candidates if c != own):
+        try:
+            fd = lock_directory(other)
+        except SpoolBusy:
+            continue  # a live collector's
+        try:
+            for segment in sorted(other.glob("seg-*.wal")):
+                next_seq += 1
+                os.replace(segment, own / f"seg-{next_seq:012d}.wal")
+            for leftover in other.glob("*.failed"):
+                os.replace(leftover, own / f"adopted-{other.name}-{leftover.name}")
+            _fsync_directory(own)
+            if other != root:
+                (other / LOCK_FILE).unlink(missing_ok=True)
+                other.rmdir()
+        except OSError as exc:
+            log.warning("could not adopt the orphaned spool %s: %s", other, exc)
+        finally:
+            os.close(fd)
+    return next_seq
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class Spool:
     """Append-only, group-committed, segment-rotating write-ahead log in one local directory."""
 
@@ -82,6 +172,7 @@ class Spool:
         segment_bytes: int,
         segment_seconds: float,
         on_sealed: Callable[[], None] | None = None,
+        lock_fd: int | None = None,
     ) -> None:
         self.directory = Path(directory)
         self.segment_bytes = segment_bytes
@@ -100,15 +191,21 @@ class Spool:
             0  # bytes in segment files not yet removed (kept as a counter: no stat per request)
         )
         self._thread: threading.Thread | None = None
+        self._lock_fd: int | None = lock_fd
         self.committed_records = 0
 
     # --- lifecycle ------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Open the spool; segments left by a previous run are sealed and wait for the flusher."""
+    def start(self, *, adopt_from: Path | None = None) -> None:
+        """Own the directory and open the spool; segments left by a previous run (and, with
+        `adopt_from`, by dead collectors' spools beside it) are sealed and wait for the flusher."""
         self.directory.mkdir(parents=True, exist_ok=True)
+        if self._lock_fd is None:
+            self._lock_fd = lock_directory(self.directory)
+        self._seq = max((int(p.stem.split("-")[1]) for p in self.segments()), default=0)
+        if adopt_from is not None:
+            self._seq = adopt_orphans(adopt_from, self.directory, self._seq)
         existing = self.segments()
-        self._seq = max((int(p.stem.split("-")[1]) for p in existing), default=0)
         with self._lock:
             self._disk_bytes = sum(p.stat().st_size for p in existing)
         self._open_new()
@@ -123,6 +220,12 @@ class Spool:
             self._thread = None
         with self._rotate_lock:
             self._seal()
+
+    def release(self) -> None:
+        """Give up ownership of the directory (after the last flush); a new process may claim it."""
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     # --- appending -----------------------------------------------------------------------------
 

@@ -21,12 +21,14 @@ import asyncio
 import contextlib
 import json
 import logging
+import signal
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
+import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -191,9 +193,7 @@ def serve(
     config: CollectorConfig, *, log_level: str = "warning", ready: Callable[[], None] | None = None
 ) -> None:
     """Run the collector in the foreground until interrupted (SIGINT/SIGTERM flush and stop cleanly)."""
-    import uvicorn
-
-    server = uvicorn.Server(
+    server = _Server(
         uvicorn.Config(
             create_app(config),
             host=config.host,
@@ -206,6 +206,19 @@ def serve(
     if ready is not None:
         threading.Thread(target=_announce, args=(server, ready), daemon=True).start()
     server.run()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, except that a SIGTERM it stopped on cleanly is a clean exit (status 0), as
+    service managers expect; uvicorn itself re-raises the signal after its graceful stop."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        with super().capture_signals():
+            try:
+                yield
+            finally:
+                self._captured_signals = [s for s in self._captured_signals if s != signal.SIGTERM]
 
 
 def _announce(server: Any, ready: Callable[[], None]) -> None:

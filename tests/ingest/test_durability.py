@@ -46,7 +46,7 @@ def random_request(n: int) -> tuple[bytes, list[str]]:
     return request.SerializeToString(), ids
 
 
-def start(lake: Lake, port: int) -> subprocess.Popen[bytes]:
+def start(lake: Lake, port: int, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     process = subprocess.Popen(
         [
             sys.executable,
@@ -62,7 +62,7 @@ def start(lake: Lake, port: int) -> subprocess.Popen[bytes]:
             "--no-assemble",
         ],
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -124,7 +124,7 @@ def test_kill_9_under_load_loses_no_acknowledged_span(lake: Lake) -> None:
     stored = {r["span_id"] for r in sql(lake, "SELECT span_id FROM spans")}
     missing = set(acknowledged) - stored
     assert not missing, f"{len(missing)} of {len(acknowledged)} acknowledged spans lost"
-    assert not list((Path(lake.root) / "_spool").glob("seg-*.wal"))
+    assert not list((Path(lake.root) / "_spool").rglob("seg-*.wal"))
 
 
 def test_spool_recovery_ignores_a_torn_tail_and_keeps_complete_records(tmp_path: Path) -> None:
@@ -171,7 +171,7 @@ def test_an_unwritable_segment_is_kept_aside_and_does_not_block_the_spool(start_
     )
     runtime.flush()
     assert {r["span_id"] for r in sql(collector.lake, "SELECT span_id FROM spans")} == set(ids)
-    failed = list((Path(collector.lake.root) / "_spool").glob("*.failed"))
+    failed = list((Path(collector.lake.root) / "_spool").glob("c-*/*.failed"))
     assert len(failed) == 1 and "start_time" in httpx.get(f"{collector.url}/health").json()["last_error"]
 
 

@@ -42,7 +42,9 @@ class CompactConfig:
         default=True, metadata={"help": "Z-order the rewritten files by the table's lookup keys."}
     )
     min_files: int = field(default=2, metadata={"help": "Rewrite a partition once it has this many files."})
-    vacuum: bool = field(default=True, metadata={"help": "Delete files no version within the retention needs."})
+    vacuum: bool = field(
+        default=True, metadata={"help": "Delete files no version within the retention needs."}
+    )
     retention_hours: int = field(
         default=168,
         metadata={
@@ -50,7 +52,6 @@ class CompactConfig:
             "lineage of unpublished runs); published adapters' versions are kept regardless."
         },
     )
-
 
     def __post_init__(self) -> None:
         for table in self.tables:

@@ -61,7 +61,9 @@ def current_rows(lake: Lake, spec: TableSpec, files: list[str]) -> tuple[int, It
     con = duckdb.connect()
     if not lake.is_local:
         con.register_filesystem(lake.fs)
-    urls = ", ".join("'" + (p if lake.is_local else f"{lake.protocol}://{p}").replace("'", "''") + "'" for p in files)
+    urls = ", ".join(
+        "'" + (p if lake.is_local else f"{lake.protocol}://{p}").replace("'", "''") + "'" for p in files
+    )
     source = f"read_parquet([{urls}], hive_partitioning={str(spec.partitioned).lower()}, union_by_name=true)"
     (total,) = con.execute(f"SELECT count(*) FROM {source}").fetchone()
     present = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
@@ -76,7 +78,9 @@ def current_rows(lake: Lake, spec: TableSpec, files: list[str]) -> tuple[int, It
         for batch in reader:
             if WRITTEN_AT in batch.schema.names:  # nanoseconds then, Delta's microseconds now
                 index = batch.schema.get_field_index(WRITTEN_AT)
-                batch = batch.set_column(index, WRITTEN_AT, pc.cast(batch.column(index), TIMESTAMP, safe=False))
+                batch = batch.set_column(
+                    index, WRITTEN_AT, pc.cast(batch.column(index), TIMESTAMP, safe=False)
+                )
             yield batch
         con.close()
 

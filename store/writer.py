@@ -73,41 +73,47 @@ class _Spill:
         os.close(handle)
         self.rows = 0
         self.partitions: set[date] = set()
-        self.dropped: set[tuple[int, int]] = set()  # (batch, row) superseded by a later row of its key
-        self._last: dict[tuple[Any, ...], tuple[int, int]] = {}
-        self._batches = 0
+        self.keep: pa.Array | None = None  # per row, whether it is its key's last row (None: all are)
+        self._keys: list[pa.RecordBatch] = []
 
     def fill(self, batches: Iterator[pa.RecordBatch], stamp: pa.Scalar) -> None:
         with pa.OSFile(self.path, "wb") as sink, pa.ipc.new_stream(sink, self.spec.schema) as out:
             for batch in batches:
                 stamps = pc.coalesce(batch.column(WRITTEN_AT), pa.scalar(stamp, TIMESTAMP))
                 batch = batch.set_column(batch.schema.get_field_index(WRITTEN_AT), WRITTEN_AT, stamps)
-                self._note_keys(batch)
+                self._keys.append(batch.select(list(self.spec.key)))
                 if self.spec.partitioned:
                     self.partitions.update(pc.unique(batch.column(PARTITION_COLUMN)).to_pylist())
                 out.write_batch(batch)
                 self.rows += batch.num_rows
-        self.rows -= len(self.dropped)
+        self._find_repeats()
 
-    def _note_keys(self, batch: pa.RecordBatch) -> None:
-        columns = [batch.column(k).to_pylist() for k in self.spec.key]
-        for row, key in enumerate(zip(*columns, strict=True)):
-            earlier = self._last.get(key)
-            if earlier is not None:
-                self.dropped.add(earlier)
-            self._last[key] = (self._batches, row)
-        self._batches += 1
+    def _find_repeats(self) -> None:
+        """Mark, for keys that repeat within the write, every row but the last (vectorised)."""
+        if not self._keys:
+            return
+        keys = pa.Table.from_batches(self._keys).append_column(
+            "__row", pa.array(range(self.rows), pa.int64())
+        )
+        self._keys = []
+        last = keys.group_by(list(self.spec.key), use_threads=False).aggregate([("__row", "max")])
+        if last.num_rows == self.rows:
+            return  # every key once: nothing to drop
+        self.keep = pc.is_in(pa.array(range(self.rows), pa.int64()), value_set=last.column("__row_max"))
+        self.rows = last.num_rows
 
     def reader(self) -> pa.RecordBatchReader:
         """The rows, in order, without the superseded ones."""
         source = pa.ipc.open_stream(pa.memory_map(self.path))
-        if not self.dropped:
+        if self.keep is None:
             return source
+        keep = self.keep
 
         def kept() -> Iterator[pa.RecordBatch]:
-            for index, batch in enumerate(source):
-                mask = [(index, row) not in self.dropped for row in range(batch.num_rows)]
-                yield batch.filter(pa.array(mask))
+            offset = 0
+            for batch in source:
+                yield batch.filter(keep.slice(offset, batch.num_rows))
+                offset += batch.num_rows
 
         return pa.RecordBatchReader.from_batches(self.spec.schema, kept())
 
@@ -118,20 +124,51 @@ class _Spill:
 # --- the table ---------------------------------------------------------------------------------
 
 
+# Top-level columns whose values repeat enough to be worth a dictionary.
+REPEATING = {
+    "source",
+    "kind",
+    "status_code",
+    "service_name",
+    "scope_name",
+    "agent_name",
+    "model",
+    "policy",
+    "status",
+    "name",
+    "scorer",
+    "stage",
+    "split",
+    "base_model",
+    "tools",
+}
+
+
 def writer_properties(spec: TableSpec) -> Any:
-    """zstd Parquet; bloom filters on the key (point lookups); no dictionaries where values are unique."""
+    """zstd Parquet laid out for what readers filter on, and cheap to write.
+
+    Statistics only on top-level scalar columns (row-group pruning); none on the nested
+    message and token columns, where computing them costs a large share of the write and
+    no query can prune. Dictionaries only where values repeat. A bloom filter on the key
+    columns, so a point lookup skips row groups their min/max cannot rule out.
+    """
     from deltalake import BloomFilterProperties, ColumnProperties, WriterProperties
 
-    unique = {*spec.key, "attributes", "events", "final_output", "explanation", "metadata", "status_message"}
     columns = {
-        name: ColumnProperties(
-            dictionary_enabled=False,
-            bloom_filter_properties=BloomFilterProperties(True, fpp=0.01) if name in spec.key else None,
+        f.name: ColumnProperties(
+            statistics_enabled="CHUNK",
+            dictionary_enabled=f.name in REPEATING,
+            bloom_filter_properties=BloomFilterProperties(True, fpp=0.01) if f.name in spec.key else None,
         )
-        for name in unique
-        if name in spec.schema.names
+        for f in spec.schema
+        if not pa.types.is_nested(f.type)
     }
-    return WriterProperties(compression="ZSTD", max_row_group_size=DEFAULT_BATCH_ROWS, column_properties=columns)
+    return WriterProperties(
+        compression="ZSTD",
+        max_row_group_size=DEFAULT_BATCH_ROWS,
+        default_column_properties=ColumnProperties(statistics_enabled="NONE", dictionary_enabled=False),
+        column_properties=columns,
+    )
 
 
 def table_configuration(spec: TableSpec) -> dict[str, str]:
@@ -244,7 +281,9 @@ def write(
         wanted = set(within) if within is not None else None
         for attempt in range(1, MAX_ATTEMPTS + 1):
             try:
-                metrics, version = _commit(lake, spec, spill, wanted, spec.upsert if upsert is None else upsert)
+                metrics, version = _commit(
+                    lake, spec, spill, wanted, spec.upsert if upsert is None else upsert
+                )
                 break
             except CommitFailedError as exc:
                 if attempt == MAX_ATTEMPTS:

@@ -120,14 +120,23 @@ def test_plain_delta_readers_see_exactly_the_views(lake: store.Lake) -> None:
         [{"name": "a", "version": 1, "path": "/x", "stages": ["sft"], "aliases": ["latest"]}],
     )
     store.write(lake, "watermarks", [{"source": "langfuse", "scope": "s", "updated_at": T0}])
-    con = store.connect(lake)
-    for table in store.TABLES:
-        key = ", ".join(store.table_spec(table).key)
-        view = sorted(con.execute(f"SELECT {key} FROM {table}").fetchall())
-        plain = DeltaTable(lake.table_uri(table)).to_pyarrow_table(columns=list(store.table_spec(table).key))
-        assert sorted(tuple(r.values()) for r in plain.to_pylist()) == view, table
-        polars = store.scan(lake, table).select(list(store.table_spec(table).key)).collect().rows()
-        assert sorted(polars) == view and len(view) == len(set(view)) > 0, table
+
+    def check() -> None:
+        con = store.connect(lake)
+        for table in store.TABLES:
+            key = ", ".join(store.table_spec(table).key)
+            view = sorted(con.execute(f"SELECT {key} FROM {table}").fetchall())
+            plain = DeltaTable(lake.table_uri(table)).to_pyarrow_table(
+                columns=list(store.table_spec(table).key)
+            )
+            assert sorted(tuple(r.values()) for r in plain.to_pylist()) == view, table
+            polars = store.scan(lake, table).select(list(store.table_spec(table).key)).collect().rows()
+            assert sorted(polars) == view and len(view) == len(set(view)) > 0, table
+
+    check()
+    store.write(lake, "rewards", next(synthetic_rewards(10, seed=1)))  # re-scored: replaced
+    store.compact(lake, store.CompactConfig(retention_hours=0))
+    check()
 
 
 def test_point_lookup_reads_through_the_view(lake: store.Lake) -> None:

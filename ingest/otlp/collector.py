@@ -9,6 +9,7 @@ has arrived (or that went idle). One `Collector` per process.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import threading
@@ -46,7 +47,10 @@ def default_spool_root(lake: store.Lake) -> Path:
     """Where collectors of `lake` keep their spools: one directory per live process under it."""
     if lake.is_local:
         return Path(lake.root) / "_spool"
-    return Path(".trajlake-spool")
+    # A remote lake has no local directory of its own: spool under the user's cache, one folder
+    # per lake URI so that collectors of different lakes never adopt each other's segments.
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "trajlake" / "spool" / hashlib.sha256(lake.root.encode()).hexdigest()[:16]
 
 
 class Collector:

@@ -69,7 +69,7 @@ def current_rows(lake: Lake, spec: TableSpec, files: list[str]) -> tuple[int, It
     present = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
     columns = ", ".join(f'"{c}"' for c in spec.schema.names if c in present)
     key = ", ".join(f'"{k}"' for k in spec.key)
-    reader = con.execute(
+    reader = con.sql(
         f"SELECT {columns} FROM {source} "
         f"QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY {WRITTEN_AT} DESC NULLS LAST) = 1"
     ).to_arrow_reader(50_000)

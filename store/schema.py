@@ -91,6 +91,9 @@ class TableSpec:
     stable_partition: bool = False
     # Columns `compact` clusters files by (Z-order), for the lookups queries and writes do.
     cluster_by: tuple[str, ...] = ()
+    # The column dating a row's delivery, for tables where a repeated key is a redelivery
+    # (`store.keys.REDELIVERY_WINDOW` bounds where a write looks for it); None = anywhere.
+    arrival: str | None = None
 
     @property
     def partitioned(self) -> bool:
@@ -116,6 +119,7 @@ SPANS = TableSpec(
     upsert=False,  # a retried delivery is the same span: the first row stays
     stable_partition=True,  # a span's start time never changes
     cluster_by=("trace_id",),
+    arrival="received_at",
     schema=_schema(
         pa.field("trace_id", pa.string()),  # 32 lowercase hex chars
         pa.field("span_id", pa.string()),  # 16 lowercase hex chars

@@ -7,18 +7,20 @@ The contract, in the order it is enforced:
    naming the table, column and row, and nothing is committed.
 2. Rows are stamped with `_written_at` and, for partitioned tables, `dt`; a key that
    repeats within one write keeps its last row.
-3. The rows go in with one Delta MERGE on the table's key: an `upsert` table replaces the
-   rows of keys it already holds (unless the held row is newer), `spans` keeps them (a
-   retried delivery is the same span); new keys are inserted. One commit, so a reader sees all of a write or none of
-   it, and every Delta reader sees one row per key after every commit.
+3. The rows go in with one Delta commit: an `upsert` table replaces the rows of keys it
+   already holds (unless the held row is newer), `spans` keeps them (a retried delivery is
+   the same span); new keys are inserted. One commit, so a reader sees all of a write or
+   none of it, and every Delta reader sees one row per key after every commit.
 4. A commit that loses a race with another writer (delta-rs `CommitFailedError`) is
    retried from a fresh snapshot, with backoff; the conformed rows wait in a local Arrow
    IPC spill file, so input is read once and memory stays bounded by one batch.
 
-Where MERGE looks for existing keys: for a table whose rows never change partition
-(`spans`), only the `dt` partitions being written; otherwise every partition, unless the
-caller knows better and passes `within` (the assembler knows the days a trace's spans
-fall on, and a re-assembled trajectory's previous row is in one of them).
+Where a write looks for keys the table holds (`store.keys`): for a table whose rows never
+change partition (`spans`), only the `dt` partitions being written; otherwise every
+partition, unless the caller knows better and passes `within` (the assembler knows the
+days a trace's spans fall on, and a re-assembled trajectory's previous row is in one of
+them). Rows whose keys no file holds are appended; the others go through one MERGE
+narrowed to the files that hold them.
 """
 
 from __future__ import annotations
@@ -29,15 +31,17 @@ import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from store.conform import WriteInput, conform_batch, iter_batches
 from store.errors import StoreError
+from store.keys import REDELIVERY_WINDOW, Holders, Scope, key_hashes, key_index, token_id
 from store.lake import Lake
 from store.rows import utc_now
 from store.schema import PARTITION_COLUMN, TIMESTAMP, WRITTEN_AT, TableSpec, table_spec
@@ -74,6 +78,8 @@ class _Spill:
         self.rows = 0
         self.partitions: set[date] = set()
         self.keep: pa.Array | None = None  # per row, whether it is its key's last row (None: all are)
+        self.hashes = np.empty(0, np.uint64)  # of the kept rows' keys (`store.keys`)
+        self.arrived_from: datetime | None = None  # the earliest `spec.arrival` of the rows
         self._keys: list[pa.RecordBatch] = []
 
     def fill(self, batches: Iterator[pa.RecordBatch], stamp: pa.Scalar) -> None:
@@ -84,6 +90,10 @@ class _Spill:
                 self._keys.append(batch.select(list(self.spec.key)))
                 if self.spec.partitioned:
                     self.partitions.update(pc.unique(batch.column(PARTITION_COLUMN)).to_pylist())
+                if self.spec.arrival:
+                    first = pc.min(batch.column(self.spec.arrival)).as_py()
+                    if first is not None and (self.arrived_from is None or first < self.arrived_from):
+                        self.arrived_from = first
                 out.write_batch(batch)
                 self.rows += batch.num_rows
         self._find_repeats()
@@ -92,14 +102,15 @@ class _Spill:
         """Mark, for keys that repeat within the write, every row but the last (vectorised)."""
         if not self._keys:
             return
-        keys = pa.Table.from_batches(self._keys).append_column(
-            "__row", pa.array(range(self.rows), pa.int64())
-        )
+        keys = pa.Table.from_batches(self._keys)
         self._keys = []
-        last = keys.group_by(list(self.spec.key), use_threads=False).aggregate([("__row", "max")])
+        self.hashes = key_hashes(keys)
+        rows = keys.append_column("__row", pa.array(range(self.rows), pa.int64()))
+        last = rows.group_by(list(self.spec.key), use_threads=False).aggregate([("__row", "max")])
         if last.num_rows == self.rows:
             return  # every key once: nothing to drop
         self.keep = pc.is_in(pa.array(range(self.rows), pa.int64()), value_set=last.column("__row_max"))
+        self.hashes = self.hashes[self.keep.to_numpy(zero_copy_only=False)]
         self.rows = last.num_rows
 
     def reader(self) -> pa.RecordBatchReader:
@@ -210,32 +221,45 @@ def open_table(lake: Lake, spec: TableSpec) -> Any:
     return table
 
 
-def merge_predicate(spec: TableSpec, partitions: Iterable[date]) -> str:
-    """Key equality, narrowed to the `dt` partitions where existing rows of these keys can be."""
-    keys = " AND ".join(f"t.{k} = s.{k}" for k in spec.key)
-    days = sorted(set(partitions))
-    if not days:
-        return keys
-    listed = ", ".join(f"'{d.isoformat()}'" for d in days)
-    return f"t.{PARTITION_COLUMN} IN ({listed}) AND {keys}"
-
-
 def _commit(
     lake: Lake, spec: TableSpec, spill: _Spill, within: set[date] | None, upsert: bool
 ) -> tuple[dict[str, Any], int]:
-    """One MERGE of the spilled rows; returns delta-rs's metrics and the version it committed."""
+    """Append the spilled rows, or MERGE them where the table may hold their keys; returns
+    the commit's metrics and the version it made."""
+    from deltalake import CommitProperties, Transaction, write_deltalake
+
     table = open_table(lake, spec)
-    if spec.partitioned and (spec.stable_partition or within is not None):
-        predicate = merge_predicate(spec, spill.partitions | (within or set()))
-    else:
-        predicate = merge_predicate(spec, ())
+    # Every keyed write claims the next version of the table's `txn` token, so two writes that
+    # read the same version conflict (and the loser retries) even when both only append.
+    token = token_id(spec)
+    claim = CommitProperties(
+        app_transactions=[Transaction(token, (table.transaction_version(token) or 0) + 1)]
+    )
+    holders = _holders(lake, spec, table, spill, within, upsert)
+    if not holders:
+        read_version = table.version()
+        write_deltalake(
+            table,
+            spill.reader(),
+            mode="append",
+            writer_properties=writer_properties(spec),
+            commit_properties=claim,
+        )
+        version, metrics = _own_commit(lake, spec, read_version, claim.app_transactions[0])
+        return {
+            "num_target_rows_inserted": spill.rows,
+            "num_target_files_added": metrics.get("num_added_files", 0),
+        }, version
+    keys = " AND ".join(f"t.{k} = s.{k}" for k in spec.key)
+    narrowed = holders.predicate(spec)
     merger = table.merge(
         spill.reader(),
-        predicate,
+        f"{narrowed} AND {keys}" if narrowed else keys,
         source_alias="s",
         target_alias="t",
         writer_properties=writer_properties(spec),
         streamed_exec=True,
+        commit_properties=claim,
     )
     if upsert:
         # Last writer wins by `_written_at`: a row never replaces a newer one of its key (a
@@ -245,6 +269,42 @@ def _commit(
         )
     metrics = merger.when_not_matched_insert_all().execute()
     return metrics, table.version()
+
+
+def _own_commit(lake: Lake, spec: TableSpec, after: int, claim: Any) -> tuple[int, dict[str, Any]]:
+    """The version (and metrics) of the commit that carried `claim`: the first after `after`
+    with it, since no other keyed write can commit the same claim."""
+    import json
+
+    version = after + 1
+    while True:
+        path = lake.fs_path(spec.name, "_delta_log", f"{version:020d}.json")
+        with lake.fs.open(path, "rb") as handle:
+            actions = [json.loads(line) for line in handle if line.strip()]
+        txns = [a["txn"] for a in actions if "txn" in a]
+        if any(t.get("appId") == claim.app_id and t.get("version") == claim.version for t in txns):
+            info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+            return version, info.get("operationMetrics") or {}
+        version += 1
+
+
+def _holders(
+    lake: Lake, spec: TableSpec, table: Any, spill: _Spill, within: set[date] | None, upsert: bool
+) -> Holders:
+    """The table's files that may hold rows of the spilled keys: in the partitions where the
+    keys can be (`stable_partition`, `within`) and, for redeliveries, in the window."""
+    actions = pa.table(table.get_add_actions(flatten=True))
+    if not actions.num_rows:
+        return Holders(actions)
+    partitions = None
+    if spec.partitioned and (spec.stable_partition or within is not None):
+        partitions = spill.partitions | (within or set())
+    arrived_from = None
+    if spec.arrival and not upsert and spill.arrived_from is not None:
+        arrived_from = spill.arrived_from - REDELIVERY_WINDOW
+    scope = Scope.of(spec, actions, partitions, arrived_from)
+    remembered = set(Scope.of(spec, actions, None, arrived_from).paths)
+    return key_index(lake, spec).holders(scope, spill.hashes, remembered)
 
 
 def write(

@@ -120,7 +120,10 @@ def compact_cmd(compaction: dict, lake: LakeOption = None) -> None:
         raise fail(str(exc)) from None
     print_rows(
         ["table", "version", "partitions", "files_removed", "files_added", "files_vacuumed"],
-        [(r.table, r.version, r.partitions, r.files_removed, r.files_added, r.files_vacuumed) for r in results],
+        [
+            (r.table, r.version, r.partitions, r.files_removed, r.files_added, r.files_vacuumed)
+            for r in results
+        ],
         "table",
     )
 

@@ -116,9 +116,7 @@ def test_two_collectors_a_compaction_and_a_reader_on_one_local_lake(lake: store.
 
 
 @pytest.mark.slow
-def test_two_collectors_a_compaction_and_a_reader_on_one_s3_lake(
-    s3_endpoint: str, tmp_path: Path
-) -> None:
+def test_two_collectors_a_compaction_and_a_reader_on_one_s3_lake(s3_endpoint: str, tmp_path: Path) -> None:
     lake = s3_lake_at(s3_endpoint, "lake-collectors-together")
     aws = {
         "XDG_CACHE_HOME": str(tmp_path / "cache"),  # where collectors of a remote lake spool

@@ -267,7 +267,9 @@ def test_threads_writing_at_once_all_commit(lake: store.Lake) -> None:
     with ThreadPoolExecutor(6) as pool:
         results = list(pool.map(one, range(6)))
     assert sum(r.inserted for r in results) == 600
-    assert sorted(r.version for r in results) == list(range(1, 7))  # one commit each, none lost
+    versions = sorted(r.version for r in results)
+    # One commit each, none lost (racing creators of the table may each commit its creation).
+    assert versions == list(range(versions[0], versions[0] + 6))
     assert count(lake, "SELECT count(*) FROM runs") == 600
 
 

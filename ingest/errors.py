@@ -101,3 +101,17 @@ class SpoolBusy(IngestError, RuntimeError):
             f"spool `{directory}` is owned by another collector ({holder}); give this one its own "
             "`--spool-dir`, or leave it unset to get a spool of its own under the lake"
         )
+
+
+class RedactionFailed(IngestError, RuntimeError):
+    """The configured redaction function raised: nothing is stored unredacted, so the request is
+    refused as retryable (503) until the function is fixed."""
+
+    status = 503
+
+    def __init__(self, error: BaseException, retry_after: int) -> None:
+        self.retry_after = retry_after
+        super().__init__(
+            f"the redaction function failed ({type(error).__name__}: {str(error)[:200]}); nothing was "
+            f"stored, retry after {retry_after}s"
+        )

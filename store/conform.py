@@ -22,6 +22,8 @@ WriteInput = Any  # pa.Table | pa.RecordBatch | polars.DataFrame | list[dict] | 
 def iter_batches(data: WriteInput, spec: TableSpec, chunk_rows: int) -> Iterator[pa.RecordBatch]:
     """Turn any accepted input into record batches, lazily for iterables."""
     if isinstance(data, pa.Table):
+        if data.num_columns and data.column(0).num_chunks > 1 + data.num_rows // chunk_rows:
+            data = data.combine_chunks()  # many small chunks: conform a few large batches instead
         yield from data.to_batches(max_chunksize=chunk_rows)
     elif isinstance(data, pa.RecordBatch):
         yield data

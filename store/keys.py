@@ -186,6 +186,7 @@ class KeyIndex:
 
     def _lookup(self, hashes: np.ndarray) -> set[str]:
         found: set[str] = set()
+        hashes = np.unique(hashes)  # sorted queries: binary searches that stay in cache
         if len(self._merged):
             left = np.searchsorted(self._merged, hashes, side="left")
             right = np.searchsorted(self._merged, hashes, side="right")

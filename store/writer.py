@@ -47,6 +47,7 @@ from store.rows import utc_now
 from store.schema import PARTITION_COLUMN, TIMESTAMP, WRITTEN_AT, TableSpec, table_spec
 
 DEFAULT_BATCH_ROWS = 64_000
+SPILL_BYTES = 256 * 1024 * 1024  # a write holds this much in memory before spilling to a local file
 MAX_ATTEMPTS = 40
 # Removed files stay this long for readers of older snapshots and for time travel (`compact` vacuums).
 DELETED_FILE_RETENTION = "interval 7 days"
@@ -69,34 +70,59 @@ class WriteResult:
 
 
 class _Spill:
-    """Conformed, stamped rows in a local Arrow IPC file: read once from the caller, re-read per attempt."""
+    """Conformed, stamped rows, read once from the caller and re-read per commit attempt: in memory
+    up to `SPILL_BYTES`, beyond that in a local Arrow IPC file (memory stays bounded by one batch)."""
 
     def __init__(self, spec: TableSpec) -> None:
         self.spec = spec
-        handle, self.path = tempfile.mkstemp(prefix=f"trajlake-{spec.name}-", suffix=".arrows")
-        os.close(handle)
+        self.path: str | None = None
         self.rows = 0
         self.partitions: set[date] = set()
         self.keep: pa.Array | None = None  # per row, whether it is its key's last row (None: all are)
         self.hashes = np.empty(0, np.uint64)  # of the kept rows' keys (`store.keys`)
         self.arrived_from: datetime | None = None  # the earliest `spec.arrival` of the rows
         self._keys: list[pa.RecordBatch] = []
+        self._held: list[pa.RecordBatch] = []
+        self._held_bytes = 0
 
     def fill(self, batches: Iterator[pa.RecordBatch], stamp: pa.Scalar) -> None:
-        with pa.OSFile(self.path, "wb") as sink, pa.ipc.new_stream(sink, self.spec.schema) as out:
+        sink: Any = None
+        out: Any = None
+        try:
             for batch in batches:
                 stamps = pc.coalesce(batch.column(WRITTEN_AT), pa.scalar(stamp, TIMESTAMP))
                 batch = batch.set_column(batch.schema.get_field_index(WRITTEN_AT), WRITTEN_AT, stamps)
-                self._keys.append(batch.select(list(self.spec.key)))
-                if self.spec.partitioned:
-                    self.partitions.update(pc.unique(batch.column(PARTITION_COLUMN)).to_pylist())
-                if self.spec.arrival:
-                    first = pc.min(batch.column(self.spec.arrival)).as_py()
-                    if first is not None and (self.arrived_from is None or first < self.arrived_from):
-                        self.arrived_from = first
-                out.write_batch(batch)
-                self.rows += batch.num_rows
+                self._note(batch)
+                if out is None:
+                    self._held.append(batch)
+                    self._held_bytes += batch.nbytes
+                    if self._held_bytes > SPILL_BYTES:
+                        handle, self.path = tempfile.mkstemp(
+                            prefix=f"trajlake-{self.spec.name}-", suffix=".arrows"
+                        )
+                        os.close(handle)
+                        sink = pa.OSFile(self.path, "wb")
+                        out = pa.ipc.new_stream(sink, self.spec.schema)
+                        for held in self._held:
+                            out.write_batch(held)
+                        self._held = []
+                else:
+                    out.write_batch(batch)
+        finally:
+            if out is not None:
+                out.close()
+                sink.close()
         self._find_repeats()
+
+    def _note(self, batch: pa.RecordBatch) -> None:
+        self._keys.append(batch.select(list(self.spec.key)))
+        if self.spec.partitioned:
+            self.partitions.update(pc.unique(batch.column(PARTITION_COLUMN)).to_pylist())
+        if self.spec.arrival:
+            first = pc.min(batch.column(self.spec.arrival)).as_py()
+            if first is not None and (self.arrived_from is None or first < self.arrived_from):
+                self.arrived_from = first
+        self.rows += batch.num_rows
 
     def _find_repeats(self) -> None:
         """Mark, for keys that repeat within the write, every row but the last (vectorised)."""
@@ -105,17 +131,23 @@ class _Spill:
         keys = pa.Table.from_batches(self._keys)
         self._keys = []
         self.hashes = key_hashes(keys)
+        if len(np.unique(self.hashes)) == self.rows:
+            return  # every key once (distinct hashes prove it): nothing to drop
         rows = keys.append_column("__row", pa.array(range(self.rows), pa.int64()))
         last = rows.group_by(list(self.spec.key), use_threads=False).aggregate([("__row", "max")])
         if last.num_rows == self.rows:
-            return  # every key once: nothing to drop
+            return
         self.keep = pc.is_in(pa.array(range(self.rows), pa.int64()), value_set=last.column("__row_max"))
         self.hashes = self.hashes[self.keep.to_numpy(zero_copy_only=False)]
         self.rows = last.num_rows
 
     def reader(self) -> pa.RecordBatchReader:
         """The rows, in order, without the superseded ones."""
-        source = pa.ipc.open_stream(pa.memory_map(self.path))
+        source: Any = (
+            pa.ipc.open_stream(pa.memory_map(self.path))
+            if self.path
+            else pa.RecordBatchReader.from_batches(self.spec.schema, iter(self._held))
+        )
         if self.keep is None:
             return source
         keep = self.keep
@@ -129,7 +161,9 @@ class _Spill:
         return pa.RecordBatchReader.from_batches(self.spec.schema, kept())
 
     def close(self) -> None:
-        Path(self.path).unlink(missing_ok=True)
+        self._held = []
+        if self.path:
+            Path(self.path).unlink(missing_ok=True)
 
 
 # --- the table ---------------------------------------------------------------------------------

@@ -15,15 +15,16 @@ from google.rpc import status_pb2
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ingest.errors import IngestError, Overloaded, PayloadTooLarge, Unauthorized
+from ingest.errors import IngestError, PayloadTooLarge, Unauthorized
 from ingest.otlp.config import CollectorConfig
 from ingest.otlp.decode import JSON, PROTOBUF, media_type
 
 
 def error_response(exc: IngestError, media: str) -> Response:
     headers = {}
-    if isinstance(exc, Overloaded):
-        headers["Retry-After"] = str(exc.retry_after)
+    retry_after = getattr(exc, "retry_after", None)
+    if retry_after is not None:
+        headers["Retry-After"] = str(retry_after)
     if isinstance(exc, Unauthorized):
         headers["WWW-Authenticate"] = f'{exc.scheme} realm="trajlake"'
     status = status_pb2.Status(code=_grpc_code(exc.status), message=str(exc))

@@ -37,6 +37,7 @@ import time
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -55,6 +56,10 @@ def encode_table(table: pa.Table) -> bytes:
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
     return sink.getvalue().to_pybytes()
+
+
+def _size(item: bytes | pa.Table) -> int:
+    return len(item) if isinstance(item, bytes) else item.nbytes
 
 
 def decode_table(payload: bytes) -> pa.Table:
@@ -173,8 +178,12 @@ class Spool:
         segment_seconds: float,
         on_sealed: Callable[[], None] | None = None,
         lock_fd: int | None = None,
+        encode: Callable[[list[pa.Table]], bytes] | None = None,
     ) -> None:
         self.directory = Path(directory)
+        # With `encode`, `append` takes Arrow tables and each group commit encodes the tables
+        # it gathered as one record (one redaction pass and one IPC stream for many requests).
+        self.encode = encode
         self.segment_bytes = segment_bytes
         self.segment_seconds = segment_seconds
         self.on_sealed = on_sealed
@@ -229,15 +238,16 @@ class Spool:
 
     # --- appending -----------------------------------------------------------------------------
 
-    def append(self, payload: bytes) -> concurrent.futures.Future[None]:
-        """Queue one record; the future resolves once it is fsynced (or fails with the OS error)."""
+    def append(self, item: bytes | pa.Table) -> concurrent.futures.Future[None]:
+        """Queue one record (bytes, or a table for a spool with `encode`); the future resolves once
+        it is fsynced, or fails with the OS error (or the encoder's error, for this item alone)."""
         future: concurrent.futures.Future[None] = concurrent.futures.Future()
         if self._thread is None or not self._thread.is_alive():
             future.set_exception(OSError("the spool is not running"))
             return future
         with self._lock:
-            self._queued_bytes += len(payload)
-        self._queue.put((payload, future))
+            self._queued_bytes += _size(item)
+        self._queue.put((item, future))
         return future
 
     def rotate(self) -> concurrent.futures.Future[None]:
@@ -263,7 +273,7 @@ class Spool:
                 for payload, future in group:
                     if not future.done():
                         with self._lock:
-                            self._queued_bytes -= len(payload)
+                            self._queued_bytes -= _size(payload)
                         future.set_exception(exc if isinstance(exc, OSError) else OSError(str(exc)))
                 self._reopen()
             group = []
@@ -306,7 +316,7 @@ class Spool:
             stop = item is _STOP
             if not stop:
                 group.append(item)  # type: ignore[arg-type]
-            size = sum(len(p) for p, _ in group)
+            size = sum(_size(p) for p, _ in group)
             while size < _GROUP_MAX_BYTES:
                 try:
                     more = self._queue.get_nowait()
@@ -319,16 +329,44 @@ class Spool:
                     self._queue.put(more)  # handled after this group is committed
                     break
                 group.append(more)  # type: ignore[arg-type]
-                size += len(more[0])  # type: ignore[index]
+                size += _size(more[0])  # type: ignore[index]
             if group:
                 self._commit(group, size)
             self._maybe_rotate()
             return stop
 
-    def _commit(self, group: list[tuple[bytes, concurrent.futures.Future[None]]], size: int) -> None:
+    def _records(
+        self, group: list[tuple[Any, concurrent.futures.Future[None]]]
+    ) -> list[tuple[bytes, list[concurrent.futures.Future[None]]]]:
+        """The group as records to write, each with the requests it answers. An item the encoder
+        refuses fails alone (its request gets the error); the others are still written."""
+        if self.encode is None:
+            return [(payload, [future]) for payload, future in group]
+        try:
+            return [(self.encode([item for item, _ in group]), [future for _, future in group])]
+        except Exception:
+            if len(group) == 1:
+                raise
+        records = []
+        for item, future in group:
+            try:
+                records.append((self.encode([item]), [future]))
+            except Exception as exc:
+                future.set_exception(exc)
+        return records
+
+    def _commit(self, group: list[tuple[Any, concurrent.futures.Future[None]]], size: int) -> None:
+        try:
+            records = self._records(group)
+        except Exception as exc:  # the only item of the group failed to encode
+            with self._lock:
+                self._queued_bytes -= size
+            group[0][1].set_exception(exc)
+            return
+        group = [(payload, future) for payload, futures in records for future in futures]
         try:
             chunks = []
-            for payload, _ in group:
+            for payload, _ in records:
                 chunks.append(HEADER.pack(MAGIC, len(payload), zlib.crc32(payload)))
                 chunks.append(payload)
             if self._file is None:
@@ -359,13 +397,14 @@ class Spool:
                 self._file = None
             self._recount()
             return
+        written = sum(len(payload) for payload, _ in records) + HEADER.size * len(records)
         if self._active_bytes == 0:
             self._active_since = time.monotonic()
-        self._active_bytes += size + HEADER.size * len(group)
-        self.committed_records += len(group)
+        self._active_bytes += written
+        self.committed_records += len(records)
         with self._lock:
             self._queued_bytes -= size
-            self._disk_bytes += size + HEADER.size * len(group)
+            self._disk_bytes += written
         for _, future in group:
             future.set_result(None)
 

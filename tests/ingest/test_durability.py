@@ -161,7 +161,7 @@ def test_an_unwritable_segment_is_kept_aside_and_does_not_block_the_spool(start_
     runtime = collector.runtime
     # A segment whose record decodes to rows the lake rejects (no start_time: a required column).
     bad = pa.table({"trace_id": ["ab" * 16], "span_id": ["cd" * 8], "source": ["otel"]})
-    runtime.spool.append(encode_table(bad)).result(timeout=10)
+    runtime.spool.append(bad).result(timeout=10)
     body, ids = random_request(3)
     assert (
         httpx.post(
@@ -181,7 +181,7 @@ def test_flush_after_stop_returns_at_once(tmp_path: Path) -> None:
 
     runtime = Collector(CollectorConfig(lake=str(tmp_path / "lake"), assemble=False))
     runtime.start()
-    runtime.spool.append(encode_table(pa.table({"x": [1]}))).result(timeout=10)  # rejected rows: kept aside
+    runtime.spool.append(pa.table({"x": [1]})).result(timeout=10)  # rejected rows: kept aside
     runtime.stop()
     started = time.monotonic()
     assert runtime.flush() == 0 and time.monotonic() - started < 5

@@ -64,3 +64,39 @@ def test_user_function_runs_last_on_every_text_column() -> None:
     out = redact_table(table, RedactionConfig(function=lambda s: s.replace("Alice", "[PERSON]")))
     assert out.column("attributes").to_pylist() == ['{"name": "[PERSON]"}', None]
     assert out.column("status_message").to_pylist() == ["[PERSON] failed", None]
+
+
+def test_a_failing_redaction_function_refuses_only_its_request_and_stores_nothing_unredacted(
+    start_collector,  # type: ignore[no-untyped-def]
+) -> None:
+    import threading
+
+    import httpx
+
+    from tests.ingest.conftest import sql
+    from tests.ingest.otlp_cases import chat_trace
+
+    def strict(text: str) -> str:
+        if "BOOM" in text:
+            raise ValueError("cannot redact this")
+        return text
+
+    collector = start_collector(redaction=RedactionConfig(function=strict))
+    headers = {"Content-Type": "application/x-protobuf"}
+    bodies = [chat_trace(content="BOOM" if i == 3 else "fine").SerializeToString() for i in range(8)]
+    answers: dict[int, httpx.Response] = {}
+
+    def post(i: int) -> None:  # at once, so that several share one group commit
+        answers[i] = httpx.post(f"{collector.url}/v1/traces", content=bodies[i], headers=headers)
+
+    threads = [threading.Thread(target=post, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert answers[3].status_code == 503 and "Retry-After" in answers[3].headers
+    assert "redaction function failed (ValueError: cannot redact this)" in answers[3].text
+    assert all(answers[i].status_code == 200 for i in range(8) if i != 3)
+    collector.runtime.flush()
+    stored = sql(collector.lake, "SELECT attributes FROM spans")
+    assert len(stored) == 7 * 2 and not any("BOOM" in row["attributes"] for row in stored)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -25,6 +26,21 @@ class RunningCollector:
     lake: Lake
     config: CollectorConfig
     runtime: Collector
+
+
+# Collector processes a test started (`tests.ingest.test_durability.start`): killed after it.
+STARTED: list[subprocess.Popen[bytes]] = []
+
+
+@pytest.fixture(autouse=True)
+def reap_collector_processes() -> Iterator[None]:
+    """Never leave a collector process running after a test, however the test ended."""
+    yield
+    while STARTED:
+        process = STARTED.pop()
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
 
 
 def make_config(lake: Lake, **overrides: Any) -> CollectorConfig:

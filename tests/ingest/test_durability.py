@@ -23,7 +23,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 import store
 from ingest.otlp.spool import HEADER, MAGIC, Spool, decode_table, encode_table, read_segment
 from store import Lake
-from tests.ingest.conftest import sql, wait_for
+from tests.ingest.conftest import STARTED, sql, wait_for
 from tests.ingest.fake_openai import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,6 +66,7 @@ def start(lake: Lake, port: int, env: dict[str, str] | None = None) -> subproces
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
+    STARTED.append(process)
     url = f"http://127.0.0.1:{port}"
 
     def healthy() -> bool:

@@ -124,6 +124,12 @@ class Collector:
             await asyncio.wrap_future(self.spool.append(table))
         self.stats.rows_accepted += table.num_rows
 
+    def submit(self, table: pa.Table) -> None:
+        """`accept` for a caller off the event loop (the in-process exporter): blocks until fsynced."""
+        if table.num_rows:
+            self.spool.append(table).result()
+        self.stats.rows_accepted += table.num_rows
+
     def _encode(self, tables: list[pa.Table]) -> bytes:
         """One spool record for the requests of a group commit: redacted together, in one pass."""
         table = tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="default")

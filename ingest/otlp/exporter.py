@@ -1,30 +1,32 @@
 """`LakeSpanExporter`: an OpenTelemetry `SpanExporter` that writes straight to a lake.
 
-It goes through exactly the collector's path: the SDK's own OTLP encoder
-(`encode_spans`, the bytes an OTLP exporter would send) -> `spans_from_request` ->
-redaction -> `store.write`, then assembles the traces whose root span has arrived.
-A trace is assembled as soon as its root span is exported, so an agent that calls
-`provider.force_flush()` after a run finds that run's trajectory in the lake. The
-exporter's own `force_flush()` and `shutdown()` (called by `provider.shutdown()`) also
-assemble traces still waiting for their root.
+It is the collector without HTTP: SDK spans become `spans` rows directly (no protobuf
+round trip, `ingest.otlp.sdk_spans`), are appended to the same write-ahead spool (an
+export returns once its rows are fsynced, redacted), and the collector's flusher and
+assembler threads write them to the lake in large batches and assemble the traces whose
+root span has arrived. A process that dies with spans spooled leaves them for the next
+exporter or collector on the lake, which adopts them.
+
+`force_flush()` writes everything spooled and assembles every trace seen so far, root
+span or not; `shutdown()` (called by `provider.shutdown()`, and at exit) does the same
+and stops the threads. The SDK's `provider.force_flush()` exports queued spans but does
+not reach exporters: `instrument(lake=...)` wires it to this exporter's `force_flush`.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import threading
 from collections.abc import Sequence
 
-from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 import store
-from ingest.lakeio import assemble_traces
-from ingest.otlp.convert import spans_from_request
-from ingest.pending import PendingTraces
-from ingest.redact import RedactionConfig, redact_table
+from ingest.otlp.collector import Collector
+from ingest.otlp.config import CollectorConfig
+from ingest.otlp.sdk_spans import spans_from_sdk
+from ingest.redact import RedactionConfig
 
 log = logging.getLogger("trajlake.ingest.otlp.exporter")
 
@@ -35,7 +37,9 @@ class LakeSpanExporter(SpanExporter):
     >>> from opentelemetry.sdk.trace import TracerProvider  # doctest: +SKIP
     >>> from opentelemetry.sdk.trace.export import BatchSpanProcessor
     >>> provider = TracerProvider()
-    >>> provider.add_span_processor(BatchSpanProcessor(LakeSpanExporter("./lake")))
+    >>> exporter = LakeSpanExporter("./lake")
+    >>> provider.add_span_processor(BatchSpanProcessor(exporter))
+    >>> provider.add_span_processor(exporter.flush_processor())  # provider.force_flush() reaches the lake
     """
 
     def __init__(
@@ -45,52 +49,64 @@ class LakeSpanExporter(SpanExporter):
         redaction: RedactionConfig | None = None,
         assemble: bool = True,
         source: str = "otel",
-        durable: bool = True,
+        flush_seconds: float = 2.0,
+        spool_dir: str | None = None,
     ) -> None:
         self.lake = store.Lake.of(lake)
-        self.redaction = redaction or RedactionConfig()
-        self.assemble = assemble
         self.source = source
-        self.durable = durable
-        self.pending = PendingTraces(idle_timeout_s=float("inf"))
-        self._lock = threading.Lock()
+        self.collector = Collector(
+            CollectorConfig(
+                lake=self.lake.root,
+                redaction=redaction or RedactionConfig(),
+                assemble=assemble,
+                flush_seconds=flush_seconds,
+                spool_dir=spool_dir,
+            )
+        )
+        self.collector.start()
         self._shutdown = False
-        self.exported = 0
+
+    @property
+    def exported(self) -> int:
+        """Span rows accepted so far."""
+        return self.collector.stats.rows_accepted
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if self._shutdown:
             return SpanExportResult.FAILURE
         try:
-            converted = spans_from_request(encode_spans(spans), source=self.source)
-            table = redact_table(converted.table, self.redaction)
-            with self._lock:
-                if table.num_rows:
-                    store.write(self.lake, "spans", table, durable=self.durable)
-                    self.exported += table.num_rows
-                if self.assemble:
-                    self.pending.observe(table)
-                    self._assemble(everything=False)
+            self.collector.submit(spans_from_sdk(spans, source=self.source).table)
         except Exception:  # the SDK wants a result, not an exception, from its worker thread
             log.exception("exporting %d spans to %s failed", len(spans), self.lake)
             return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS
 
-    def _assemble(self, *, everything: bool) -> None:
-        ready = self.pending.take_ready(everything=everything)
-        if ready:
-            assemble_traces(self.lake, ready)
-
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Assemble every trace seen so far, root span or not."""
-        if self.assemble:
-            with self._lock:
-                try:
-                    self._assemble(everything=True)
-                except Exception:
-                    log.exception("assembling pending traces in %s failed", self.lake)
-                    return False
+        """Write everything spooled to the lake and assemble every trace seen so far."""
+        if self._shutdown:
+            return True
+        try:
+            self.collector.flush()
+            if self.collector.config.assemble:
+                self.collector.assemble_ready(everything=True)
+        except Exception:
+            log.exception("flushing spans to %s failed (they stay spooled)", self.lake)
+            return False
         return True
 
     def shutdown(self) -> None:
-        self.force_flush()
-        self._shutdown = True
+        if not self._shutdown:
+            self._shutdown = True
+            self.collector.stop()
+
+    def flush_processor(self) -> SpanProcessor:
+        """A span processor (add it after the exporter's own) whose `force_flush` flushes this exporter."""
+        return _FlushOnForceFlush(self)
+
+
+class _FlushOnForceFlush(SpanProcessor):
+    def __init__(self, exporter: LakeSpanExporter) -> None:
+        self.exporter = exporter
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.exporter.force_flush(timeout_millis)

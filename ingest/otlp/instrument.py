@@ -94,6 +94,8 @@ def instrument(
         resource=Resource.create({"service.name": service_name, **(resource_attributes or {})})
     )
     provider.add_span_processor(BatchSpanProcessor(exporter) if batch else SimpleSpanProcessor(exporter))
+    if isinstance(exporter, LakeSpanExporter):
+        provider.add_span_processor(exporter.flush_processor())  # provider.force_flush() reaches the lake
     if set_global:
         trace.set_tracer_provider(provider)
     if lake is not None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -61,9 +61,11 @@ def test_exporter_rows_equal_the_http_path_rows(lake: store.Lake) -> None:
     memory = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(memory))
-    provider.add_span_processor(SimpleSpanProcessor(LakeSpanExporter(lake)))
+    exporter = LakeSpanExporter(lake)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    provider.add_span_processor(exporter.flush_processor())
     record(provider)
-    provider.force_flush()
+    provider.force_flush()  # reaches the exporter through its flush processor
     expected = spans_from_request(encode_spans(memory.get_finished_spans())).table
     stored = sql(lake, "SELECT span_id, name, attributes FROM spans ORDER BY span_id")
     assert [r["span_id"] for r in stored] == sorted(expected.column("span_id").to_pylist())
@@ -91,7 +93,9 @@ def test_force_flush_assembles_traces_still_waiting_for_their_root(lake: store.L
     exporter.force_flush()  # (span processors do not forward force_flush to exporters)
     assert sql(lake, "SELECT status FROM trajectories") == [{"status": "truncated"}]
     root.end()  # the root arrives: re-assembled, the newer row wins
+    exporter.force_flush()
     assert sql(lake, "SELECT status FROM trajectories") == [{"status": "ok"}]
+    exporter.shutdown()
 
 
 def test_instrument_needs_exactly_one_destination() -> None:
@@ -156,3 +160,89 @@ def test_instrument_with_an_endpoint_exports_to_a_running_collector(collector) -
     )
     assert rows[0]["final_output"] == "noted"
     assert json.loads(rows[0]["metadata"])["service_name"] == "remote-agent"
+
+
+def sdk_spans_of_every_shape() -> list[ReadableSpan]:
+    """Spans with every attribute type, events, links, errors, kinds and resources."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "shapes", "deployment": "prod"}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("shapes-scope")
+    with tracer.start_as_current_span("invoke_agent shapes", kind=SpanKind.SERVER) as root:
+        root.set_attribute("gen_ai.operation.name", "invoke_agent")
+        for kind in (SpanKind.INTERNAL, SpanKind.CLIENT, SpanKind.PRODUCER, SpanKind.CONSUMER):
+            with tracer.start_as_current_span(f"step {kind.name}", kind=kind) as span:
+                span.set_attributes(
+                    {
+                        "text": 'héllo "quoted" \n line',
+                        "empty": "",
+                        "count": 7,
+                        "big": 2**62,
+                        "ratio": 0.25,
+                        "flag": False,
+                        "nan": float("nan"),
+                        "inf": float("-inf"),
+                        "words": ["a", "b"],
+                        "numbers": [1.5, float("inf")],
+                        "ints": [1, 2, 3],
+                        "flags": [True, False],
+                    }
+                )
+                span.add_event("gen_ai.choice", {"index": 0, "message": '{"role": "assistant"}'})
+                span.add_event("bare")
+                if kind == SpanKind.CLIENT:
+                    span.set_status(Status(StatusCode.ERROR, "tool failed"))
+                elif kind == SpanKind.PRODUCER:
+                    span.set_status(Status(StatusCode.OK))
+        link = trace.Link(root.get_span_context(), {"why": "retry"})
+        with tracer.start_as_current_span("linked", links=[link]):
+            pass
+    provider.shutdown()
+    return list(memory.get_finished_spans())
+
+
+def test_sdk_spans_convert_to_exactly_the_rows_of_their_otlp_encoding() -> None:
+    from datetime import UTC, datetime
+
+    from ingest.otlp.sdk_spans import spans_from_sdk
+
+    spans = sdk_spans_of_every_shape()
+    at = datetime(2026, 11, 23, tzinfo=UTC)
+    direct = spans_from_sdk(spans, received_at=at).table
+    via_protobuf = spans_from_request(encode_spans(spans), received_at=at).table
+    assert direct.num_rows == len(spans) == 6
+    assert direct.schema == via_protobuf.schema
+    assert direct.to_pylist() == via_protobuf.to_pylist()
+
+
+def test_exports_are_batched_into_few_lake_writes_and_survive_a_crash(
+    lake: store.Lake, tmp_path: Path
+) -> None:
+    # A process exports 40 batches and dies without shutting down: nothing reaches the lake
+    # file by file, and the next exporter on the lake adopts the spool and writes it all.
+    script = f"""
+import os, sys
+sys.path.insert(0, {str(ROOT)!r})
+from tests.ingest.test_exporter import sdk_spans_of_every_shape
+from ingest import LakeSpanExporter
+exporter = LakeSpanExporter({lake.root!r}, flush_seconds=3600, assemble=False)
+spans = sdk_spans_of_every_shape()
+for _ in range(40):
+    spans = sdk_spans_of_every_shape()
+    assert exporter.export(spans).name == "SUCCESS"
+os._exit(0)  # killed: no shutdown, no flush
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not lake.has_table("spans")  # spooled, not written one export at a time
+    exporter = LakeSpanExporter(lake, assemble=False)  # adopts the dead exporter's spool
+    assert exporter.force_flush()
+    exporter.shutdown()
+    assert sql(lake, "SELECT count(*) AS n FROM spans") == [{"n": 40 * 6}]
+    assert len(store.snapshot(lake)["spans"].files) <= 2

@@ -81,6 +81,18 @@ OTEL_HTTP = ["opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-http"]
 OTEL_RELEVANT = ["opentelemetry-api", "opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-http"]
 OTLP_ENV = {"OTEL_EXPORTER_OTLP_ENDPOINT": "{otlp}", "OTEL_SERVICE_NAME": "weather-agent-corpus", **OTEL_FAST}
 
+PYDANTIC_AI = ["pydantic-ai-slim[openai]==2.68.0", "logfire==5.2.0", *OTEL_HTTP]
+
+LANGGRAPH = [
+    "langgraph==1.2.22",
+    "langgraph-prebuilt==1.1.2",
+    "langchain-openai==1.7.4",
+    "openinference-instrumentation-langchain==0.1.80",
+    "opentelemetry-instrumentation-langchain==0.62.4",
+    "traceloop-sdk==0.62.4",
+    *OTEL_HTTP,
+]
+
 CONFIGS: list[Config] = [
     Config(
         "openai-agents-chat",
@@ -125,6 +137,105 @@ CONFIGS: list[Config] = [
         {**OTLP_ENV, "CORPUS_MODEL_API": "responses", "CORPUS_STREAM": "1"},
         agent="openai_agents",
         notes="OpenAIResponsesModel, streaming (Responses SSE events).",
+    ),
+    Config(
+        "pydantic-ai-native",
+        "pydantic-ai",
+        "pydantic-ai",
+        PYDANTIC_AI,
+        "pydantic-ai built-in OpenTelemetry (Agent(instrument=InstrumentationSettings(version=...)))",
+        ["pydantic-ai-slim", "openai", *OTEL_RELEVANT],
+        {**OTLP_ENV},
+        agent="pydantic_ai_agent",
+        notes="Agent.instrument_all() with the SDK's TracerProvider + OTLPSpanExporter; OpenAIChatModel, "
+        "non-streaming; include_content defaults to True.",
+    ),
+    Config(
+        "pydantic-ai-native-stream",
+        "pydantic-ai",
+        "pydantic-ai",
+        PYDANTIC_AI,
+        "pydantic-ai built-in OpenTelemetry",
+        ["pydantic-ai-slim", "openai", *OTEL_RELEVANT],
+        {**OTLP_ENV, "CORPUS_STREAM": "1"},
+        agent="pydantic_ai_agent",
+        notes="As pydantic-ai-native, run with agent.run_stream_events (chat-completions SSE).",
+    ),
+    Config(
+        "pydantic-ai-responses",
+        "pydantic-ai",
+        "pydantic-ai",
+        PYDANTIC_AI,
+        "pydantic-ai built-in OpenTelemetry",
+        ["pydantic-ai-slim", "openai", *OTEL_RELEVANT],
+        {**OTLP_ENV, "CORPUS_MODEL_API": "responses"},
+        agent="pydantic_ai_agent",
+        notes="As pydantic-ai-native with OpenAIResponsesModel.",
+    ),
+    Config(
+        "pydantic-ai-logfire",
+        "pydantic-ai",
+        "pydantic-ai",
+        PYDANTIC_AI,
+        "logfire (logfire.configure(send_to_logfire=False) + logfire.instrument_pydantic_ai())",
+        ["pydantic-ai-slim", "openai", "logfire", *OTEL_RELEVANT],
+        {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "{otlp}",
+            "OTEL_SERVICE_NAME": "weather-agent-corpus",
+            "CORPUS_LOGFIRE": "1",
+        },
+        agent="pydantic_ai_agent",
+        notes="logfire exports traces, logs and metrics to OTEL_EXPORTER_OTLP_ENDPOINT when send_to_logfire=False.",
+    ),
+    Config(
+        "langgraph-openinference",
+        "langgraph",
+        "langgraph",
+        LANGGRAPH,
+        "openinference-instrumentation-langchain",
+        ["langgraph", "langgraph-prebuilt", "langchain-core", "langchain-openai", "openai",
+         "openinference-instrumentation-langchain", *OTEL_RELEVANT],
+        {**OTLP_ENV, "CORPUS_TRACING": "openinference"},
+        agent="langgraph_agent",
+        notes="langgraph.prebuilt.create_react_agent + ChatOpenAI(base_url=...), LangChainInstrumentor().instrument().",
+    ),
+    Config(
+        "langgraph-openinference-stream",
+        "langgraph",
+        "langgraph",
+        LANGGRAPH,
+        "openinference-instrumentation-langchain",
+        ["langgraph", "langgraph-prebuilt", "langchain-core", "langchain-openai", "openai",
+         "openinference-instrumentation-langchain", *OTEL_RELEVANT],
+        {**OTLP_ENV, "CORPUS_TRACING": "openinference", "CORPUS_STREAM": "1"},
+        agent="langgraph_agent",
+        notes="As langgraph-openinference, ChatOpenAI(streaming=True, stream_usage=True) and graph.stream().",
+    ),
+    Config(
+        "langgraph-openllmetry",
+        "langgraph",
+        "langgraph",
+        LANGGRAPH,
+        "opentelemetry-instrumentation-langchain (OpenLLMetry)",
+        ["langgraph", "langgraph-prebuilt", "langchain-core", "langchain-openai", "openai",
+         "opentelemetry-instrumentation-langchain", *OTEL_RELEVANT],
+        {**OTLP_ENV, "CORPUS_TRACING": "openllmetry", "TRACELOOP_TRACE_CONTENT": "true"},
+        agent="langgraph_agent",
+        notes="LangchainInstrumentor().instrument() on the SDK's TracerProvider; content on spans "
+        "(TRACELOOP_TRACE_CONTENT defaults to true).",
+    ),
+    Config(
+        "langgraph-traceloop",
+        "langgraph",
+        "langgraph",
+        LANGGRAPH,
+        "traceloop-sdk (Traceloop.init)",
+        ["langgraph", "langgraph-prebuilt", "langchain-core", "langchain-openai", "openai", "traceloop-sdk",
+         "opentelemetry-instrumentation-langchain", "opentelemetry-instrumentation-openai", *OTEL_RELEVANT],
+        {"CORPUS_TRACING": "traceloop", "TRACELOOP_TRACE_CONTENT": "true", "TRACELOOP_TELEMETRY": "false"},
+        agent="langgraph_agent",
+        notes="Traceloop.init(app_name=..., api_endpoint=<recorder>, disable_batch=True): instruments LangChain "
+        "AND the openai client, sends traces and metrics (OTLP/HTTP protobuf).",
     ),
 ]
 

@@ -86,7 +86,7 @@ PYDANTIC_AI = ["pydantic-ai-slim[openai]==2.68.0", "logfire==5.2.0", *OTEL_HTTP]
 LANGGRAPH = [
     "langgraph==1.2.22",
     "langgraph-prebuilt==1.1.2",
-    "langchain-openai==1.7.4",
+    "langchain-openai==1.7.3",
     "openinference-instrumentation-langchain==0.1.80",
     "opentelemetry-instrumentation-langchain==0.62.4",
     "traceloop-sdk==0.62.4",

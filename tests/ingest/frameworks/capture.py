@@ -93,6 +93,14 @@ LANGGRAPH = [
     *OTEL_HTTP,
 ]
 
+LANGFUSE_ENV = {
+    "LANGFUSE_HOST": "{otlp}",
+    "LANGFUSE_BASE_URL": "{otlp}",
+    "LANGFUSE_PUBLIC_KEY": "pk-lf-corpus",
+    "LANGFUSE_SECRET_KEY": "sk-lf-corpus",
+    "LANGFUSE_FLUSH_INTERVAL": "0.2",
+}
+
 CONFIGS: list[Config] = [
     Config(
         "openai-agents-chat",
@@ -236,6 +244,29 @@ CONFIGS: list[Config] = [
         agent="langgraph_agent",
         notes="Traceloop.init(app_name=..., api_endpoint=<recorder>, disable_batch=True): instruments LangChain "
         "AND the openai client, sends traces and metrics (OTLP/HTTP protobuf).",
+    ),
+    Config(
+        "langfuse-sdk",
+        "langfuse (Python SDK v5)",
+        "langfuse",
+        ["langfuse==5.0.4", "openai==3.54.0"],
+        "langfuse (its own OTel-based exporter to /api/public/otel/v1/traces)",
+        ["langfuse", "openai", "opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-http"],
+        LANGFUSE_ENV,
+        agent="langfuse_agent",
+        notes="@observe(as_type='agent') agent loop, @observe(as_type='tool') tool, langfuse.openai drop-in, "
+        "propagate_attributes(user_id, session_id), two create_score calls (numeric, categorical).",
+    ),
+    Config(
+        "langfuse-sdk-stream",
+        "langfuse (Python SDK v5)",
+        "langfuse",
+        ["langfuse==5.0.4", "openai==3.54.0"],
+        "langfuse (its own OTel-based exporter to /api/public/otel/v1/traces)",
+        ["langfuse", "openai", "opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-http"],
+        {**LANGFUSE_ENV, "CORPUS_STREAM": "1"},
+        agent="langfuse_agent",
+        notes="As langfuse-sdk with stream=True, stream_options.include_usage through langfuse.openai.",
     ),
 ]
 

@@ -268,6 +268,17 @@ CONFIGS: list[Config] = [
         agent="langfuse_agent",
         notes="As langfuse-sdk with stream=True, stream_options.include_usage through langfuse.openai.",
     ),
+    Config(
+        "smolagents-openinference",
+        "smolagents",
+        "smolagents",
+        ["smolagents[openai]==1.26.0", "openinference-instrumentation-smolagents==0.1.43", *OTEL_HTTP],
+        "openinference-instrumentation-smolagents",
+        ["smolagents", "openai", "openinference-instrumentation-smolagents", *OTEL_RELEVANT],
+        {**OTLP_ENV},
+        agent="smolagents_agent",
+        notes="ToolCallingAgent + OpenAIServerModel(api_base=...), SmolagentsInstrumentor().instrument().",
+    ),
 ]
 
 

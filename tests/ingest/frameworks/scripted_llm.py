@@ -50,9 +50,25 @@ USAGE = [(40, 12), (70, 9)]  # (input, output) tokens of turn 1 (tool call) and 
 INPUT_TOKENS = sum(u[0] for u in USAGE)
 OUTPUT_TOKENS = sum(u[1] for u in USAGE)
 ERROR_MESSAGE = "The scripted model failed on purpose (failing run)."
+# Frameworks that end a run only through a `final_answer` tool (smolagents) get the answer as
+# that tool's call on turn 2, when they offer it.
+FINAL_TOOL = "final_answer"
+FINAL_CALL_ID = "call_final_answer_1"
+
+
+def _offers_final_tool(body: dict[str, Any]) -> bool:
+    for tool in body.get("tools") or []:
+        name = tool.get("name") or (tool.get("function") or {}).get("name")
+        if name == FINAL_TOOL:
+            return True
+    return False
 
 
 def _has_tool_result_chat(body: dict[str, Any]) -> bool:
+    # Frameworks that send the tool result back as plain text (smolagents: a user message
+    # "Observation: ...") are recognised by the result text itself.
+    if TOOL_RESULT in json.dumps(body.get("messages") or []):
+        return True
     for message in body.get("messages") or []:
         if message.get("role") in ("tool", "function"):
             return True
@@ -65,6 +81,8 @@ def _has_tool_result_chat(body: dict[str, Any]) -> bool:
 
 
 def _has_tool_result_responses(body: dict[str, Any]) -> bool:
+    if TOOL_RESULT in json.dumps(body.get("input") or []):
+        return True
     items = body.get("input")
     if not isinstance(items, list):
         return False
@@ -136,7 +154,7 @@ class ScriptedLLM:
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             return StreamingResponse(
-                self._chat_stream(completion_id, created, turn, usage, include_usage),
+                self._chat_stream(completion_id, created, turn, usage, include_usage, _offers_final_tool(body)),
                 media_type="text/event-stream",
             )
         if turn == 1:
@@ -149,6 +167,20 @@ class ScriptedLLM:
                         "id": TOOL_CALL_ID,
                         "type": "function",
                         "function": {"name": TOOL_NAME, "arguments": TOOL_ARGUMENTS},
+                    }
+                ],
+            }
+            finish = "tool_calls"
+        elif _offers_final_tool(body):
+            message = {
+                "role": "assistant",
+                "content": None,
+                "refusal": None,
+                "tool_calls": [
+                    {
+                        "id": FINAL_CALL_ID,
+                        "type": "function",
+                        "function": {"name": FINAL_TOOL, "arguments": json.dumps({"answer": FINAL_ANSWER})},
                     }
                 ],
             }
@@ -169,7 +201,13 @@ class ScriptedLLM:
         )
 
     async def _chat_stream(
-        self, completion_id: str, created: int, turn: int, usage: dict[str, Any], include_usage: bool
+        self,
+        completion_id: str,
+        created: int,
+        turn: int,
+        usage: dict[str, Any],
+        include_usage: bool,
+        final_tool: bool = False,
     ) -> AsyncIterator[bytes]:
         def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
             payload = {
@@ -184,21 +222,26 @@ class ScriptedLLM:
                 payload["usage"] = None
             return f"data: {json.dumps(payload)}\n\n".encode()
 
-        if turn == 1:
+        if turn == 1 or final_tool:
+            call_id, name, arguments = (
+                (TOOL_CALL_ID, TOOL_NAME, TOOL_ARGUMENTS)
+                if turn == 1
+                else (FINAL_CALL_ID, FINAL_TOOL, json.dumps({"answer": FINAL_ANSWER}))
+            )
             yield chunk({"role": "assistant", "content": None, "refusal": None})
             yield chunk(
                 {
                     "tool_calls": [
                         {
                             "index": 0,
-                            "id": TOOL_CALL_ID,
+                            "id": call_id,
                             "type": "function",
-                            "function": {"name": TOOL_NAME, "arguments": ""},
+                            "function": {"name": name, "arguments": ""},
                         }
                     ]
                 }
             )
-            for piece in _chunks(TOOL_ARGUMENTS, 6):
+            for piece in _chunks(arguments, 6):
                 yield chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
             yield chunk({}, "tool_calls")
         else:

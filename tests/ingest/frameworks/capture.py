@@ -101,6 +101,8 @@ LANGFUSE_ENV = {
     "LANGFUSE_FLUSH_INTERVAL": "0.2",
 }
 
+STRANDS = ["strands-agents[openai,otel]==1.62.0", *OTEL_HTTP]
+
 CONFIGS: list[Config] = [
     Config(
         "openai-agents-chat",
@@ -278,6 +280,41 @@ CONFIGS: list[Config] = [
         {**OTLP_ENV},
         agent="smolagents_agent",
         notes="ToolCallingAgent + OpenAIServerModel(api_base=...), SmolagentsInstrumentor().instrument().",
+    ),
+    Config(
+        "strands-default",
+        "strands-agents",
+        "strands",
+        STRANDS,
+        "strands-agents native OpenTelemetry (StrandsTelemetry().setup_otlp_exporter())",
+        ["strands-agents", "openai", *OTEL_RELEVANT],
+        {**OTLP_ENV},
+        agent="strands_agent",
+        notes="Agent + OpenAIModel(client_args={'base_url': ...}); strands always streams chat completions "
+        "(stream_options.include_usage). Default semconv: content as span events.",
+    ),
+    Config(
+        "strands-latest",
+        "strands-agents",
+        "strands",
+        STRANDS,
+        "strands-agents native OpenTelemetry (StrandsTelemetry().setup_otlp_exporter())",
+        ["strands-agents", "openai", *OTEL_RELEVANT],
+        {**OTLP_ENV, "OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental,gen_ai_tool_definitions"},
+        agent="strands_agent",
+        notes="As strands-default with the latest experimental GenAI semconv and tool definitions.",
+    ),
+    Config(
+        "strands-responses",
+        "strands-agents",
+        "strands",
+        STRANDS,
+        "strands-agents native OpenTelemetry (StrandsTelemetry().setup_otlp_exporter())",
+        ["strands-agents", "openai", *OTEL_RELEVANT],
+        {**OTLP_ENV, "CORPUS_MODEL_API": "responses",
+         "OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental,gen_ai_tool_definitions"},
+        agent="strands_agent",
+        notes="OpenAIResponsesModel (Responses API, streaming events), latest semconv.",
     ),
 ]
 

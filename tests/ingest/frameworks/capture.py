@@ -103,6 +103,9 @@ LANGFUSE_ENV = {
 
 STRANDS = ["strands-agents[openai,otel]==1.62.0", *OTEL_HTTP]
 
+ADK_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}  # no fetch of the cost map from outside
+ADK = ["google-adk[otel]==2.13.0", "litellm==1.106.2", "mcp==2.3.0", *OTEL_HTTP]
+
 CONFIGS: list[Config] = [
     Config(
         "openai-agents-chat",
@@ -315,6 +318,61 @@ CONFIGS: list[Config] = [
          "OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental,gen_ai_tool_definitions"},
         agent="strands_agent",
         notes="OpenAIResponsesModel (Responses API, streaming events), latest semconv.",
+    ),
+    Config(
+        "google-adk-span",
+        "google-adk",
+        "google-adk",
+        ADK,
+        "google-adk native OpenTelemetry (google.adk.telemetry.setup.maybe_set_otel_providers)",
+        ["google-adk", "litellm", "openai", "google-genai", *OTEL_RELEVANT],
+        {**OTLP_ENV, **ADK_ENV, "ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS": "true"},
+        agent="google_adk_agent",
+        notes="ADK defaults: legacy ADK spans with content (ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS defaults on).",
+    ),
+    Config(
+        "google-adk-latest-span",
+        "google-adk",
+        "google-adk",
+        ADK,
+        "google-adk native OpenTelemetry (google.adk.telemetry.setup.maybe_set_otel_providers)",
+        ["google-adk", "litellm", "openai", "google-genai", *OTEL_RELEVANT],
+        {**OTLP_ENV, **ADK_ENV, "OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental", "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_ONLY"},
+        agent="google_adk_agent",
+        notes="Latest experimental GenAI semconv, content on spans (SPAN_ONLY).",
+    ),
+    Config(
+        "google-adk-events",
+        "google-adk",
+        "google-adk",
+        ADK,
+        "google-adk native OpenTelemetry (google.adk.telemetry.setup.maybe_set_otel_providers)",
+        ["google-adk", "litellm", "openai", "google-genai", *OTEL_RELEVANT],
+        {**OTLP_ENV, **ADK_ENV, "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "EVENT_ONLY", "ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS": "false"},
+        agent="google_adk_agent",
+        notes="Content only in log records (gen_ai.* events) sent to /v1/logs; none on spans.",
+    ),
+    Config(
+        "google-adk-nocontent",
+        "google-adk",
+        "google-adk",
+        ADK,
+        "google-adk native OpenTelemetry (google.adk.telemetry.setup.maybe_set_otel_providers)",
+        ["google-adk", "litellm", "openai", "google-genai", *OTEL_RELEVANT],
+        {**OTLP_ENV, **ADK_ENV, "ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS": "false", "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "NO_CONTENT"},
+        agent="google_adk_agent",
+        notes="No content anywhere: structure, usage and tool names only.",
+    ),
+    Config(
+        "google-adk-failing",
+        "google-adk",
+        "google-adk",
+        ADK,
+        "google-adk native OpenTelemetry (google.adk.telemetry.setup.maybe_set_otel_providers)",
+        ["google-adk", "litellm", "openai", "google-genai", *OTEL_RELEVANT],
+        {**OTLP_ENV, **ADK_ENV, "CORPUS_TOOL_FAILS": "1"},
+        agent="google_adk_agent",
+        notes="As google-adk-span, the tool raises RuntimeError('weather service unavailable'): the run fails after the first model call.",
     ),
 ]
 
@@ -531,7 +589,7 @@ def capture(config: Config) -> dict[str, Any]:
     (out / "agent_output.txt").write_text(
         f"exit code {done.returncode}\n--- stdout\n{done.stdout[-6000:]}\n--- stderr\n{done.stderr[-12000:]}\n"
     )
-    status = "ok" if done.returncode == 0 and result else f"agent exit {done.returncode}"
+    status = "ok" if done.returncode == 0 and result.get("answer") else f"agent exit {done.returncode}, result {result}"
     print(
         f"   {status}: {len(scripted.exchanges)} LLM calls, {len(requests)} requests "
         f"({', '.join(sorted({r.path for r in requests}))}), answer={result.get('answer')!r}",

@@ -326,20 +326,22 @@ CONFIGS: list[Config] = [
         ADK,
         "google-adk native OpenTelemetry (google.adk.telemetry.setup.maybe_set_otel_providers)",
         ["google-adk", "litellm", "openai", "google-genai", *OTEL_RELEVANT],
-        {**OTLP_ENV, **ADK_ENV, "ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS": "true"},
+        {**OTLP_ENV, **ADK_ENV, "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_ONLY"},
         agent="google_adk_agent",
-        notes="ADK defaults: legacy ADK spans with content (ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS defaults on).",
+        notes="Content on spans: OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=SPAN_ONLY "
+        "(gen_ai.input.messages / output.messages / system_instructions, tool call arguments/result).",
     ),
     Config(
-        "google-adk-latest-span",
+        "google-adk-default",
         "google-adk",
         "google-adk",
         ADK,
         "google-adk native OpenTelemetry (google.adk.telemetry.setup.maybe_set_otel_providers)",
         ["google-adk", "litellm", "openai", "google-genai", *OTEL_RELEVANT],
-        {**OTLP_ENV, **ADK_ENV, "OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental", "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_ONLY"},
+        {**OTLP_ENV, **ADK_ENV},
         agent="google_adk_agent",
-        notes="Latest experimental GenAI semconv, content on spans (SPAN_ONLY).",
+        notes="ADK defaults: NO content anywhere although ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS defaults on "
+        "(2.13's default schema is the semconv-aligned one, which reads only the OTel content variable).",
     ),
     Config(
         "google-adk-events",
@@ -370,9 +372,9 @@ CONFIGS: list[Config] = [
         ADK,
         "google-adk native OpenTelemetry (google.adk.telemetry.setup.maybe_set_otel_providers)",
         ["google-adk", "litellm", "openai", "google-genai", *OTEL_RELEVANT],
-        {**OTLP_ENV, **ADK_ENV, "CORPUS_TOOL_FAILS": "1"},
+        {**OTLP_ENV, **ADK_ENV, "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_ONLY", "CORPUS_TOOL_FAILS": "1"},
         agent="google_adk_agent",
-        notes="As google-adk-span, the tool raises RuntimeError('weather service unavailable'): the run fails after the first model call.",
+        notes="As google-adk-span (SPAN_ONLY), the tool raises RuntimeError('weather service unavailable'): the run fails after the first model call.",
     ),
 ]
 

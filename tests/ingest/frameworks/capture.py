@@ -376,6 +376,19 @@ CONFIGS: list[Config] = [
         agent="google_adk_agent",
         notes="As google-adk-span (SPAN_ONLY), the tool raises RuntimeError('weather service unavailable'): the run fails after the first model call.",
     ),
+    Config(
+        "llamaindex-openinference",
+        "llama-index",
+        "llamaindex",
+        ["llama-index-core==0.14.25", "llama-index-llms-openai==0.8.3",
+         "openinference-instrumentation-llama-index==4.6.1", *OTEL_HTTP],
+        "openinference-instrumentation-llama-index",
+        ["llama-index-core", "llama-index-llms-openai", "openai", "openinference-instrumentation-llama-index",
+         *OTEL_RELEVANT],
+        {**OTLP_ENV},
+        agent="llamaindex_agent",
+        notes="FunctionAgent + llama_index.llms.openai.OpenAI(api_base=...), LlamaIndexInstrumentor().instrument().",
+    ),
 ]
 
 

@@ -389,6 +389,22 @@ CONFIGS: list[Config] = [
         agent="llamaindex_agent",
         notes="FunctionAgent + llama_index.llms.openai.OpenAI(api_base=...), LlamaIndexInstrumentor().instrument().",
     ),
+    Config(
+        "crewai",
+        "crewai",
+        "crewai",
+        ["crewai==1.15.30", "openinference-instrumentation-crewai==1.1.21",
+         "openinference-instrumentation-openai==0.1.66", *OTEL_HTTP],
+        "openinference-instrumentation-crewai (+ openinference-instrumentation-openai for the LLM calls)",
+        ["crewai", "openai", "openinference-instrumentation-crewai", "openinference-instrumentation-openai",
+         *OTEL_RELEVANT],
+        {**OTLP_ENV, "CREWAI_DISABLE_TELEMETRY": "true", "CREWAI_TRACING_ENABLED": "false",
+         "CREWAI_DISABLE_TRACKING": "true"},
+        agent="crewai_agent",
+        notes="One Agent + one Task in a Crew, LLM('openai/gpt-4o-mini', base_url=...) (CrewAI's native OpenAI "
+        "provider). CrewAI's own tracing goes to its hosted platform (not OTLP), so the usual OTel route is "
+        "OpenInference; its anonymous telemetry is switched off.",
+    ),
 ]
 
 

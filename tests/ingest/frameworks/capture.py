@@ -106,6 +106,14 @@ STRANDS = ["strands-agents[openai,otel]==1.62.0", *OTEL_HTTP]
 ADK_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}  # no fetch of the cost map from outside
 ADK = ["google-adk[otel]==2.13.0", "litellm==1.106.2", "mcp==2.3.0", *OTEL_HTTP]
 
+NODE_ENV = {
+    "OTEL_EXPORTER_OTLP_ENDPOINT": "{otlp}",
+    "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+    "OTEL_METRICS_EXPORTER": "none",
+    "OTEL_LOGS_EXPORTER": "none",
+    "OTEL_BSP_SCHEDULE_DELAY": "200",
+}
+
 CONFIGS: list[Config] = [
     Config(
         "openai-agents-chat",
@@ -404,6 +412,39 @@ CONFIGS: list[Config] = [
         notes="One Agent + one Task in a Crew, LLM('openai/gpt-4o-mini', base_url=...) (CrewAI's native OpenAI "
         "provider). CrewAI's own tracing goes to its hosted platform (not OTLP), so the usual OTel route is "
         "OpenInference; its anonymous telemetry is switched off.",
+    ),
+    Config(
+        "vercel-ai-sdk",
+        "vercel-ai-sdk (TypeScript)",
+        "node",
+        [],
+        "@ai-sdk/otel (registerTelemetry) + @opentelemetry/sdk-node",
+        ["ai", "@ai-sdk/openai", "@ai-sdk/otel", "@opentelemetry/sdk-node", "@opentelemetry/api"],
+        {**NODE_ENV, "CORPUS_TELEMETRY": "semconv"},
+        notes="ToolLoopAgent + openai.chat(...), agent.generate; @ai-sdk/otel OpenTelemetry integration (GenAI semconv).",
+        node=True,
+    ),
+    Config(
+        "vercel-ai-sdk-legacy",
+        "vercel-ai-sdk (TypeScript)",
+        "node",
+        [],
+        "@ai-sdk/otel (registerTelemetry) + @opentelemetry/sdk-node",
+        ["ai", "@ai-sdk/openai", "@ai-sdk/otel", "@opentelemetry/sdk-node", "@opentelemetry/api"],
+        {**NODE_ENV, "CORPUS_TELEMETRY": "legacy"},
+        notes="As vercel-ai-sdk with LegacyOpenTelemetry (the ai.* attribute spans of AI SDK <= 6).",
+        node=True,
+    ),
+    Config(
+        "vercel-ai-sdk-responses-stream",
+        "vercel-ai-sdk (TypeScript)",
+        "node",
+        [],
+        "@ai-sdk/otel (registerTelemetry) + @opentelemetry/sdk-node",
+        ["ai", "@ai-sdk/openai", "@ai-sdk/otel", "@opentelemetry/sdk-node", "@opentelemetry/api"],
+        {**NODE_ENV, "CORPUS_TELEMETRY": "semconv", "CORPUS_MODEL_API": "responses", "CORPUS_STREAM": "1"},
+        notes="openai.responses(...) (Responses API SSE), agent.stream; OpenTelemetry integration.",
+        node=True,
     ),
 ]
 

@@ -109,7 +109,10 @@ def compare(expected: dict[str, Any], rows: list[dict[str, Any]], rewards: list[
         if not results:
             diffs.append(f"tool_result: no tool message (expected {short(expected['tool_result'])})")
         else:
-            check("tool_result.content", results[0]["content"], expected["tool_result"]["content"])
+            if expected["tool_result"]["content"] is not None:  # None: content-free run or an error text
+                check("tool_result.content", results[0]["content"], expected["tool_result"]["content"])
+            if expected["tool_result"].get("is_error"):
+                check("tool_result.is_error", results[0]["is_error"], True)
             if expected["tool_result"]["tool_call_id"]:
                 check("tool_result.tool_call_id", results[0]["tool_call_id"], expected["tool_result"]["tool_call_id"])
     check("final_output", row["final_output"], expected["final_output"])

@@ -113,6 +113,8 @@ def _usage_sent(exchange: dict[str, Any]) -> bool:
 def _recording_text(folder: Path, manifest: dict[str, Any]) -> str:
     parts = []
     for entry in manifest["requests"]:
+        if entry["path"].endswith("/metrics"):  # a trajectory is built from traces and logs only
+            continue
         try:
             document = decode(entry, folder)
         except Exception:  # noqa: BLE001 - a body we cannot decode contributes nothing
@@ -152,6 +154,9 @@ def expected_for(name: str) -> dict[str, Any]:
                     "tool_calls": [{"id": s.TOOL_CALL_ID, "name": s.TOOL_NAME, "arguments": s.TOOL_ARGUMENTS}],
                 }
             )
+    error = manifest["agent_result"].get("error")
+    if error and s.TOOL_ERROR_TEXT in error:  # the tool raised: its call ends the run as an error result
+        messages.append({"role": "tool", "content": None, "tool_call_id": s.TOOL_CALL_ID, "is_error": True})
     usage = [s.USAGE[e["turn"] - 1] for e in exchanges if _usage_sent(e)]
     text = _recording_text(folder, manifest)
     requested = request.get("model")
@@ -162,6 +167,10 @@ def expected_for(name: str) -> dict[str, Any]:
     else:
         model = requested
     failed = bool(manifest["agent_result"].get("error")) or not answered
+    has_content = s.TOOL_RESULT in text
+    if not has_content:  # a content-free run: the structure (calls, ids, names) is all there is
+        for message in messages:
+            message["content"] = None
     tool_message = next((m for m in messages if m["role"] == "tool" or "Observation:" in (m.get("content") or "")), None)
     notes = []
     if "conv-42" not in text:
@@ -180,11 +189,19 @@ def expected_for(name: str) -> dict[str, Any]:
         "source": "langfuse" if any("/api/public/otel/" in r["path"] for r in manifest["requests"]) else "otel",
         "roles": [m["role"] for m in messages],
         "messages": messages,
-        "tool_call": {"id": s.TOOL_CALL_ID, "name": s.TOOL_NAME, "arguments": json.loads(s.TOOL_ARGUMENTS)},
+        "tool_call": {
+            "id": s.TOOL_CALL_ID,
+            "name": s.TOOL_NAME,
+            "arguments": json.loads(s.TOOL_ARGUMENTS) if has_content else None,
+        },
         "tool_result": None
         if tool_message is None
-        else {"content": tool_message.get("content"), "tool_call_id": tool_message.get("tool_call_id")},
-        "final_output": None if failed else s.FINAL_ANSWER,
+        else {
+            "content": tool_message.get("content"),
+            "tool_call_id": tool_message.get("tool_call_id"),
+            "is_error": bool(tool_message.get("is_error")),
+        },
+        "final_output": None if failed or not has_content else s.FINAL_ANSWER,
         "input_tokens": sum(u[0] for u in usage),
         "output_tokens": sum(u[1] for u in usage),
         "model": model,
@@ -194,7 +211,7 @@ def expected_for(name: str) -> dict[str, Any]:
         "user_id": "user-7" if "user-7" in text else None,
         "status": "error" if failed else "ok",
         "error": manifest["agent_result"].get("error"),
-        "has_content": s.TOOL_RESULT in text,
+        "has_content": has_content,
         "scores": ["user_feedback", "tone"] if any(r["path"] == "/api/public/scores" for r in manifest["requests"]) else [],
         "notes": notes,
     }

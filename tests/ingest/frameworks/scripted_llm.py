@@ -49,6 +49,7 @@ SYSTEM_PROMPT = "You are a weather assistant. Use the get_weather tool to answer
 USAGE = [(40, 12), (70, 9)]  # (input, output) tokens of turn 1 (tool call) and turn 2 (answer)
 INPUT_TOKENS = sum(u[0] for u in USAGE)
 OUTPUT_TOKENS = sum(u[1] for u in USAGE)
+TOOL_ERROR_TEXT = "weather service unavailable"  # what the tool raises in a failing run (agents/corpus_common.py)
 ERROR_MESSAGE = "The scripted model failed on purpose (failing run)."
 # Frameworks that end a run only through a `final_answer` tool (smolagents) get the answer as
 # that tool's call on turn 2, when they offer it.

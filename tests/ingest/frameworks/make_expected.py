@@ -167,11 +167,18 @@ def expected_for(name: str) -> dict[str, Any]:
     else:
         model = requested
     failed = bool(manifest["agent_result"].get("error")) or not answered
-    has_content = s.TOOL_RESULT in text
+    has_content = s.TOOL_RESULT in text or s.QUESTION in text
     if not has_content:  # a content-free run: the structure (calls, ids, names) is all there is
         for message in messages:
             message["content"] = None
-    tool_message = next((m for m in messages if m["role"] == "tool" or "Observation:" in (m.get("content") or "")), None)
+    tool_message = next(
+        (
+            m
+            for m in messages
+            if m["role"] == "tool" or (m["role"] == "user" and (m.get("content") or "").startswith("Observation:"))
+        ),
+        None,
+    )
     notes = []
     if "conv-42" not in text:
         notes.append("the session id the agent set (conv-42) is not in the telemetry")
@@ -202,8 +209,8 @@ def expected_for(name: str) -> dict[str, Any]:
             "is_error": bool(tool_message.get("is_error")),
         },
         "final_output": None if failed or not has_content else s.FINAL_ANSWER,
-        "input_tokens": sum(u[0] for u in usage),
-        "output_tokens": sum(u[1] for u in usage),
+        "input_tokens": sum(u[0] for u in usage) if usage else None,
+        "output_tokens": sum(u[1] for u in usage) if usage else None,
         "model": model,
         "agent_name": AGENT_NAMES.get(manifest["framework"]),
         "tools": _tools(request),

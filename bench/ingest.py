@@ -224,7 +224,7 @@ def bench_assembly(bodies: list[bytes]) -> dict[str, float]:
     """`assemble` (spans -> trajectories) over the same traces: what the assembler thread sustains."""
     import pyarrow as pa
 
-    from ingest.assemble import assemble
+    from ingest.assembly import assemble
     from ingest.otlp.convert import spans_from_request
 
     tables = []

@@ -19,7 +19,7 @@ Public surface:
 - `normalize.normalize_span(span)`: one span -> `LLMCall` | `ToolCall` | None.
 """
 
-from ingest.assemble import Assembled, assemble, span_dicts
+from ingest.assembly import Assembled, assemble, span_dicts
 from ingest.errors import (
     IngestError,
     MalformedPayload,

@@ -1,6 +1,6 @@
 """The lake edge of assembly: one path from stored spans to trajectories and rewards.
 
-`assemble` (`ingest.assemble`) is pure; this module is the I/O around it, shared by
+`assemble` (`ingest.assembly`) is pure; this module is the I/O around it, shared by
 every source: the OTLP collector and in-process exporter (traces that just completed),
 the Langfuse puller and importer (traces a page touched), and `trajlake assemble`
 (every trace, or those since a date).
@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import store
-from ingest.assemble import assemble
+from ingest.assembly import assemble
 from store.schema import PARTITION_COLUMN, REWARDS, SPANS, TRAJECTORIES, WRITTEN_AT
 
 LakeLike = store.Lake | str | os.PathLike[str]

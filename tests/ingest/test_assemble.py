@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 import store
 from flows.cli import app as cli_app
-from ingest.assemble import assemble
+from ingest.assembly import assemble
 from ingest.otlp.convert import ROW_SCHEMA
 from store.schema import REWARDS, TRAJECTORIES
 

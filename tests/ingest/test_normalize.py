@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ingest.normalize import LLMCall, ToolCall, normalize_span
-from ingest.normalize.genai import normalize_genai
-from ingest.normalize.langfuse import normalize_langfuse
-from ingest.normalize.openinference import normalize_openinference
-from ingest.normalize.openllmetry import normalize_openllmetry
+from ingest.assembly.normalize import LLMCall, ToolCall, normalize_span
+from ingest.assembly.normalize.genai import normalize_genai
+from ingest.assembly.normalize.langfuse import normalize_langfuse
+from ingest.assembly.normalize.openinference import normalize_openinference
+from ingest.assembly.normalize.openllmetry import normalize_openllmetry
 
 
 def get_span(

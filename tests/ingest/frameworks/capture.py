@@ -214,8 +214,15 @@ CONFIGS: list[Config] = [
         "langgraph",
         LANGGRAPH,
         "openinference-instrumentation-langchain",
-        ["langgraph", "langgraph-prebuilt", "langchain-core", "langchain-openai", "openai",
-         "openinference-instrumentation-langchain", *OTEL_RELEVANT],
+        [
+            "langgraph",
+            "langgraph-prebuilt",
+            "langchain-core",
+            "langchain-openai",
+            "openai",
+            "openinference-instrumentation-langchain",
+            *OTEL_RELEVANT,
+        ],
         {**OTLP_ENV, "CORPUS_TRACING": "openinference"},
         agent="langgraph_agent",
         notes="langgraph.prebuilt.create_react_agent + ChatOpenAI(base_url=...), LangChainInstrumentor().instrument().",
@@ -226,8 +233,15 @@ CONFIGS: list[Config] = [
         "langgraph",
         LANGGRAPH,
         "openinference-instrumentation-langchain",
-        ["langgraph", "langgraph-prebuilt", "langchain-core", "langchain-openai", "openai",
-         "openinference-instrumentation-langchain", *OTEL_RELEVANT],
+        [
+            "langgraph",
+            "langgraph-prebuilt",
+            "langchain-core",
+            "langchain-openai",
+            "openai",
+            "openinference-instrumentation-langchain",
+            *OTEL_RELEVANT,
+        ],
         {**OTLP_ENV, "CORPUS_TRACING": "openinference", "CORPUS_STREAM": "1"},
         agent="langgraph_agent",
         notes="As langgraph-openinference, ChatOpenAI(streaming=True, stream_usage=True) and graph.stream().",
@@ -238,8 +252,15 @@ CONFIGS: list[Config] = [
         "langgraph",
         LANGGRAPH,
         "opentelemetry-instrumentation-langchain (OpenLLMetry)",
-        ["langgraph", "langgraph-prebuilt", "langchain-core", "langchain-openai", "openai",
-         "opentelemetry-instrumentation-langchain", *OTEL_RELEVANT],
+        [
+            "langgraph",
+            "langgraph-prebuilt",
+            "langchain-core",
+            "langchain-openai",
+            "openai",
+            "opentelemetry-instrumentation-langchain",
+            *OTEL_RELEVANT,
+        ],
         {**OTLP_ENV, "CORPUS_TRACING": "openllmetry", "TRACELOOP_TRACE_CONTENT": "true"},
         agent="langgraph_agent",
         notes="LangchainInstrumentor().instrument() on the SDK's TracerProvider; content on spans "
@@ -251,8 +272,17 @@ CONFIGS: list[Config] = [
         "langgraph",
         LANGGRAPH,
         "traceloop-sdk (Traceloop.init)",
-        ["langgraph", "langgraph-prebuilt", "langchain-core", "langchain-openai", "openai", "traceloop-sdk",
-         "opentelemetry-instrumentation-langchain", "opentelemetry-instrumentation-openai", *OTEL_RELEVANT],
+        [
+            "langgraph",
+            "langgraph-prebuilt",
+            "langchain-core",
+            "langchain-openai",
+            "openai",
+            "traceloop-sdk",
+            "opentelemetry-instrumentation-langchain",
+            "opentelemetry-instrumentation-openai",
+            *OTEL_RELEVANT,
+        ],
         {"CORPUS_TRACING": "traceloop", "TRACELOOP_TRACE_CONTENT": "true", "TRACELOOP_TELEMETRY": "false"},
         agent="langgraph_agent",
         notes="Traceloop.init(app_name=..., api_endpoint=<recorder>, disable_batch=True): instruments LangChain "
@@ -322,8 +352,11 @@ CONFIGS: list[Config] = [
         STRANDS,
         "strands-agents native OpenTelemetry (StrandsTelemetry().setup_otlp_exporter())",
         ["strands-agents", "openai", *OTEL_RELEVANT],
-        {**OTLP_ENV, "CORPUS_MODEL_API": "responses",
-         "OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental,gen_ai_tool_definitions"},
+        {
+            **OTLP_ENV,
+            "CORPUS_MODEL_API": "responses",
+            "OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental,gen_ai_tool_definitions",
+        },
         agent="strands_agent",
         notes="OpenAIResponsesModel (Responses API, streaming events), latest semconv.",
     ),
@@ -358,7 +391,12 @@ CONFIGS: list[Config] = [
         ADK,
         "google-adk native OpenTelemetry (google.adk.telemetry.setup.maybe_set_otel_providers)",
         ["google-adk", "litellm", "openai", "google-genai", *OTEL_RELEVANT],
-        {**OTLP_ENV, **ADK_ENV, "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "EVENT_ONLY", "ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS": "false"},
+        {
+            **OTLP_ENV,
+            **ADK_ENV,
+            "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "EVENT_ONLY",
+            "ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS": "false",
+        },
         agent="google_adk_agent",
         notes="Content only in log records (gen_ai.* events) sent to /v1/logs; none on spans.",
     ),
@@ -369,7 +407,12 @@ CONFIGS: list[Config] = [
         ADK,
         "google-adk native OpenTelemetry (google.adk.telemetry.setup.maybe_set_otel_providers)",
         ["google-adk", "litellm", "openai", "google-genai", *OTEL_RELEVANT],
-        {**OTLP_ENV, **ADK_ENV, "ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS": "false", "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "NO_CONTENT"},
+        {
+            **OTLP_ENV,
+            **ADK_ENV,
+            "ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS": "false",
+            "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "NO_CONTENT",
+        },
         agent="google_adk_agent",
         notes="No content anywhere: structure, usage and tool names only.",
     ),
@@ -380,7 +423,12 @@ CONFIGS: list[Config] = [
         ADK,
         "google-adk native OpenTelemetry (google.adk.telemetry.setup.maybe_set_otel_providers)",
         ["google-adk", "litellm", "openai", "google-genai", *OTEL_RELEVANT],
-        {**OTLP_ENV, **ADK_ENV, "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_ONLY", "CORPUS_TOOL_FAILS": "1"},
+        {
+            **OTLP_ENV,
+            **ADK_ENV,
+            "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_ONLY",
+            "CORPUS_TOOL_FAILS": "1",
+        },
         agent="google_adk_agent",
         notes="As google-adk-span (SPAN_ONLY), the tool raises RuntimeError('weather service unavailable'): the run fails after the first model call.",
     ),
@@ -388,11 +436,20 @@ CONFIGS: list[Config] = [
         "llamaindex-openinference",
         "llama-index",
         "llamaindex",
-        ["llama-index-core==0.14.25", "llama-index-llms-openai==0.8.3",
-         "openinference-instrumentation-llama-index==4.6.1", *OTEL_HTTP],
+        [
+            "llama-index-core==0.14.25",
+            "llama-index-llms-openai==0.8.3",
+            "openinference-instrumentation-llama-index==4.6.1",
+            *OTEL_HTTP,
+        ],
         "openinference-instrumentation-llama-index",
-        ["llama-index-core", "llama-index-llms-openai", "openai", "openinference-instrumentation-llama-index",
-         *OTEL_RELEVANT],
+        [
+            "llama-index-core",
+            "llama-index-llms-openai",
+            "openai",
+            "openinference-instrumentation-llama-index",
+            *OTEL_RELEVANT,
+        ],
         {**OTLP_ENV},
         agent="llamaindex_agent",
         notes="FunctionAgent + llama_index.llms.openai.OpenAI(api_base=...), LlamaIndexInstrumentor().instrument().",
@@ -401,13 +458,26 @@ CONFIGS: list[Config] = [
         "crewai",
         "crewai",
         "crewai",
-        ["crewai==1.15.30", "openinference-instrumentation-crewai==1.1.21",
-         "openinference-instrumentation-openai==0.1.66", *OTEL_HTTP],
+        [
+            "crewai==1.15.30",
+            "openinference-instrumentation-crewai==1.1.21",
+            "openinference-instrumentation-openai==0.1.66",
+            *OTEL_HTTP,
+        ],
         "openinference-instrumentation-crewai (+ openinference-instrumentation-openai for the LLM calls)",
-        ["crewai", "openai", "openinference-instrumentation-crewai", "openinference-instrumentation-openai",
-         *OTEL_RELEVANT],
-        {**OTLP_ENV, "CREWAI_DISABLE_TELEMETRY": "true", "CREWAI_TRACING_ENABLED": "false",
-         "CREWAI_DISABLE_TRACKING": "true"},
+        [
+            "crewai",
+            "openai",
+            "openinference-instrumentation-crewai",
+            "openinference-instrumentation-openai",
+            *OTEL_RELEVANT,
+        ],
+        {
+            **OTLP_ENV,
+            "CREWAI_DISABLE_TELEMETRY": "true",
+            "CREWAI_TRACING_ENABLED": "false",
+            "CREWAI_DISABLE_TRACKING": "true",
+        },
         agent="crewai_agent",
         notes="One Agent + one Task in a Crew, LLM('openai/gpt-4o-mini', base_url=...) (CrewAI's native OpenAI "
         "provider). CrewAI's own tracing goes to its hosted platform (not OTLP), so the usual OTel route is "
@@ -514,7 +584,9 @@ def installed_versions(config: Config, python: Path | None, node_dir: Path | Non
             package = node_dir / "node_modules" / name / "package.json"
             if package.exists():
                 versions[name] = json.loads(package.read_text())["version"]
-        versions["node"] = subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip()
+        versions["node"] = subprocess.run(
+            ["node", "--version"], capture_output=True, text=True
+        ).stdout.strip()
         return versions
     assert python is not None
     frozen = subprocess.run(
@@ -528,7 +600,9 @@ def installed_versions(config: Config, python: Path | None, node_dir: Path | Non
             if name.lower().replace("_", "-") in wanted:
                 versions[name] = version
     versions["python"] = subprocess.run(
-        [str(python), "-c", "import platform; print(platform.python_version())"], capture_output=True, text=True
+        [str(python), "-c", "import platform; print(platform.python_version())"],
+        capture_output=True,
+        text=True,
     ).stdout.strip()
     return dict(sorted(versions.items(), key=lambda kv: kv[0].lower()))
 
@@ -661,7 +735,11 @@ def capture(config: Config) -> dict[str, Any]:
     (out / "agent_output.txt").write_text(
         f"exit code {done.returncode}\n--- stdout\n{done.stdout[-6000:]}\n--- stderr\n{done.stderr[-12000:]}\n"
     )
-    status = "ok" if done.returncode == 0 and result.get("answer") else f"agent exit {done.returncode}, result {result}"
+    status = (
+        "ok"
+        if done.returncode == 0 and result.get("answer")
+        else f"agent exit {done.returncode}, result {result}"
+    )
     print(
         f"   {status}: {len(scripted.exchanges)} LLM calls, {len(requests)} requests "
         f"({', '.join(sorted({r.path for r in requests}))}), answer={result.get('answer')!r}",
@@ -673,7 +751,9 @@ def capture(config: Config) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("names", nargs="*", help="configurations to (re)capture; all when none")
     parser.add_argument("--list", action="store_true", help="list the configurations and exit")
     args = parser.parse_args(argv)

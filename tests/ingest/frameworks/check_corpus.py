@@ -24,8 +24,8 @@ from typing import Any
 import httpx
 
 import store
-from ingest.collector import create_app
-from ingest.config import CollectorConfig
+from ingest.otlp.app import create_app
+from ingest.otlp.config import CollectorConfig
 from store import Lake
 from tests.ingest.fake_openai import serve_in_thread
 
@@ -47,14 +47,16 @@ def replay(name: str, root: Path) -> tuple[list[dict[str, Any]], list[dict[str, 
                 headers["Content-Type"] = entry["content_type"]
             if entry["content_encoding"]:
                 headers["Content-Encoding"] = entry["content_encoding"]
-            response = client.post(url + entry["path"], content=(folder / entry["body_file"]).read_bytes(), headers=headers)
+            response = client.post(
+                url + entry["path"], content=(folder / entry["body_file"]).read_bytes(), headers=headers
+            )
             if not 200 <= response.status_code < 300:
                 answers.append(f"{entry['body_file']}: {response.status_code} {response.text[:120]!r}")
     trajectories: list[dict[str, Any]] = []
     rewards: list[dict[str, Any]] = []
     con = store.connect(lake)
     for table, out in (("trajectories", trajectories), ("rewards", rewards)):
-        if not lake.data_files(table):
+        if not lake.has_table(table):
             continue
         cursor = con.execute(f"SELECT * FROM {table}")
         columns = [d[0] for d in cursor.description]
@@ -71,7 +73,8 @@ def compare(expected: dict[str, Any], rows: list[dict[str, Any]], rewards: list[
     diffs: list[str] = []
     if len(rows) != expected["trajectories"]:
         described = [
-            f"{r['trajectory_id'][:8]}:{len(r['messages'] or [])}msgs/{r['agent_name']}/{r['status']}" for r in rows
+            f"{r['trajectory_id'][:8]}:{len(r['messages'] or [])}msgs/{r['agent_name']}/{r['status']}"
+            for r in rows
         ]
         diffs.append(f"trajectories: got {len(rows)} {described} expected {expected['trajectories']}")
     if not rows:
@@ -114,7 +117,11 @@ def compare(expected: dict[str, Any], rows: list[dict[str, Any]], rewards: list[
             if expected["tool_result"].get("is_error"):
                 check("tool_result.is_error", results[0]["is_error"], True)
             if expected["tool_result"]["tool_call_id"]:
-                check("tool_result.tool_call_id", results[0]["tool_call_id"], expected["tool_result"]["tool_call_id"])
+                check(
+                    "tool_result.tool_call_id",
+                    results[0]["tool_call_id"],
+                    expected["tool_result"]["tool_call_id"],
+                )
     check("final_output", row["final_output"], expected["final_output"])
     check("input_tokens", row["input_tokens"], expected["input_tokens"])
     check("output_tokens", row["output_tokens"], expected["output_tokens"])
@@ -138,11 +145,13 @@ def compare(expected: dict[str, Any], rows: list[dict[str, Any]], rewards: list[
         want_parameters = want.get("parameters") or {}
         check(
             f"tools.{want['name']}.parameters",
-            (sorted((parameters.get("properties") or {})), parameters.get("required")),
-            (sorted((want_parameters.get("properties") or {})), want_parameters.get("required")),
+            (sorted(parameters.get("properties") or {}), parameters.get("required")),
+            (sorted(want_parameters.get("properties") or {}), want_parameters.get("required")),
         )
         if not got.get("description"):
-            diffs.append(f"tools.{want['name']}.description: missing (expected {short(want['description'], 60)})")
+            diffs.append(
+                f"tools.{want['name']}.description: missing (expected {short(want['description'], 60)})"
+            )
     check("rewards", sorted(r["name"] for r in rewards), sorted(expected["scores"]))
     return diffs
 
@@ -157,7 +166,7 @@ def main() -> int:
             try:
                 rows, rewards, answers = replay(name, Path(tmp))
                 diffs = compare(expected, rows, rewards)
-            except Exception as exc:  # noqa: BLE001 - a diagnosis reports every failure and goes on
+            except Exception as exc:
                 answers, diffs = [], [f"replay failed: {type(exc).__name__}: {exc}"]
             if diffs:
                 failing += 1

@@ -103,7 +103,9 @@ def main() -> None:
     folder = HERE / "recordings" / name
     manifest = json.loads((folder / "manifest.json").read_text())
     for entry in manifest["requests"]:
-        print(f"#{entry['index']} {entry['method']} {entry['path']} {entry['content_type']} {entry['content_encoding']}")
+        print(
+            f"#{entry['index']} {entry['method']} {entry['path']} {entry['content_type']} {entry['content_encoding']}"
+        )
         document = decode(entry, folder)
         if document is None:
             continue
@@ -120,7 +122,9 @@ def main() -> None:
                         for key, value in attrs(span.get("attributes", [])).items():
                             print(f"      {key} = {short(value, full)}")
                         for event in span.get("events", []):
-                            print(f"      EVENT {event.get('name')} {short(attrs(event.get('attributes', [])), full)}")
+                            print(
+                                f"      EVENT {event.get('name')} {short(attrs(event.get('attributes', [])), full)}"
+                            )
         elif entry["path"].endswith("/logs"):
             for rl in document.get("resourceLogs", []):
                 for sl in rl.get("scopeLogs", []):

@@ -80,7 +80,7 @@ def _responses_messages(request: dict[str, Any]) -> list[dict[str, Any]]:
         items = [{"role": "user", "content": items}]
     for item in items or []:
         kind = item.get("type", "message")
-        if kind == "message" or "role" in item and kind not in ("function_call", "function_call_output"):
+        if kind == "message" or ("role" in item and kind not in ("function_call", "function_call_output")):
             out.append({"role": item["role"], "content": _text(item.get("content"))})
         elif kind == "function_call":
             call = {"id": item["call_id"], "name": item["name"], "arguments": item["arguments"]}
@@ -89,7 +89,9 @@ def _responses_messages(request: dict[str, Any]) -> list[dict[str, Any]]:
             else:
                 out.append({"role": "assistant", "content": None, "tool_calls": [call]})
         elif kind == "function_call_output":
-            out.append({"role": "tool", "content": _text(item.get("output")), "tool_call_id": item["call_id"]})
+            out.append(
+                {"role": "tool", "content": _text(item.get("output")), "tool_call_id": item["call_id"]}
+            )
     return out
 
 
@@ -97,7 +99,9 @@ def _tools(request: dict[str, Any]) -> list[dict[str, Any]]:
     tools = []
     for t in request.get("tools") or []:
         f = t.get("function") or t
-        tools.append({"name": f.get("name"), "description": f.get("description"), "parameters": f.get("parameters")})
+        tools.append(
+            {"name": f.get("name"), "description": f.get("description"), "parameters": f.get("parameters")}
+        )
     return tools
 
 
@@ -117,7 +121,7 @@ def _recording_text(folder: Path, manifest: dict[str, Any]) -> str:
             continue
         try:
             document = decode(entry, folder)
-        except Exception:  # noqa: BLE001 - a body we cannot decode contributes nothing
+        except Exception:
             continue
         if document is not None:
             parts.append(json.dumps(document))
@@ -140,7 +144,11 @@ def expected_for(name: str) -> dict[str, Any]:
                     "role": "assistant",
                     "content": None,
                     "tool_calls": [
-                        {"id": s.FINAL_CALL_ID, "name": s.FINAL_TOOL, "arguments": json.dumps({"answer": s.FINAL_ANSWER})}
+                        {
+                            "id": s.FINAL_CALL_ID,
+                            "name": s.FINAL_TOOL,
+                            "arguments": json.dumps({"answer": s.FINAL_ANSWER}),
+                        }
                     ],
                 }
             )
@@ -151,7 +159,9 @@ def expected_for(name: str) -> dict[str, Any]:
                 {
                     "role": "assistant",
                     "content": None,
-                    "tool_calls": [{"id": s.TOOL_CALL_ID, "name": s.TOOL_NAME, "arguments": s.TOOL_ARGUMENTS}],
+                    "tool_calls": [
+                        {"id": s.TOOL_CALL_ID, "name": s.TOOL_NAME, "arguments": s.TOOL_ARGUMENTS}
+                    ],
                 }
             )
     error = manifest["agent_result"].get("error")
@@ -175,7 +185,8 @@ def expected_for(name: str) -> dict[str, Any]:
         (
             m
             for m in messages
-            if m["role"] == "tool" or (m["role"] == "user" and (m.get("content") or "").startswith("Observation:"))
+            if m["role"] == "tool"
+            or (m["role"] == "user" and (m.get("content") or "").startswith("Observation:"))
         ),
         None,
     )
@@ -187,13 +198,17 @@ def expected_for(name: str) -> dict[str, Any]:
     if not usage or len(usage) < len([e for e in exchanges if e["status"] == 200]):
         notes.append("some model answers carried no usage (stream without include_usage)")
     if any(m["role"] == "user" and "Observation:" in (m.get("content") or "") for m in messages):
-        notes.append("the framework sends tool calls and results to the model as text (assistant "
-                     "'Calling tools:' / user 'Observation:'); the roles here are what the model saw")
+        notes.append(
+            "the framework sends tool calls and results to the model as text (assistant "
+            "'Calling tools:' / user 'Observation:'); the roles here are what the model saw"
+        )
     return {
         "config": name,
         "framework": manifest["framework"],
         "trajectories": 1,
-        "source": "langfuse" if any("/api/public/otel/" in r["path"] for r in manifest["requests"]) else "otel",
+        "source": "langfuse"
+        if any("/api/public/otel/" in r["path"] for r in manifest["requests"])
+        else "otel",
         "roles": [m["role"] for m in messages],
         "messages": messages,
         "tool_call": {
@@ -219,19 +234,25 @@ def expected_for(name: str) -> dict[str, Any]:
         "status": "error" if failed else "ok",
         "error": manifest["agent_result"].get("error"),
         "has_content": has_content,
-        "scores": ["user_feedback", "tone"] if any(r["path"] == "/api/public/scores" for r in manifest["requests"]) else [],
+        "scores": ["user_feedback", "tone"]
+        if any(r["path"] == "/api/public/scores" for r in manifest["requests"])
+        else [],
         "notes": notes,
     }
 
 
 def main() -> None:
-    names = sys.argv[1:] or sorted(p.name for p in (HERE / "recordings").iterdir() if (p / "manifest.json").exists())
+    names = sys.argv[1:] or sorted(
+        p.name for p in (HERE / "recordings").iterdir() if (p / "manifest.json").exists()
+    )
     (HERE / "expected").mkdir(exist_ok=True)
     for name in names:
         expected = expected_for(name)
         (HERE / "expected" / f"{name}.json").write_text(json.dumps(expected, indent=1) + "\n")
-        print(f"{name}: roles={expected['roles']} tokens={expected['input_tokens']}/{expected['output_tokens']} "
-              f"model={expected['model']} session={expected['session_id']} user={expected['user_id']}")
+        print(
+            f"{name}: roles={expected['roles']} tokens={expected['input_tokens']}/{expected['output_tokens']} "
+            f"model={expected['model']} session={expected['session_id']} user={expected['user_id']}"
+        )
 
 
 if __name__ == "__main__":

@@ -60,7 +60,9 @@ class Recorder:
     def __init__(self) -> None:
         self.requests: list[Recorded] = []
         self._lock = threading.Lock()
-        self.app = Starlette(routes=[Route("/{path:path}", self.handle, methods=["GET", "POST", "PUT", "PATCH"])])
+        self.app = Starlette(
+            routes=[Route("/{path:path}", self.handle, methods=["GET", "POST", "PUT", "PATCH"])]
+        )
 
     def last_arrival(self) -> float:
         with self._lock:
@@ -140,6 +142,12 @@ class Recorder:
 def describe(requests: list[Recorded]) -> list[dict[str, Any]]:
     """A short summary, for logs."""
     return [
-        {"method": r.method, "path": r.path, "bytes": len(r.body), "type": r.content_type, "enc": r.content_encoding}
+        {
+            "method": r.method,
+            "path": r.path,
+            "bytes": len(r.body),
+            "type": r.content_type,
+            "enc": r.content_encoding,
+        }
         for r in requests
     ]

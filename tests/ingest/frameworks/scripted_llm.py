@@ -49,7 +49,9 @@ SYSTEM_PROMPT = "You are a weather assistant. Use the get_weather tool to answer
 USAGE = [(40, 12), (70, 9)]  # (input, output) tokens of turn 1 (tool call) and turn 2 (answer)
 INPUT_TOKENS = sum(u[0] for u in USAGE)
 OUTPUT_TOKENS = sum(u[1] for u in USAGE)
-TOOL_ERROR_TEXT = "weather service unavailable"  # what the tool raises in a failing run (agents/corpus_common.py)
+TOOL_ERROR_TEXT = (
+    "weather service unavailable"  # what the tool raises in a failing run (agents/corpus_common.py)
+)
 ERROR_MESSAGE = "The scripted model failed on purpose (failing run)."
 # Frameworks that end a run only through a `final_answer` tool (smolagents) get the answer as
 # that tool's call on turn 2, when they offer it.
@@ -130,7 +132,10 @@ class ScriptedLLM:
 
     async def models(self, request: Request) -> JSONResponse:
         return JSONResponse(
-            {"object": "list", "data": [{"id": MODEL, "object": "model", "created": 0, "owned_by": "scripted"}]}
+            {
+                "object": "list",
+                "data": [{"id": MODEL, "object": "model", "created": 0, "owned_by": "scripted"}],
+            }
         )
 
     # --- chat completions
@@ -155,7 +160,9 @@ class ScriptedLLM:
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             return StreamingResponse(
-                self._chat_stream(completion_id, created, turn, usage, include_usage, _offers_final_tool(body)),
+                self._chat_stream(
+                    completion_id, created, turn, usage, include_usage, _offers_final_tool(body)
+                ),
                 media_type="text/event-stream",
             )
         if turn == 1:
@@ -358,9 +365,15 @@ class ScriptedLLM:
         yield event("response.created", response=started)
         yield event("response.in_progress", response=started)
         if item["type"] == "function_call":
-            yield event("response.output_item.added", output_index=0, item={**item, "arguments": "", "status": "in_progress"})
+            yield event(
+                "response.output_item.added",
+                output_index=0,
+                item={**item, "arguments": "", "status": "in_progress"},
+            )
             for piece in _chunks(TOOL_ARGUMENTS, 6):
-                yield event("response.function_call_arguments.delta", item_id=item["id"], output_index=0, delta=piece)
+                yield event(
+                    "response.function_call_arguments.delta", item_id=item["id"], output_index=0, delta=piece
+                )
             yield event(
                 "response.function_call_arguments.done",
                 item_id=item["id"],
@@ -375,7 +388,9 @@ class ScriptedLLM:
                 item={**item, "status": "in_progress", "content": []},
             )
             part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-            yield event("response.content_part.added", item_id=item["id"], output_index=0, content_index=0, part=part)
+            yield event(
+                "response.content_part.added", item_id=item["id"], output_index=0, content_index=0, part=part
+            )
             for piece in _chunks(FINAL_ANSWER, 8):
                 yield event(
                     "response.output_text.delta",
@@ -415,7 +430,9 @@ def serve_in_thread(app: Any, port: int | None = None) -> Iterator[str]:
     """Run an ASGI app with uvicorn on a free loopback port; yields its base URL (no trailing slash)."""
     port = port or free_port()
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off", access_log=False)
+        uvicorn.Config(
+            app, host="127.0.0.1", port=port, log_level="warning", lifespan="off", access_log=False
+        )
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

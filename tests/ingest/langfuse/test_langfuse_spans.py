@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import pytest
 
 import store
+from ingest.assembly.normalize import LLMCall, ToolCall, normalize_span
 from ingest.langfuse import observation_to_span, to_span_id, to_trace_id, trace_to_spans
-from ingest.normalize import LLMCall, ToolCall, normalize_span
 from ingest.records import BadRecord
 
 NOW = datetime(2026, 11, 20, 12, tzinfo=UTC)

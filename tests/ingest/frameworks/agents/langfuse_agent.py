@@ -62,7 +62,9 @@ def complete(messages: list[dict]) -> dict:
             if delta.content:
                 message["content"] += delta.content
             for call in delta.tool_calls or []:
-                slot = calls.setdefault(call.index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+                slot = calls.setdefault(
+                    call.index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+                )
                 if call.id:
                     slot["id"] = call.id
                 if call.function and call.function.name:
@@ -80,7 +82,10 @@ def weather_agent(question: str) -> str:
     global TRACE_ID
     TRACE_ID = get_client().get_current_trace_id()
     with propagate_attributes(user_id=c.USER_ID, session_id=c.SESSION_ID, trace_name=c.AGENT_NAME):
-        messages: list[dict] = [{"role": "system", "content": c.INSTRUCTIONS}, {"role": "user", "content": question}]
+        messages: list[dict] = [
+            {"role": "system", "content": c.INSTRUCTIONS},
+            {"role": "user", "content": question},
+        ]
         for _ in range(4):
             message = complete(messages)
             messages.append(message)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ingest.normalize.types import (
+from ingest.assembly.normalize.types import (
     LLMCall,
     Message,
     Span,

@@ -13,11 +13,11 @@ legacy keys are unmistakable; everything else is read as OTel GenAI semconv).
 
 from __future__ import annotations
 
-from ingest.normalize.genai import normalize_genai
-from ingest.normalize.langfuse import is_langfuse_span, normalize_langfuse
-from ingest.normalize.openinference import is_openinference_span, normalize_openinference
-from ingest.normalize.openllmetry import is_openllmetry_span, normalize_openllmetry
-from ingest.normalize.types import LLMCall, Message, Span, ToolCall, make_message
+from ingest.assembly.normalize.genai import normalize_genai
+from ingest.assembly.normalize.langfuse import is_langfuse_span, normalize_langfuse
+from ingest.assembly.normalize.openinference import is_openinference_span, normalize_openinference
+from ingest.assembly.normalize.openllmetry import is_openllmetry_span, normalize_openllmetry
+from ingest.assembly.normalize.types import LLMCall, Message, Span, ToolCall, make_message
 
 __all__ = [
     "LLMCall",

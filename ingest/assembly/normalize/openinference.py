@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ingest.normalize.genai import messages_from_openai
-from ingest.normalize.types import (
+from ingest.assembly.normalize.genai import messages_from_openai
+from ingest.assembly.normalize.types import (
     LLMCall,
     Message,
     Span,

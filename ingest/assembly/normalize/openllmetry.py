@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ingest.normalize.genai import llm_fields, normalize_genai_llm
-from ingest.normalize.types import (
+from ingest.assembly.normalize.genai import llm_fields, normalize_genai_llm
+from ingest.assembly.normalize.types import (
     LLMCall,
     Message,
     Span,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ingest.normalize.types import LLMCall, Message, ToolCall, make_message
+from ingest.assembly.normalize.types import LLMCall, Message, ToolCall, make_message
 
 Key = tuple[Any, ...]
 

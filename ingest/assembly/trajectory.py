@@ -1,0 +1,121 @@
+"""One agent run as a `trajectories` row: its conversation, tools, usage, names and ids."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from ingest.assembly.conversation import build_conversation, final_output
+from ingest.assembly.normalize import LLMCall, Span, ToolCall
+from ingest.assembly.normalize.genai import tool_definitions
+from ingest.assembly.normalize.types import first
+from ingest.assembly.runs import Run
+from store.schema import PARTITION_COLUMN, WRITTEN_AT
+
+SESSION_KEYS = (
+    "langfuse.session.id",
+    "session.id",
+    "gen_ai.conversation.id",
+    "traceloop.association.properties.session_id",
+    "langfuse.observation.metadata.langfuse_session_id",
+)
+USER_KEYS = ("langfuse.user.id", "user.id", "traceloop.association.properties.user_id", "enduser.id")
+AGENT_NAME_KEYS = ("gen_ai.agent.name", "agent.name", "traceloop.entity.name", "graph.node.name")
+TRACE_NAME_KEYS = ("langfuse.trace.name", "traceloop.workflow.name", "gen_ai.workflow.name")
+
+
+def _tools(calls: Sequence[LLMCall | ToolCall], spans: list[Span]) -> list[dict[str, Any]]:
+    """Tool definitions from the chat calls, then from agent/workflow spans that declare them."""
+    tools: dict[str, dict[str, Any]] = {}
+    for call in calls:
+        if isinstance(call, LLMCall):
+            for tool in call.tools:
+                tools.setdefault(tool["function"]["name"], tool)
+    for span in spans:
+        for tool in tool_definitions(span["attributes"]):
+            tools.setdefault(tool["function"]["name"], tool)
+    return list(tools.values())
+
+
+def _sum(values: list[int | None]) -> int | None:
+    present = [v for v in values if v is not None]
+    return sum(present) if present else None
+
+
+def _agent_name(run: Run, trace_spans: list[Span]) -> str | None:
+    if run.agent_span is not None:
+        attrs = run.agent_span["attributes"]
+        name = first(attrs, *AGENT_NAME_KEYS)
+        if name is None:
+            span_name = str(run.agent_span.get("name") or "")
+            name = span_name.split(" ", 1)[1] if span_name.startswith("invoke_agent ") else span_name or None
+        return str(name) if name is not None else None
+    for span in trace_spans:
+        name = first(span["attributes"], *TRACE_NAME_KEYS, "gen_ai.agent.name")
+        if name is not None:
+            return str(name)
+    roots = [s for s in trace_spans if not s.get("parent_span_id")]
+    return (roots[0].get("service_name") or roots[0].get("name")) if roots else None
+
+
+def _lookup(spans: list[Span], keys: tuple[str, ...]) -> str | None:
+    for span in spans:
+        value = first(span["attributes"], *keys)
+        if value is not None:
+            return str(value)
+    return None
+
+
+def trajectory_row(run: Run, trace_spans: list[Span], has_root: bool) -> dict[str, Any] | None:
+    llm_calls = [c for c in run.calls if isinstance(c, LLMCall)]
+    if not llm_calls:
+        return None
+    tool_calls = [c for c in run.calls if isinstance(c, ToolCall)]
+    messages = build_conversation(run.calls)
+    last = llm_calls[-1]
+    starts = [s["start_time"] for s in run.spans if s.get("start_time")]
+    ends = [s["end_time"] for s in run.spans if s.get("end_time")]
+    errored = any(c.error for c in llm_calls) or (
+        run.agent_span is not None and run.agent_span.get("status_code") == "ERROR"
+    )
+    sources = sorted({str(s.get("source") or "otel") for s in run.spans})
+    metadata = {
+        "llm_calls": len(llm_calls),
+        "tool_calls": len(tool_calls),
+        "span_count": len(run.spans),
+        "conventions": sorted({c.convention for c in run.calls}),
+        "provider": last.provider,
+        "params": last.params,
+        "finish_reasons": last.finish_reasons,
+        "response_ids": [c.response_id for c in llm_calls if c.response_id],
+        "service_name": next((s.get("service_name") for s in run.spans if s.get("service_name")), None),
+        "parent_trajectory_id": run.parent_id,
+        "agent_span_id": run.agent_span["span_id"] if run.agent_span else None,
+    }
+    started = min(starts)
+    return {
+        "trajectory_id": run.trajectory_id,
+        "source": "langfuse" if sources == ["langfuse"] else "otel",
+        "trace_id": trace_spans[0]["trace_id"],
+        "session_id": _lookup(run.spans, SESSION_KEYS) or _lookup(trace_spans, SESSION_KEYS),
+        "user_id": _lookup(run.spans, USER_KEYS) or _lookup(trace_spans, USER_KEYS),
+        "agent_name": _agent_name(run, trace_spans),
+        "model": last.model,
+        "started_at": started,
+        "ended_at": max(ends) if ends else None,
+        "messages": messages,
+        "tools": json.dumps(_tools(llm_calls, run.spans), sort_keys=True),
+        "final_output": final_output(messages),
+        "input_tokens": _sum([c.input_tokens for c in llm_calls]),
+        "output_tokens": _sum([c.output_tokens for c in llm_calls]),
+        "scenario_id": None,
+        "group_id": None,
+        "policy": last.model,
+        "turns": [],
+        "metadata": json.dumps(metadata, sort_keys=True, default=str),
+        "has_content": any(c.has_content for c in llm_calls),
+        "status": "error" if errored else ("ok" if has_root else "truncated"),
+        WRITTEN_AT: None,
+        PARTITION_COLUMN: started.date(),
+    }

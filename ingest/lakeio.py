@@ -16,6 +16,7 @@ the Langfuse puller and importer (traces a page touched), and `trajlake assemble
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 from collections import deque
@@ -28,8 +29,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import store
-from ingest.assembly import assemble
-from store.schema import PARTITION_COLUMN, REWARDS, SPANS, TRAJECTORIES, WRITTEN_AT
+from ingest.assembly import Assembled, assemble
+from store.schema import INGEST_ERRORS, PARTITION_COLUMN, REWARDS, SPANS, TRAJECTORIES, WRITTEN_AT
+
+log = logging.getLogger("trajlake.ingest.lakeio")
 
 LakeLike = store.Lake | str | os.PathLike[str]
 CHUNK_ROWS = 50_000
@@ -42,11 +45,24 @@ class AssembleResult:
     traces: int = 0
     trajectories: int = 0
     rewards: int = 0
+    failed: int = 0  # traces whose assembly failed: rows in `ingest_errors`, spans kept
 
     def add(self, other: AssembleResult) -> None:
         self.traces += other.traces
         self.trajectories += other.trajectories
         self.rewards += other.rewards
+        self.failed += other.failed
+
+    def summary(self) -> str:
+        failed = (
+            f"; {self.failed:,} traces failed to assemble (their spans are kept; see "
+            "`SELECT * FROM ingest_errors WHERE status = 'failed'`)"
+            if self.failed
+            else ""
+        )
+        return (
+            f"{self.traces:,} traces -> {self.trajectories:,} trajectories, {self.rewards:,} rewards{failed}"
+        )
 
 
 def spans_of_traces(
@@ -95,13 +111,12 @@ def spans_of_traces(
             yield carry
 
 
-def _assemble_chunk(spans: pa.Table) -> tuple[int, pa.Table, pa.Table]:
-    """(traces, trajectories, rewards) of one chunk; top level so worker processes can run it."""
-    assembled = assemble(spans)
-    return assembled.traces, assembled.trajectories, assembled.rewards
+def _assemble_chunk(spans: pa.Table) -> Assembled:
+    """One chunk assembled; top level so worker processes can run it."""
+    return assemble(spans)
 
 
-def _chunks_in_order(chunks: Iterator[pa.Table], workers: int) -> Iterator[tuple[int, pa.Table, pa.Table]]:
+def _chunks_in_order(chunks: Iterator[pa.Table], workers: int) -> Iterator[Assembled]:
     """`_assemble_chunk` over `chunks`, in order; with `workers` > 1 in that many processes,
     at most two chunks per worker in flight so memory stays bounded."""
     if workers <= 1:
@@ -109,7 +124,7 @@ def _chunks_in_order(chunks: Iterator[pa.Table], workers: int) -> Iterator[tuple
         return
     # spawn, not fork: the parent holds DuckDB and Arrow thread pools that must not be forked.
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        pending: deque[Future[tuple[int, pa.Table, pa.Table]]] = deque()
+        pending: deque[Future[Assembled]] = deque()
         for chunk in chunks:
             pending.append(pool.submit(_assemble_chunk, chunk))
             if len(pending) >= 2 * workers:
@@ -132,6 +147,8 @@ def write_chunks(
     """
     result = AssembleResult()
     rewards: list[pa.Table] = []
+    failures: list[pa.Table] = []
+    assembled: list[str] = []
     span_days: set[date] = set()  # filled while the write reads the chunks, used when it commits
 
     def noting_days(tables: Iterator[pa.Table]) -> Iterator[pa.Table]:
@@ -140,18 +157,42 @@ def write_chunks(
             yield table
 
     def trajectories() -> Iterator[pa.Table]:
-        for traces, trajectory_rows, reward_rows in _chunks_in_order(noting_days(chunks), workers):
-            result.traces += traces
-            if reward_rows.num_rows:
-                rewards.append(reward_rows)
+        for chunk in _chunks_in_order(noting_days(chunks), workers):
+            result.traces += chunk.traces
+            if chunk.rewards.num_rows:
+                rewards.append(chunk.rewards)
+            if chunk.failed:
+                failures.append(chunk.failures)
+            assembled.extend(chunk.assembled_ids)
             if progress is not None:
                 progress(result.traces)
-            yield trajectory_rows
+            yield chunk.trajectories
 
     result.trajectories = store.write(lake, TRAJECTORIES.name, trajectories(), within=span_days).rows
     if rewards:
         result.rewards = store.write(lake, REWARDS.name, rewards).rows
+    if failures:
+        result.failed = store.write(lake, INGEST_ERRORS.name, failures).rows
+        log.warning("%d trace(s) failed to assemble; recorded in `ingest_errors`", result.failed)
+    _resolve_failures(store.Lake.of(lake), assembled)
     return result
+
+
+def _resolve_failures(lake: store.Lake, assembled: list[str]) -> None:
+    """Mark earlier failures of traces that have now gone through as resolved."""
+    if not assembled or not lake.has_table(INGEST_ERRORS.name):
+        return
+    with store.connect(lake, read_only=True) as con:
+        con.register("__assembled", pa.table({"trace_id": pa.array(assembled, pa.string())}))
+        failed = con.sql(
+            "SELECT * EXCLUDE (_written_at) FROM ingest_errors WHERE status = 'failed' "
+            "AND stage = 'assemble' AND trace_id IN (SELECT trace_id FROM __assembled)"
+        ).to_arrow_table()
+    if failed.num_rows:
+        resolved = failed.set_column(
+            failed.schema.get_field_index("status"), "status", pa.array(["resolved"] * failed.num_rows)
+        )
+        store.write(lake, INGEST_ERRORS.name, resolved)
 
 
 def assemble_traces(

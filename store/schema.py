@@ -30,6 +30,7 @@ SpanSource = Literal["otel", "langfuse"]
 Split = Literal["train", "val"]
 RunStage = Literal["sft", "grpo", "eval"]
 RewardStatus = Literal["ok", "failed"]
+IngestStage = Literal["assemble"]
 
 # `spans.kind` of a row that is an OTLP log record (a GenAI event, feedback), not a span:
 # log records share the table so the assembler folds them into their trace.
@@ -261,8 +262,26 @@ WATERMARKS = TableSpec(
     ),
 )
 
+INGEST_ERRORS = TableSpec(
+    name="ingest_errors",
+    key=("trace_id", "stage"),
+    required=("status", "occurred_at"),
+    schema=_schema(
+        pa.field("trace_id", pa.string()),
+        pa.field("stage", pa.string()),  # IngestStage: where it failed
+        pa.field("status", pa.string()),  # "failed", or "resolved" once the trace went through
+        pa.field("reason", pa.string()),  # one line: the error class and message
+        pa.field("error_class", pa.string()),
+        pa.field("detail", pa.string()),  # where: the innermost frames of the traceback
+        pa.field("span_count", pa.int64()),  # spans of the trace (they stay in `spans`)
+        pa.field("occurred_at", TIMESTAMP),
+        partitioned=False,
+    ),
+)
+
 TABLES: dict[str, TableSpec] = {
-    spec.name: spec for spec in (SPANS, TRAJECTORIES, REWARDS, SCENARIOS, RUNS, ADAPTERS, WATERMARKS)
+    spec.name: spec
+    for spec in (SPANS, TRAJECTORIES, REWARDS, SCENARIOS, RUNS, ADAPTERS, WATERMARKS, INGEST_ERRORS)
 }
 
 

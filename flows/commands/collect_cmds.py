@@ -57,10 +57,8 @@ def assemble(
             trace_ids=trace_id or None,
             progress=lambda done: progress.update(task, description=f"assembled {done} traces"),
         )
-    typer.echo(
-        f"assembled {result.traces} traces -> {result.trajectories} trajectories, "
-        f"{result.rewards} rewards in {resolved.root}"
-    )
+    # Traces that failed are recorded, not fatal: only an unreadable or unwritable lake exits non-zero.
+    typer.echo(f"assembled {result.summary()} in {resolved.root}")
 
 
 app = typer.Typer(add_completion=False)  # its commands join `trajlake` on first use (flows.cli)

@@ -1,23 +1,38 @@
-"""Merge the normalised calls of one agent run into one conversation.
+"""Merge the normalised calls of one agent run into one conversation: what the model was sent.
 
-Every chat span repeats the whole history it was given, so the conversation is rebuilt
-by appending, for each LLM call in time order, only the input messages not already
-seen, then its outputs. "Already seen" is decided on a message key (role + content; the
-call ids for tool calls and tool results) and first by the longest common prefix with
-the conversation so far, so a user who says "ok" twice is not collapsed to one
-message, while a call that re-sends history in a different window (no system prompt,
-a truncated prefix) does not duplicate it. Tool spans add the tool's result when the
-next chat span does not carry it (or before it arrives) and mark failed results.
+Every chat span repeats the history it was given, so the conversation is rebuilt by
+appending, for each LLM call in time order, only the input messages not already seen,
+then its outputs. "Already seen" is decided on a message key (role + content; the call
+ids for tool calls and tool results), first by the longest common prefix with the
+conversation so far, so a user who says "ok" twice is not collapsed to one message,
+while a call that re-sends history in a different window does not duplicate it.
+
+Sources of truth, in order:
+
+- an LLM call's input messages are what the model was sent: a tool result the next call
+  carries replaces what the tool span recorded (a serialized framework object, say), and a
+  tool span's result that the next call's input does not carry at all is dropped (the
+  framework showed it to the model some other way, e.g. as a user "Observation:");
+- the model's own outputs stand for its turns: when a later input renders an assistant
+  turn differently (a tool call re-written as text), the structured output stays;
+- tool spans fill only what LLM spans lack: the result of a tool when no later call shows
+  the model its input (content-free telemetry, or the run ending on a failed tool), and the
+  tool call itself on a content-free model turn. A successful tool after the model's last
+  turn is the run's output (`tool_output`), not a message the model saw.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
-from ingest.assembly.normalize.types import LLMCall, Message, ToolCall, make_message
+from ingest.assembly.normalize.types import LLMCall, Message, ToolCall, make_message, make_tool_call
 
 Key = tuple[Any, ...]
+
+# Where a message came from: an LLM call's input or output, or a tool span.
+INPUT, OUTPUT, TOOL_SPAN = "input", "output", "tool_span"
 
 
 def message_key(message: Message) -> Key:
@@ -40,46 +55,88 @@ def _common_prefix(a: list[Key], b: list[Key]) -> int:
     return n
 
 
+@dataclass
+class _Entry:
+    message: Message
+    key: Key
+    origin: str
+    placeholder: bool = False  # a content-free model turn: its structure only
+
+
+@dataclass
 class Conversation:
-    """An append-only conversation with the dedup rules above."""
+    """An append-only conversation with the rules above."""
 
-    def __init__(self) -> None:
-        self.messages: list[Message] = []
-        self.keys: list[Key] = []
+    entries: list[_Entry] = field(default_factory=list)
+    tool_output: str | None = None  # the result of a successful tool after the model's last turn
+    _fresh_tools: list[_Entry] = field(default_factory=list)  # tool-span results since the last LLM call
 
-    def _append(self, message: Message) -> None:
-        self.messages.append(dict(message))
-        self.keys.append(message_key(message))
+    @property
+    def keys(self) -> list[Key]:
+        return [e.key for e in self.entries]
 
-    def add_input(self, messages: Iterable[Message]) -> None:
-        incoming = list(messages)
+    def _append(self, message: Message, origin: str, *, placeholder: bool = False) -> _Entry:
+        entry = _Entry(dict(message), message_key(message), origin, placeholder)
+        self.entries.append(entry)
+        return entry
+
+    def add_call(self, call: LLMCall) -> None:
+        if call.input_messages:
+            self._add_input(call.input_messages)
+        self._fresh_tools = []
+        if call.output_messages:
+            for message in call.output_messages:
+                self._append(message, OUTPUT)
+        elif not call.has_content:
+            self._append(make_message("assistant"), OUTPUT, placeholder=True)
+
+    def _add_input(self, incoming: list[Message]) -> None:
         keys = [message_key(m) for m in incoming]
         start = _common_prefix(keys, self.keys)
-        unmatched = set(self.keys[start:])
+        matched = {id(e) for e in self.entries[:start]}
+        cursor = start
         for message, key in zip(incoming[start:], keys[start:], strict=True):
-            if key in unmatched:
-                self._merge(key, message)
+            found = next(
+                (e for e in self.entries[start:] if id(e) not in matched and e.key == key),
+                None,
+            )
+            if found is not None:
+                self._merge(found, message)
+                matched.add(id(found))
+                cursor = self.entries.index(found) + 1
                 continue
-            self._append(message)
+            at = self.entries[cursor] if cursor < len(self.entries) else None
+            if (
+                at is not None
+                and id(at) not in matched
+                and at.origin == OUTPUT
+                and at.message.get("role") == message.get("role")
+            ):
+                matched.add(id(at))  # the model's own turn, rendered differently in this input
+                cursor += 1
+                continue
+            matched.add(id(self._append(message, INPUT)))
+            cursor = len(self.entries)
+        # Tool results the model was not shown in this form: the input above is what it saw.
+        unseen = {id(e) for e in self._fresh_tools if id(e) not in matched}
+        self.entries = [e for e in self.entries if id(e) not in unseen]
 
-    def add_output(self, messages: Iterable[Message]) -> None:
-        for message in messages:
-            self._append(message)
+    def _merge(self, entry: _Entry, message: Message) -> None:
+        if entry.origin == TOOL_SPAN:  # what the model was sent replaces what the tool span recorded
+            for name in ("content", "name"):
+                if message.get(name) not in (None, ""):
+                    entry.message[name] = message[name]
+            entry.origin = INPUT
+        else:  # the same message seen again: fill in what the earlier copy lacked
+            for name in ("name", "content"):
+                if entry.message.get(name) in (None, "") and message.get(name):
+                    entry.message[name] = message[name]
+        if message.get("is_error"):
+            entry.message["is_error"] = True
 
-    def _merge(self, key: Key, message: Message) -> None:
-        # The same message seen again (e.g. a tool result from both a tool span and the next
-        # chat span): fill in what the earlier copy lacked, keep the earlier position.
-        for existing, existing_key in zip(self.messages, self.keys, strict=True):
-            if existing_key == key:
-                for field in ("name", "content"):
-                    if existing.get(field) in (None, "") and message.get(field):
-                        existing[field] = message[field]
-                if message.get("is_error"):
-                    existing["is_error"] = True
-                return
-
-    def add_tool_result(self, tool: ToolCall) -> None:
+    def add_tool(self, tool: ToolCall) -> None:
         call_id = tool.call_id or self._pending_call_id(tool.name)
+        self._attach_to_placeholder(tool, call_id)
         message = make_message(
             "tool",
             tool.result if tool.result is not None else tool.error,
@@ -88,15 +145,37 @@ class Conversation:
             is_error=tool.is_error,
         )
         key = message_key(message)
-        if call_id and key in self.keys:
-            self._merge(key, message)
-        elif call_id or tool.result is not None:
-            self._append(message)
+        existing = next((e for e in self.entries if e.key == key), None) if call_id else None
+        if existing is not None:
+            if message.get("is_error"):
+                existing.message["is_error"] = True
+            for name in ("content", "name"):
+                if existing.message.get(name) in (None, "") and message.get(name):
+                    existing.message[name] = message[name]
+        elif call_id or tool.result is not None or tool.is_error:
+            self._fresh_tools.append(self._append(message, TOOL_SPAN))
+
+    def _attach_to_placeholder(self, tool: ToolCall, call_id: str | None) -> None:
+        """A tool ran after a content-free model turn: that turn asked for it."""
+        for entry in reversed(self.entries):
+            if entry.message.get("role") != "assistant":
+                continue
+            if (
+                entry.placeholder
+                and call_id
+                and call_id not in {c.get("id") for c in entry.message["tool_calls"]}
+            ):
+                entry.message["tool_calls"] = [
+                    *entry.message.get("tool_calls", []),
+                    make_tool_call(call_id, tool.name, tool.arguments),
+                ]
+                entry.key = message_key(entry.message)
+            return
 
     def _pending_call_id(self, name: str | None) -> str | None:
-        answered = {m.get("tool_call_id") for m in self.messages if m.get("role") == "tool"}
-        for message in reversed(self.messages):
-            for call in message.get("tool_calls") or []:
+        answered = {e.message.get("tool_call_id") for e in self.entries if e.message.get("role") == "tool"}
+        for entry in reversed(self.entries):
+            for call in entry.message.get("tool_calls") or []:
                 if (
                     call.get("id")
                     and call["id"] not in answered
@@ -106,16 +185,24 @@ class Conversation:
         return None
 
     def finish(self) -> list[Message]:
-        """The messages with tool names filled in from their calls and `is_error` always set."""
+        """The messages, with trailing successful tool-span results turned into `tool_output`,
+        tool names filled in from their calls and `is_error` always set."""
+        while (
+            self.entries
+            and self.entries[-1].origin == TOOL_SPAN
+            and not self.entries[-1].message.get("is_error")
+        ):
+            self.tool_output = self.tool_output or self.entries[-1].message.get("content")
+            self.entries.pop()
         names = {
             c.get("id"): c.get("name")
-            for m in self.messages
-            for c in m.get("tool_calls") or []
+            for e in self.entries
+            for c in e.message.get("tool_calls") or []
             if c.get("id")
         }
         out = []
-        for message in self.messages:
-            message = dict(message)
+        for entry in self.entries:
+            message = dict(entry.message)
             if message.get("role") == "tool" and not message.get("name"):
                 message["name"] = names.get(message.get("tool_call_id"))
             message["is_error"] = bool(message.get("is_error"))
@@ -124,16 +211,17 @@ class Conversation:
         return out
 
 
-def build_conversation(calls: Iterable[LLMCall | ToolCall]) -> list[Message]:
-    """One conversation from LLM and tool calls already sorted in time order."""
+def build_conversation(calls: Iterable[LLMCall | ToolCall]) -> tuple[list[Message], str | None]:
+    """One conversation from LLM and tool calls already sorted in time order, and the output of a
+    tool that ran after the model's last turn (None when there was none)."""
     conversation = Conversation()
     for call in calls:
         if isinstance(call, LLMCall):
-            conversation.add_input(call.input_messages)
-            conversation.add_output(call.output_messages)
+            conversation.add_call(call)
         else:
-            conversation.add_tool_result(call)
-    return conversation.finish()
+            conversation.add_tool(call)
+    messages = conversation.finish()
+    return messages, conversation.tool_output
 
 
 def final_output(messages: list[Message]) -> str | None:

@@ -9,8 +9,11 @@ spans form which run is `ingest.assembly.runs`; a run's row is
 
 from __future__ import annotations
 
+import traceback
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -20,7 +23,7 @@ from ingest.assembly.feedback import feedback_rows
 from ingest.assembly.normalize import Span, normalize_span
 from ingest.assembly.runs import agent_runs, attach_logs, span_order
 from ingest.assembly.trajectory import trajectory_row
-from store.schema import REWARDS, TRAJECTORIES, WRITTEN_AT
+from store.schema import INGEST_ERRORS, REWARDS, TRAJECTORIES, WRITTEN_AT
 
 
 @dataclass
@@ -31,6 +34,13 @@ class Assembled:
     rewards: pa.Table
     traces: int = 0
     skipped: dict[str, int] = field(default_factory=dict)  # reason code -> traces without a trajectory
+    # Traces whose assembly raised: `ingest_errors` rows (their spans stay in `spans`).
+    failures: pa.Table = field(default_factory=INGEST_ERRORS.schema.empty_table)
+    assembled_ids: list[str] = field(default_factory=list)  # traces that went through
+
+    @property
+    def failed(self) -> int:
+        return self.failures.num_rows
 
 
 def span_dicts(spans: pa.Table) -> list[Span]:
@@ -90,24 +100,77 @@ def assemble_trace(trace_id: str, spans: list[Span]) -> tuple[list[dict[str, Any
 def assemble(spans: pa.Table) -> Assembled:
     """Trajectories and rewards for every trace in a `spans` table (deterministic).
 
+    A trace whose assembly raises (a shape no normaliser expected) is a failure row of its
+    own, never a failure of the batch: the other traces still assemble.
+
     >>> assemble(store.empty_table("spans")).trajectories.num_rows  # doctest: +SKIP
     0
     """
     by_trace: dict[str, list[Span]] = defaultdict(list)
     for span in span_dicts(spans):
         by_trace[span["trace_id"]].append(span)
-    trajectories: list[dict[str, Any]] = []
-    rewards: list[dict[str, Any]] = []
+    per_trace: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
+    failures: list[dict[str, Any]] = []
     skipped: dict[str, int] = {}
     for trace_id in sorted(by_trace):
-        found, feedback = assemble_trace(trace_id, by_trace[trace_id])
+        try:
+            found, feedback = assemble_trace(trace_id, by_trace[trace_id])
+        except Exception as exc:  # isolated: recorded with its reason, the batch goes on
+            failures.append(failure_row(trace_id, "assemble", exc, len(by_trace[trace_id])))
+            continue
         if not found:
             skipped["no_llm_calls"] = skipped.get("no_llm_calls", 0) + 1
-        trajectories.extend(found)
-        rewards.extend(feedback)
+        per_trace[trace_id] = (found, feedback)
+    trajectories, rewards = _tables(per_trace, failures)
     return Assembled(
-        trajectories=pa.Table.from_pylist(trajectories, schema=TRAJECTORIES.schema),
-        rewards=pa.Table.from_pylist(rewards, schema=REWARDS.schema),
+        trajectories=trajectories,
+        rewards=rewards,
         traces=len(by_trace),
         skipped=skipped,
+        failures=pa.Table.from_pylist(failures, schema=INGEST_ERRORS.schema),
+        assembled_ids=sorted(per_trace),
     )
+
+
+def _tables(
+    per_trace: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]], failures: list[dict[str, Any]]
+) -> tuple[pa.Table, pa.Table]:
+    """The rows as Arrow tables; when a trace's rows do not fit the schema, that trace is a failure."""
+    try:
+        return (
+            pa.Table.from_pylist([t for found, _ in per_trace.values() for t in found], TRAJECTORIES.schema),
+            pa.Table.from_pylist([r for _, feedback in per_trace.values() for r in feedback], REWARDS.schema),
+        )
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        pass  # find the trace(s) at fault, one by one
+    trajectories, rewards = [], []
+    for trace_id in list(per_trace):
+        found, feedback = per_trace[trace_id]
+        try:
+            trajectories.append(pa.Table.from_pylist(found, TRAJECTORIES.schema))
+            rewards.append(pa.Table.from_pylist(feedback, REWARDS.schema))
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            failures.append(failure_row(trace_id, "assemble", exc, None))
+            del per_trace[trace_id]
+    return (
+        pa.concat_tables([TRAJECTORIES.schema.empty_table(), *trajectories]),
+        pa.concat_tables([REWARDS.schema.empty_table(), *rewards]),
+    )
+
+
+def failure_row(trace_id: str, stage: str, exc: BaseException, span_count: int | None) -> dict[str, Any]:
+    """An `ingest_errors` row: what failed, where in our code, and when."""
+    frames = traceback.extract_tb(exc.__traceback__)[-3:]
+    where = " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(frames))
+    message = " ".join(str(exc).split())[:500]
+    return {
+        "trace_id": trace_id,
+        "stage": stage,
+        "status": "failed",
+        "reason": f"{type(exc).__name__}: {message}" if message else type(exc).__name__,
+        "error_class": type(exc).__name__,
+        "detail": where or None,
+        "span_count": span_count,
+        "occurred_at": datetime.now(UTC),
+        WRITTEN_AT: None,
+    }

@@ -8,8 +8,8 @@ from typing import Any
 
 from ingest.assembly.conversation import build_conversation, final_output
 from ingest.assembly.normalize import LLMCall, Span, ToolCall
-from ingest.assembly.normalize.genai import tool_definitions
-from ingest.assembly.normalize.types import first
+from ingest.assembly.normalize.genai import messages_from_parts, tool_definitions
+from ingest.assembly.normalize.types import first, maybe_json
 from ingest.assembly.runs import Run
 from store.schema import PARTITION_COLUMN, WRITTEN_AT
 
@@ -59,6 +59,28 @@ def _agent_name(run: Run, trace_spans: list[Span]) -> str | None:
     return (roots[0].get("service_name") or roots[0].get("name")) if roots else None
 
 
+def _agent_output(run: Run) -> str | None:
+    """The answer an agent span records as its own output (when its last model turn was a tool call)."""
+    if run.agent_span is None:
+        return None
+    attrs = run.agent_span["attributes"]
+    for key in (
+        "gen_ai.output.messages",
+        "output.value",
+        "langfuse.observation.output",
+        "traceloop.entity.output",
+    ):
+        value = maybe_json(attrs.get(key))
+        if isinstance(value, list):  # output messages: the last assistant text
+            texts = [m for m in messages_from_parts(value, default_role="assistant") if m.get("content")]
+            value = texts[-1]["content"] if texts else None
+        if isinstance(value, dict):
+            value = first(value, "output", "answer", "content", "final_output")
+        if isinstance(value, str) and value.strip():
+            return value
+    return None
+
+
 def _lookup(spans: list[Span], keys: tuple[str, ...]) -> str | None:
     for span in spans:
         value = first(span["attributes"], *keys)
@@ -72,7 +94,7 @@ def trajectory_row(run: Run, trace_spans: list[Span], has_root: bool) -> dict[st
     if not llm_calls:
         return None
     tool_calls = [c for c in run.calls if isinstance(c, ToolCall)]
-    messages = build_conversation(run.calls)
+    messages, tool_output = build_conversation(run.calls)
     last = llm_calls[-1]
     starts = [s["start_time"] for s in run.spans if s.get("start_time")]
     ends = [s["end_time"] for s in run.spans if s.get("end_time")]
@@ -87,7 +109,7 @@ def trajectory_row(run: Run, trace_spans: list[Span], has_root: bool) -> dict[st
         "conventions": sorted({c.convention for c in run.calls}),
         "provider": last.provider,
         "params": last.params,
-        "finish_reasons": last.finish_reasons,
+        "finish_reasons": [reason for c in llm_calls for reason in c.finish_reasons],
         "response_ids": [c.response_id for c in llm_calls if c.response_id],
         "service_name": next((s.get("service_name") for s in run.spans if s.get("service_name")), None),
         "parent_trajectory_id": run.parent_id,
@@ -106,7 +128,7 @@ def trajectory_row(run: Run, trace_spans: list[Span], has_root: bool) -> dict[st
         "ended_at": max(ends) if ends else None,
         "messages": messages,
         "tools": json.dumps(_tools(llm_calls, run.spans), sort_keys=True),
-        "final_output": final_output(messages),
+        "final_output": final_output(messages) or _agent_output(run) or tool_output,
         "input_tokens": _sum([c.input_tokens for c in llm_calls]),
         "output_tokens": _sum([c.output_tokens for c in llm_calls]),
         "scenario_id": None,

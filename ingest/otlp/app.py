@@ -3,6 +3,7 @@
 Endpoints (all answers as the OTLP/HTTP specification says):
 
 - `POST /v1/traces`, `POST /v1/logs`: OTLP protobuf or JSON, optionally gzip/deflate;
+- `POST /v1/metrics`: decoded, acknowledged and counted (`/health`), not stored;
 - `POST /api/public/otel/v1/traces`: the same, for a Langfuse SDK pointed at trajlake
   (rows get `source = 'langfuse'`); `POST /api/public/scores`: Langfuse scores -> rewards;
 - `GET /health` (and `GET /api/public/health`).
@@ -42,10 +43,13 @@ from ingest.otlp.convert import Converted, logs_from_request, spans_from_request
 from ingest.otlp.decode import (
     JSON,
     ExportLogsServiceResponse,
+    ExportMetricsServiceResponse,
     ExportTraceServiceResponse,
     decode_logs,
+    decode_metrics,
     decode_traces,
     encode_response,
+    metric_points,
 )
 from ingest.otlp.http import check_bearer, check_langfuse, error_response, read_body, response_media
 from ingest.scores import scores_to_rewards
@@ -148,6 +152,28 @@ def create_app(config: CollectorConfig, collector: Collector | None = None) -> S
             )
         return JSONResponse({"message": "Accepted"}, status_code=202)
 
+    async def metrics(request: Request) -> Response:
+        # Acknowledged and counted, not stored: trajectories carry each call's usage already, and
+        # an exporter that gets 404 logs an error every interval (logfire, traceloop-sdk).
+        media = response_media(request)
+        runtime.stats.requests += 1
+        try:
+            check_bearer(request, config.bearer_token)
+            body = await read_body(request, config.max_body_bytes)
+            points = metric_points(
+                decode_metrics(
+                    body,
+                    request.headers.get("content-type"),
+                    request.headers.get("content-encoding"),
+                    config.max_body_bytes,
+                )
+            )
+        except IngestError as exc:
+            runtime.stats.errors += 1
+            return error_response(exc, media)
+        runtime.stats.metric_points += sum(points.values())
+        return Response(encode_response(ExportMetricsServiceResponse(), media), media_type=media)
+
     async def health(request: Request) -> Response:
         return JSONResponse(runtime.health())
 
@@ -177,6 +203,7 @@ def create_app(config: CollectorConfig, collector: Collector | None = None) -> S
         routes=[
             Route("/v1/traces", traces, methods=["POST"]),
             Route("/v1/logs", logs, methods=["POST"]),
+            Route("/v1/metrics", metrics, methods=["POST"]),
             Route("/api/public/otel/v1/traces", langfuse_traces, methods=["POST"]),
             Route("/api/public/scores", scores, methods=["POST"]),
             Route("/health", health, methods=["GET"]),

@@ -40,6 +40,8 @@ class CollectorStats:
     rows_flushed: int = 0
     files_written: int = 0
     trajectories_written: int = 0
+    traces_failed: int = 0  # traces whose assembly failed (recorded in `ingest_errors`)
+    metric_points: int = 0  # OTLP metric data points acknowledged on /v1/metrics (not stored)
     errors: int = 0
 
 
@@ -228,6 +230,7 @@ class Collector:
             return 0
         result = assemble_traces(self.lake, ready)
         self.stats.trajectories_written += result.trajectories
+        self.stats.traces_failed += result.failed
         return result.trajectories
 
     def health(self) -> dict[str, Any]:

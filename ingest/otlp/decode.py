@@ -24,6 +24,10 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
     ExportLogsServiceRequest,
     ExportLogsServiceResponse,
 )
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -44,9 +48,12 @@ __all__ = [
     "PROTOBUF",
     "ExportLogsServiceRequest",
     "ExportLogsServiceResponse",
+    "ExportMetricsServiceRequest",
+    "ExportMetricsServiceResponse",
     "ExportTraceServiceRequest",
     "ExportTraceServiceResponse",
     "decode_logs",
+    "decode_metrics",
     "decode_traces",
     "inflate",
     "media_type",
@@ -152,6 +159,31 @@ def decode_logs(
     return _decode(
         ExportLogsServiceRequest(), inflate(body, content_encoding, limit), media, "ExportLogsServiceRequest"
     )
+
+
+def decode_metrics(
+    body: bytes, content_type: str | None, content_encoding: str | None, limit: int
+) -> ExportMetricsServiceRequest:
+    """An `ExportMetricsServiceRequest` from an HTTP body; raises 400/413/415 errors."""
+    media = media_type(content_type)
+    return _decode(
+        ExportMetricsServiceRequest(),
+        inflate(body, content_encoding, limit),
+        media,
+        "ExportMetricsServiceRequest",
+    )
+
+
+def metric_points(request: ExportMetricsServiceRequest) -> dict[str, int]:
+    """Data points per metric name in a metrics request (what `/v1/metrics` acknowledges and counts)."""
+    points: dict[str, int] = {}
+    for resource_metrics in request.resource_metrics:
+        for scope_metrics in resource_metrics.scope_metrics:
+            for metric in scope_metrics.metrics:
+                kind = metric.WhichOneof("data")
+                count = len(getattr(metric, kind).data_points) if kind else 0
+                points[metric.name] = points.get(metric.name, 0) + count
+    return points
 
 
 def encode_response(message: Message, media: str) -> bytes:

@@ -337,3 +337,50 @@ def test_rebuild_since_reads_whole_traces_that_cross_midnight(lake: store.Lake) 
     stored = store.connect(lake).sql("SELECT * EXCLUDE (_written_at) FROM trajectories").to_arrow_table()
     assert stored.to_pylist() == full  # not a trajectory rebuilt from the later half alone
     assert full[0]["agent_name"] == "bot"
+
+
+def test_a_trace_that_breaks_assembly_is_recorded_and_stops_no_other(
+    lake: store.Lake, monkeypatch: Any
+) -> None:
+    import ingest.assembly.traces as traces
+
+    bad = f"{99:032x}"
+    real = traces.normalize_span
+
+    def fragile(span: dict[str, Any]) -> Any:  # a shape no normaliser expected, in one trace only
+        if span["trace_id"] == bad:
+            raise ValueError("dictionary update sequence element #0 has length 1; 2 is required")
+        return real(span)
+
+    monkeypatch.setattr(traces, "normalize_span", fragile)
+    rows = []
+    for n in (1, 99, 2):
+        trace = f"{n:032x}"
+        rows += [
+            {**agent("a" * 16, None, f"bot{n}", n), "trace_id": trace},
+            {
+                **chat("b" * 16, "a" * 16, [text("user", f"q{n}")], text("assistant", "a"), n),
+                "trace_id": trace,
+            },
+        ]
+    store.write(lake, "spans", spans_table(rows))
+    result = CliRunner().invoke(cli_app, ["assemble", "--lake", lake.root])
+    assert result.exit_code == 0, result.output
+    assert "3 traces -> 2 trajectories" in result.stdout and "1 traces failed to assemble" in result.stdout
+    con = store.connect(lake)
+    assert sorted(r[0] for r in con.execute("SELECT agent_name FROM trajectories").fetchall()) == [
+        "bot1",
+        "bot2",
+    ]
+    (failure,) = con.execute(
+        "SELECT trace_id, stage, status, error_class, reason, detail, span_count FROM ingest_errors"
+    ).fetchall()
+    assert failure[:4] == (bad, "assemble", "failed", "ValueError")
+    assert "dictionary update sequence" in failure[4] and "fragile" in failure[5] and failure[6] == 2
+    assert con.execute(f"SELECT count(*) FROM spans WHERE trace_id = '{bad}'").fetchall() == [(2,)]
+
+    monkeypatch.setattr(traces, "normalize_span", real)  # the normaliser is fixed: the trace goes through
+    CliRunner().invoke(cli_app, ["assemble", "--lake", lake.root, "--trace-id", bad])
+    con = store.connect(lake)
+    assert con.execute("SELECT status FROM ingest_errors").fetchall() == [("resolved",)]
+    assert con.execute(f"SELECT count(*) FROM trajectories WHERE trace_id = '{bad}'").fetchall() == [(1,)]

@@ -22,6 +22,7 @@ Derived from what the scripted run DID, never from trajlake's output:
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,17 @@ def _usage_sent(exchange: dict[str, Any]) -> bool:
     return bool((request.get("stream_options") or {}).get("include_usage"))
 
 
+# The tool's parameter schema as JSON text, at any depth of escaping: `"city": {` or `\\"city\\": {`.
+_PARAMETER_SCHEMA = re.compile(r'\\*"city\\*"\s*:\s*\{')
+_CONVERSATION_ID = re.compile(r'"gen_ai\.conversation\.id",\s*"value":\s*\{"stringValue":\s*"([^"]+)"')
+
+
+def _conversation_id(text: str) -> str | None:
+    """The GenAI conversation id the telemetry carries (a framework may make its own)."""
+    found = _CONVERSATION_ID.search(text)
+    return found.group(1) if found else None
+
+
 def _recording_text(folder: Path, manifest: dict[str, Any]) -> str:
     parts = []
     for entry in manifest["requests"]:
@@ -178,9 +190,10 @@ def expected_for(name: str) -> dict[str, Any]:
         model = requested
     failed = bool(manifest["agent_result"].get("error")) or not answered
     has_content = s.TOOL_RESULT in text or s.QUESTION in text
-    if not has_content:  # a content-free run: the structure (calls, ids, names) is all there is
-        for message in messages:
-            message["content"] = None
+    if not has_content:
+        # A content-free run: the structure is all there is. The model's turns and the tool's
+        # execution are spans; what the model was sent (system, user) is content.
+        messages = [{**m, "content": None} for m in messages if m["role"] in ("assistant", "tool")]
     tool_message = next(
         (
             m
@@ -191,8 +204,16 @@ def expected_for(name: str) -> dict[str, Any]:
         None,
     )
     notes = []
+    session = "conv-42" if "conv-42" in text else _conversation_id(text)
     if "conv-42" not in text:
-        notes.append("the session id the agent set (conv-42) is not in the telemetry")
+        notes.append(
+            "the session id the agent set (conv-42) is not in the telemetry"
+            + (f"; the framework's own conversation id ({session}) is" if session else "")
+        )
+    tools = _tools(request)
+    if not _PARAMETER_SCHEMA.search(text):
+        notes.append("the tool parameters are not in the telemetry (sent as null or not at all)")
+        tools = [{**t, "parameters": None} for t in tools]
     if "user-7" not in text:
         notes.append("the user id the agent set (user-7) is not in the telemetry")
     if not usage or len(usage) < len([e for e in exchanges if e["status"] == 200]):
@@ -228,8 +249,8 @@ def expected_for(name: str) -> dict[str, Any]:
         "output_tokens": sum(u[1] for u in usage) if usage else None,
         "model": model,
         "agent_name": AGENT_NAMES.get(manifest["framework"]),
-        "tools": _tools(request),
-        "session_id": "conv-42" if "conv-42" in text else None,
+        "tools": tools,
+        "session_id": session,
         "user_id": "user-7" if "user-7" in text else None,
         "status": "error" if failed else "ok",
         "error": manifest["agent_result"].get("error"),

@@ -93,6 +93,8 @@ class Conversation:
     def _add_input(self, incoming: list[Message]) -> None:
         keys = [message_key(m) for m in incoming]
         start = _common_prefix(keys, self.keys)
+        for entry, message in zip(self.entries[:start], incoming, strict=False):
+            self._merge(entry, message)
         matched = {id(e) for e in self.entries[:start]}
         cursor = start
         for message, key in zip(incoming[start:], keys[start:], strict=True):

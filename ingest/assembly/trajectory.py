@@ -9,7 +9,7 @@ from typing import Any
 from ingest.assembly.conversation import build_conversation, final_output
 from ingest.assembly.normalize import LLMCall, Span, ToolCall
 from ingest.assembly.normalize.genai import messages_from_parts, tool_definitions
-from ingest.assembly.normalize.types import first, maybe_json
+from ingest.assembly.normalize.types import first, maybe_json, merge_tools, openai_tool
 from ingest.assembly.runs import Run
 from store.schema import PARTITION_COLUMN, WRITTEN_AT
 
@@ -26,16 +26,22 @@ TRACE_NAME_KEYS = ("langfuse.trace.name", "traceloop.workflow.name", "gen_ai.wor
 
 
 def _tools(calls: Sequence[LLMCall | ToolCall], spans: list[Span]) -> list[dict[str, Any]]:
-    """Tool definitions from the chat calls, then from agent/workflow spans that declare them."""
-    tools: dict[str, dict[str, Any]] = {}
-    for call in calls:
-        if isinstance(call, LLMCall):
-            for tool in call.tools:
-                tools.setdefault(tool["function"]["name"], tool)
-    for span in spans:
-        for tool in tool_definitions(span["attributes"]):
-            tools.setdefault(tool["function"]["name"], tool)
-    return list(tools.values())
+    """Tool definitions from everywhere a convention puts them (the chat calls, agent spans, the
+    tool spans themselves), the most complete one per tool name."""
+    from_tools = [
+        tool
+        for call in calls
+        if isinstance(call, ToolCall) and call.name and (call.description or call.parameters)
+        for tool in [
+            openai_tool({"name": call.name, "description": call.description, "parameters": call.parameters})
+        ]
+        if tool
+    ]
+    return merge_tools(
+        *(call.tools for call in calls if isinstance(call, LLMCall)),
+        *(tool_definitions(span["attributes"]) for span in spans),
+        from_tools,
+    )
 
 
 def _sum(values: list[int | None]) -> int | None:
@@ -82,10 +88,16 @@ def _agent_output(run: Run) -> str | None:
 
 
 def _lookup(spans: list[Span], keys: tuple[str, ...]) -> str | None:
+    """The first of `keys` on the spans, else on their events (GenAI log records land there)."""
     for span in spans:
         value = first(span["attributes"], *keys)
         if value is not None:
             return str(value)
+    for span in spans:
+        for event in span.get("events") or []:
+            value = first(event.get("attributes") or {}, *keys)
+            if value is not None:
+                return str(value)
     return None
 
 

@@ -32,6 +32,7 @@ from ingest.assembly.normalize.types import (
     make_message,
     make_tool_call,
     maybe_json,
+    merge_tools,
     openai_tool,
     strip_or_none,
 )
@@ -232,7 +233,9 @@ def normalize_genai_llm(span: Span, *, convention: str = "genai") -> LLMCall:
         convention=convention,
         input_messages=inputs,
         output_messages=outputs,
-        tools=tool_definitions(source),
+        tools=merge_tools(
+            tool_definitions(attrs), tool_definitions(details.get("attributes") or {}) if details else []
+        ),
         has_content=bool(inputs or outputs),
         **llm_fields(span, attrs),
     )

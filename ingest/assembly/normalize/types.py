@@ -60,6 +60,7 @@ class ToolCall:
     arguments: str | None = None  # JSON text
     result: str | None = None
     description: str | None = None
+    parameters: Any = None  # the tool's parameter schema, when the tool span declares it
     error: str | None = None
     start_time: datetime | None = None
     end_time: datetime | None = None
@@ -110,7 +111,7 @@ def as_json_text(value: Any) -> str | None:
         return None
     if isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return json.dumps(value, ensure_ascii=False)
 
 
 def as_text(value: Any) -> str | None:
@@ -124,7 +125,8 @@ def as_text(value: Any) -> str | None:
         strings = [t for t in texts if isinstance(t, str)]
         if strings and len(strings) == len(value):
             return "".join(strings)
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    # Structured results are rendered as Python frameworks render them for the model (json.dumps).
+    return json.dumps(value, ensure_ascii=False)
 
 
 def maybe_json(value: Any) -> Any:
@@ -176,6 +178,37 @@ def openai_tool(definition: Any) -> dict[str, Any] | None:
     if parameters is not None:
         out["parameters"] = parameters
     return {"type": "function", "function": out}
+
+
+def _completeness(tool: dict[str, Any]) -> tuple[int, int, int]:
+    fn = tool["function"]
+    parameters = fn.get("parameters")
+    properties = parameters.get("properties") if isinstance(parameters, dict) else None
+    return (
+        len(properties) if isinstance(properties, dict) else -1,
+        int(isinstance(parameters, dict) and bool(parameters)),
+        len(str(fn.get("description") or "")),
+    )
+
+
+def merge_tools(*definitions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One definition per tool name, in first-seen order: the most complete parameters any
+    source gave (a definition without parameters never replaces one with them), and the
+    first description when the most complete one has none."""
+    best: dict[str, dict[str, Any]] = {}
+    for tools in definitions:
+        for tool in tools:
+            name = tool["function"]["name"]
+            held = best.get(name)
+            if held is None or _completeness(tool) > _completeness(held):
+                description = (held or {}).get("function", {}).get("description")
+                tool = {"type": "function", "function": dict(tool["function"])}
+                if not tool["function"].get("description") and description:
+                    tool["function"]["description"] = description
+                best[name] = tool
+            elif not held["function"].get("description") and tool["function"].get("description"):
+                held["function"]["description"] = tool["function"]["description"]
+    return list(best.values())
 
 
 def error_of(span: Span) -> str | None:

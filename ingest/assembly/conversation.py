@@ -18,7 +18,8 @@ Sources of truth, in order:
 - tool spans fill only what LLM spans lack: the result of a tool when no later call shows
   the model its input (content-free telemetry, or the run ending on a failed tool), and the
   tool call itself on a content-free model turn. A successful tool after the model's last
-  turn is the run's output (`tool_output`), not a message the model saw.
+  turn whose result is the agent's own output is how the agent answered (`tool_output`),
+  not a message the model saw.
 """
 
 from __future__ import annotations
@@ -119,8 +120,11 @@ class Conversation:
                 continue
             matched.add(id(self._append(message, INPUT)))
             cursor = len(self.entries)
-        # Tool results the model was not shown in this form: the input above is what it saw.
-        unseen = {id(e) for e in self._fresh_tools if id(e) not in matched}
+        # Tool results the input passes over (it goes on past them) without carrying them: the
+        # model was shown them some other way, and the input above is what it saw. An input
+        # that stops short of them (a truncated window) says nothing about them.
+        reach = max((i for i, e in enumerate(self.entries) if id(e) in matched), default=-1)
+        unseen = {id(e) for e in self._fresh_tools if id(e) not in matched and self.entries.index(e) < reach}
         self.entries = [e for e in self.entries if id(e) not in unseen]
 
     def _merge(self, entry: _Entry, message: Message) -> None:
@@ -186,13 +190,16 @@ class Conversation:
                     return str(call["id"])
         return None
 
-    def finish(self) -> list[Message]:
-        """The messages, with trailing successful tool-span results turned into `tool_output`,
-        tool names filled in from their calls and `is_error` always set."""
+    def finish(self, agent_output: str | None = None) -> list[Message]:
+        """The messages, with tool names filled in from their calls and `is_error` always set. A
+        successful tool after the model's last turn whose result is the agent's own output is how
+        the agent answered (smolagents' `final_answer`): `tool_output`, not a message."""
         while (
-            self.entries
+            agent_output
+            and self.entries
             and self.entries[-1].origin == TOOL_SPAN
             and not self.entries[-1].message.get("is_error")
+            and (self.entries[-1].message.get("content") or "").strip() == agent_output.strip()
         ):
             self.tool_output = self.tool_output or self.entries[-1].message.get("content")
             self.entries.pop()
@@ -213,16 +220,18 @@ class Conversation:
         return out
 
 
-def build_conversation(calls: Iterable[LLMCall | ToolCall]) -> tuple[list[Message], str | None]:
-    """One conversation from LLM and tool calls already sorted in time order, and the output of a
-    tool that ran after the model's last turn (None when there was none)."""
+def build_conversation(
+    calls: Iterable[LLMCall | ToolCall], agent_output: str | None = None
+) -> tuple[list[Message], str | None]:
+    """One conversation from LLM and tool calls already sorted in time order, and the output of the
+    tool that gave the agent's answer after the model's last turn (None when there was none)."""
     conversation = Conversation()
     for call in calls:
         if isinstance(call, LLMCall):
             conversation.add_call(call)
         else:
             conversation.add_tool(call)
-    messages = conversation.finish()
+    messages = conversation.finish(agent_output)
     return messages, conversation.tool_output
 
 

@@ -106,7 +106,8 @@ def trajectory_row(run: Run, trace_spans: list[Span], has_root: bool) -> dict[st
     if not llm_calls:
         return None
     tool_calls = [c for c in run.calls if isinstance(c, ToolCall)]
-    messages, tool_output = build_conversation(run.calls)
+    agent_output = _agent_output(run)
+    messages, tool_output = build_conversation(run.calls, agent_output)
     last = llm_calls[-1]
     starts = [s["start_time"] for s in run.spans if s.get("start_time")]
     ends = [s["end_time"] for s in run.spans if s.get("end_time")]
@@ -139,8 +140,8 @@ def trajectory_row(run: Run, trace_spans: list[Span], has_root: bool) -> dict[st
         "started_at": started,
         "ended_at": max(ends) if ends else None,
         "messages": messages,
-        "tools": json.dumps(_tools(llm_calls, run.spans), sort_keys=True),
-        "final_output": final_output(messages) or _agent_output(run) or tool_output,
+        "tools": json.dumps(_tools(run.calls, run.spans), sort_keys=True),
+        "final_output": final_output(messages) or tool_output or agent_output,
         "input_tokens": _sum([c.input_tokens for c in llm_calls]),
         "output_tokens": _sum([c.output_tokens for c in llm_calls]),
         "scenario_id": None,

@@ -349,7 +349,7 @@ def test_langfuse_generation_shapes() -> None:
     assert isinstance(odd, LLMCall)
     assert brief(odd.input_messages + odd.output_messages) == [
         ("user", "plain prompt", None, []),
-        ("assistant", '{"score":3}', None, []),
+        ("assistant", '{"score": 3}', None, []),
     ]
     assert odd.error == "rate limited"
 

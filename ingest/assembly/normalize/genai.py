@@ -19,6 +19,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ingest.assembly.normalize.genai_events import (
+    details_attributes,
+    has_message_events,
+    messages_from_events,
+    tool_event_io,
+)
 from ingest.assembly.normalize.types import (
     LLMCall,
     Message,
@@ -40,13 +46,6 @@ from ingest.assembly.normalize.types import (
 LLM_OPERATIONS = {"chat", "text_completion", "generate_content", "responses"}
 TOOL_OPERATIONS = {"execute_tool"}
 AGENT_OPERATIONS = {"invoke_agent", "create_agent"}
-DEPRECATED_MESSAGE_EVENTS = {
-    "gen_ai.system.message": "system",
-    "gen_ai.user.message": "user",
-    "gen_ai.assistant.message": "assistant",
-    "gen_ai.tool.message": "tool",
-}
-DETAILS_EVENT = "gen_ai.client.inference.operation.details"
 _PARAMS = ("temperature", "top_p", "top_k", "frequency_penalty", "presence_penalty", "max_tokens", "seed")
 
 
@@ -145,41 +144,6 @@ def system_messages(raw: Any) -> list[Message]:
     return [make_message("system", as_text(raw))]
 
 
-# --- deprecated events -------------------------------------------------------------------------
-
-
-def event_body(event: dict[str, Any]) -> dict[str, Any]:
-    attrs = event.get("attributes") or {}
-    body = maybe_json(attrs.get("log.body", attrs.get("event.body")))
-    if isinstance(body, dict):
-        return body
-    # Very old instrumentations put the fields straight on the event's attributes.
-    return {k: maybe_json(v) for k, v in attrs.items()}
-
-
-def messages_from_events(events: list[dict[str, Any]]) -> tuple[list[Message], list[Message]]:
-    """Input and output messages from the deprecated per-message events, in time order."""
-    inputs: list[Message] = []
-    outputs: list[Message] = []
-    for event in sorted(events, key=lambda e: e.get("time") or 0):
-        name = event.get("name")
-        if name in DEPRECATED_MESSAGE_EVENTS:
-            body = event_body(event)
-            role = DEPRECATED_MESSAGE_EVENTS[name]
-            item = {"role": body.get("role") or role, **{k: v for k, v in body.items() if k != "role"}}
-            if role == "tool":
-                item["tool_call_id"] = body.get("id", body.get("tool_call_id"))
-            inputs.extend(messages_from_openai([item]))
-        elif name == "gen_ai.choice":
-            body = event_body(event)
-            message = dict(body.get("message") or {})
-            message.setdefault("role", "assistant")
-            if body.get("tool_calls") and not message.get("tool_calls"):
-                message["tool_calls"] = body["tool_calls"]
-            outputs.extend(messages_from_openai([message]))
-    return inputs, outputs
-
-
 # --- spans ---------------------------------------------------------------------------------------
 
 
@@ -219,26 +183,37 @@ def tool_definitions(attrs: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def normalize_genai_llm(span: Span, *, convention: str = "genai") -> LLMCall:
-    """An LLM call from GenAI semconv attributes, falling back to the deprecated events."""
+    """An LLM call from GenAI semconv attributes (on the span or its details events), falling back
+    to the deprecated per-message events."""
     attrs = span.get("attributes") or {}
-    events = list(span.get("events") or [])
-    details = next((e for e in events if e.get("name") == DETAILS_EVENT), None)
-    source = {**(details.get("attributes") or {}), **attrs} if details else attrs
+    events = [e for e in span.get("events") or [] if isinstance(e, dict)]
+    details = details_attributes(events)
+    source = {**details, **attrs}
     inputs = system_messages(source.get("gen_ai.system_instructions"))
     inputs += messages_from_parts(source.get("gen_ai.input.messages"))
     outputs = messages_from_parts(source.get("gen_ai.output.messages"), default_role="assistant")
+    fields = llm_fields(span, attrs)
     if not inputs and not outputs:
-        inputs, outputs = messages_from_events(events)
+        inputs, outputs, reasons = messages_from_events(events)
+        fields["finish_reasons"] = fields["finish_reasons"] or reasons
+    if not fields["finish_reasons"]:
+        fields["finish_reasons"] = output_finish_reasons(source.get("gen_ai.output.messages"))
     return LLMCall(
         convention=convention,
         input_messages=inputs,
         output_messages=outputs,
-        tools=merge_tools(
-            tool_definitions(attrs), tool_definitions(details.get("attributes") or {}) if details else []
-        ),
+        tools=merge_tools(tool_definitions(attrs), tool_definitions(details)),
         has_content=bool(inputs or outputs),
-        **llm_fields(span, attrs),
+        **fields,
     )
+
+
+def output_finish_reasons(raw: Any) -> list[str]:
+    """`finish_reason` of each output message (where the span has no `gen_ai.response.finish_reasons`)."""
+    raw = maybe_json(raw)
+    if not isinstance(raw, list):
+        return []
+    return [str(m["finish_reason"]) for m in raw if isinstance(m, dict) and m.get("finish_reason")]
 
 
 def normalize_genai_tool(span: Span) -> ToolCall:
@@ -246,16 +221,25 @@ def normalize_genai_tool(span: Span) -> ToolCall:
     name = attrs.get("gen_ai.tool.name")
     if name is None and str(span.get("name", "")).startswith("execute_tool "):
         name = span["name"].split(" ", 1)[1]
+    arguments, result = attrs.get("gen_ai.tool.call.arguments"), attrs.get("gen_ai.tool.call.result")
+    if arguments is None or result is None:
+        from_events = tool_event_io([e for e in span.get("events") or [] if isinstance(e, dict)])
+        arguments = from_events[0] if arguments is None else arguments
+        result = from_events[1] if result is None else result
+    error = error_of(span)
+    if error is None and str(attrs.get("gen_ai.tool.status") or "").lower() == "error":
+        error = "error"
     return ToolCall(
         span_id=span["span_id"],
         trace_id=span["trace_id"],
         convention="genai",
-        name=name,
+        name=str(name) if name is not None else None,
         call_id=strip_or_none(attrs.get("gen_ai.tool.call.id")),
-        arguments=as_json_text(attrs.get("gen_ai.tool.call.arguments")),
-        result=as_text(attrs.get("gen_ai.tool.call.result")),  # JSON text on spans: kept verbatim
+        arguments=as_json_text(maybe_json(arguments) if not isinstance(arguments, str) else arguments),
+        result=as_text(maybe_json(result)),
         description=attrs.get("gen_ai.tool.description"),
-        error=error_of(span),
+        parameters=maybe_json(attrs.get("gen_ai.tool.json_schema")),
+        error=error,
         start_time=span.get("start_time"),
         end_time=span.get("end_time"),
     )
@@ -268,9 +252,8 @@ def normalize_genai(span: Span) -> LLMCall | ToolCall | None:
         return normalize_genai_tool(span)
     if is_llm_span(attrs):
         return normalize_genai_llm(span)
-    if any(
-        e.get("name") in DEPRECATED_MESSAGE_EVENTS or e.get("name") == "gen_ai.choice"
-        for e in span.get("events") or []
-    ):
+    # Old instrumentations name no operation; a span that names another one (an agent, an event
+    # loop cycle) only repeats the conversation in its events.
+    if "gen_ai.operation.name" not in attrs and has_message_events(span.get("events") or []):
         return normalize_genai_llm(span)
     return None

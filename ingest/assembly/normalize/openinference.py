@@ -28,6 +28,7 @@ from ingest.assembly.normalize.types import (
     make_tool_call,
     maybe_json,
     openai_tool,
+    strip_or_none,
 )
 
 _PARAMS = (
@@ -67,7 +68,7 @@ def _messages(attrs: dict[str, Any], prefix: str, default_role: str) -> list[Mes
                 str(fields.get("message.role") or default_role),
                 content,
                 name=fields.get("message.name"),
-                tool_call_id=fields.get("message.tool_call_id"),
+                tool_call_id=strip_or_none(fields.get("message.tool_call_id")),
                 tool_calls=calls,
             )
         )
@@ -94,7 +95,7 @@ def normalize_openinference(span: Span) -> LLMCall | ToolCall | None:
             trace_id=span["trace_id"],
             convention="openinference",
             name=first(attrs, "tool.name", "tool_call.function.name") or span.get("name"),
-            call_id=first(attrs, "tool.id", "tool_call.id"),
+            call_id=strip_or_none(first(attrs, "tool.id", "tool_call.id")),
             arguments=as_json_text(maybe_json(first(attrs, "tool_call.function.arguments", "input.value"))),
             result=as_text(maybe_json(attrs.get("output.value"))),
             description=attrs.get("tool.description"),

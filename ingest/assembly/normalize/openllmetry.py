@@ -27,6 +27,7 @@ from ingest.assembly.normalize.types import (
     make_tool_call,
     maybe_json,
     openai_tool,
+    strip_or_none,
 )
 
 
@@ -53,7 +54,7 @@ def _indexed_messages(attrs: dict[str, Any], prefix: str, default_role: str) -> 
                 str(fields.get("role") or default_role),
                 as_text(maybe_json(content)) if not isinstance(content, str) else content,
                 name=fields.get("name"),
-                tool_call_id=fields.get("tool_call_id"),
+                tool_call_id=strip_or_none(fields.get("tool_call_id")),
                 tool_calls=calls,
             )
         )
@@ -91,7 +92,7 @@ def normalize_openllmetry(span: Span) -> LLMCall | ToolCall | None:
             trace_id=span["trace_id"],
             convention="openllmetry",
             name=attrs.get("traceloop.entity.name") or span.get("name"),
-            call_id=attrs.get("gen_ai.tool.call.id"),
+            call_id=strip_or_none(attrs.get("gen_ai.tool.call.id")),
             arguments=as_json_text(inputs),
             result=as_text(output),
             error=error_of(span),

@@ -98,10 +98,13 @@ def make_tool_call(call_id: str | None, name: str | None, arguments: Any) -> dic
 
 
 def strip_or_none(value: Any) -> str | None:
-    # The registry's own example has a stray leading space in a tool-call id.
+    """An id as text, or None when absent. The registry's own example has a stray leading space in
+    a tool-call id; google-adk writes `<not specified>` when it has none."""
     if value is None:
         return None
     text = str(value).strip()
+    if text.startswith("<") and text.endswith(">"):
+        return None
     return text or None
 
 
@@ -111,7 +114,7 @@ def as_json_text(value: Any) -> str | None:
         return None
     if isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False)
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def as_text(value: Any) -> str | None:
@@ -169,13 +172,21 @@ def openai_tool(definition: Any) -> dict[str, Any] | None:
         fn = definition["function"]
     else:
         fn = {k: v for k, v in definition.items() if k != "type"}
-    if not fn.get("name"):
+    if not fn.get("name") or not isinstance(fn["name"], str):
         return None
     out: dict[str, Any] = {"name": fn["name"]}
     if fn.get("description") is not None:
-        out["description"] = fn["description"]
-    parameters = maybe_json(fn.get("parameters", fn.get("input_schema")))
-    if parameters is not None:
+        out["description"] = str(fn["description"])
+    # OpenAI `parameters`; Anthropic `input_schema`; Bedrock (strands) `inputSchema: {"json": ...}`;
+    # the Vercel AI SDK `inputSchema` (a JSON schema itself).
+    parameters = maybe_json(
+        first(fn, "parameters", "input_schema", "inputSchema", "json_schema", "parametersJsonSchema")
+    )
+    if isinstance(parameters, dict) and set(parameters) == {"json"}:
+        parameters = maybe_json(parameters["json"])
+    if isinstance(parameters, dict) and isinstance(parameters.get("jsonSchema"), dict):
+        parameters = parameters["jsonSchema"]
+    if isinstance(parameters, dict):
         out["parameters"] = parameters
     return {"type": "function", "function": out}
 
@@ -215,7 +226,11 @@ def error_of(span: Span) -> str | None:
     """The span's error, from `error.type` or an ERROR status."""
     attrs = span.get("attributes") or {}
     if span.get("status_code") == "ERROR" or attrs.get("error.type"):
-        return str(attrs.get("error.type") or span.get("status_message") or "error")
+        kind = str(attrs.get("error.type") or "").strip()
+        message = str(span.get("status_message") or "").strip()
+        if kind and message and kind not in message:
+            return f"{kind}: {message}"
+        return message or kind or "error"
     return None
 
 

@@ -1,12 +1,17 @@
 """Agent runs: which spans of a trace make up which agent run (one trajectory each).
 
-A trace is one run unless it holds several agent runs: agent spans are `invoke_agent`
-(GenAI), `AGENT` (OpenInference), `agent` (Langfuse, OpenLLMetry). An agent span nested in
-another agent's subtree is its own run (`<trace_id>:<span_id>`, metadata names its parent
-run); when a trace has two or more top-level agent spans, each is its own run and calls
-outside every agent stay with the trace-level run (`trajectory_id = trace_id`). A lone
-top-level agent is the trace's run. Log records (GenAI events sent on `/v1/logs`) are
-folded into the span they describe first.
+Agent spans are `invoke_agent` (GenAI), `AGENT` (OpenInference), `agent` (Langfuse,
+OpenLLMetry) and the Vercel AI SDK's `ai.generateText`/`ai.streamText` calls. One agent
+run is one trajectory, and the outermost agent span owns its conversation: frameworks nest
+agent spans for graph nodes and turns (LangGraph's `agent` node under the graph,
+openai-agents' agent under its workflow), and those are the same conversation. A nested
+agent is a run of its own (`<trace_id>:<span_id>`) only when it holds its own conversation:
+its model calls have a system prompt or model that the enclosing agent's own calls do not
+(or, when the enclosing agent makes no calls itself, that its sibling agents do not share).
+Its metadata then names the enclosing run that has a trajectory. Two or more top-level
+agents are a run each, and calls outside every agent stay with the trace-level run
+(`trajectory_id = trace_id`); a lone top-level agent is the trace's run. Log records
+(GenAI events sent on `/v1/logs`) are folded into the span they describe first.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from typing import Any
 from ingest.assembly.normalize import LLMCall, Span, ToolCall
 from store.schema import LOG_KIND
 
+VERCEL_AGENT_OPERATIONS = {"ai.generateText", "ai.streamText", "ai.generateObject", "ai.streamObject"}
+
 
 def is_agent_span(attrs: dict[str, Any]) -> bool:
     return (
@@ -25,6 +32,7 @@ def is_agent_span(attrs: dict[str, Any]) -> bool:
         or str(attrs.get("openinference.span.kind", "")).upper() == "AGENT"
         or attrs.get("langfuse.observation.type") == "agent"
         or attrs.get("traceloop.span.kind") == "agent"
+        or attrs.get("ai.operationId") in VERCEL_AGENT_OPERATIONS
     )
 
 
@@ -38,11 +46,35 @@ def span_order(span: Span) -> tuple[Any, ...]:
 
 @dataclass
 class Run:
+    """One agent run: its spans and normalised calls in time order."""
+
     trajectory_id: str
-    agent_span: Span | None
-    parent_id: str | None
+    agent_span: Span | None  # the outermost agent span of the run
+    parent: Run | None = None  # the enclosing run, for a nested agent with its own conversation
+    agents: list[Span] = field(default_factory=list)  # every agent span merged into the run, outermost first
     spans: list[Span] = field(default_factory=list)
     calls: list[LLMCall | ToolCall] = field(default_factory=list)
+
+    @property
+    def has_llm_calls(self) -> bool:
+        return any(isinstance(c, LLMCall) for c in self.calls)
+
+    @property
+    def parent_id(self) -> str | None:
+        """The nearest enclosing run that has a trajectory (one with model calls)."""
+        parent = self.parent
+        while parent is not None and not parent.has_llm_calls:
+            parent = parent.parent
+        return parent.trajectory_id if parent is not None else None
+
+
+Signature = tuple[str | None, str | None]
+
+
+def signature(call: LLMCall) -> Signature:
+    """What makes a conversation its own: the system prompt and the model."""
+    system = next((m.get("content") for m in call.input_messages if m.get("role") == "system"), None)
+    return (system, call.model)
 
 
 def attach_logs(spans: list[Span]) -> tuple[list[Span], list[Span]]:
@@ -69,7 +101,10 @@ def to_ns(value: datetime | None) -> int:
     return int(value.timestamp() * 1_000_000) * 1000 if value else 0
 
 
-def agent_runs(trace_id: str, spans: list[Span]) -> tuple[list[Run], dict[str, Run]]:
+def agent_runs(
+    trace_id: str, spans: list[Span], calls: dict[str, LLMCall | ToolCall]
+) -> tuple[list[Run], dict[str, Run]]:
+    """The runs of a trace (see the module docstring) and the run of every span."""
     by_id = {s["span_id"]: s for s in spans}
     agent_of: dict[str, str | None] = {}
 
@@ -92,20 +127,67 @@ def agent_runs(trace_id: str, spans: list[Span]) -> tuple[list[Run], dict[str, R
         nearest_agent(span_id)
     agents = sorted((by_id[a] for a in set(agent_of.values()) if a), key=span_order)
     parent_agent = {a["span_id"]: nearest_agent(a.get("parent_span_id")) for a in agents}
-    top = [a for a in agents if parent_agent[a["span_id"]] is None]
-    trace_run = Run(trace_id, top[0] if len(top) == 1 else None, None)
-    runs: dict[str | None, Run] = {None: trace_run}
-    if len(top) == 1:
-        runs[top[0]["span_id"]] = trace_run
+    children: dict[str | None, list[str]] = {}
     for agent in agents:
-        if agent["span_id"] in runs:
-            continue
-        parent = runs.get(parent_agent[agent["span_id"]], trace_run)
-        runs[agent["span_id"]] = Run(f"{trace_id}:{agent['span_id']}", agent, parent.trajectory_id)
+        children.setdefault(parent_agent[agent["span_id"]], []).append(agent["span_id"])
+
+    # The model calls of each agent's own spans, and the first call anywhere in its subtree.
+    own: dict[str | None, list[LLMCall]] = {}
+    for span in sorted(spans, key=span_order):
+        call = calls.get(span["span_id"])
+        if isinstance(call, LLMCall):
+            own.setdefault(agent_of.get(span["span_id"]), []).append(call)
+
+    def first_call(agent_id: str) -> LLMCall | None:
+        found = [own[agent_id][0]] if own.get(agent_id) else []
+        found += [c for c in (first_call(child) for child in children.get(agent_id, [])) if c]
+        return min(found, key=lambda c: c.start_time or datetime.min.replace(tzinfo=UTC), default=None)
+
+    top = children.get(None, [])
+    trace_run = Run(trace_id, by_id[top[0]] if len(top) == 1 else None)
+    run_of_agent: dict[str | None, Run] = {None: trace_run}
+    if len(top) == 1:
+        run_of_agent[top[0]] = trace_run
+    pending = [(None, child) for child in top]
+    while pending:
+        parent_id, agent_id = pending.pop(0)
+        parent_run = run_of_agent[parent_id]
+        if agent_id not in run_of_agent:
+            if _own_conversation(agent_id, parent_id, own, children, first_call):
+                agent = by_id[agent_id]
+                run_of_agent[agent_id] = Run(f"{trace_id}:{agent_id}", agent, parent_run)
+            else:
+                run_of_agent[agent_id] = parent_run
+        run_of_agent[agent_id].agents.append(by_id[agent_id])
+        pending.extend((agent_id, child) for child in children.get(agent_id, []))
+
     run_of_span: dict[str, Run] = {}
     for span in sorted(spans, key=span_order):
-        run = runs[agent_of.get(span["span_id"])]
+        run = run_of_agent[agent_of.get(span["span_id"])]
         run.spans.append(span)
+        call = calls.get(span["span_id"])
+        if call is not None:
+            run.calls.append(call)
         run_of_span[span["span_id"]] = run
-    ordered = sorted({id(r): r for r in runs.values()}.values(), key=lambda r: r.trajectory_id)
+    ordered = sorted({id(r): r for r in run_of_agent.values()}.values(), key=lambda r: r.trajectory_id)
     return ordered, run_of_span
+
+
+def _own_conversation(
+    agent_id: str,
+    parent_id: str | None,
+    own: dict[str | None, list[LLMCall]],
+    children: dict[str | None, list[str]],
+    first_call: Any,
+) -> bool:
+    """Whether a nested agent holds a conversation of its own (top-level agents always do)."""
+    if parent_id is None:
+        return True
+    mine = first_call(agent_id)
+    if mine is None:
+        return False  # no model calls: its spans (tools, say) belong to the enclosing run
+    enclosing = {signature(c) for c in own.get(parent_id, [])}
+    if enclosing:
+        return signature(mine) not in enclosing
+    siblings = {signature(c) for c in (first_call(a) for a in children.get(parent_id, [])) if c}
+    return len(siblings) > 1

@@ -77,12 +77,8 @@ def assemble_trace(trace_id: str, spans: list[Span]) -> tuple[list[dict[str, Any
     real, orphans = attach_logs(spans)
     if not real:
         return [], []
-    runs, run_of_span = agent_runs(trace_id, real)
-    for run in runs:
-        for span in run.spans:
-            call = normalize_span(span)
-            if call is not None:
-                run.calls.append(call)
+    calls = {s["span_id"]: c for s in real if (c := normalize_span(s)) is not None}
+    runs, run_of_span = agent_runs(trace_id, real, calls)
     # Without its root span the trace is still in flight (assembled on the idle timeout).
     has_root = any(not s.get("parent_span_id") for s in real)
     trajectories = [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,8 +22,16 @@ SESSION_KEYS = (
     "langfuse.observation.metadata.langfuse_session_id",
 )
 USER_KEYS = ("langfuse.user.id", "user.id", "traceloop.association.properties.user_id", "enduser.id")
-AGENT_NAME_KEYS = ("gen_ai.agent.name", "agent.name", "traceloop.entity.name", "graph.node.name")
-TRACE_NAME_KEYS = ("langfuse.trace.name", "traceloop.workflow.name", "gen_ai.workflow.name")
+_LLAMA_INDEX_AGENT = re.compile(r"current_agent_name='([^']+)'")
+SESSION_METADATA_KEYS = ("session_id", "sessionId", "thread_id", "conversation_id")
+USER_METADATA_KEYS = ("user_id", "userId")
+AGENT_NAME_KEYS = ("gen_ai.agent.name", "agent.name", "traceloop.entity.name", "graph.node.id")
+TRACE_NAME_KEYS = (
+    "langfuse.trace.name",
+    "traceloop.workflow.name",
+    "gen_ai.workflow.name",
+    "ai.telemetry.functionId",  # the Vercel AI SDK's name for the call site (the agent)
+)
 
 
 def _tools(calls: Sequence[LLMCall | ToolCall], spans: list[Span]) -> list[dict[str, Any]]:
@@ -50,19 +59,40 @@ def _sum(values: list[int | None]) -> int | None:
 
 
 def _agent_name(run: Run, trace_spans: list[Span]) -> str | None:
+    """The name the framework gave the agent: an explicit agent-name attribute on any of the run's
+    agent spans (outermost first), else the outermost agent span's own name, else a trace-level
+    name (workflow, Langfuse trace, AI SDK function id), else the root span's service."""
+    for agent in run.agents:
+        name = first(agent["attributes"], *AGENT_NAME_KEYS)
+        if name is not None:
+            return str(name)
     if run.agent_span is not None:
-        attrs = run.agent_span["attributes"]
-        name = first(attrs, *AGENT_NAME_KEYS)
-        if name is None:
-            span_name = str(run.agent_span.get("name") or "")
-            name = span_name.split(" ", 1)[1] if span_name.startswith("invoke_agent ") else span_name or None
-        return str(name) if name is not None else None
+        span_name = str(run.agent_span.get("name") or "")
+        for prefix in ("invoke_agent ", "invoke_workflow "):
+            if span_name.startswith(prefix):
+                return span_name[len(prefix) :]
+        for key in TRACE_NAME_KEYS:  # e.g. the AI SDK's function id on its generateText span
+            if run.agent_span["attributes"].get(key):
+                return str(run.agent_span["attributes"][key])
+        return _without_method(span_name) or None
     for span in trace_spans:
         name = first(span["attributes"], *TRACE_NAME_KEYS, "gen_ai.agent.name")
         if name is not None:
             return str(name)
+    for span in trace_spans:  # llama-index names its workflow agent only in its events' reprs
+        found = _LLAMA_INDEX_AGENT.search(str(span["attributes"].get("output.value") or ""))
+        if found:
+            return found.group(1)
     roots = [s for s in trace_spans if not s.get("parent_span_id")]
     return (roots[0].get("service_name") or roots[0].get("name")) if roots else None
+
+
+def _without_method(span_name: str) -> str:
+    """`weather_agent.run` -> `weather_agent`: instrumentations name agent spans after the method."""
+    for suffix in (".run", ".arun", ".invoke", ".ainvoke", ".kickoff", "._execute_core"):
+        if span_name.endswith(suffix):
+            return span_name[: -len(suffix)]
+    return span_name
 
 
 def _agent_output(run: Run) -> str | None:
@@ -87,8 +117,9 @@ def _agent_output(run: Run) -> str | None:
     return None
 
 
-def _lookup(spans: list[Span], keys: tuple[str, ...]) -> str | None:
-    """The first of `keys` on the spans, else on their events (GenAI log records land there)."""
+def _lookup(spans: list[Span], keys: tuple[str, ...], metadata_keys: tuple[str, ...] = ()) -> str | None:
+    """The first of `keys` on the spans, else on their events (GenAI log records land there), else
+    in an OpenInference `metadata` JSON object (LangChain puts the run's config metadata there)."""
     for span in spans:
         value = first(span["attributes"], *keys)
         if value is not None:
@@ -97,6 +128,12 @@ def _lookup(spans: list[Span], keys: tuple[str, ...]) -> str | None:
         for event in span.get("events") or []:
             value = first(event.get("attributes") or {}, *keys)
             if value is not None:
+                return str(value)
+    for span in spans:
+        metadata = maybe_json(span["attributes"].get("metadata"))
+        if isinstance(metadata, dict):
+            value = first(metadata, *metadata_keys)
+            if isinstance(value, (str, int)):
                 return str(value)
     return None
 
@@ -133,8 +170,10 @@ def trajectory_row(run: Run, trace_spans: list[Span], has_root: bool) -> dict[st
         "trajectory_id": run.trajectory_id,
         "source": "langfuse" if sources == ["langfuse"] else "otel",
         "trace_id": trace_spans[0]["trace_id"],
-        "session_id": _lookup(run.spans, SESSION_KEYS) or _lookup(trace_spans, SESSION_KEYS),
-        "user_id": _lookup(run.spans, USER_KEYS) or _lookup(trace_spans, USER_KEYS),
+        "session_id": _lookup(run.spans, SESSION_KEYS, SESSION_METADATA_KEYS)
+        or _lookup(trace_spans, SESSION_KEYS, SESSION_METADATA_KEYS),
+        "user_id": _lookup(run.spans, USER_KEYS, USER_METADATA_KEYS)
+        or _lookup(trace_spans, USER_KEYS, USER_METADATA_KEYS),
         "agent_name": _agent_name(run, trace_spans),
         "model": last.model,
         "started_at": started,

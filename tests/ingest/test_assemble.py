@@ -163,8 +163,15 @@ def test_multi_agent_trace_gives_one_trajectory_per_agent_run() -> None:
         get_span("0" * 16, None, {}, 0, name="POST /chat"),
         agent("a" * 16, "0" * 16, "planner", 1),
         chat("b" * 16, "a" * 16, [text("user", "plan")], text("assistant", "p"), 2),
-        agent("c" * 16, "a" * 16, "researcher", 3),  # nested: its own run, parent = planner's
-        chat("d" * 16, "c" * 16, [text("user", "research")], text("assistant", "r"), 4),
+        # Nested, with a conversation of its own (its own system prompt): its own run, parent = planner's.
+        agent("c" * 16, "a" * 16, "researcher", 3),
+        chat(
+            "d" * 16,
+            "c" * 16,
+            [text("system", "You research."), text("user", "research")],
+            text("assistant", "r"),
+            4,
+        ),
         agent("e" * 16, "0" * 16, "writer", 5),  # a second top-level agent
         chat("f" * 16, "e" * 16, [text("user", "write")], text("assistant", "w"), 6),
     ]
@@ -175,8 +182,32 @@ def test_multi_agent_trace_gives_one_trajectory_per_agent_run() -> None:
     assert by_agent["researcher"]["trajectory_id"] == f"{TRACE}:{'c' * 16}"
     assert json.loads(by_agent["researcher"]["metadata"])["parent_trajectory_id"] == f"{TRACE}:{'a' * 16}"
     assert roles_and_contents(by_agent["planner"]) == [("user", "plan"), ("assistant", "p")]
+    assert roles_and_contents(by_agent["researcher"])[0] == ("system", "You research.")
     assert roles_and_contents(by_agent["writer"]) == [("user", "write"), ("assistant", "w")]
     assert {r["trace_id"] for r in by_agent.values()} == {TRACE}
+
+
+def test_nested_agent_spans_of_one_conversation_are_one_run() -> None:
+    # LangGraph: the graph is the agent; each pass through its `agent` node is an AGENT span too,
+    # with one model call of the same conversation. One run, named after the graph.
+    history = [text("system", "Be brief."), text("user", "q")]
+    rows = [
+        agent("a" * 16, None, "weather-graph", 0),
+        agent("b" * 16, "a" * 16, "agent", 1),
+        chat("c" * 16, "b" * 16, history, text("assistant", "first"), 2),
+        agent("d" * 16, "a" * 16, "agent", 3),
+        chat(
+            "e" * 16,
+            "d" * 16,
+            [*history, text("assistant", "first"), text("user", "more")],
+            text("assistant", "second"),
+            4,
+        ),
+    ]
+    (row,) = assemble(spans_table(rows)).trajectories.to_pylist()
+    assert row["trajectory_id"] == TRACE and row["agent_name"] == "weather-graph"
+    assert [c for _, c in roles_and_contents(row)] == ["Be brief.", "q", "first", "more", "second"]
+    assert json.loads(row["metadata"])["llm_calls"] == 2
 
 
 def test_contentless_trace_still_yields_a_trajectory_marked_so() -> None:

@@ -2,7 +2,8 @@
 
 `normalize_span` picks the convention from the attributes a span carries, most specific
 first (Langfuse observations and OpenInference kinds name themselves; OpenLLMetry's
-legacy keys are unmistakable; everything else is read as OTel GenAI semconv).
+legacy keys and the Vercel AI SDK's `ai.operationId` are unmistakable; everything else is
+read as OTel GenAI semconv).
 
 >>> call = normalize_span({"trace_id": "t", "span_id": "s", "attributes": {
 ...     "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o",
@@ -18,6 +19,7 @@ from ingest.assembly.normalize.langfuse import is_langfuse_span, normalize_langf
 from ingest.assembly.normalize.openinference import is_openinference_span, normalize_openinference
 from ingest.assembly.normalize.openllmetry import is_openllmetry_span, normalize_openllmetry
 from ingest.assembly.normalize.types import LLMCall, Message, Span, ToolCall, make_message
+from ingest.assembly.normalize.vercel import is_vercel_span, normalize_vercel
 
 __all__ = [
     "LLMCall",
@@ -30,6 +32,7 @@ __all__ = [
     "normalize_openinference",
     "normalize_openllmetry",
     "normalize_span",
+    "normalize_vercel",
 ]
 
 
@@ -44,4 +47,6 @@ def normalize_span(span: Span) -> LLMCall | ToolCall | None:
         return normalize_openinference(span)
     if is_openllmetry_span(attrs):
         return normalize_openllmetry(span)
+    if is_vercel_span(attrs) and not attrs.get("gen_ai.operation.name"):
+        return normalize_vercel(span)
     return normalize_genai(span)

@@ -85,6 +85,29 @@ def _from_raw_values(attrs: dict[str, Any]) -> tuple[list[Message], list[Message
     return inputs, outputs
 
 
+def _answering_model(output: Any) -> str | None:
+    """The model that answered, from a raw response in `output.value`: the OpenAI response's
+    `model`, or LangChain's `generation_info` / `response_metadata` `model_name`."""
+    if not isinstance(output, dict):
+        return None
+    if isinstance(output.get("model"), str) and output.get("object", "").startswith(
+        ("chat.completion", "response")
+    ):
+        return output["model"]
+    generations = output.get("generations")
+    if isinstance(generations, list) and generations and isinstance(generations[0], list) and generations[0]:
+        generation = generations[0][0] if isinstance(generations[0][0], dict) else {}
+        info = generation.get("generation_info") or {}
+        message = (generation.get("message") or {}).get("kwargs") or {}
+        for source in (info, message.get("response_metadata") or {}):
+            if isinstance(source, dict) and isinstance(source.get("model_name"), str):
+                return source["model_name"]
+    llm_output = output.get("llm_output")
+    if isinstance(llm_output, dict) and isinstance(llm_output.get("model_name"), str):
+        return llm_output["model_name"]
+    return None
+
+
 def normalize_openinference(span: Span) -> LLMCall | ToolCall | None:
     """The span as an LLM call or tool call under OpenInference, or None for other span kinds."""
     attrs = span.get("attributes") or {}
@@ -115,6 +138,10 @@ def normalize_openinference(span: Span) -> LLMCall | ToolCall | None:
             make_message("assistant", c.get("completion.text"))
             for c in indexed(attrs, "llm.choices").values()
         ]
+    if not inputs and not outputs and not any(k.startswith("llm.token_count.") for k in attrs):
+        # An LLM-kind span that neither carries content nor counts tokens is no model call we
+        # can say anything about (llama-index's `_prepare_chat_with_tools` wraps the real one).
+        return None
     invocation = maybe_json(attrs.get("llm.invocation_parameters"))
     params = {k: invocation[k] for k in _PARAMS if isinstance(invocation, dict) and k in invocation}
     tools = [
@@ -132,7 +159,9 @@ def normalize_openinference(span: Span) -> LLMCall | ToolCall | None:
         output_messages=outputs,
         tools=tools,
         request_model=request_model,
-        response_model=first(attrs, "llm.response.model_name", "llm.model_name"),
+        response_model=first(attrs, "llm.response.model_name")
+        or _answering_model(maybe_json(attrs.get("output.value")))
+        or first(attrs, "llm.model_name"),
         provider=first(attrs, "llm.provider", "llm.system"),
         params=params,
         input_tokens=as_int(attrs.get("llm.token_count.prompt")),

@@ -12,8 +12,8 @@ Derived from what the scripted run DID, never from trajlake's output:
 - token sums add the scripted usage of every answered call whose answer carried usage
   (a chat stream without `stream_options.include_usage` carries none);
 - model / session / user: what the telemetry can know. The answering model name
-  (`gpt-4o-mini-2024-07-18`) when the recording contains it anywhere, else the requested
-  name as the recording spells it; session and user ids only when the agent's ids
+  (`gpt-4o-mini-2024-07-18`) when the recording carries it as a value (not only inside the
+  Python repr of a response object), else the requested name as the recording spells it; session and user ids only when the agent's ids
   (`conv-42`, `user-7`) occur in the recording at all (`null` otherwise: the framework
   did not send them, see `notes`);
 - agent names: how each framework named the agent (table below).
@@ -182,7 +182,9 @@ def expected_for(name: str) -> dict[str, Any]:
     usage = [s.USAGE[e["turn"] - 1] for e in exchanges if _usage_sent(e)]
     text = _recording_text(folder, manifest)
     requested = request.get("model")
-    if s.MODEL in text:
+    # The answering model counts when the telemetry has it as a value (JSON: double quotes, escaped
+    # or not), not when it only occurs inside a Python repr of a response object.
+    if re.search(r'\\*"' + re.escape(s.MODEL) + r'\\*"', text):
         model = s.MODEL
     elif f"openai/{requested}" in text:
         model = f"openai/{requested}"

@@ -76,13 +76,41 @@ def _messages(attrs: dict[str, Any], prefix: str, default_role: str) -> list[Mes
 
 
 def _from_raw_values(attrs: dict[str, Any]) -> tuple[list[Message], list[Message]]:
+    """Messages from the raw request and response in `input.value` / `output.value`: an OpenAI chat
+    request and response, or a Responses API response (a list of them when streamed)."""
     request = maybe_json(attrs.get("input.value"))
     response = maybe_json(attrs.get("output.value"))
     inputs = messages_from_openai(request.get("messages")) if isinstance(request, dict) else []
     outputs: list[Message] = []
     if isinstance(response, dict) and isinstance(response.get("choices"), list):
         outputs = messages_from_openai([c.get("message") for c in response["choices"] if isinstance(c, dict)])
+    responses = response if isinstance(response, list) else [response]
+    for item in responses:
+        if isinstance(item, dict) and item.get("object") == "response":
+            outputs += _response_output(item.get("output"))
     return inputs, outputs
+
+
+def _response_output(items: Any) -> list[Message]:
+    """A Responses API `output` (message and function_call items) as one assistant message."""
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for item in items if isinstance(items, list) else []:
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == "message":
+            texts += [
+                str(p.get("text", ""))
+                for p in item.get("content") or []
+                if isinstance(p, dict) and p.get("type") in ("output_text", "text")
+            ]
+        elif item.get("type") == "function_call":
+            calls.append(
+                make_tool_call(item.get("call_id") or item.get("id"), item.get("name"), item.get("arguments"))
+            )
+    if not texts and not calls:
+        return []
+    return [make_message("assistant", "".join(texts) if texts else None, tool_calls=calls)]
 
 
 def _answering_model(output: Any) -> str | None:
@@ -122,6 +150,7 @@ def normalize_openinference(span: Span) -> LLMCall | ToolCall | None:
             arguments=as_json_text(maybe_json(first(attrs, "tool_call.function.arguments", "input.value"))),
             result=as_text(maybe_json(attrs.get("output.value"))),
             description=attrs.get("tool.description"),
+            parameters=maybe_json(attrs.get("tool.parameters")),
             error=error_of(span),
             start_time=span.get("start_time"),
             end_time=span.get("end_time"),
@@ -130,8 +159,9 @@ def normalize_openinference(span: Span) -> LLMCall | ToolCall | None:
         return None
     inputs = _messages(attrs, "llm.input_messages", "user")
     outputs = _messages(attrs, "llm.output_messages", "assistant")
-    if not inputs and not outputs:
-        inputs, outputs = _from_raw_values(attrs)
+    if not inputs or not outputs:
+        raw_inputs, raw_outputs = _from_raw_values(attrs)
+        inputs, outputs = inputs or raw_inputs, outputs or raw_outputs
     if not inputs and not outputs:  # legacy completions API
         inputs = [make_message("user", p.get("prompt.text")) for p in indexed(attrs, "llm.prompts").values()]
         outputs = [

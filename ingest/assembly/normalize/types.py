@@ -73,6 +73,18 @@ class ToolCall:
 # --- helpers shared by the normalisers ---------------------------------------------------
 
 
+# Framework roles as the model API received them: smolagents sends its `tool-call` steps as
+# assistant turns and `tool-response` steps as user turns; LangChain says human/ai; Gemini, model.
+ROLE_ALIASES = {
+    "tool-call": "assistant",
+    "tool-response": "user",
+    "human": "user",
+    "ai": "assistant",
+    "model": "assistant",
+    "developer": "system",
+}
+
+
 def make_message(
     role: str,
     content: str | None = None,
@@ -82,9 +94,9 @@ def make_message(
     tool_calls: list[dict[str, Any]] | None = None,
     is_error: bool | None = None,
 ) -> Message:
-    """A message dict in the lake's struct shape."""
+    """A message dict in the lake's struct shape (framework-only roles mapped to the model's)."""
     return {
-        "role": role,
+        "role": ROLE_ALIASES.get(role, role),
         "content": content,
         "name": name,
         "tool_call_id": tool_call_id,

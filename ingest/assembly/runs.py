@@ -21,18 +21,21 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ingest.assembly.normalize import LLMCall, Span, ToolCall
+from ingest.assembly.normalize.types import text_attr
 from store.schema import LOG_KIND
 
 VERCEL_AGENT_OPERATIONS = {"ai.generateText", "ai.streamText", "ai.generateObject", "ai.streamObject"}
 
 
 def is_agent_span(attrs: dict[str, Any]) -> bool:
+    # `invoke_workflow` is what `invoke_agent` was called for workflows before the GenAI
+    # conventions merged them (semantic-conventions-genai v0.1.0); ADK still sends it.
     return (
-        attrs.get("gen_ai.operation.name") == "invoke_agent"
+        attrs.get("gen_ai.operation.name") in ("invoke_agent", "invoke_workflow")
         or str(attrs.get("openinference.span.kind", "")).upper() == "AGENT"
         or attrs.get("langfuse.observation.type") == "agent"
         or attrs.get("traceloop.span.kind") == "agent"
-        or attrs.get("ai.operationId") in VERCEL_AGENT_OPERATIONS
+        or text_attr(attrs, "ai.operationId") in VERCEL_AGENT_OPERATIONS
     )
 
 
@@ -127,6 +130,14 @@ def agent_runs(
         nearest_agent(span_id)
     agents = sorted((by_id[a] for a in set(agent_of.values()) if a), key=span_order)
     parent_agent = {a["span_id"]: nearest_agent(a.get("parent_span_id")) for a in agents}
+    for agent_id in list(parent_agent):  # a parent chain that loops (bad ids) starts at the top
+        seen = {agent_id}
+        ancestor = parent_agent[agent_id]
+        while ancestor is not None and ancestor not in seen:
+            seen.add(ancestor)
+            ancestor = parent_agent.get(ancestor)
+        if ancestor is not None:
+            parent_agent[agent_id] = None
     children: dict[str | None, list[str]] = {}
     for agent in agents:
         children.setdefault(parent_agent[agent["span_id"]], []).append(agent["span_id"])

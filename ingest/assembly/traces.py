@@ -57,7 +57,12 @@ def span_dicts(spans: pa.Table) -> list[Span]:
     for row in newest.values():
         row = dict(row)
         row["attributes"] = _loads(row.get("attributes"), {})
-        row["events"] = _loads(row.get("events"), [])
+        # An event is an object with an attributes object; anything else is no event we can read.
+        row["events"] = [
+            {**e, "attributes": e["attributes"] if isinstance(e.get("attributes"), dict) else {}}
+            for e in _loads(row.get("events"), [])
+            if isinstance(e, dict)
+        ]
         out.append(row)
     return out
 

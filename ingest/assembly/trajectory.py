@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -95,6 +96,29 @@ def _without_method(span_name: str) -> str:
     return span_name
 
 
+def _content_mode(calls: list[LLMCall]) -> str:
+    """`inline` (messages on the telemetry), `referenced` (stored elsewhere, see `content_refs`)
+    or `none` (not captured: turn content capture on)."""
+    if any(c.has_content for c in calls):
+        return "inline"
+    return "referenced" if any(c.content_refs for c in calls) else "none"
+
+
+_NOT_A_NUMBER = {"infinity", "-infinity", "+infinity", "inf", "-inf", "nan"}
+
+
+def _plain_params(params: dict[str, Any]) -> dict[str, Any]:
+    """Sampling parameters as valid JSON: an unbounded value (Langfuse's `max_tokens: Infinity`) is
+    no limit, stored as null, never as `Infinity` (not JSON) or the string "Infinity"."""
+    out: dict[str, Any] = {}
+    for name, value in params.items():
+        unbounded = (isinstance(value, float) and not math.isfinite(value)) or (
+            isinstance(value, str) and value.strip().lower() in _NOT_A_NUMBER
+        )
+        out[str(name)] = None if unbounded else value
+    return out
+
+
 def _agent_output(run: Run) -> str | None:
     """The answer an agent span records as its own output (when its last model turn was a tool call)."""
     if run.agent_span is None:
@@ -158,11 +182,14 @@ def trajectory_row(run: Run, trace_spans: list[Span], has_root: bool) -> dict[st
         "span_count": len(run.spans),
         "conventions": sorted({c.convention for c in run.calls}),
         "provider": last.provider,
-        "params": last.params,
+        "params": _plain_params(last.params),
         "finish_reasons": [reason for c in llm_calls for reason in c.finish_reasons],
         "response_ids": [c.response_id for c in llm_calls if c.response_id],
         "service_name": next((s.get("service_name") for s in run.spans if s.get("service_name")), None),
         "parent_trajectory_id": run.parent_id,
+        # Content the telemetry only references (uploaded elsewhere): never silently empty.
+        "content_refs": [{"span_id": c.span_id, **c.content_refs} for c in llm_calls if c.content_refs],
+        "content": _content_mode(llm_calls),
         "agent_span_id": run.agent_span["span_id"] if run.agent_span else None,
     }
     started = min(starts)

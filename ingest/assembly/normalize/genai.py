@@ -41,23 +41,29 @@ from ingest.assembly.normalize.types import (
     merge_tools,
     openai_tool,
     strip_or_none,
+    text_attr,
 )
 
 LLM_OPERATIONS = {"chat", "text_completion", "generate_content", "responses"}
 TOOL_OPERATIONS = {"execute_tool"}
 AGENT_OPERATIONS = {"invoke_agent", "create_agent"}
+# Content uploaded elsewhere and referenced from the span (semantic-conventions-genai v0.1.0).
+CONTENT_REFS = ("gen_ai.system_instructions.ref", "gen_ai.input.messages.ref", "gen_ai.output.messages.ref")
 _PARAMS = ("temperature", "top_p", "top_k", "frequency_penalty", "presence_penalty", "max_tokens", "seed")
 
 
 def is_llm_span(attrs: dict[str, Any]) -> bool:
-    op = attrs.get("gen_ai.operation.name")
+    op = text_attr(attrs, "gen_ai.operation.name")
     if op is not None:
         return op in LLM_OPERATIONS
-    return "gen_ai.input.messages" in attrs or "gen_ai.output.messages" in attrs
+    return any(
+        key in attrs
+        for key in ("gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.input.messages.ref")
+    )
 
 
 def is_tool_span(attrs: dict[str, Any]) -> bool:
-    return attrs.get("gen_ai.operation.name") in TOOL_OPERATIONS
+    return text_attr(attrs, "gen_ai.operation.name") in TOOL_OPERATIONS
 
 
 # --- parts -> messages ---------------------------------------------------------------------
@@ -204,6 +210,9 @@ def normalize_genai_llm(span: Span, *, convention: str = "genai") -> LLMCall:
         output_messages=outputs,
         tools=merge_tools(tool_definitions(attrs), tool_definitions(details)),
         has_content=bool(inputs or outputs),
+        content_refs={
+            key[len("gen_ai.") : -len(".ref")]: source[key] for key in CONTENT_REFS if source.get(key)
+        },
         **fields,
     )
 

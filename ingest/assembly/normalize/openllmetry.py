@@ -28,6 +28,7 @@ from ingest.assembly.normalize.types import (
     maybe_json,
     openai_tool,
     strip_or_none,
+    text_attr,
 )
 
 
@@ -79,7 +80,7 @@ def _indexed_tools(attrs: dict[str, Any]) -> list[dict[str, Any]]:
 def normalize_openllmetry(span: Span) -> LLMCall | ToolCall | None:
     """The span as an LLM call or tool call under OpenLLMetry's conventions, or None."""
     attrs = span.get("attributes") or {}
-    kind = attrs.get("traceloop.span.kind")
+    kind = text_attr(attrs, "traceloop.span.kind")
     if kind == "tool":
         output = maybe_json(attrs.get("traceloop.entity.output"))
         if isinstance(output, dict) and "outputs" in output:

@@ -39,6 +39,8 @@ class LLMCall:
     finish_reasons: list[str] = field(default_factory=list)
     error: str | None = None
     has_content: bool = False
+    # Content stored elsewhere (`gen_ai.input.messages.ref`, ...): the references, by what they hold.
+    content_refs: dict[str, Any] = field(default_factory=dict)
     start_time: datetime | None = None
     end_time: datetime | None = None
 
@@ -164,6 +166,12 @@ def as_int(value: Any) -> int | None:
         return int(value)
     except (TypeError, ValueError):
         return None
+
+
+def text_attr(attrs: dict[str, Any], key: str) -> str | None:
+    """An attribute that must be text (an operation name, a span kind): None when it is not."""
+    value = attrs.get(key)
+    return value if isinstance(value, str) else None
 
 
 def first(attrs: dict[str, Any], *keys: str) -> Any:

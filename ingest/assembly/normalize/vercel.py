@@ -26,6 +26,7 @@ from ingest.assembly.normalize.types import (
     maybe_json,
     openai_tool,
     strip_or_none,
+    text_attr,
 )
 
 MODEL_OPERATIONS = {
@@ -120,7 +121,7 @@ def _answer(attrs: dict[str, Any]) -> list[Message]:
 def normalize_vercel(span: Span) -> LLMCall | ToolCall | None:
     """A model call or tool call of the AI SDK's telemetry, or None for its other spans."""
     attrs = span.get("attributes") or {}
-    operation = attrs.get("ai.operationId")
+    operation = text_attr(attrs, "ai.operationId")
     if operation == TOOL_OPERATION:
         return ToolCall(
             span_id=span["span_id"],

@@ -417,3 +417,46 @@ def test_a_trace_that_breaks_assembly_is_recorded_and_stops_no_other(
     con = store.connect(lake)
     assert con.execute("SELECT status FROM ingest_errors").fetchall() == [("resolved",)]
     assert con.execute(f"SELECT count(*) FROM trajectories WHERE trace_id = '{bad}'").fetchall() == [(1,)]
+
+
+def test_content_stored_elsewhere_is_referenced_not_silently_empty() -> None:
+    attrs = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": "m",
+        "gen_ai.input.messages.ref": "s3://telemetry/in/0af7.json",
+        "gen_ai.output.messages.ref": "s3://telemetry/out/0af7.json",
+        "gen_ai.usage.input_tokens": 7,
+    }
+    rows = [
+        get_span(
+            "a" * 16, None, {"gen_ai.operation.name": "invoke_workflow", "gen_ai.workflow.name": "wf"}, 0
+        ),
+        get_span("b" * 16, "a" * 16, attrs, 1),
+    ]
+    (row,) = assemble(spans_table(rows)).trajectories.to_pylist()
+    metadata = json.loads(row["metadata"])
+    assert row["has_content"] is False and metadata["content"] == "referenced"
+    assert metadata["content_refs"] == [
+        {
+            "span_id": "b" * 16,
+            "input.messages": "s3://telemetry/in/0af7.json",
+            "output.messages": "s3://telemetry/out/0af7.json",
+        }
+    ]
+    assert row["agent_name"] == "wf"  # invoke_workflow is the older name of an agent span
+
+
+def test_unbounded_sampling_parameters_are_null_in_valid_json() -> None:
+    rows = [
+        chat(
+            "a" * 16,
+            None,
+            [text("user", "q")],
+            text("assistant", "a"),
+            0,
+            **{"gen_ai.request.max_tokens": float("inf")},
+        ),
+    ]
+    (row,) = assemble(spans_table(rows)).trajectories.to_pylist()
+    assert "Infinity" not in row["metadata"]
+    assert json.loads(row["metadata"])["params"] == {"max_tokens": None}

@@ -180,3 +180,71 @@ def test_log_records_without_trace_context_are_reported_as_rejected(collector) -
     assert response.status_code == 200
     assert response.json()["partialSuccess"]["rejectedLogRecords"] == "1"
     assert "no trace context" in response.json()["partialSuccess"]["errorMessage"]
+
+
+def test_a_trace_that_breaks_assembly_leaves_the_collector_healthy_and_the_rest_assembled(
+    collector, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    import ingest.assembly.traces as traces
+
+    real = traces.normalize_span
+
+    def fragile(span):  # type: ignore[no-untyped-def]
+        if span["attributes"].get("test.poison"):
+            raise ValueError("dictionary update sequence element #0 has length 1; 2 is required")
+        return real(span)
+
+    monkeypatch.setattr(traces, "normalize_span", fragile)
+    request = chat_trace(1, content="good")
+    poisoned = chat_trace(1, content="bad")
+    for span in (s for rs in poisoned.resource_spans for ss in rs.scope_spans for s in ss.spans):
+        attribute = span.attributes.add()
+        attribute.key, attribute.value.bool_value = "test.poison", True
+    request.resource_spans.extend(poisoned.resource_spans)
+    request.resource_spans.extend(chat_trace(2, content="also good").resource_spans)
+    response = httpx.post(f"{collector.url}/v1/traces", content=request.SerializeToString(), headers=PB)
+    assert response.status_code == 200
+    rows = wait_for(lambda: len(trajectories(collector)) == 2 and trajectories(collector))
+    assert sorted(r["final_output"] for r in rows) == ["answer 0", "answer 1"]
+    failures = wait_for(
+        lambda: (
+            collector.lake.has_table("ingest_errors") and sql(collector.lake, "SELECT * FROM ingest_errors")
+        )
+    )
+    bad_trace = poisoned.resource_spans[0].scope_spans[0].spans[0].trace_id.hex()
+    assert [(f["trace_id"], f["status"], f["error_class"]) for f in failures] == [
+        (bad_trace, "failed", "ValueError")
+    ]
+    health = httpx.get(f"{collector.url}/health").json()
+    assert health["status"] == "ok" and health["traces_failed"] == 1
+    # The collector goes on: the next trace assembles.
+    later = chat_trace(1, content="later")
+    assert (
+        httpx.post(f"{collector.url}/v1/traces", content=later.SerializeToString(), headers=PB).status_code
+        == 200
+    )
+    wait_for(lambda: len(trajectories(collector)) == 3)
+
+
+def test_metrics_are_acknowledged_in_both_encodings_and_counted(collector) -> None:  # type: ignore[no-untyped-def]
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+        ExportMetricsServiceRequest,
+        ExportMetricsServiceResponse,
+    )
+
+    request = ExportMetricsServiceRequest()
+    metric = request.resource_metrics.add().scope_metrics.add().metrics.add()
+    metric.name = "gen_ai.client.token.usage"
+    for value in (40, 12):
+        metric.histogram.data_points.add().sum = value
+    answer = httpx.post(f"{collector.url}/v1/metrics", content=request.SerializeToString(), headers=PB)
+    assert answer.status_code == 200
+    ExportMetricsServiceResponse.FromString(answer.content)
+    document = {
+        "resourceMetrics": [
+            {"scopeMetrics": [{"metrics": [{"name": "m", "sum": {"dataPoints": [{"asInt": "3"}]}}]}]}
+        ]
+    }
+    assert httpx.post(f"{collector.url}/v1/metrics", json=document).json() == {}
+    assert httpx.post(f"{collector.url}/v1/metrics", content=b"\xff\x00junk", headers=PB).status_code == 400
+    assert httpx.get(f"{collector.url}/health").json()["metric_points"] == 3

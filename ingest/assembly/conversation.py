@@ -62,6 +62,7 @@ class _Entry:
     key: Key
     origin: str
     placeholder: bool = False  # a content-free model turn: its structure only
+    merged: int = 0  # id of the last input message merged into it (the same one comes back span after span)
 
 
 @dataclass
@@ -71,13 +72,22 @@ class Conversation:
     entries: list[_Entry] = field(default_factory=list)
     tool_output: str | None = None  # the result of a successful tool after the model's last turn
     _fresh_tools: list[_Entry] = field(default_factory=list)  # tool-span results since the last LLM call
+    # Message keys by message identity: the normalisers hand the same message objects to every
+    # call that repeats them, and those objects live as long as the conversation is built.
+    _keys_of: dict[int, Key] = field(default_factory=dict)
 
     @property
     def keys(self) -> list[Key]:
         return [e.key for e in self.entries]
 
+    def _key(self, message: Message) -> Key:
+        key = self._keys_of.get(id(message))
+        if key is None:
+            key = self._keys_of[id(message)] = message_key(message)
+        return key
+
     def _append(self, message: Message, origin: str, *, placeholder: bool = False) -> _Entry:
-        entry = _Entry(dict(message), message_key(message), origin, placeholder)
+        entry = _Entry(dict(message), self._key(message), origin, placeholder)
         self.entries.append(entry)
         return entry
 
@@ -92,42 +102,47 @@ class Conversation:
             self._append(make_message("assistant"), OUTPUT, placeholder=True)
 
     def _add_input(self, incoming: list[Message]) -> None:
-        keys = [message_key(m) for m in incoming]
-        start = _common_prefix(keys, self.keys)
-        for entry, message in zip(self.entries[:start], incoming, strict=False):
-            self._merge(entry, message)
-        matched = {id(e) for e in self.entries[:start]}
+        keys = [self._key(m) for m in incoming]
+        entries = self.entries
+        start = _common_prefix(keys, [e.key for e in entries])
+        for entry, message in zip(entries[:start], incoming, strict=False):
+            if entry.merged != id(message):
+                self._merge(entry, message)
+        matched = set(range(start))  # positions in `entries` this input covers
         cursor = start
         for message, key in zip(incoming[start:], keys[start:], strict=True):
             found = next(
-                (e for e in self.entries[start:] if id(e) not in matched and e.key == key),
-                None,
+                (i for i in range(start, len(entries)) if i not in matched and entries[i].key == key), None
             )
             if found is not None:
-                self._merge(found, message)
-                matched.add(id(found))
-                cursor = self.entries.index(found) + 1
+                self._merge(entries[found], message)
+                matched.add(found)
+                cursor = found + 1
                 continue
-            at = self.entries[cursor] if cursor < len(self.entries) else None
             if (
-                at is not None
-                and id(at) not in matched
-                and at.origin == OUTPUT
-                and at.message.get("role") == message.get("role")
+                cursor < len(entries)
+                and cursor not in matched
+                and entries[cursor].origin == OUTPUT
+                and entries[cursor].message.get("role") == message.get("role")
             ):
-                matched.add(id(at))  # the model's own turn, rendered differently in this input
+                matched.add(cursor)  # the model's own turn, rendered differently in this input
                 cursor += 1
                 continue
-            matched.add(id(self._append(message, INPUT)))
-            cursor = len(self.entries)
-        # Tool results the input passes over (it goes on past them) without carrying them: the
-        # model was shown them some other way, and the input above is what it saw. An input
-        # that stops short of them (a truncated window) says nothing about them.
-        reach = max((i for i, e in enumerate(self.entries) if id(e) in matched), default=-1)
-        unseen = {id(e) for e in self._fresh_tools if id(e) not in matched and self.entries.index(e) < reach}
-        self.entries = [e for e in self.entries if id(e) not in unseen]
+            self._append(message, INPUT)
+            matched.add(len(entries) - 1)
+            cursor = len(entries)
+        if self._fresh_tools:
+            # Tool results the input passes over (it goes on past them) without carrying them: the
+            # model was shown them some other way, and the input above is what it saw. An input
+            # that stops short of them (a truncated window) says nothing about them.
+            reach = max(matched, default=-1)
+            fresh = {id(e) for e in self._fresh_tools}
+            self.entries = [
+                e for i, e in enumerate(entries) if not (id(e) in fresh and i not in matched and i < reach)
+            ]
 
     def _merge(self, entry: _Entry, message: Message) -> None:
+        entry.merged = id(message)
         if entry.origin == TOOL_SPAN:  # what the model was sent replaces what the tool span recorded
             for name in ("content", "name"):
                 if message.get(name) not in (None, ""):

@@ -20,7 +20,7 @@ import orjson
 import pyarrow as pa
 
 from ingest.assembly.feedback import feedback_rows
-from ingest.assembly.normalize import Span, normalize_span
+from ingest.assembly.normalize import HistoryMemo, Span, normalize_span
 from ingest.assembly.runs import agent_runs, attach_logs, span_order
 from ingest.assembly.trajectory import trajectory_row
 from store.schema import INGEST_ERRORS, REWARDS, TRAJECTORIES, WRITTEN_AT
@@ -43,26 +43,49 @@ class Assembled:
         return self.failures.num_rows
 
 
+# The columns assembly reads (the resource JSON and arrival time are not among them).
+_COLUMNS = (
+    "trace_id",
+    "span_id",
+    "parent_span_id",
+    "name",
+    "kind",
+    "source",
+    "start_time",
+    "end_time",
+    "status_code",
+    "status_message",
+    "service_name",
+    "attributes",
+    "events",
+)
+
+
 def span_dicts(spans: pa.Table) -> list[Span]:
     """Rows of a `spans` table as dicts with parsed `attributes`/`events`, newest row per key."""
-    rows = spans.to_pylist()
+    names = [c for c in _COLUMNS if c in spans.column_names]
+    if WRITTEN_AT in spans.column_names:
+        # A lake read has one row per key already; an in-memory batch may repeat a key: newest wins.
+        spans = spans.sort_by([(WRITTEN_AT, "ascending")])
+    columns = [spans.column(c).to_pylist() for c in names]
     newest: dict[tuple[str, str], Span] = {}
-    for row in rows:
-        key = (row["trace_id"], row["span_id"])
-        old = newest.get(key)
-        if old is not None and (row.get(WRITTEN_AT) or 0) < (old.get(WRITTEN_AT) or 0):
-            continue
-        newest[key] = row
+    for values in zip(*columns, strict=True):
+        row = dict(zip(names, values, strict=True))
+        newest[(row["trace_id"], row["span_id"])] = row
     out = []
     for row in newest.values():
-        row = dict(row)
         row["attributes"] = _loads(row.get("attributes"), {})
         # An event is an object with an attributes object; anything else is no event we can read.
-        row["events"] = [
-            {**e, "attributes": e["attributes"] if isinstance(e.get("attributes"), dict) else {}}
-            for e in _loads(row.get("events"), [])
-            if isinstance(e, dict)
-        ]
+        events = _loads(row.get("events"), [])
+        row["events"] = (
+            [
+                {**e, "attributes": e["attributes"] if isinstance(e.get("attributes"), dict) else {}}
+                for e in events
+                if isinstance(e, dict)
+            ]
+            if events
+            else events
+        )
         out.append(row)
     return out
 
@@ -82,7 +105,10 @@ def assemble_trace(trace_id: str, spans: list[Span]) -> tuple[list[dict[str, Any
     real, orphans = attach_logs(spans)
     if not real:
         return [], []
-    calls = {s["span_id"]: c for s in real if (c := normalize_span(s)) is not None}
+    memo = HistoryMemo()
+    calls = {
+        s["span_id"]: c for s in sorted(real, key=span_order) if (c := normalize_span(s, memo)) is not None
+    }
     runs, run_of_span = agent_runs(trace_id, real, calls)
     # Without its root span the trace is still in flight (assembled on the idle timeout).
     has_root = any(not s.get("parent_span_id") for s in real)

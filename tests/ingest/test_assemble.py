@@ -380,10 +380,12 @@ def test_a_trace_that_breaks_assembly_is_recorded_and_stops_no_other(
     bad = f"{99:032x}"
     real = traces.normalize_span
 
-    def fragile(span: dict[str, Any]) -> Any:  # a shape no normaliser expected, in one trace only
+    def fragile(
+        span: dict[str, Any], memo: Any = None
+    ) -> Any:  # a shape no normaliser expected, in one trace only
         if span["trace_id"] == bad:
             raise ValueError("dictionary update sequence element #0 has length 1; 2 is required")
-        return real(span)
+        return real(span, memo)
 
     monkeypatch.setattr(traces, "normalize_span", fragile)
     rows = []

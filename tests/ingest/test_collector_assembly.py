@@ -189,10 +189,10 @@ def test_a_trace_that_breaks_assembly_leaves_the_collector_healthy_and_the_rest_
 
     real = traces.normalize_span
 
-    def fragile(span):  # type: ignore[no-untyped-def]
+    def fragile(span, memo=None):  # type: ignore[no-untyped-def]
         if span["attributes"].get("test.poison"):
             raise ValueError("dictionary update sequence element #0 has length 1; 2 is required")
-        return real(span)
+        return real(span, memo)
 
     monkeypatch.setattr(traces, "normalize_span", fragile)
     request = chat_trace(1, content="good")

@@ -14,7 +14,7 @@ read as OTel GenAI semconv).
 
 from __future__ import annotations
 
-from ingest.assembly.normalize.genai import normalize_genai
+from ingest.assembly.normalize.genai import HistoryMemo, normalize_genai
 from ingest.assembly.normalize.langfuse import is_langfuse_span, normalize_langfuse
 from ingest.assembly.normalize.openinference import is_openinference_span, normalize_openinference
 from ingest.assembly.normalize.openllmetry import is_openllmetry_span, normalize_openllmetry
@@ -22,6 +22,7 @@ from ingest.assembly.normalize.types import LLMCall, Message, Span, ToolCall, ma
 from ingest.assembly.normalize.vercel import is_vercel_span, normalize_vercel
 
 __all__ = [
+    "HistoryMemo",
     "LLMCall",
     "Message",
     "Span",
@@ -36,8 +37,9 @@ __all__ = [
 ]
 
 
-def normalize_span(span: Span) -> LLMCall | ToolCall | None:
-    """The span as a normalised LLM call or tool call under whichever convention it uses, else None."""
+def normalize_span(span: Span, memo: HistoryMemo | None = None) -> LLMCall | ToolCall | None:
+    """The span as a normalised LLM call or tool call under whichever convention it uses, else None.
+    `memo`: one per trace, with its spans given in time order, to parse repeated history once."""
     attrs = span.get("attributes") or {}
     if is_langfuse_span(attrs):
         found = normalize_langfuse(span)
@@ -49,4 +51,4 @@ def normalize_span(span: Span) -> LLMCall | ToolCall | None:
         return normalize_openllmetry(span)
     if is_vercel_span(attrs) and not attrs.get("gen_ai.operation.name"):
         return normalize_vercel(span)
-    return normalize_genai(span)
+    return normalize_genai(span, memo)

@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
+
 from ingest.assembly.normalize.genai_events import (
     details_attributes,
     has_message_events,
@@ -76,35 +78,88 @@ def messages_from_parts(raw: Any, *, default_role: str = "user") -> list[Message
         return [make_message(default_role, as_text(raw))] if raw not in (None, "") else []
     out: list[Message] = []
     for item in raw:
-        if not isinstance(item, dict):
+        if isinstance(item, dict):
+            out.extend(_item_messages(item, default_role))
+    return out
+
+
+class HistoryMemo:
+    """The last input history parsed in a trace: a chat span whose history text is the previous
+    span's plus new turns (the usual case: instrumentations serialise the same list the same way)
+    parses and converts only the new turns. One per trace, used in time order."""
+
+    def __init__(self) -> None:
+        self.text: str | None = None
+        self.messages: list[Message] = []
+
+    def messages_of(self, raw: Any) -> list[Message]:
+        if not isinstance(raw, str):
+            return messages_from_parts(raw)
+        previous = self.text
+        if previous == raw:
+            return self.messages
+        messages: list[Message] | None = None
+        if previous and previous[-1:] == "]" and len(raw) > len(previous):
+            cut = len(previous) - 1
+            if raw[cut] == "," and raw.startswith(previous[:cut]):
+                try:
+                    tail = orjson.loads("[" + raw[cut + 1 :])
+                except orjson.JSONDecodeError:
+                    tail = None
+                if isinstance(tail, list):
+                    messages = self.messages + messages_from_parts(tail)
+        if messages is None:
+            messages = messages_from_parts(raw)
+        self.text, self.messages = raw, messages
+        return messages
+
+
+# Every chat span repeats the conversation so far, so the same message items come back span
+# after span: converted once, looked up by their JSON text after that. The messages are shared,
+# and nothing downstream changes them (a conversation copies what it keeps).
+_ITEM_CACHE: dict[tuple[bytes, str], list[Message]] = {}
+_ITEM_CACHE_SIZE = 50_000
+
+
+def _item_messages(item: dict[str, Any], default_role: str) -> list[Message]:
+    try:
+        key = (orjson.dumps(item), default_role)
+    except (TypeError, orjson.JSONEncodeError):  # values orjson cannot write: convert each time
+        return _convert_item(item, default_role)
+    found = _ITEM_CACHE.get(key)
+    if found is None:
+        if len(_ITEM_CACHE) >= _ITEM_CACHE_SIZE:
+            _ITEM_CACHE.clear()
+        found = _ITEM_CACHE[key] = _convert_item(item, default_role)
+    return found
+
+
+def _convert_item(item: dict[str, Any], default_role: str) -> list[Message]:
+    role = str(item.get("role") or default_role)
+    parts = item.get("parts")
+    if parts is None and "content" in item:  # OpenAI-style message in a semconv slot
+        return messages_from_openai([item])
+    out: list[Message] = []
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for part in parts if isinstance(parts, list) else []:
+        if not isinstance(part, dict):
             continue
-        role = str(item.get("role") or default_role)
-        parts = item.get("parts")
-        if parts is None and "content" in item:  # OpenAI-style message in a semconv slot
-            out.extend(messages_from_openai([item]))
-            continue
-        texts: list[str] = []
-        calls: list[dict[str, Any]] = []
-        for part in parts or []:
-            if not isinstance(part, dict):
-                continue
-            kind = part.get("type")
-            if kind == "text":
-                texts.append(str(part.get("content", "")))
-            elif kind == "tool_call":
-                calls.append(make_tool_call(part.get("id"), part.get("name"), part.get("arguments")))
-            elif kind == "tool_call_response":
-                response = part.get("response", part.get("result"))
-                out.append(
-                    make_message("tool", as_text(response), tool_call_id=strip_or_none(part.get("id")))
-                )
-            elif kind == "refusal":  # OpenLLMetry's own part type
-                texts.append(str(part.get("content", "")))
-            elif kind != "reasoning":  # blobs, files, uris, server tools: kept as JSON, not lost
-                texts.append(json.dumps(part, ensure_ascii=False, separators=(",", ":")))
-        if texts or calls:
-            content = "".join(texts) if texts else None
-            out.append(make_message(role, content, name=item.get("name"), tool_calls=calls))
+        kind = part.get("type")
+        if kind == "text":
+            texts.append(str(part.get("content", "")))
+        elif kind == "tool_call":
+            calls.append(make_tool_call(part.get("id"), part.get("name"), part.get("arguments")))
+        elif kind == "tool_call_response":
+            response = part.get("response", part.get("result"))
+            out.append(make_message("tool", as_text(response), tool_call_id=strip_or_none(part.get("id"))))
+        elif kind == "refusal":  # OpenLLMetry's own part type
+            texts.append(str(part.get("content", "")))
+        elif kind != "reasoning":  # blobs, files, uris, server tools: kept as JSON, not lost
+            texts.append(json.dumps(part, ensure_ascii=False, separators=(",", ":")))
+    if texts or calls:
+        content = "".join(texts) if texts else None
+        out.append(make_message(role, content, name=item.get("name"), tool_calls=calls))
     return out
 
 
@@ -188,7 +243,7 @@ def tool_definitions(attrs: dict[str, Any]) -> list[dict[str, Any]]:
     return [tool for tool in (openai_tool(d) for d in raw) if tool]
 
 
-def normalize_genai_llm(span: Span, *, convention: str = "genai") -> LLMCall:
+def normalize_genai_llm(span: Span, *, convention: str = "genai", memo: HistoryMemo | None = None) -> LLMCall:
     """An LLM call from GenAI semconv attributes (on the span or its details events), falling back
     to the deprecated per-message events."""
     attrs = span.get("attributes") or {}
@@ -196,7 +251,8 @@ def normalize_genai_llm(span: Span, *, convention: str = "genai") -> LLMCall:
     details = details_attributes(events)
     source = {**details, **attrs}
     inputs = system_messages(source.get("gen_ai.system_instructions"))
-    inputs += messages_from_parts(source.get("gen_ai.input.messages"))
+    history = source.get("gen_ai.input.messages")
+    inputs += memo.messages_of(history) if memo is not None else messages_from_parts(history)
     outputs = messages_from_parts(source.get("gen_ai.output.messages"), default_role="assistant")
     fields = llm_fields(span, attrs)
     if not inputs and not outputs:
@@ -254,13 +310,13 @@ def normalize_genai_tool(span: Span) -> ToolCall:
     )
 
 
-def normalize_genai(span: Span) -> LLMCall | ToolCall | None:
+def normalize_genai(span: Span, memo: HistoryMemo | None = None) -> LLMCall | ToolCall | None:
     """The span as an LLM call or tool call under the GenAI conventions, or None when it is neither."""
     attrs = span.get("attributes") or {}
     if is_tool_span(attrs):
         return normalize_genai_tool(span)
     if is_llm_span(attrs):
-        return normalize_genai_llm(span)
+        return normalize_genai_llm(span, memo=memo)
     # Old instrumentations name no operation; a span that names another one (an agent, an event
     # loop cycle) only repeats the conversation in its events.
     if "gen_ai.operation.name" not in attrs and has_message_events(span.get("events") or []):

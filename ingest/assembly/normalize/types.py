@@ -128,7 +128,10 @@ def as_json_text(value: Any) -> str | None:
         return None
     if isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return orjson.dumps(value).decode()
+    except (TypeError, orjson.JSONEncodeError):  # integers beyond 64 bits, NaN kept as NaN
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
 def as_text(value: Any) -> str | None:

@@ -17,7 +17,7 @@ agents are a run each, and calls outside every agent stay with the trace-level r
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ingest.assembly.normalize import LLMCall, Span, ToolCall
@@ -40,11 +40,7 @@ def is_agent_span(attrs: dict[str, Any]) -> bool:
 
 
 def span_order(span: Span) -> tuple[Any, ...]:
-    return (
-        span.get("start_time") or datetime.min.replace(tzinfo=UTC),
-        span.get("end_time") or datetime.min.replace(tzinfo=UTC),
-        span["span_id"],
-    )
+    return (span.get("start_time") or 0, span.get("end_time") or 0, span["span_id"])
 
 
 @dataclass
@@ -100,8 +96,16 @@ def _log_time(log: Span) -> int:
     return exact if isinstance(exact, int) else to_ns(log.get("start_time"))
 
 
-def to_ns(value: datetime | None) -> int:
-    return int(value.timestamp() * 1_000_000) * 1000 if value else 0
+def to_ns(micros: int | None) -> int:
+    """A span time (microseconds since the epoch) in nanoseconds; 0 when unknown."""
+    return micros * 1000 if micros else 0
+
+
+def to_datetime(micros: int) -> datetime:
+    return EPOCH + timedelta(microseconds=micros)
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def agent_runs(
@@ -152,7 +156,7 @@ def agent_runs(
     def first_call(agent_id: str) -> LLMCall | None:
         found = [own[agent_id][0]] if own.get(agent_id) else []
         found += [c for c in (first_call(child) for child in children.get(agent_id, [])) if c]
-        return min(found, key=lambda c: c.start_time or datetime.min.replace(tzinfo=UTC), default=None)
+        return min(found, key=lambda c: c.start_time or 0, default=None)
 
     top = children.get(None, [])
     trace_run = Run(trace_id, by_id[top[0]] if len(top) == 1 else None)

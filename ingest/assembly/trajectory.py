@@ -8,11 +8,13 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
+
 from ingest.assembly.conversation import build_conversation, final_output
 from ingest.assembly.normalize import LLMCall, Span, ToolCall
 from ingest.assembly.normalize.genai import messages_from_parts, tool_definitions
 from ingest.assembly.normalize.types import first, maybe_json, merge_tools, openai_tool
-from ingest.assembly.runs import Run
+from ingest.assembly.runs import Run, to_datetime
 from store.schema import PARTITION_COLUMN, WRITTEN_AT
 
 SESSION_KEYS = (
@@ -144,22 +146,35 @@ def _agent_output(run: Run) -> str | None:
 def _lookup(spans: list[Span], keys: tuple[str, ...], metadata_keys: tuple[str, ...] = ()) -> str | None:
     """The first of `keys` on the spans, else on their events (GenAI log records land there), else
     in an OpenInference `metadata` JSON object (LangChain puts the run's config metadata there)."""
+    wanted = frozenset(keys)
     for span in spans:
-        value = first(span["attributes"], *keys)
-        if value is not None:
-            return str(value)
-    for span in spans:
-        for event in span.get("events") or []:
-            value = first(event.get("attributes") or {}, *keys)
+        if not span["attributes"].keys().isdisjoint(wanted):
+            value = first(span["attributes"], *keys)
             if value is not None:
                 return str(value)
     for span in spans:
-        metadata = maybe_json(span["attributes"].get("metadata"))
+        for event in span.get("events") or ():
+            if not event["attributes"].keys().isdisjoint(wanted):
+                value = first(event["attributes"], *keys)
+                if value is not None:
+                    return str(value)
+    for span in spans:
+        if "metadata" not in span["attributes"]:
+            continue
+        metadata = maybe_json(span["attributes"]["metadata"])
         if isinstance(metadata, dict):
             value = first(metadata, *metadata_keys)
             if isinstance(value, (str, int)):
                 return str(value)
     return None
+
+
+def _json(value: Any) -> str:
+    """Compact JSON text with sorted keys (orjson; the standard library for what it cannot write)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS).decode()
+    except (TypeError, orjson.JSONEncodeError):
+        return json.dumps(value, sort_keys=True, default=str)
 
 
 def trajectory_row(run: Run, trace_spans: list[Span], has_root: bool) -> dict[str, Any] | None:
@@ -192,7 +207,7 @@ def trajectory_row(run: Run, trace_spans: list[Span], has_root: bool) -> dict[st
         "content": _content_mode(llm_calls),
         "agent_span_id": run.agent_span["span_id"] if run.agent_span else None,
     }
-    started = min(starts)
+    started = to_datetime(min(starts))
     return {
         "trajectory_id": run.trajectory_id,
         "source": "langfuse" if sources == ["langfuse"] else "otel",
@@ -204,9 +219,9 @@ def trajectory_row(run: Run, trace_spans: list[Span], has_root: bool) -> dict[st
         "agent_name": _agent_name(run, trace_spans),
         "model": last.model,
         "started_at": started,
-        "ended_at": max(ends) if ends else None,
+        "ended_at": to_datetime(max(ends)) if ends else None,
         "messages": messages,
-        "tools": json.dumps(_tools(run.calls, run.spans), sort_keys=True),
+        "tools": _json(_tools(run.calls, run.spans)),
         "final_output": final_output(messages) or tool_output or agent_output,
         "input_tokens": _sum([c.input_tokens for c in llm_calls]),
         "output_tokens": _sum([c.output_tokens for c in llm_calls]),
@@ -214,7 +229,7 @@ def trajectory_row(run: Run, trace_spans: list[Span], has_root: bool) -> dict[st
         "group_id": None,
         "policy": last.model,
         "turns": [],
-        "metadata": json.dumps(metadata, sort_keys=True, default=str),
+        "metadata": _json(metadata),
         "has_content": any(c.has_content for c in llm_calls),
         "status": "error" if errored else ("ok" if has_root else "truncated"),
         WRITTEN_AT: None,

@@ -208,16 +208,15 @@ def system_messages(raw: Any) -> list[Message]:
 # --- spans ---------------------------------------------------------------------------------------
 
 
+_PARAM_KEYS = tuple((name, f"gen_ai.request.{name}") for name in _PARAMS)
+
+
 def llm_fields(span: Span, attrs: dict[str, Any]) -> dict[str, Any]:
     """Model, provider, sampling parameters, usage and ids: shared by every gen_ai-flavoured convention."""
-    params = {}
-    for name in _PARAMS:
-        value = attrs.get(f"gen_ai.request.{name}")
-        if value is not None:
-            params[name] = value
+    params = {name: attrs[key] for name, key in _PARAM_KEYS if attrs.get(key) is not None}
     stops = attrs.get("gen_ai.request.stop_sequences")
     if stops:
-        params["stop"] = list(stops)
+        params["stop"] = list(stops) if isinstance(stops, (list, tuple)) else [stops]
     finish = attrs.get("gen_ai.response.finish_reasons") or []
     return {
         "span_id": span["span_id"],
@@ -237,7 +236,9 @@ def llm_fields(span: Span, attrs: dict[str, Any]) -> dict[str, Any]:
 
 
 def tool_definitions(attrs: dict[str, Any]) -> list[dict[str, Any]]:
-    raw = maybe_json(attrs.get("gen_ai.tool.definitions"))
+    if "gen_ai.tool.definitions" not in attrs:
+        return []
+    raw = maybe_json(attrs["gen_ai.tool.definitions"])
     if not isinstance(raw, list):
         return []
     return [tool for tool in (openai_tool(d) for d in raw) if tool]
@@ -247,28 +248,31 @@ def normalize_genai_llm(span: Span, *, convention: str = "genai", memo: HistoryM
     """An LLM call from GenAI semconv attributes (on the span or its details events), falling back
     to the deprecated per-message events."""
     attrs = span.get("attributes") or {}
-    events = [e for e in span.get("events") or [] if isinstance(e, dict)]
-    details = details_attributes(events)
-    source = {**details, **attrs}
+    events = span.get("events") or []
+    details = details_attributes(events) if events else {}
+    source = {**details, **attrs} if details else attrs
     inputs = system_messages(source.get("gen_ai.system_instructions"))
     history = source.get("gen_ai.input.messages")
     inputs += memo.messages_of(history) if memo is not None else messages_from_parts(history)
-    outputs = messages_from_parts(source.get("gen_ai.output.messages"), default_role="assistant")
+    answer = maybe_json(source.get("gen_ai.output.messages"))
+    outputs = messages_from_parts(answer, default_role="assistant")
     fields = llm_fields(span, attrs)
     if not inputs and not outputs:
         inputs, outputs, reasons = messages_from_events(events)
         fields["finish_reasons"] = fields["finish_reasons"] or reasons
     if not fields["finish_reasons"]:
-        fields["finish_reasons"] = output_finish_reasons(source.get("gen_ai.output.messages"))
+        fields["finish_reasons"] = output_finish_reasons(answer)
+    tools = tool_definitions(attrs)
+    if details:
+        tools = merge_tools(tools, tool_definitions(details))
+    refs = {key[len("gen_ai.") : -len(".ref")]: source[key] for key in CONTENT_REFS if key in source}
     return LLMCall(
         convention=convention,
         input_messages=inputs,
         output_messages=outputs,
-        tools=merge_tools(tool_definitions(attrs), tool_definitions(details)),
+        tools=tools,
         has_content=bool(inputs or outputs),
-        content_refs={
-            key[len("gen_ai.") : -len(".ref")]: source[key] for key in CONTENT_REFS if source.get(key)
-        },
+        content_refs={k: v for k, v in refs.items() if v},
         **fields,
     )
 

@@ -37,11 +37,15 @@ def is_openllmetry_span(attrs: dict[str, Any]) -> bool:
         "llm.request.type" in attrs
         or "traceloop.span.kind" in attrs
         # Indexed messages start at 0: a few lookups rather than a scan of every key.
-        or any(f"gen_ai.{side}.0.{field}" in attrs for side in ("prompt", "completion") for field in _FIELDS)
+        or not attrs.keys().isdisjoint(_FIRST_INDEXED)
     )
 
 
-_FIELDS = ("role", "content", "tool_calls.0.name", "finish_reason")
+_FIRST_INDEXED = frozenset(
+    f"gen_ai.{side}.0.{field}"
+    for side in ("prompt", "completion")
+    for field in ("role", "content", "tool_calls.0.name", "finish_reason")
+)
 
 
 def _indexed_messages(attrs: dict[str, Any], prefix: str, default_role: str) -> list[Message]:

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import orjson
 
 Message = dict[str, Any]
-Span = dict[str, Any]  # a `spans` row with `attributes` as a dict and `events` as a list of dicts
+# A `spans` row with `attributes` as a dict, `events` as a list of dicts, and `start_time` /
+# `end_time` as microseconds since the epoch (`ingest.assembly.span_dicts`).
+Span = dict[str, Any]
 
 
 @dataclass
@@ -41,8 +42,8 @@ class LLMCall:
     has_content: bool = False
     # Content stored elsewhere (`gen_ai.input.messages.ref`, ...): the references, by what they hold.
     content_refs: dict[str, Any] = field(default_factory=dict)
-    start_time: datetime | None = None
-    end_time: datetime | None = None
+    start_time: int | None = None  # microseconds since the epoch
+    end_time: int | None = None
 
     @property
     def model(self) -> str | None:
@@ -64,8 +65,8 @@ class ToolCall:
     description: str | None = None
     parameters: Any = None  # the tool's parameter schema, when the tool span declares it
     error: str | None = None
-    start_time: datetime | None = None
-    end_time: datetime | None = None
+    start_time: int | None = None  # microseconds since the epoch
+    end_time: int | None = None
 
     @property
     def is_error(self) -> bool:

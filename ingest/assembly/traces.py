@@ -119,19 +119,18 @@ def assemble_trace(trace_id: str, spans: list[Span]) -> tuple[list[dict[str, Any
     real, orphans = attach_logs(spans)
     if not real:
         return [], []
+    real.sort(key=span_order)
     memo = HistoryMemo()
-    calls = {
-        s["span_id"]: c for s in sorted(real, key=span_order) if (c := normalize_span(s, memo)) is not None
-    }
+    calls = {s["span_id"]: c for s in real if (c := normalize_span(s, memo)) is not None}
     runs, run_of_span = agent_runs(trace_id, real, calls)
     # Without its root span the trace is still in flight (assembled on the idle timeout).
     has_root = any(not s.get("parent_span_id") for s in real)
-    trajectories = [
-        t for t in (trajectory_row(run, sorted(real, key=span_order), has_root) for run in runs) if t
-    ]
+    trajectories = [t for t in (trajectory_row(run, real, has_root) for run in runs) if t]
     emitted = {t["trajectory_id"] for t in trajectories}
     rewards = []
-    for span in sorted([*real, *orphans], key=span_order):
+    for span in sorted([*real, *orphans], key=span_order) if orphans else real:
+        if not span.get("events") and "annotation.name" not in span["attributes"]:
+            continue  # nothing to score: no events, no annotation
         owner = run_of_span.get(span["span_id"]) or run_of_span.get(span.get("parent_span_id") or "")
         run_id = owner.trajectory_id if owner is not None and owner.trajectory_id in emitted else trace_id
         rewards.extend(feedback_rows(span, run_id))

@@ -120,6 +120,11 @@ def test_plain_delta_readers_see_exactly_the_views(lake: store.Lake) -> None:
         [{"name": "a", "version": 1, "path": "/x", "stages": ["sft"], "aliases": ["latest"]}],
     )
     store.write(lake, "watermarks", [{"source": "langfuse", "scope": "s", "updated_at": T0}])
+    store.write(
+        lake,
+        "ingest_errors",
+        [{"trace_id": "a" * 32, "stage": "assemble", "status": "failed", "occurred_at": T0}],
+    )
 
     def check() -> None:
         con = store.connect(lake)

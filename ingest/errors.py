@@ -115,3 +115,18 @@ class RedactionFailed(IngestError, RuntimeError):
             f"the redaction function failed ({type(error).__name__}: {str(error)[:200]}); nothing was "
             f"stored, retry after {retry_after}s"
         )
+
+
+class LakeUnavailable(IngestError, RuntimeError):
+    """Writing to the lake failed for a reason the client did not cause (a full disk, an
+    unreachable object store): retryable, 503."""
+
+    status = 503
+
+    def __init__(self, lake: str, error: BaseException, retry_after: int) -> None:
+        self.lake = lake
+        self.retry_after = retry_after
+        super().__init__(
+            f"could not write to the lake `{lake}` ({type(error).__name__}: {str(error)[:200]}); "
+            f"nothing was stored, retry after {retry_after}s"
+        )

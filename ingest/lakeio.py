@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 
 import store
 from ingest.assemble import assemble
+from ingest.redact import redact_table
 from store.schema import PARTITION_COLUMN, REWARDS, SPANS, TRAJECTORIES, WRITTEN_AT
 
 LakeLike = store.Lake | str | os.PathLike[str]
@@ -143,10 +144,12 @@ def write_chunks(
         for traces, trajectory_rows, reward_rows in _chunks_in_order(noting_days(chunks), workers):
             result.traces += traces
             if reward_rows.num_rows:
-                rewards.append(reward_rows)
+                rewards.append(redact_table(reward_rows, None))
             if progress is not None:
                 progress(result.traces)
-            yield trajectory_rows
+            # The spans were redacted, but assembly decodes their JSON (escapes included),
+            # so the secret rules run again over what is stored.
+            yield redact_table(trajectory_rows, None)
 
     result.trajectories = store.write(lake, TRAJECTORIES.name, trajectories(), within=span_days).rows
     if rewards:

@@ -41,6 +41,7 @@ from ingest.langfuse.errors import ExportNotFound, MalformedExport, RecordProble
 from ingest.langfuse.sink import trajectory_ids_of, write_rewards
 from ingest.langfuse.spans import ObservationError, observation_to_span, to_trace_id, trace_to_spans
 from ingest.records import BadRecord
+from ingest.redact import redact_rows
 from ingest.scores import DEFAULT_CATEGORY_VALUES, score_target, score_to_reward
 from store import Lake
 
@@ -267,13 +268,13 @@ def import_langfuse_export(
                 continue  # the file will be refused: keep checking, stop buffering
             batch.extend(rows)
             if len(batch) >= SPAN_BATCH_ROWS:
-                yield batch
+                yield redact_rows(batch)
                 batch = []
         if problems:
             # Raised inside the writer's input: it discards its temporary files.
             raise MalformedExport(str(path), problems, report.records)
         if batch:
-            yield batch
+            yield redact_rows(batch)
 
     try:
         report.spans_written = store.write(lake, "spans", spans()).rows

@@ -35,7 +35,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 import store
-from ingest.errors import IngestError, MalformedPayload, Overloaded
+from ingest.errors import IngestError, LakeUnavailable, MalformedPayload, Overloaded
 from ingest.otlp.collector import Collector
 from ingest.otlp.config import CollectorConfig
 from ingest.otlp.convert import Converted, logs_from_request, spans_from_request
@@ -48,7 +48,7 @@ from ingest.otlp.decode import (
     encode_response,
 )
 from ingest.otlp.http import check_bearer, check_langfuse, error_response, read_body, response_media
-from ingest.scores import scores_to_rewards
+from ingest.scores import ScoreBatch, scores_to_rewards
 
 log = logging.getLogger("trajlake.ingest.otlp.app")
 
@@ -126,17 +126,23 @@ def create_app(config: CollectorConfig, collector: Collector | None = None) -> S
             body = await read_body(request, config.max_body_bytes)
             try:
                 document = json.loads(body)
-            except (ValueError, UnicodeDecodeError) as exc:
+            except (ValueError, UnicodeDecodeError, RecursionError) as exc:
                 raise MalformedPayload("scores JSON", str(exc)[:200]) from None
             batch = scores_to_rewards(document, received_at=store.utc_now(), redaction=config.redaction)
             if batch.rows:
-                await asyncio.to_thread(store.write, runtime.lake, "rewards", batch.rows)
+                await asyncio.to_thread(write_scores, runtime.lake, batch, config.retry_after_s)
         except IngestError as exc:
             return error_response(exc, JSON)
         if not isinstance(document, list):
+            # Langfuse answers a created score with 200 and its id.
             if batch.errors:
                 return JSONResponse({"message": batch.errors[0]}, status_code=400)
-            return JSONResponse({"id": document.get("id") or ""}, status_code=200)
+            return JSONResponse({"id": batch.ids[0]}, status_code=200)
+        if batch.errors and not batch.rows:
+            return JSONResponse(
+                {"message": batch.errors[0], "errors": [{"message": e} for e in batch.errors]},
+                status_code=400,
+            )
         if batch.errors:
             return JSONResponse(
                 {
@@ -187,6 +193,28 @@ def create_app(config: CollectorConfig, collector: Collector | None = None) -> S
     )
     app.state.collector = runtime
     return app
+
+
+def write_scores(lake: store.Lake, batch: ScoreBatch, retry_after: int) -> None:
+    """Write a batch's reward rows; a row the lake refuses moves to the batch's errors
+    without holding the others back. A failing disk is a retryable 503."""
+    try:
+        store.write(lake, "rewards", batch.rows)
+        return
+    except store.SchemaViolation:
+        pass  # one row is bad: find it by writing them one by one (scores are few)
+    except OSError as exc:
+        log.error("writing scores failed: %s", exc)
+        raise LakeUnavailable(lake.root, exc, retry_after) from None
+    kept: list[tuple[dict[str, Any], str]] = []
+    for row, score_id in zip(batch.rows, batch.ids, strict=True):
+        try:
+            store.write(lake, "rewards", [row])
+        except store.SchemaViolation as exc:
+            batch.errors.append(f"score `{score_id}`: {exc}")
+            continue
+        kept.append((row, score_id))
+    batch.rows, batch.ids = [r for r, _ in kept], [i for _, i in kept]
 
 
 def serve(

@@ -13,7 +13,9 @@ quotes are escaped as `\\"`. A replacement never adds a quote or a backslash of 
 and never removes part of one, so JSON text stays valid JSON.
 
 Rules are (name, pattern, replacement), applied in this order: whole private-key
-blocks first, so that no other rule cuts one in half.
+blocks first, then the formats a secret has on its own, then the contexts that make any
+value a secret (URLs, headers, secret-named fields), so that no rule cuts a secret in
+half and leaves the rest for the next one to miss.
 """
 
 from __future__ import annotations
@@ -43,25 +45,6 @@ SECRET_RULES: tuple[tuple[str, str, str], ...] = (
         "[REDACTED:private_key]",
     ),
     ("private_key_truncated", _PEM_LABEL + _REST_OF_STRING, "[REDACTED:private_key]"),
-    # BasicAuthDetector (plugins/basic_auth.py): user:password@ in a URL.
-    ("url_password", r"(://[^/\s:@\"\\]+:)[^@\s/\"\\]+@", r"\1[REDACTED]@"),
-    # Credentials in a URL's query string (`?api_key=...&token=...`, S3 presigned signatures).
-    (
-        "url_query_secret",
-        r"(?i)([?&][A-Za-z0-9_.\-]*(?:key|token|secret|password|passwd|pwd|signature|credential|auth|session)"
-        r"[A-Za-z0-9_.\-]*=)[^&#\s\"'\\<>]+",
-        r"\1[REDACTED]",
-    ),
-    # Authorization header values in free text. `Token` (Django REST, many APIs) only
-    # case-sensitive and long, so the English word is left alone.
-    ("bearer_token", r"(?i)\b(bearer)\s+[A-Za-z0-9\-._~+/]{8,}=*", r"\1 [REDACTED]"),
-    # Basic credentials are base64 (a multiple of 4 characters), which most words are not.
-    (
-        "basic_auth",
-        r"(?i)\b(basic)\s+(?:[A-Za-z0-9+/]{4}){2,}(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?([^A-Za-z0-9+/=]|$)",
-        r"\1 [REDACTED]\2",
-    ),
-    ("token_scheme", r"\b(Token)\s+[A-Za-z0-9\-._~+/]{20,}=*", r"\1 [REDACTED]"),
     # OpenAI (plugins/openai.py is a subset), Anthropic, Langfuse and other `sk-` style keys.
     ("api_key", r"\b(?:sk|pk|rk)-(?:proj-|ant-|lf-|live-|test-)?[A-Za-z0-9_\-]{16,}", "[REDACTED:api_key]"),
     # StripeDetector (plugins/stripe.py), test keys too.
@@ -104,6 +87,32 @@ SECRET_RULES: tuple[tuple[str, str, str], ...] = (
     ("square_oauth", r"\bsq0csp-[0-9A-Za-z_\-]{43}", "[REDACTED:api_key]"),
     # Hugging Face access tokens (not in detect-secrets).
     ("huggingface_token", r"\bhf_[A-Za-z0-9]{30,}", "[REDACTED:hf_token]"),
+    # Then the rules that know a secret by its context, not its format: run last, they
+    # may meet a marker left by a format rule, never a secret cut in half by one.
+    # BasicAuthDetector (plugins/basic_auth.py): user:password@ in a URL. A password may hold
+    # an unescaped `/` (people write them so), but not be a bare port (`:3000/@vite`).
+    (
+        "url_password",
+        r"(://[^/\s:@\"\\]+:)(?:[^@\s/\"\\]+|[^@\s\"\\]*[^@\s/\"\\0-9][^@\s\"\\]*)@",
+        r"\1[REDACTED]@",
+    ),
+    # Credentials in a URL's query string (`?api_key=...&token=...`, S3 presigned signatures).
+    (
+        "url_query_secret",
+        r"(?i)([?&][A-Za-z0-9_.\-]*(?:key|token|secret|password|passwd|pwd|signature|credential|auth|session)"
+        r"[A-Za-z0-9_.\-]*=)[^&#\s\"'\\<>]+",
+        r"\1[REDACTED]",
+    ),
+    # Authorization header values in free text. `Token` (Django REST, many APIs) only
+    # case-sensitive and long, so the English word is left alone.
+    ("bearer_token", r"(?i)\b(bearer)\s+[A-Za-z0-9\-._~+/]{8,}=*", r"\1 [REDACTED]"),
+    # Basic credentials are base64 (a multiple of 4 characters), which most words are not.
+    (
+        "basic_auth",
+        r"(?i)\b(basic)\s+(?:[A-Za-z0-9+/]{4}){2,}(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?([^A-Za-z0-9+/=]|$)",
+        r"\1 [REDACTED]\2",
+    ),
+    ("token_scheme", r"\b(Token)\s+[A-Za-z0-9\-._~+/]{20,}=*", r"\1 [REDACTED]"),
     # Secret-named JSON fields: the whole value, a string or an array of strings (headers).
     (
         "secret_field",
@@ -142,7 +151,7 @@ PHONE_RULE = (
 # chat span does not send it down the slow path. `tests/ingest/test_redact_corpus.py`
 # checks that every rule's corpus entry passes the prefilter.
 SECRET_PREFILTER = (
-    r"-----BEGIN |://[^/\s:@\"\\]+:[^@\s/\"\\]+@"
+    r"-----BEGIN |://[^/\s:@\"\\]+:[^@\s\"\\]+@"
     r"|(?i:[?&][A-Za-z0-9_.\-]*(?:key|token|secret|password|passwd|pwd|signature|credential|auth|session)"
     r"[A-Za-z0-9_.\-]*=)"
     r"|(?i:bearer|basic)\s|Token\s"

@@ -175,7 +175,6 @@ def spans_from_request(
                 status = span.status
                 problem = (
                     _time_problem(start, received_ns, latest_ns, "start")
-                    or (end and end < start and f"end time {end} is before its start {start}")
                     or (end and _time_problem(end, received_ns, latest_ns, "end"))
                     or (not 0 <= span.kind < len(KINDS) and f"kind {span.kind} is not a SpanKind (0-5)")
                     or (
@@ -258,7 +257,7 @@ def logs_from_request(
                     continue
                 # A record without a time is dated when it arrives, as its observed time would be.
                 at = record.time_unix_nano or record.observed_time_unix_nano or received_ns
-                problem = _time_problem(at, received_ns, latest_ns, "time")
+                problem = _time_problem(at, received_ns, latest_ns, "its")
                 if problem:
                     rejected += 1
                     reasons.append(f"log record `{name[:80]}`: {problem}")

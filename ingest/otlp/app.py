@@ -47,7 +47,14 @@ from ingest.otlp.decode import (
     decode_traces,
     encode_response,
 )
-from ingest.otlp.http import check_bearer, check_langfuse, error_response, read_body, response_media
+from ingest.otlp.http import (
+    check_bearer,
+    check_langfuse,
+    error_response,
+    guarded_protocol,
+    read_body,
+    response_media,
+)
 from ingest.scores import ScoreBatch, scores_to_rewards
 
 log = logging.getLogger("trajlake.ingest.otlp.app")
@@ -70,7 +77,7 @@ def create_app(config: CollectorConfig, collector: Collector | None = None) -> S
             else:
                 check_bearer(request, config.bearer_token)
             runtime.check_capacity()
-            body = await read_body(request, config.max_body_bytes)
+            body = await read_body(request, config.max_body_bytes, config.request_timeout_s)
             content_type = request.headers.get("content-type")
             encoding = request.headers.get("content-encoding")
             converted: Converted
@@ -123,7 +130,7 @@ def create_app(config: CollectorConfig, collector: Collector | None = None) -> S
     async def scores(request: Request) -> Response:
         try:
             check_langfuse(request, config)
-            body = await read_body(request, config.max_body_bytes)
+            body = await read_body(request, config.max_body_bytes, config.request_timeout_s)
             try:
                 document = json.loads(body)
             except (ValueError, UnicodeDecodeError, RecursionError) as exc:
@@ -221,19 +228,24 @@ def serve(
     config: CollectorConfig, *, log_level: str = "warning", ready: Callable[[], None] | None = None
 ) -> None:
     """Run the collector in the foreground until interrupted (SIGINT/SIGTERM flush and stop cleanly)."""
-    server = _Server(
-        uvicorn.Config(
-            create_app(config),
-            host=config.host,
-            port=config.port,
-            log_level=log_level,
-            access_log=False,
-            lifespan="on",
-        )
-    )
+    server = _Server(server_config(config, create_app(config), log_level=log_level))
     if ready is not None:
         threading.Thread(target=_announce, args=(server, ready), daemon=True).start()
     server.run()
+
+
+def server_config(config: CollectorConfig, app: Starlette, *, log_level: str = "warning") -> uvicorn.Config:
+    """How uvicorn runs the collector: its address, and a deadline for request headers
+    (`collector.request_timeout_s`; bodies have theirs in `read_body`)."""
+    return uvicorn.Config(
+        app,
+        host=config.host,
+        port=config.port,
+        log_level=log_level,
+        access_log=False,
+        lifespan="on",
+        http=guarded_protocol(config.request_timeout_s),
+    )
 
 
 class _Server(uvicorn.Server):

@@ -88,12 +88,19 @@ def classify_record(record: Any) -> str:
 
 def iter_records(path: Path) -> Iterator[tuple[int, Any | RecordProblem]]:
     """(line number, decoded record or a `RecordProblem`) for every record of an export."""
-    with path.open("r", encoding="utf-8") as handle:
-        head = handle.read(1 << 16)
+    with path.open("rb") as handle:  # bytes: a line that is not UTF-8 is that line's problem
+        head = handle.read(1 << 16).decode("utf-8", errors="replace")
         handle.seek(0)
         first = head.lstrip()[:1]
         if first == "[" or (first == "{" and _is_single_document(head)):
-            yield from _json_document(path.read_text(encoding="utf-8"))
+            raw = handle.read()
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                line = raw.count(b"\n", 0, exc.start) + 1
+                yield line, RecordProblem(line, "invalid_utf8", f"byte {exc.start} of the file: {exc.reason}")
+                return
+            yield from _json_document(text)
             return
         for number, line in enumerate(handle, start=1):
             text = line.strip()
@@ -102,13 +109,17 @@ def iter_records(path: Path) -> Iterator[tuple[int, Any | RecordProblem]]:
             try:
                 record = orjson.loads(text)
             except orjson.JSONDecodeError as exc:
-                yield number, RecordProblem(number, "invalid_json", f"{exc.msg} at column {exc.colno}")
+                reason = "invalid_utf8" if "UTF-8" in exc.msg else "invalid_json"
+                yield number, RecordProblem(number, reason, f"{exc.msg} at column {exc.colno}")
                 continue
             if _is_api_page(record):  # a saved API response per line (`{"data": [...], "meta": ...}`)
                 for item in record["data"]:
                     yield number, item
             else:
                 yield number, record
+
+
+_TOO_DEEP = "nested too deep to read (no export nests more than a few dozen levels)"
 
 
 def _is_api_page(record: Any) -> bool:
@@ -119,9 +130,11 @@ def _is_single_document(head: str) -> bool:
     """A file starting with `{` is JSONL unless its first line alone is not a whole object."""
     first_line = head.split("\n", 1)[0].strip()
     try:
-        json.loads(first_line)
-    except json.JSONDecodeError:
-        return True  # the object continues on the next lines: a pretty-printed document
+        orjson.loads(first_line)
+    except orjson.JSONDecodeError as exc:
+        # The object continues on the next lines (a pretty-printed document), unless the
+        # line is whole but unreadable (too deep, not UTF-8): JSONL, reported per line.
+        return not any(m in str(exc) for m in ("depth limit", "not valid UTF-8"))
     return False
 
 
@@ -135,6 +148,9 @@ def _json_document(text: str) -> Iterator[tuple[int, Any | RecordProblem]]:
             obj, _ = decoder.raw_decode(text, pos)
         except json.JSONDecodeError as exc:
             yield exc.lineno, RecordProblem(exc.lineno, "invalid_json", f"{exc.msg} at column {exc.colno}")
+            return
+        except RecursionError:
+            yield line_at(pos), RecordProblem(line_at(pos), "invalid_json", _TOO_DEEP)
             return
         if _is_api_page(obj):
             # A saved API response: line numbers of items are not tracked inside it.
@@ -163,6 +179,9 @@ def _json_document(text: str) -> Iterator[tuple[int, Any | RecordProblem]]:
             obj, end = decoder.raw_decode(text, pos)
         except json.JSONDecodeError as exc:
             yield exc.lineno, RecordProblem(exc.lineno, "invalid_json", f"{exc.msg} at column {exc.colno}")
+            return
+        except RecursionError:
+            yield line_at(pos), RecordProblem(line_at(pos), "invalid_json", _TOO_DEEP)
             return
         yield line_at(pos), obj
         pos = _skip_ws(text, end)

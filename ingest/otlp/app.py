@@ -48,6 +48,7 @@ from ingest.otlp.decode import (
     encode_response,
 )
 from ingest.otlp.http import (
+    SafeJSONResponse,
     check_bearer,
     check_langfuse,
     error_response,
@@ -143,15 +144,15 @@ def create_app(config: CollectorConfig, collector: Collector | None = None) -> S
         if not isinstance(document, list):
             # Langfuse answers a created score with 200 and its id.
             if batch.errors:
-                return JSONResponse({"message": batch.errors[0]}, status_code=400)
-            return JSONResponse({"id": batch.ids[0]}, status_code=200)
+                return SafeJSONResponse({"message": batch.errors[0]}, status_code=400)
+            return SafeJSONResponse({"id": batch.ids[0]}, status_code=200)
         if batch.errors and not batch.rows:
-            return JSONResponse(
+            return SafeJSONResponse(
                 {"message": batch.errors[0], "errors": [{"message": e} for e in batch.errors]},
                 status_code=400,
             )
         if batch.errors:
-            return JSONResponse(
+            return SafeJSONResponse(
                 {
                     "accepted": len(batch.rows),
                     "rejected": len(batch.errors),
@@ -159,7 +160,7 @@ def create_app(config: CollectorConfig, collector: Collector | None = None) -> S
                 },
                 status_code=207,
             )
-        return JSONResponse({"message": "Accepted"}, status_code=202)
+        return SafeJSONResponse({"message": "Accepted"}, status_code=202)
 
     async def health(request: Request) -> Response:
         return JSONResponse(runtime.health())

@@ -150,6 +150,10 @@ def _decode(message: M, body: bytes, media: str, what: str) -> M:
         raise
     except (json_format.ParseError, ValueError, TypeError, AttributeError, RecursionError) as exc:
         raise MalformedPayload(f"{what} JSON", str(exc)[:300]) from None
+    except SystemError as exc:
+        # upb's way of failing on a key that is a lone surrogate (`"\\udfff"`): not valid Unicode.
+        cause = exc.__cause__ or exc.__context__ or exc
+        raise MalformedPayload(f"{what} JSON", f"text that is not valid Unicode ({cause})"[:300]) from None
     return message
 
 

@@ -11,6 +11,7 @@ import asyncio
 import base64
 import binascii
 import hmac
+import json
 import logging
 from asyncio import TimerHandle, Transport
 from typing import Any
@@ -24,6 +25,14 @@ from ingest.otlp.config import CollectorConfig
 from ingest.otlp.decode import JSON, PROTOBUF, media_type
 
 log = logging.getLogger("trajlake.ingest.otlp.http")
+
+
+class SafeJSONResponse(JSONResponse):
+    """JSON with every non-ASCII character escaped: an answer that quotes the client's own
+    text (a score name holding a lone surrogate) must still encode."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
 def error_response(exc: IngestError, media: str) -> Response:
@@ -40,7 +49,7 @@ def error_response(exc: IngestError, media: str) -> Response:
         return Response(
             status.SerializeToString(), status_code=exc.status, media_type=PROTOBUF, headers=headers
         )
-    return JSONResponse(
+    return SafeJSONResponse(
         {"code": status.code, "message": status.message}, status_code=exc.status, headers=headers
     )
 

@@ -117,7 +117,9 @@ class Lake:
             if existing is not None and not existing.is_dir():
                 return f"`{existing}` is a file; a lake is a directory (check --lake / $TRAJLAKE_LAKE)"
             if must_exist and not path.exists():
-                return f"no lake at `{self.root}`: the directory does not exist (check --lake / $TRAJLAKE_LAKE)"
+                return (
+                    f"no lake at `{self.root}`: the directory does not exist (check --lake / $TRAJLAKE_LAKE)"
+                )
         if must_exist and not any(self.has_table(name) for name in TABLES):
             return (
                 f"no lake at `{self.root}`: it holds none of the lake's tables ({', '.join(TABLES)}); "

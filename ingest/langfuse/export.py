@@ -97,17 +97,17 @@ def iter_records(path: Path) -> Iterator[tuple[int, Any | RecordProblem]]:
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                line = raw.count(b"\n", 0, exc.start) + 1
-                yield line, RecordProblem(line, "invalid_utf8", f"byte {exc.start} of the file: {exc.reason}")
+                at = raw.count(b"\n", 0, exc.start) + 1
+                yield at, RecordProblem(at, "invalid_utf8", f"byte {exc.start} of the file: {exc.reason}")
                 return
             yield from _json_document(text)
             return
-        for number, line in enumerate(handle, start=1):
-            text = line.strip()
-            if not text:
+        for number, raw_line in enumerate(handle, start=1):
+            data = raw_line.strip()
+            if not data:
                 continue
             try:
-                record = orjson.loads(text)
+                record = orjson.loads(data)
             except orjson.JSONDecodeError as exc:
                 reason = "invalid_utf8" if "UTF-8" in exc.msg else "invalid_json"
                 yield number, RecordProblem(number, reason, f"{exc.msg} at column {exc.colno}")

@@ -12,12 +12,15 @@ Replacements never contain quotes or backslashes, so JSON text stays valid JSON.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import re2
 
 from ingest.redact_rules import EMAIL_RULE, PHONE_RULE, SECRET_PREFILTER, SECRET_RULES
 
@@ -79,6 +82,44 @@ def _prefilter(config: RedactionConfig) -> str:
     return "|".join([SECRET_PREFILTER, *(_scoped(p) for _, p, _ in rules[len(SECRET_RULES) :])])
 
 
+@functools.lru_cache(maxsize=8)
+def _compiled(pattern: str) -> Any:
+    options = re2.Options()
+    options.max_mem = 64 << 20  # room for the DFA of the whole alternation: it never falls back to the NFA
+    return re2.compile(pattern.encode(), options)
+
+
+def prefilter_hits(column: pa.Array, config: RedactionConfig) -> pa.BooleanArray:
+    """Which values of a string array may hold a secret: the prefilter, in one scan of the
+    array's contiguous UTF-8 data.
+
+    The scan is google-re2 with the pattern compiled once per process, not Arrow's
+    `match_substring_regex`, which compiles its RE2 and rebuilds the DFA on every call:
+    for a request's worth of rows that warm-up cost more than the scan. Matches are rare;
+    each one marks every value it touches (a match running over a value boundary is a
+    false alarm, never a miss: a real match it hides is a value it touches).
+    """
+    if pa.types.is_large_string(column.type):
+        offset_type = np.int64
+    else:
+        column = column.cast(pa.string()) if not pa.types.is_string(column.type) else column
+        offset_type = np.int32
+    hits = np.zeros(len(column), dtype=bool)
+    _, offsets_buffer, data = column.buffers()
+    if data is None or not len(column):
+        return pa.array(hits)
+    offsets = np.frombuffer(offsets_buffer, dtype=offset_type)[
+        column.offset : column.offset + len(column) + 1
+    ]
+    start = int(offsets[0])
+    blob = memoryview(data)[start : int(offsets[-1])]
+    for match in _compiled(_prefilter(config)).finditer(blob):
+        first = np.searchsorted(offsets, start + match.start(), side="right") - 1
+        last = np.searchsorted(offsets, start + max(match.end() - 1, match.start()), side="right") - 1
+        hits[first : last + 1] = True
+    return pa.array(hits)
+
+
 def redact_column(
     column: pa.ChunkedArray | pa.Array, config: RedactionConfig, hits: pa.Array | None = None
 ) -> pa.Array:
@@ -91,7 +132,7 @@ def redact_column(
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     if hits is None:
-        hits = pc.fill_null(pc.match_substring_regex(column, pattern=_prefilter(config)), False)
+        hits = prefilter_hits(column, config)
     if pc.any(hits).as_py():
         subset = column.filter(hits)
         for _, pattern, replacement in config.rules():
@@ -163,7 +204,7 @@ def redact_table(table: pa.Table, config: RedactionConfig | None) -> pa.Table:
     leaves = [leaf for part, _ in parts for leaf in part]
     if not leaves:
         return table
-    hits = pc.fill_null(pc.match_substring_regex(pa.concat_arrays(leaves), pattern=_prefilter(config)), False)
+    hits = prefilter_hits(pa.concat_arrays(leaves), config)
     if config.function is None and not pc.any(hits).as_py():
         return table
     offset = 0

@@ -30,6 +30,8 @@ SECRET_NAMES = (
 # Keyword assignments in free text (`DB_PASSWORD=...`, `api_key: ...`): detect-secrets'
 # KeywordDetector (plugins/keyword.py), narrowed to the keywords that name a secret on their own.
 _ASSIGNED = r"api[_\-]?key|apikey|passw(?:or)?d|pwd|secret[_\-]?key|client[_\-]?secret|access[_\-]?token|auth[_\-]?token"
+# Words that end the name of a URL parameter holding a secret.
+_KEYWORDS = r"key|token|secret|password|passwd|pwd|signature|sig|credential|auth|session"
 # A JSON string's content at depth 0, and at any depth inside another string (escaped quotes).
 _JSON_STRING = r"\"(?:[^\"\\]|\\.)*\""
 # The rest of a string value: stops before its closing quote, escaped or not.
@@ -96,11 +98,11 @@ SECRET_RULES: tuple[tuple[str, str, str], ...] = (
         r"(://[^/\s:@\"\\]+:)(?:[^@\s/\"\\]+|[^@\s\"\\]*[^@\s/\"\\0-9][^@\s\"\\]*)@",
         r"\1[REDACTED]@",
     ),
-    # Credentials in a URL's query string (`?api_key=...&token=...`, S3 presigned signatures).
+    # Credentials in a URL's query string (`?api_key=...&token=...`, S3 and Azure signatures):
+    # a parameter whose name ends with a secret word.
     (
         "url_query_secret",
-        r"(?i)([?&][A-Za-z0-9_.\-]*(?:key|token|secret|password|passwd|pwd|signature|credential|auth|session)"
-        r"[A-Za-z0-9_.\-]*=)[^&#\s\"'\\<>]+",
+        rf"(?i)([?&][A-Za-z0-9_.\-]*(?:{_KEYWORDS})=)[^&#\s\"'\\<>]+",
         r"\1[REDACTED]",
     ),
     # Authorization header values in free text. `Token` (Django REST, many APIs) only
@@ -151,12 +153,11 @@ PHONE_RULE = (
 # chat span does not send it down the slow path. `tests/ingest/test_redact_corpus.py`
 # checks that every rule's corpus entry passes the prefilter.
 SECRET_PREFILTER = (
-    r"-----BEGIN |://[^/\s:@\"\\]+:[^@\s\"\\]+@"
-    r"|(?i:[?&][A-Za-z0-9_.\-]*(?:key|token|secret|password|passwd|pwd|signature|credential|auth|session)"
-    r"[A-Za-z0-9_.\-]*=)"
-    r"|(?i:bearer|basic)\s|Token\s"
+    r"-----BEGIN |://[^/\s:@\"\\]+:[^@\s\"\\]+@|(?i:bearer|basic)\s|Token\s"
     r"|sk-|pk-|rk-|[rs]k_live_|[rs]k_test_|A3T|ABIA|ACCA|AKIA|ASIA|(?i:aws)"
     r"|gh[pousr]_|github_pat_|gl(?:pat|dt|ft|soat|rt|cbt|ptt)-|xox[abposr]-|hooks\.slack\.com|AIza|eyJ"
     r"|SG\.|AccountKey=|npm_|pypi-|sq0csp-|hf_"
-    rf"|(?i:(?:{SECRET_NAMES})\\*\")|(?i:(?:{_ASSIGNED})\s*[:=])"
+    # One alternation for the three context rules: a secret word ending a JSON key (its
+    # quote, escaped or not), a URL parameter or an assignment (its `=` or `:`).
+    rf"|(?i:(?:{SECRET_NAMES}|{_KEYWORDS}|{_ASSIGNED})(?:\\*\"|\s*[:=]))"
 )

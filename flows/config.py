@@ -42,6 +42,11 @@ def _help(text: str, default: Any = None, factory: Any = None) -> Any:
 @dataclass(frozen=True)
 class LakeSettings:
     path: str = _help("Lake directory or object-store URL.", "./lake")
+    sql_lake_only: bool = _help(
+        "SQL may read the lake's tables and nothing else: no local file, other bucket or URL "
+        "(DuckDB external access off). Always on under `trajlake serve`.",
+        False,
+    )
 
 
 @dataclass(frozen=True)

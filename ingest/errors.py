@@ -115,3 +115,42 @@ class RedactionFailed(IngestError, RuntimeError):
             f"the redaction function failed ({type(error).__name__}: {str(error)[:200]}); nothing was "
             f"stored, retry after {retry_after}s"
         )
+
+
+class LakeUnavailable(IngestError, RuntimeError):
+    """Writing to the lake failed for a reason the client did not cause (a full disk, an
+    unreachable object store): retryable, 503."""
+
+    status = 503
+
+    def __init__(self, lake: str, error: BaseException, retry_after: int) -> None:
+        self.lake = lake
+        self.retry_after = retry_after
+        super().__init__(
+            f"could not write to the lake `{lake}` ({type(error).__name__}: {str(error)[:200]}); "
+            f"nothing was stored, retry after {retry_after}s"
+        )
+
+
+class RequestTimeout(IngestError, TimeoutError):
+    """A client took longer than the limit to send its request: 408, and the connection is
+    closed, so a stalled sender holds no buffer and no connection."""
+
+    status = 408
+
+    def __init__(self, timeout_s: float, received: int) -> None:
+        self.timeout_s = timeout_s
+        self.received = received
+        super().__init__(
+            f"the request body did not arrive within {timeout_s:g}s ({received} bytes came); nothing "
+            "was written, send it again (a slow link: raise `collector.request_timeout_s`)"
+        )
+
+
+class ClientDisconnected(IngestError, ConnectionError):
+    """The client went away before its request was read: nothing was written, nobody to answer."""
+
+    status = 499  # nginx's "client closed request"; the answer is never delivered
+
+    def __init__(self) -> None:
+        super().__init__("the client disconnected before its request body was read; nothing was written")

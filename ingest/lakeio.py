@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 
 import store
 from ingest.assembly import Assembled, assemble
+from ingest.redact import redact_table
 from store.schema import INGEST_ERRORS, PARTITION_COLUMN, REWARDS, SPANS, TRAJECTORIES, WRITTEN_AT
 
 log = logging.getLogger("trajlake.ingest.lakeio")
@@ -160,13 +161,15 @@ def write_chunks(
         for chunk in _chunks_in_order(noting_days(chunks), workers):
             result.traces += chunk.traces
             if chunk.rewards.num_rows:
-                rewards.append(chunk.rewards)
+                rewards.append(redact_table(chunk.rewards, None))
             if chunk.failed:
                 failures.append(chunk.failures)
             assembled.extend(chunk.assembled_ids)
             if progress is not None:
                 progress(result.traces)
-            yield chunk.trajectories
+            # The spans were redacted, but assembly decodes their JSON (escapes included),
+            # so the secret rules run again over what is stored.
+            yield redact_table(chunk.trajectories, None)
 
     result.trajectories = store.write(lake, TRAJECTORIES.name, trajectories(), within=span_days).rows
     if rewards:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
@@ -24,6 +24,43 @@ class BadRecord(ValueError):
         self.reason = reason
         self.detail = detail
         super().__init__(f"{reason}: {detail}")
+
+
+# The times a record may carry. Outside them a time is a sender's bug (an unset clock, a
+# nanosecond value read as seconds, a placeholder like 9999-12-31), and storing it would
+# create a `dt` partition nobody asked for (`dt=0001-01-01`) or a value Python's datetime
+# cannot read back. Senders' clocks drift, so the future is allowed a day past arrival.
+EARLIEST_TIME = datetime(2000, 1, 1, tzinfo=UTC)
+MAX_CLOCK_AHEAD = timedelta(days=1)
+EARLIEST_NS = int(EARLIEST_TIME.timestamp()) * 10**9
+
+
+def latest_time(received_at: datetime) -> datetime:
+    """The latest time a record received at `received_at` may carry."""
+    return received_at + MAX_CLOCK_AHEAD
+
+
+def time_problem(value: datetime, received_at: datetime) -> str | None:
+    """Why `value` cannot be stored (outside [`EARLIEST_TIME`, arrival + a day]), or None.
+
+    >>> time_problem(datetime(1970, 1, 1, tzinfo=UTC), datetime(2026, 1, 1, tzinfo=UTC))
+    '1970-01-01T00:00:00+00:00 is before 2000-01-01'
+    """
+    if value < EARLIEST_TIME:
+        return f"{value.isoformat()} is before {EARLIEST_TIME:%Y-%m-%d}"
+    if value > latest_time(received_at):
+        return (
+            f"{value.isoformat()} is more than a day after it was received ({received_at:%Y-%m-%dT%H:%M:%SZ})"
+        )
+    return None
+
+
+def check_time(value: datetime, what: str, received_at: datetime) -> datetime:
+    """`value`, or `BadRecord('bad_timestamp')` naming `what` when it is out of range."""
+    problem = time_problem(value, received_at)
+    if problem is not None:
+        raise BadRecord("bad_timestamp", f"`{what}` = {problem}")
+    return value
 
 
 def to_trace_id(langfuse_id: str) -> str:
@@ -58,7 +95,8 @@ def parse_time(value: Any, what: str) -> datetime:
         raise BadRecord("bad_timestamp", f"`{what}` is {value!r}, expected an ISO-8601 string")
     try:
         parsed = datetime.fromisoformat(value)
-    except ValueError:
+        parsed.astimezone(UTC)  # an offset near year 1 or 9999 overflows here, not later
+    except (ValueError, OverflowError):
         raise BadRecord("bad_timestamp", f"`{what}` = {value!r} is not ISO-8601") from None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 

@@ -1,7 +1,10 @@
-"""Redaction applied to span rows before anything (spool or lake) is written.
+"""Redaction applied to rows before anything (spool or lake) is written.
 
-Secrets are always removed; emails and phone numbers when configured; then an optional
-user function sees every remaining text value. The built-in rules run as RE2 regular
+Secrets are always removed (the formats in `ingest.redact_rules`); emails and phone
+numbers when configured; then an optional user function sees every remaining text
+value. Every free-text column of every table ingest writes goes through it: spans (the
+collector, once per spool group commit; the Langfuse puller and importer), rewards
+(pushed and pulled scores) and assembled trajectories. The built-in rules run as RE2 regular
 expressions over whole Arrow string columns (`pyarrow.compute.replace_substring_regex`),
 so redaction costs one vectorised pass per rule, not a Python call per attribute.
 Replacements never contain quotes or backslashes, so JSON text stays valid JSON.
@@ -9,47 +12,37 @@ Replacements never contain quotes or backslashes, so JSON text stays valid JSON.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import re2
 
-# (name, RE2 pattern, replacement). Order matters: URL credentials before emails.
-SECRET_RULES: tuple[tuple[str, str, str], ...] = (
-    ("url_password", r"(://[^/\s:@\"\\]+:)[^@\s/\"\\]+@", r"\1[REDACTED]@"),
-    ("bearer_token", r"(?i)\b(bearer|basic)\s+[A-Za-z0-9\-._~+/]{8,}=*", r"\1 [REDACTED]"),
-    ("api_key", r"\b(?:sk|pk|rk)-(?:proj-|ant-|lf-|live-|test-)?[A-Za-z0-9_\-]{16,}", "[REDACTED:api_key]"),
-    ("aws_access_key", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b", "[REDACTED:aws_key]"),
-    ("github_token", r"\bgh[pousr]_[A-Za-z0-9]{30,}\b", "[REDACTED:github_token]"),
-    ("slack_token", r"\bxox[abposr]-[A-Za-z0-9\-]{10,}", "[REDACTED:slack_token]"),
-    ("google_api_key", r"\bAIza[0-9A-Za-z\-_]{35}\b", "[REDACTED:api_key]"),
-    (
-        "secret_field",
-        r"(?i)(\"[A-Za-z0-9_.\-]*(?:api[_\-]?key|password|passwd|secret|access[_\-]?token|auth[_\-]?token|authorization)\"\s*:\s*)\"(?:[^\"\\]|\\.)*\"",
-        r'\1"[REDACTED]"',
-    ),
-)
-EMAIL_RULE = (
-    "email",
-    r"[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}",
-    "[REDACTED:email]",
-)
-PHONE_RULE = (
-    "phone",
-    r"(?:\+\d{1,3}[\s.\-]?)?(?:\(\d{2,4}\)|\d{2,4})[\s.\-]\d{3,4}[\s.\-]\d{3,4}\b",
-    "[REDACTED:phone]",
-)
-REDACTED_COLUMNS = ("attributes", "events", "resource", "status_message")
+from ingest.redact_rules import EMAIL_RULE, PHONE_RULE, SECRET_PREFILTER, SECRET_RULES
 
-# A cheap superset of where the secret rules can match (mostly literals, which RE2 scans
-# several times faster than the full rules): rows it misses cannot hold a secret the
-# rules would find, rows it hits get the full rules. Secret-named fields need the closing
-# quote, so `gen_ai.usage.input_tokens` on every chat span does not trigger the slow path.
-SECRET_PREFILTER = (
-    r"sk-|pk-|rk-|AKIA|ASIA|gh[pousr]_|xox[abposr]-|AIza|(?i:bearer|basic)\s"
-    r"|://[^/\s:@\"\\]+:[^@\s/\"\\]+@"
-    r"|(?i:(?:api[_\-]?key|password|passwd|secret|access[_\-]?token|auth[_\-]?token|authorization)\")"
+# Columns that hold ids or enum codes the ingest path validated (hex ids, `kind`,
+# `status`): never free text, so the redaction pass skips them. Every other string of a
+# table, top level or nested (message content, tool-call arguments), is redacted.
+NOT_FREE_TEXT = frozenset(
+    {
+        "trace_id",
+        "span_id",
+        "parent_span_id",
+        "trajectory_id",
+        "source_trajectory_id",
+        "scenario_id",
+        "group_id",
+        "run_id",
+        "source",
+        "kind",
+        "status_code",
+        "status",
+        "split",
+    }
 )
 
 
@@ -89,6 +82,44 @@ def _prefilter(config: RedactionConfig) -> str:
     return "|".join([SECRET_PREFILTER, *(_scoped(p) for _, p, _ in rules[len(SECRET_RULES) :])])
 
 
+@functools.lru_cache(maxsize=8)
+def _compiled(pattern: str) -> Any:
+    options = re2.Options()
+    options.max_mem = 64 << 20  # room for the DFA of the whole alternation: it never falls back to the NFA
+    return re2.compile(pattern.encode(), options)
+
+
+def prefilter_hits(column: pa.Array, config: RedactionConfig) -> pa.BooleanArray:
+    """Which values of a string array may hold a secret: the prefilter, in one scan of the
+    array's contiguous UTF-8 data.
+
+    The scan is google-re2 with the pattern compiled once per process, not Arrow's
+    `match_substring_regex`, which compiles its RE2 and rebuilds the DFA on every call:
+    for a request's worth of rows that warm-up cost more than the scan. Matches are rare;
+    each one marks every value it touches (a match running over a value boundary is a
+    false alarm, never a miss: a real match it hides is a value it touches).
+    """
+    if pa.types.is_large_string(column.type):
+        offset_type = np.int64
+    else:
+        column = column.cast(pa.string()) if not pa.types.is_string(column.type) else column
+        offset_type = np.int32
+    hits = np.zeros(len(column), dtype=bool)
+    _, offsets_buffer, data = column.buffers()
+    if data is None or not len(column):
+        return pa.array(hits)
+    offsets = np.frombuffer(offsets_buffer, dtype=offset_type)[
+        column.offset : column.offset + len(column) + 1
+    ]
+    start = int(offsets[0])
+    blob = memoryview(data)[start : int(offsets[-1])]
+    for match in _compiled(_prefilter(config)).finditer(blob):
+        first = np.searchsorted(offsets, start + match.start(), side="right") - 1
+        last = np.searchsorted(offsets, start + max(match.end() - 1, match.start()), side="right") - 1
+        hits[first : last + 1] = True
+    return pa.array(hits)
+
+
 def redact_column(
     column: pa.ChunkedArray | pa.Array, config: RedactionConfig, hits: pa.Array | None = None
 ) -> pa.Array:
@@ -101,7 +132,7 @@ def redact_column(
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     if hits is None:
-        hits = pc.fill_null(pc.match_substring_regex(column, pattern=_prefilter(config)), False)
+        hits = prefilter_hits(column, config)
     if pc.any(hits).as_py():
         subset = column.filter(hits)
         for _, pattern, replacement in config.rules():
@@ -114,29 +145,115 @@ def redact_column(
     return column
 
 
-def redact_table(table: pa.Table, config: RedactionConfig | None) -> pa.Table:
-    """The table with its text columns redacted (secrets always, even with `config=None`).
+def _text_leaves(array: pa.Array) -> tuple[list[pa.Array], Callable[[list[pa.Array]], pa.Array]]:
+    """The string arrays inside `array` (itself, or nested in lists and structs), and how to
+    put redacted ones back in their place."""
+    kind = array.type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return [array], lambda new: new[0]
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        offsets = array.offsets
+        first, last = offsets[0].as_py(), offsets[-1].as_py()
+        if first:
+            offsets = pc.subtract(offsets, pa.scalar(first, offsets.type))
+        leaves, rebuild = _text_leaves(array.values.slice(first, last - first))
+        mask = array.is_null() if array.null_count else None
+        return leaves, lambda new: type(array).from_arrays(offsets, rebuild(new), type=kind, mask=mask)
+    if pa.types.is_struct(kind):
+        parts = [_text_leaves(array.field(i)) for i in range(kind.num_fields)]
+        mask = array.is_null() if array.null_count else None
 
-    The prefilter runs once over all text columns together: RE2 builds its automaton per
+        def rebuild_struct(new: list[pa.Array]) -> pa.Array:
+            children, at = [], 0
+            for leaves, rebuild in parts:
+                children.append(rebuild(new[at : at + len(leaves)]))
+                at += len(leaves)
+            return pa.StructArray.from_arrays(children, fields=list(kind), mask=mask)
+
+        return [leaf for leaves, _ in parts for leaf in leaves], rebuild_struct
+    return [], lambda new: array
+
+
+def text_columns(schema: pa.Schema) -> list[str]:
+    """The columns of `schema` that hold free text (strings, or strings nested in lists/structs)."""
+
+    def has_text(kind: pa.DataType) -> bool:
+        if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            return True
+        if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+            return has_text(kind.value_type)
+        return pa.types.is_struct(kind) and any(has_text(f.type) for f in kind)
+
+    return [f.name for f in schema if f.name not in NOT_FREE_TEXT and has_text(f.type)]
+
+
+def redact_table(table: pa.Table, config: RedactionConfig | None) -> pa.Table:
+    """The table with every free-text value redacted (secrets always, even with `config=None`):
+    every string column but ids and enum codes (`NOT_FREE_TEXT`), and strings nested in
+    list and struct columns (trajectory messages, tool calls).
+
+    The prefilter runs once over all text values together: RE2 builds its automaton per
     call, which for a request's worth of rows costs more than the scan itself.
     """
     config = config or RedactionConfig()
-    names = [n for n in REDACTED_COLUMNS if n in table.column_names]
+    names = text_columns(table.schema)
     if not table.num_rows or not names:
         return table
     columns = [table.column(n).combine_chunks() for n in names]
-    hits = pc.fill_null(
-        pc.match_substring_regex(pa.concat_arrays(columns), pattern=_prefilter(config)), False
-    )
+    parts = [_text_leaves(column) for column in columns]
+    leaves = [leaf for part, _ in parts for leaf in part]
+    if not leaves:
+        return table
+    hits = prefilter_hits(pa.concat_arrays(leaves), config)
     if config.function is None and not pc.any(hits).as_py():
         return table
     offset = 0
-    for name, column in zip(names, columns, strict=True):
+    for name, (part, rebuild) in zip(names, parts, strict=True):
+        redacted = []
+        for leaf in part:
+            redacted.append(redact_column(leaf, config, hits.slice(offset, len(leaf))))
+            offset += len(leaf)
         index = table.column_names.index(name)
-        redacted = redact_column(column, config, hits.slice(offset, len(column)))
-        table = table.set_column(index, table.schema.field(index), redacted)
-        offset += len(column)
+        table = table.set_column(index, table.schema.field(index), rebuild(redacted))
     return table
+
+
+def redact_rows(rows: list[dict[str, Any]], config: RedactionConfig | None = None) -> list[dict[str, Any]]:
+    """`rows` (dicts of one table's columns) with the free-text values of every column
+    redacted, column by column as `redact_table` does; the dicts are updated in place.
+    Values that are not strings, or not valid Unicode (left for the writer to refuse), stay.
+
+    >>> redact_rows([{"trace_id": "ab", "explanation": "key sk-proj-0123456789abcdefghij"}])
+    [{'trace_id': 'ab', 'explanation': 'key [REDACTED:api_key]'}]
+    """
+    names = [
+        name
+        for name in dict.fromkeys(k for row in rows for k in row)
+        if name not in NOT_FREE_TEXT and any(isinstance(row.get(name), str) for row in rows)
+    ]
+    if not names:
+        return rows
+    arrays = {}
+    for name in names:
+        values = [v if isinstance(v := row.get(name), str) else None for row in rows]
+        try:
+            arrays[name] = pa.array(values, pa.string())
+        except (UnicodeEncodeError, pa.ArrowInvalid):
+            arrays[name] = pa.array([v if v is None or _encodable(v) else None for v in values], pa.string())
+    table = redact_table(pa.table(arrays), config)
+    for name in names:
+        for row, old, new in zip(rows, arrays[name].to_pylist(), table.column(name).to_pylist(), strict=True):
+            if old is not None and new != old:
+                row[name] = new
+    return rows
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def redact_text(text: str, config: RedactionConfig | None = None) -> str:

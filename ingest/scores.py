@@ -30,13 +30,14 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from ingest.records import BadRecord, parse_time, to_trace_id
-from ingest.redact import RedactionConfig, redact_text
+from ingest.records import BadRecord, check_time, parse_time, to_trace_id
+from ingest.redact import RedactionConfig, redact_rows
 
 # How categorical score values become numbers when the user gives no mapping. Matching is
 # case-insensitive on the stripped label; a label that is a number ("4", "0.5") is that
@@ -98,7 +99,21 @@ class ScoreTarget:
 
 
 def score_target(score: Mapping[str, Any]) -> ScoreTarget:
-    """Where a score points, for the v3 (`subject`) and v1 (`traceId`...) shapes."""
+    """Where a score points, for the v3 (`subject`) and v1 (`traceId`...) shapes.
+    Raises `BadRecord` (`bad_field`) for an id that is not a string."""
+    target = _target(score)
+    if isinstance(score.get("subject"), Mapping):
+        fields = {"trace": ("subject.id", None), "observation": ("subject.traceId", "subject.id")}
+        trace_field, observation_field = fields.get(target.kind, ("subject.id", None))
+    else:
+        trace_field, observation_field = "traceId", "observationId"
+    for name, value in ((trace_field, target.trace_id), (observation_field, target.observation_id)):
+        if value is not None and not isinstance(value, str):
+            raise BadRecord("bad_field", f"`{name}` must be a string, got {type(value).__name__}")
+    return target
+
+
+def _target(score: Mapping[str, Any]) -> ScoreTarget:
     subject = score.get("subject")
     if isinstance(subject, Mapping):
         kind = str(subject.get("kind") or "")
@@ -166,19 +181,23 @@ def score_to_reward(
     score_id = score.get("id")
     if not isinstance(name, str) or not name:
         raise BadRecord("missing_field", f"score `{score_id}` has no `name`")
+    if score_id is not None and not isinstance(score_id, str):
+        raise BadRecord("bad_field", f"score `{name}`: `id` must be a string, got {type(score_id).__name__}")
     if score.get("timestamp") is None and received_at is None:
         raise BadRecord("missing_field", f"score `{score_id}` has no `timestamp`")
     scored_at = (
-        parse_time(score["timestamp"], f"score {score_id}.timestamp")
+        check_time(
+            parse_time(score["timestamp"], f"score {score_id}.timestamp"),
+            "timestamp",
+            received_at or datetime.now(UTC),
+        )
         if score.get("timestamp") is not None
         else received_at
     )
     data_type = str(score.get("dataType") or _inferred_type(score.get("value"))).upper()
     target = score_target(score)
     comment = score.get("comment")
-    if isinstance(comment, str):
-        comment = redact_text(comment, redaction)
-    elif comment is not None:
+    if comment is not None and not isinstance(comment, str):
         comment = str(comment)
     value: float | None
     explanation = comment
@@ -216,7 +235,13 @@ def score_to_reward(
         "environment": score.get("environment"),
         "score_metadata": score.get("metadata") or None,
     }
-    return {
+    try:
+        metadata_json = json.dumps(
+            {k: v for k, v in metadata.items() if v is not None}, ensure_ascii=False, default=str
+        )
+    except (ValueError, RecursionError) as exc:
+        raise BadRecord("bad_field", f"score `{score_id}`: `metadata` cannot be stored ({exc})") from None
+    row = {
         "trajectory_id": trajectory_id,
         "name": name,
         "scorer": scorer_of(score, target),
@@ -227,20 +252,42 @@ def score_to_reward(
         "run_id": None,
         "status": status,
         "error": error,
-        "metadata": json.dumps(
-            {k: v for k, v in metadata.items() if v is not None}, ensure_ascii=False, default=str
-        ),
+        "metadata": metadata_json,
     }
+    _check_unicode(row, score_id)
+    if redaction is not None:
+        redact_rows([row], redaction)
+    return row
+
+
+# Where a row's text comes from in the score, to name the field of a bad character.
+_FIELD_OF = {"explanation": "comment", "scorer": "source", "metadata": "metadata"}
+
+
+def _check_unicode(row: dict[str, Any], score_id: Any) -> None:
+    # JSON may carry lone surrogates (`"\ud800"`), which no UTF-8 column can hold.
+    for column, text in row.items():
+        if isinstance(text, str):
+            try:
+                text.encode()
+            except UnicodeEncodeError as exc:
+                field = _FIELD_OF.get(column, column)
+                who = f"score `{score_id}`: " if score_id else ""
+                raise BadRecord(
+                    "bad_text", f"{who}`{field}` is not valid Unicode ({exc.reason} at position {exc.start})"
+                ) from None
 
 
 def _number(raw: Any, score: str) -> float:
     try:
         number = float(raw)
-    except (TypeError, ValueError):
-        raise BadRecord("bad_value", f"numeric score {score} has value {raw!r}") from None
+    except (TypeError, ValueError, OverflowError):
+        raise BadRecord(
+            "bad_value", f"numeric score {score}: `value` {str(raw)[:40]!r} is not a number"
+        ) from None
     if not math.isfinite(number):  # "NaN" or "Infinity" would poison every mean over the reward
         raise BadRecord(
-            "bad_value", f"numeric score {score} has value {raw!r}; scores must be finite numbers"
+            "bad_value", f"numeric score {score}: `value` is {str(raw)[:40]!r}; scores must be finite numbers"
         )
     return number
 
@@ -269,9 +316,14 @@ def _inferred_type(value: Any) -> str:
 
 @dataclass
 class ScoreBatch:
-    """A scores request body as reward rows, with a reason for each score that was refused."""
+    """A scores request body as reward rows, with a reason for each score that was refused.
+
+    `ids` are the Langfuse ids of the stored scores, in `rows` order (a score sent without
+    one gets a new id, as Langfuse gives it); `errors` name the score by its index in the
+    request and the field that was wrong."""
 
     rows: list[dict[str, Any]] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
 
@@ -286,30 +338,44 @@ def scores_to_rewards(
 
     A trace's score belongs to the trajectory of its trace's run (`trajectory_id` is the
     trace id, as `assemble` names it); scores that point at no trace are refused with a
-    reason, as Langfuse's own 207 answer does.
+    reason, as Langfuse's own 207 answer does. One bad score never refuses another: each
+    is checked on its own (values, times, text that UTF-8 can hold), and every row is
+    redacted, all at once at the end.
     """
     batch = ScoreBatch()
     for index, score in enumerate(body if isinstance(body, list) else [body]):
         if not isinstance(score, Mapping):
             batch.errors.append(f"[{index}] a score must be an object, got {type(score).__name__}")
             continue
-        target = score_target(score)
-        if not target.trace_id or not isinstance(target.trace_id, str):
+        try:
+            target = score_target(score)
+        except BadRecord as exc:
+            batch.errors.append(f"[{index}] {exc}")
+            continue
+        if not target.trace_id:
             batch.errors.append(
                 f"[{index}] score `{score.get('name')}` names no trace (a {target.kind} score): "
                 "trajlake stores scores of traces (trajectories) only"
             )
             continue
         try:
-            batch.rows.append(
-                score_to_reward(
-                    score,
-                    trajectory_id=to_trace_id(target.trace_id),
-                    category_values=category_values,
-                    received_at=received_at,
-                    redaction=redaction,
-                )
+            row = score_to_reward(
+                score,
+                trajectory_id=to_trace_id(target.trace_id),
+                category_values=category_values,
+                received_at=received_at,
             )
         except BadRecord as exc:
             batch.errors.append(f"[{index}] {exc}")
+            continue
+        except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+            # Anything else the mapping trips on is still this score's problem, not the batch's.
+            batch.errors.append(f"[{index}] bad_value: {type(exc).__name__}: {str(exc)[:200]}")
+            continue
+        if score.get("id") is None:  # Langfuse gives a score sent without an id a new one
+            score_id = str(uuid.uuid4())
+            row["metadata"] = json.dumps({"langfuse_score_id": score_id, **json.loads(row["metadata"])})
+        batch.rows.append(row)
+        batch.ids.append(score_id if score.get("id") is None else score["id"])
+    redact_rows(batch.rows, redaction)
     return batch

@@ -180,7 +180,8 @@ def connect(
     committed later is seen after `refresh(con, lake)` or on a new connection;
     connections are cheap, so take a new one per unit of work. `read_only=True` also
     locks the connection against writing files, attaching databases and loading
-    extensions (see `run_read_only`).
+    extensions (see `run_read_only`). A lake with `sql_lake_only` set gives connections
+    that read no file outside its tables (`confine_to_lake`).
     """
     lake = Lake.of(lake)
     con = duckdb.connect(config={"autoinstall_known_extensions": False})
@@ -194,9 +195,26 @@ def connect(
     for name, sql in DERIVED_VIEWS.items():
         con.execute(f'CREATE OR REPLACE VIEW "{name}" AS {sql}')
     con.execute(GROUP_STATS_MACRO)
+    if lake.sql_lake_only:
+        confine_to_lake(con, lake)
     if read_only:
         _lock_down(con, lake)
     return con
+
+
+def confine_to_lake(con: duckdb.DuckDBPyConnection, lake: Lake) -> None:
+    """Let SQL on `con` read the lake's tables and nothing else, for good.
+
+    DuckDB's `enable_external_access = false` stops every file, URL and extension access
+    (`read_csv('/etc/passwd')`, `read_blob`, `glob('/home/**')`, `COPY`, `ATTACH`) except
+    under `allowed_directories`, here each table's folder (an S3 lake: the table prefixes
+    of its own bucket, so the collector's credentials read no other bucket or prefix).
+    Once disabled it cannot be enabled again on that connection, and the allowed list
+    cannot change. Data registered explicitly (`con.register`) still works.
+    """
+    dirs = ", ".join(_literal(d) for d in lake.table_dirs())
+    con.execute(f"SET allowed_directories = [{dirs}]")
+    con.execute("SET enable_external_access = false")
 
 
 def refresh(

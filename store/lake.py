@@ -19,7 +19,7 @@ from typing import Any
 
 import fsspec
 
-from store.schema import table_spec
+from store.schema import TABLES, table_spec
 
 DEFAULT_LAKE = "./lake"
 
@@ -30,6 +30,10 @@ class Lake:
 
     root: str
     storage_options: dict[str, Any] = field(default_factory=dict)  # fsspec's spelling
+    # SQL on this lake's connections reads the lake's tables and nothing else: no local
+    # file, no other bucket, no URL (`store.connect`). For anything that runs SQL it did
+    # not write itself; off for a user's own shell, where `read_csv('notes.csv')` is fine.
+    sql_lake_only: bool = False
 
     def __post_init__(self) -> None:
         root = str(self.root)
@@ -81,6 +85,15 @@ class Lake:
         """Path or URL as DuckDB, delta-rs and users see it."""
         return "/".join([self.root, *parts]) if parts else self.root
 
+    def table_dirs(self) -> list[str]:
+        """The folder of every table, as SQL reads their files (with a trailing `/`): what a
+        `sql_lake_only` connection may read. A local lake is named by its absolute and its
+        real path too, so a symlinked folder reads the same."""
+        roots = [self.root]
+        if self.is_local and os.path.realpath(self.root) != self.root:
+            roots.append(os.path.realpath(self.root))
+        return [f"{root}/{table}/" for root in roots for table in TABLES]
+
     def table_uri(self, table: str) -> str:
         table_spec(table)
         return self.url(table)
@@ -90,6 +103,29 @@ class Lake:
         from deltalake import DeltaTable
 
         return bool(DeltaTable.is_deltatable(self.table_uri(table), storage_options=self.delta_options))
+
+    def problem(self, *, must_exist: bool) -> str | None:
+        """Why this lake cannot be used, or None: a local lake must be a directory (or not
+        exist yet, unless `must_exist`); a lake that must exist holds at least one table.
+
+        Readers ask with `must_exist=True`, so a mistyped path is an error naming it rather
+        than a query over an empty lake; writers create the lake where nothing is yet.
+        """
+        if self.is_local:
+            path = Path(self.root)
+            existing = next((p for p in (path, *path.parents) if p.exists()), None)
+            if existing is not None and not existing.is_dir():
+                return f"`{existing}` is a file; a lake is a directory (check --lake / $TRAJLAKE_LAKE)"
+            if must_exist and not path.exists():
+                return (
+                    f"no lake at `{self.root}`: the directory does not exist (check --lake / $TRAJLAKE_LAKE)"
+                )
+        if must_exist and not any(self.has_table(name) for name in TABLES):
+            return (
+                f"no lake at `{self.root}`: it holds none of the lake's tables ({', '.join(TABLES)}); "
+                "`trajlake collect`, `trajlake ingest` or `store.write` create them"
+            )
+        return None
 
     def __str__(self) -> str:
         return self.root

@@ -47,7 +47,7 @@ def assemble(
 
     from ingest.lakeio import rebuild
 
-    resolved = resolve_lake(lake)
+    resolved = resolve_lake(lake, must_exist=True)
     since_day: date | None = since.date() if since else None
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), transient=True) as progress:
         task = progress.add_task("assembling traces...", total=None)

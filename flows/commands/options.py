@@ -22,11 +22,20 @@ LakeOption = Annotated[
 ]
 
 
-def resolve_lake(lake: str | None) -> Lake:
-    """The lake named on the command line, else $TRAJLAKE_LAKE, else the config file's `lake.path`, else ./lake."""
-    if lake or os.environ.get("TRAJLAKE_LAKE"):
-        return Lake(lake or os.environ["TRAJLAKE_LAKE"])
-    return Lake(values_for("lake").get("path") or DEFAULT_LAKE)
+def resolve_lake(lake: str | None, *, must_exist: bool = False) -> Lake:
+    """The lake named on the command line, else $TRAJLAKE_LAKE, else the config file's `lake.path`, else ./lake.
+
+    A path that is a file is refused (exit 2) for every command; commands that only read
+    (`must_exist=True`) also refuse a lake that is not there, naming the path, rather than
+    report zero rows of an empty one.
+    """
+    settings = values_for("lake")
+    root = lake or os.environ.get("TRAJLAKE_LAKE") or settings.get("path") or DEFAULT_LAKE
+    resolved = Lake(root, sql_lake_only=bool(settings.get("sql_lake_only", False)))
+    problem = resolved.problem(must_exist=must_exist)
+    if problem is not None:
+        raise fail(problem, 2)
+    return resolved
 
 
 def values_for(key: str) -> dict[str, Any]:

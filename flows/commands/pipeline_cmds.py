@@ -80,7 +80,13 @@ def serve(
     lake: LakeOption = None,
     once: Annotated[bool, typer.Option(help="Register the deployments, poll once, and exit.")] = False,
 ) -> None:
-    """Register the ingest and pipeline deployments with their schedules and serve them."""
+    """Register the ingest and pipeline deployments with their schedules and serve them.
+
+    Deployment runs take SQL from whoever triggers them (their parameters, the config), so
+    their SQL may read only the lake's tables (`lake.sql_lake_only`, forced on here for
+    the flow runs this process starts).
+    """
+    os.environ["TRAJLAKE_LAKE__SQL_LAKE_ONLY"] = "true"
     cfg = _configure(config, lake)
     from flows.deployments import serve_deployments
 

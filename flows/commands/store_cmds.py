@@ -68,11 +68,14 @@ def sql(
     """Run read-only SQL against the lake's views (trajectories, messages, rewards, groups, ...)."""
     if fmt not in ("table", "csv", "json"):
         raise fail(f"unknown --format `{fmt}`; use table, csv or json", 2)
+    the_lake = resolve_lake(lake, must_exist=True)
     try:
-        con = connect(resolve_lake(lake), read_only=True)
+        con = connect(the_lake, read_only=True)
         columns, rows = run_read_only(con, query)
     except ReadOnlyViolation as exc:
         raise fail(str(exc), 2) from None
+    except duckdb.PermissionException as exc:
+        raise fail(f"{exc}\n(`lake.sql_lake_only` is on: SQL may read the lake's tables only)", 2) from None
     except duckdb.Error as exc:
         # DuckDB's message already carries the query position (`LINE 1: ... ^`).
         raise fail(str(exc)) from None
@@ -86,7 +89,7 @@ def sql(
 def tables(lake: LakeOption = None) -> None:
     """Each table's Delta version, rows, files, bytes and newest data (from the tables' logs)."""
     try:
-        stats = table_stats(resolve_lake(lake))
+        stats = table_stats(resolve_lake(lake, must_exist=True))
     except (StoreError, OSError) as exc:
         raise fail(f"cannot read the lake: {exc}") from None
     print_rows(

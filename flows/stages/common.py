@@ -18,7 +18,8 @@ class StageError(ValueError):
 
 
 def lake_of(config: TrajlakeConfig) -> store.Lake:
-    return store.Lake(config.lake.path)
+    settings = config.lake
+    return store.Lake(settings.path, sql_lake_only=settings.sql_lake_only)
 
 
 def base_model(config: TrajlakeConfig) -> str:

@@ -41,6 +41,7 @@ from ingest.langfuse.errors import ExportNotFound, MalformedExport, RecordProble
 from ingest.langfuse.sink import trajectory_ids_of, write_rewards
 from ingest.langfuse.spans import ObservationError, observation_to_span, to_trace_id, trace_to_spans
 from ingest.records import BadRecord
+from ingest.redact import redact_rows
 from ingest.scores import DEFAULT_CATEGORY_VALUES, score_target, score_to_reward
 from store import Lake
 
@@ -87,27 +88,38 @@ def classify_record(record: Any) -> str:
 
 def iter_records(path: Path) -> Iterator[tuple[int, Any | RecordProblem]]:
     """(line number, decoded record or a `RecordProblem`) for every record of an export."""
-    with path.open("r", encoding="utf-8") as handle:
-        head = handle.read(1 << 16)
+    with path.open("rb") as handle:  # bytes: a line that is not UTF-8 is that line's problem
+        head = handle.read(1 << 16).decode("utf-8", errors="replace")
         handle.seek(0)
         first = head.lstrip()[:1]
         if first == "[" or (first == "{" and _is_single_document(head)):
-            yield from _json_document(path.read_text(encoding="utf-8"))
+            raw = handle.read()
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                at = raw.count(b"\n", 0, exc.start) + 1
+                yield at, RecordProblem(at, "invalid_utf8", f"byte {exc.start} of the file: {exc.reason}")
+                return
+            yield from _json_document(text)
             return
-        for number, line in enumerate(handle, start=1):
-            text = line.strip()
-            if not text:
+        for number, raw_line in enumerate(handle, start=1):
+            data = raw_line.strip()
+            if not data:
                 continue
             try:
-                record = orjson.loads(text)
+                record = orjson.loads(data)
             except orjson.JSONDecodeError as exc:
-                yield number, RecordProblem(number, "invalid_json", f"{exc.msg} at column {exc.colno}")
+                reason = "invalid_utf8" if "UTF-8" in exc.msg else "invalid_json"
+                yield number, RecordProblem(number, reason, f"{exc.msg} at column {exc.colno}")
                 continue
             if _is_api_page(record):  # a saved API response per line (`{"data": [...], "meta": ...}`)
                 for item in record["data"]:
                     yield number, item
             else:
                 yield number, record
+
+
+_TOO_DEEP = "nested too deep to read (no export nests more than a few dozen levels)"
 
 
 def _is_api_page(record: Any) -> bool:
@@ -118,9 +130,11 @@ def _is_single_document(head: str) -> bool:
     """A file starting with `{` is JSONL unless its first line alone is not a whole object."""
     first_line = head.split("\n", 1)[0].strip()
     try:
-        json.loads(first_line)
-    except json.JSONDecodeError:
-        return True  # the object continues on the next lines: a pretty-printed document
+        orjson.loads(first_line)
+    except orjson.JSONDecodeError as exc:
+        # The object continues on the next lines (a pretty-printed document), unless the
+        # line is whole but unreadable (too deep, not UTF-8): JSONL, reported per line.
+        return not any(m in str(exc) for m in ("depth limit", "not valid UTF-8"))
     return False
 
 
@@ -134,6 +148,9 @@ def _json_document(text: str) -> Iterator[tuple[int, Any | RecordProblem]]:
             obj, _ = decoder.raw_decode(text, pos)
         except json.JSONDecodeError as exc:
             yield exc.lineno, RecordProblem(exc.lineno, "invalid_json", f"{exc.msg} at column {exc.colno}")
+            return
+        except RecursionError:
+            yield line_at(pos), RecordProblem(line_at(pos), "invalid_json", _TOO_DEEP)
             return
         if _is_api_page(obj):
             # A saved API response: line numbers of items are not tracked inside it.
@@ -162,6 +179,9 @@ def _json_document(text: str) -> Iterator[tuple[int, Any | RecordProblem]]:
             obj, end = decoder.raw_decode(text, pos)
         except json.JSONDecodeError as exc:
             yield exc.lineno, RecordProblem(exc.lineno, "invalid_json", f"{exc.msg} at column {exc.colno}")
+            return
+        except RecursionError:
+            yield line_at(pos), RecordProblem(line_at(pos), "invalid_json", _TOO_DEEP)
             return
         yield line_at(pos), obj
         pos = _skip_ws(text, end)
@@ -267,13 +287,13 @@ def import_langfuse_export(
                 continue  # the file will be refused: keep checking, stop buffering
             batch.extend(rows)
             if len(batch) >= SPAN_BATCH_ROWS:
-                yield batch
+                yield redact_rows(batch)
                 batch = []
         if problems:
             # Raised inside the writer's input: it discards its temporary files.
             raise MalformedExport(str(path), problems, report.records)
         if batch:
-            yield batch
+            yield redact_rows(batch)
 
     try:
         report.spans_written = store.write(lake, "spans", spans()).rows

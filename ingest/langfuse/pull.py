@@ -46,9 +46,10 @@ from ingest.langfuse.sink import (
     write_rewards,
     write_spans,
 )
-from ingest.langfuse.spans import ObservationError, observation_to_span, to_trace_id
+from ingest.langfuse.spans import observation_to_span, to_trace_id
 from ingest.langfuse.watermark import PullState, read_state, save_state
 from ingest.records import BadRecord
+from ingest.redact import redact_rows
 from ingest.scores import score_target, score_to_reward
 from store import Lake
 
@@ -223,7 +224,7 @@ def _pull_observations(
         for obs in observations:
             try:
                 rows.append(observation_to_span(obs, received_at=received_at))
-            except ObservationError as exc:
+            except BadRecord as exc:  # ObservationError, or a bad time
                 skipped[f"observation_{exc.reason}"] += 1
                 if len(report.problems) < MAX_PROBLEMS_KEPT:
                     report.problems.append(f"observation `{obs.get('id')}`: {exc}")
@@ -268,7 +269,8 @@ def _commit_spans(
     Re-read spans (overlap window, resumed pages) that the lake already holds unchanged
     are dropped here, so a scheduled run over quiet data writes nothing.
     """
-    fresh = drop_unchanged_spans(lake, rows)
+    # Redacted before the comparison, so a span holding a secret compares equal to its stored copy.
+    fresh = drop_unchanged_spans(lake, redact_rows(rows))
     if fresh:
         write_spans(lake, fresh)
     touched = {row["trace_id"] for row in (rows if reassemble_all else fresh)}
@@ -316,7 +318,11 @@ def _commit_scores(
 ) -> int:
     targets = []
     for score in scores:
-        target = score_target(score)
+        try:
+            target = score_target(score)
+        except BadRecord as exc:
+            skipped[f"score_{exc.reason}"] += 1
+            continue
         if target.kind not in ("trace", "observation") or not target.trace_id:
             skipped[f"score_{target.kind}_subject" if target.kind != "observation" else "score_no_trace"] += 1
             continue

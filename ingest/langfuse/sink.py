@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 import store
+from ingest.redact import redact_rows
 from store import Lake
 
 # `assemble` sets source 'langfuse' on trajectories whose spans all came from Langfuse.
@@ -128,7 +129,8 @@ def write_rewards(lake: Lake, rows: list[dict[str, Any]]) -> tuple[int, dict[str
     """
     newest: dict[tuple[str, str, str], dict[str, Any]] = {}
     skipped: dict[str, int] = {}
-    for row in rows:
+    # Redacted first: the stored rows were, and an unchanged score must compare equal.
+    for row in redact_rows(rows):
         key = (row["trajectory_id"], row["name"], row["scorer"])
         if key not in newest or row["scored_at"] >= newest[key]["scored_at"]:
             newest[key] = row

@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from ingest.records import BadRecord, maybe_time, parse_time, to_span_id, to_trace_id
+from ingest.records import BadRecord, check_time, maybe_time, parse_time, to_span_id, to_trace_id
 
 SOURCE = "langfuse"
 SCOPE_NAME = "langfuse-sdk"
@@ -122,8 +122,12 @@ def observation_to_span(
         raise ObservationError("missing_field", f"observation `{obs_id}` has no `traceId`")
     if "startTime" not in obs:
         raise ObservationError("missing_field", f"observation `{obs_id}` has no `startTime`")
-    start = parse_time(obs["startTime"], f"{obs_id}.startTime")
+    start = check_time(
+        parse_time(obs["startTime"], f"{obs_id}.startTime"), f"{obs_id}.startTime", received_at
+    )
     end = maybe_time(obs.get("endTime"), f"{obs_id}.endTime")
+    if end is not None:
+        check_time(end, f"{obs_id}.endTime", received_at)
     kind = str(obs.get("type") or "SPAN").lower()
 
     ctx = trace or {}

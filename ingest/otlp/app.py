@@ -36,7 +36,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 import store
-from ingest.errors import IngestError, MalformedPayload, Overloaded
+from ingest.errors import IngestError, LakeUnavailable, MalformedPayload, Overloaded
 from ingest.otlp.collector import Collector
 from ingest.otlp.config import CollectorConfig
 from ingest.otlp.convert import Converted, logs_from_request, spans_from_request
@@ -51,8 +51,16 @@ from ingest.otlp.decode import (
     encode_response,
     metric_points,
 )
-from ingest.otlp.http import check_bearer, check_langfuse, error_response, read_body, response_media
-from ingest.scores import scores_to_rewards
+from ingest.otlp.http import (
+    SafeJSONResponse,
+    check_bearer,
+    check_langfuse,
+    error_response,
+    guarded_protocol,
+    read_body,
+    response_media,
+)
+from ingest.scores import ScoreBatch, scores_to_rewards
 
 log = logging.getLogger("trajlake.ingest.otlp.app")
 
@@ -74,7 +82,7 @@ def create_app(config: CollectorConfig, collector: Collector | None = None) -> S
             else:
                 check_bearer(request, config.bearer_token)
             runtime.check_capacity()
-            body = await read_body(request, config.max_body_bytes)
+            body = await read_body(request, config.max_body_bytes, config.request_timeout_s)
             content_type = request.headers.get("content-type")
             encoding = request.headers.get("content-encoding")
             converted: Converted
@@ -127,22 +135,28 @@ def create_app(config: CollectorConfig, collector: Collector | None = None) -> S
     async def scores(request: Request) -> Response:
         try:
             check_langfuse(request, config)
-            body = await read_body(request, config.max_body_bytes)
+            body = await read_body(request, config.max_body_bytes, config.request_timeout_s)
             try:
                 document = json.loads(body)
-            except (ValueError, UnicodeDecodeError) as exc:
+            except (ValueError, UnicodeDecodeError, RecursionError) as exc:
                 raise MalformedPayload("scores JSON", str(exc)[:200]) from None
             batch = scores_to_rewards(document, received_at=store.utc_now(), redaction=config.redaction)
             if batch.rows:
-                await asyncio.to_thread(store.write, runtime.lake, "rewards", batch.rows)
+                await asyncio.to_thread(write_scores, runtime.lake, batch, config.retry_after_s)
         except IngestError as exc:
             return error_response(exc, JSON)
         if not isinstance(document, list):
+            # Langfuse answers a created score with 200 and its id.
             if batch.errors:
-                return JSONResponse({"message": batch.errors[0]}, status_code=400)
-            return JSONResponse({"id": document.get("id") or ""}, status_code=200)
+                return SafeJSONResponse({"message": batch.errors[0]}, status_code=400)
+            return SafeJSONResponse({"id": batch.ids[0]}, status_code=200)
+        if batch.errors and not batch.rows:
+            return SafeJSONResponse(
+                {"message": batch.errors[0], "errors": [{"message": e} for e in batch.errors]},
+                status_code=400,
+            )
         if batch.errors:
-            return JSONResponse(
+            return SafeJSONResponse(
                 {
                     "accepted": len(batch.rows),
                     "rejected": len(batch.errors),
@@ -150,7 +164,7 @@ def create_app(config: CollectorConfig, collector: Collector | None = None) -> S
                 },
                 status_code=207,
             )
-        return JSONResponse({"message": "Accepted"}, status_code=202)
+        return SafeJSONResponse({"message": "Accepted"}, status_code=202)
 
     async def metrics(request: Request) -> Response:
         # Acknowledged and counted, not stored: trajectories carry each call's usage already, and
@@ -216,23 +230,50 @@ def create_app(config: CollectorConfig, collector: Collector | None = None) -> S
     return app
 
 
+def write_scores(lake: store.Lake, batch: ScoreBatch, retry_after: int) -> None:
+    """Write a batch's reward rows; a row the lake refuses moves to the batch's errors
+    without holding the others back. A failing disk is a retryable 503."""
+    try:
+        store.write(lake, "rewards", batch.rows)
+        return
+    except store.SchemaViolation:
+        pass  # one row is bad: find it by writing them one by one (scores are few)
+    except OSError as exc:
+        log.error("writing scores failed: %s", exc)
+        raise LakeUnavailable(lake.root, exc, retry_after) from None
+    kept: list[tuple[dict[str, Any], str]] = []
+    for row, score_id in zip(batch.rows, batch.ids, strict=True):
+        try:
+            store.write(lake, "rewards", [row])
+        except store.SchemaViolation as exc:
+            batch.errors.append(f"score `{score_id}`: {exc}")
+            continue
+        kept.append((row, score_id))
+    batch.rows, batch.ids = [r for r, _ in kept], [i for _, i in kept]
+
+
 def serve(
     config: CollectorConfig, *, log_level: str = "warning", ready: Callable[[], None] | None = None
 ) -> None:
     """Run the collector in the foreground until interrupted (SIGINT/SIGTERM flush and stop cleanly)."""
-    server = _Server(
-        uvicorn.Config(
-            create_app(config),
-            host=config.host,
-            port=config.port,
-            log_level=log_level,
-            access_log=False,
-            lifespan="on",
-        )
-    )
+    server = _Server(server_config(config, create_app(config), log_level=log_level))
     if ready is not None:
         threading.Thread(target=_announce, args=(server, ready), daemon=True).start()
     server.run()
+
+
+def server_config(config: CollectorConfig, app: Starlette, *, log_level: str = "warning") -> uvicorn.Config:
+    """How uvicorn runs the collector: its address, and a deadline for request headers
+    (`collector.request_timeout_s`; bodies have theirs in `read_body`)."""
+    return uvicorn.Config(
+        app,
+        host=config.host,
+        port=config.port,
+        log_level=log_level,
+        access_log=False,
+        lifespan="on",
+        http=guarded_protocol(config.request_timeout_s),
+    )
 
 
 class _Server(uvicorn.Server):

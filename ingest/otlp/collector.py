@@ -9,6 +9,8 @@ has arrived (or that went idle). One `Collector` per process.
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import hashlib
 import logging
 import os
@@ -53,6 +55,28 @@ def default_spool_root(lake: store.Lake) -> Path:
     # per lake URI so that collectors of different lakes never adopt each other's segments.
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return cache / "trajlake" / "spool" / hashlib.sha256(lake.root.encode()).hexdigest()[:16]
+
+
+def release_memory() -> None:
+    """Return freed memory to the operating system, so RSS falls back after a burst.
+
+    Arrow's allocator (mimalloc or jemalloc) and glibc's malloc both keep freed pages for
+    reuse; after a load peak that is hundreds of MB an idle collector holds for nothing.
+    """
+    pa.default_memory_pool().release_unused()
+    if _libc is not None:
+        _libc.malloc_trim(0)
+
+
+def _load_libc() -> Any:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+    return libc if hasattr(libc, "malloc_trim") else None  # glibc only (musl has none)
+
+
+_libc = _load_libc()
 
 
 class Collector:
@@ -145,11 +169,15 @@ class Collector:
     # --- flushing -----------------------------------------------------------------------------------
 
     def _flush_loop(self) -> None:
+        busy = False
         while not self._stop.is_set():
             self._sealed.wait(timeout=0.5)
             self._sealed.clear()
             try:
-                self.flush_sealed()
+                flushed = self.flush_sealed()
+                if busy and not flushed and not self.spool.pending_bytes:
+                    release_memory()  # load is over: hand freed buffers back to the system
+                busy = bool(flushed) or bool(self.spool.pending_bytes)
             except Exception as exc:
                 # The segment stays in the spool and is retried; nothing acknowledged is lost.
                 self.stats.errors += 1

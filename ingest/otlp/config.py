@@ -63,6 +63,13 @@ class CollectorConfig:
         metadata={"help": "Spooled MiB not yet in the lake above which requests get 503 + Retry-After."},
     )
     retry_after_s: int = field(default=2, metadata={"help": "Retry-After seconds sent with 503."})
+    request_timeout_s: float = field(
+        default=30.0,
+        metadata={
+            "help": "Seconds a client may take to send a request's headers, and again its body; "
+            "a slower one gets 408 and is disconnected."
+        },
+    )
 
     # --- batching into Parquet
     flush_mb: float = field(
@@ -93,8 +100,9 @@ class CollectorConfig:
         for name in ("max_body_mb", "max_pending_mb", "flush_mb"):
             if getattr(self, name) <= 0:
                 raise ConfigError(name, getattr(self, name), "must be positive")
-        if self.flush_seconds <= 0 or self.idle_timeout_s <= 0:
-            raise ConfigError("flush_seconds", self.flush_seconds, "timeouts must be positive")
+        for name in ("flush_seconds", "idle_timeout_s", "request_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(name, getattr(self, name), "timeouts must be positive")
 
     @property
     def max_body_bytes(self) -> int:

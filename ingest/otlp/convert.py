@@ -4,8 +4,10 @@ This is the hot path of the collector and of the in-process exporter, so it is s
 for throughput: one pass over the protobuf spans appends to plain Python lists (one per
 column), attribute maps are encoded to JSON text by orjson in C, resource and scope
 values are computed once per group rather than per span, and the Arrow arrays are
-built once per request. Invalid spans (ids of the wrong length, all-zero ids) are
-counted and described for OTLP's `partial_success` instead of failing the batch.
+built once per request. Invalid spans (ids of the wrong length, all-zero ids, a kind or
+status code outside OTLP's enums, times before 2000 or more than a day ahead of the
+collector's clock: see `ingest.records`) are counted and described for OTLP's
+`partial_success` instead of failing the batch.
 
 Log records (the GenAI events that arrive on `/v1/logs`) become rows of the same
 table with `kind = 'LOG'`: their own deterministic `span_id` (a digest of the record,
@@ -27,12 +29,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.otlp.decode import ExportLogsServiceRequest, ExportTraceServiceRequest
+from ingest.records import EARLIEST_NS, EARLIEST_TIME, MAX_CLOCK_AHEAD
 from store.schema import LOG_KIND, SPANS
 
 KINDS = ("UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
 STATUS = ("UNSET", "OK", "ERROR")
 _ZERO_TRACE = b"\0" * 16
 _ZERO_SPAN = b"\0" * 8
+MAX_AHEAD_NS = int(MAX_CLOCK_AHEAD.total_seconds()) * 10**9
 
 # The columns a converted batch carries: the table's, less what the writer stamps.
 ROW_SCHEMA = pa.schema([f for f in SPANS.schema if f.name not in ("_written_at", "dt")])
@@ -142,6 +146,8 @@ def spans_from_request(
     )
     rejected = 0
     reasons: list[str] = []
+    received_ns = _now_ns(received_at)
+    latest_ns = received_ns + MAX_AHEAD_NS
     for resource_spans in request.resource_spans:
         resource = attributes_dict(resource_spans.resource.attributes)
         resource_json = _dumps(resource)
@@ -163,18 +169,32 @@ def spans_from_request(
                         f"span `{span.name[:80]}`: invalid ids (trace_id {len(trace_id)} bytes, span_id {len(span_id)} bytes)"
                     )
                     continue
+                start = span.start_time_unix_nano or span.end_time_unix_nano  # no start: dated by its end
+                end = span.end_time_unix_nano
+                status = span.status
+                problem = (
+                    _time_problem(start, received_ns, latest_ns, "start")
+                    or (end and _time_problem(end, received_ns, latest_ns, "end"))
+                    or (not 0 <= span.kind < len(KINDS) and f"kind {span.kind} is not a SpanKind (0-5)")
+                    or (
+                        not 0 <= status.code < len(STATUS)
+                        and f"status code {status.code} is not a StatusCode (0-2)"
+                    )
+                )
+                if problem:
+                    rejected += 1
+                    reasons.append(f"span `{span.name[:80]}`: {problem}")
+                    continue
                 count += 1
                 trace_ids.append(trace_id.hex())
                 span_ids.append(span_id.hex())
                 parent = span.parent_span_id
                 parents.append(parent.hex() if len(parent) == 8 and parent != _ZERO_SPAN else None)
                 names.append(span.name)
-                kinds.append(KINDS[span.kind] if 0 <= span.kind < len(KINDS) else str(span.kind))
-                start = span.start_time_unix_nano
-                starts.append(start if start else None)
-                ends.append(span.end_time_unix_nano or None)
-                status = span.status
-                codes.append(STATUS[status.code] if 0 <= status.code < len(STATUS) else str(status.code))
+                kinds.append(KINDS[span.kind])
+                starts.append(start)
+                ends.append(end or None)
+                codes.append(STATUS[status.code])
                 messages.append(status.message or None)
                 attrs_col.append(_dumps(attributes_dict(span.attributes)))
                 if span.events:
@@ -196,16 +216,17 @@ def spans_from_request(
             c["service_name"].extend([service] * count)
             c["scope_name"].extend([scope] * count)
             c["resource"].extend([resource_json] * count)
-    _fill_missing_starts(c)
-    return Converted(columns.table(_now_ns(received_at)), rejected, reasons)
+    return Converted(columns.table(received_ns), rejected, reasons)
 
 
-def _fill_missing_starts(c: dict[str, list[Any]]) -> None:
-    # `start_time` is required (it partitions the table); a span without one is dated by its end.
-    starts, ends = c["start_time"], c["end_time"]
-    for i, start in enumerate(starts):
-        if start is None:
-            starts[i] = ends[i] or 0
+def _time_problem(ns: int, received_ns: int, latest_ns: int, what: str) -> str | None:
+    """Why a span or record time cannot be stored (`ingest.records` sets the bounds), or None."""
+    if ns < EARLIEST_NS:
+        return f"{what} time {ns} ns is unset or before {EARLIEST_TIME:%Y-%m-%d}"
+    if ns > latest_ns:
+        ahead = (ns - received_ns) / 3.6e12
+        return f"{what} time {ns} ns is {ahead:.0f} h after it was received (the sender's clock?)"
+    return None
 
 
 def logs_from_request(
@@ -216,6 +237,8 @@ def logs_from_request(
     c = columns.cols
     rejected = 0
     reasons: list[str] = []
+    received_ns = _now_ns(received_at)
+    latest_ns = received_ns + MAX_AHEAD_NS
     for resource_logs in request.resource_logs:
         resource = attributes_dict(resource_logs.resource.attributes)
         resource_json = _dumps(resource)
@@ -231,6 +254,13 @@ def logs_from_request(
                         f"log record `{name[:80]}`: no trace context, so it belongs to no trajectory"
                     )
                     continue
+                # A record without a time is dated when it arrives, as its observed time would be.
+                at = record.time_unix_nano or record.observed_time_unix_nano or received_ns
+                problem = _time_problem(at, received_ns, latest_ns, "its")
+                if problem:
+                    rejected += 1
+                    reasons.append(f"log record `{name[:80]}`: {problem}")
+                    continue
                 digest = hashlib.blake2b(
                     record.SerializeToString(deterministic=True), digest_size=8
                 ).hexdigest()
@@ -239,7 +269,6 @@ def logs_from_request(
                     attrs["log.body"] = body
                 if record.severity_text:
                     attrs["log.severity_text"] = record.severity_text
-                at = record.time_unix_nano or record.observed_time_unix_nano or None
                 # The table keeps microseconds; event order within a microsecond needs the nanoseconds.
                 attrs["log.time_unix_nano"] = at
                 c["trace_id"].append(record.trace_id.hex())
@@ -257,5 +286,4 @@ def logs_from_request(
                 c["service_name"].append(str(service) if service is not None else None)
                 c["scope_name"].append(scope)
                 c["resource"].append(resource_json)
-    _fill_missing_starts(c)
-    return Converted(columns.table(_now_ns(received_at)), rejected, reasons)
+    return Converted(columns.table(received_ns), rejected, reasons)

@@ -72,29 +72,50 @@ def inflate(body: bytes, content_encoding: str | None, limit: int) -> bytes:
     """The body with its Content-Encoding removed, never producing more than `limit` bytes."""
     if len(body) > limit:
         raise PayloadTooLarge(limit, decompressed=False)
-    encodings = [e.strip().lower() for e in (content_encoding or "").split(",") if e.strip()]
+    header = (content_encoding or "").strip()
+    encodings = [e.strip().lower() for e in header.split(",")] if header else []
+    if "" in encodings:  # `gzip,` or `, ,`: a list with a hole is no list of codings
+        raise UnsupportedMediaType("Content-Encoding", content_encoding or "", ENCODINGS)
     for encoding in reversed(encodings):
         if encoding == "identity":
             continue
         if encoding not in ("gzip", "deflate", "x-gzip"):
             raise UnsupportedMediaType("Content-Encoding", content_encoding or "", ENCODINGS)
-        wbits = 16 + zlib.MAX_WBITS if encoding in ("gzip", "x-gzip") else zlib.MAX_WBITS
+        body = _inflate_one(body, encoding, limit)
+    return body
+
+
+def _inflate_one(body: bytes, encoding: str, limit: int) -> bytes:
+    """One coding removed. A gzip body may be several members one after another (RFC 1952
+    §2.2, what `cat a.gz b.gz` makes); anything else after the stream is refused, not ignored."""
+    gzip = encoding in ("gzip", "x-gzip")
+    wbits = 16 + zlib.MAX_WBITS if gzip else zlib.MAX_WBITS
+    out = bytearray()
+    rest = body
+    while True:
         inflater = zlib.decompressobj(wbits)
         try:
-            out = inflater.decompress(body, limit + 1)
+            out += inflater.decompress(rest, limit + 1 - len(out))
         except zlib.error as exc:
             raise MalformedPayload(f"{encoding} body", str(exc)) from None
         if len(out) > limit or inflater.unconsumed_tail:
             raise PayloadTooLarge(limit, decompressed=True)
         if not inflater.eof:
             raise MalformedPayload(f"{encoding} body", "truncated compressed stream")
-        body = out
-    return body
+        rest = inflater.unused_data
+        if not rest:
+            return bytes(out)
+        if not (gzip and rest[:2] == b"\x1f\x8b"):
+            raise MalformedPayload(
+                f"{encoding} body", f"{len(rest)} bytes of trailing data after the compressed stream"
+            )
 
 
 def _hex_to_b64(value: Any, path: str) -> Any:
-    if not isinstance(value, str):
+    if value is None:  # JSON null: the field's default, as ParseDict reads it
         return value
+    if not isinstance(value, str):
+        raise MalformedPayload("OTLP/JSON", f"id is a {type(value).__name__}, not a hex string", path=path)
     try:
         raw = bytes.fromhex(value)
     except ValueError:
@@ -128,6 +149,7 @@ def _decode(message: M, body: bytes, media: str, what: str) -> M:
         raise MalformedPayload(f"{what} JSON", str(exc)[:200]) from None
     if not isinstance(document, dict):
         raise MalformedPayload(f"{what} JSON", f"expected an object, got {type(document).__name__}")
+    _check_signal(document, message, what)
     try:
         _fix_ids(document)
         json_format.ParseDict(document, message, ignore_unknown_fields=True)
@@ -135,7 +157,34 @@ def _decode(message: M, body: bytes, media: str, what: str) -> M:
         raise
     except (json_format.ParseError, ValueError, TypeError, AttributeError, RecursionError) as exc:
         raise MalformedPayload(f"{what} JSON", str(exc)[:300]) from None
+    except SystemError as exc:
+        # upb's way of failing on a key that is a lone surrogate (`"\\udfff"`): not valid Unicode.
+        cause = exc.__cause__ or exc.__context__ or exc
+        raise MalformedPayload(f"{what} JSON", f"text that is not valid Unicode ({cause})"[:300]) from None
     return message
+
+
+# The top-level field of each OTLP export request, to tell a document sent to the wrong endpoint.
+_SIGNALS = {
+    "resourceSpans": "/v1/traces",
+    "resource_spans": "/v1/traces",
+    "resourceLogs": "/v1/logs",
+    "resource_logs": "/v1/logs",
+    "resourceMetrics": "/v1/metrics",
+    "resource_metrics": "/v1/metrics",
+}
+
+
+def _check_signal(document: dict[str, Any], message: Message, what: str) -> None:
+    """Refuse a JSON document of another signal (a traces request on /v1/logs): parsed with
+    unknown fields ignored, it would otherwise be an empty request, answered 200."""
+    own = {f.json_name for f in message.DESCRIPTOR.fields} | {f.name for f in message.DESCRIPTOR.fields}
+    if own & document.keys():
+        return
+    for key in document.keys() & _SIGNALS.keys():
+        raise MalformedPayload(
+            f"{what} JSON", f"the document holds `{key}`: send it to {_SIGNALS[key]}", path=key
+        )
 
 
 def decode_traces(

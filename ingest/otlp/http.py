@@ -7,17 +7,32 @@ as the OTLP/HTTP specification asks; 401 answers carry `WWW-Authenticate`, 503 a
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hmac
+import json
+import logging
+from asyncio import TimerHandle, Transport
+from typing import Any
 
 from google.rpc import status_pb2
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
-from ingest.errors import IngestError, PayloadTooLarge, Unauthorized
+from ingest.errors import ClientDisconnected, IngestError, PayloadTooLarge, RequestTimeout, Unauthorized
 from ingest.otlp.config import CollectorConfig
 from ingest.otlp.decode import JSON, PROTOBUF, media_type
+
+log = logging.getLogger("trajlake.ingest.otlp.http")
+
+
+class SafeJSONResponse(JSONResponse):
+    """JSON with every non-ASCII character escaped: an answer that quotes the client's own
+    text (a score name holding a lone surrogate) must still encode."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
 def error_response(exc: IngestError, media: str) -> Response:
@@ -27,32 +42,45 @@ def error_response(exc: IngestError, media: str) -> Response:
         headers["Retry-After"] = str(retry_after)
     if isinstance(exc, Unauthorized):
         headers["WWW-Authenticate"] = f'{exc.scheme} realm="trajlake"'
+    if isinstance(exc, RequestTimeout):
+        headers["Connection"] = "close"  # the rest of a stalled body is not worth waiting for
     status = status_pb2.Status(code=_grpc_code(exc.status), message=str(exc))
     if media == PROTOBUF:
         return Response(
             status.SerializeToString(), status_code=exc.status, media_type=PROTOBUF, headers=headers
         )
-    return JSONResponse(
+    return SafeJSONResponse(
         {"code": status.code, "message": status.message}, status_code=exc.status, headers=headers
     )
 
 
 def _grpc_code(http: int) -> int:
-    # google.rpc.Code values: INVALID_ARGUMENT 3, UNAUTHENTICATED 16, RESOURCE_EXHAUSTED 8, UNAVAILABLE 14.
-    return {400: 3, 401: 16, 413: 8, 415: 3, 503: 14}.get(http, 13)
+    # google.rpc.Code values: INVALID_ARGUMENT 3, UNAUTHENTICATED 16, RESOURCE_EXHAUSTED 8,
+    # UNAVAILABLE 14, DEADLINE_EXCEEDED 4, CANCELLED 1.
+    return {400: 3, 401: 16, 408: 4, 413: 8, 415: 3, 499: 1, 503: 14}.get(http, 13)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+async def read_body(request: Request, limit: int, timeout_s: float | None = None) -> bytes:
+    """The request body, at most `limit` bytes (413 above), within `timeout_s` seconds
+    (408 after: a client that stalls mid-body must not hold its buffer and connection)."""
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > limit:
         raise PayloadTooLarge(limit, decompressed=False)
     chunks = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(limit, decompressed=False)
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise PayloadTooLarge(limit, decompressed=False)
+                chunks.append(chunk)
+    except TimeoutError:
+        raise RequestTimeout(timeout_s or 0.0, size) from None
+    except ClientDisconnect:
+        # An everyday event (a client timing out, a deploy): one line, not a traceback.
+        log.info("client %s disconnected after %d bytes of its request", request.client, size)
+        raise ClientDisconnected() from None
     return b"".join(chunks)
 
 
@@ -85,3 +113,53 @@ def response_media(request: Request) -> str:
         return media_type(request.headers.get("content-type"))
     except IngestError:
         return JSON
+
+
+def guarded_protocol(timeout_s: float) -> type[Any]:
+    """uvicorn's httptools protocol with a deadline for each request's headers.
+
+    uvicorn times out idle keep-alive connections but not a connection that was just
+    opened, nor headers sent a byte at a time: such a client would hold its connection
+    (and a file descriptor) forever. The deadline starts when the connection opens and
+    when each request begins, and ends when the request's headers are complete; the body
+    has its own deadline in `read_body`.
+    """
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    class GuardedHttpToolsProtocol(HttpToolsProtocol):
+        _headers_deadline: TimerHandle | None = None
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._headers_deadline = self.loop.call_later(timeout_s, self._headers_too_slow)
+
+        def _disarm(self) -> None:
+            if self._headers_deadline is not None:
+                self._headers_deadline.cancel()
+                self._headers_deadline = None
+
+        def _headers_too_slow(self) -> None:
+            self._headers_deadline = None
+            if not self.transport.is_closing():
+                log.info(
+                    "closing a connection from %s: no complete request headers in %gs", self.client, timeout_s
+                )
+                self.transport.close()
+
+        def connection_made(self, transport: Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def on_message_begin(self) -> None:
+            self._arm()
+            super().on_message_begin()
+
+        def on_headers_complete(self) -> None:
+            self._disarm()
+            super().on_headers_complete()
+
+    return GuardedHttpToolsProtocol

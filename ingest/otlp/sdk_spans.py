@@ -17,7 +17,16 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from ingest.otlp.convert import KINDS, STATUS, Converted, _Columns, _dumps, _fill_missing_starts, _now_ns
+from ingest.otlp.convert import (
+    KINDS,
+    MAX_AHEAD_NS,
+    STATUS,
+    Converted,
+    _Columns,
+    _dumps,
+    _now_ns,
+    _time_problem,
+)
 
 
 def _plain(value: Any) -> Any:
@@ -51,11 +60,22 @@ def spans_from_sdk(
     resources: dict[int, tuple[str, str | None]] = {}  # one JSON text per Resource object
     rejected = 0
     reasons: list[str] = []
+    received_ns = _now_ns(received_at)
+    latest_ns = received_ns + MAX_AHEAD_NS
     for span in spans:
         context = span.context
         if context is None or not context.trace_id or not context.span_id:
             rejected += 1
             reasons.append(f"span `{span.name[:80]}`: invalid ids")
+            continue
+        start = span.start_time or span.end_time or 0  # no start: dated by its end, as over OTLP
+        end = span.end_time or 0
+        problem = _time_problem(start, received_ns, latest_ns, "start") or (
+            end and _time_problem(end, received_ns, latest_ns, "end")
+        )
+        if problem:
+            rejected += 1
+            reasons.append(f"span `{span.name[:80]}`: {problem}")
             continue
         resource = span.resource
         known = resources.get(id(resource))
@@ -74,8 +94,8 @@ def spans_from_sdk(
         )
         c["name"].append(span.name)
         c["kind"].append(KINDS[span.kind.value + 1])
-        c["start_time"].append(span.start_time or None)
-        c["end_time"].append(span.end_time or None)
+        c["start_time"].append(start)
+        c["end_time"].append(end or None)
         status = span.status
         c["status_code"].append(STATUS[status.status_code.value])
         c["status_message"].append(status.description or None)
@@ -96,5 +116,4 @@ def spans_from_sdk(
         scope = span.instrumentation_scope
         c["scope_name"].append((scope.name or None) if scope is not None else None)
         c["resource"].append(known[0])
-    _fill_missing_starts(c)
-    return Converted(columns.table(_now_ns(received_at)), rejected, reasons)
+    return Converted(columns.table(received_ns), rejected, reasons)

@@ -46,7 +46,10 @@ def random_request(n: int) -> tuple[bytes, list[str]]:
     return request.SerializeToString(), ids
 
 
-def start(lake: Lake, port: int, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+def start(
+    lake: Lake, port: int, env: dict[str, str] | None = None, args: tuple[str, ...] = ("--no-assemble",)
+) -> subprocess.Popen[bytes]:
+    """A `trajlake collect` process on `port` (reaped after the test), once it answers /health."""
     process = subprocess.Popen(
         [
             sys.executable,
@@ -59,7 +62,7 @@ def start(lake: Lake, port: int, env: dict[str, str] | None = None) -> subproces
             str(port),
             "--flush-seconds",
             "0.3",
-            "--no-assemble",
+            *args,
         ],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},

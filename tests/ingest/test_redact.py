@@ -100,3 +100,38 @@ def test_a_failing_redaction_function_refuses_only_its_request_and_stores_nothin
     collector.runtime.flush()
     stored = sql(collector.lake, "SELECT attributes FROM spans")
     assert len(stored) == 7 * 2 and not any("BOOM" in row["attributes"] for row in stored)
+
+
+def test_prefilter_scan_flags_every_value_arrow_regex_would_and_respects_slices() -> None:
+    # The prefilter scans a string array's contiguous data in one pass; it must flag at least
+    # the values a per-value regex match flags (a match across a value boundary may flag more).
+    import random
+
+    import pyarrow.compute as pc
+
+    from ingest.redact import _prefilter, prefilter_hits
+
+    rng = random.Random(5)
+    pieces = [
+        "sk-",
+        "proj-",
+        "a" * 20,
+        "://u:",
+        "p@",
+        "Bearer ",
+        "xyz",
+        '"password": ',
+        "api_key=",
+        "",
+        " ",
+        "é",
+    ]
+    values = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 6))) for _ in range(400)]
+    values = [None if rng.random() < 0.1 else v for v in values]
+    array = pa.array(values, pa.string())
+    config = RedactionConfig()
+    for sliced in (array, array.slice(7, 300), array.slice(399)):
+        ours = prefilter_hits(sliced, config).to_pylist()
+        arrow = pc.fill_null(pc.match_substring_regex(sliced, pattern=_prefilter(config)), False).to_pylist()
+        assert len(ours) == len(sliced) and all(o or not a for o, a in zip(ours, arrow, strict=True))
+        assert sum(arrow) > 0 and sum(ours) <= sum(arrow) + 20  # false alarms are few

@@ -88,11 +88,21 @@ def load_scenarios(
     config = config or ScenarioConfig()
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as exc:
         raise ScenarioError(
             f"cannot read `{path}`: {exc.strerror}", item=str(path), reason="unreadable"
         ) from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        where = f"{path}:{line}"
+        raise ScenarioError(
+            f"{where}: not UTF-8 text (byte {exc.start}: {exc.reason}); save the file as UTF-8",
+            item=where,
+            reason="bad_encoding",
+        ) from None
     scenarios = parse_scenarios_jsonl(text.splitlines(), source=str(path), val_fraction=config.val_fraction)
     if not scenarios:
         raise ScenarioError(f"`{path}` has no scenarios (empty file)", item=str(path), reason="empty_file")

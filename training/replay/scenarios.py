@@ -302,5 +302,9 @@ def parse_scenarios_jsonl(
             raise ScenarioError(
                 f"{where}: not valid JSON ({exc.msg} at column {exc.colno})", item=where, reason="bad_json"
             ) from exc
+        except RecursionError:
+            raise ScenarioError(
+                f"{where}: JSON nested too deep to read", item=where, reason="bad_json"
+            ) from None
         scenarios.append(scenario_from_json(obj, where=where, val_fraction=val_fraction))
     return scenarios

@@ -278,11 +278,14 @@ def test_killed_pull_resumes(
         lake.root,
         "--page-size",
         "3",
+        "--checkpoint-pages",
+        "1",
         "--no-progress",
     ]
     proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
-    while standin.count(OBS) < 4 and time.monotonic() < deadline and proc.poll() is None:
+    # Killed once its first checkpoint is in the lake, mid-way through the pages.
+    while not lake.has_table("spans") and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)

@@ -1,0 +1,163 @@
+"""The secret formats redaction removes, as RE2 rules, and the cheap prefilter in front of them.
+
+Most formats are translated from the regexes of Yelp's detect-secrets plugins
+(`detect_secrets/plugins/<name>.py`, cited per rule) rather than invented here; calling
+detect-secrets itself would be a Python call per string, and this runs on the
+collector's hot path as a few vectorised RE2 passes (`ingest.redact`). Translation
+notes: RE2 has no look-arounds or back-references, so a boundary the plugin checks with
+`(?!\\w)` is a `\\b` or a captured terminator put back by the replacement.
+
+The rules run on plain text (span names, service names, message content) and on JSON
+text (attributes, events, metadata), including JSON nested inside JSON strings, where
+quotes are escaped as `\\"`. A replacement never adds a quote or a backslash of its own
+and never removes part of one, so JSON text stays valid JSON.
+
+Rules are (name, pattern, replacement), applied in this order: whole private-key
+blocks first, then the formats a secret has on its own, then the contexts that make any
+value a secret (URLs, headers, secret-named fields), so that no rule cuts a secret in
+half and leaves the rest for the next one to miss.
+"""
+
+from __future__ import annotations
+
+# Field names whose value is a secret whatever it looks like (JSON keys and HTTP headers
+# captured as `http.request.header.<name>`). A name must *end* with one of them, so that
+# `gen_ai.usage.input_tokens` is not a token and `token_type` is not one either.
+SECRET_NAMES = (
+    r"api[_\-]?key|apikey|password|passwd|secret|token|authorization|cookie|credentials?"
+    r"|private[_\-]?key|access[_\-]?key|session[_\-]?id"
+)
+# Keyword assignments in free text (`DB_PASSWORD=...`, `api_key: ...`): detect-secrets'
+# KeywordDetector (plugins/keyword.py), narrowed to the keywords that name a secret on their own.
+_ASSIGNED = r"api[_\-]?key|apikey|passw(?:or)?d|pwd|secret[_\-]?key|client[_\-]?secret|access[_\-]?token|auth[_\-]?token"
+# Words that end the name of a URL parameter holding a secret.
+_KEYWORDS = r"key|token|secret|password|passwd|pwd|signature|sig|credential|auth|session"
+# A JSON string's content at depth 0, and at any depth inside another string (escaped quotes).
+_JSON_STRING = r"\"(?:[^\"\\]|\\.)*\""
+# The rest of a string value: stops before its closing quote, escaped or not.
+_REST_OF_STRING = r"(?:[^\"\\]|\\+[^\"\\])*"
+_PEM_LABEL = r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
+
+SECRET_RULES: tuple[tuple[str, str, str], ...] = (
+    # PrivateKeyDetector (plugins/private_key.py): any `BEGIN ... PRIVATE KEY` block; its
+    # newlines are `\n` escapes in JSON text. A block cut short loses the rest of its string.
+    (
+        "private_key",
+        _PEM_LABEL + r"[^\"]*?-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----",
+        "[REDACTED:private_key]",
+    ),
+    ("private_key_truncated", _PEM_LABEL + _REST_OF_STRING, "[REDACTED:private_key]"),
+    # OpenAI (plugins/openai.py is a subset), Anthropic, Langfuse and other `sk-` style keys.
+    ("api_key", r"\b(?:sk|pk|rk)-(?:proj-|ant-|lf-|live-|test-)?[A-Za-z0-9_\-]{16,}", "[REDACTED:api_key]"),
+    # StripeDetector (plugins/stripe.py), test keys too.
+    ("stripe_key", r"\b[rs]k_(?:live|test)_[0-9a-zA-Z]{24,}", "[REDACTED:stripe_key]"),
+    # AWSKeyDetector (plugins/aws.py): access key ids, and secret access keys by their context.
+    ("aws_access_key", r"\b(?:A3T[A-Z0-9]|ABIA|ACCA|AKIA|ASIA)[0-9A-Z]{16}\b", "[REDACTED:aws_key]"),
+    (
+        "aws_secret_key",
+        r"(?i)(aws.{0,20}?(?:key|pwd|pw|password|pass|token|secret).{0,20}?[\s'\"=:\\])"
+        r"[0-9a-zA-Z/+]{40}([^0-9a-zA-Z/+=]|$)",
+        r"\1[REDACTED:aws_secret]\2",
+    ),
+    # GitHubTokenDetector (plugins/github_token.py), plus fine-grained `github_pat_` tokens.
+    (
+        "github_token",
+        r"\b(?:gh[pousr]_[A-Za-z0-9_]{30,}|github_pat_[A-Za-z0-9_]{22,})",
+        "[REDACTED:github_token]",
+    ),
+    # GitLabTokenDetector (plugins/gitlab_token.py).
+    (
+        "gitlab_token",
+        r"\b(?:glpat|gldt|glft|glsoat|glrt|glcbt|glptt)-[A-Za-z0-9_\-]{20,}",
+        "[REDACTED:gitlab_token]",
+    ),
+    # SlackDetector (plugins/slack.py): tokens and incoming-webhook URLs.
+    ("slack_token", r"\bxox[abposr]-[A-Za-z0-9\-]{10,}", "[REDACTED:slack_token]"),
+    (
+        "slack_webhook",
+        r"https://hooks\.slack\.com/services/T[A-Za-z0-9_]+/B[A-Za-z0-9_]+/[A-Za-z0-9_]+",
+        "[REDACTED:slack_webhook]",
+    ),
+    ("google_api_key", r"\bAIza[0-9A-Za-z\-_]{35}\b", "[REDACTED:api_key]"),
+    # JwtTokenDetector (plugins/jwt.py), payload required to be JSON too (`eyJ`).
+    ("jwt", r"\beyJ[A-Za-z0-9_\-]{4,}\.eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*", "[REDACTED:jwt]"),
+    # SendGridDetector, AzureStorageKeyDetector, NpmDetector, PypiTokenDetector, SquareOAuthDetector.
+    ("sendgrid_key", r"\bSG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}", "[REDACTED:api_key]"),
+    ("azure_storage_key", r"(AccountKey=)[A-Za-z0-9+/=]{88}", r"\1[REDACTED]"),
+    ("npm_token", r"\bnpm_[A-Za-z0-9]{36}", "[REDACTED:npm_token]"),
+    ("pypi_token", r"\bpypi-AgE[A-Za-z0-9_\-]{70,}", "[REDACTED:pypi_token]"),
+    ("square_oauth", r"\bsq0csp-[0-9A-Za-z_\-]{43}", "[REDACTED:api_key]"),
+    # Hugging Face access tokens (not in detect-secrets).
+    ("huggingface_token", r"\bhf_[A-Za-z0-9]{30,}", "[REDACTED:hf_token]"),
+    # Then the rules that know a secret by its context, not its format: run last, they
+    # may meet a marker left by a format rule, never a secret cut in half by one.
+    # BasicAuthDetector (plugins/basic_auth.py): user:password@ in a URL. A password may hold
+    # an unescaped `/` (people write them so), but not be a bare port (`:3000/@vite`).
+    (
+        "url_password",
+        r"(://[^/\s:@\"\\]+:)(?:[^@\s/\"\\]+|[^@\s\"\\]*[^@\s/\"\\0-9][^@\s\"\\]*)@",
+        r"\1[REDACTED]@",
+    ),
+    # Credentials in a URL's query string (`?api_key=...&token=...`, S3 and Azure signatures):
+    # a parameter whose name ends with a secret word.
+    (
+        "url_query_secret",
+        rf"(?i)([?&][A-Za-z0-9_.\-]*(?:{_KEYWORDS})=)[^&#\s\"'\\<>]+",
+        r"\1[REDACTED]",
+    ),
+    # Authorization header values in free text. `Token` (Django REST, many APIs) only
+    # case-sensitive and long, so the English word is left alone.
+    ("bearer_token", r"(?i)\b(bearer)\s+[A-Za-z0-9\-._~+/]{8,}=*", r"\1 [REDACTED]"),
+    # Basic credentials are base64 (a multiple of 4 characters), which most words are not.
+    (
+        "basic_auth",
+        r"(?i)\b(basic)\s+(?:[A-Za-z0-9+/]{4}){2,}(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?([^A-Za-z0-9+/=]|$)",
+        r"\1 [REDACTED]\2",
+    ),
+    ("token_scheme", r"\b(Token)\s+[A-Za-z0-9\-._~+/]{20,}=*", r"\1 [REDACTED]"),
+    # Secret-named JSON fields: the whole value, a string or an array of strings (headers).
+    (
+        "secret_field",
+        rf"(?i)(\"[A-Za-z0-9_.\-]*(?:{SECRET_NAMES})\"\s*:\s*){_JSON_STRING}",
+        r'\1"[REDACTED]"',
+    ),
+    (
+        "secret_field_list",
+        rf"(?i)(\"[A-Za-z0-9_.\-]*(?:{SECRET_NAMES})\"\s*:\s*)\[\s*{_JSON_STRING}(?:\s*,\s*{_JSON_STRING})*\s*\]",
+        r'\1["[REDACTED]"]',
+    ),
+    # ... and inside JSON that is itself a string value (tool-call arguments, message lists).
+    (
+        "secret_field_nested",
+        rf"(?i)(\\+\"[A-Za-z0-9_.\-]*(?:{SECRET_NAMES})\\+\"\s*:\s*)(\\+\")[^\"\\]*\\+\"",
+        r"\1\2[REDACTED]\2",
+    ),
+    ("keyword_assignment", rf"(?i)((?:{_ASSIGNED})\s*[:=]\s*)[^\s\"'\\,;&]{{4,}}", r"\1[REDACTED]"),
+)
+
+EMAIL_RULE = (
+    "email",
+    r"[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}",
+    "[REDACTED:email]",
+)
+PHONE_RULE = (
+    "phone",
+    r"(?:\+\d{1,3}[\s.\-]?)?(?:\(\d{2,4}\)|\d{2,4})[\s.\-]\d{3,4}[\s.\-]\d{3,4}\b",
+    "[REDACTED:phone]",
+)
+
+# A cheap superset of where the secret rules can match, mostly literals (which RE2 scans
+# several times faster than the full rules): rows it misses cannot hold a secret the
+# rules would find, rows it hits get the full rules. Secret-named fields need the closing
+# quote and keyword assignments their `=`/`:`, so `gen_ai.usage.input_tokens` on every
+# chat span does not send it down the slow path. `tests/ingest/test_redact_corpus.py`
+# checks that every rule's corpus entry passes the prefilter.
+SECRET_PREFILTER = (
+    r"-----BEGIN |://[^/\s:@\"\\]+:[^@\s\"\\]+@|(?i:bearer|basic)\s|Token\s"
+    r"|sk-|pk-|rk-|[rs]k_live_|[rs]k_test_|A3T|ABIA|ACCA|AKIA|ASIA|(?i:aws)"
+    r"|gh[pousr]_|github_pat_|gl(?:pat|dt|ft|soat|rt|cbt|ptt)-|xox[abposr]-|hooks\.slack\.com|AIza|eyJ"
+    r"|SG\.|AccountKey=|npm_|pypi-|sq0csp-|hf_"
+    # One alternation for the three context rules: a secret word ending a JSON key (its
+    # quote, escaped or not), a URL parameter or an assignment (its `=` or `:`).
+    rf"|(?i:(?:{SECRET_NAMES}|{_KEYWORDS}|{_ASSIGNED})(?:\\*\"|\s*[:=]))"
+)

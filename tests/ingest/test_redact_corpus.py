@@ -1,0 +1,318 @@
+"""A corpus of realistic secrets, in every field the collector and the Langfuse paths store (issue 13, #5).
+
+Each secret is written into every place a sender can put text: span names, service and
+scope names, attributes (headers as lists, URLs with query strings, JSON nested in JSON
+strings, chat messages), events, status messages, score comments and metadata,
+Langfuse observations. Then every string of every table in the lake is read back
+(nested message text included) and no secret may be left in any of them.
+
+The secrets are built by concatenation so that this file does not itself look like a
+leaked credential to a scanner.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pyarrow as pa
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+import store
+from ingest.langfuse import import_langfuse_export
+from ingest.redact import RedactionConfig, prefilter_hits, redact_table, redact_text
+from store import Lake
+from tests.ingest.conftest import wait_for
+
+pytestmark = pytest.mark.reliability
+
+PEM = (
+    "-----BEGIN RSA PRIVATE" + " KEY-----\nMIIEowIBAAKCAQEA0Z3VS5JJcds3xfn/ygWyF8PbnGy0AHB7MhgHcTz6sE2I2yPB\n"
+    "aFDrBz9vFqU4yF1qZyWTCLzEx4Ib7bkxnS1c/2lFwW1Qj4J3mV9mNnT2dFlaDSU=\n-----END RSA PRIVATE" + " KEY-----"
+)
+# (what, secret): the secret text, as a sender would have it.
+SECRETS: list[tuple[str, str]] = [
+    ("openai_project_key", "sk-" + "proj-" + "Xq3vT9bLm2Zp8WcR4nHs6JdKfA1yEuGi"),
+    ("anthropic_key", "sk-" + "ant-api03-" + "R2d2C3poBb8Yoda1Luke2Leia3Han4Solo"),
+    ("aws_access_key_id", "AKIA" + "IOSFODNN7EXAMPLE"),
+    ("aws_secret_access_key", "wJalrXUtnFEMI/K7MDENG/" + "bPxRfiCYEXAMPLEKEY"),
+    ("stripe_live_key", "sk_" + "live_" + "4eC39HqLyjWDarjtT1zdp7dc"),
+    (
+        "github_fine_grained_pat",
+        "github_" + "pat_" + "11ABCDEFG0abcdefghijkl_mnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUVWX",
+    ),
+    ("github_classic_pat", "ghp_" + "16C7e42F292c6912E7710c838347Ae178B4a"),
+    ("gitlab_pat", "glpat-" + "xT9-vQ2bLm8ZpWcR4nHs"),
+    ("slack_bot_token", "xoxb-" + "2718281828-3141592653-AbCdEfGhIjKlMnOpQrStUv"),
+    ("google_api_key", "AIza" + "SyDdI0hCZtE6vySjMm-WEfRq3CPzqKqqsHI"),
+    (
+        "jwt",
+        "eyJhbGciOiJIUzI1NiJ9." + "eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    ),
+    ("huggingface_token", "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz01234567"),
+    ("pem_private_key", PEM),
+]
+# How a secret is written where a sender puts it bare (a span name, a message): as
+# itself, except an AWS secret access key, which only its context tells from any other
+# random string (see CASES below).
+PLACED = {"aws_secret_access_key": "aws_secret_access_key={s}"}
+
+
+def placed(what: str, secret: str) -> str:
+    return PLACED.get(what, "{s}").format(s=secret)
+
+
+# How each secret is put in front of the collector, by field. `{s}` is the secret.
+CONTEXTS = {
+    "prose": "please use {s} for the deploy",
+    "env": "export AWS_SECRET_ACCESS_KEY={s}",
+    "url_password": "postgresql://app:{s}@db.internal:5432/prod",
+    "url_query": "https://api.example.com/v1/items?api_key={s}&token={s}&page=2",
+    "bearer": "Authorization: Bearer {s}",
+    "aws_prose": "the aws secret key is {s}, rotate it",
+}
+
+
+def _attributes(secret: str) -> dict[str, Any]:
+    nested = json.dumps({"password": secret, "note": f"key {secret}"})
+    messages = [
+        {"role": "user", "parts": [{"type": "text", "content": f"my key is {secret}, deploy it"}]},
+    ]
+    answer = [{"role": "assistant", "parts": [{"type": "text", "content": f"Using {secret} now."}]}]
+    return {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": "m",
+        "gen_ai.input.messages": json.dumps(messages),
+        "gen_ai.output.messages": json.dumps(answer),
+        "tool.arguments": nested,
+        "http.request.header.x-api-key": [secret],
+        "http.request.header.authorization": ["Token " + secret],
+        "url.full": CONTEXTS["url_query"].format(s=secret),
+        **{f"context.{k}": v.format(s=secret) for k, v in CONTEXTS.items()},
+    }
+
+
+def _set(attributes: Any, values: dict[str, Any]) -> None:
+    for key, value in values.items():
+        kv = attributes.add()
+        kv.key = key
+        if isinstance(value, list):
+            kv.value.array_value.values.add().string_value = value[0]
+        else:
+            kv.value.string_value = value
+
+
+def otlp_request(secret: str, index: int) -> ExportTraceServiceRequest:
+    """A two-span trace with `secret` in every text field OTLP has."""
+    request = ExportTraceServiceRequest()
+    resource = request.resource_spans.add()
+    _set(resource.resource.attributes, {"service.name": f"https://svc:{secret}@agents.example.com"})
+    _set(resource.resource.attributes, {"deployment.token": secret})
+    scope = resource.scope_spans.add()
+    scope.scope.name = f"instrumentation {secret}"
+    now = datetime.now(UTC).timestamp()
+    trace_id = (index + 1).to_bytes(16, "big")
+    root, chat = scope.spans.add(), scope.spans.add()
+    for n, span in enumerate((root, chat)):
+        span.trace_id, span.span_id = trace_id, (10 * index + n + 1).to_bytes(8, "big")
+        span.start_time_unix_nano = int((now - 10 + n) * 1e9)
+        span.end_time_unix_nano = int((now - 1 - n) * 1e9)
+    root.name = f"invoke_agent {secret}"
+    _set(root.attributes, {"gen_ai.operation.name": "invoke_agent"})
+    chat.parent_span_id = root.span_id
+    chat.name = f"GET https://u:{secret}@api.example.com/?key={secret}"
+    chat.status.code, chat.status.message = 2, f"upstream refused {secret}"
+    _set(chat.attributes, _attributes(secret))
+    event = chat.events.add()
+    event.name, event.time_unix_nano = "gen_ai.client.inference.operation.details", chat.start_time_unix_nano
+    _set(event.attributes, {"detail": f"retrying with {secret}", "api_key": secret})
+    return request
+
+
+def every_string(lake: Lake) -> dict[str, list[str]]:
+    """table.column -> every string stored in it (nested strings included), read with delta-rs."""
+    from deltalake import DeltaTable
+
+    out: dict[str, list[str]] = {}
+    for name in store.TABLES:
+        if not lake.has_table(name):
+            continue
+        table = DeltaTable(lake.table_uri(name)).to_pyarrow_table()
+        for column in table.column_names:
+            values = _strings(table.column(column).to_pylist())
+            out[f"{name}.{column}"] = values
+    return out
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def leaks(lake: Lake) -> list[str]:
+    """'what in table.column' for every corpus secret (or a long piece of one) found stored."""
+    found = []
+    for where, values in every_string(lake).items():
+        text = "\n".join(values)
+        for what, secret in SECRETS:
+            pieces = [secret] if what != "pem_private_key" else PEM.split("\n")[1:3]
+            if any(p in text or json.dumps(p)[1:-1] in text for p in pieces):
+                found.append(f"{what} in {where}")
+    return found
+
+
+# An AWS secret access key is 40 random base64 characters with no prefix of its own: like
+# detect-secrets' AWS plugin, the rules find it by its context (`aws...secret`, a URL, a
+# header, a secret-named field), not bare in prose. Finding bare random strings takes an
+# entropy measure per string (detect-secrets' high-entropy plugins), which is not done.
+CASES = [
+    (what, secret, context)
+    for what, secret in SECRETS
+    for context in sorted(CONTEXTS)
+    if (what, context) != ("aws_secret_access_key", "prose")
+]
+
+
+@pytest.mark.parametrize(("what", "secret", "context"), CASES)
+def test_every_secret_in_every_context_is_redacted_and_json_stays_valid(
+    what: str, secret: str, context: str
+) -> None:
+    text = CONTEXTS[context].format(s=secret)
+    document = json.dumps({"text": text, "nested": json.dumps({"message": text})})
+    for candidate in (text, document):
+        out = redact_text(candidate)
+        assert secret not in out, (what, context, out)
+    assert json.loads(json.loads(redact_text(document))["nested"])  # still JSON inside JSON
+    # The prefilter is what lets a row skip the rules: it must see every secret.
+    assert prefilter_hits(pa.array([text]), RedactionConfig()).to_pylist() == [True], (what, context)
+
+
+def test_ordinary_text_is_left_alone() -> None:
+    # Words next to credential-ish names are not credentials: a redactor that eats them
+    # damages the conversations trajectories are trained on.
+    text = json.dumps(
+        {
+            "content": "A basic understanding of token limits helps; the Token budget is 4096.",
+            "gen_ai.usage.input_tokens": 1234,
+            "gen_ai.usage.output_tokens": "56",
+            "url": "https://example.com/search?q=laws+of+motion&page=2",
+            "task-list": "task-0123456789abcdefghij done",
+        }
+    )
+    assert redact_text(text) == text
+
+
+def test_no_secret_reaches_any_table_through_the_collector_or_the_langfuse_paths(
+    start_collector,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+) -> None:
+    collector = start_collector(idle_timeout_s=0.3)
+    lake = collector.lake
+    headers = {"Content-Type": "application/x-protobuf"}
+    for index, (what, bare) in enumerate(SECRETS):
+        secret = placed(what, bare)
+        body = otlp_request(secret, index).SerializeToString()
+        assert httpx.post(f"{collector.url}/v1/traces", content=body, headers=headers).status_code == 200
+        score = {
+            "traceId": (index + 1).to_bytes(16, "big").hex(),
+            "name": "helpful",
+            "value": 1,
+            "comment": f"reviewer pasted {secret}",
+            "metadata": {"auth": f"Bearer {secret}", "note": secret},
+        }
+        assert httpx.post(f"{collector.url}/api/public/scores", json=score).status_code == 200
+    collector.runtime.flush()
+    wait_for(
+        lambda: (
+            lake.has_table("trajectories")
+            and len(every_string(lake)["trajectories.trajectory_id"]) == len(SECRETS)
+        )
+    )
+
+    # The Langfuse importer, into the same lake.
+    now = datetime.now(UTC).isoformat()
+    records = []
+    for index, (what, bare) in enumerate(SECRETS):
+        secret = placed(what, bare)
+        trace = f"lf-trace-{index}"
+        records.append(
+            {
+                "id": trace,
+                "timestamp": now,
+                "name": f"agent {secret}",
+                "metadata": {"api_key": secret},
+                "observations": [
+                    {
+                        "id": f"{trace}-gen",
+                        "traceId": trace,
+                        "type": "GENERATION",
+                        "name": f"chat {secret}",
+                        "startTime": now,
+                        "endTime": now,
+                        "model": "m",
+                        "input": [{"role": "user", "content": f"here is {secret}"}],
+                        "output": {"role": "assistant", "content": f"stored {secret}"},
+                        "metadata": {"headers": {"authorization": f"Bearer {secret}"}},
+                        "statusMessage": f"failed with {secret}",
+                    }
+                ],
+                "scores": [
+                    {
+                        "id": f"{trace}-score",
+                        "traceId": trace,
+                        "name": "quality",
+                        "value": 0.5,
+                        "dataType": "NUMERIC",
+                        "timestamp": now,
+                        "comment": secret,
+                        "metadata": {"token": secret},
+                    }
+                ],
+            }
+        )
+    export = tmp_path / "export.jsonl"
+    export.write_text("".join(json.dumps(r) + "\n" for r in records))
+    report = import_langfuse_export(lake, export)
+    assert report.trajectories == len(SECRETS) and report.rewards == len(SECRETS)
+
+    stored = every_string(lake)
+    # The corpus did arrive (its surroundings are there), and none of its secrets did.
+    assert any("deploy it" in s for s in stored["trajectories.messages"])
+    assert any("[REDACTED" in s for s in stored["rewards.metadata"])
+    found = leaks(lake)
+    assert found == [], found
+
+
+def test_redact_table_reaches_strings_nested_in_lists_and_structs() -> None:
+    secret = SECRETS[4][1]
+    message = pa.struct([("role", pa.string()), ("content", pa.string())])
+    table = pa.table(
+        {
+            "trajectory_id": ["t1", "t2", "t3"],
+            "messages": pa.array(
+                [
+                    [{"role": "user", "content": f"key {secret}"}],
+                    None,
+                    [None, {"role": "a", "content": "ok"}],
+                ],
+                type=pa.list_(message),
+            ),
+        }
+    )
+    out = redact_table(table.slice(0), None).column("messages").to_pylist()
+    assert out == [
+        [{"role": "user", "content": "key [REDACTED:stripe_key]"}],
+        None,
+        [None, {"role": "a", "content": "ok"}],
+    ]
+    # A slice keeps its rows' own values (offsets into the parent's children).
+    assert redact_table(table.slice(1), None).column("messages").to_pylist() == out[1:]

@@ -1,0 +1,94 @@
+"""`Lake.sql_lake_only`: SQL that reads the lake's tables and nothing else (issue 13, #9).
+
+Without it `trajlake sql` reads any local file (`read_csv('/etc/passwd')`, `read_blob`,
+`glob('/home/**')`); with it, DuckDB's external access is off except under the table
+folders, for a local lake and for an S3 lake (no other bucket, no other prefix).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+import store
+from tests.conftest import s3_lake_at
+from tests.store.helpers import make_traj
+
+pytestmark = pytest.mark.reliability
+
+OUTSIDE = [
+    "SELECT * FROM read_csv('{secret}')",
+    "SELECT * FROM read_blob('{secret}')",
+    "SELECT * FROM read_text('{secret}')",
+    "SELECT * FROM glob('{home}/**')",
+    "SELECT * FROM read_csv('{lake}/../outside.csv')",  # out of the lake by `..`
+    "SELECT * FROM read_text('{lake}/_spool/anything')",  # in the lake folder, not a table
+    "SELECT * FROM read_parquet('https://example.com/x.parquet')",
+]
+
+
+@pytest.fixture
+def filled(lake: store.Lake, tmp_path: Path) -> store.Lake:
+    store.write(lake, "trajectories", [make_traj(i) for i in range(3)])
+    (tmp_path / "outside.csv").write_text("password\nhunter2\n")
+    return lake
+
+
+def query(lake: store.Lake, sql: str) -> list[tuple]:  # type: ignore[type-arg]
+    with store.connect(lake, read_only=True) as con:
+        return store.run_read_only(con, sql)[1]
+
+
+def test_without_the_switch_sql_reads_local_files(filled: store.Lake, tmp_path: Path) -> None:
+    # The user's own shell: reading a local CSV next to the lake is a feature.
+    assert query(filled, f"SELECT * FROM read_csv('{tmp_path / 'outside.csv'}')") == [("hunter2",)]
+
+
+@pytest.mark.parametrize("sql", OUTSIDE)
+def test_with_the_switch_nothing_outside_the_tables_is_read(
+    filled: store.Lake, tmp_path: Path, sql: str
+) -> None:
+    confined = store.Lake(filled.root, sql_lake_only=True)
+    text = sql.format(secret=tmp_path / "outside.csv", home=tmp_path, lake=filled.root)
+    with pytest.raises(duckdb.Error, match=r"disabled by configuration|Permission"):
+        query(confined, text)
+
+
+def test_with_the_switch_every_view_still_reads(filled: store.Lake) -> None:
+    confined = store.Lake(filled.root, sql_lake_only=True)
+    assert query(confined, "SELECT count(*) FROM trajectories") == [(3,)]
+    assert query(confined, "SELECT count(*) > 0 FROM messages") == [(True,)]
+    # Its own files, by path, too (`read_parquet` of a table's folder is a table read).
+    assert query(
+        confined, f"SELECT count(*) FROM read_parquet('{filled.root}/trajectories/**/*.parquet')"
+    ) == [(3,)]
+    with store.connect(confined) as con:
+        # The switch cannot be undone on the connection, nor the allowed folders widened.
+        for statement in ("SET enable_external_access = true", "SET allowed_directories = ['/']"):
+            with pytest.raises(duckdb.Error):
+                con.execute(statement)
+        store.write(filled, "trajectories", [make_traj(9)])
+        store.refresh(con, confined)  # a newer snapshot's files are still the lake's
+        assert con.execute("SELECT count(*) FROM trajectories").fetchall() == [(4,)]
+
+
+def test_an_s3_lake_reads_its_tables_and_no_other_bucket(s3_endpoint: str) -> None:
+    pytest.importorskip("moto.server")
+    lake = s3_lake_at(s3_endpoint, "confined-lake")
+    other = s3_lake_at(s3_endpoint, "other-bucket")
+    store.write(lake, "trajectories", [make_traj(i) for i in range(3)])
+    store.write(other, "trajectories", [make_traj(i) for i in range(5)])
+    confined = store.Lake(lake.root, lake.storage_options, sql_lake_only=True)
+    assert query(confined, "SELECT count(*) FROM trajectories") == [(3,)]
+    for sql in (
+        f"SELECT count(*) FROM read_parquet('{other.root}/trajectories/**/*.parquet')",
+        "SELECT count(*) FROM read_parquet('s3://confined-lake/elsewhere/*.parquet')",
+    ):
+        with pytest.raises(duckdb.Error, match=r"disabled by configuration|Permission"):
+            query(confined, sql)
+    # Unconfined, the same credentials read the other bucket: the switch is what stops it.
+    assert query(lake, f"SELECT count(*) FROM read_parquet('{other.root}/trajectories/**/*.parquet')") == [
+        (5,)
+    ]

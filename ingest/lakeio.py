@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -223,17 +223,29 @@ def rebuild(
     return write_chunks(lake, chunks, workers=workers, progress=progress)
 
 
-def pending_trace_ids(lake: LakeLike) -> list[str]:
-    """Traces with spans newer than their trajectories (or none yet): what assembly has to (re)do."""
+def pending_trace_ids(lake: LakeLike, *, written_within: timedelta | None = None) -> list[str]:
+    """Traces with spans newer than their trajectories (or none yet): what assembly has to (re)do.
+
+    `written_within` looks only at spans written in that span of time before the newest
+    span (row groups outside it are skipped by their statistics): what a collector that
+    died left unassembled, without reading the whole lake's history on every start.
+    """
     lake = store.Lake.of(lake)
     if not lake.has_table(SPANS.name):
         return []
+    recent = ""
+    if written_within is not None:
+        seconds = int(written_within.total_seconds())
+        recent = (
+            f"WHERE s.{WRITTEN_AT} >= (SELECT max({WRITTEN_AT}) FROM spans) - INTERVAL {seconds} SECOND"
+        )
     with store.connect(lake, read_only=True) as con:
         rows = con.execute(
             f"""
             SELECT s.trace_id FROM spans s
             LEFT JOIN (SELECT trace_id, max({WRITTEN_AT}) AS assembled_at FROM trajectories
                        WHERE source IN ('otel', 'langfuse') GROUP BY trace_id) t USING (trace_id)
+            {recent}
             GROUP BY s.trace_id, t.assembled_at
             HAVING t.assembled_at IS NULL OR max(s.{WRITTEN_AT}) > t.assembled_at
             ORDER BY s.trace_id

@@ -62,6 +62,14 @@ class PendingTraces:
                 for trace_id in itertools.islice(self._pending, excess):
                     self._pending[trace_id].last_seen = float("-inf")
 
+    def add(self, trace_ids: list[str], now: float | None = None) -> None:
+        """Note traces known from the lake rather than from rows just committed (recovery):
+        each waits out the idle timeout, in case its spans are still arriving."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            for trace_id in trace_ids:
+                self._pending.setdefault(trace_id, _Trace(now))
+
     def take_ready(self, now: float | None = None, *, everything: bool = False) -> list[str]:
         """Remove and return the traces ready now (all of them with `everything=True`)."""
         now = time.monotonic() if now is None else now

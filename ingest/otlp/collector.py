@@ -18,6 +18,7 @@ import threading
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ import pyarrow as pa
 
 import store
 from ingest.errors import Overloaded, RedactionFailed
-from ingest.lakeio import assemble_traces
+from ingest.lakeio import assemble_traces, pending_trace_ids
 from ingest.otlp.config import CollectorConfig
 from ingest.otlp.spool import HEADER, MAGIC, Spool, claim_spool, decode_table, encode_table, read_segment
 from ingest.pending import PendingTraces
@@ -244,6 +245,12 @@ class Collector:
     # --- assembling -------------------------------------------------------------------------------
 
     def _assemble_loop(self) -> None:
+        try:
+            self.recover_pending()
+        except Exception as exc:
+            self.stats.errors += 1
+            self.last_error = f"finding unassembled traces failed: {exc}; `trajlake assemble` rebuilds them"
+            log.exception("finding unassembled traces in %s failed", self.lake)
         while not self._stop.wait(self.config.assemble_interval_s):
             try:
                 self.assemble_ready()
@@ -251,6 +258,20 @@ class Collector:
                 self.stats.errors += 1
                 self.last_error = f"assembling trajectories failed: {exc}; `trajlake assemble` rebuilds them"
                 log.exception("assembling trajectories in %s failed", self.lake)
+
+    def recover_pending(self) -> int:
+        """Queue the traces whose spans are in the lake but were never assembled.
+
+        The pending set lives in memory: a collector killed between flushing a trace's
+        spans and assembling it would otherwise leave that trace without a trajectory.
+        """
+        if self.config.recover_hours <= 0:
+            return 0
+        trace_ids = pending_trace_ids(self.lake, written_within=timedelta(hours=self.config.recover_hours))
+        self.pending.add(trace_ids)
+        if trace_ids:
+            log.info("%d traces in %s were never assembled; queued", len(trace_ids), self.lake)
+        return len(trace_ids)
 
     def assemble_ready(self, *, everything: bool = False) -> int:
         ready = self.pending.take_ready(everything=everything)

@@ -85,6 +85,13 @@ class CollectorConfig:
     assemble_interval_s: float = field(
         default=1.0, metadata={"help": "How often pending traces are checked."}
     )
+    recover_hours: float = field(
+        default=24.0,
+        metadata={
+            "help": "On start, assemble traces whose spans reached the lake in this many hours "
+            "before the newest span but were never assembled (a collector killed mid-way); 0: off."
+        },
+    )
 
     # --- redaction
     redaction: RedactionConfig = field(

@@ -94,3 +94,24 @@ def test_late_spans_after_a_restart_keep_every_message_and_token(lake: Lake) -> 
     assert len(rows) == 1, rows  # one row per key, though the trajectory moved to an older `dt`
     assert (rows[0]["messages"], rows[0]["input_tokens"], rows[0]["output_tokens"]) == (4, 20, 4)
     assert rows[0]["started_at"].startswith(time.strftime("%Y-%m-%d", time.gmtime(two_days_ago / 1e9)))
+
+
+def test_traces_flushed_but_not_assembled_at_a_kill_9_become_trajectories_on_restart(lake: Lake) -> None:
+    """Issue 13, #2: the pending set is in memory; a restart recovers it from the lake."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/v1/traces"
+    never_assembling = ("--assemble", "--idle-timeout", "3600", "--assemble-interval-s", "3600")
+    process = start(lake, port, args=never_assembling)
+    requests = [chat_trace(2) for _ in range(20)]
+    for request in requests:
+        assert httpx.post(url, content=request.SerializeToString(), headers=PB).status_code == 200
+    wait_for(lambda: sql(lake, "SELECT count(*) AS n FROM spans")[0]["n"] == 60)  # flushed: durable
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert trajectory(lake) == []  # killed before it assembled any of them
+
+    process = start(lake, port, args=ASSEMBLING)
+    wait_for(lambda: len(trajectory(lake)) == 20, timeout=60)
+    stop(process)
+    rows = trajectory(lake)
+    assert all((r["messages"], r["input_tokens"], r["output_tokens"]) == (4, 20, 4) for r in rows), rows

@@ -236,9 +236,7 @@ def pending_trace_ids(lake: LakeLike, *, written_within: timedelta | None = None
     recent = ""
     if written_within is not None:
         seconds = int(written_within.total_seconds())
-        recent = (
-            f"WHERE s.{WRITTEN_AT} >= (SELECT max({WRITTEN_AT}) FROM spans) - INTERVAL {seconds} SECOND"
-        )
+        recent = f"WHERE s.{WRITTEN_AT} >= (SELECT max({WRITTEN_AT}) FROM spans) - INTERVAL {seconds} SECOND"
     with store.connect(lake, read_only=True) as con:
         rows = con.execute(
             f"""

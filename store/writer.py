@@ -144,7 +144,9 @@ class _Spill:
     def reader(self) -> pa.RecordBatchReader:
         """The rows, in order, without the superseded ones."""
         source: Any = (
-            pa.ipc.open_stream(pa.memory_map(self.path))
+            # Read, not memory-mapped: mapped pages stay resident (and count against the
+            # process) until the whole file is unmapped; read batches are freed as they go.
+            pa.ipc.open_stream(pa.OSFile(self.path, "rb"))
             if self.path
             else pa.RecordBatchReader.from_batches(self.spec.schema, iter(self._held))
         )

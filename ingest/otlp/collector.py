@@ -15,7 +15,6 @@ import hashlib
 import logging
 import os
 import threading
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -28,7 +27,7 @@ import store
 from ingest.errors import Overloaded, RedactionFailed
 from ingest.lakeio import assemble_traces, pending_trace_ids
 from ingest.otlp.config import CollectorConfig
-from ingest.otlp.spool import HEADER, MAGIC, Spool, claim_spool, decode_table, encode_table, read_segment
+from ingest.otlp.spool import Spool, claim_spool, decode_table, encode_table, frame, read_segment
 from ingest.pending import PendingTraces
 from ingest.redact import redact_table
 
@@ -227,7 +226,7 @@ class Collector:
                 result = store.write(self.lake, "spans", table, durable=True)
             except (pa.ArrowInvalid, store.SchemaViolation) as exc:
                 with failed.open("ab") as handle:  # same record format: readable with `read_segment`
-                    handle.write(HEADER.pack(MAGIC, len(record), zlib.crc32(record)) + record)
+                    handle.write(frame(record))
                     handle.flush()
                     os.fsync(handle.fileno())
                 self.stats.errors += 1

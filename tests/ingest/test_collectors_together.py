@@ -76,6 +76,9 @@ def run_together(lake: store.Lake, env: dict[str, str] | None = None) -> None:
     for thread in threads:
         thread.start()
     time.sleep(SECONDS)
+    deadline = time.monotonic() + 60  # a loaded machine: let the reader look a few times
+    while len(counts) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
     stop.set()
     for thread in threads:
         thread.join(timeout=120)

@@ -1,37 +1,11 @@
-"""A write-ahead spool: what makes an OTLP 200 mean "durable on disk".
-
-Each accepted request's rows are appended, as one Arrow IPC record, to the active
-segment file; a single writer thread group-commits whatever requests are queued (one
-`write` + one `fsync` for many requests), and only then are the requests answered.
-Segments are sealed by size or age and handed to the flusher, which writes them to the
-lake as large Parquet files (atomic rename, fsync) and only then deletes them.
-
-Crash safety, case by case:
-
-- killed before the fsync: the request was never answered, the client retries; the
-  torn tail record fails its length/CRC check and is ignored on recovery;
-- killed after the fsync: the record is in a segment, replayed into Parquet on restart;
-- killed between the Parquet commit and the segment delete: the segment is replayed
-  again, and the lake's views keep one row per (trace_id, span_id).
-
-Ownership: a spool directory belongs to one process at a time (an exclusive `flock` on
-its `LOCK` file, released when the process ends, however it ends). Several collectors
-on one lake each claim their own directory under the spool root (`claim_spool`); a
-collector that starts after another died adopts the dead one's unflushed segments, so
-nothing acknowledged waits for a process that will not come back.
-
-Record layout: magic `TLS1`, little-endian u64 payload length, u32 CRC32 of the
-payload, payload.
-"""
+"""The spool's writer: group commits into the active segment, sealing, recovery and removal."""
 
 from __future__ import annotations
 
 import concurrent.futures
-import fcntl
 import logging
 import os
 import queue
-import struct
 import threading
 import time
 import zlib
@@ -41,132 +15,14 @@ from typing import Any
 
 import pyarrow as pa
 
+from ingest.otlp.spool.ownership import adopt_orphans, lock_directory
+from ingest.otlp.spool.records import HEADER, MAGIC, record_size
+
 log = logging.getLogger("trajlake.ingest.otlp.spool")
 
-MAGIC = b"TLS1"
-HEADER = struct.Struct("<4sQI")
 _GROUP_MAX_BYTES = 32 * 1024 * 1024
 _STOP = object()
 _ROTATE = "rotate"
-
-
-def encode_table(table: pa.Table) -> bytes:
-    """One spool payload: the table as an Arrow IPC stream."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
-def _size(item: bytes | pa.Table) -> int:
-    # Not `Table.nbytes`: it walks every buffer slice (100 us for a request's rows), and the
-    # spool only needs a back-pressure estimate.
-    return len(item) if isinstance(item, bytes) else item.get_total_buffer_size()
-
-
-def decode_table(payload: bytes) -> pa.Table:
-    return pa.ipc.open_stream(pa.py_buffer(payload)).read_all()
-
-
-def read_segment(path: Path) -> tuple[list[bytes], int]:
-    """The complete records of a segment and the byte offset where valid data ends."""
-    data = path.read_bytes()
-    records: list[bytes] = []
-    offset = 0
-    while offset + HEADER.size <= len(data):
-        magic, length, crc = HEADER.unpack_from(data, offset)
-        start = offset + HEADER.size
-        end = start + length
-        if magic != MAGIC or end > len(data) or zlib.crc32(data[start:end]) != crc:
-            break  # a torn tail: this request was never acknowledged
-        records.append(data[start:end])
-        offset = end
-    if offset != len(data):
-        log.warning("spool segment %s: ignoring %d bytes of torn tail", path, len(data) - offset)
-    return records, offset
-
-
-# --- ownership ------------------------------------------------------------------------------
-
-LOCK_FILE = "LOCK"
-
-
-def lock_directory(directory: Path) -> int:
-    """Take the directory's exclusive lock (kept until the process ends); `SpoolBusy` if held."""
-    from ingest.errors import SpoolBusy
-
-    directory.mkdir(parents=True, exist_ok=True)
-    fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
-        os.close(fd)
-        raise SpoolBusy(str(directory), holder) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"pid {os.getpid()} on {os.uname().nodename}\n".encode(), 0)
-    return fd
-
-
-def claim_spool(root: Path) -> tuple[Path, int]:
-    """A spool directory under `root` that no live process owns (a new one if all are owned),
-    locked for this process: (directory, lock fd)."""
-    from ingest.errors import SpoolBusy
-
-    root.mkdir(parents=True, exist_ok=True)
-    for candidate in sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("c-")):
-        try:
-            return candidate, lock_directory(candidate)
-        except SpoolBusy:
-            continue
-    index = 0
-    while True:
-        candidate = root / f"c-{index:04d}"
-        if not candidate.exists():
-            try:
-                return candidate, lock_directory(candidate)
-            except SpoolBusy:
-                pass  # another process created and took it a moment ago
-        index += 1
-
-
-def adopt_orphans(root: Path, own: Path, next_seq: int) -> int:
-    """Move the segments of spool directories no live process owns into `own` (numbered from
-    `next_seq`) and remove those directories; returns the next free sequence number."""
-    from ingest.errors import SpoolBusy
-
-    if not root.is_dir():
-        return next_seq
-    # The root itself holds the segments of the previous release's single spool, if any.
-    candidates = [root, *sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("c-"))]
-    for other in (c for c in candidates if c != own):
-        try:
-            fd = lock_directory(other)
-        except SpoolBusy:
-            continue  # a live collector's
-        try:
-            for segment in sorted(other.glob("seg-*.wal")):
-                next_seq += 1
-                os.replace(segment, own / f"seg-{next_seq:012d}.wal")
-            for leftover in other.glob("*.failed"):
-                os.replace(leftover, own / f"adopted-{other.name}-{leftover.name}")
-            _fsync_directory(own)
-            if other != root:
-                (other / LOCK_FILE).unlink(missing_ok=True)
-                other.rmdir()
-        except OSError as exc:
-            log.warning("could not adopt the orphaned spool %s: %s", other, exc)
-        finally:
-            os.close(fd)
-    return next_seq
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Spool:
@@ -248,7 +104,7 @@ class Spool:
             future.set_exception(OSError("the spool is not running"))
             return future
         with self._lock:
-            self._queued_bytes += _size(item)
+            self._queued_bytes += record_size(item)
         self._queue.put((item, future))
         return future
 
@@ -275,7 +131,7 @@ class Spool:
                 for payload, future in group:
                     if not future.done():
                         with self._lock:
-                            self._queued_bytes -= _size(payload)
+                            self._queued_bytes -= record_size(payload)
                         future.set_exception(exc if isinstance(exc, OSError) else OSError(str(exc)))
                 self._reopen()
             group = []
@@ -318,7 +174,7 @@ class Spool:
             stop = item is _STOP
             if not stop:
                 group.append(item)  # type: ignore[arg-type]
-            size = sum(_size(p) for p, _ in group)
+            size = sum(record_size(p) for p, _ in group)
             while size < _GROUP_MAX_BYTES:
                 try:
                     more = self._queue.get_nowait()
@@ -331,7 +187,7 @@ class Spool:
                     self._queue.put(more)  # handled after this group is committed
                     break
                 group.append(more)  # type: ignore[arg-type]
-                size += _size(more[0])  # type: ignore[index]
+                size += record_size(more[0])  # type: ignore[index]
             if group:
                 self._commit(group, size)
             self._maybe_rotate()

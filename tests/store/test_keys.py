@@ -64,7 +64,7 @@ def test_a_hash_match_is_only_a_candidate(lake: store.Lake, monkeypatch: pytest.
     # Every key hashes alike: every write looks like it may hold every key, and the MERGE
     # that follows must still tell the keys apart.
     monkeypatch.setattr(store_keys, "key_hashes", lambda keys: np.zeros(keys.num_rows, np.uint64))
-    monkeypatch.setattr("store.writer.key_hashes", store_keys.key_hashes)
+    monkeypatch.setattr("store.spill.key_hashes", store_keys.key_hashes)
     store.write(lake, "spans", [span(i) for i in range(5)])
     store.write(lake, "spans", [span(i, name="retry") for i in range(3, 8)])
     assert last_commit(lake, "spans")["operation"] == "MERGE"

@@ -28,7 +28,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.ingest import free_port, make_bodies, rss_mb  # noqa: E402
+from bench.ingest import free_port, rss_mb  # noqa: E402
+from bench.otlp_workload import make_bodies  # noqa: E402
 
 PATHS = ("/v1/traces", "/v1/logs", "/api/public/otel/v1/traces", "/api/public/scores")
 

@@ -22,7 +22,8 @@ import pytest
 import uvicorn
 
 from bench.collector_memory import mutate, wait_idle
-from bench.ingest import make_bodies, rss_mb
+from bench.ingest import rss_mb
+from bench.otlp_workload import make_bodies
 from ingest.otlp.app import create_app, server_config
 from store import Lake
 from tests.ingest.conftest import make_config, wait_for

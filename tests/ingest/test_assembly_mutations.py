@@ -99,10 +99,13 @@ def mutated_spans(draw: st.DrawFn) -> list[dict[str, Any]]:
             events[index] = draw(
                 st.one_of(ODD_VALUES, st.just({"name": "gen_ai.choice", "attributes": "oops"}))
             )
-        elif target == "event_attribute" and events and isinstance(events[0], dict):
-            event = events[draw(st.integers(min_value=0, max_value=len(events) - 1))]
-            keys = sorted(event.get("attributes") or {}) or ["message"]
-            event.setdefault("attributes", {})[draw(st.sampled_from(keys))] = draw(ODD_VALUES)
+        elif target == "event_attribute" and any(isinstance(e, dict) for e in events):
+            # An earlier mutation may have made an event (or its attributes) something else.
+            event = draw(st.sampled_from([e for e in events if isinstance(e, dict)]))
+            if not isinstance(event.get("attributes"), dict):
+                event["attributes"] = {}
+            keys = sorted(event["attributes"]) or ["message"]
+            event["attributes"][draw(st.sampled_from(keys))] = draw(ODD_VALUES)
         elif target == "ids":
             row[draw(st.sampled_from(["parent_span_id", "span_id"]))] = draw(
                 st.sampled_from([None, row["trace_id"][:16], "0" * 16, row["span_id"]])

@@ -2,7 +2,8 @@
 
 The story, each step a real part:
 
-1. build the tiny local model (the policy we will improve);
+1. build the tiny local model (the policy we will improve): its tokenizer is built here, its
+   pretrained weights ship with trajlake (`flows/demo/base_model.py`);
 2. start `trajlake collect` (the real OTLP/HTTP collector) and a scripted stand-in for the
    hosted production LLM, and run the calculator agent, instrumented with
    OpenTelemetry's OpenAI instrumentation, on a batch of questions: its spans reach the
@@ -33,7 +34,6 @@ console = Console()
 @dataclass(frozen=True)
 class DemoSize:
     questions: int  # production agent runs
-    pretrain_steps: int  # generic pretraining of the tiny base model
     train_scenarios: int  # scenarios replayed per round
     rounds: int  # replay -> score -> GRPO rounds
     group_size: int
@@ -45,7 +45,6 @@ class DemoSize:
 SIZES = {
     "full": DemoSize(
         questions=300,
-        pretrain_steps=300,
         train_scenarios=32,
         rounds=2,
         group_size=4,
@@ -55,7 +54,6 @@ SIZES = {
     ),
     "small": DemoSize(
         questions=24,
-        pretrain_steps=4,
         train_scenarios=6,
         rounds=1,
         group_size=2,
@@ -190,10 +188,8 @@ def run_demo(
         console.rule(f"[bold]{name}")
         return time.perf_counter()
 
-    start = step("1/4 building the tiny base model (tokenizer, weights, brief generic pretraining)")
-    model = pretrain_base_model(
-        build_tiny_model(workdir / "tiny"), workdir / "model", steps=spec.pretrain_steps
-    )
+    start = step("1/4 the tiny base model (tokenizer built here, pretrained weights shipped)")
+    model = pretrain_base_model(build_tiny_model(workdir / "tiny"), workdir / "model")
     timings.append(("build tiny base model", time.perf_counter() - start))
 
     start = step("2/4 production agent -> OpenTelemetry -> trajlake collect -> lake")

@@ -94,6 +94,16 @@ class PipelineSettings:
     sft: bool = _help("Run SFT before GRPO.", True)
     grpo: bool = _help("Run GRPO on replayed, scored groups each round.", True)
     rounds: int = _help("Replay -> score -> GRPO rounds per pipeline run.", 1)
+    scenarios_per_round: int = _help(
+        "Replay this many of the `select.replay` scenarios per round, a new slice each round "
+        "(0: all of them every round).",
+        0,
+    )
+    dynamic_sampling_draws: int = _help(
+        "Dynamic sampling (DAPO), bounded: while fewer than `scenarios_per_round` of a round's groups "
+        "have unequal rewards, replay up to this many further slices (0: off).",
+        0,
+    )
     require_improvement: bool = _help(
         "Promote to `production` only when the paired val comparison is above zero.", True
     )
@@ -320,6 +330,8 @@ def validate(config: TrajlakeConfig) -> TrajlakeConfig:
         ("replay.temperature", replay.temperature > 0, "must be > 0 (greedy logprobs are useless to GRPO)"),
         ("pipeline.rounds", config.pipeline.rounds >= 1, "must be >= 1"),
         ("pipeline.max_workers", config.pipeline.max_workers >= 1, "must be >= 1"),
+        ("pipeline.scenarios_per_round", config.pipeline.scenarios_per_round >= 0, "must be >= 0"),
+        ("pipeline.dynamic_sampling_draws", config.pipeline.dynamic_sampling_draws >= 0, "must be >= 0"),
     ]
     for key, ok, detail in checks:
         if not ok:

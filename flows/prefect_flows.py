@@ -169,6 +169,14 @@ def pipeline_flow(
     for round_number in range(1, rounds + 1):
         replayed = replay_task(config, adapter, round_number)
         scored = _score(config, replayed["group_ids"])
+        # Dynamic sampling (DAPO), bounded: while too few groups have unequal rewards (GRPO's only
+        # signal), replay the next slice of scenarios for this round.
+        wanted = config.pipeline.scenarios_per_round or replayed["groups"]
+        for draw in range(1, config.pipeline.dynamic_sampling_draws + 1):
+            if replayed["groups"] - scored["equal_groups"] >= wanted:
+                break
+            replayed = stages.merge_replays(replayed, replay_task(config, adapter, round_number, draw))
+            scored = _score(config, replayed["group_ids"])
         round_rows.append(
             {
                 "round": round_number,
@@ -178,6 +186,8 @@ def pipeline_flow(
                 "mean_reward": scored["mean"],
                 "std_reward": scored["std"],
                 "equal_reward_groups": scored["equal_groups"],
+                "useless_share": scored["equal_groups"] / max(1, replayed["groups"]),
+                "extra_draws": replayed.get("draws", 0),
             }
         )
         if config.pipeline.grpo:

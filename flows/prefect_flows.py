@@ -165,6 +165,7 @@ def pipeline_flow(
     scenarios = scenarios_task(config)
     logger.info("scenarios: %s", scenarios)
     adapter = sft_task(config, 0) if config.pipeline.sft else None
+    sft_adapter, round_adapters = adapter, []
     round_rows = []
     for round_number in range(1, rounds + 1):
         replayed = replay_task(config, adapter, round_number)
@@ -192,12 +193,14 @@ def pipeline_flow(
         )
         if config.pipeline.grpo:
             adapter = grpo_task(config, adapter, round_number, replayed["group_ids"])
+            round_adapters.append(adapter)
     create_table_artifact(
         round_rows, key="trajlake-rounds", description="Mean reward of each round's replayed groups"
     )
     result: dict[str, Any] = {"rounds": round_rows, "adapter": adapter, "scenarios": scenarios}
     if adapter:
-        evaluation = evaluate_task(config, adapter)
+        curve = stages.stage_policies(sft_adapter, round_adapters) if config.evaluate.stages else None
+        evaluation = evaluate_task(config, adapter, curve)
         published = publish_task(config, adapter, evaluation, force_publish)
         _publish_artifacts(published, evaluation)
         result.update(evaluation=evaluation, published=published)
@@ -215,9 +218,16 @@ def run_pipeline(
 
 def _publish_artifacts(published: dict[str, Any], evaluation: dict[str, Any]) -> None:
     create_table_artifact(
-        published["gate"]["table"],
+        [
+            {k: v for k, v in row.items() if k != "differences"}
+            | {
+                f"vs {d['against']}": f"{d['mean']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]"
+                for d in row["differences"]
+            }
+            for row in evaluation["table"]
+        ],
         key="trajlake-evaluation",
-        description="Val success: candidate vs baseline",
+        description="Success per stage (val scenarios) and per production policy, 95% CIs, paired differences",
     )
     lines = [f"## Adapter `{published['name']}` v{published['version']}", ""]
     lines += [f"- **{k}**: `{v}`" for k, v in published.items() if k not in ("lineage_json", "gate")]

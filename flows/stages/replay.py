@@ -28,12 +28,20 @@ def make_scenarios(config: TrajlakeConfig) -> dict[str, int]:
 
 
 def replay_policy(
-    config: TrajlakeConfig, adapter: str | None, scenarios: str, *, run: str, seed: int
+    config: TrajlakeConfig,
+    adapter: str | None,
+    scenarios: str,
+    *,
+    run: str,
+    seed: int,
+    group_size: int | None = None,
 ) -> dict[str, Any]:
-    """Group-sample `scenarios` with the base model or `adapter`; resumable (complete groups are skipped)."""
+    """Group-sample `scenarios` with the base model or `adapter` (`group_size`: instead of the
+    configured one); resumable (complete groups are skipped)."""
     from training.replay import replay
 
-    replay_config = config.build("replay", run=run, seed=seed)
+    sizes = {"group_size": group_size} if group_size else {}
+    replay_config = config.build("replay", run=run, seed=seed, **sizes)
     with sampler_for(config, adapter) as sampler:
         result = replay(
             lake_of(config),

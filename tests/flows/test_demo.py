@@ -85,10 +85,23 @@ def test_small_demo_runs_the_whole_loop(tmp_path: Path, monkeypatch: pytest.Monk
     comparison = evaluation["comparison"]
     assert evaluation["baseline"] == "base" and comparison["paired_scenarios"] > 0
 
-    # evaluated once, published once: one replay and one scoring per policy (candidate, base model)
-    assert [name for name, _, _ in calls] == ["replay_policy", "score_reward"] * 2 + ["publish"]
-    assert {args[1] for name, args, _ in calls if name == "replay_policy"} == {result["adapter"], None}
+    # evaluated once, published once: one replay and one scoring per policy of the learning curve
+    # (base model = the baseline, SFT, the round's adapter = the candidate)
+    assert [name for name, _, _ in calls] == ["replay_policy", "score_reward"] * 3 + ["publish"]
+    sft = str(Path(result["lake"]) / "_work" / "sft-0" / "adapter")
+    assert [args[1] for name, args, _ in calls if name == "replay_policy"] == [None, sft, result["adapter"]]
     assert con.execute("SELECT count(DISTINCT run_id) FROM runs WHERE stage = 'eval'").fetchone()[0] == 1
+    table = evaluation["table"]
+    assert [(r["stage"], r["kind"]) for r in table] == [
+        ("base", "val"),
+        ("sft", "val"),
+        ("grpo-1", "val"),
+        ("production", "production"),
+    ]
+    assert table[-1]["policy"] == "production-llm-1" and table[-1]["n"] == 24
+    assert [d["against"] for d in table[2]["differences"]] == ["previous", "base", "sft"]
+    manifest = json.loads((Path(result["published"]["path"]) / "manifest.json").read_text())
+    assert manifest["eval"]["table"] == json.loads(json.dumps(table))  # the manifest carries the table
 
     # the report shows the measured numbers; Prefect has the artifacts
     page = Path(result["report"]).read_text()

@@ -193,14 +193,14 @@ def production_success(
     **bootstrap: int | float,
 ) -> list[StageScore]:
     """Per production policy (the `policy` of its trajectories), the mean of `reward` over its
-    trajectories with a bootstrap interval over them; most trajectories first."""
+    trajectories with a bootstrap interval over them, in the order they first served."""
     with store.connect(lake, read_only=True) as con:
         rows = con.execute(
             """
             SELECT t.policy, list(r.value ORDER BY t.trajectory_id)
             FROM trajectories t JOIN latest_rewards r USING (trajectory_id)
             WHERE r.name = $reward AND list_contains($sources, t.source) AND t.policy IS NOT NULL
-            GROUP BY t.policy ORDER BY count(*) DESC, t.policy
+            GROUP BY t.policy ORDER BY min(t.started_at), count(*) DESC, t.policy
             """,
             {"reward": reward, "sources": list(sources)},
         ).fetchall()

@@ -60,15 +60,23 @@ def instrument_agent(endpoint: str, service_name: str) -> tuple[Any, Any, Any]:
     return provider, logger_provider, uninstrument
 
 
-def capture_production_traces(lake: Path, questions: int, seed: int = 0) -> dict[str, Any]:
-    """Run the instrumented agent against the stand-in production LLM, through `trajlake collect`."""
+def capture_production_traces(
+    lake: Path, questions: int, seed: int = 0, llm_app: Any = None, model: str | None = None
+) -> dict[str, Any]:
+    """Run the instrumented agent against the production LLM, through `trajlake collect`.
+
+    The production LLM is the scripted stand-in (`teacher`) unless `llm_app`, an
+    OpenAI-compatible ASGI app (`trajlake serve-sampler`'s), serves `model` instead.
+    """
     import openai
 
     from flows.demo import agent, teacher
 
     stats: dict[str, Any] = {}
     app, collector = collector_app(lake)
-    with BackgroundServer(teacher.create_app(seed=seed)) as llm, BackgroundServer(app) as server:
+    llm_app = llm_app if llm_app is not None else teacher.create_app(seed=seed)
+    model = model or teacher.TEACHER_MODEL
+    with BackgroundServer(llm_app) as llm, BackgroundServer(app) as server:
         provider, logger_provider, uninstrument = instrument_agent(
             server.url, service_name="calculator-agent"
         )
@@ -78,7 +86,7 @@ def capture_production_traces(lake: Path, questions: int, seed: int = 0) -> dict
             feedback = logger_provider.get_logger("calculator-agent.feedback")
             runs = []
             for question in make_questions(questions, seed=seed):
-                run = agent.run_agent(client, teacher.TEACHER_MODEL, question.text, tracer)
+                run = agent.run_agent(client, model, question.text, tracer)
                 agent.record_feedback(feedback, run, correct=run.answer == question.answer)
                 runs.append(run)
             provider.force_flush()

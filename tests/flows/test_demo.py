@@ -52,15 +52,27 @@ def test_small_demo_runs_the_whole_loop(tmp_path: Path, monkeypatch: pytest.Monk
 
     # production traces -> trajectories with every message, via the real collector
     otel = con.execute(
-        "SELECT count(*), min(len(messages)), any_value(model) FROM trajectories WHERE source = 'otel'"
+        "SELECT count(*), min(len(messages)) FROM trajectories WHERE source = 'otel' AND model = 'production-llm-1'"
     ).fetchone()
     assert otel[0] == result["captured"]["agent_runs"] == 24
     assert otel[1] == 5  # system, user, assistant tool call, tool result, final answer
-    assert otel[2] == "production-llm-1"
     tools = con.execute("SELECT DISTINCT tools FROM trajectories WHERE source = 'otel'").fetchall()
     assert [json.loads(t[0])[0]["function"]["name"] for t in tools] == ["calculator"]
     feedback = con.execute("SELECT count(*) FROM rewards WHERE name = 'user_feedback'").fetchone()[0]
-    assert feedback == 24
+    assert feedback == 48  # both production batches
+
+    # then the published adapter served a second production batch (serve-sampler's app, the same
+    # instrumented agent): its traces name the version, and policy_performance attributes them to it
+    second = result["second_batch"]
+    assert second["agent_runs"] == 24 and second["model"] == "calculator-agent-v1"
+    performance = con.execute(
+        "SELECT policy, adapter, adapter_version, sum(trajectories) FROM policy_performance "
+        "WHERE name = 'user_feedback' GROUP BY ALL ORDER BY policy"
+    ).fetchall()
+    assert performance == [
+        ("calculator-agent-v1", "calculator-agent", 1, 24),
+        ("production-llm-1", None, None, 24),
+    ]
 
     # replayed groups carry token data and are scored
     groups = con.execute(
@@ -107,5 +119,14 @@ def test_small_demo_runs_the_whole_loop(tmp_path: Path, monkeypatch: pytest.Monk
     page = Path(result["report"]).read_text()
     candidate, baseline = comparison["candidate"]["mean"], comparison["baseline"]["mean"]
     assert f"{candidate:.3f}" in page and f"{baseline:.3f}" in page
-    assert page.count("data:image/png;base64,") == 3
+    # evaluation, learning curve, production before/after, rewards per round, groups
+    assert page.count("data:image/png;base64,") == 5
+    assert "Learning: success per stage" in page and "calculator-agent-v1" in page
+    assert [name for name, _ in result["timings"]] == [
+        "base model",
+        "production batch 1 (production LLM)",
+        "pipeline flow",
+        "production batch 2 (published adapter)",
+        "report",
+    ]
     assert {"trajlake-rounds", "trajlake-evaluation", "trajlake-adapter"} <= asyncio.run(_artifact_keys())

@@ -14,6 +14,7 @@ so a Prefect cache could only serve stale answers.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from prefect import flow, get_run_logger, task, unmapped
@@ -159,25 +160,36 @@ def pipeline_flow(
     config = _config(config_file, lake)
     logger = get_run_logger()
     rounds = rounds or config.pipeline.rounds
+    timings: list[tuple[str, float]] = []  # wall seconds of each step, for the caller to show
+
+    def timed(name: str, task_: Any, *args: Any) -> Any:
+        start = time.perf_counter()
+        out = task_(*args)
+        timings.append((name, round(time.perf_counter() - start, 2)))
+        return out
+
     if config.pipeline.langfuse:
-        pull_langfuse_task(config)
-    assemble_task(config)
-    scenarios = scenarios_task(config)
+        timed("pull langfuse", pull_langfuse_task, config)
+    timed("assemble", assemble_task, config)
+    scenarios = timed("scenarios", scenarios_task, config)
     logger.info("scenarios: %s", scenarios)
-    adapter = sft_task(config, 0) if config.pipeline.sft else None
+    adapter = timed("sft", sft_task, config, 0) if config.pipeline.sft else None
     sft_adapter, round_adapters = adapter, []
     round_rows = []
     for round_number in range(1, rounds + 1):
-        replayed = replay_task(config, adapter, round_number)
-        scored = _score(config, replayed["group_ids"])
+        replayed = timed(f"round {round_number}: replay", replay_task, config, adapter, round_number)
+        scored = timed(f"round {round_number}: score", _score, config, replayed["group_ids"])
         # Dynamic sampling (DAPO), bounded: while too few groups have unequal rewards (GRPO's only
         # signal), replay the next slice of scenarios for this round.
         wanted = config.pipeline.scenarios_per_round or replayed["groups"]
         for draw in range(1, config.pipeline.dynamic_sampling_draws + 1):
             if replayed["groups"] - scored["equal_groups"] >= wanted:
                 break
-            replayed = stages.merge_replays(replayed, replay_task(config, adapter, round_number, draw))
-            scored = _score(config, replayed["group_ids"])
+            more = timed(
+                f"round {round_number}: draw {draw}", replay_task, config, adapter, round_number, draw
+            )
+            replayed = stages.merge_replays(replayed, more)
+            scored = timed(f"round {round_number}: score draw {draw}", _score, config, replayed["group_ids"])
         round_rows.append(
             {
                 "round": round_number,
@@ -192,7 +204,9 @@ def pipeline_flow(
             }
         )
         if config.pipeline.grpo:
-            adapter = grpo_task(config, adapter, round_number, replayed["group_ids"])
+            adapter = timed(
+                f"round {round_number}: grpo", grpo_task, config, adapter, round_number, replayed["group_ids"]
+            )
             round_adapters.append(adapter)
     create_table_artifact(
         round_rows, key="trajlake-rounds", description="Mean reward of each round's replayed groups"
@@ -200,10 +214,11 @@ def pipeline_flow(
     result: dict[str, Any] = {"rounds": round_rows, "adapter": adapter, "scenarios": scenarios}
     if adapter:
         curve = stages.stage_policies(sft_adapter, round_adapters) if config.evaluate.stages else None
-        evaluation = evaluate_task(config, adapter, curve)
-        published = publish_task(config, adapter, evaluation, force_publish)
+        evaluation = timed("evaluate", evaluate_task, config, adapter, curve)
+        published = timed("publish", publish_task, config, adapter, evaluation, force_publish)
         _publish_artifacts(published, evaluation)
         result.update(evaluation=evaluation, published=published)
+    result["timings"] = timings
     return result
 
 

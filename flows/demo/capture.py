@@ -61,13 +61,22 @@ def instrument_agent(endpoint: str, service_name: str) -> tuple[Any, Any, Any]:
 
 
 def capture_production_traces(
-    lake: Path, questions: int, seed: int = 0, llm_app: Any = None, model: str | None = None
+    lake: Path,
+    questions: int,
+    seed: int = 0,
+    llm_app: Any = None,
+    model: str | None = None,
+    concurrency: int = 1,
 ) -> dict[str, Any]:
     """Run the instrumented agent against the production LLM, through `trajlake collect`.
 
     The production LLM is the scripted stand-in (`teacher`) unless `llm_app`, an
     OpenAI-compatible ASGI app (`trajlake serve-sampler`'s), serves `model` instead.
+    `concurrency` agents run at once, as users would (a served model batches their calls);
+    the stand-in is run one at a time, so its seeded mistakes land on the same questions.
     """
+    from concurrent.futures import ThreadPoolExecutor
+
     import openai
 
     from flows.demo import agent, teacher
@@ -84,11 +93,14 @@ def capture_production_traces(
             client = openai.OpenAI(base_url=f"{llm.url}/v1", api_key="demo-key", max_retries=0)
             tracer = provider.get_tracer("calculator-agent")
             feedback = logger_provider.get_logger("calculator-agent.feedback")
-            runs = []
-            for question in make_questions(questions, seed=seed):
+
+            def answer(question: Any) -> Any:
                 run = agent.run_agent(client, model, question.text, tracer)
                 agent.record_feedback(feedback, run, correct=run.answer == question.answer)
-                runs.append(run)
+                return run
+
+            with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+                runs = list(pool.map(answer, make_questions(questions, seed=seed)))
             provider.force_flush()
             logger_provider.force_flush()
         finally:

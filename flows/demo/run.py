@@ -241,6 +241,7 @@ def run_demo(
     config_file = write_demo_config(workdir / "trajlake.toml", lake, model, spec, judge)
     result = run_pipeline(str(config_file), str(lake), rounds=spec.rounds)
     done("pipeline flow", start)
+    print_timings(result.get("timings", []), title="Pipeline steps")
     print_learning(result)
 
     start = step("4/5 the published adapter serves a second production batch (trajlake serve-sampler)")
@@ -271,7 +272,7 @@ def run_demo(
         evaluation=evaluation,
         adapter_name="calculator-agent",
         sql_recipes=SQL_RECIPES,
-        timings=timings,
+        timings=[*timings, *((f"pipeline / {name}", t) for name, t in result.get("timings", []))],
     )
     report = write_report(workdir / "report.html", data)
     done("report", start)
@@ -285,6 +286,7 @@ def run_demo(
         "evaluation": result.get("evaluation"),
         "published": result.get("published"),
         "timings": timings,
+        "pipeline_timings": result.get("timings", []),
         "captured": captured,
         "second_batch": second,
     }
@@ -302,5 +304,7 @@ def serve_second_batch(
         str(model), ref, lake=str(lake), temperature=0.8, max_tokens=spec.max_new_tokens
     )
     with sampler:
-        stats = capture_production_traces(lake, spec.questions, seed=seed, llm_app=app, model=served)
+        stats = capture_production_traces(
+            lake, spec.questions, seed=seed, llm_app=app, model=served, concurrency=16
+        )
     return {**stats, "model": served, "success": stats["correct"] / max(1, stats["agent_runs"])}

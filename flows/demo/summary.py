@@ -95,8 +95,8 @@ def print_summary(data: Any, report: Path, lake: Path, recipes: list[tuple[str, 
         console.print(f'  # {what}\n  trajlake sql --lake {lake} "{sql}"')
 
 
-def print_timings(timings: list[tuple[str, float]]) -> None:
-    table = Table("step", "wall time (s)", title="Demo steps")
+def print_timings(timings: list[tuple[str, float]], title: str = "Demo steps") -> None:
+    table = Table("step", "wall time (s)", title=title)
     for name, seconds in timings:
         table.add_row(name, f"{seconds:.1f}")
     table.add_row("total", f"{sum(t for _, t in timings):.1f}")

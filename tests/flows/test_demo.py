@@ -129,4 +129,7 @@ def test_small_demo_runs_the_whole_loop(tmp_path: Path, monkeypatch: pytest.Monk
         "production batch 2 (published adapter)",
         "report",
     ]
+    steps = [name for name, _ in result["pipeline_timings"]]
+    assert steps[:3] == ["assemble", "scenarios", "sft"] and steps[-2:] == ["evaluate", "publish"]
+    assert {"round 1: replay", "round 1: score", "round 1: grpo"} <= set(steps)
     assert {"trajlake-rounds", "trajlake-evaluation", "trajlake-adapter"} <= asyncio.run(_artifact_keys())

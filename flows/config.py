@@ -4,8 +4,8 @@ Each TOML table is either a library's own config dataclass (`[replay]` is
 `training.replay.ReplayConfig`, `[train.sft]` is `TrajlakeSFTConfig`, `[judge]` is
 `judging.JudgeConfig`, ...), read through `flows.settings`, or one of the few tables
 that belong to the flow itself and are declared here: what each stage selects
-(`[select]`), which rewards score a round (`[score]`), the loop's switches and task
-runner (`[pipeline]`), and the schedules. Every key has a default, so an empty file is a
+(`[select]`), which rewards score a round (`[score]`), how policies are measured
+(`[evaluate]`), the loop's switches and task runner (`[pipeline]`), and the schedules. Every key has a default, so an empty file is a
 valid configuration (the embedded default the demo starts from).
 
 Validation happens before any work: an unknown key, a wrong type or a value a library
@@ -87,6 +87,28 @@ class ScoreSettings:
 
 
 @dataclass(frozen=True)
+class EvaluateSettings:
+    """How policies are measured on the val scenarios (`select.evaluate`) and against production."""
+
+    reward: str = _help(
+        "The success metric compared on the val scenarios: a reward spec such as `exact_match` "
+        "(empty: `score.reward`).",
+        "",
+    )
+    group_size: int = _help("Samples per val scenario (0: `replay.group_size`).", 0)
+    stages: bool = _help(
+        "Evaluate every stage of a pipeline run (base model, SFT, each GRPO round): the learning curve "
+        "with paired differences; off: only the candidate and the adapter it would replace.",
+        True,
+    )
+    production_reward: str = _help(
+        "Reward of production trajectories saying whether they succeeded (ingested user feedback): "
+        "each production policy's success, the reference the adapters are measured against.",
+        "user_feedback",
+    )
+
+
+@dataclass(frozen=True)
 class PipelineSettings:
     """The loop: stage switches, rounds, the publish gate, the task runner."""
 
@@ -94,6 +116,16 @@ class PipelineSettings:
     sft: bool = _help("Run SFT before GRPO.", True)
     grpo: bool = _help("Run GRPO on replayed, scored groups each round.", True)
     rounds: int = _help("Replay -> score -> GRPO rounds per pipeline run.", 1)
+    scenarios_per_round: int = _help(
+        "Replay this many of the `select.replay` scenarios per round, a new slice each round "
+        "(0: all of them every round).",
+        0,
+    )
+    dynamic_sampling_draws: int = _help(
+        "Dynamic sampling (DAPO), bounded: while fewer than `scenarios_per_round` of a round's groups "
+        "have unequal rewards, replay up to this many further slices (0: off).",
+        0,
+    )
     require_improvement: bool = _help(
         "Promote to `production` only when the paired val comparison is above zero.", True
     )
@@ -138,8 +170,15 @@ GRPO_FIELDS = (
     "max_steps",
     "per_device_train_batch_size",
     "gradient_accumulation_steps",
+    "warmup_steps",
     "max_completion_length",
     "mask_truncated_completions",
+    "skip_equal_reward_groups",
+    "max_staleness",
+    "measure_sampler_gap",
+    "vllm_importance_sampling_correction",
+    "vllm_importance_sampling_mode",
+    "vllm_importance_sampling_clip_max",
     "lora_r",
     "seed",
     "gradient_checkpointing",
@@ -196,6 +235,7 @@ SECTIONS: dict[str, Section] = {
         Section("publish", "training.publish:PublishConfig"),
         Section("select", "flows.config:Selections"),
         Section("score", "flows.config:ScoreSettings"),
+        Section("evaluate", "flows.config:EvaluateSettings"),
         Section("pipeline", "flows.config:PipelineSettings"),
         Section("schedules", "flows.config:Schedules"),
     )
@@ -232,6 +272,10 @@ class TrajlakeConfig:
     @property
     def score(self) -> ScoreSettings:
         return self.build("score")
+
+    @property
+    def evaluate(self) -> EvaluateSettings:
+        return self.build("evaluate")
 
     @property
     def pipeline(self) -> PipelineSettings:
@@ -313,6 +357,13 @@ def validate(config: TrajlakeConfig) -> TrajlakeConfig:
         ("replay.temperature", replay.temperature > 0, "must be > 0 (greedy logprobs are useless to GRPO)"),
         ("pipeline.rounds", config.pipeline.rounds >= 1, "must be >= 1"),
         ("pipeline.max_workers", config.pipeline.max_workers >= 1, "must be >= 1"),
+        (
+            "evaluate.group_size",
+            config.evaluate.group_size == 0 or config.evaluate.group_size >= 2,
+            "must be 0 (replay.group_size) or >= 2",
+        ),
+        ("pipeline.scenarios_per_round", config.pipeline.scenarios_per_round >= 0, "must be >= 0"),
+        ("pipeline.dynamic_sampling_draws", config.pipeline.dynamic_sampling_draws >= 0, "must be >= 0"),
     ]
     for key, ok, detail in checks:
         if not ok:

@@ -14,6 +14,7 @@ so a Prefect cache could only serve stale answers.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from prefect import flow, get_run_logger, task, unmapped
@@ -159,16 +160,36 @@ def pipeline_flow(
     config = _config(config_file, lake)
     logger = get_run_logger()
     rounds = rounds or config.pipeline.rounds
+    timings: list[tuple[str, float]] = []  # wall seconds of each step, for the caller to show
+
+    def timed(name: str, task_: Any, *args: Any) -> Any:
+        start = time.perf_counter()
+        out = task_(*args)
+        timings.append((name, round(time.perf_counter() - start, 2)))
+        return out
+
     if config.pipeline.langfuse:
-        pull_langfuse_task(config)
-    assemble_task(config)
-    scenarios = scenarios_task(config)
+        timed("pull langfuse", pull_langfuse_task, config)
+    timed("assemble", assemble_task, config)
+    scenarios = timed("scenarios", scenarios_task, config)
     logger.info("scenarios: %s", scenarios)
-    adapter = sft_task(config, 0) if config.pipeline.sft else None
+    adapter = timed("sft", sft_task, config, 0) if config.pipeline.sft else None
+    sft_adapter, round_adapters = adapter, []
     round_rows = []
     for round_number in range(1, rounds + 1):
-        replayed = replay_task(config, adapter, round_number)
-        scored = _score(config, replayed["group_ids"])
+        replayed = timed(f"round {round_number}: replay", replay_task, config, adapter, round_number)
+        scored = timed(f"round {round_number}: score", _score, config, replayed["group_ids"])
+        # Dynamic sampling (DAPO), bounded: while too few groups have unequal rewards (GRPO's only
+        # signal), replay the next slice of scenarios for this round.
+        wanted = config.pipeline.scenarios_per_round or replayed["groups"]
+        for draw in range(1, config.pipeline.dynamic_sampling_draws + 1):
+            if replayed["groups"] - scored["equal_groups"] >= wanted:
+                break
+            more = timed(
+                f"round {round_number}: draw {draw}", replay_task, config, adapter, round_number, draw
+            )
+            replayed = stages.merge_replays(replayed, more)
+            scored = timed(f"round {round_number}: score draw {draw}", _score, config, replayed["group_ids"])
         round_rows.append(
             {
                 "round": round_number,
@@ -178,19 +199,26 @@ def pipeline_flow(
                 "mean_reward": scored["mean"],
                 "std_reward": scored["std"],
                 "equal_reward_groups": scored["equal_groups"],
+                "useless_share": scored["equal_groups"] / max(1, replayed["groups"]),
+                "extra_draws": replayed.get("draws", 0),
             }
         )
         if config.pipeline.grpo:
-            adapter = grpo_task(config, adapter, round_number, replayed["group_ids"])
+            adapter = timed(
+                f"round {round_number}: grpo", grpo_task, config, adapter, round_number, replayed["group_ids"]
+            )
+            round_adapters.append(adapter)
     create_table_artifact(
         round_rows, key="trajlake-rounds", description="Mean reward of each round's replayed groups"
     )
     result: dict[str, Any] = {"rounds": round_rows, "adapter": adapter, "scenarios": scenarios}
     if adapter:
-        evaluation = evaluate_task(config, adapter)
-        published = publish_task(config, adapter, evaluation, force_publish)
+        curve = stages.stage_policies(sft_adapter, round_adapters) if config.evaluate.stages else None
+        evaluation = timed("evaluate", evaluate_task, config, adapter, curve)
+        published = timed("publish", publish_task, config, adapter, evaluation, force_publish)
         _publish_artifacts(published, evaluation)
         result.update(evaluation=evaluation, published=published)
+    result["timings"] = timings
     return result
 
 
@@ -205,9 +233,16 @@ def run_pipeline(
 
 def _publish_artifacts(published: dict[str, Any], evaluation: dict[str, Any]) -> None:
     create_table_artifact(
-        published["gate"]["table"],
+        [
+            {k: v for k, v in row.items() if k != "differences"}
+            | {
+                f"vs {d['against']}": f"{d['mean']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]"
+                for d in row["differences"]
+            }
+            for row in evaluation["table"]
+        ],
         key="trajlake-evaluation",
-        description="Val success: candidate vs baseline",
+        description="Success per stage (val scenarios) and per production policy, 95% CIs, paired differences",
     )
     lines = [f"## Adapter `{published['name']}` v{published['version']}", ""]
     lines += [f"- **{k}**: `{v}`" for k, v in published.items() if k not in ("lineage_json", "gate")]

@@ -2,28 +2,28 @@
 
 `report_data` gathers what the page shows with SQL over the lake's views (so every
 number on the page can be re-derived by a user with `trajlake sql`); `render_report`
-turns it into HTML, with matplotlib plots embedded as PNG: mean reward per round, the
-reward distribution of each group, the evaluation of the published adapter against the
-base model, and the adapter's lineage.
+turns it into HTML, with matplotlib plots (`flows.report_plots`) embedded as PNG:
+
+- learning: success per stage (base model, SFT, each GRPO round) on the val scenarios
+  with 95% CIs, the production policy's success as a reference line, and the table
+  behind it with paired differences (the newest evaluation run in `runs`);
+- production before and after: feedback per policy from `policy_performance`, served
+  adapters attributed to their version;
+- mean reward per round, the reward distribution of each group, the published adapter's
+  evaluation and lineage.
 """
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
 import store
+from flows import report_plots
 
 
 @dataclass
@@ -52,9 +52,38 @@ class Evaluation:
 
 
 @dataclass
+class StageRow:
+    """One row of the newest evaluation table: a stage on the val scenarios, or a production policy."""
+
+    stage: str
+    policy: str
+    kind: str  # "val" or "production"
+    mean: float
+    ci: tuple[float, float]
+    n: int  # val scenarios, or production trajectories
+    differences: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # against -> mean, CI
+    adapter: str | None = None  # a production policy that is a published adapter's served name
+
+
+@dataclass
+class ProductionRow:
+    """Production feedback of one policy (`policy_performance`, all days)."""
+
+    policy: str
+    adapter: str | None
+    adapter_version: int | None
+    trajectories: int
+    mean: float
+
+
+@dataclass
 class ReportData:
     title: str
     reward_name: str
+    success_reward: str = ""
+    production_reward: str = "user_feedback"
+    learning: list[StageRow] = field(default_factory=list)
+    production: list[ProductionRow] = field(default_factory=list)
     rounds: list[RoundRewards] = field(default_factory=list)
     group_rewards: dict[str, list[list[float]]] = field(default_factory=dict)  # policy -> groups -> values
     evaluation: Evaluation | None = None
@@ -73,9 +102,15 @@ def report_data(
     adapter_name: str | None = None,
     sql_recipes: list[tuple[str, str]] | None = None,
     timings: list[tuple[str, float]] | None = None,
+    production_reward: str = "user_feedback",
 ) -> ReportData:
     """Everything the report shows, read from the lake's views."""
     con = store.connect(lake)
+    learning, success_reward = learning_rows(con)
+    production = production_rows(con, production_reward)
+    served = {p.policy: p.adapter for p in production}
+    for row in learning:
+        row.adapter = served.get(row.policy) if row.kind == "production" else None
     per_round = con.execute(
         """
         WITH scored AS (
@@ -124,6 +159,10 @@ def report_data(
     return ReportData(
         title=title,
         reward_name=reward_name,
+        success_reward=success_reward or reward_name,
+        production_reward=production_reward,
+        learning=learning,
+        production=production,
         rounds=rounds,
         group_rewards=group_rewards,
         evaluation=evaluation,
@@ -132,6 +171,54 @@ def report_data(
         sql_recipes=sql_recipes or [],
         timings=timings or [],
     )
+
+
+def learning_rows(con: Any) -> tuple[list[StageRow], str]:
+    """The table of the newest evaluation run (`runs`, stage `eval`, role `table`) and its reward."""
+    run = con.execute(
+        """SELECT run_id FROM runs WHERE stage = 'eval' ORDER BY "at" DESC, run_id DESC LIMIT 1"""
+    ).fetchone()
+    if run is None:
+        return [], ""
+    metrics = [
+        json.loads(m)
+        for (m,) in con.execute(
+            "SELECT metrics FROM runs WHERE run_id = ? ORDER BY step", [run[0]]
+        ).fetchall()
+    ]
+    rows = []
+    for m in (m for m in metrics if m.get("role") == "table"):
+        against = [
+            k[len("diff_") :] for k in m if k.startswith("diff_") and not k.endswith(("_ci_low", "_ci_high"))
+        ]
+        rows.append(
+            StageRow(
+                stage=m["stage"],
+                policy=m["policy"],
+                kind=m["kind"],
+                mean=float(m["mean_reward"]),
+                ci=(float(m["ci_low"]), float(m["ci_high"])),
+                n=int(m["n"]),
+                differences={
+                    a: (float(m[f"diff_{a}"]), float(m[f"diff_{a}_ci_low"]), float(m[f"diff_{a}_ci_high"]))
+                    for a in against
+                },
+            )
+        )
+    return rows, str(metrics[0].get("reward", "")) if metrics else ""
+
+
+def production_rows(con: Any, reward: str) -> list[ProductionRow]:
+    """Production feedback per policy over all days, in the order the policies first served."""
+    found = con.execute(
+        """
+        SELECT policy, any_value(adapter), any_value(adapter_version), sum(trajectories),
+               sum(mean * trajectories) / sum(trajectories)
+        FROM policy_performance WHERE name = ? GROUP BY policy ORDER BY min(first_seen), policy
+        """,
+        [reward],
+    ).fetchall()
+    return [ProductionRow(p, a, v, int(n), float(mean)) for p, a, v, n, mean in found]
 
 
 @dataclass
@@ -147,68 +234,6 @@ def _table_counts(con: Any) -> list[_Count]:
 
 
 # --- rendering ---------------------------------------------------------------------------
-
-
-def _png(fig: Any) -> str:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return base64.b64encode(buffer.getvalue()).decode()
-
-
-def plot_rounds(data: ReportData) -> str | None:
-    if not data.rounds:
-        return None
-    fig, ax = plt.subplots(figsize=(6, 3.2))
-    xs = [r.round for r in data.rounds]
-    means = [r.mean for r in data.rounds]
-    stds = [r.std for r in data.rounds]
-    ax.errorbar(xs, means, yerr=stds, marker="o", capsize=4, color="#2b6cb0")
-    ax.set_xticks(xs, [f"{r.round}\n{_short(r.policy)}" for r in data.rounds], fontsize=8)
-    ax.set_ylabel(f"mean `{data.reward_name}`")
-    ax.set_title("Reward per round (replayed groups, ±1 std)")
-    ax.grid(alpha=0.3)
-    return _png(fig)
-
-
-def plot_groups(data: ReportData) -> str | None:
-    if not data.group_rewards:
-        return None
-    policies = list(data.group_rewards)
-    fig, axes = plt.subplots(
-        1, len(policies), figsize=(max(6, 3.2 * len(policies)), 3.2), squeeze=False, sharey=True
-    )
-    for ax, policy in zip(axes[0], policies, strict=True):
-        groups = data.group_rewards[policy]
-        ax.boxplot(groups, showfliers=False)
-        for i, values in enumerate(groups, start=1):
-            ax.scatter([i] * len(values), values, s=10, alpha=0.6, color="#c05621")
-        ax.set_title(_short(policy), fontsize=9)
-        ax.set_xlabel("group")
-        ax.set_xticks([])
-    axes[0][0].set_ylabel(data.reward_name)
-    fig.suptitle("Reward distribution per group", fontsize=10)
-    return _png(fig)
-
-
-def plot_evaluation(data: ReportData) -> str | None:
-    ev = data.evaluation
-    if ev is None:
-        return None
-    fig, ax = plt.subplots(figsize=(4.5, 3))
-    bars = ax.bar(
-        [_short(ev.baseline), _short(ev.candidate)],
-        [ev.baseline_reward, ev.candidate_reward],
-        color=["#a0aec0", "#38a169"],
-    )
-    ax.bar_label(bars, fmt="%.3f")
-    ax.set_ylabel(f"val mean `{data.reward_name}`")
-    ax.set_title(f"Val reward on {ev.scenarios} scenarios")
-    return _png(fig)
-
-
-def _short(text: str, width: int = 28) -> str:
-    return text if len(text) <= width else "…" + text[-(width - 1) :]
 
 
 def _img(b64: str | None, alt: str) -> str:
@@ -235,6 +260,45 @@ def _fmt(value: Any) -> str:
     return "" if value is None else str(value)
 
 
+def _interval(mean: float, low: float, high: float, signed: bool = False) -> str:
+    sign = "+" if signed else ""
+    return f"{mean:{sign}.3f} [{low:{sign}.3f}, {high:{sign}.3f}]"
+
+
+def learning_section(data: ReportData) -> list[str]:
+    """The learning curve: plot, then the table behind it (95% CIs, paired differences)."""
+    against = list(dict.fromkeys(a for r in data.learning for a in r.differences))
+    rows = [
+        [r.stage, r.policy, r.kind, _interval(r.mean, *r.ci), r.n]
+        + [_interval(*r.differences[a], signed=True) if a in r.differences else "" for a in against]
+        for r in data.learning
+    ]
+    return [
+        "<h2>Learning: success per stage</h2>",
+        f"<p>Success (<code>{html.escape(data.success_reward)}</code>) of each stage on the same val "
+        "scenarios, 95% bootstrap CIs over scenarios; differences are paired by scenario. Production "
+        f"rows: each production policy's <code>{html.escape(data.production_reward)}</code> over its own "
+        "traffic (CI over trajectories), a reference rather than a paired comparison.</p>",
+        _img(report_plots.plot_learning(data), "learning curve"),
+        _table(
+            ["stage", "policy", "kind", "success [95% CI]", "n", *(f"vs {a}" for a in against)],
+            rows,
+        ),
+    ]
+
+
+def production_section(data: ReportData) -> list[str]:
+    """Production before and after: feedback per policy, adapters attributed to their version."""
+    return [
+        "<h2>Production before and after</h2>",
+        _img(report_plots.plot_production(data), "production per policy"),
+        _table(
+            ["policy", "adapter", "version", "trajectories", f"mean {data.production_reward}"],
+            [[p.policy, p.adapter, p.adapter_version, p.trajectories, p.mean] for p in data.production],
+        ),
+    ]
+
+
 def render_report(data: ReportData) -> str:
     """The whole page as one HTML string (plots inlined; no external assets)."""
     parts = [f"<h1>{html.escape(data.title)}</h1>"]
@@ -246,9 +310,13 @@ def render_report(data: ReportData) -> str:
             f"<b>{ev.candidate_reward:.3f}</b> vs <code>{html.escape(ev.baseline)}</code> "
             f"<b>{ev.baseline_reward:.3f}</b> on {ev.scenarios} val scenarios ({verdict}), as measured.</p>"
         )
-        parts.append(_img(plot_evaluation(data), "evaluation"))
+        parts.append(_img(report_plots.plot_evaluation(data), "evaluation"))
+    if data.learning:
+        parts += learning_section(data)
+    if data.production:
+        parts += production_section(data)
     parts.append("<h2>Reward per round</h2>")
-    parts.append(_img(plot_rounds(data), "reward per round"))
+    parts.append(_img(report_plots.plot_rounds(data), "reward per round"))
     parts.append(
         _table(
             ["round", "policy", "trajectories", "groups", "mean", "std", "groups with equal rewards"],
@@ -259,7 +327,7 @@ def render_report(data: ReportData) -> str:
         )
     )
     parts.append("<h2>Reward distribution per group</h2>")
-    parts.append(_img(plot_groups(data), "group rewards"))
+    parts.append(_img(report_plots.plot_groups(data), "group rewards"))
     if data.adapter:
         parts.append("<h2>Adapter lineage</h2>")
         rows = [[k, v] for k, v in data.adapter.items() if k != "_written_at"]

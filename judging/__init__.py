@@ -9,7 +9,8 @@ Public surface (the CLI and the Prefect flows call these):
   `BUILTIN_REWARDS`: the pure reward registry (evaluation gates use it directly)
 - `ruler_score_group(trajectories, JudgeConfig(...)) -> GroupVerdict`: RULER on one group
 - `scenario_scores(lake, reward, group_ids)`, `compare(reward, candidate, baseline) -> Comparison`,
-  `record_evaluation`: evaluation statistics (bootstrap CIs, paired differences)
+  `evaluation_table(stages)`, `production_success(lake, reward)`, `record_evaluation`:
+  evaluation statistics (bootstrap CIs, paired differences, a run's learning curve)
 - `reward_stats(lake, reward, group_ids) -> RewardStats`: a round's reward over its groups
 """
 
@@ -28,9 +29,13 @@ from judging.errors import (
 )
 from judging.evaluation import (
     Comparison,
+    Difference,
     PolicyScore,
+    StageScore,
     bootstrap_ci,
     compare,
+    evaluation_table,
+    production_success,
     record_evaluation,
     scenario_scores,
 )
@@ -63,6 +68,7 @@ __all__ = [
     "CombineSummary",
     "Comparison",
     "ConfigValueError",
+    "Difference",
     "GroupVerdict",
     "JudgeCallError",
     "JudgeConfig",
@@ -81,6 +87,7 @@ __all__ = [
     "ScoreSummary",
     "SqlReward",
     "SqlRewardError",
+    "StageScore",
     "ValueStats",
     "agreement",
     "bootstrap_ci",
@@ -90,8 +97,10 @@ __all__ = [
     "combined_scorer",
     "compare",
     "evaluate_reward",
+    "evaluation_table",
     "from_function",
     "get_reward",
+    "production_success",
     "record_evaluation",
     "reward_stats",
     "reward_version",

@@ -14,12 +14,22 @@ the same unit. From those:
 
 The pure functions take `{scenario_id: value}` mappings; `scenario_scores` reads them
 from the lake (`latest_rewards` joined with `trajectories`).
+
+A run's learning curve is an `evaluation_table`: every stage (base model, SFT, each GRPO
+round) on the same val scenarios, each with its interval and paired differences with
+the previous stage and with named references (the base model, the SFT warm start).
+Production policies join it as reference rows from their own traffic
+(`production_success`): the share of their trajectories production feedback rated a
+success, bootstrapped over trajectories. Those rows are not paired with the val rows
+(production ran on its own questions, and val scenarios are cut from trajectories that
+passed a selection), so they are a reference line, not a comparison.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -106,7 +116,108 @@ def compare(
     )
 
 
+@dataclass(frozen=True)
+class Difference:
+    """A paired difference (this row minus another) over the scenarios both were scored on."""
+
+    against: str
+    mean: float
+    ci: tuple[float, float]
+    paired_scenarios: int
+
+
+@dataclass(frozen=True)
+class StageScore:
+    """One row of an evaluation table: a stage's success on the val scenarios, or a production
+    policy's on its own traffic (`kind = "production"`, `n` = trajectories)."""
+
+    stage: str
+    policy: str
+    kind: Literal["val", "production"]
+    mean: float
+    ci: tuple[float, float]
+    n: int
+    differences: list[Difference] = field(default_factory=list)
+
+    def difference(self, against: str) -> Difference | None:
+        return next((d for d in self.differences if d.against == against), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def paired_difference(
+    against: str, scores: Mapping[str, float], other: Mapping[str, float], **bootstrap: int | float
+) -> Difference:
+    """mean(scores - other) over the shared scenarios, with its bootstrap interval."""
+    shared = sorted(set(scores) & set(other))
+    values = [scores[s] - other[s] for s in shared]
+    mean = float(np.mean(values)) if values else float("nan")
+    return Difference(against, mean, bootstrap_ci(values, **bootstrap), len(shared))  # type: ignore[arg-type]
+
+
+def evaluation_table(
+    stages: Sequence[tuple[str, str, Mapping[str, float]]],
+    *,
+    references: Sequence[str] = (),
+    **bootstrap: int | float,
+) -> list[StageScore]:
+    """Rows for `(stage, policy, {scenario_id: score})` in order, each paired with the previous
+    stage (`against="previous"`) and with every earlier stage named in `references`.
+
+    >>> rows = evaluation_table([("base", "m", {"a": 0.0, "b": 0.0}), ("sft", "m+a", {"a": 1.0, "b": 0.5})])
+    >>> rows[1].mean, rows[1].difference("previous").mean
+    (0.75, 0.75)
+    """
+    rows: list[StageScore] = []
+    for i, (stage, policy, scores) in enumerate(stages):
+        differences = []
+        if i:
+            differences.append(paired_difference("previous", scores, stages[i - 1][2], **bootstrap))
+        for earlier, _, other in stages[:i]:
+            if earlier in references:
+                differences.append(paired_difference(earlier, scores, other, **bootstrap))
+        score = policy_score(policy, scores, **bootstrap)
+        rows.append(StageScore(stage, policy, "val", score.mean, score.ci, score.scenarios, differences))
+    return rows
+
+
 # --- the lake ----------------------------------------------------------------------------------------
+
+
+def production_success(
+    lake: store.Lake | str,
+    reward: str,
+    *,
+    sources: Sequence[str] = ("otel", "langfuse", "import"),
+    **bootstrap: int | float,
+) -> list[StageScore]:
+    """Per production policy (the `policy` of its trajectories), the mean of `reward` over its
+    trajectories with a bootstrap interval over them, in the order they first served."""
+    with store.connect(lake, read_only=True) as con:
+        rows = con.execute(
+            """
+            SELECT t.policy, list(r.value ORDER BY t.trajectory_id)
+            FROM trajectories t JOIN latest_rewards r USING (trajectory_id)
+            WHERE r.name = $reward AND list_contains($sources, t.source) AND t.policy IS NOT NULL
+            GROUP BY t.policy ORDER BY min(t.started_at), count(*) DESC, t.policy
+            """,
+            {"reward": reward, "sources": list(sources)},
+        ).fetchall()
+    out = []
+    for policy, values in rows:
+        data = [float(v) for v in values]
+        out.append(
+            StageScore(
+                "production",
+                policy,
+                "production",
+                float(np.mean(data)),
+                bootstrap_ci(data, **bootstrap),
+                len(data),
+            )  # type: ignore[arg-type]
+        )
+    return out
 
 
 def scenario_scores(lake: store.Lake | str, reward: str, group_ids: Sequence[str]) -> dict[str, float]:
@@ -128,8 +239,14 @@ def scenario_scores(lake: store.Lake | str, reward: str, group_ids: Sequence[str
     return {scenario: float(value) for scenario, value in rows}
 
 
-def record_evaluation(lake: store.Lake | str, comparison: Comparison, **context: str) -> str:
-    """Write the comparison to the `runs` table (stage `eval`: candidate, baseline); returns the run id."""
+def record_evaluation(
+    lake: store.Lake | str,
+    comparison: Comparison,
+    table: Sequence[StageScore] = (),
+    **context: str,
+) -> str:
+    """Write the comparison to the `runs` table (stage `eval`: candidate and baseline at steps 0
+    and 1, then one step per row of `table`); returns the run id."""
     run_id = store.new_run_id("eval")
     rows = []
     for step, (role, score) in enumerate(
@@ -148,5 +265,26 @@ def record_evaluation(lake: store.Lake | str, comparison: Comparison, **context:
             "difference_ci": list(comparison.difference_ci),
         }
         rows.append(store.runs_row(run_id, step, "eval", metrics))
+    for step, row in enumerate(table, start=2):
+        metrics = {**context, "role": "table", "reward": comparison.reward, **table_metrics(row)}
+        rows.append(store.runs_row(run_id, step, "eval", metrics))
     store.write(lake, "runs", rows)
     return run_id
+
+
+def table_metrics(row: StageScore) -> dict[str, Any]:
+    """A table row as flat `runs` metrics (`diff_<against>`, `diff_<against>_ci_low`, ...)."""
+    out: dict[str, Any] = {
+        "stage": row.stage,
+        "policy": row.policy,
+        "kind": row.kind,
+        "mean_reward": row.mean,
+        "ci_low": row.ci[0],
+        "ci_high": row.ci[1],
+        "n": row.n,
+    }
+    for d in row.differences:
+        out[f"diff_{d.against}"] = d.mean
+        out[f"diff_{d.against}_ci_low"] = d.ci[0]
+        out[f"diff_{d.against}_ci_high"] = d.ci[1]
+    return out

@@ -22,7 +22,7 @@ from store.errors import (
 from store.lake import DEFAULT_LAKE, Lake
 from store.maintenance import CompactConfig, TableCompaction, compact
 from store.migrate import TableMigration, migrate
-from store.rows import new_run_id, runs_row, utc_now
+from store.rows import new_run_id, runs_row, served_adapter_name, utc_now
 from store.schema import TABLES, TableSpec, empty_table, table_spec
 from store.selection import check_selection
 from store.writer import WriteResult, write
@@ -54,6 +54,7 @@ __all__ = [
     "run_read_only",
     "runs_row",
     "scan",
+    "served_adapter_name",
     "snapshot",
     "table_spec",
     "utc_now",

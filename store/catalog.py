@@ -14,7 +14,12 @@ Derived views:
 - `messages`: one row per message, with `trajectory_id` and its 0-based `position`;
 - `latest_rewards`: per (`trajectory_id`, `name`) the newest successful reward, any scorer;
 - `groups`: per (`group_id`, reward `name`): size, mean, std, min, max, `all_equal`;
-  the table macro `group_stats(reward_name)` gives the same for one chosen reward.
+  the table macro `group_stats(reward_name)` gives the same for one chosen reward;
+- `policy_performance`: production feedback per policy over time: per (`policy`,
+  reward `name`, `day`) of production trajectories (otel, langfuse, import), their count
+  and mean reward; a policy that is a published adapter's served name
+  (`served_adapter_name`: `<name>-v<version>`, what vLLM and `trajlake serve-sampler`
+  report for a LoRA) is attributed to that `adapters` row (`adapter`, `adapter_version`).
 
 Polars users get the same tables from `scan` (`polars.scan_delta`).
 """
@@ -156,6 +161,15 @@ DERIVED_VIEWS = {
         FROM trajectories t JOIN latest_rewards r USING (trajectory_id)
         WHERE t.group_id IS NOT NULL
         GROUP BY t.group_id, r.name
+    """,
+    "policy_performance": """
+        SELECT coalesce(t.policy, t.model) AS policy, a.name AS adapter, a.version AS adapter_version,
+               r.name, date_trunc('day', t.started_at) AS day, count(*) AS trajectories,
+               avg(r.value) AS mean, min(t.started_at) AS first_seen, max(t.started_at) AS last_seen
+        FROM trajectories t JOIN latest_rewards r USING (trajectory_id)
+             LEFT JOIN adapters a ON coalesce(t.policy, t.model) = a.name || '-v' || CAST(a.version AS VARCHAR)
+        WHERE t.source IN ('otel', 'langfuse', 'import') AND coalesce(t.policy, t.model) IS NOT NULL
+        GROUP BY ALL
     """,
 }
 

@@ -1,5 +1,5 @@
 """Small helpers every writer of the lake uses: the time type of the timestamp columns, run ids,
-rows of the `runs` table."""
+rows of the `runs` table, the model name a served adapter version answers to."""
 
 from __future__ import annotations
 
@@ -35,3 +35,16 @@ def runs_row(run_id: str, step: int, stage: str, metrics: dict[str, Any]) -> dic
 def utc_now() -> datetime:
     """Timezone-aware now, the type every timestamp column expects."""
     return datetime.now(UTC)
+
+
+def served_adapter_name(name: str, version: int) -> str:
+    """The model name a published adapter version is served under: `<name>-v<version>`.
+
+    `trajlake publish --load-into` registers it with vLLM and `trajlake serve-sampler`
+    answers with it, so production traces record it as their model (and `policy`), and the
+    `policy_performance` view attributes them to that `adapters` row.
+
+    >>> served_adapter_name("calculator-agent", 3)
+    'calculator-agent-v3'
+    """
+    return f"{name}-v{version}"

@@ -1,4 +1,12 @@
-"""What the training device can do, for choosing defaults that are fast where they run."""
+"""What the training device can do, for choosing defaults that are fast where they run.
+
+Measured on one CPU core (tiny model + LoRA, 181 conversations of ~230 tokens, batch 8):
+bf16 autocast made a step ~3x slower than fp32, and TRL's padding-free `bfd` packing
+(each batch one flattened sequence, which attention without FlashAttention treats as one
+long sequence) cost 3.7 s/step (22 s/epoch) against 0.15 s/step (3.4 s/epoch) for
+unpacked, padded batches. On a GPU both pay: bf16 is native and padding-free packing
+skips the pad tokens. `bench/train.py` shows the numbers on the machine at hand.
+"""
 
 from __future__ import annotations
 
@@ -8,3 +16,10 @@ def bf16_supported() -> bool:
     import torch
 
     return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+
+
+def packing_pays(use_cpu: bool = False) -> bool:
+    """Whether padding-free (`bfd`) packing is the faster SFT layout here: on a GPU, not on a CPU."""
+    import torch
+
+    return bool(torch.cuda.is_available()) and not use_cpu

@@ -16,6 +16,13 @@ things and reuses everything else (loss types, clipping, KL, entropy, metrics, s
   generation batch repeated `num_iterations x steps_per_generation` times as TRL's
   buffering expects, instead of repeating each prompt `num_generations` times.
 
+Before training, `store_round_start_logprobs` takes the trainer's own logprobs of every
+stored token (one forward pass, no update yet): each step then logs the sampler/trainer
+gap (`sampling/sampling_logp_difference/*`, a `runs` column), and with
+`vllm_importance_sampling_correction` they become pi_old and weight the advantages
+(`training.mismatch`). Which rows a round trains on (staleness bound, all-equal groups
+dropped, batch fitted to the rows) is `training.grpo_rows`.
+
 Because advantages are precomputed per stored group (`training.advantages`), groups
 need not be aligned with batches. With `beta > 0` the reference logprobs are those of
 the policy GRPO started from: the base model for a fresh adapter, or the SFT adapter's
@@ -37,10 +44,13 @@ import store
 from training.datasets import GRPOExample, select_grpo
 from training.errors import BadHyperparameter
 from training.grpo_config import TrajlakeGRPOConfig
+from training.grpo_rows import bound_staleness, cut_to_max_length, drop_equal_reward_groups, fit_batch_to_rows
 from training.metrics import NonFiniteLossGuard, RunsTableCallback
+from training.mismatch import importance_weights, sampler_gap, weighted_advantages
 from training.run import (
     CHECKPOINTS,
     TrainResult,
+    last_checkpoint,
     load_tokenizer,
     read_run_record,
     start_run,
@@ -78,24 +88,6 @@ def grpo_dataset(examples: Sequence[GRPOExample]) -> Any:
 
     rows = [e.to_row() for e in examples]
     return Dataset.from_dict({col: [r[col] for r in rows] for col in ROW_COLUMNS})
-
-
-def cut_to_max_length(example: GRPOExample, max_completion_length: int | None) -> GRPOExample:
-    """Cut a completion longer than `max_completion_length`; the cut one counts as truncated."""
-    if max_completion_length is None or len(example.completion_ids) <= max_completion_length:
-        return example
-    n = max_completion_length
-    return GRPOExample(
-        trajectory_id=example.trajectory_id,
-        group_id=example.group_id,
-        prompt_ids=example.prompt_ids,
-        completion_ids=example.completion_ids[:n],
-        tool_mask=example.tool_mask[:n],
-        logprobs=example.logprobs[:n],
-        truncated=True,
-        reward=example.reward,
-        advantage=example.advantage,
-    )
 
 
 class StoredGroupsGRPOTrainer(GRPOTrainer):
@@ -193,28 +185,96 @@ class StoredGroupsGRPOTrainer(GRPOTrainer):
         metrics["reward_std"].append(nanstd(rewards).item() if rewards.numel() > 1 else 0.0)
         metrics[f"rewards/{self.reward_func_names[0]}/mean"].append(rewards.mean().item())
         metrics["frac_reward_zero_std"].append((advantages == 0).float().mean().item())
+        if all("trainer_logprobs" in r for r in inputs):
+            self.apply_round_start_logprobs(batch, inputs, loss_mask, mode)
+        elif self.args.vllm_importance_sampling_correction:  # resumed run: the model as it is now
+            self.apply_round_start_logprobs(batch, inputs, loss_mask, mode, self.current_logps(batch, mode))
         return batch
+
+    @torch.no_grad()
+    def apply_round_start_logprobs(
+        self,
+        batch: dict[str, torch.Tensor],
+        rows: list[dict[str, Any]],
+        mask: torch.Tensor,
+        mode: str,
+        trainer_logps: torch.Tensor | None = None,
+    ) -> None:
+        """Log the sampler/trainer gap of this batch; with TIS, make the trainer's logprobs pi_old and
+        weight the advantages by pi_old / pi_sampler (`training.mismatch`)."""
+        args = self.args
+        if trainer_logps is None:
+            trainer_logps = pad(
+                [torch.tensor(r["trainer_logprobs"], dtype=torch.float32) for r in rows],
+                padding_value=0.0,
+                padding_side="right",
+                pad_to_multiple_of=self.pad_to_multiple_of,
+            ).to(mask.device)
+        sampled = batch["old_per_token_logps"]
+        mean_gap, max_gap = sampler_gap(trainer_logps, sampled, mask)
+        metrics = self._metrics[mode]
+        metrics["sampling/sampling_logp_difference/mean"].append(mean_gap)
+        metrics["sampling/sampling_logp_difference/max"].append(max_gap)
+        if not args.vllm_importance_sampling_correction:
+            return
+        weights = importance_weights(
+            trainer_logps,
+            sampled,
+            mask,
+            mode=args.vllm_importance_sampling_mode,
+            clip_min=args.vllm_importance_sampling_clip_min,
+            clip_max=args.vllm_importance_sampling_clip_max,
+        )
+        batch["advantages"] = weighted_advantages(batch["advantages"], weights)
+        batch["old_per_token_logps"] = trainer_logps
+        kept = weights.expand_as(trainer_logps)[mask.bool()] if mask.any() else weights.flatten()
+        metrics["sampling/importance_sampling_ratio/min"].append(kept.min().item())
+        metrics["sampling/importance_sampling_ratio/mean"].append(kept.mean().item())
+        metrics["sampling/importance_sampling_ratio/max"].append(kept.max().item())
+
+    @torch.no_grad()
+    def current_logps(self, batch: dict[str, torch.Tensor], mode: str, model: Any = None) -> torch.Tensor:
+        """Per-token logprobs of the stored completion tokens under `model` (the policy as it is now)."""
+        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        size = (
+            self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
+        )
+        logps, _, _ = self._get_per_token_logps_and_entropies(
+            model if model is not None else self.model,
+            input_ids,
+            attention_mask,
+            batch["completion_ids"].size(1),
+            batch_size=size,
+        )
+        return logps
+
+    def store_round_start_logprobs(self) -> None:
+        """Add the trainer's logprobs of every row, before the first update, as column `trainer_logprobs`.
+
+        Masked positions (tool results, glue) are kept as computed; the gap and the weights
+        only ever read them through the loss mask.
+        """
+        dataset = self.train_dataset
+        size = self.args.per_device_train_batch_size
+        was_training = self.model.training
+        self.model.eval()  # no dropout: the logprobs a sampler would compute
+        values: list[list[float]] = []
+        for start in range(0, len(dataset), size):
+            rows = [dataset[i] for i in range(start, min(start + size, len(dataset)))]
+            logps = self.current_logps(self.stored_batch(rows), "train")
+            values.extend(lp[: len(r["completion_ids"])].tolist() for lp, r in zip(logps, rows, strict=True))
+        self.model.train(was_training)
+        self.train_dataset = dataset.add_column("trainer_logprobs", values)
 
     @torch.no_grad()
     def reference_logps(self, batch: dict[str, torch.Tensor], mode: str) -> torch.Tensor:
         """Per-token logprobs of the reference policy (frozen copy or adapters disabled), as TRL computes them."""
-        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
-        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
-        logits_to_keep = batch["completion_ids"].size(1)
-        size = (
-            self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
-        )
         if self.ref_model is not None:
-            logps, _, _ = self._get_per_token_logps_and_entropies(
-                self.ref_model, input_ids, attention_mask, logits_to_keep, batch_size=size
-            )
-            return logps
+            return self.current_logps(batch, mode, self.ref_model)
         model = self.accelerator.unwrap_model(self.model)
         with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
-            logps, _, _ = self._get_per_token_logps_and_entropies(
-                self.model, input_ids, attention_mask, logits_to_keep, batch_size=size
-            )
-        return logps
+            return self.current_logps(batch, mode)
 
 
 def load_policy(base_model: str, adapter: str | None, config: TrajlakeGRPOConfig) -> tuple[Any, Any]:
@@ -266,6 +326,10 @@ def train_grpo(
     output_dir = Path(output_dir)
     config = config or TrajlakeGRPOConfig(output_dir=str(output_dir / CHECKPOINTS))
     config.output_dir = str(output_dir / CHECKPOINTS)
+    check_adapter_dir(adapter)
+    stale = 0
+    if config.max_staleness is not None:
+        sql, stale = bound_staleness(lake, sql, base_model, adapter, config.max_staleness)
     selection = select_grpo(
         lake,
         sql,
@@ -276,8 +340,11 @@ def train_grpo(
         min_group_size=config.min_group_size,
         as_of=as_of,
     )
-    check_adapter_dir(adapter)
     examples = [cut_to_max_length(e, config.max_completion_length) for e in selection.examples]
+    skipped_equal = 0
+    if config.skip_equal_reward_groups:
+        examples, skipped_equal = drop_equal_reward_groups(examples, selection.report.equal_reward_groups)
+    config, batch_note = fit_batch_to_rows(config, len(examples))
     run_id = start_run(
         output_dir, "grpo", config.run_id, resume, {"base_model": base_model, "adapter": adapter, "sql": sql}
     )
@@ -291,6 +358,9 @@ def train_grpo(
         "equal_reward_groups": len(selection.report.equal_reward_groups),
         "dropped_small_groups": len(selection.dropped_small_groups),
         "truncated": sum(e.truncated for e in examples),
+        "skipped_equal_reward_trajectories": skipped_equal,
+        "stale_trajectories": stale,
+        **batch_note,
     }
     runs = RunsTableCallback(
         lake, run_id, "grpo", extra={"equal_reward_groups": report["equal_reward_groups"]}
@@ -304,6 +374,10 @@ def train_grpo(
         peft_config=peft_config,
         callbacks=[runs, guard, *callbacks],
     )
+    if (config.measure_sampler_gap or config.vllm_importance_sampling_correction) and not (
+        resume and last_checkpoint(output_dir)
+    ):
+        trainer.store_round_start_logprobs()
     parent = read_run_record(adapter) if adapter else None
     if adapter and parent is None:
         parent = {"adapter_dir": adapter, "stages": ["external"], "run_ids": []}

@@ -11,6 +11,18 @@ group filter. Notes on reused TRL fields:
   its own size); it only has to divide the generation batch, so it is fixed to 2.
 - `mask_truncated_completions` defaults to True here: a completion cut at the token
   limit has no meaningful end, so its tokens are masked out of the loss.
+- `vllm_importance_sampling_correction` (TRL's name; here for any sampler) defaults to
+  False: the stored sampling logprobs already are pi_old of the clipped ratio, and a
+  sampler that computes the trainer's numbers (the transformers backend in fp32:
+  |dlogp| ~ 1e-6) needs no correction. With a sampler whose numerics differ (vLLM, bf16)
+  turn it on: pi_old becomes the trainer's logprobs before the round's first update and
+  each token is weighted by the truncated (or masked) ratio pi_old / pi_sampler
+  (`vllm_importance_sampling_mode`, default `token_truncate`, at
+  `vllm_importance_sampling_clip_max`), as TRL does for vLLM and verl calls TIS.
+
+trajlake's own round-level fields: `skip_equal_reward_groups` (DAPO's filter),
+`max_staleness` (how many adapter versions old a group may be) and `measure_sampler_gap`
+(log the sampler/trainer logprob gap of every step to `runs`).
 """
 
 from __future__ import annotations
@@ -25,6 +37,7 @@ from training.errors import BadHyperparameter
 from training.lora import LoraFields
 
 LOSS_TYPES: tuple[str, ...] = ("dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+IS_MODES: tuple[str, ...] = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 
 
 @dataclass
@@ -40,6 +53,41 @@ class TrajlakeGRPOConfig(LoraFields, GRPOConfig):
     )
     min_group_size: int = field(
         default=2, metadata={"help": "Groups with fewer scored trajectories are dropped (and listed)."}
+    )
+    skip_equal_reward_groups: bool = field(
+        default=True,
+        metadata={
+            "help": "Leave groups whose rewards are all equal (zero advantage) out of the batches, as DAPO's "
+            "dynamic sampling does: they carry no gradient, cost compute and dilute the token-normalised loss "
+            "(kept when no group has unequal rewards)."
+        },
+    )
+    max_staleness: int | None = field(
+        default=None,
+        metadata={
+            "help": "Train only on groups sampled by the adapter being continued or its N nearest ancestors "
+            "(0: on-policy groups only); older groups are refused before any model loads. None: no bound."
+        },
+    )
+    # Parameters that control the sampler/trainer mismatch
+    measure_sampler_gap: bool = field(
+        default=True,
+        metadata={
+            "help": "Compute the trainer's logprobs of the stored tokens before the first update (one forward "
+            "pass over the rows) and log each step's gap to the sampling logprobs "
+            "(`sampling/sampling_logp_difference/*` in `runs`)."
+        },
+    )
+    vllm_importance_sampling_correction: bool = field(
+        default=False,
+        metadata={
+            "help": "Truncated importance sampling (TIS) of the sampler/trainer mismatch, for any sampler: "
+            "pi_old from the trainer, tokens weighted by pi_old / pi_sampler; for vLLM or bf16 samplers."
+        },
+    )
+    vllm_importance_sampling_mode: str = field(
+        default="token_truncate",
+        metadata={"help": "token_truncate, token_mask, sequence_truncate or sequence_mask (TRL's modes)."},
     )
     # Defaults that differ from TRL's
     mask_truncated_completions: bool = field(
@@ -90,6 +138,19 @@ class TrajlakeGRPOConfig(LoraFields, GRPOConfig):
         if self.beta < 0:
             raise BadHyperparameter(
                 f"`beta` (KL weight) must be >= 0; got {self.beta}", name="beta", value=self.beta
+            )
+        if self.max_staleness is not None and self.max_staleness < 0:
+            raise BadHyperparameter(
+                f"`max_staleness` must be >= 0 (or None for no bound); got {self.max_staleness}",
+                name="max_staleness",
+                value=self.max_staleness,
+            )
+        if self.vllm_importance_sampling_mode not in IS_MODES:
+            raise BadHyperparameter(
+                f"`vllm_importance_sampling_mode` = `{self.vllm_importance_sampling_mode}` is not one of "
+                f"{', '.join(IS_MODES)}",
+                name="vllm_importance_sampling_mode",
+                value=self.vllm_importance_sampling_mode,
             )
         if self.min_group_size < 2:
             raise BadHyperparameter(

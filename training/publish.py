@@ -265,7 +265,9 @@ def publish(
         moved_from={a: r["version"] for r in rows for a in aliases if a in (r["aliases"] or [])},
     )
     if config.load_into:
-        published.loaded_into = load_into_vllm(config.load_into, f"{name}-v{version}", target)
+        published.loaded_into = load_into_vllm(
+            config.load_into, store.served_adapter_name(name, version), target
+        )
     if config.push_to_hub:
         published.pushed_to = upload_to_hub(target, config.push_to_hub, config.hub_token)
     return published

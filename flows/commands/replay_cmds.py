@@ -110,23 +110,50 @@ def replay_command(
 
 def serve_sampler(
     model: Annotated[str, typer.Option(help="Model folder to serve with the transformers backend.")],
-    adapter: Annotated[str | None, typer.Option(help="Default LoRA adapter folder.")] = None,
+    adapter: Annotated[
+        str | None,
+        typer.Option(
+            help="LoRA adapter: a folder, or a published version `name:alias|version` (with --lake)."
+        ),
+    ] = None,
+    served_name: Annotated[
+        str | None,
+        typer.Option(
+            help="Model name the adapter answers to (default: `<name>-v<version>` of a published one)."
+        ),
+    ] = None,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature of requests that set none.")] = 1.0,
+    max_tokens: Annotated[int, typer.Option(help="Token budget of requests that set none.")] = 256,
     host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    lake: LakeOption = None,
 ) -> None:
     """Serve a model over an OpenAI/vLLM-compatible API (token-id prompts, n, logprobs) on CPU or GPU.
 
     For machines without vLLM: `trajlake replay --backend vllm-server --base-url http://HOST:PORT`
-    then works against it, and so do OpenAI SDK agents.
+    then works against it, and so do OpenAI SDK agents. A published adapter answers as
+    `<name>-v<version>`, so production traces of agents using it are attributed to that
+    version (`policy_performance`).
     """
     import uvicorn
 
-    from training.replay.rollout.openai_app import create_app
-    from training.replay.samplers import make_sampler
+    from flows.sampler_server import sampler_app
+    from training.errors import AdapterNotFound
 
-    sampler = make_sampler("transformers", model, adapter=adapter)
-    typer.echo(f"serving {sampler.policy} on http://{host}:{port}/v1")
-    uvicorn.run(create_app(sampler), host=host, port=port, log_level="warning")
+    try:
+        app, sampler, name = sampler_app(
+            model,
+            adapter,
+            lake=resolve_lake(lake) if adapter and not Path(adapter).exists() else None,
+            served_name=served_name,
+            temperature=temperature,
+            max_tokens=max_tokens,
+        )
+    except (FileNotFoundError, AdapterNotFound) as exc:
+        raise fail(str(exc)) from None
+    typer.echo(f"serving {sampler.policy} as `{name}` on http://{host}:{port}/v1")
+    with sampler:
+        uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
 def tiny_model(

@@ -110,6 +110,7 @@ def _evaluate(
             .with_lake(lake)
             .with_values("sampler", model=model)
             .with_values("score", rewards=[reward], reward=reward)
+            .with_values("evaluate", reward=reward)
             .with_values("select", evaluate=scenarios)
             .with_values("publish", name=name)
         )

@@ -6,8 +6,11 @@ questions through a scripted stand-in for the hosted LLM, its spans and feedback
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
+
+from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 from flows.background import BackgroundServer
 from flows.demo.task import make_questions
@@ -37,8 +40,29 @@ def finish_collection(collector: Any) -> dict[str, int]:
     }
 
 
-def instrument_agent(endpoint: str, service_name: str) -> tuple[Any, Any, Any]:
-    """Tracing and event logging of an agent to a collector: (tracer provider, logger provider, uninstrument)."""
+class SeededIds(IdGenerator):
+    """OpenTelemetry ids from a seeded generator: a seeded demo run gets the same trace ids, hence
+    the same trajectory ids and the same train/val split (scenarios split by a hash of them)."""
+
+    def __init__(self, seed: int) -> None:
+        import random
+
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+
+    def generate_span_id(self) -> int:
+        with self._lock:
+            return self._rng.getrandbits(64) or 1
+
+    def generate_trace_id(self) -> int:
+        with self._lock:
+            return self._rng.getrandbits(128) or 1
+
+
+def instrument_agent(endpoint: str, service_name: str, seed: int | None = None) -> tuple[Any, Any, Any]:
+    """Tracing and event logging of an agent to a collector: (tracer provider, logger provider, uninstrument).
+
+    `seed`: seeded trace and span ids (`SeededIds`); None: the SDK's random ones."""
     from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
     from opentelemetry.sdk._logs import LoggerProvider
     from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
@@ -46,7 +70,12 @@ def instrument_agent(endpoint: str, service_name: str) -> tuple[Any, Any, Any]:
 
     import ingest
 
-    provider = ingest.instrument(endpoint=endpoint, service_name=service_name, set_global=False)
+    provider = ingest.instrument(
+        endpoint=endpoint,
+        service_name=service_name,
+        set_global=False,
+        id_generator=SeededIds(seed) if seed is not None else None,
+    )
     logger_provider = LoggerProvider(resource=Resource.create({"service.name": service_name}))
     logger_provider.add_log_record_processor(
         BatchLogRecordProcessor(OTLPLogExporter(endpoint=f"{endpoint}/v1/logs"))
@@ -60,27 +89,47 @@ def instrument_agent(endpoint: str, service_name: str) -> tuple[Any, Any, Any]:
     return provider, logger_provider, uninstrument
 
 
-def capture_production_traces(lake: Path, questions: int, seed: int = 0) -> dict[str, Any]:
-    """Run the instrumented agent against the stand-in production LLM, through `trajlake collect`."""
+def capture_production_traces(
+    lake: Path,
+    questions: int,
+    seed: int = 0,
+    llm_app: Any = None,
+    model: str | None = None,
+    concurrency: int = 1,
+) -> dict[str, Any]:
+    """Run the instrumented agent against the production LLM, through `trajlake collect`.
+
+    The production LLM is the scripted stand-in (`teacher`) unless `llm_app`, an
+    OpenAI-compatible ASGI app (`trajlake serve-sampler`'s), serves `model` instead.
+    `concurrency` agents run at once, as users would (a served model batches their calls);
+    the stand-in is run one at a time, so its seeded mistakes land on the same questions.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
     import openai
 
     from flows.demo import agent, teacher
 
     stats: dict[str, Any] = {}
     app, collector = collector_app(lake)
-    with BackgroundServer(teacher.create_app(seed=seed)) as llm, BackgroundServer(app) as server:
+    llm_app = llm_app if llm_app is not None else teacher.create_app(seed=seed)
+    model = model or teacher.TEACHER_MODEL
+    with BackgroundServer(llm_app) as llm, BackgroundServer(app) as server:
         provider, logger_provider, uninstrument = instrument_agent(
-            server.url, service_name="calculator-agent"
+            server.url, service_name="calculator-agent", seed=seed
         )
         try:
             client = openai.OpenAI(base_url=f"{llm.url}/v1", api_key="demo-key", max_retries=0)
             tracer = provider.get_tracer("calculator-agent")
             feedback = logger_provider.get_logger("calculator-agent.feedback")
-            runs = []
-            for question in make_questions(questions, seed=seed):
-                run = agent.run_agent(client, teacher.TEACHER_MODEL, question.text, tracer)
+
+            def answer(question: Any) -> Any:
+                run = agent.run_agent(client, model, question.text, tracer)
                 agent.record_feedback(feedback, run, correct=run.answer == question.answer)
-                runs.append(run)
+                return run
+
+            with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+                runs = list(pool.map(answer, make_questions(questions, seed=seed)))
             provider.force_flush()
             logger_provider.force_flush()
         finally:

@@ -9,9 +9,9 @@ belong to the library that owns the data.
 """
 
 from flows.stages.common import StageError, base_model, lake_of, work_dir
-from flows.stages.evaluate import evaluate_adapter, publish_adapter
+from flows.stages.evaluate import evaluate_adapter, publish_adapter, stage_policies
 from flows.stages.ingest import assemble_pending, pull_langfuse
-from flows.stages.replay import make_scenarios, replay_round
+from flows.stages.replay import make_scenarios, merge_replays, replay_round
 from flows.stages.score import finish_scoring, rewards_to_score, score_reward, score_round
 from flows.stages.train import train_grpo, train_sft
 
@@ -23,12 +23,14 @@ __all__ = [
     "finish_scoring",
     "lake_of",
     "make_scenarios",
+    "merge_replays",
     "publish_adapter",
     "pull_langfuse",
     "replay_round",
     "rewards_to_score",
     "score_reward",
     "score_round",
+    "stage_policies",
     "train_grpo",
     "train_sft",
     "work_dir",

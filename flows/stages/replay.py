@@ -28,12 +28,20 @@ def make_scenarios(config: TrajlakeConfig) -> dict[str, int]:
 
 
 def replay_policy(
-    config: TrajlakeConfig, adapter: str | None, scenarios: str, *, run: str, seed: int
+    config: TrajlakeConfig,
+    adapter: str | None,
+    scenarios: str,
+    *,
+    run: str,
+    seed: int,
+    group_size: int | None = None,
 ) -> dict[str, Any]:
-    """Group-sample `scenarios` with the base model or `adapter`; resumable (complete groups are skipped)."""
+    """Group-sample `scenarios` with the base model or `adapter` (`group_size`: instead of the
+    configured one); resumable (complete groups are skipped)."""
     from training.replay import replay
 
-    replay_config = config.build("replay", run=run, seed=seed)
+    sizes = {"group_size": group_size} if group_size else {}
+    replay_config = config.build("replay", run=run, seed=seed, **sizes)
     with sampler_for(config, adapter) as sampler:
         result = replay(
             lake_of(config),
@@ -59,7 +67,31 @@ def replay_policy(
     }
 
 
-def replay_round(config: TrajlakeConfig, adapter: str | None, round_number: int) -> dict[str, Any]:
-    """One round's group sampling of the train scenarios with the current policy."""
-    seed = (config.build("replay").seed or 0) + round_number
-    return replay_policy(config, adapter, config.select.replay, run=f"round-{round_number}", seed=seed)
+def round_scenarios(config: TrajlakeConfig, round_number: int, draw: int = 0) -> str:
+    """`select.replay`, or this round's slice of it (and of a dynamic-sampling draw) with `scenarios_per_round`."""
+    from training.replay import slice_selection
+
+    pipeline = config.pipeline
+    index = (round_number - 1) * (1 + pipeline.dynamic_sampling_draws) + draw
+    return slice_selection(lake_of(config), config.select.replay, pipeline.scenarios_per_round, max(index, 0))
+
+
+def replay_round(
+    config: TrajlakeConfig, adapter: str | None, round_number: int, draw: int = 0
+) -> dict[str, Any]:
+    """One round's group sampling of the train scenarios with the current policy (`draw` > 0: a dynamic-
+    sampling draw of further scenarios for the same round)."""
+    seed = (config.build("replay").seed or 0) + round_number + 1000 * draw
+    run = f"round-{round_number}" + (f"-draw-{draw}" if draw else "")
+    return replay_policy(config, adapter, round_scenarios(config, round_number, draw), run=run, seed=seed)
+
+
+def merge_replays(first: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
+    """One round's replay result from two draws (their groups together)."""
+    summed = ("groups", "trajectories", "generated_tokens", "failed", "seconds")
+    return {
+        **first,
+        "group_ids": [*first["group_ids"], *more["group_ids"]],
+        **{k: first[k] + more[k] for k in summed},
+        "draws": first.get("draws", 0) + 1,
+    }

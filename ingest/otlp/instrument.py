@@ -21,6 +21,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 import store
 from ingest.errors import InstrumentError
@@ -71,11 +72,13 @@ def instrument(
     set_global: bool = True,
     redaction: RedactionConfig | None = None,
     resource_attributes: dict[str, str] | None = None,
+    id_generator: IdGenerator | None = None,
 ) -> TracerProvider:
     """A ready `TracerProvider` exporting to a collector (`endpoint`) or into a lake (`lake`).
 
     `batch=False` exports each span as it ends (handy in tests and short scripts);
-    `set_global` installs the provider as the process's global one. Call
+    `set_global` installs the provider as the process's global one; `id_generator` (the
+    SDK's random one by default) gives seeded runs reproducible trace ids. Call
     `provider.force_flush()` (or `shutdown()`) before the process exits.
     """
     if (lake is None) == (endpoint is None):
@@ -91,7 +94,8 @@ def instrument(
     else:
         exporter = LakeSpanExporter(lake, redaction=redaction)  # type: ignore[arg-type]
     provider = TracerProvider(
-        resource=Resource.create({"service.name": service_name, **(resource_attributes or {})})
+        resource=Resource.create({"service.name": service_name, **(resource_attributes or {})}),
+        id_generator=id_generator,
     )
     provider.add_span_processor(BatchSpanProcessor(exporter) if batch else SimpleSpanProcessor(exporter))
     if isinstance(exporter, LakeSpanExporter):

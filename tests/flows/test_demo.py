@@ -52,15 +52,27 @@ def test_small_demo_runs_the_whole_loop(tmp_path: Path, monkeypatch: pytest.Monk
 
     # production traces -> trajectories with every message, via the real collector
     otel = con.execute(
-        "SELECT count(*), min(len(messages)), any_value(model) FROM trajectories WHERE source = 'otel'"
+        "SELECT count(*), min(len(messages)) FROM trajectories WHERE source = 'otel' AND model = 'production-llm-1'"
     ).fetchone()
     assert otel[0] == result["captured"]["agent_runs"] == 24
     assert otel[1] == 5  # system, user, assistant tool call, tool result, final answer
-    assert otel[2] == "production-llm-1"
     tools = con.execute("SELECT DISTINCT tools FROM trajectories WHERE source = 'otel'").fetchall()
     assert [json.loads(t[0])[0]["function"]["name"] for t in tools] == ["calculator"]
     feedback = con.execute("SELECT count(*) FROM rewards WHERE name = 'user_feedback'").fetchone()[0]
-    assert feedback == 24
+    assert feedback == 48  # both production batches
+
+    # then the published adapter served a second production batch (serve-sampler's app, the same
+    # instrumented agent): its traces name the version, and policy_performance attributes them to it
+    second = result["second_batch"]
+    assert second["agent_runs"] == 24 and second["model"] == "calculator-agent-v1"
+    performance = con.execute(
+        "SELECT policy, adapter, adapter_version, sum(trajectories) FROM policy_performance "
+        "WHERE name = 'user_feedback' GROUP BY ALL ORDER BY policy"
+    ).fetchall()
+    assert performance == [
+        ("calculator-agent-v1", "calculator-agent", 1, 24),
+        ("production-llm-1", None, None, 24),
+    ]
 
     # replayed groups carry token data and are scored
     groups = con.execute(
@@ -85,14 +97,39 @@ def test_small_demo_runs_the_whole_loop(tmp_path: Path, monkeypatch: pytest.Monk
     comparison = evaluation["comparison"]
     assert evaluation["baseline"] == "base" and comparison["paired_scenarios"] > 0
 
-    # evaluated once, published once: one replay and one scoring per policy (candidate, base model)
-    assert [name for name, _, _ in calls] == ["replay_policy", "score_reward"] * 2 + ["publish"]
-    assert {args[1] for name, args, _ in calls if name == "replay_policy"} == {result["adapter"], None}
+    # evaluated once, published once: one replay and one scoring per policy of the learning curve
+    # (base model = the baseline, SFT, the round's adapter = the candidate)
+    assert [name for name, _, _ in calls] == ["replay_policy", "score_reward"] * 3 + ["publish"]
+    sft = str(Path(result["lake"]) / "_work" / "sft-0" / "adapter")
+    assert [args[1] for name, args, _ in calls if name == "replay_policy"] == [None, sft, result["adapter"]]
     assert con.execute("SELECT count(DISTINCT run_id) FROM runs WHERE stage = 'eval'").fetchone()[0] == 1
+    table = evaluation["table"]
+    assert [(r["stage"], r["kind"]) for r in table] == [
+        ("base", "val"),
+        ("sft", "val"),
+        ("grpo-1", "val"),
+        ("production", "production"),
+    ]
+    assert table[-1]["policy"] == "production-llm-1" and table[-1]["n"] == 24
+    assert [d["against"] for d in table[2]["differences"]] == ["previous", "base", "sft"]
+    manifest = json.loads((Path(result["published"]["path"]) / "manifest.json").read_text())
+    assert manifest["eval"]["table"] == json.loads(json.dumps(table))  # the manifest carries the table
 
     # the report shows the measured numbers; Prefect has the artifacts
     page = Path(result["report"]).read_text()
     candidate, baseline = comparison["candidate"]["mean"], comparison["baseline"]["mean"]
     assert f"{candidate:.3f}" in page and f"{baseline:.3f}" in page
-    assert page.count("data:image/png;base64,") == 3
+    # evaluation, learning curve, production before/after, rewards per round, groups
+    assert page.count("data:image/png;base64,") == 5
+    assert "Learning: success per stage" in page and "calculator-agent-v1" in page
+    assert [name for name, _ in result["timings"]] == [
+        "base model",
+        "production batch 1 (production LLM)",
+        "pipeline flow",
+        "production batch 2 (published adapter)",
+        "report",
+    ]
+    steps = [name for name, _ in result["pipeline_timings"]]
+    assert steps[:3] == ["assemble", "scenarios", "sft"] and steps[-2:] == ["evaluate", "publish"]
+    assert {"round 1: replay", "round 1: score", "round 1: grpo"} <= set(steps)
     assert {"trajlake-rounds", "trajlake-evaluation", "trajlake-adapter"} <= asyncio.run(_artifact_keys())

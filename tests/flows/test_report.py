@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
+import pytest
+
 import store
 from flows.report import Evaluation, render_report, report_data, write_report
 
@@ -75,3 +77,79 @@ def test_render_embeds_plots_and_measured_evaluation(lake: store.Lake, tmp_path)
 def test_empty_lake_renders_without_plots(lake: store.Lake) -> None:
     page = render_report(report_data(lake, "exact_match"))
     assert "No data for reward per round" in page
+
+
+def seed_learning(lake: store.Lake) -> None:
+    """An evaluation run (base, SFT, one round; production as reference) and feedback before/after."""
+    from judging.evaluation import compare, evaluation_table, production_success, record_evaluation
+
+    ids = [f"s{i}" for i in range(20)]
+    base = dict.fromkeys(ids, 0.0)
+    sft = {s: float(i % 2) for i, s in enumerate(ids)}
+    grpo = {s: float(i % 2 == 1 or i % 5 != 0) for i, s in enumerate(ids)}  # never below SFT
+    now = store.utc_now()
+    served = store.served_adapter_name("agent", 1)
+    rows = [
+        {"trajectory_id": f"p{i}", "source": "otel", "started_at": now, "policy": "prod-llm"}
+        for i in range(10)
+    ]
+    rows += [
+        {
+            "trajectory_id": f"a{i}",
+            "source": "otel",
+            "started_at": now + timedelta(minutes=1),
+            "policy": served,
+        }
+        for i in range(10)
+    ]
+    store.write(lake, "trajectories", rows)
+    store.write(
+        lake,
+        "rewards",
+        [
+            {
+                "trajectory_id": r["trajectory_id"],
+                "name": "user_feedback",
+                "scorer": "user",
+                "scored_at": now,
+                "value": float(r["trajectory_id"] not in ("p0", "p1", "p2", "a0")),
+            }
+            for r in rows
+        ],
+    )
+    store.write(
+        lake, "adapters", [{"name": "agent", "version": 1, "path": "/r/agent/v1", "aliases": ["latest"]}]
+    )
+    table = evaluation_table(
+        [("base", "m", base), ("sft", "m+sft", sft), ("grpo-1", "m+g1", grpo)], references=("base", "sft")
+    )
+    table += production_success(lake, "user_feedback")
+    record_evaluation(lake, compare("exact_match", ("m+g1", grpo), ("m", base)), table, adapter="agent")
+
+
+def test_learning_curve_and_production_before_after(lake: store.Lake) -> None:
+    seed_learning(lake)
+    data = report_data(lake, "exact_match")
+    assert [(r.stage, r.kind) for r in data.learning] == [
+        ("base", "val"),
+        ("sft", "val"),
+        ("grpo-1", "val"),
+        ("production", "production"),
+        ("production", "production"),
+    ]
+    assert data.success_reward == "exact_match"
+    grpo = data.learning[2]
+    assert (
+        grpo.mean == 0.9
+        and grpo.differences["sft"][0] == pytest.approx(0.4)
+        and grpo.differences["sft"][1] > 0
+    )
+    assert [(r.policy, r.adapter) for r in data.learning[3:]] == [("prod-llm", None), ("agent-v1", "agent")]
+    assert [(p.policy, p.adapter, p.adapter_version, p.trajectories, p.mean) for p in data.production] == [
+        ("prod-llm", None, None, 10, 0.7),
+        ("agent-v1", "agent", 1, 10, 0.9),
+    ]
+    page = render_report(data)
+    assert "Learning: success per stage" in page and "Production before and after" in page
+    assert len(re.findall(r'src="data:image/png;base64,[A-Za-z0-9+/=]{100,}"', page)) == 2  # no rounds here
+    assert "0.900 [" in page and "+0.400 [" in page  # grpo-1's success and its lift over SFT, with CIs

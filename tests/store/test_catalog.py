@@ -182,3 +182,37 @@ def test_latest_rewards_takes_the_newest_successful_score_across_scorers(lake: s
         ("a", "s2", 0.2),
         ("b", "s1", 0.5),
     ]
+
+
+def test_policy_performance_attributes_served_adapters_per_day(lake: store.Lake) -> None:
+    served = store.served_adapter_name("calc", 2)
+    rows = [make_traj(i, model="prod-llm", policy="prod-llm") for i in range(4)]
+    rows += [make_traj(10 + i, model=served, policy=served, day=1) for i in range(3)]
+    rows += [make_traj(20, model="prod-llm", policy="prod-llm", day=1)]
+    rows += [make_traj(30, model=served, policy=served, source="replay")]  # replays are not production
+    store.write(lake, "trajectories", rows)
+    feedback = {0: 1.0, 1: 1.0, 2: 0.0, 3: 1.0, 10: 1.0, 11: 1.0, 12: 1.0, 20: 0.0, 30: 0.0}
+    store.write(
+        lake,
+        "rewards",
+        [
+            {"trajectory_id": f"t{i}", "name": "user_feedback", "scorer": "user", "value": v, "scored_at": T0}
+            for i, v in feedback.items()
+        ],
+    )
+    store.write(
+        lake, "adapters", [{"name": "calc", "version": 2, "path": "/r/calc/v2", "aliases": ["production"]}]
+    )
+    got = (
+        store.connect(lake)
+        .execute(
+            "SELECT policy, adapter, adapter_version, name, day::DATE::VARCHAR, trajectories, mean "
+            "FROM policy_performance ORDER BY day, policy"
+        )
+        .fetchall()
+    )
+    assert got == [
+        ("prod-llm", None, None, "user_feedback", "2026-11-20", 4, 0.75),
+        ("calc-v2", "calc", 2, "user_feedback", "2026-11-21", 3, 1.0),
+        ("prod-llm", None, None, "user_feedback", "2026-11-21", 1, 0.0),
+    ]

@@ -67,9 +67,17 @@ def test_assistant_only_masks(lake: store.Lake, tiny_model: Path) -> None:
     assert '"name": "add"' in ignored  # the tool schema in the system prompt is context, not a target
 
 
+def test_packing_defaults_by_device(tmp_path: Path) -> None:
+    import torch
+
+    assert config(tmp_path).packing is torch.cuda.is_available()  # bfd on a GPU, padded batches on a CPU
+    assert config(tmp_path, use_cpu=True).packing is False
+    assert config(tmp_path, packing=True).packing is True
+
+
 def test_train_sft_end_to_end(lake: store.Lake, tiny_model: Path, tmp_path: Path) -> None:
     store.write(lake, "trajectories", [add_call("t1"), *conversations(11)])
-    result = train_sft(lake, ALL, tiny_model, tmp_path / "run", config(tmp_path))
+    result = train_sft(lake, ALL, tiny_model, tmp_path / "run", config(tmp_path, packing=True))
     assert result.stage == "sft" and result.global_step == 3
     assert result.report["conversations"] == 12 and result.report["packed_rows"] < 12  # packing merged rows
     assert result.report["padding_free"] and 0 < result.report["packing_bin_fill"] <= 1

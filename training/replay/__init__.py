@@ -10,7 +10,7 @@ Public surface (the CLI and the Prefect flows call these):
 
 - `replay(lake, scenarios_sql, sampler, ReplayConfig(...)) -> ReplayResult`, `areplay`
 - `create_scenarios(lake, sql, ScenarioConfig(...))`, `load_scenarios(lake, path)`,
-  `read_scenarios(lake, sql)`, `Scenario`
+  `read_scenarios(lake, sql)`, `slice_selection(lake, sql, size, index)` (a round's share), `Scenario`
 - `make_sampler(backend, model, **options)`, `SamplerConfig`, `SamplingParams`
 - `make_tools(callables, recorded=True)`, `ToolsConfig`
 """
@@ -25,7 +25,7 @@ from training.replay.errors import (
 )
 from training.replay.rollout.tools import ToolsConfig, make_tools
 from training.replay.samplers import BACKENDS, SamplerConfig, SamplingParams, make_sampler
-from training.replay.scenario_io import create_scenarios, load_scenarios, read_scenarios
+from training.replay.scenario_io import create_scenarios, load_scenarios, read_scenarios, slice_selection
 from training.replay.scenarios import Scenario, ScenarioConfig, ScenarioResult
 from training.replay.stage import ReplayConfig, ReplayResult, areplay, complete_groups, replay
 
@@ -53,4 +53,5 @@ __all__ = [
     "make_tools",
     "read_scenarios",
     "replay",
+    "slice_selection",
 ]

@@ -124,3 +124,30 @@ def read_scenarios(
         return [Scenario.from_row(row) for row in selected_rows(con, sql, "scenarios", "scenario_id")]
     with store.connect(lake, read_only=True) as own:
         return [Scenario.from_row(row) for row in selected_rows(own, sql, "scenarios", "scenario_id")]
+
+
+def slice_selection(lake: store.Lake | str, sql: str, size: int, index: int) -> str:
+    """`sql` (returning `scenario_id`) narrowed to its `index`-th slice of `size` scenarios.
+
+    Slices walk the selection in a fixed hashed order, wrapping around, so successive
+    rounds (index 0, 1, ...) replay new scenarios before any repeats. A selection of at
+    most `size` scenarios, or `size` <= 0, is returned unchanged.
+    """
+    if size <= 0:
+        return sql
+    with store.connect(lake, read_only=True) as con:
+        try:
+            text, _ = store.check_selection(con, sql, "scenario_id")
+            total = con.execute(f"SELECT count(DISTINCT scenario_id) FROM ({text})").fetchone()[0]
+        except store.SelectionError as exc:
+            raise ScenarioError(str(exc), item=sql, reason=exc.reason) from exc
+    if total <= size:
+        return sql
+    start = index * size % total
+    end = start + size
+    ordered = (
+        "SELECT scenario_id, row_number() OVER (ORDER BY hash(scenario_id), scenario_id) - 1 AS i "
+        f"FROM (SELECT DISTINCT scenario_id FROM ({text}))"
+    )
+    wrap = f" OR i < {end - total}" if end > total else ""
+    return f"SELECT scenario_id FROM ({ordered}) WHERE (i >= {start} AND i < {end}){wrap}"

@@ -10,7 +10,7 @@ import pytest
 import store
 from tests.training.helpers import TOOLS, make_trajectory
 from training.replay.errors import ScenarioError
-from training.replay.scenario_io import create_scenarios, load_scenarios, read_scenarios
+from training.replay.scenario_io import create_scenarios, load_scenarios, read_scenarios, slice_selection
 from training.replay.scenarios import ScenarioConfig, assign_split, prompt_prefix
 
 
@@ -189,3 +189,25 @@ def test_prompt_prefix_without_assistant_turn_is_the_whole_conversation() -> Non
     messages = [{"role": "user", "content": "hi"}]
     assert prompt_prefix(messages) == messages
     assert prompt_prefix(messages, turn=1) is None
+
+
+def test_round_slices_cover_the_selection_before_repeating(lake: store.Lake) -> None:
+    store.write(lake, "trajectories", [make_trajectory(f"t{i}") for i in range(10)])
+    create_scenarios(lake, "SELECT trajectory_id FROM trajectories")
+    everything = "SELECT scenario_id FROM scenarios"
+    con = store.connect(lake)
+
+    def ids(sql: str) -> list[str]:
+        return sorted(r[0] for r in con.execute(sql).fetchall())
+
+    slices = [ids(slice_selection(lake, everything, 4, i)) for i in range(3)]
+    assert [len(s) for s in slices] == [4, 4, 4]
+    assert set(slices[0]).isdisjoint(slices[1])  # a new slice each round
+    assert set(slices[0]) | set(slices[1]) | set(slices[2]) == set(ids(everything))  # all seen, then wrap
+    assert len(set(slices[2]) & set(slices[0])) == 2  # the third slice wraps around to the start
+    assert slices[0] == ids(slice_selection(lake, everything, 4, 0))  # the same slice for the same round
+    assert slice_selection(lake, everything, 10, 3) == everything  # nothing to slice
+    assert slice_selection(lake, everything, 0, 3) == everything
+    with pytest.raises(ScenarioError) as err:
+        slice_selection(lake, "SELECT 1 AS x", 4, 0)
+    assert err.value.reason == "missing_column"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,11 +85,26 @@ def create_app(
     default_params: SamplingParams | None = None,
     recorder: Recorder | None = None,
     max_total_tokens: int | None = None,
+    adapters: Mapping[str, str] | None = None,
+    served_name: str | None = None,
 ) -> Starlette:
-    """The app; `recorder` (optional) receives every chat call that carries an episode header."""
+    """The app; `recorder` (optional) receives every chat call that carries an episode header.
+
+    `adapters` preloads LoRA adapters by served name (`{"agent-v3": "/registry/agent/v3"}`);
+    a request naming one samples through it and its response reports that name, as vLLM
+    does for a LoRA. Other requests sample through the sampler's default and report
+    `served_name` (what really answered: the default adapter's served name), else the
+    requested model, so traces of this server are attributed to the right policy.
+    """
     defaults = default_params or SamplingParams()
     renderer = ChatRenderer(sampler.tokenizer)
-    adapters: dict[str, str] = {}
+    loaded: dict[str, str] = dict(adapters or {})  # served name -> adapter path
+
+    def reported_model(body: dict[str, Any]) -> str:
+        requested = str(body.get("model") or "")
+        if requested in loaded:
+            return requested
+        return served_name or requested or sampler.model
 
     def params_from(body: dict[str, Any], prompt_len: int) -> SamplingParams:
         max_tokens = body.get("max_completion_tokens")
@@ -118,7 +134,7 @@ def create_app(
         )
 
     def adapter_for(body: dict[str, Any]) -> str | None:
-        return adapters.get(body.get("model") or "")
+        return loaded.get(body.get("model") or "")
 
     async def chat(request: Request) -> JSONResponse:
         body = await request.json()
@@ -211,7 +227,7 @@ def create_app(
                 "id": f"chatcmpl-{uuid.uuid4().hex}",
                 "object": "chat.completion",
                 "created": int(time.time()),
-                "model": body.get("model") or sampler.model,
+                "model": reported_model(body),
                 "choices": choices,
                 "prompt_token_ids": prompt_ids,
                 "usage": {
@@ -278,7 +294,7 @@ def create_app(
                 "id": f"cmpl-{uuid.uuid4().hex}",
                 "object": "text_completion",
                 "created": int(time.time()),
-                "model": body.get("model") or sampler.model,
+                "model": reported_model(body),
                 "choices": choices,
                 "usage": {
                     "prompt_tokens": prompt_tokens,
@@ -293,28 +309,28 @@ def create_app(
         name, path = body.get("lora_name"), body.get("lora_path")
         if not name or not path:
             return _error(400, "both `lora_name` and `lora_path` must be provided")
-        if name in adapters:
+        if name in loaded:
             return _error(400, f"The lora adapter '{name}' has already been loaded.")
         from pathlib import Path
 
         if not (Path(path) / "adapter_config.json").exists():
             return _error(404, f"no LoRA adapter at `{path}` (adapter_config.json missing)", "NotFoundError")
-        adapters[name] = path
+        loaded[name] = path
         return PlainTextResponse(f"Success: LoRA adapter '{name}' added successfully.")
 
     async def unload_adapter(request: Request) -> PlainTextResponse | JSONResponse:
         body = await request.json()
         name = body.get("lora_name")
-        if name not in adapters:
+        if name not in loaded:
             return _error(404, f"The lora adapter '{name}' cannot be found.", "NotFoundError")
-        del adapters[name]
+        del loaded[name]
         return PlainTextResponse(f"Success: LoRA adapter '{name}' removed successfully.")
 
     async def models(request: Request) -> JSONResponse:
         data = [{"id": sampler.model, "object": "model", "owned_by": "trajlake"}]
         data += [
             {"id": name, "object": "model", "parent": sampler.model, "root": path}
-            for name, path in adapters.items()
+            for name, path in loaded.items()
         ]
         return JSONResponse({"object": "list", "data": data})
 

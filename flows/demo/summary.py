@@ -1,0 +1,103 @@
+"""What `trajlake demo` prints: the learning table, production before and after, the step times."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+
+
+def short_policy(policy: str) -> str:
+    """`model+/work/grpo-3/adapter` -> `grpo-3`; a model path -> its folder name; a name stays."""
+    base, _, adapter = policy.partition("+")
+    return Path(adapter).parent.name if adapter else Path(base).name
+
+
+def _interval(mean: float, ci: Any, signed: bool = False) -> str:
+    sign = "+" if signed else ""
+    return f"{mean:{sign}.3f} [{ci[0]:{sign}.3f}, {ci[1]:{sign}.3f}]"
+
+
+def print_learning(result: dict[str, Any]) -> None:
+    """The pipeline's evaluation table: each stage on the val scenarios, production as the reference."""
+    evaluation = result.get("evaluation")
+    if not evaluation:
+        return
+    rows = evaluation["table"]
+    scenarios = next((r["n"] for r in rows if r["kind"] == "val"), 0)
+    table = Table(
+        "stage",
+        "policy",
+        "success [95% CI]",
+        "n",
+        "vs previous",
+        "vs SFT (paired)",
+        title=f"Success: val scenarios ({scenarios}) and production feedback",
+    )
+    for row in rows:
+        diffs = {d["against"]: d for d in row["differences"]}
+        cells = [
+            _interval(diffs[a]["mean"], diffs[a]["ci"], signed=True) if a in diffs else ""
+            for a in ("previous", "sft")
+        ]
+        table.add_row(
+            row["stage"],
+            short_policy(row["policy"]),
+            _interval(row["mean"], row["ci"]),
+            str(row["n"]),
+            *cells,
+        )
+    console.print(table)
+    published = result.get("published") or {}
+    if published:
+        gate = published["gate"]
+        console.print(
+            f"gate: {gate['incumbent_name']} -> candidate {gate['difference']:+.3f} "
+            f"[{gate['difference_ci'][0]:+.3f}, {gate['difference_ci'][1]:+.3f}] on {gate['scenarios']} "
+            f"paired scenarios: {'promoted' if published['promoted'] else 'not promoted'} "
+            f"({published['name']} v{published['version']})"
+        )
+
+
+def print_summary(data: Any, report: Path, lake: Path, recipes: list[tuple[str, str]]) -> None:
+    """Rewards per round, production before/after, the report and SQL to explore the lake."""
+    table = Table(
+        "round", "policy", "trajectories", "mean reward", "std", "all-equal groups", title="Reward per round"
+    )
+    for r in data.rounds:
+        table.add_row(
+            str(r.round),
+            short_policy(r.policy),
+            str(r.trajectories),
+            f"{r.mean:.3f}",
+            f"{r.std:.3f}",
+            f"{r.equal_groups}/{r.groups}",
+        )
+    console.print(table)
+    if data.production:
+        table = Table(
+            "policy",
+            "adapter version",
+            "trajectories",
+            f"mean {data.production_reward}",
+            title="Production before and after (policy_performance)",
+        )
+        for p in data.production:
+            version = f"{p.adapter} v{p.adapter_version}" if p.adapter else ""
+            table.add_row(p.policy, version, str(p.trajectories), f"{p.mean:.3f}")
+        console.print(table)
+    console.print(f"\nReport: [bold]{report}[/]\nExplore the lake:")
+    for what, sql in recipes:
+        console.print(f'  # {what}\n  trajlake sql --lake {lake} "{sql}"')
+
+
+def print_timings(timings: list[tuple[str, float]], title: str = "Demo steps") -> None:
+    table = Table("step", "wall time (s)", title=title)
+    for name, seconds in timings:
+        table.add_row(name, f"{seconds:.1f}")
+    table.add_row("total", f"{sum(t for _, t in timings):.1f}")
+    console.print(table)

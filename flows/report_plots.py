@@ -1,0 +1,121 @@
+"""The report's plots, each a PNG (base64) or None when there is nothing to draw.
+
+Every plot draws numbers `flows.report.report_data` read from the lake, so a reader can
+re-derive them with `trajlake sql`.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from typing import TYPE_CHECKING, Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+if TYPE_CHECKING:
+    from flows.report import ReportData
+
+COLORS = ["#2b6cb0", "#c05621", "#2f855a", "#6b46c1"]
+
+
+def png(fig: Any) -> str:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def short(text: str, width: int = 28) -> str:
+    return text if len(text) <= width else "…" + text[-(width - 1) :]
+
+
+def plot_learning(data: ReportData) -> str | None:
+    """Success per stage on the val scenarios with 95% CIs; production policies as reference lines."""
+    stages = [r for r in data.learning if r.kind == "val"]
+    if not stages:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    xs = list(range(len(stages)))
+    means = [r.mean for r in stages]
+    errors = [[r.mean - r.ci[0] for r in stages], [r.ci[1] - r.mean for r in stages]]
+    ax.errorbar(xs, means, yerr=errors, marker="o", capsize=4, color=COLORS[0], label="val success (95% CI)")
+    for i, r in enumerate(r for r in data.learning if r.kind == "production" and r.adapter is None):
+        color = COLORS[1 + i % (len(COLORS) - 1)]
+        ax.axhline(r.mean, color=color, linestyle="--", label=f"production: {short(r.policy, 24)}")
+        ax.axhspan(r.ci[0], r.ci[1], color=color, alpha=0.12)
+    ax.set_xticks(xs, [r.stage for r in stages], fontsize=8)
+    ax.set_ylim(-0.02, 1.05)
+    ax.set_ylabel(f"success (`{data.success_reward}`)")
+    ax.set_title("Learning: success per stage on the val scenarios")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    return png(fig)
+
+
+def plot_production(data: ReportData) -> str | None:
+    """Production feedback per policy, in the order the policies first served."""
+    if not data.production:
+        return None
+    fig, ax = plt.subplots(figsize=(5, 3))
+    labels = [short(p.policy, 22) for p in data.production]
+    colors = ["#38a169" if p.adapter else "#a0aec0" for p in data.production]
+    bars = ax.bar(labels, [p.mean for p in data.production], color=colors)
+    ax.bar_label(bars, labels=[f"{p.mean:.3f}\n(n={p.trajectories})" for p in data.production], fontsize=8)
+    ax.set_ylim(0, 1.2)
+    ax.set_ylabel(f"mean `{data.production_reward}`")
+    ax.set_title("Production before and after (policy_performance)")
+    return png(fig)
+
+
+def plot_rounds(data: ReportData) -> str | None:
+    if not data.rounds:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    xs = [r.round for r in data.rounds]
+    means = [r.mean for r in data.rounds]
+    stds = [r.std for r in data.rounds]
+    ax.errorbar(xs, means, yerr=stds, marker="o", capsize=4, color=COLORS[0])
+    ax.set_xticks(xs, [f"{r.round}\n{short(r.policy)}" for r in data.rounds], fontsize=8)
+    ax.set_ylabel(f"mean `{data.reward_name}`")
+    ax.set_title("Reward per round (replayed groups, ±1 std)")
+    ax.grid(alpha=0.3)
+    return png(fig)
+
+
+def plot_groups(data: ReportData) -> str | None:
+    if not data.group_rewards:
+        return None
+    policies = list(data.group_rewards)
+    fig, axes = plt.subplots(
+        1, len(policies), figsize=(max(6, 3.2 * len(policies)), 3.2), squeeze=False, sharey=True
+    )
+    for ax, policy in zip(axes[0], policies, strict=True):
+        groups = data.group_rewards[policy]
+        ax.boxplot(groups, showfliers=False)
+        for i, values in enumerate(groups, start=1):
+            ax.scatter([i] * len(values), values, s=10, alpha=0.6, color=COLORS[1])
+        ax.set_title(short(policy), fontsize=9)
+        ax.set_xlabel("group")
+        ax.set_xticks([])
+    axes[0][0].set_ylabel(data.reward_name)
+    fig.suptitle("Reward distribution per group", fontsize=10)
+    return png(fig)
+
+
+def plot_evaluation(data: ReportData) -> str | None:
+    ev = data.evaluation
+    if ev is None:
+        return None
+    fig, ax = plt.subplots(figsize=(4.5, 3))
+    bars = ax.bar(
+        [short(ev.baseline), short(ev.candidate)],
+        [ev.baseline_reward, ev.candidate_reward],
+        color=["#a0aec0", "#38a169"],
+    )
+    ax.bar_label(bars, fmt="%.3f")
+    ax.set_ylabel(f"val mean `{data.success_reward}`")
+    ax.set_title(f"Val reward on {ev.scenarios} scenarios")
+    return png(fig)

@@ -1,0 +1,76 @@
+"""What `trajlake serve-sampler` serves: a model behind the OpenAI-compatible app, on CPU or GPU,
+optionally through a LoRA adapter that answers under its served name.
+
+The adapter is a folder or a registry reference (`calculator-agent:production`,
+`name:3`). A published version is served as `<name>-v<version>`
+(`store.served_adapter_name`), the name `trajlake publish --load-into` gives vLLM, so an
+agent pointed at this server records that name as its model on every trace, and the
+lake's `policy_performance` view attributes its production feedback to that version.
+The demo runs this very app for its second production batch.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import store
+
+
+def served_adapter(
+    adapter: str | None, *, lake: store.Lake | str | None = None, served_name: str | None = None
+) -> tuple[str | None, str | None]:
+    """(adapter folder, served name) of a folder or a registry reference; (None, None) without one.
+
+    A folder that is a published version (its `manifest.json` names it) is served under
+    its version's name; any other folder under `served_name`, else a name derived from
+    its path.
+    """
+    if adapter is None:
+        return None, served_name
+    folder = Path(adapter)
+    if (folder / "adapter_config.json").exists():
+        manifest = folder / "manifest.json"
+        if served_name is None and manifest.exists():
+            published = json.loads(manifest.read_text())
+            served_name = store.served_adapter_name(published["name"], int(published["version"]))
+        if served_name is None:
+            from training.replay.samplers import adapter_name
+
+            served_name = adapter_name(str(folder))
+        return str(folder), served_name
+    if lake is None:
+        raise FileNotFoundError(
+            f"`{adapter}` is not an adapter folder (no adapter_config.json); to serve a published "
+            "version by reference (`name:alias`), pass the lake it was published to (--lake)"
+        )
+    from training.registry import resolve_adapter
+
+    row = resolve_adapter(lake, adapter)
+    return str(row["path"]), served_name or store.served_adapter_name(row["name"], int(row["version"]))
+
+
+def sampler_app(
+    model: str,
+    adapter: str | None = None,
+    *,
+    lake: store.Lake | str | None = None,
+    served_name: str | None = None,
+    temperature: float = 1.0,
+    max_tokens: int = 256,
+) -> tuple[Any, Any, str]:
+    """(ASGI app, its sampler, the served model name): the transformers sampler on `model`,
+    through `adapter` when given. Close the sampler when done (`with sampler:`)."""
+    from training.replay.rollout.openai_app import create_app
+    from training.replay.samplers import SamplingParams, make_sampler
+
+    path, name = served_adapter(adapter, lake=lake, served_name=served_name)
+    sampler = make_sampler("transformers", model, adapter=path)
+    app = create_app(
+        sampler,
+        default_params=SamplingParams(max_tokens=max_tokens, temperature=temperature),
+        adapters={name: path} if path and name else None,
+        served_name=name if path else None,
+    )
+    return app, sampler, name or sampler.model

@@ -1,0 +1,100 @@
+"""Evaluation statistics: intervals, paired differences, the learning-curve table, production reference rows."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import store
+from judging.evaluation import (
+    bootstrap_ci,
+    compare,
+    evaluation_table,
+    production_success,
+    record_evaluation,
+)
+from tests.judging.helpers import T0, make_traj
+
+SCENARIOS = [f"s{i:02d}" for i in range(40)]
+
+
+def scores(values: list[float]) -> dict[str, float]:
+    return dict(zip(SCENARIOS, values, strict=False))
+
+
+# every scenario: base 0, SFT solves the even ones, GRPO the even ones and most odd ones
+BASE = scores([0.0] * 40)
+SFT = scores([1.0 if i % 2 == 0 else 0.0 for i in range(40)])
+GRPO = scores([1.0 if i % 2 == 0 or i % 5 else 0.0 for i in range(40)])
+
+
+def test_interval_brackets_the_mean_and_narrows_with_more_scenarios() -> None:
+    low, high = bootstrap_ci([0.0, 1.0] * 5)
+    wide = high - low
+    low2, high2 = bootstrap_ci([0.0, 1.0] * 50)
+    assert low < 0.5 < high and low2 < 0.5 < high2 and high2 - low2 < wide
+    assert bootstrap_ci([0.3]) == (0.3, 0.3)
+
+
+def test_table_pairs_each_stage_with_the_previous_one_and_the_references() -> None:
+    rows = evaluation_table(
+        [("base", "m", BASE), ("sft", "m+sft", SFT), ("grpo-1", "m+g1", GRPO)], references=("base", "sft")
+    )
+    assert [r.stage for r in rows] == ["base", "sft", "grpo-1"] and all(r.kind == "val" for r in rows)
+    assert [r.mean for r in rows] == pytest.approx([0.0, 0.5, 0.9])
+    assert rows[0].differences == []
+    assert [d.against for d in rows[2].differences] == ["previous", "base", "sft"]
+    lift = rows[2].difference("sft")
+    assert lift.mean == pytest.approx(0.4) and lift.paired_scenarios == 40
+    assert 0 < lift.ci[0] < 0.4 < lift.ci[1]  # a consistent lift: the interval excludes 0
+    previous = rows[2].difference("previous")
+    assert (previous.mean, previous.ci) == (lift.mean, lift.ci)  # the previous stage is SFT here
+    assert rows[1].difference("base").mean == pytest.approx(0.5)
+    # no pairing, no difference: the same scenarios shuffled between policies still pair by id
+    shuffled = dict(reversed(list(GRPO.items())))
+    again = evaluation_table([("sft", "a", SFT), ("grpo", "b", shuffled)], references=("sft",))
+    assert again[1].difference("sft").mean == pytest.approx(0.4)
+
+
+def test_noise_gives_an_interval_around_zero() -> None:
+    flip = scores([float(i % 2) for i in range(40)])
+    flop = scores([float((i + 1) % 2) for i in range(40)])
+    (_, row) = evaluation_table([("a", "a", flip), ("b", "b", flop)])
+    assert row.difference("previous").mean == pytest.approx(0.0)
+    low, high = row.difference("previous").ci
+    assert low < 0 < high  # unpaired means are equal; every paired difference is +-1: no evidence
+
+
+def test_production_success_per_policy_from_feedback(lake: store.Lake) -> None:
+    rows = [make_traj(f"p{i}", "x", source="otel", policy="prod-llm") for i in range(10)]
+    rows += [make_traj(f"a{i}", "x", source="otel", policy="agent-v1") for i in range(4)]
+    rows += [make_traj(f"r{i}", "x", source="replay", policy="agent-v1") for i in range(4)]  # not production
+    store.write(lake, "trajectories", rows)
+    feedback = [(f"p{i}", float(i < 8)) for i in range(10)] + [(f"a{i}", 1.0) for i in range(4)]
+    feedback += [(f"r{i}", 0.0) for i in range(4)]
+    store.write(
+        lake,
+        "rewards",
+        [
+            {"trajectory_id": t, "name": "user_feedback", "scorer": "user", "value": v, "scored_at": T0}
+            for t, v in feedback
+        ],
+    )
+    found = production_success(lake, "user_feedback")
+    assert [(r.policy, r.n, r.mean) for r in found] == [("prod-llm", 10, 0.8), ("agent-v1", 4, 1.0)]
+    assert all(r.kind == "production" and r.ci[0] <= r.mean <= r.ci[1] for r in found)
+    assert production_success(lake, "no_such_reward") == []
+
+
+def test_record_writes_the_comparison_then_the_table(lake: store.Lake) -> None:
+    rows = evaluation_table([("base", "m", BASE), ("sft", "m+sft", SFT)], references=("base",))
+    comparison = compare("exact_match", ("m+sft", SFT), ("m", BASE))
+    run_id = record_evaluation(lake, comparison, rows, adapter="agent")
+    written = store.connect(lake).sql(
+        f"SELECT step, metrics FROM runs WHERE run_id = '{run_id}' ORDER BY step"
+    )
+    metrics = [json.loads(m) for _, m in written.fetchall()]
+    assert [m["role"] for m in metrics] == ["candidate", "baseline", "table", "table"]
+    assert metrics[3]["stage"] == "sft" and metrics[3]["diff_base"] == pytest.approx(0.5)
+    assert metrics[3]["diff_base_ci_low"] > 0 and metrics[3]["adapter"] == "agent"

@@ -2,24 +2,29 @@
 
     python bench/train.py [--model PATH] [--steps 30] [--repeats 2]
 
-What it measures (printed as a rich table):
+What it measures (printed as a rich table, one row per implementation and settings):
 
 1. SFT: `training.sft.train_sft` (lake selection, trajlake tokenisation with assistant
-   masks, TRL `SFTTrainer` + LoRA, runs-table callback) against stock `SFTTrainer` given
-   the same conversations as a conversational dataset (`assistant_only_loss=True`), same
-   LoRA, packing (bfd), batch size and steps. Tokens/s = tokens trained on / train
-   runtime (TRL's own `num_tokens` and `train_runtime`, so both sides count alike).
-   Packing: TRL's bfd packing is padding-free (each batch is one flattened sequence),
-   so real / processed tokens is 100%; the table shows the stricter bin fill, real
-   tokens / (packed rows x max_length), which grows with the number of conversations.
-2. GRPO: `training.grpo.train_grpo` on stored scored groups against stock
-   `GRPOTrainer` fed the same groups through TRL's `rollout_func` (its supported hook
-   for externally generated completions) and a reward function returning the stored
-   rewards: same LoRA, loss, batch size and steps.
+   masks, TRL `SFTTrainer` + LoRA, runs-table callback) with its defaults for this
+   device, against stock `SFTTrainer` given the same conversations as a conversational
+   dataset (`assistant_only_loss=True`), same LoRA, batch size and steps: stock with its
+   own defaults here (on a CPU: `use_cpu`, which makes TRL pick bf16 autocast, no
+   packing), stock in fp32 with bfd packing, and stock with trajlake's settings. Tokens/s
+   = tokens trained on / train runtime (TRL's own `num_tokens`, which counts real tokens
+   with or without padding, and `train_runtime`, so every row counts alike). Bin fill:
+   real tokens / (packed rows x max_length) for packed rows.
+2. GRPO: `training.grpo.train_grpo` on stored scored groups (its defaults: all-equal
+   groups skipped, the sampler/trainer gap logged every step; with TIS on, the forward
+   pass that takes the round-start logprobs is added to its seconds) against stock `GRPOTrainer` fed the same
+   groups through TRL's `rollout_func` (its supported hook for externally generated
+   completions) and a reward function returning the stored rewards: same LoRA, loss,
+   batch size and steps; stock with its own defaults here and in fp32.
 
-Each side runs `--repeats` times, alternating, and the best run counts (the CPU is
-shared). The model defaults to the tiny offline model; pass a 0.5B-class model folder on
-a GPU machine for meaningful absolute numbers.
+The defaults trajlake picks per device (`training.device`) come from these numbers: on a
+CPU fp32 and padded batches, on a GPU bf16 and padding-free bfd packing. Each row runs
+`--repeats` times, interleaved, and the best run counts (the CPU is shared). The model
+defaults to the tiny offline model; pass a 0.5B-class model folder on a GPU machine for
+meaningful absolute numbers.
 """
 
 from __future__ import annotations
@@ -92,8 +97,13 @@ def chat_form(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def sft_stock(
-    model: str, convs: list[list[dict[str, Any]]], args: argparse.Namespace, out: Path
+    model: str,
+    convs: list[list[dict[str, Any]]],
+    args: argparse.Namespace,
+    out: Path,
+    settings: dict[str, Any],
 ) -> dict[str, float]:
+    """Stock `SFTTrainer`; `settings` overrides (empty: TRL's own defaults on this device)."""
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
@@ -101,7 +111,10 @@ def sft_stock(
 
     ours = TrajlakeSFTConfig(output_dir=str(out))
     dataset = Dataset.from_list([{"messages": chat_form(c), "tools": json.dumps(TOOLS)} for c in convs])
-    config = SFTConfig(output_dir=str(out), assistant_only_loss=True, **sft_kwargs(args, ours.bf16))
+    device = {} if cuda() else {"use_cpu": True}  # stock TRL refuses a CPU without it
+    config = SFTConfig(
+        output_dir=str(out), assistant_only_loss=True, **sft_kwargs(args), **device, **settings
+    )
     trainer = SFTTrainer(model=model, args=config, train_dataset=dataset, peft_config=ours.lora_config())
     metrics = trainer.train().metrics
     tokens = max(h.get("num_tokens", 0) for h in trainer.state.log_history)
@@ -109,33 +122,39 @@ def sft_stock(
     return {
         "tokens": tokens,
         "seconds": metrics["train_runtime"],
-        "packing": sum(lengths) / (len(lengths) * args.max_length),
+        "packing": sum(lengths) / (len(lengths) * args.max_length) if config.packing else float("nan"),
+        "bf16": bool(config.bf16),
+        "packed": bool(config.packing),
     }
 
 
-def sft_kwargs(args: argparse.Namespace, bf16: bool) -> dict[str, Any]:
+def cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def sft_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return dict(
         max_steps=args.steps,
         per_device_train_batch_size=args.batch_size,
         learning_rate=1e-4,
         max_length=args.max_length,
-        packing=True,
         gradient_checkpointing=False,
         save_strategy="no",
         logging_steps=1,
         report_to="none",
         disable_tqdm=True,
         seed=0,
-        bf16=bf16,
     )
 
 
 def sft_ours(model: str, lake: store.Lake, args: argparse.Namespace, out: Path) -> dict[str, float]:
+    """`train_sft` with trajlake's defaults for this device."""
     from training.sft import train_sft
     from training.sft_config import TrajlakeSFTConfig
 
-    probe = TrajlakeSFTConfig(output_dir=str(out))
-    config = TrajlakeSFTConfig(output_dir=str(out), **sft_kwargs(args, probe.bf16))
+    config = TrajlakeSFTConfig(output_dir=str(out), **sft_kwargs(args))
     result = train_sft(
         lake, "SELECT trajectory_id FROM trajectories WHERE source = 'otel'", model, out, config
     )
@@ -144,10 +163,13 @@ def sft_ours(model: str, lake: store.Lake, args: argparse.Namespace, out: Path) 
         .sql(f"SELECT metrics FROM runs WHERE run_id = '{result.run_id}' ORDER BY step DESC LIMIT 1")
         .fetchall()[0][0]
     )
+    fill = result.report["packing_bin_fill"]
     return {
         "tokens": json.loads(row)["num_tokens"],
         "seconds": result.metrics["train_runtime"],
-        "packing": result.report["packing_bin_fill"],
+        "packing": fill if fill is not None else float("nan"),
+        "bf16": bool(config.bf16),
+        "packed": bool(config.packing),
     }
 
 
@@ -188,8 +210,9 @@ def grpo_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def grpo_stock(
-    model: str, groups: list[dict[str, Any]], args: argparse.Namespace, out: Path
+    model: str, groups: list[dict[str, Any]], args: argparse.Namespace, out: Path, settings: dict[str, Any]
 ) -> dict[str, float]:
+    """Stock `GRPOTrainer` on the stored groups; `settings` overrides (empty: TRL's defaults here)."""
     import os
 
     from datasets import Dataset
@@ -223,8 +246,9 @@ def grpo_stock(
         return [rewards[tuple(ids)] for ids in completion_ids]
 
     ours = TrajlakeGRPOConfig(output_dir=str(out))
+    device = {} if cuda() else {"use_cpu": True}
     config = GRPOConfig(
-        output_dir=str(out), num_generations=args.group_size, bf16=ours.bf16, **grpo_kwargs(args)
+        output_dir=str(out), num_generations=args.group_size, **grpo_kwargs(args), **device, **settings
     )
     trainer = GRPOTrainer(
         model=model,
@@ -236,7 +260,13 @@ def grpo_stock(
     )
     metrics = trainer.train().metrics
     tokens = max(h.get("num_tokens", 0) for h in trainer.state.log_history)
-    return {"tokens": tokens, "seconds": metrics["train_runtime"], "packing": float("nan")}
+    return {
+        "tokens": tokens,
+        "seconds": metrics["train_runtime"],
+        "packing": float("nan"),
+        "bf16": bool(config.bf16),
+        "packed": False,
+    }
 
 
 def grpo_lake(lake: store.Lake, groups: list[dict[str, Any]]) -> None:
@@ -282,16 +312,37 @@ def grpo_ours(model: str, lake: store.Lake, args: argparse.Namespace, out: Path)
     )
     return {
         "tokens": json.loads(row)["num_tokens"],
-        "seconds": result.metrics["train_runtime"],
+        # the round-start forward pass (sampler/trainer gap) runs before TRL's clock starts
+        "seconds": result.metrics["train_runtime"] + result.report.get("round_start_logprobs_s", 0.0),
         "packing": float("nan"),
+        "bf16": bool(config.bf16),
+        "packed": False,
     }
 
 
 # --- main ----------------------------------------------------------------------------------------------
 
 
+def rate(run: dict[str, float]) -> float:
+    return run["tokens"] / run["seconds"]
+
+
 def best(runs: list[dict[str, float]]) -> dict[str, float]:
-    return max(runs, key=lambda r: r["tokens"] / r["seconds"])
+    return max(runs, key=rate)
+
+
+def same_as_ours() -> dict[str, Any]:
+    """trajlake's SFT defaults on this device, for stock TRL (the apples-to-apples row)."""
+    from training.sft_config import TrajlakeSFTConfig
+
+    ours = TrajlakeSFTConfig(output_dir="unused")
+    return {"bf16": bool(ours.bf16), "packing": bool(ours.packing)}
+
+
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
 
 
 def main() -> None:
@@ -321,7 +372,7 @@ def main() -> None:
 
     from training.tiny import tiny_model_path
 
-    console = Console()
+    console = Console(width=160)
     work = Path(tempfile.mkdtemp(prefix="trajlake-bench-train-"))
     try:
         model = args.model or str(tiny_model_path(work / "models"))
@@ -347,47 +398,75 @@ def main() -> None:
         groups = make_groups(args, vocab, rng)
         grpo_lake(lake, groups)
 
-        results: dict[tuple[str, str], list[dict[str, float]]] = {}
+        fp32 = {"bf16": False}
+        runs = [
+            ("sft", "stock TRL", "its defaults", lambda o: sft_stock(model, convs, args, o, {})),
+            (
+                "sft",
+                "stock TRL",
+                "fp32, bfd packing",
+                lambda o: sft_stock(model, convs, args, o, {**fp32, "packing": True}),
+            ),
+            (
+                "sft",
+                "stock TRL",
+                "trajlake's settings",
+                lambda o: sft_stock(model, convs, args, o, same_as_ours()),
+            ),
+            ("sft", "trajlake", "its defaults", lambda o: sft_ours(model, lake, args, o)),
+            ("grpo", "stock TRL", "its defaults", lambda o: grpo_stock(model, groups, args, o, {})),
+            ("grpo", "stock TRL", "fp32", lambda o: grpo_stock(model, groups, args, o, fp32)),
+            ("grpo", "trajlake", "its defaults", lambda o: grpo_ours(model, lake, args, o)),
+        ]
+        if cuda():  # stock's defaults are trajlake's settings there too, and bfd packing on a GPU pays
+            runs = [r for r in runs if r[2] != "fp32, bfd packing"]
+        results: dict[tuple[str, str, str], list[dict[str, float]]] = {}
         for r in range(args.repeats):
-            for stage, impl, fn in (
-                ("sft", "stock TRL", lambda o: sft_stock(model, convs, args, o)),
-                ("sft", "trajlake", lambda o: sft_ours(model, lake, args, o)),
-                ("grpo", "stock TRL", lambda o: grpo_stock(model, groups, args, o)),
-                ("grpo", "trajlake", lambda o: grpo_ours(model, lake, args, o)),
-            ):
+            for i, (stage, impl, settings, fn) in enumerate(runs):
                 if stage not in args.stages.split(","):
                     continue
-                console.log(f"{stage} / {impl} (run {r + 1}/{args.repeats})")
-                results.setdefault((stage, impl), []).append(fn(work / f"{stage}-{impl.split()[0]}-{r}"))
+                console.log(f"{stage} / {impl} / {settings} (run {r + 1}/{args.repeats})")
+                results.setdefault((stage, impl, settings), []).append(fn(work / f"{stage}-{i}-{r}"))
 
         table = Table(
-            title=f"training throughput, {args.steps} steps x batch {args.batch_size}, model {Path(model).name}"
+            title=f"training throughput, {args.steps} steps x batch {args.batch_size}, model {Path(model).name}, "
+            f"{'CUDA' if cuda() else f'CPU, {torch_threads()} threads'}"
         )
         for col in (
             "stage",
             "implementation",
+            "settings",
+            "precision",
+            "packing",
             "tokens",
             "seconds",
             "tokens/s",
-            "vs stock",
+            "vs best stock",
             "bin fill",
         ):
-            table.add_column(col, justify="right" if col not in ("stage", "implementation") else "left")
+            table.add_column(
+                col,
+                justify="left"
+                if col in ("stage", "implementation", "settings", "precision", "packing")
+                else "right",
+            )
         for stage in [s for s in ("sft", "grpo") if s in args.stages.split(",")]:
-            stock = best(results[(stage, "stock TRL")])
-            stock_tps = stock["tokens"] / stock["seconds"]
-            for impl in ("stock TRL", "trajlake"):
-                run = best(results[(stage, impl)])
-                tps = run["tokens"] / run["seconds"]
-                packing = "-" if run["packing"] != run["packing"] else f"{run['packing']:.1%}"
+            keys = [k for k in results if k[0] == stage]
+            best_stock = max(rate(best(results[k])) for k in keys if k[1] == "stock TRL")
+            for key in keys:
+                run = best(results[key])
+                fill = "-" if run["packing"] != run["packing"] else f"{run['packing']:.1%}"
                 table.add_row(
                     stage,
-                    impl,
+                    key[1],
+                    key[2],
+                    "bf16" if run["bf16"] else "fp32",
+                    "bfd" if run["packed"] else "padded",
                     f"{run['tokens']:,.0f}",
                     f"{run['seconds']:.2f}",
-                    f"{tps:,.0f}",
-                    f"{tps / stock_tps:.1%}",
-                    packing,
+                    f"{rate(run):,.0f}",
+                    f"{rate(run) / best_stock:.1%}",
+                    fill,
                 )
         console.print(table)
     finally:

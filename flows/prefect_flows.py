@@ -177,19 +177,13 @@ def pipeline_flow(
     sft_adapter, round_adapters = adapter, []
     round_rows = []
     for round_number in range(1, rounds + 1):
-        replayed = timed(f"round {round_number}: replay", replay_task, config, adapter, round_number)
-        scored = timed(f"round {round_number}: score", _score, config, replayed["group_ids"])
-        # Dynamic sampling (DAPO), bounded: while too few groups have unequal rewards (GRPO's only
-        # signal), replay the next slice of scenarios for this round.
-        wanted = config.pipeline.scenarios_per_round or replayed["groups"]
-        for draw in range(1, config.pipeline.dynamic_sampling_draws + 1):
-            if replayed["groups"] - scored["equal_groups"] >= wanted:
-                break
-            more = timed(
-                f"round {round_number}: draw {draw}", replay_task, config, adapter, round_number, draw
-            )
-            replayed = stages.merge_replays(replayed, more)
-            scored = timed(f"round {round_number}: score draw {draw}", _score, config, replayed["group_ids"])
+        replayed, scored = stages.sample_round(
+            config,
+            adapter,
+            round_number,
+            replay=lambda *args, n=round_number: timed(f"round {n}: replay", replay_task, *args),
+            score=lambda *args, n=round_number: timed(f"round {n}: score", _score, *args),
+        )
         round_rows.append(
             {
                 "round": round_number,

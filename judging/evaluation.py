@@ -207,16 +207,8 @@ def production_success(
     out = []
     for policy, values in rows:
         data = [float(v) for v in values]
-        out.append(
-            StageScore(
-                "production",
-                policy,
-                "production",
-                float(np.mean(data)),
-                bootstrap_ci(data, **bootstrap),
-                len(data),
-            )  # type: ignore[arg-type]
-        )
+        ci = bootstrap_ci(data, **bootstrap)  # type: ignore[arg-type]
+        out.append(StageScore("production", policy, "production", float(np.mean(data)), ci, len(data)))
     return out
 
 

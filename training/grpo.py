@@ -16,10 +16,13 @@ things and reuses everything else (loss types, clipping, KL, entropy, metrics, s
   generation batch repeated `num_iterations x steps_per_generation` times as TRL's
   buffering expects, instead of repeating each prompt `num_generations` times.
 
-Before training, `store_round_start_logprobs` takes the trainer's own logprobs of every
-stored token (one forward pass, no update yet): each step then logs the sampler/trainer
-gap (`sampling/sampling_logp_difference/*`, a `runs` column), and with
-`vllm_importance_sampling_correction` they become pi_old and weight the advantages
+Every step logs the gap between the trainer's logprobs of the stored tokens and the
+sampler's (`sampling/sampling_logp_difference/{mean,max}`, a `runs` column), read from the
+forward pass that computes the loss, so it costs nothing: at a round's first step it is
+the sampler/trainer mismatch alone, later steps add what the optimiser changed since the
+groups were sampled. With `vllm_importance_sampling_correction`,
+`store_round_start_logprobs` first takes the trainer's own logprobs of every stored token
+(one forward pass, no update yet); they become pi_old and weight the advantages
 (`training.mismatch`). Which rows a round trains on (staleness bound, all-equal groups
 dropped, batch fitted to the rows) is `training.grpo_rows`.
 
@@ -32,6 +35,7 @@ initial copy TRL keeps as the `ref` adapter when continuing from it.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,10 +45,16 @@ from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler, nanstd, pad, use_adapter
 
 import store
-from training.datasets import GRPOExample, select_grpo
+from training.datasets import select_grpo
 from training.errors import BadHyperparameter
 from training.grpo_config import TrajlakeGRPOConfig
-from training.grpo_rows import bound_staleness, cut_to_max_length, drop_equal_reward_groups, fit_batch_to_rows
+from training.grpo_rows import (
+    bound_staleness,
+    cut_to_max_length,
+    drop_equal_reward_groups,
+    fit_batch_to_rows,
+    grpo_dataset,
+)
 from training.metrics import NonFiniteLossGuard, RunsTableCallback
 from training.mismatch import importance_weights, sampler_gap, weighted_advantages
 from training.run import (
@@ -60,18 +70,6 @@ from training.run import (
 # Every replayed trajectory with token data: what `trajlake train grpo` trains on by default.
 DEFAULT_GRPO_SQL = "SELECT trajectory_id FROM trajectories WHERE source = 'replay' AND len(turns) > 0"
 
-ROW_COLUMNS = (
-    "trajectory_id",
-    "group_id",
-    "prompt_ids",
-    "completion_ids",
-    "tool_mask",
-    "logprobs",
-    "truncated",
-    "reward",
-    "advantage",
-)
-
 
 def stored_reward(completions: list[Any], reward: list[float], **kwargs: Any) -> list[float]:
     """The reward stored in the lake for each trajectory (the row's `reward` column).
@@ -82,16 +80,10 @@ def stored_reward(completions: list[Any], reward: list[float], **kwargs: Any) ->
     return list(reward)
 
 
-def grpo_dataset(examples: Sequence[GRPOExample]) -> Any:
-    """Stored examples as a `datasets.Dataset` (one row per trajectory)."""
-    from datasets import Dataset
-
-    rows = [e.to_row() for e in examples]
-    return Dataset.from_dict({col: [r[col] for r in rows] for col in ROW_COLUMNS})
-
-
 class StoredGroupsGRPOTrainer(GRPOTrainer):
     """`GRPOTrainer` that trains on stored, scored groups instead of sampling new ones."""
+
+    _gap_batch: dict[str, Any] | None = None  # the batch whose loss is being computed (gap metric)
 
     def _get_train_sampler(self, dataset: Any = None) -> RepeatSampler:
         # One pass over the rows per epoch; each generation batch is yielded
@@ -185,14 +177,37 @@ class StoredGroupsGRPOTrainer(GRPOTrainer):
         metrics["reward_std"].append(nanstd(rewards).item() if rewards.numel() > 1 else 0.0)
         metrics[f"rewards/{self.reward_func_names[0]}/mean"].append(rewards.mean().item())
         metrics["frac_reward_zero_std"].append((advantages == 0).float().mean().item())
-        if all("trainer_logprobs" in r for r in inputs):
-            self.apply_round_start_logprobs(batch, inputs, loss_mask, mode)
-        elif self.args.vllm_importance_sampling_correction:  # resumed run: the model as it is now
-            self.apply_round_start_logprobs(batch, inputs, loss_mask, mode, self.current_logps(batch, mode))
+        if self.args.vllm_importance_sampling_correction:
+            # without the round-start column (a resumed run, a direct call): the model as it is now
+            trainer_logps = (
+                None if all("trainer_logprobs" in r for r in inputs) else self.current_logps(batch, mode)
+            )
+            self.correct_sampler_mismatch(batch, inputs, loss_mask, mode, trainer_logps)
         return batch
 
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        # The loss's own forward pass gives the trainer's logprobs of the stored tokens: the
+        # sampler/trainer gap is read there (`_get_per_token_logps_and_entropies`), for free.
+        self._gap_batch = inputs if self.args.measure_sampler_gap and model.training else None
+        try:
+            return super()._compute_loss(model, inputs)
+        finally:
+            self._gap_batch = None
+
+    def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any) -> Any:
+        out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        batch, self._gap_batch = self._gap_batch, None
+        if batch is not None:  # the first call of a loss computation: the policy's logprobs
+            sampled = batch.get("sampling_per_token_logps", batch["old_per_token_logps"])
+            mean_gap, max_gap = sampler_gap(
+                out[0].detach(), sampled, batch["completion_mask"] * batch["tool_mask"]
+            )
+            self._metrics["train"]["sampling/sampling_logp_difference/mean"].append(mean_gap)
+            self._metrics["train"]["sampling/sampling_logp_difference/max"].append(max_gap)
+        return out
+
     @torch.no_grad()
-    def apply_round_start_logprobs(
+    def correct_sampler_mismatch(
         self,
         batch: dict[str, torch.Tensor],
         rows: list[dict[str, Any]],
@@ -200,8 +215,8 @@ class StoredGroupsGRPOTrainer(GRPOTrainer):
         mode: str,
         trainer_logps: torch.Tensor | None = None,
     ) -> None:
-        """Log the sampler/trainer gap of this batch; with TIS, make the trainer's logprobs pi_old and
-        weight the advantages by pi_old / pi_sampler (`training.mismatch`)."""
+        """TIS: the trainer's round-start logprobs become pi_old, and the advantages are weighted by
+        pi_old / pi_sampler (`training.mismatch`); the sampler's stay as `sampling_per_token_logps`."""
         args = self.args
         if trainer_logps is None:
             trainer_logps = pad(
@@ -211,12 +226,6 @@ class StoredGroupsGRPOTrainer(GRPOTrainer):
                 pad_to_multiple_of=self.pad_to_multiple_of,
             ).to(mask.device)
         sampled = batch["old_per_token_logps"]
-        mean_gap, max_gap = sampler_gap(trainer_logps, sampled, mask)
-        metrics = self._metrics[mode]
-        metrics["sampling/sampling_logp_difference/mean"].append(mean_gap)
-        metrics["sampling/sampling_logp_difference/max"].append(max_gap)
-        if not args.vllm_importance_sampling_correction:
-            return
         weights = importance_weights(
             trainer_logps,
             sampled,
@@ -226,8 +235,10 @@ class StoredGroupsGRPOTrainer(GRPOTrainer):
             clip_max=args.vllm_importance_sampling_clip_max,
         )
         batch["advantages"] = weighted_advantages(batch["advantages"], weights)
+        batch["sampling_per_token_logps"] = sampled
         batch["old_per_token_logps"] = trainer_logps
         kept = weights.expand_as(trainer_logps)[mask.bool()] if mask.any() else weights.flatten()
+        metrics = self._metrics[mode]
         metrics["sampling/importance_sampling_ratio/min"].append(kept.min().item())
         metrics["sampling/importance_sampling_ratio/mean"].append(kept.mean().item())
         metrics["sampling/importance_sampling_ratio/max"].append(kept.max().item())
@@ -374,10 +385,10 @@ def train_grpo(
         peft_config=peft_config,
         callbacks=[runs, guard, *callbacks],
     )
-    if (config.measure_sampler_gap or config.vllm_importance_sampling_correction) and not (
-        resume and last_checkpoint(output_dir)
-    ):
+    if config.vllm_importance_sampling_correction and not (resume and last_checkpoint(output_dir)):
+        started = time.perf_counter()
         trainer.store_round_start_logprobs()
+        report["round_start_logprobs_s"] = round(time.perf_counter() - started, 3)  # not in train_runtime
     parent = read_run_record(adapter) if adapter else None
     if adapter and parent is None:
         parent = {"adapter_dir": adapter, "stages": ["external"], "run_ids": []}

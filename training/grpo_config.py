@@ -22,7 +22,7 @@ group filter. Notes on reused TRL fields:
 
 trajlake's own round-level fields: `skip_equal_reward_groups` (DAPO's filter),
 `max_staleness` (how many adapter versions old a group may be) and `measure_sampler_gap`
-(log the sampler/trainer logprob gap of every step to `runs`).
+(log the sampler/trainer logprob gap of every step to `runs`, at no cost).
 """
 
 from __future__ import annotations
@@ -73,9 +73,9 @@ class TrajlakeGRPOConfig(LoraFields, GRPOConfig):
     measure_sampler_gap: bool = field(
         default=True,
         metadata={
-            "help": "Compute the trainer's logprobs of the stored tokens before the first update (one forward "
-            "pass over the rows) and log each step's gap to the sampling logprobs "
-            "(`sampling/sampling_logp_difference/*` in `runs`)."
+            "help": "Log each step's gap between the trainer's and the sampler's logprobs of the stored tokens "
+            "(`sampling/sampling_logp_difference/*` in `runs`), read from the loss's own forward pass: at a "
+            "round's first step the mismatch alone, later steps add the optimiser's drift since sampling."
         },
     )
     vllm_importance_sampling_correction: bool = field(

@@ -15,7 +15,8 @@ its groups three ways, each counted in the run's report:
   skipping them 0.80/0.66/0.93/0.83/0.94.
 
 TRL's sampler yields only full generation batches, so a round left with fewer rows than
-one batch would train zero steps; `fit_batch_to_rows` shrinks the batch instead.
+one batch would train zero steps; `fit_batch_to_rows` shrinks the batch instead. The
+rows reach the trainer as a `datasets.Dataset` (`grpo_dataset`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,26 @@ import store
 from training.datasets import GRPOExample
 from training.errors import SelectionError
 from training.run import read_run_record
+
+ROW_COLUMNS = (
+    "trajectory_id",
+    "group_id",
+    "prompt_ids",
+    "completion_ids",
+    "tool_mask",
+    "logprobs",
+    "truncated",
+    "reward",
+    "advantage",
+)
+
+
+def grpo_dataset(examples: Sequence[GRPOExample]) -> Any:
+    """Stored examples as a `datasets.Dataset` (one row per trajectory)."""
+    from datasets import Dataset
+
+    rows = [e.to_row() for e in examples]
+    return Dataset.from_dict({col: [r[col] for r in rows] for col in ROW_COLUMNS})
 
 
 def cut_to_max_length(example: GRPOExample, max_completion_length: int | None) -> GRPOExample:

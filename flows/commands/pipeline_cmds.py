@@ -104,7 +104,8 @@ def demo(
     ] = "",
     judge_model: Annotated[str, typer.Option(help="Judge model name for RULER.")] = "",
 ) -> None:
-    """The whole loop, offline, on a tiny local model: traces -> lake -> replay -> score -> SFT/GRPO -> publish."""
+    """The whole loop, offline, on a tiny local model: traces -> lake -> replay -> score -> SFT/GRPO ->
+    evaluate every stage -> publish -> the adapter serves production (each step timed)."""
     from flows.demo.run import SIZES, run_demo
 
     if size not in SIZES:

@@ -11,7 +11,7 @@ belong to the library that owns the data.
 from flows.stages.common import StageError, base_model, lake_of, work_dir
 from flows.stages.evaluate import evaluate_adapter, publish_adapter, stage_policies
 from flows.stages.ingest import assemble_pending, pull_langfuse
-from flows.stages.replay import make_scenarios, merge_replays, replay_round
+from flows.stages.replay import make_scenarios, merge_replays, replay_round, sample_round
 from flows.stages.score import finish_scoring, rewards_to_score, score_reward, score_round
 from flows.stages.train import train_grpo, train_sft
 
@@ -28,6 +28,7 @@ __all__ = [
     "pull_langfuse",
     "replay_round",
     "rewards_to_score",
+    "sample_round",
     "score_reward",
     "score_round",
     "stage_policies",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from flows.config import TrajlakeConfig
@@ -95,3 +96,32 @@ def merge_replays(first: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]
         **{k: first[k] + more[k] for k in summed},
         "draws": first.get("draws", 0) + 1,
     }
+
+
+def sample_round(
+    config: TrajlakeConfig,
+    adapter: str | None,
+    round_number: int,
+    *,
+    replay: Callable[..., dict[str, Any]] = replay_round,
+    score: Callable[[TrajlakeConfig, list[str]], dict[str, Any]] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One round's groups, replayed and scored: (replay result, score stats of all its groups).
+
+    Dynamic sampling (DAPO), bounded: while fewer than `pipeline.scenarios_per_round` (or
+    the first draw's count) of the round's groups have unequal rewards, GRPO's only signal,
+    replay the next slice of scenarios, at most `pipeline.dynamic_sampling_draws` times.
+    `replay` and `score` are what the flow runs as tasks (defaults: the plain stages).
+    """
+    from flows.stages.score import score_round
+
+    score = score or score_round
+    replayed = replay(config, adapter, round_number)
+    scored = score(config, replayed["group_ids"])
+    wanted = config.pipeline.scenarios_per_round or replayed["groups"]
+    for draw in range(1, config.pipeline.dynamic_sampling_draws + 1):
+        if replayed["groups"] - scored["equal_groups"] >= wanted:
+            break
+        replayed = merge_replays(replayed, replay(config, adapter, round_number, draw))
+        scored = score(config, replayed["group_ids"])
+    return replayed, scored

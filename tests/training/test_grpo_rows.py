@@ -94,13 +94,21 @@ def test_sampler_gap_is_written_to_runs_every_step(tiny_model: Path, tmp_path: P
         tmp_path / "off", tiny_model, drift=0.5
     )  # a sampler less sure than the trainer
     drifted = train_grpo(drifted_lake, ALL, tiny_model, None, tmp_path / "b", config(tmp_path))
-    for metrics in run_metrics(on_policy_lake, on_policy.run_id):
-        assert metrics["sampling/sampling_logp_difference/mean"] < 1e-4  # fp32 sampler = the trainer
-    steps = run_metrics(drifted_lake, drifted.run_id)
-    assert len(steps) == 2
-    for metrics in steps:  # measured against pi_old at the round's start, so no optimiser drift creeps in
-        assert metrics["sampling/sampling_logp_difference/mean"] == pytest.approx(0.5, abs=1e-3)
-        assert "sampling/importance_sampling_ratio/mean" not in metrics  # measured, not corrected
+    assert "round_start_logprobs_s" not in drifted.report  # measured on the loss's own pass: no extra one
+    first, second = run_metrics(on_policy_lake, on_policy.run_id)
+    assert (
+        first["sampling/sampling_logp_difference/mean"] < 1e-4
+    )  # fp32 sampler = the trainer, before updates
+    assert second["sampling/sampling_logp_difference/mean"] > 1e-3  # then what the first update moved
+    first, second = run_metrics(drifted_lake, drifted.run_id)
+    assert first["sampling/sampling_logp_difference/mean"] == pytest.approx(0.5, abs=1e-3)
+    assert first["sampling/sampling_logp_difference/max"] == pytest.approx(0.5, abs=1e-3)
+    assert second["sampling/sampling_logp_difference/mean"] == pytest.approx(0.5, abs=0.2)
+    assert "sampling/importance_sampling_ratio/mean" not in first  # measured, not corrected
+    silent = train_grpo(
+        drifted_lake, ALL, tiny_model, None, tmp_path / "c", config(tmp_path, measure_sampler_gap=False)
+    )
+    assert "sampling/sampling_logp_difference/mean" not in run_metrics(drifted_lake, silent.run_id)[0]
 
 
 def test_importance_sampling_correction(tiny_model: Path, tmp_path: Path) -> None:

@@ -45,53 +45,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 import store  # noqa: E402
-
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "add",
-            "description": "Add two integers.",
-            "parameters": {
-                "type": "object",
-                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            },
-        },
-    }
-]
-
-
-def message(role: str, content: str | None = None, **kw: Any) -> dict[str, Any]:
-    return {
-        "role": role,
-        "content": content,
-        "name": kw.get("name"),
-        "tool_call_id": kw.get("tool_call_id"),
-        "tool_calls": kw.get("tool_calls") or [],
-        "is_error": None,
-    }
-
-
-def conversation(i: int, rng: random.Random) -> list[dict[str, Any]]:
-    """A tool-using arithmetic conversation of varying length."""
-    a, b = rng.randrange(100), rng.randrange(100)
-    filler = " ".join(
-        rng.choice(["please", "quickly", "carefully", "now", "thanks"]) for _ in range(rng.randrange(2, 40))
-    )
-    call = {"id": f"c{i}", "name": "add", "arguments": json.dumps({"a": a, "b": b})}
-    return [
-        message("user", f"What is {a} + {b}? {filler}"),
-        message("assistant", None, tool_calls=[call]),
-        message("tool", str(a + b), name="add", tool_call_id=f"c{i}"),
-        message("assistant", f"The answer is {a + b}. " + filler),
-    ]
-
-
-def chat_form(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    from training.datasets import to_chat_message
-
-    return [to_chat_message(m) for m in messages]
-
+from bench.train_workload import TOOLS, chat_form, conversation, grpo_lake, make_groups  # noqa: E402
 
 # --- SFT -------------------------------------------------------------------------------------------
 
@@ -176,23 +130,6 @@ def sft_ours(model: str, lake: store.Lake, args: argparse.Namespace, out: Path) 
 # --- GRPO ------------------------------------------------------------------------------------------
 
 
-def make_groups(args: argparse.Namespace, vocab: int, rng: random.Random) -> list[dict[str, Any]]:
-    groups = []
-    for g in range(args.groups):
-        prompt = [
-            rng.randrange(3, vocab) for _ in range(rng.randrange(args.prompt_len // 2, args.prompt_len))
-        ]
-        members = []
-        for k in range(args.group_size):
-            n = rng.randrange(args.completion_len // 2, args.completion_len)
-            completion = [rng.randrange(3, vocab) for _ in range(n)]
-            members.append(
-                {"completion": completion, "logprobs": [-6.4] * n, "reward": float((g + k) % 3) / 2}
-            )
-        groups.append({"id": f"g{g:04d}", "prompt": prompt, "members": members})
-    return groups
-
-
 def grpo_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return dict(
         max_steps=args.steps,
@@ -267,34 +204,6 @@ def grpo_stock(
         "bf16": bool(config.bf16),
         "packed": False,
     }
-
-
-def grpo_lake(lake: store.Lake, groups: list[dict[str, Any]]) -> None:
-    rows, rewards = [], []
-    now = store.utc_now()
-    for g in groups:
-        for k, m in enumerate(g["members"]):
-            tid = f"{g['id']}-{k}"
-            turn = {
-                "prompt_token_ids": g["prompt"],
-                "completion_token_ids": m["completion"],
-                "logprobs": m["logprobs"],
-                "finish_reason": "stop",
-            }
-            rows.append(
-                {
-                    "trajectory_id": tid,
-                    "source": "replay",
-                    "started_at": now,
-                    "group_id": g["id"],
-                    "turns": [turn],
-                }
-            )
-            rewards.append(
-                {"trajectory_id": tid, "name": "r", "scorer": "bench", "value": m["reward"], "scored_at": now}
-            )
-    store.write(lake, "trajectories", rows)
-    store.write(lake, "rewards", rewards)
 
 
 def grpo_ours(model: str, lake: store.Lake, args: argparse.Namespace, out: Path) -> dict[str, float]:

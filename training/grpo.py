@@ -46,7 +46,6 @@ from trl.trainer.utils import RepeatSampler, nanstd, pad, use_adapter
 
 import store
 from training.datasets import select_grpo
-from training.errors import BadHyperparameter
 from training.grpo_config import TrajlakeGRPOConfig
 from training.grpo_rows import (
     bound_staleness,
@@ -60,6 +59,7 @@ from training.mismatch import importance_weights, sampler_gap, weighted_advantag
 from training.run import (
     CHECKPOINTS,
     TrainResult,
+    check_adapter_dir,
     last_checkpoint,
     load_tokenizer,
     read_run_record,
@@ -298,17 +298,6 @@ def load_policy(base_model: str, adapter: str | None, config: TrajlakeGRPOConfig
     dtype = torch.bfloat16 if config.bf16 else torch.float32
     model = AutoModelForCausalLM.from_pretrained(base_model, dtype=dtype)
     return PeftModel.from_pretrained(model, adapter, is_trainable=True), None
-
-
-def check_adapter_dir(adapter: str | None) -> None:
-    """Refuse an adapter folder that would only fail after the model is loaded."""
-    if adapter is not None and not (Path(adapter) / "adapter_config.json").exists():
-        raise BadHyperparameter(
-            f"`{adapter}` is not a PEFT adapter folder (no adapter_config.json); pass the `adapter/` folder of "
-            "an SFT run, or omit it to start a fresh adapter",
-            name="adapter",
-            value=adapter,
-        )
 
 
 def train_grpo(

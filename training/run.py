@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import store
-from training.errors import NonFiniteLoss, TrainingError
+from training.errors import BadHyperparameter, NonFiniteLoss, TrainingError
 
 CHECKPOINTS = "checkpoints"
 ADAPTER = "adapter"
@@ -221,3 +221,14 @@ def train_and_record(
     )
     write_run_record(result)
     return result
+
+
+def check_adapter_dir(adapter: str | None) -> None:
+    """Refuse an adapter folder that would only fail after the model is loaded."""
+    if adapter is not None and not (Path(adapter) / "adapter_config.json").exists():
+        raise BadHyperparameter(
+            f"`{adapter}` is not a PEFT adapter folder (no adapter_config.json); pass the `adapter/` folder of "
+            "an SFT run, or omit it to start a fresh adapter",
+            name="adapter",
+            value=adapter,
+        )

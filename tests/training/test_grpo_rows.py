@@ -10,31 +10,12 @@ import pytest
 import torch
 
 import store
+from tests.training.test_grpo import ALL, TEMPERATURE, config
 from tests.training.train_helpers import stored_groups
 from training.datasets import select_grpo
 from training.errors import SelectionError
 from training.grpo import StoredGroupsGRPOTrainer, grpo_dataset, stored_reward, train_grpo
-from training.grpo_config import TrajlakeGRPOConfig
 from training.grpo_rows import fit_batch_to_rows, policy_lineage, within_staleness
-
-ALL = "SELECT trajectory_id FROM trajectories"
-TEMPERATURE = 0.7
-
-
-def config(tmp_path: Path, **kw: object) -> TrajlakeGRPOConfig:
-    defaults: dict = dict(
-        output_dir=str(tmp_path / "ckpt"),
-        per_device_train_batch_size=4,
-        max_steps=2,
-        learning_rate=5e-3,
-        gradient_checkpointing=False,
-        save_strategy="no",
-        temperature=TEMPERATURE,
-        seed=0,
-        disable_tqdm=True,
-    )
-    defaults.update(kw)
-    return TrajlakeGRPOConfig(**defaults)
 
 
 def groups_lake(

@@ -13,7 +13,8 @@
    against plain DuckDB over one ideally compacted Parquet file per table holding the
    same rows, and over the previous release's format: the same rows as append-only
    Parquet files in which upserted keys repeat, read through its deduplicating window.
-   Each query runs `--repeat` times; the best time counts. Target: every query on the
+   Each query runs `--repeat` times per setup, the setups taking turns (so load from other
+   work on the machine falls on all of them alike); the best time counts. Target: every query on the
    compacted lake within 1.2x of the single file. Results must agree across setups.
 """
 
@@ -169,8 +170,7 @@ def single_file_connection(root: str, out: str) -> duckdb.DuckDBPyConnection:
     plain = duckdb.connect()
     for table in ("trajectories", "rewards"):
         plain.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{out}/{table}.parquet')")
-    for name, sql in DERIVED_VIEWS.items():
-        plain.execute(f"CREATE VIEW {name} AS {sql}")
+    _add_derived_views(plain)
     return plain
 
 
@@ -196,23 +196,31 @@ def old_format_connection(root: str, n: int, out: str) -> duckdb.DuckDBPyConnect
         QUALIFY row_number() OVER (PARTITION BY trajectory_id ORDER BY _written_at DESC) = 1"""
     )
     old.execute(f"CREATE VIEW rewards AS SELECT * FROM read_parquet('{out}/rewards.parquet')")
-    for name, sql in DERIVED_VIEWS.items():
-        old.execute(f"CREATE VIEW {name} AS {sql}")
+    _add_derived_views(old)
     return old
 
 
+def _add_derived_views(con: duckdb.DuckDBPyConnection) -> None:
+    """trajlake's derived views over a baseline's `trajectories` and `rewards` (no adapters published)."""
+    con.register("adapters", store.empty_table("adapters"))
+    for name, sql in DERIVED_VIEWS.items():
+        con.execute(f"CREATE VIEW {name} AS {sql}")
+
+
 def run_queries(
-    con: duckdb.DuckDBPyConnection, repeat: int, one_id: str
-) -> dict[str, tuple[float, list[Any]]]:
-    out = {}
-    for name, sql in QUERIES.items():
-        sql = sql.format(one_id=one_id)
-        best, rows = float("inf"), []
-        for _ in range(repeat):
-            start = time.perf_counter()
-            rows = con.execute(sql).fetchall()
-            best = min(best, time.perf_counter() - start)
-        out[name] = (best, rows)
+    setups: dict[str, duckdb.DuckDBPyConnection], repeat: int, one_id: str
+) -> dict[str, dict[str, tuple[float, list[Any]]]]:
+    """Per setup and query: (best seconds, rows). The setups take turns query by query, so a
+    change in the machine's load between them cannot pass for a difference between them."""
+    out: dict[str, dict[str, tuple[float, list[Any]]]] = {name: {} for name in setups}
+    for _ in range(repeat):
+        for name, sql in QUERIES.items():
+            for setup, con in setups.items():
+                start = time.perf_counter()
+                rows = con.execute(sql.format(one_id=one_id)).fetchall()
+                seconds = time.perf_counter() - start
+                best = out[setup].get(name, (float("inf"), []))[0]
+                out[setup][name] = (min(best, seconds), rows)
     return out
 
 
@@ -224,7 +232,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--n", type=int, default=1_000_000, help="trajectories to write")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per query (the best counts)")
+    parser.add_argument("--repeat", type=int, default=5, help="runs per query and setup (the best counts)")
     parser.add_argument("--keep", default=None, help="write the lake here and keep it (default: a temp dir)")
     args = parser.parse_args()
     console = Console(width=160)
@@ -243,17 +251,20 @@ def main() -> None:
     one_id = trajectory_ids(1, SEED, start=args.n // 2 + 17).to_pylist()[0]
 
     with console.status("querying the lake as written…"):
-        fresh = run_queries(store.connect(root), args.repeat, one_id)
+        fresh = run_queries({"fresh": store.connect(root)}, args.repeat, one_id)["fresh"]
     with console.status("compacting…"):
         start = time.perf_counter()
         results = compact(root, CompactConfig(tables=("trajectories", "rewards"), retention_hours=0))
         compact_s = time.perf_counter() - start
-    with console.status("querying the compacted lake…"):
-        compacted = run_queries(store.connect(root), args.repeat, one_id)
-    with console.status("building the single-file baseline…"):
-        single = run_queries(single_file_connection(root, f"{work}/single"), args.repeat, one_id)
-    with console.status("building the previous release's format…"):
-        old = run_queries(old_format_connection(root, args.n, f"{work}/old"), args.repeat, one_id)
+    with console.status("building the single-file baseline and the previous release's format…"):
+        setups = {
+            "compacted": store.connect(root),
+            "single": single_file_connection(root, f"{work}/single"),
+            "old": old_format_connection(root, args.n, f"{work}/old"),
+        }
+    with console.status("querying the compacted lake, the single file and the old format in turns…"):
+        timed = run_queries(setups, args.repeat, one_id)
+    compacted, single, old = timed["compacted"], timed["single"], timed["old"]
 
     table = Table(title=f"write ({args.n:,} trajectories, {w['messages']:,} messages)")
     for col in ("what", "value", "target", "ok"):

@@ -26,7 +26,6 @@ Polars users get the same tables from `scan` (`polars.scan_delta`).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -72,21 +71,9 @@ def table_version(lake: Lake, table: str, version: int | None = None) -> TableVe
             raise
         return TableVersion(table, None, None)
     current = delta.version()
-    return TableVersion(table, current, commit_time(lake, table, current), tuple(delta.file_uris()))
-
-
-def commit_time(lake: Lake, table: str, version: int) -> datetime | None:
-    """When `version` of `table` was committed, from its log entry (`commitInfo.timestamp`)."""
-    path = lake.fs_path(table, "_delta_log", f"{version:020d}.json")
-    try:
-        with lake.fs.open(path, "rb") as handle:
-            for line in handle:
-                stamp = json.loads(line).get("commitInfo", {}).get("timestamp")
-                if stamp is not None:
-                    return datetime.fromtimestamp(stamp / 1000, UTC)
-    except FileNotFoundError:
-        pass
-    return None
+    stamp = lake.commit_info(table, current).get("timestamp")
+    when = datetime.fromtimestamp(stamp / 1000, UTC) if stamp is not None else None
+    return TableVersion(table, current, when, tuple(delta.file_uris()))
 
 
 def snapshot(lake: Lake | str | os.PathLike[str], versions: Mapping[str, int] | None = None) -> Snapshot:

@@ -11,6 +11,7 @@ translated for delta-rs.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -97,6 +98,17 @@ class Lake:
     def table_uri(self, table: str) -> str:
         table_spec(table)
         return self.url(table)
+
+    def commit_info(self, table: str, version: int) -> dict[str, Any]:
+        """The `commitInfo` action of one commit of `table` (operation, metrics, timestamp), from
+        its log entry; empty when the entry is gone or has none."""
+        path = self.fs_path(table, "_delta_log", f"{version:020d}.json")
+        try:
+            with self.fs.open(path, "rb") as handle:
+                infos = (json.loads(line).get("commitInfo") for line in handle if line.strip())
+                return next((info for info in infos if info is not None), {})
+        except FileNotFoundError:
+            return {}
 
     def has_table(self, table: str) -> bool:
         """Whether `table` exists as a Delta table (anything was ever committed to it)."""

@@ -117,9 +117,13 @@ def compact_table(
             optimizer = DeltaTable(uri, storage_options=lake.delta_options).optimize
             if config.cluster and spec.cluster_by:
                 return optimizer.z_order(
-                    spec.cluster_by, partition_filters=filters, writer_properties=writer_properties(spec)
+                    spec.cluster_by,
+                    partition_filters=filters,
+                    writer_properties=writer_properties(spec, compacted=True),
                 )
-            return optimizer.compact(partition_filters=filters, writer_properties=writer_properties(spec))
+            return optimizer.compact(
+                partition_filters=filters, writer_properties=writer_properties(spec, compacted=True)
+            )
 
         metrics = _retried(rewrite, table, partition or "(table)")
         outcome.partitions += 1

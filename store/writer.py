@@ -84,22 +84,31 @@ REPEATING = {
     "base_model",
     "tools",
 }
+# Columns whose every value differs: a dictionary would only cost time.
+UNIQUE = {"trajectory_id", "trace_id", "span_id"}
 
 
-def writer_properties(spec: TableSpec) -> Any:
+def writer_properties(spec: TableSpec, *, compacted: bool = False) -> Any:
     """zstd Parquet laid out for what readers filter on, and cheap to write.
 
     Statistics only on top-level scalar columns (row-group pruning); none on the nested
     message and token columns, where computing them costs a large share of the write and
-    no query can prune. Dictionaries only where values repeat. A bloom filter on the key
-    columns, so a point lookup skips row groups their min/max cannot rule out.
+    no query can prune. A bloom filter on the key columns, so a point lookup skips row
+    groups their min/max cannot rule out. Dictionaries: a write (the collector's hot path)
+    uses them only where values repeat; `compact`'s files, written once and read by every
+    query after, use them everywhere but the unique ids: roles, tool names and repeated
+    content inside the messages decode several times faster (the writer falls back to
+    plain encoding by itself where a column's values do not repeat).
     """
     from deltalake import BloomFilterProperties, ColumnProperties, WriterProperties
+
+    def dictionary(name: str) -> bool:
+        return name not in UNIQUE if compacted else name in REPEATING
 
     columns = {
         f.name: ColumnProperties(
             statistics_enabled="CHUNK",
-            dictionary_enabled=f.name in REPEATING,
+            dictionary_enabled=dictionary(f.name),
             bloom_filter_properties=BloomFilterProperties(True, fpp=0.01) if f.name in spec.key else None,
         )
         for f in spec.schema
@@ -108,7 +117,7 @@ def writer_properties(spec: TableSpec) -> Any:
     return WriterProperties(
         compression="ZSTD",
         max_row_group_size=DEFAULT_BATCH_ROWS,
-        default_column_properties=ColumnProperties(statistics_enabled="NONE", dictionary_enabled=False),
+        default_column_properties=ColumnProperties(statistics_enabled="NONE", dictionary_enabled=compacted),
         column_properties=columns,
     )
 
@@ -168,7 +177,6 @@ def _commit(
     )
     holders = _holders(lake, spec, table, spill, within, upsert)
     if not holders:
-        read_version = table.version()
         write_deltalake(
             table,
             spill.reader(),
@@ -176,7 +184,8 @@ def _commit(
             writer_properties=writer_properties(spec),
             commit_properties=claim,
         )
-        version, metrics = _own_commit(lake, spec, read_version, claim.app_transactions[0])
+        version = table.version()  # the handle moves to the version its own commit made
+        metrics = lake.commit_info(spec.name, version).get("operationMetrics") or {}
         return {
             "num_target_rows_inserted": spill.rows,
             "num_target_files_added": metrics.get("num_added_files", 0),
@@ -200,23 +209,6 @@ def _commit(
         )
     metrics = merger.when_not_matched_insert_all().execute()
     return metrics, table.version()
-
-
-def _own_commit(lake: Lake, spec: TableSpec, after: int, claim: Any) -> tuple[int, dict[str, Any]]:
-    """The version (and metrics) of the commit that carried `claim`: the first after `after`
-    with it, since no other keyed write can commit the same claim."""
-    import json
-
-    version = after + 1
-    while True:
-        path = lake.fs_path(spec.name, "_delta_log", f"{version:020d}.json")
-        with lake.fs.open(path, "rb") as handle:
-            actions = [json.loads(line) for line in handle if line.strip()]
-        txns = [a["txn"] for a in actions if "txn" in a]
-        if any(t.get("appId") == claim.app_id and t.get("version") == claim.version for t in txns):
-            info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
-            return version, info.get("operationMetrics") or {}
-        version += 1
 
 
 def _holders(

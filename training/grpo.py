@@ -54,6 +54,7 @@ from training.grpo_rows import (
     fit_batch_to_rows,
     grpo_dataset,
 )
+from training.lora import trainable_policy
 from training.metrics import NonFiniteLossGuard, RunsTableCallback
 from training.mismatch import importance_weights, sampler_gap, weighted_advantages
 from training.run import (
@@ -67,6 +68,9 @@ from training.run import (
     train_and_record,
 )
 
+# The round-start pass keeps no activations for a backward pass, so it batches this many
+# times wider than a training step for the same memory.
+ROUND_START_BATCH_FACTOR = 4
 # Every replayed trajectory with token data: what `trajlake train grpo` trains on by default.
 DEFAULT_GRPO_SQL = "SELECT trajectory_id FROM trajectories WHERE source = 'replay' AND len(turns) > 0"
 
@@ -244,11 +248,13 @@ class StoredGroupsGRPOTrainer(GRPOTrainer):
         metrics["sampling/importance_sampling_ratio/max"].append(kept.max().item())
 
     @torch.no_grad()
-    def current_logps(self, batch: dict[str, torch.Tensor], mode: str, model: Any = None) -> torch.Tensor:
+    def current_logps(
+        self, batch: dict[str, torch.Tensor], mode: str, model: Any = None, batch_size: int | None = None
+    ) -> torch.Tensor:
         """Per-token logprobs of the stored completion tokens under `model` (the policy as it is now)."""
         input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
         attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
-        size = (
+        size = batch_size or (
             self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
         )
         logps, _, _ = self._get_per_token_logps_and_entropies(
@@ -263,18 +269,26 @@ class StoredGroupsGRPOTrainer(GRPOTrainer):
     def store_round_start_logprobs(self) -> None:
         """Add the trainer's logprobs of every row, before the first update, as column `trainer_logprobs`.
 
-        Masked positions (tool results, glue) are kept as computed; the gap and the weights
-        only ever read them through the loss mask.
+        A no-grad pass, so it batches wider than training and groups rows of similar
+        lengths (a group's members share their prompt): little of it is padding. Masked
+        positions (tool results, glue) are kept as computed; the gap and the weights only
+        ever read them through the loss mask.
         """
         dataset = self.train_dataset
-        size = self.args.per_device_train_batch_size
+        size = self.args.per_device_train_batch_size * ROUND_START_BATCH_FACTOR
+        sizes = [
+            (len(p), len(c)) for p, c in zip(dataset["prompt_ids"], dataset["completion_ids"], strict=True)
+        ]
+        order = sorted(range(len(sizes)), key=sizes.__getitem__)
         was_training = self.model.training
         self.model.eval()  # no dropout: the logprobs a sampler would compute
-        values: list[list[float]] = []
-        for start in range(0, len(dataset), size):
-            rows = [dataset[i] for i in range(start, min(start + size, len(dataset)))]
-            logps = self.current_logps(self.stored_batch(rows), "train")
-            values.extend(lp[: len(r["completion_ids"])].tolist() for lp, r in zip(logps, rows, strict=True))
+        values: list[list[float]] = [[] for _ in order]
+        for start in range(0, len(order), size):
+            chunk = order[start : start + size]
+            rows = [dataset[i] for i in chunk]
+            logps = self.current_logps(self.stored_batch(rows), "train", batch_size=size)
+            for i, lp, r in zip(chunk, logps, rows, strict=True):
+                values[i] = lp[: len(r["completion_ids"])].tolist()
         self.model.train(was_training)
         self.train_dataset = dataset.add_column("trainer_logprobs", values)
 
@@ -286,18 +300,6 @@ class StoredGroupsGRPOTrainer(GRPOTrainer):
         model = self.accelerator.unwrap_model(self.model)
         with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
             return self.current_logps(batch, mode)
-
-
-def load_policy(base_model: str, adapter: str | None, config: TrajlakeGRPOConfig) -> tuple[Any, Any]:
-    """The model to train and the PEFT config to pass TRL (None when continuing from an adapter)."""
-    if adapter is None:
-        return base_model, config.lora_config()
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM
-
-    dtype = torch.bfloat16 if config.bf16 else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(base_model, dtype=dtype)
-    return PeftModel.from_pretrained(model, adapter, is_trainable=True), None
 
 
 def train_grpo(
@@ -350,7 +352,7 @@ def train_grpo(
     )
 
     tokenizer = load_tokenizer(base_model)
-    model, peft_config = load_policy(base_model, adapter, config)
+    model, peft_config = trainable_policy(base_model, adapter, config, bf16=bool(config.bf16))
     guard = NonFiniteLossGuard()
     report = {
         "groups": selection.report.groups,

@@ -92,3 +92,18 @@ class LoraFields:
             "lora_dropout": self.lora_dropout,
             "lora_target_modules": list(self.lora_target_modules or DEFAULT_TARGET_MODULES),
         }
+
+
+def trainable_policy(
+    base_model: str, adapter: str | None, lora: LoraFields, *, bf16: bool
+) -> tuple[Any, Any]:
+    """The model to train and the PEFT config to pass TRL: the base model's name and a new
+    adapter's config, or, continuing from `adapter`, that adapter loaded trainable (and None)."""
+    if adapter is None:
+        return base_model, lora.lora_config()
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.bfloat16 if bf16 else torch.float32)
+    return PeftModel.from_pretrained(model, adapter, is_trainable=True), None

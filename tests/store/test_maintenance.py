@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
@@ -32,6 +33,26 @@ def test_compaction_rewrites_each_crowded_partition_and_keeps_rows(lake: store.L
         columns=["trajectory_id"], partitions=[("dt", "=", "2026-11-20")]
     )
     assert len(ids) == 15
+
+
+def _encodings(path: str, column: str) -> set[str]:
+    meta = pq.ParquetFile(path).metadata
+    paths = [meta.row_group(0).column(i).path_in_schema for i in range(meta.num_columns)]
+    return set(meta.row_group(0).column(paths.index(column)).encodings)
+
+
+def test_compacted_files_are_laid_out_for_reading(lake: store.Lake) -> None:
+    # Writes (the collector's hot path) skip dictionaries on message fields; the files
+    # `compact` writes once for every later query dictionary-encode them, ids excepted.
+    for batch in range(2):
+        store.write(lake, "trajectories", [make_traj(batch * 10 + i) for i in range(5)])
+    role = "messages.list.element.role"
+    written = store.snapshot(lake)["trajectories"].files
+    assert all("RLE_DICTIONARY" not in _encodings(path, role) for path in written)
+    compact(lake, CompactConfig(tables=("trajectories",), retention_hours=0))
+    (compacted,) = store.snapshot(lake)["trajectories"].files
+    assert "RLE_DICTIONARY" in _encodings(compacted, role)
+    assert "RLE_DICTIONARY" not in _encodings(compacted, "trajectory_id")
 
 
 def test_vacuum_keeps_what_the_retention_and_lineage_need(lake: store.Lake) -> None:

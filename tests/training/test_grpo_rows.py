@@ -126,7 +126,7 @@ def test_importance_sampling_correction(tiny_model: Path, tmp_path: Path) -> Non
     )  # pi_old is the trainer's own, not the drifted sampler's
     # train_grpo stores pi_old before the first update, so later steps still see the round's start
     trainer.store_round_start_logprobs()
-    for row in (trainer.train_dataset[i] for i in range(4)):
+    for row in trainer.train_dataset:  # every row, in its own place (the pass batches them by length)
         pairs = [
             (t, s)
             for t, s, m in zip(row["trainer_logprobs"], row["logprobs"], row["tool_mask"], strict=True)

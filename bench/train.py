@@ -14,11 +14,14 @@ What it measures (printed as a rich table, one row per implementation and settin
    with or without padding, and `train_runtime`, so every row counts alike). Bin fill:
    real tokens / (packed rows x max_length) for packed rows.
 2. GRPO: `training.grpo.train_grpo` on stored scored groups (its defaults: all-equal
-   groups skipped, the sampler/trainer gap logged every step; with TIS on, the forward
-   pass that takes the round-start logprobs is added to its seconds) against stock `GRPOTrainer` fed the same
-   groups through TRL's `rollout_func` (its supported hook for externally generated
-   completions) and a reward function returning the stored rewards: same LoRA, loss,
-   batch size and steps; stock with its own defaults here and in fp32.
+   groups skipped, the sampler/trainer gap logged every step, truncated importance
+   sampling on, whose round-start forward pass over every row is added to its seconds)
+   against stock `GRPOTrainer` fed the same groups through TRL's `rollout_func` (its
+   supported hook for externally generated completions) and a reward function returning
+   the stored rewards: same LoRA, loss, batch size and steps; stock with its own defaults
+   here and in fp32. Stock TRL corrects the sampler only when it samples with vLLM, so
+   the like-for-like row is trajlake without the correction (the same forward and
+   backward passes per step).
 
 The defaults trajlake picks per device (`training.device`) come from these numbers: on a
 CPU fp32 and padded batches, on a GPU bf16 and padding-free bfd packing. Each row runs
@@ -206,11 +209,14 @@ def grpo_stock(
     }
 
 
-def grpo_ours(model: str, lake: store.Lake, args: argparse.Namespace, out: Path) -> dict[str, float]:
+def grpo_ours(
+    model: str, lake: store.Lake, args: argparse.Namespace, out: Path, settings: dict[str, Any]
+) -> dict[str, float]:
+    """`train_grpo`; `settings` overrides (empty: its defaults, sampler correction included)."""
     from training.grpo import train_grpo
     from training.grpo_config import TrajlakeGRPOConfig
 
-    config = TrajlakeGRPOConfig(output_dir=str(out), **grpo_kwargs(args))
+    config = TrajlakeGRPOConfig(output_dir=str(out), **grpo_kwargs(args), **settings)
     result = train_grpo(
         lake, "SELECT trajectory_id FROM trajectories WHERE source = 'replay'", model, None, out, config
     )
@@ -325,7 +331,13 @@ def main() -> None:
             ("sft", "trajlake", "its defaults", lambda o: sft_ours(model, lake, args, o)),
             ("grpo", "stock TRL", "its defaults", lambda o: grpo_stock(model, groups, args, o, {})),
             ("grpo", "stock TRL", "fp32", lambda o: grpo_stock(model, groups, args, o, fp32)),
-            ("grpo", "trajlake", "its defaults", lambda o: grpo_ours(model, lake, args, o)),
+            ("grpo", "trajlake", "its defaults", lambda o: grpo_ours(model, lake, args, o, {})),
+            (
+                "grpo",
+                "trajlake",
+                "no sampler correction (stock's work)",
+                lambda o: grpo_ours(model, lake, args, o, {"vllm_importance_sampling_correction": False}),
+            ),
         ]
         if cuda():  # stock's defaults are trajlake's settings there too, and bfd packing on a GPU pays
             runs = [r for r in runs if r[2] != "fp32, bfd packing"]

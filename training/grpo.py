@@ -42,10 +42,11 @@ from typing import Any
 
 import torch
 from trl import GRPOTrainer
-from trl.trainer.utils import RepeatSampler, nanstd, pad, use_adapter
+from trl.trainer.utils import RepeatSampler, nanstd, use_adapter
 
 import store
 from training.datasets import select_grpo
+from training.grpo_batch import pad_rows, padded, rows_as_tensors
 from training.grpo_config import TrajlakeGRPOConfig
 from training.grpo_rows import (
     bound_staleness,
@@ -89,6 +90,10 @@ class StoredGroupsGRPOTrainer(GRPOTrainer):
 
     _gap_batch: dict[str, Any] | None = None  # the batch whose loss is being computed (gap metric)
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.data_collator = rows_as_tensors
+
     def _get_train_sampler(self, dataset: Any = None) -> RepeatSampler:
         # One pass over the rows per epoch; each generation batch is yielded
         # `num_iterations * steps_per_generation` times because `_prepare_inputs` consumes
@@ -107,46 +112,7 @@ class StoredGroupsGRPOTrainer(GRPOTrainer):
         device = self.accelerator.device
         pad_id = self.processing_class.pad_token_id if hasattr(self.processing_class, "pad_token_id") else 0
         pad_id = pad_id if pad_id is not None else 0
-        prompt_ids = [torch.tensor(r["prompt_ids"], dtype=torch.long) for r in rows]
-        completion_ids = [torch.tensor(r["completion_ids"], dtype=torch.long) for r in rows]
-        multiple = self.pad_to_multiple_of
-        batch = {
-            "prompt_ids": pad(
-                prompt_ids, padding_value=pad_id, padding_side="left", pad_to_multiple_of=multiple
-            ),
-            "prompt_mask": pad(
-                [torch.ones_like(p) for p in prompt_ids],
-                padding_value=0,
-                padding_side="left",
-                pad_to_multiple_of=multiple,
-            ),
-            "completion_ids": pad(
-                completion_ids, padding_value=pad_id, padding_side="right", pad_to_multiple_of=multiple
-            ),
-            "completion_mask": pad(
-                [torch.ones_like(c) for c in completion_ids],
-                padding_value=0,
-                padding_side="right",
-                pad_to_multiple_of=multiple,
-            ),
-            "tool_mask": pad(
-                [torch.tensor(r["tool_mask"], dtype=torch.long) for r in rows],
-                padding_value=1,  # as TRL pads it; the completion mask zeroes padding anyway
-                padding_side="right",
-                pad_to_multiple_of=multiple,
-            ),
-            "old_per_token_logps": pad(
-                [torch.tensor(r["logprobs"], dtype=torch.float32) for r in rows],
-                padding_value=0.0,
-                padding_side="right",
-                pad_to_multiple_of=multiple,
-            ),
-            "advantages": torch.tensor([float(r["advantage"]) for r in rows], dtype=torch.float32),
-        }
-        if self.mask_truncated_completions:
-            truncated = torch.tensor([bool(r["truncated"]) for r in rows])
-            batch["completion_mask"] = batch["completion_mask"] * (~truncated).unsqueeze(1).long()
-            batch["tool_mask"] = batch["tool_mask"] * (~truncated).unsqueeze(1).long()
+        batch = pad_rows(rows, pad_id, self.pad_to_multiple_of, self.mask_truncated_completions)
         return {k: v.to(device) for k, v in batch.items()}
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, torch.Tensor | Any]:
@@ -223,11 +189,8 @@ class StoredGroupsGRPOTrainer(GRPOTrainer):
         pi_old / pi_sampler (`training.mismatch`); the sampler's stay as `sampling_per_token_logps`."""
         args = self.args
         if trainer_logps is None:
-            trainer_logps = pad(
-                [torch.tensor(r["trainer_logprobs"], dtype=torch.float32) for r in rows],
-                padding_value=0.0,
-                padding_side="right",
-                pad_to_multiple_of=self.pad_to_multiple_of,
+            trainer_logps = padded(
+                [r["trainer_logprobs"] for r in rows], torch.float32, 0.0, "right", self.pad_to_multiple_of
             ).to(mask.device)
         sampled = batch["old_per_token_logps"]
         weights = importance_weights(

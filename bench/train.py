@@ -14,14 +14,12 @@ What it measures (printed as a rich table, one row per implementation and settin
    with or without padding, and `train_runtime`, so every row counts alike). Bin fill:
    real tokens / (packed rows x max_length) for packed rows.
 2. GRPO: `training.grpo.train_grpo` on stored scored groups (its defaults: all-equal
-   groups skipped, the sampler/trainer gap logged every step, truncated importance
-   sampling on, whose round-start forward pass over every row is added to its seconds)
+   groups skipped, the sampler/trainer gap logged every step; with truncated importance
+   sampling turned on, its round-start forward pass would be added to its seconds)
    against stock `GRPOTrainer` fed the same groups through TRL's `rollout_func` (its
    supported hook for externally generated completions) and a reward function returning
    the stored rewards: same LoRA, loss, batch size and steps; stock with its own defaults
-   here and in fp32. Stock TRL corrects the sampler only when it samples with vLLM, so
-   the like-for-like row is trajlake without the correction (the same forward and
-   backward passes per step).
+   here and in fp32.
 
 The defaults trajlake picks per device (`training.device`) come from these numbers: on a
 CPU fp32 and padded batches, on a GPU bf16 and padding-free bfd packing. Each row runs
@@ -332,12 +330,6 @@ def main() -> None:
             ("grpo", "stock TRL", "its defaults", lambda o: grpo_stock(model, groups, args, o, {})),
             ("grpo", "stock TRL", "fp32", lambda o: grpo_stock(model, groups, args, o, fp32)),
             ("grpo", "trajlake", "its defaults", lambda o: grpo_ours(model, lake, args, o, {})),
-            (
-                "grpo",
-                "trajlake",
-                "no sampler correction (stock's work)",
-                lambda o: grpo_ours(model, lake, args, o, {"vllm_importance_sampling_correction": False}),
-            ),
         ]
         if cuda():  # stock's defaults are trajlake's settings there too, and bfd packing on a GPU pays
             runs = [r for r in runs if r[2] != "fp32, bfd packing"]

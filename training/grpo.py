@@ -12,9 +12,10 @@ things and reuses everything else (loss types, clipping, KL, entropy, metrics, s
   pi_theta / pi_old, which is what makes training on stored (slightly off-policy)
   samples correct: on the first step the ratio measures how far the trainer's model
   is from the sampler, afterwards also how far it has moved.
-- `_get_train_sampler` walks the rows once per epoch (shuffled by `seed`), each
-  generation batch repeated `num_iterations x steps_per_generation` times as TRL's
-  buffering expects, instead of repeating each prompt `num_generations` times.
+- `_get_train_sampler` walks the rows once per epoch, group by group (groups shuffled by
+  `seed`; members share their prompt, so batches pad little), each generation batch
+  repeated `num_iterations x steps_per_generation` times as TRL's buffering expects,
+  instead of repeating each prompt `num_generations` times.
 
 Every step logs the gap between the trainer's logprobs of the stored tokens and the
 sampler's (`sampling/sampling_logp_difference/{mean,max}`, a `runs` column), read from the
@@ -46,7 +47,7 @@ from trl.trainer.utils import RepeatSampler, nanstd, use_adapter
 
 import store
 from training.datasets import select_grpo
-from training.grpo_batch import pad_rows, padded, rows_as_tensors
+from training.grpo_batch import GroupedRepeatSampler, pad_rows, padded, rows_as_tensors
 from training.grpo_config import TrajlakeGRPOConfig
 from training.grpo_rows import (
     bound_staleness,
@@ -95,11 +96,13 @@ class StoredGroupsGRPOTrainer(GRPOTrainer):
         self.data_collator = rows_as_tensors
 
     def _get_train_sampler(self, dataset: Any = None) -> RepeatSampler:
-        # One pass over the rows per epoch; each generation batch is yielded
+        # One pass over the rows per epoch, group by group; each generation batch is yielded
         # `num_iterations * steps_per_generation` times because `_prepare_inputs` consumes
         # one dataloader batch per micro-step and reuses its buffered split of the first.
-        return RepeatSampler(
-            data_source=dataset if dataset is not None else self.train_dataset,
+        dataset = dataset if dataset is not None else self.train_dataset
+        return GroupedRepeatSampler(
+            dataset["group_id"],
+            data_source=dataset,
             mini_repeat_count=1,
             batch_size=self.args.generation_batch_size,
             repeat_count=self.num_iterations * self.args.steps_per_generation,

@@ -1,4 +1,5 @@
-"""Stored GRPO rows as the tensors `GRPOTrainer._compute_loss` reads (pure functions)."""
+"""How stored GRPO rows become batches: which rows go together, and the tensors
+`GRPOTrainer._compute_loss` reads."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from trl.trainer.utils import pad
+from trl.trainer.utils import RepeatSampler, pad
 
 
 def rows_as_tensors(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -48,3 +49,29 @@ def pad_rows(
         batch["completion_mask"] = batch["completion_mask"] * kept
         batch["tool_mask"] = batch["tool_mask"] * kept
     return batch
+
+
+class GroupedRepeatSampler(RepeatSampler):
+    """TRL's `RepeatSampler` (each batch yielded `repeat_count` times, incomplete last batch
+    dropped) over whole groups: the groups in a seeded random order, each group's rows
+    together. A group's members share their prompt, so a batch holds few prompts and
+    pads little; GRPO samplers batch the same way when they sample themselves."""
+
+    def __init__(self, group_ids: Sequence[str], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        members: dict[str, list[int]] = {}
+        for index, group in enumerate(group_ids):
+            members.setdefault(group, []).append(index)
+        self.groups = list(members.values())
+
+    def __iter__(self) -> Any:
+        order = (
+            torch.randperm(len(self.groups), generator=self.generator).tolist()
+            if self.shuffle
+            else range(len(self.groups))
+        )
+        indexes = [index for g in order for index in self.groups[g]]
+        for start in range(0, len(indexes) - self.batch_size + 1, self.batch_size):
+            chunk = indexes[start : start + self.batch_size]
+            for _ in range(self.repeat_count):
+                yield from chunk

@@ -15,6 +15,7 @@ from tests.training.train_helpers import stored_groups
 from training.datasets import select_grpo
 from training.errors import SelectionError
 from training.grpo import StoredGroupsGRPOTrainer, grpo_dataset, stored_reward, train_grpo
+from training.grpo_batch import GroupedRepeatSampler
 from training.grpo_rows import fit_batch_to_rows, policy_lineage, within_staleness
 
 
@@ -188,3 +189,26 @@ def test_max_staleness_keeps_recent_policies(tiny_model: Path, tmp_path: Path) -
         config(tmp_path, max_staleness=1, max_steps=1),
     )
     assert third.report["trajectories"] == 8 and third.report["stale_trajectories"] == 4
+
+
+def test_batches_hold_whole_groups_in_a_seeded_order() -> None:
+    groups = ["g1", "g2", "g1", "g3", "g2", "g3", "g1", "g2", "g3"]
+
+    def sampler(batch_size: int) -> GroupedRepeatSampler:
+        return GroupedRepeatSampler(
+            groups,
+            data_source=groups,
+            mini_repeat_count=1,
+            batch_size=batch_size,
+            repeat_count=2,
+            shuffle=True,
+            seed=0,
+        )
+
+    order = list(sampler(3))
+    batches = [order[i : i + 3] for i in range(0, len(order), 3)]
+    assert batches[0::2] == batches[1::2]  # each batch yielded `repeat_count` times
+    assert sorted(i for b in batches[0::2] for i in b) == list(range(9))  # every row once per epoch
+    assert all(len({groups[i] for i in b}) == 1 for b in batches)  # a group of 3 fills a batch of 3
+    assert list(sampler(3)) == order  # seeded
+    assert len(list(sampler(4))) == len(sampler(4)) == 2 * 8  # the incomplete last batch is dropped

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 from ingest.assembly.normalize import LLMCall, Span, ToolCall
@@ -116,26 +117,10 @@ def agent_runs(
     """The runs of a trace (see the module docstring) and the run of every span."""
     by_id = {s["span_id"]: s for s in spans}
     agent_of: dict[str, str | None] = {}
-
-    def nearest_agent(span_id: str | None, seen: int = 0) -> str | None:
-        # Nearest agent ancestor (inclusive), memoised; `seen` guards against parent cycles.
-        if span_id is None or span_id not in by_id or seen > len(by_id):
-            return None
-        if span_id in agent_of:
-            return agent_of[span_id]
-        span = by_id[span_id]
-        found = (
-            span_id
-            if is_agent_span(span["attributes"])
-            else nearest_agent(span.get("parent_span_id"), seen + 1)
-        )
-        agent_of[span_id] = found
-        return found
-
     for span_id in by_id:
-        nearest_agent(span_id)
+        _nearest_agent(span_id, by_id, agent_of)
     agents = sorted((by_id[a] for a in set(agent_of.values()) if a), key=span_order)
-    parent_agent = {a["span_id"]: nearest_agent(a.get("parent_span_id")) for a in agents}
+    parent_agent = {a["span_id"]: _nearest_agent(a.get("parent_span_id"), by_id, agent_of) for a in agents}
     for agent_id in list(parent_agent):  # a parent chain that loops (bad ids) starts at the top
         seen = {agent_id}
         ancestor = parent_agent[agent_id]
@@ -155,10 +140,7 @@ def agent_runs(
         if isinstance(call, LLMCall):
             own.setdefault(agent_of.get(span["span_id"]), []).append(call)
 
-    def first_call(agent_id: str) -> LLMCall | None:
-        found = [own[agent_id][0]] if own.get(agent_id) else []
-        found += [c for c in (first_call(child) for child in children.get(agent_id, [])) if c]
-        return min(found, key=lambda c: c.start_time or 0, default=None)
+    first_call = partial(_first_call, own=own, children=children)
 
     top = children.get(None, [])
     trace_run = Run(trace_id, by_id[top[0]] if len(top) == 1 else None)
@@ -188,6 +170,35 @@ def agent_runs(
         run_of_span[span["span_id"]] = run
     ordered = sorted({id(r): r for r in run_of_agent.values()}.values(), key=lambda r: r.trajectory_id)
     return ordered, run_of_span
+
+
+def _nearest_agent(
+    span_id: str | None, by_id: dict[str, Span], agent_of: dict[str, str | None], seen: int = 0
+) -> str | None:
+    """The nearest agent ancestor of a span (inclusive), memoised in `agent_of`; `seen` guards
+    against parent cycles. A module function, not a closure: a closure that calls itself is a
+    reference cycle that keeps every span of the trace alive until the cyclic GC runs."""
+    if span_id is None or span_id not in by_id or seen > len(by_id):
+        return None
+    if span_id in agent_of:
+        return agent_of[span_id]
+    span = by_id[span_id]
+    found = (
+        span_id
+        if is_agent_span(span["attributes"])
+        else _nearest_agent(span.get("parent_span_id"), by_id, agent_of, seen + 1)
+    )
+    agent_of[span_id] = found
+    return found
+
+
+def _first_call(
+    agent_id: str, own: dict[str | None, list[LLMCall]], children: dict[str | None, list[str]]
+) -> LLMCall | None:
+    """The first model call anywhere in an agent's subtree."""
+    found = [own[agent_id][0]] if own.get(agent_id) else []
+    found += [c for c in (_first_call(child, own, children) for child in children.get(agent_id, [])) if c]
+    return min(found, key=lambda c: c.start_time or 0, default=None)
 
 
 def _own_conversation(

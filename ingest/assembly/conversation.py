@@ -56,7 +56,7 @@ def _common_prefix(a: list[Key], b: list[Key]) -> int:
     return n
 
 
-@dataclass
+@dataclass(slots=True)
 class _Entry:
     message: Message
     key: Key
@@ -102,18 +102,29 @@ class Conversation:
             self._append(make_message("assistant"), OUTPUT, placeholder=True)
 
     def _add_input(self, incoming: list[Message]) -> None:
-        keys = [self._key(m) for m in incoming]
+        keys_of = self._keys_of
+        keys = [keys_of.get(id(m)) for m in incoming]  # `_key` inlined: every call repeats the history
+        if None in keys:
+            keys = [k if k is not None else self._key(m) for m, k in zip(incoming, keys, strict=True)]
         entries = self.entries
-        start = _common_prefix(keys, [e.key for e in entries])
+        start = 0  # the common prefix of the input and the conversation so far
+        for entry, key in zip(entries, keys, strict=False):
+            if entry.key != key:
+                break
+            start += 1
         for entry, message in zip(entries[:start], incoming, strict=False):
             if entry.merged != id(message):
                 self._merge(entry, message)
+        if start == len(incoming):
+            return  # all of it is the conversation so far: nothing to add, no fresh tool passed over
         matched = set(range(start))  # positions in `entries` this input covers
         cursor = start
         for message, key in zip(incoming[start:], keys[start:], strict=True):
-            found = next(
-                (i for i in range(start, len(entries)) if i not in matched and entries[i].key == key), None
-            )
+            found = None
+            for i in range(start, len(entries)):
+                if entries[i].key == key and i not in matched:
+                    found = i
+                    break
             if found is not None:
                 self._merge(entries[found], message)
                 matched.add(found)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import traceback
-from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -68,6 +67,11 @@ _COLUMNS = (
 def span_dicts(spans: pa.Table) -> list[Span]:
     """Rows of a `spans` table as dicts with parsed `attributes`/`events` and `start_time`/`end_time`
     in microseconds since the epoch, newest row per key."""
+    return [span for trace in spans_by_trace(spans).values() for span in trace.values()]
+
+
+def spans_by_trace(spans: pa.Table) -> dict[str, dict[str, Span]]:
+    """`span_dicts` grouped by trace, then keyed by span id, in first-seen order."""
     names = [c for c in _COLUMNS if c in spans.column_names]
     if WRITTEN_AT in spans.column_names:
         # A lake read has one row per key already; an in-memory batch may repeat a key: newest wins.
@@ -78,40 +82,49 @@ def span_dicts(spans: pa.Table) -> list[Span]:
         _micros(spans.column(c)) if c in ("start_time", "end_time") else spans.column(c).to_pylist()
         for c in names
     ]
-    newest: dict[tuple[str, str], Span] = {}
+    at_attributes, at_events = names.index("attributes"), names.index("events")
+    by_trace: dict[str, dict[str, Span]] = {}
     for values in zip(*columns, strict=True):
         row = dict(zip(names, values, strict=True))
-        newest[(row["trace_id"], row["span_id"])] = row
-    out = []
-    for row in newest.values():
-        row["attributes"] = _loads(row.get("attributes"), {})
-        # An event is an object with an attributes object; anything else is no event we can read.
-        events = _loads(row.get("events"), [])
-        row["events"] = (
-            [
-                {**e, "attributes": e["attributes"] if isinstance(e.get("attributes"), dict) else {}}
-                for e in events
-                if isinstance(e, dict)
-            ]
-            if events
-            else events
-        )
-        out.append(row)
-    return out
+        # Grouped and de-duplicated in one step: a repeated key keeps its first place, newest row.
+        trace = by_trace.get(row["trace_id"])
+        if trace is None:
+            trace = by_trace[row["trace_id"]] = {}
+        trace[row["span_id"]] = row
+        row["attributes"] = _attributes(values[at_attributes])
+        row["events"] = _events(values[at_events])
+    return by_trace
+
+
+def _attributes(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _events(text: str | None) -> list[dict[str, Any]]:
+    """An event is an object with an attributes object; anything else is no event we can read."""
+    if not text or text == "[]":  # most spans have no events
+        return []
+    try:
+        events = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return []
+    if not isinstance(events, list):
+        return []
+    return [
+        {**e, "attributes": e["attributes"] if isinstance(e.get("attributes"), dict) else {}}
+        for e in events
+        if isinstance(e, dict)
+    ]
 
 
 def _micros(column: pa.ChunkedArray) -> list[int | None]:
     return pc.cast(column, pa.int64()).to_pylist()
-
-
-def _loads(text: str | None, default: Any) -> Any:
-    if not text:
-        return default
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return default
-    return value if isinstance(value, type(default)) else default
 
 
 def assemble_trace(trace_id: str, spans: list[Span]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -165,9 +178,7 @@ def _collections_paused() -> Iterator[None]:
 
 
 def _assemble(spans: pa.Table) -> Assembled:
-    by_trace: dict[str, list[Span]] = defaultdict(list)
-    for span in span_dicts(spans):
-        by_trace[span["trace_id"]].append(span)
+    by_trace = {trace_id: list(trace.values()) for trace_id, trace in spans_by_trace(spans).items()}
     per_trace: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
     failures: list[dict[str, Any]] = []
     skipped: dict[str, int] = {}

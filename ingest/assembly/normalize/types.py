@@ -147,7 +147,11 @@ def as_text(value: Any) -> str | None:
         if strings and len(strings) == len(value):
             return "".join(strings)
     # Structured results are rendered as Python frameworks render them for the model (json.dumps).
-    return json.dumps(value, ensure_ascii=False)
+    return _AS_PYTHON_RENDERS(value)
+
+
+# `json.dumps(value, ensure_ascii=False)` without building an encoder per call.
+_AS_PYTHON_RENDERS = json.JSONEncoder(ensure_ascii=False).encode
 
 
 def maybe_json(value: Any) -> Any:

@@ -65,7 +65,7 @@ class _Entry:
     merged: int = 0  # id of the last input message merged into it (the same one comes back span after span)
 
 
-@dataclass
+@dataclass(slots=True)
 class Conversation:
     """An append-only conversation with the rules above."""
 
@@ -103,18 +103,16 @@ class Conversation:
 
     def _add_input(self, incoming: list[Message]) -> None:
         keys_of = self._keys_of
-        keys = [keys_of.get(id(m)) for m in incoming]  # `_key` inlined: every call repeats the history
-        if None in keys:
-            keys = [k if k is not None else self._key(m) for m, k in zip(incoming, keys, strict=True)]
+        # `_key` inlined (keys are non-empty tuples): every call repeats the whole history.
+        keys = [keys_of.get(id(m)) or self._key(m) for m in incoming]
         entries = self.entries
-        start = 0  # the common prefix of the input and the conversation so far
-        for entry, key in zip(entries, keys, strict=False):
+        start = 0  # the common prefix of the input and the conversation so far, merged as it goes
+        for entry, message, key in zip(entries, incoming, keys, strict=False):
             if entry.key != key:
                 break
-            start += 1
-        for entry, message in zip(entries[:start], incoming, strict=False):
             if entry.merged != id(message):
                 self._merge(entry, message)
+            start += 1
         if start == len(incoming):
             return  # all of it is the conversation so far: nothing to add, no fresh tool passed over
         matched = set(range(start))  # positions in `entries` this input covers

@@ -44,7 +44,7 @@ def span_order(span: Span) -> tuple[Any, ...]:
     return (span.get("start_time") or 0, span.get("end_time") or 0, span["span_id"])
 
 
-@dataclass
+@dataclass(slots=True)
 class Run:
     """One agent run: its spans and normalised calls in time order."""
 
@@ -114,7 +114,8 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 def agent_runs(
     trace_id: str, spans: list[Span], calls: dict[str, LLMCall | ToolCall]
 ) -> tuple[list[Run], dict[str, Run]]:
-    """The runs of a trace (see the module docstring) and the run of every span."""
+    """The runs of a trace (see the module docstring) and the run of every span; `spans` in
+    time order (`span_order`)."""
     by_id = {s["span_id"]: s for s in spans}
     agent_of: dict[str, str | None] = {}
     for span_id in by_id:
@@ -135,7 +136,7 @@ def agent_runs(
 
     # The model calls of each agent's own spans, and the first call anywhere in its subtree.
     own: dict[str | None, list[LLMCall]] = {}
-    for span in sorted(spans, key=span_order):
+    for span in spans:  # in time order already
         call = calls.get(span["span_id"])
         if isinstance(call, LLMCall):
             own.setdefault(agent_of.get(span["span_id"]), []).append(call)
@@ -161,7 +162,7 @@ def agent_runs(
         pending.extend((agent_id, child) for child in children.get(agent_id, []))
 
     run_of_span: dict[str, Run] = {}
-    for span in sorted(spans, key=span_order):
+    for span in spans:  # in time order already
         run = run_of_agent[agent_of.get(span["span_id"])]
         run.spans.append(span)
         call = calls.get(span["span_id"])

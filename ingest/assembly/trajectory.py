@@ -169,6 +169,17 @@ def _lookup(spans: list[Span], keys: tuple[str, ...], metadata_keys: tuple[str, 
     return None
 
 
+def _run_or_trace_lookup(
+    run_spans: list[Span], trace_spans: list[Span], keys: tuple[str, ...], metadata_keys: tuple[str, ...]
+) -> str | None:
+    """`_lookup` on the run's spans, else on the whole trace's. A run with every span of the trace
+    (the usual lone run) holds them in the same order: the second look would find the same."""
+    found = _lookup(run_spans, keys, metadata_keys)
+    if found or len(run_spans) == len(trace_spans):
+        return found
+    return _lookup(trace_spans, keys, metadata_keys)
+
+
 def _json(value: Any) -> str:
     """Compact JSON text with sorted keys (orjson; the standard library for what it cannot write)."""
     try:
@@ -212,10 +223,8 @@ def trajectory_row(run: Run, trace_spans: list[Span], has_root: bool) -> dict[st
         "trajectory_id": run.trajectory_id,
         "source": "langfuse" if sources == ["langfuse"] else "otel",
         "trace_id": trace_spans[0]["trace_id"],
-        "session_id": _lookup(run.spans, SESSION_KEYS, SESSION_METADATA_KEYS)
-        or _lookup(trace_spans, SESSION_KEYS, SESSION_METADATA_KEYS),
-        "user_id": _lookup(run.spans, USER_KEYS, USER_METADATA_KEYS)
-        or _lookup(trace_spans, USER_KEYS, USER_METADATA_KEYS),
+        "session_id": _run_or_trace_lookup(run.spans, trace_spans, SESSION_KEYS, SESSION_METADATA_KEYS),
+        "user_id": _run_or_trace_lookup(run.spans, trace_spans, USER_KEYS, USER_METADATA_KEYS),
         "agent_name": _agent_name(run, trace_spans),
         "model": last.model,
         "started_at": started,

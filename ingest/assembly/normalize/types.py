@@ -20,7 +20,7 @@ Message = dict[str, Any]
 Span = dict[str, Any]
 
 
-@dataclass
+@dataclass(slots=True)
 class LLMCall:
     """One model invocation: what went in, what came out, and how it was asked."""
 
@@ -51,7 +51,7 @@ class LLMCall:
         return self.response_model or self.request_model
 
 
-@dataclass
+@dataclass(slots=True)
 class ToolCall:
     """One tool execution: the call the model made and what the tool returned."""
 

@@ -28,12 +28,20 @@ from store.schema import LOG_KIND
 VERCEL_AGENT_OPERATIONS = {"ai.generateText", "ai.streamText", "ai.generateObject", "ai.streamObject"}
 
 
+_AGENT_MARKERS = frozenset(
+    ("openinference.span.kind", "langfuse.observation.type", "traceloop.span.kind", "ai.operationId")
+)
+
+
 def is_agent_span(attrs: dict[str, Any]) -> bool:
     # `invoke_workflow` is what `invoke_agent` was called for workflows before the GenAI
     # conventions merged them (semantic-conventions-genai v0.1.0); ADK still sends it.
+    if attrs.get("gen_ai.operation.name") in ("invoke_agent", "invoke_workflow"):
+        return True
+    if attrs.keys().isdisjoint(_AGENT_MARKERS):  # the usual span: none of the other tests can hold
+        return False
     return (
-        attrs.get("gen_ai.operation.name") in ("invoke_agent", "invoke_workflow")
-        or str(attrs.get("openinference.span.kind", "")).upper() == "AGENT"
+        str(attrs.get("openinference.span.kind", "")).upper() == "AGENT"
         or attrs.get("langfuse.observation.type") == "agent"
         or attrs.get("traceloop.span.kind") == "agent"
         or text_attr(attrs, "ai.operationId") in VERCEL_AGENT_OPERATIONS

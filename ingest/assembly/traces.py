@@ -78,10 +78,7 @@ def spans_by_trace(spans: pa.Table) -> dict[str, dict[str, Span]]:
         spans = spans.sort_by([(WRITTEN_AT, "ascending")])
     # Times as integer microseconds since the epoch: building a timezone-aware datetime per value
     # cost more than half of this function; rows get datetimes back in `trajectory`.
-    columns = [
-        _micros(spans.column(c)) if c in ("start_time", "end_time") else spans.column(c).to_pylist()
-        for c in names
-    ]
+    columns = [_column(spans.column(c), c) for c in names]
     at_attributes, at_events = names.index("attributes"), names.index("events")
     by_trace: dict[str, dict[str, Span]] = {}
     for values in zip(*columns, strict=True):
@@ -96,7 +93,7 @@ def spans_by_trace(spans: pa.Table) -> dict[str, dict[str, Span]]:
     return by_trace
 
 
-def _attributes(text: str | None) -> dict[str, Any]:
+def _attributes(text: bytes | None) -> dict[str, Any]:
     if not text:
         return {}
     try:
@@ -106,9 +103,9 @@ def _attributes(text: str | None) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _events(text: str | None) -> list[dict[str, Any]]:
+def _events(text: bytes | None) -> list[dict[str, Any]]:
     """An event is an object with an attributes object; anything else is no event we can read."""
-    if not text or text == "[]":  # most spans have no events
+    if not text or text == b"[]":  # most spans have no events
         return []
     try:
         events = orjson.loads(text)
@@ -123,8 +120,14 @@ def _events(text: str | None) -> list[dict[str, Any]]:
     ]
 
 
-def _micros(column: pa.ChunkedArray) -> list[int | None]:
-    return pc.cast(column, pa.int64()).to_pylist()
+def _column(column: pa.ChunkedArray, name: str) -> list[Any]:
+    if name in ("start_time", "end_time"):
+        return pc.cast(column, pa.int64()).to_pylist()
+    if name in ("attributes", "events"):
+        # JSON text as bytes (the same buffer, valid UTF-8 already): orjson reads bytes without
+        # Python decoding them into str objects first.
+        return pc.cast(column, pa.binary()).to_pylist()
+    return column.to_pylist()
 
 
 def assemble_trace(trace_id: str, spans: list[Span]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

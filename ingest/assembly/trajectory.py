@@ -51,7 +51,8 @@ def _tools(calls: Sequence[LLMCall | ToolCall], spans: list[Span]) -> list[dict[
     ]
     return merge_tools(
         *(call.tools for call in calls if isinstance(call, LLMCall)),
-        *(tool_definitions(span["attributes"]) for span in spans),
+        # Only spans that declare tools (a lookup here rather than a call per span).
+        *(tool_definitions(s["attributes"]) for s in spans if "gen_ai.tool.definitions" in s["attributes"]),
         from_tools,
     )
 

@@ -217,7 +217,8 @@ class Conversation:
     def finish(self, agent_output: str | None = None) -> list[Message]:
         """The messages, with tool names filled in from their calls and `is_error` always set. A
         successful tool after the model's last turn whose result is the agent's own output is how
-        the agent answered (smolagents' `final_answer`): `tool_output`, not a message."""
+        the agent answered (smolagents' `final_answer`): `tool_output`, not a message. The last
+        step: the messages are the entries' own, finished in place."""
         while (
             agent_output
             and self.entries
@@ -235,7 +236,7 @@ class Conversation:
         }
         out = []
         for entry in self.entries:
-            message = dict(entry.message)
+            message = entry.message  # the entry's own copy (`_append`), handed over: the conversation is done
             if message.get("role") == "tool" and not message.get("name"):
                 message["name"] = names.get(message.get("tool_call_id"))
             message["is_error"] = bool(message.get("is_error"))

@@ -87,7 +87,7 @@ def signature(call: LLMCall) -> Signature:
 
 def attach_logs(spans: list[Span]) -> tuple[list[Span], list[Span]]:
     """Fold LOG rows into their span's events; return (real spans, orphan logs)."""
-    if not any(s.get("kind") == LOG_KIND for s in spans):
+    if LOG_KIND not in {s.get("kind") for s in spans}:
         return list(spans), []
     by_id = {s["span_id"]: s for s in spans if s.get("kind") != LOG_KIND}
     orphans = []

@@ -82,7 +82,7 @@ def spans_by_trace(spans: pa.Table) -> dict[str, dict[str, Span]]:
     at_attributes, at_events = names.index("attributes"), names.index("events")
     by_trace: dict[str, dict[str, Span]] = {}
     for values in zip(*columns, strict=True):
-        row = dict(zip(names, values, strict=True))
+        row = dict(zip(names, values, strict=False))  # as long as `names`: made from them
         # Grouped and de-duplicated in one step: a repeated key keeps its first place, newest row.
         trace = by_trace.get(row["trace_id"])
         if trace is None:

@@ -234,8 +234,8 @@ def llm_fields(span: Span, attrs: dict[str, Any]) -> dict[str, Any]:
         "input_tokens": as_int(first(attrs, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")),
         "output_tokens": as_int(first(attrs, "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens")),
         "response_id": get("gen_ai.response.id"),
-        "finish_reasons": [str(f) for f in (finish if isinstance(finish, (list, tuple)) else [finish])],
-        "error": error_of(span),
+        "finish_reasons": [str(f) for f in finish] if isinstance(finish, (list, tuple)) else [str(finish)],
+        "error": error_of(span) if "error.type" in attrs or span.get("status_code") == "ERROR" else None,
         "start_time": span.get("start_time"),
         "end_time": span.get("end_time"),
     }

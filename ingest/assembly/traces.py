@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -72,6 +72,15 @@ def span_dicts(spans: pa.Table) -> list[Span]:
 
 def spans_by_trace(spans: pa.Table) -> dict[str, dict[str, Span]]:
     """`span_dicts` grouped by trace, then keyed by span id, in first-seen order."""
+    by_trace = _raw_rows_by_trace(spans)
+    for trace in by_trace.values():
+        _parse_json(trace.values())
+    return by_trace
+
+
+def _raw_rows_by_trace(spans: pa.Table) -> dict[str, dict[str, Span]]:
+    """The rows grouped by trace and keyed by span id (first-seen order, newest row per key), with
+    `attributes`/`events` still JSON bytes (`_parse_json`)."""
     names = [c for c in _COLUMNS if c in spans.column_names]
     if WRITTEN_AT in spans.column_names:
         # A lake read has one row per key already; an in-memory batch may repeat a key: newest wins.
@@ -79,7 +88,6 @@ def spans_by_trace(spans: pa.Table) -> dict[str, dict[str, Span]]:
     # Times as integer microseconds since the epoch: building a timezone-aware datetime per value
     # cost more than half of this function; rows get datetimes back in `trajectory`.
     columns = [_column(spans.column(c), c) for c in names]
-    at_attributes, at_events = names.index("attributes"), names.index("events")
     by_trace: dict[str, dict[str, Span]] = {}
     for values in zip(*columns, strict=True):
         row = dict(zip(names, values, strict=False))  # as long as `names`: made from them
@@ -88,9 +96,17 @@ def spans_by_trace(spans: pa.Table) -> dict[str, dict[str, Span]]:
         if trace is None:
             trace = by_trace[row["trace_id"]] = {}
         trace[row["span_id"]] = row
-        row["attributes"] = _attributes(values[at_attributes])
-        row["events"] = _events(values[at_events])
     return by_trace
+
+
+def _parse_json(rows: Iterable[Span]) -> list[Span]:
+    """The rows with their `attributes`/`events` JSON parsed, in place."""
+    out = []
+    for row in rows:
+        row["attributes"] = _attributes(row.get("attributes"))
+        row["events"] = _events(row.get("events"))
+        out.append(row)
+    return out
 
 
 def _attributes(text: bytes | None) -> dict[str, Any]:
@@ -181,15 +197,19 @@ def _collections_paused() -> Iterator[None]:
 
 
 def _assemble(spans: pa.Table) -> Assembled:
-    by_trace = {trace_id: list(trace.values()) for trace_id, trace in spans_by_trace(spans).items()}
+    by_trace = _raw_rows_by_trace(spans)
+    traces = len(by_trace)
     per_trace: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
     failures: list[dict[str, Any]] = []
     skipped: dict[str, int] = {}
     for trace_id in sorted(by_trace):
+        # Each trace's JSON is parsed just before it is assembled, and its spans freed right after:
+        # its parsed strings are still in the CPU cache when the normalisers read them.
+        trace = _parse_json(by_trace.pop(trace_id).values())
         try:
-            found, feedback = assemble_trace(trace_id, by_trace[trace_id])
+            found, feedback = assemble_trace(trace_id, trace)
         except Exception as exc:  # isolated: recorded with its reason, the batch goes on
-            failures.append(failure_row(trace_id, "assemble", exc, len(by_trace[trace_id])))
+            failures.append(failure_row(trace_id, "assemble", exc, len(trace)))
             continue
         if not found:
             skipped["no_llm_calls"] = skipped.get("no_llm_calls", 0) + 1
@@ -198,7 +218,7 @@ def _assemble(spans: pa.Table) -> Assembled:
     return Assembled(
         trajectories=trajectories,
         rewards=rewards,
-        traces=len(by_trace),
+        traces=traces,
         skipped=skipped,
         failures=pa.Table.from_pylist(failures, schema=INGEST_ERRORS.schema),
         assembled_ids=sorted(per_trace),

@@ -42,7 +42,7 @@ def message_key(message: Message) -> Key:
         return ("tool", message["tool_call_id"])
     calls = message.get("tool_calls") or []
     if calls:
-        ids = tuple(c.get("id") or f"{c.get('name')}:{c.get('arguments')}" for c in calls)
+        ids = tuple([c.get("id") or f"{c.get('name')}:{c.get('arguments')}" for c in calls])
         return (role, "calls", ids)
     return (role, (message.get("content") or "").strip())
 
@@ -86,8 +86,12 @@ class Conversation:
             key = self._keys_of[id(message)] = message_key(message)
         return key
 
-    def _append(self, message: Message, origin: str, *, placeholder: bool = False) -> _Entry:
-        entry = _Entry(dict(message), self._key(message), origin, placeholder)
+    def _append(
+        self, message: Message, origin: str, *, placeholder: bool = False, key: Key | None = None
+    ) -> _Entry:
+        # A message made here (a tool span's, a placeholder) comes with its `key`: its id must not
+        # be remembered, a later message may take over the address once it is freed.
+        entry = _Entry(dict(message), key or self._key(message), origin, placeholder)
         self.entries.append(entry)
         return entry
 
@@ -99,7 +103,8 @@ class Conversation:
             for message in call.output_messages:
                 self._append(message, OUTPUT)
         elif not call.has_content:
-            self._append(make_message("assistant"), OUTPUT, placeholder=True)
+            placeholder = make_message("assistant")
+            self._append(placeholder, OUTPUT, placeholder=True, key=message_key(placeholder))
 
     def _add_input(self, incoming: list[Message]) -> None:
         keys_of = self._keys_of
@@ -183,7 +188,7 @@ class Conversation:
                 if existing.message.get(name) in (None, "") and message.get(name):
                     existing.message[name] = message[name]
         elif call_id or tool.result is not None or tool.is_error:
-            self._fresh_tools.append(self._append(message, TOOL_SPAN))
+            self._fresh_tools.append(self._append(message, TOOL_SPAN, key=key))
 
     def _attach_to_placeholder(self, tool: ToolCall, call_id: str | None) -> None:
         """A tool ran after a content-free model turn: that turn asked for it."""

@@ -148,20 +148,25 @@ def _lookup(spans: list[Span], keys: tuple[str, ...], metadata_keys: tuple[str, 
     """The first of `keys` on the spans, else on their events (GenAI log records land there), else
     in an OpenInference `metadata` JSON object (LangChain puts the run's config metadata there)."""
     wanted = frozenset(keys)
+    with_events: list[Span] = []  # the later looks go over only the spans they can find anything in
+    with_metadata: list[Span] = []
     for span in spans:
-        if not span["attributes"].keys().isdisjoint(wanted):
-            value = first(span["attributes"], *keys)
+        attrs = span["attributes"]
+        if not attrs.keys().isdisjoint(wanted):
+            value = first(attrs, *keys)
             if value is not None:
                 return str(value)
-    for span in spans:
-        for event in span.get("events") or ():
+        if span.get("events"):
+            with_events.append(span)
+        if "metadata" in attrs:
+            with_metadata.append(span)
+    for span in with_events:
+        for event in span["events"]:
             if not event["attributes"].keys().isdisjoint(wanted):
                 value = first(event["attributes"], *keys)
                 if value is not None:
                     return str(value)
-    for span in spans:
-        if "metadata" not in span["attributes"]:
-            continue
+    for span in with_metadata:
         metadata = maybe_json(span["attributes"]["metadata"])
         if isinstance(metadata, dict):
             value = first(metadata, *metadata_keys)

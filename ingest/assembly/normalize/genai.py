@@ -310,8 +310,9 @@ def normalize_genai_tool(span: Span) -> ToolCall:
         from_events = tool_event_io([e for e in events if isinstance(e, dict)])
         arguments = from_events[0] if arguments is None else arguments
         result = from_events[1] if result is None else result
-    error = error_of(span)
-    if error is None and str(attrs.get("gen_ai.tool.status") or "").lower() == "error":
+    error = error_of(span) if "error.type" in attrs or span.get("status_code") == "ERROR" else None
+    status = attrs.get("gen_ai.tool.status")
+    if error is None and status and str(status).lower() == "error":
         error = "error"
     return ToolCall(
         span_id=span["span_id"],
@@ -319,7 +320,9 @@ def normalize_genai_tool(span: Span) -> ToolCall:
         convention="genai",
         name=str(name) if name is not None else None,
         call_id=strip_or_none(attrs.get("gen_ai.tool.call.id")),
-        arguments=as_json_text(maybe_json(arguments) if not isinstance(arguments, str) else arguments),
+        arguments=None
+        if arguments is None
+        else as_json_text(maybe_json(arguments) if not isinstance(arguments, str) else arguments),
         result=as_text(maybe_json(result)),
         description=attrs.get("gen_ai.tool.description"),
         parameters=maybe_json(attrs.get("gen_ai.tool.json_schema")),

@@ -182,22 +182,26 @@ def agent_runs(
 
 
 def _nearest_agent(
-    span_id: str | None, by_id: dict[str, Span], agent_of: dict[str, str | None], seen: int = 0
+    span_id: str | None, by_id: dict[str, Span], agent_of: dict[str, str | None]
 ) -> str | None:
-    """The nearest agent ancestor of a span (inclusive), memoised in `agent_of`; `seen` guards
-    against parent cycles. A module function, not a closure: a closure that calls itself is a
-    reference cycle that keeps every span of the trace alive until the cyclic GC runs."""
-    if span_id is None or span_id not in by_id or seen > len(by_id):
-        return None
-    if span_id in agent_of:
-        return agent_of[span_id]
-    span = by_id[span_id]
-    found = (
-        span_id
-        if is_agent_span(span["attributes"])
-        else _nearest_agent(span.get("parent_span_id"), by_id, agent_of, seen + 1)
-    )
-    agent_of[span_id] = found
+    """The nearest agent ancestor of a span (inclusive), memoised in `agent_of` for every span on
+    the way up. A parent chain longer than the trace (looping ids) has none. A module function,
+    not a closure: a closure that calls itself is a reference cycle that keeps every span of the
+    trace alive until the cyclic GC runs."""
+    path: list[str] = []
+    found: str | None = None
+    while span_id is not None and span_id in by_id and len(path) <= len(by_id):
+        if span_id in agent_of:
+            found = agent_of[span_id]
+            break
+        path.append(span_id)
+        span = by_id[span_id]
+        if is_agent_span(span["attributes"]):
+            found = span_id
+            break
+        span_id = span.get("parent_span_id")
+    for on_path in path:
+        agent_of[on_path] = found
     return found
 
 

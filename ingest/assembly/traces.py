@@ -109,7 +109,7 @@ def _parse_json(rows: Iterable[Span]) -> list[Span]:
     return out
 
 
-def _attributes(text: bytes | None) -> dict[str, Any]:
+def _attributes(text: bytes | str | None) -> dict[str, Any]:
     if not text:
         return {}
     try:
@@ -119,7 +119,7 @@ def _attributes(text: bytes | None) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _events(text: bytes | None) -> list[dict[str, Any]]:
+def _events(text: bytes | str | None) -> list[dict[str, Any]]:
     """An event is an object with an attributes object; anything else is no event we can read."""
     if not text or text == b"[]":  # most spans have no events
         return []
@@ -139,9 +139,9 @@ def _events(text: bytes | None) -> list[dict[str, Any]]:
 def _column(column: pa.ChunkedArray, name: str) -> list[Any]:
     if name in ("start_time", "end_time"):
         return pc.cast(column, pa.int64()).to_pylist()
-    if name in ("attributes", "events"):
+    if name in ("attributes", "events") and pa.types.is_string(column.type):
         # JSON text as bytes (the same buffer, valid UTF-8 already): orjson reads bytes without
-        # Python decoding them into str objects first.
+        # Python decoding them into str objects first. Any other column type stays as it is.
         return pc.cast(column, pa.binary()).to_pylist()
     return column.to_pylist()
 

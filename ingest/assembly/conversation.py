@@ -42,7 +42,7 @@ def message_key(message: Message) -> Key:
         return ("tool", message["tool_call_id"])
     calls = message.get("tool_calls") or []
     if calls:
-        ids = tuple(c.get("id") or f"{c.get('name')}:{c.get('arguments')}" for c in calls)
+        ids = tuple([c.get("id") or f"{c.get('name')}:{c.get('arguments')}" for c in calls])
         return (role, "calls", ids)
     return (role, (message.get("content") or "").strip())
 
@@ -56,7 +56,7 @@ def _common_prefix(a: list[Key], b: list[Key]) -> int:
     return n
 
 
-@dataclass
+@dataclass(slots=True)
 class _Entry:
     message: Message
     key: Key
@@ -65,7 +65,7 @@ class _Entry:
     merged: int = 0  # id of the last input message merged into it (the same one comes back span after span)
 
 
-@dataclass
+@dataclass(slots=True)
 class Conversation:
     """An append-only conversation with the rules above."""
 
@@ -86,8 +86,12 @@ class Conversation:
             key = self._keys_of[id(message)] = message_key(message)
         return key
 
-    def _append(self, message: Message, origin: str, *, placeholder: bool = False) -> _Entry:
-        entry = _Entry(dict(message), self._key(message), origin, placeholder)
+    def _append(
+        self, message: Message, origin: str, *, placeholder: bool = False, key: Key | None = None
+    ) -> _Entry:
+        # A message made here (a tool span's, a placeholder) comes with its `key`: its id must not
+        # be remembered, a later message may take over the address once it is freed.
+        entry = _Entry(dict(message), key or self._key(message), origin, placeholder)
         self.entries.append(entry)
         return entry
 
@@ -99,21 +103,31 @@ class Conversation:
             for message in call.output_messages:
                 self._append(message, OUTPUT)
         elif not call.has_content:
-            self._append(make_message("assistant"), OUTPUT, placeholder=True)
+            placeholder = make_message("assistant")
+            self._append(placeholder, OUTPUT, placeholder=True, key=message_key(placeholder))
 
     def _add_input(self, incoming: list[Message]) -> None:
-        keys = [self._key(m) for m in incoming]
+        keys_of = self._keys_of
+        # `_key` inlined (keys are non-empty tuples): every call repeats the whole history.
+        keys = [keys_of.get(id(m)) or self._key(m) for m in incoming]
         entries = self.entries
-        start = _common_prefix(keys, [e.key for e in entries])
-        for entry, message in zip(entries[:start], incoming, strict=False):
+        start = 0  # the common prefix of the input and the conversation so far, merged as it goes
+        for entry, message, key in zip(entries, incoming, keys, strict=False):
+            if entry.key != key:
+                break
             if entry.merged != id(message):
                 self._merge(entry, message)
+            start += 1
+        if start == len(incoming):
+            return  # all of it is the conversation so far: nothing to add, no fresh tool passed over
         matched = set(range(start))  # positions in `entries` this input covers
         cursor = start
         for message, key in zip(incoming[start:], keys[start:], strict=True):
-            found = next(
-                (i for i in range(start, len(entries)) if i not in matched and entries[i].key == key), None
-            )
+            found = None
+            for i in range(start, len(entries)):
+                if entries[i].key == key and i not in matched:
+                    found = i
+                    break
             if found is not None:
                 self._merge(entries[found], message)
                 matched.add(found)
@@ -174,7 +188,7 @@ class Conversation:
                 if existing.message.get(name) in (None, "") and message.get(name):
                     existing.message[name] = message[name]
         elif call_id or tool.result is not None or tool.is_error:
-            self._fresh_tools.append(self._append(message, TOOL_SPAN))
+            self._fresh_tools.append(self._append(message, TOOL_SPAN, key=key))
 
     def _attach_to_placeholder(self, tool: ToolCall, call_id: str | None) -> None:
         """A tool ran after a content-free model turn: that turn asked for it."""
@@ -208,7 +222,8 @@ class Conversation:
     def finish(self, agent_output: str | None = None) -> list[Message]:
         """The messages, with tool names filled in from their calls and `is_error` always set. A
         successful tool after the model's last turn whose result is the agent's own output is how
-        the agent answered (smolagents' `final_answer`): `tool_output`, not a message."""
+        the agent answered (smolagents' `final_answer`): `tool_output`, not a message. The last
+        step: the messages are the entries' own, finished in place."""
         while (
             agent_output
             and self.entries
@@ -226,7 +241,7 @@ class Conversation:
         }
         out = []
         for entry in self.entries:
-            message = dict(entry.message)
+            message = entry.message  # the entry's own copy (`_append`), handed over: the conversation is done
             if message.get("role") == "tool" and not message.get("name"):
                 message["name"] = names.get(message.get("tool_call_id"))
             message["is_error"] = bool(message.get("is_error"))

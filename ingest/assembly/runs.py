@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 from ingest.assembly.normalize import LLMCall, Span, ToolCall
@@ -27,12 +28,20 @@ from store.schema import LOG_KIND
 VERCEL_AGENT_OPERATIONS = {"ai.generateText", "ai.streamText", "ai.generateObject", "ai.streamObject"}
 
 
+_AGENT_MARKERS = frozenset(
+    ("openinference.span.kind", "langfuse.observation.type", "traceloop.span.kind", "ai.operationId")
+)
+
+
 def is_agent_span(attrs: dict[str, Any]) -> bool:
     # `invoke_workflow` is what `invoke_agent` was called for workflows before the GenAI
     # conventions merged them (semantic-conventions-genai v0.1.0); ADK still sends it.
+    if attrs.get("gen_ai.operation.name") in ("invoke_agent", "invoke_workflow"):
+        return True
+    if attrs.keys().isdisjoint(_AGENT_MARKERS):  # the usual span: none of the other tests can hold
+        return False
     return (
-        attrs.get("gen_ai.operation.name") in ("invoke_agent", "invoke_workflow")
-        or str(attrs.get("openinference.span.kind", "")).upper() == "AGENT"
+        str(attrs.get("openinference.span.kind", "")).upper() == "AGENT"
         or attrs.get("langfuse.observation.type") == "agent"
         or attrs.get("traceloop.span.kind") == "agent"
         or text_attr(attrs, "ai.operationId") in VERCEL_AGENT_OPERATIONS
@@ -43,7 +52,7 @@ def span_order(span: Span) -> tuple[Any, ...]:
     return (span.get("start_time") or 0, span.get("end_time") or 0, span["span_id"])
 
 
-@dataclass
+@dataclass(slots=True)
 class Run:
     """One agent run: its spans and normalised calls in time order."""
 
@@ -78,7 +87,7 @@ def signature(call: LLMCall) -> Signature:
 
 def attach_logs(spans: list[Span]) -> tuple[list[Span], list[Span]]:
     """Fold LOG rows into their span's events; return (real spans, orphan logs)."""
-    if not any(s.get("kind") == LOG_KIND for s in spans):
+    if LOG_KIND not in {s.get("kind") for s in spans}:
         return list(spans), []
     by_id = {s["span_id"]: s for s in spans if s.get("kind") != LOG_KIND}
     orphans = []
@@ -113,29 +122,14 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 def agent_runs(
     trace_id: str, spans: list[Span], calls: dict[str, LLMCall | ToolCall]
 ) -> tuple[list[Run], dict[str, Run]]:
-    """The runs of a trace (see the module docstring) and the run of every span."""
+    """The runs of a trace (see the module docstring) and the run of every span; `spans` in
+    time order (`span_order`)."""
     by_id = {s["span_id"]: s for s in spans}
     agent_of: dict[str, str | None] = {}
-
-    def nearest_agent(span_id: str | None, seen: int = 0) -> str | None:
-        # Nearest agent ancestor (inclusive), memoised; `seen` guards against parent cycles.
-        if span_id is None or span_id not in by_id or seen > len(by_id):
-            return None
-        if span_id in agent_of:
-            return agent_of[span_id]
-        span = by_id[span_id]
-        found = (
-            span_id
-            if is_agent_span(span["attributes"])
-            else nearest_agent(span.get("parent_span_id"), seen + 1)
-        )
-        agent_of[span_id] = found
-        return found
-
     for span_id in by_id:
-        nearest_agent(span_id)
+        _nearest_agent(span_id, by_id, agent_of)
     agents = sorted((by_id[a] for a in set(agent_of.values()) if a), key=span_order)
-    parent_agent = {a["span_id"]: nearest_agent(a.get("parent_span_id")) for a in agents}
+    parent_agent = {a["span_id"]: _nearest_agent(a.get("parent_span_id"), by_id, agent_of) for a in agents}
     for agent_id in list(parent_agent):  # a parent chain that loops (bad ids) starts at the top
         seen = {agent_id}
         ancestor = parent_agent[agent_id]
@@ -150,15 +144,12 @@ def agent_runs(
 
     # The model calls of each agent's own spans, and the first call anywhere in its subtree.
     own: dict[str | None, list[LLMCall]] = {}
-    for span in sorted(spans, key=span_order):
+    for span in spans:  # in time order already
         call = calls.get(span["span_id"])
         if isinstance(call, LLMCall):
             own.setdefault(agent_of.get(span["span_id"]), []).append(call)
 
-    def first_call(agent_id: str) -> LLMCall | None:
-        found = [own[agent_id][0]] if own.get(agent_id) else []
-        found += [c for c in (first_call(child) for child in children.get(agent_id, [])) if c]
-        return min(found, key=lambda c: c.start_time or 0, default=None)
+    first_call = partial(_first_call, own=own, children=children)
 
     top = children.get(None, [])
     trace_run = Run(trace_id, by_id[top[0]] if len(top) == 1 else None)
@@ -179,7 +170,7 @@ def agent_runs(
         pending.extend((agent_id, child) for child in children.get(agent_id, []))
 
     run_of_span: dict[str, Run] = {}
-    for span in sorted(spans, key=span_order):
+    for span in spans:  # in time order already
         run = run_of_agent[agent_of.get(span["span_id"])]
         run.spans.append(span)
         call = calls.get(span["span_id"])
@@ -188,6 +179,39 @@ def agent_runs(
         run_of_span[span["span_id"]] = run
     ordered = sorted({id(r): r for r in run_of_agent.values()}.values(), key=lambda r: r.trajectory_id)
     return ordered, run_of_span
+
+
+def _nearest_agent(
+    span_id: str | None, by_id: dict[str, Span], agent_of: dict[str, str | None]
+) -> str | None:
+    """The nearest agent ancestor of a span (inclusive), memoised in `agent_of` for every span on
+    the way up. A parent chain longer than the trace (looping ids) has none. A module function,
+    not a closure: a closure that calls itself is a reference cycle that keeps every span of the
+    trace alive until the cyclic GC runs."""
+    path: list[str] = []
+    found: str | None = None
+    while span_id is not None and span_id in by_id and len(path) <= len(by_id):
+        if span_id in agent_of:
+            found = agent_of[span_id]
+            break
+        path.append(span_id)
+        span = by_id[span_id]
+        if is_agent_span(span["attributes"]):
+            found = span_id
+            break
+        span_id = span.get("parent_span_id")
+    for on_path in path:
+        agent_of[on_path] = found
+    return found
+
+
+def _first_call(
+    agent_id: str, own: dict[str | None, list[LLMCall]], children: dict[str | None, list[str]]
+) -> LLMCall | None:
+    """The first model call anywhere in an agent's subtree."""
+    found = [own[agent_id][0]] if own.get(agent_id) else []
+    found += [c for c in (_first_call(child, own, children) for child in children.get(agent_id, [])) if c]
+    return min(found, key=lambda c: c.start_time or 0, default=None)
 
 
 def _own_conversation(

@@ -12,8 +12,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import traceback
-from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -68,50 +67,83 @@ _COLUMNS = (
 def span_dicts(spans: pa.Table) -> list[Span]:
     """Rows of a `spans` table as dicts with parsed `attributes`/`events` and `start_time`/`end_time`
     in microseconds since the epoch, newest row per key."""
+    return [span for trace in spans_by_trace(spans).values() for span in trace.values()]
+
+
+def spans_by_trace(spans: pa.Table) -> dict[str, dict[str, Span]]:
+    """`span_dicts` grouped by trace, then keyed by span id, in first-seen order."""
+    by_trace = _raw_rows_by_trace(spans)
+    for trace in by_trace.values():
+        _parse_json(trace.values())
+    return by_trace
+
+
+def _raw_rows_by_trace(spans: pa.Table) -> dict[str, dict[str, Span]]:
+    """The rows grouped by trace and keyed by span id (first-seen order, newest row per key), with
+    `attributes`/`events` still JSON bytes (`_parse_json`)."""
     names = [c for c in _COLUMNS if c in spans.column_names]
     if WRITTEN_AT in spans.column_names:
         # A lake read has one row per key already; an in-memory batch may repeat a key: newest wins.
         spans = spans.sort_by([(WRITTEN_AT, "ascending")])
     # Times as integer microseconds since the epoch: building a timezone-aware datetime per value
     # cost more than half of this function; rows get datetimes back in `trajectory`.
-    columns = [
-        _micros(spans.column(c)) if c in ("start_time", "end_time") else spans.column(c).to_pylist()
-        for c in names
-    ]
-    newest: dict[tuple[str, str], Span] = {}
+    columns = [_column(spans.column(c), c) for c in names]
+    by_trace: dict[str, dict[str, Span]] = {}
     for values in zip(*columns, strict=True):
-        row = dict(zip(names, values, strict=True))
-        newest[(row["trace_id"], row["span_id"])] = row
+        row = dict(zip(names, values, strict=False))  # as long as `names`: made from them
+        # Grouped and de-duplicated in one step: a repeated key keeps its first place, newest row.
+        trace = by_trace.get(row["trace_id"])
+        if trace is None:
+            trace = by_trace[row["trace_id"]] = {}
+        trace[row["span_id"]] = row
+    return by_trace
+
+
+def _parse_json(rows: Iterable[Span]) -> list[Span]:
+    """The rows with their `attributes`/`events` JSON parsed, in place."""
     out = []
-    for row in newest.values():
-        row["attributes"] = _loads(row.get("attributes"), {})
-        # An event is an object with an attributes object; anything else is no event we can read.
-        events = _loads(row.get("events"), [])
-        row["events"] = (
-            [
-                {**e, "attributes": e["attributes"] if isinstance(e.get("attributes"), dict) else {}}
-                for e in events
-                if isinstance(e, dict)
-            ]
-            if events
-            else events
-        )
+    for row in rows:
+        row["attributes"] = _attributes(row.get("attributes"))
+        row["events"] = _events(row.get("events"))
         out.append(row)
     return out
 
 
-def _micros(column: pa.ChunkedArray) -> list[int | None]:
-    return pc.cast(column, pa.int64()).to_pylist()
-
-
-def _loads(text: str | None, default: Any) -> Any:
+def _attributes(text: bytes | str | None) -> dict[str, Any]:
     if not text:
-        return default
+        return {}
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError:
-        return default
-    return value if isinstance(value, type(default)) else default
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _events(text: bytes | str | None) -> list[dict[str, Any]]:
+    """An event is an object with an attributes object; anything else is no event we can read."""
+    if not text or text == b"[]":  # most spans have no events
+        return []
+    try:
+        events = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return []
+    if not isinstance(events, list):
+        return []
+    return [
+        {**e, "attributes": e["attributes"] if isinstance(e.get("attributes"), dict) else {}}
+        for e in events
+        if isinstance(e, dict)
+    ]
+
+
+def _column(column: pa.ChunkedArray, name: str) -> list[Any]:
+    if name in ("start_time", "end_time"):
+        return pc.cast(column, pa.int64()).to_pylist()
+    if name in ("attributes", "events") and pa.types.is_string(column.type):
+        # JSON text as bytes (the same buffer, valid UTF-8 already): orjson reads bytes without
+        # Python decoding them into str objects first. Any other column type stays as it is.
+        return pc.cast(column, pa.binary()).to_pylist()
+    return column.to_pylist()
 
 
 def assemble_trace(trace_id: str, spans: list[Span]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -165,17 +197,19 @@ def _collections_paused() -> Iterator[None]:
 
 
 def _assemble(spans: pa.Table) -> Assembled:
-    by_trace: dict[str, list[Span]] = defaultdict(list)
-    for span in span_dicts(spans):
-        by_trace[span["trace_id"]].append(span)
+    by_trace = _raw_rows_by_trace(spans)
+    traces = len(by_trace)
     per_trace: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
     failures: list[dict[str, Any]] = []
     skipped: dict[str, int] = {}
     for trace_id in sorted(by_trace):
+        # Each trace's JSON is parsed just before it is assembled, and its spans freed right after:
+        # its parsed strings are still in the CPU cache when the normalisers read them.
+        trace = _parse_json(by_trace.pop(trace_id).values())
         try:
-            found, feedback = assemble_trace(trace_id, by_trace[trace_id])
+            found, feedback = assemble_trace(trace_id, trace)
         except Exception as exc:  # isolated: recorded with its reason, the batch goes on
-            failures.append(failure_row(trace_id, "assemble", exc, len(by_trace[trace_id])))
+            failures.append(failure_row(trace_id, "assemble", exc, len(trace)))
             continue
         if not found:
             skipped["no_llm_calls"] = skipped.get("no_llm_calls", 0) + 1
@@ -184,7 +218,7 @@ def _assemble(spans: pa.Table) -> Assembled:
     return Assembled(
         trajectories=trajectories,
         rewards=rewards,
-        traces=len(by_trace),
+        traces=traces,
         skipped=skipped,
         failures=pa.Table.from_pylist(failures, schema=INGEST_ERRORS.schema),
         assembled_ids=sorted(per_trace),

@@ -51,7 +51,8 @@ def _tools(calls: Sequence[LLMCall | ToolCall], spans: list[Span]) -> list[dict[
     ]
     return merge_tools(
         *(call.tools for call in calls if isinstance(call, LLMCall)),
-        *(tool_definitions(span["attributes"]) for span in spans),
+        # Only spans that declare tools (a lookup here rather than a call per span).
+        *(tool_definitions(s["attributes"]) for s in spans if "gen_ai.tool.definitions" in s["attributes"]),
         from_tools,
     )
 
@@ -147,26 +148,42 @@ def _lookup(spans: list[Span], keys: tuple[str, ...], metadata_keys: tuple[str, 
     """The first of `keys` on the spans, else on their events (GenAI log records land there), else
     in an OpenInference `metadata` JSON object (LangChain puts the run's config metadata there)."""
     wanted = frozenset(keys)
+    with_events: list[Span] = []  # the later looks go over only the spans they can find anything in
+    with_metadata: list[Span] = []
     for span in spans:
-        if not span["attributes"].keys().isdisjoint(wanted):
-            value = first(span["attributes"], *keys)
+        attrs = span["attributes"]
+        if not attrs.keys().isdisjoint(wanted):
+            value = first(attrs, *keys)
             if value is not None:
                 return str(value)
-    for span in spans:
-        for event in span.get("events") or ():
+        if span.get("events"):
+            with_events.append(span)
+        if "metadata" in attrs:
+            with_metadata.append(span)
+    for span in with_events:
+        for event in span["events"]:
             if not event["attributes"].keys().isdisjoint(wanted):
                 value = first(event["attributes"], *keys)
                 if value is not None:
                     return str(value)
-    for span in spans:
-        if "metadata" not in span["attributes"]:
-            continue
+    for span in with_metadata:
         metadata = maybe_json(span["attributes"]["metadata"])
         if isinstance(metadata, dict):
             value = first(metadata, *metadata_keys)
             if isinstance(value, (str, int)):
                 return str(value)
     return None
+
+
+def _run_or_trace_lookup(
+    run_spans: list[Span], trace_spans: list[Span], keys: tuple[str, ...], metadata_keys: tuple[str, ...]
+) -> str | None:
+    """`_lookup` on the run's spans, else on the whole trace's. A run with every span of the trace
+    (the usual lone run) holds them in the same order: the second look would find the same."""
+    found = _lookup(run_spans, keys, metadata_keys)
+    if found or len(run_spans) == len(trace_spans):
+        return found
+    return _lookup(trace_spans, keys, metadata_keys)
 
 
 def _json(value: Any) -> str:
@@ -212,10 +229,8 @@ def trajectory_row(run: Run, trace_spans: list[Span], has_root: bool) -> dict[st
         "trajectory_id": run.trajectory_id,
         "source": "langfuse" if sources == ["langfuse"] else "otel",
         "trace_id": trace_spans[0]["trace_id"],
-        "session_id": _lookup(run.spans, SESSION_KEYS, SESSION_METADATA_KEYS)
-        or _lookup(trace_spans, SESSION_KEYS, SESSION_METADATA_KEYS),
-        "user_id": _lookup(run.spans, USER_KEYS, USER_METADATA_KEYS)
-        or _lookup(trace_spans, USER_KEYS, USER_METADATA_KEYS),
+        "session_id": _run_or_trace_lookup(run.spans, trace_spans, SESSION_KEYS, SESSION_METADATA_KEYS),
+        "user_id": _run_or_trace_lookup(run.spans, trace_spans, USER_KEYS, USER_METADATA_KEYS),
         "agent_name": _agent_name(run, trace_spans),
         "model": last.model,
         "started_at": started,

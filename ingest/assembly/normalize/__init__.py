@@ -17,6 +17,7 @@ from __future__ import annotations
 from ingest.assembly.normalize.genai import HistoryMemo, normalize_genai
 from ingest.assembly.normalize.langfuse import is_langfuse_span, normalize_langfuse
 from ingest.assembly.normalize.openinference import is_openinference_span, normalize_openinference
+from ingest.assembly.normalize.openllmetry import MARKERS as OPENLLMETRY_MARKERS
 from ingest.assembly.normalize.openllmetry import is_openllmetry_span, normalize_openllmetry
 from ingest.assembly.normalize.types import LLMCall, Message, Span, ToolCall, make_message
 from ingest.assembly.normalize.vercel import is_vercel_span, normalize_vercel
@@ -37,10 +38,19 @@ __all__ = [
 ]
 
 
+# Keys that some convention other than GenAI semconv looks for: a span with none of them is GenAI's
+# (each `is_*_span` below is a test for one of these keys).
+_OTHER_CONVENTIONS = frozenset(
+    ["langfuse.observation.type", "openinference.span.kind", "ai.operationId", *OPENLLMETRY_MARKERS]
+)
+
+
 def normalize_span(span: Span, memo: HistoryMemo | None = None) -> LLMCall | ToolCall | None:
     """The span as a normalised LLM call or tool call under whichever convention it uses, else None.
     `memo`: one per trace, with its spans given in time order, to parse repeated history once."""
     attrs = span.get("attributes") or {}
+    if attrs.keys().isdisjoint(_OTHER_CONVENTIONS):  # the usual case: one set lookup decides
+        return normalize_genai(span, memo)
     if is_langfuse_span(attrs):
         found = normalize_langfuse(span)
         if found is not None:

@@ -209,15 +209,21 @@ def system_messages(raw: Any) -> list[Message]:
 
 
 _PARAM_KEYS = tuple((name, f"gen_ai.request.{name}") for name in _PARAMS)
+_PARAM_KEY_SET = frozenset(key for _, key in _PARAM_KEYS)
 
 
 def llm_fields(span: Span, attrs: dict[str, Any]) -> dict[str, Any]:
     """Model, provider, sampling parameters, usage and ids: shared by every gen_ai-flavoured convention."""
-    params = {name: attrs[key] for name, key in _PARAM_KEYS if attrs.get(key) is not None}
-    stops = attrs.get("gen_ai.request.stop_sequences")
+    get = attrs.get
+    params = (
+        {}
+        if attrs.keys().isdisjoint(_PARAM_KEY_SET)  # most spans set none: one set lookup
+        else {name: attrs[key] for name, key in _PARAM_KEYS if get(key) is not None}
+    )
+    stops = get("gen_ai.request.stop_sequences")
     if stops:
         params["stop"] = list(stops) if isinstance(stops, (list, tuple)) else [stops]
-    finish = attrs.get("gen_ai.response.finish_reasons") or []
+    finish = get("gen_ai.response.finish_reasons") or []
     return {
         "span_id": span["span_id"],
         "trace_id": span["trace_id"],
@@ -227,9 +233,9 @@ def llm_fields(span: Span, attrs: dict[str, Any]) -> dict[str, Any]:
         "params": params,
         "input_tokens": as_int(first(attrs, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")),
         "output_tokens": as_int(first(attrs, "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens")),
-        "response_id": attrs.get("gen_ai.response.id"),
-        "finish_reasons": [str(f) for f in (finish if isinstance(finish, (list, tuple)) else [finish])],
-        "error": error_of(span),
+        "response_id": get("gen_ai.response.id"),
+        "finish_reasons": [str(f) for f in finish] if isinstance(finish, (list, tuple)) else [str(finish)],
+        "error": error_of(span) if "error.type" in attrs or span.get("status_code") == "ERROR" else None,
         "start_time": span.get("start_time"),
         "end_time": span.get("end_time"),
     }
@@ -251,28 +257,36 @@ def normalize_genai_llm(span: Span, *, convention: str = "genai", memo: HistoryM
     events = span.get("events") or []
     details = details_attributes(events) if events else {}
     source = {**details, **attrs} if details else attrs
-    inputs = system_messages(source.get("gen_ai.system_instructions"))
-    history = source.get("gen_ai.input.messages")
-    inputs += memo.messages_of(history) if memo is not None else messages_from_parts(history)
-    answer = maybe_json(source.get("gen_ai.output.messages"))
-    outputs = messages_from_parts(answer, default_role="assistant")
+    get = source.get
+    # Absent content (None) parses to no messages: the parsers are skipped for it.
+    system = get("gen_ai.system_instructions")
+    inputs = system_messages(system) if system is not None else []
+    history = get("gen_ai.input.messages")
+    if history is not None:
+        inputs += memo.messages_of(history) if memo is not None else messages_from_parts(history)
+    answer = maybe_json(get("gen_ai.output.messages"))
+    outputs = messages_from_parts(answer, default_role="assistant") if answer is not None else []
     fields = llm_fields(span, attrs)
     if not inputs and not outputs:
         inputs, outputs, reasons = messages_from_events(events)
         fields["finish_reasons"] = fields["finish_reasons"] or reasons
-    if not fields["finish_reasons"]:
+    if not fields["finish_reasons"] and answer is not None:
         fields["finish_reasons"] = output_finish_reasons(answer)
     tools = tool_definitions(attrs)
     if details:
         tools = merge_tools(tools, tool_definitions(details))
-    refs = {key[len("gen_ai.") : -len(".ref")]: source[key] for key in CONTENT_REFS if key in source}
+    refs = (
+        {}
+        if source.keys().isdisjoint(CONTENT_REFS)
+        else {key[len("gen_ai.") : -len(".ref")]: source[key] for key in CONTENT_REFS if key in source}
+    )
     return LLMCall(
         convention=convention,
         input_messages=inputs,
         output_messages=outputs,
         tools=tools,
         has_content=bool(inputs or outputs),
-        content_refs={k: v for k, v in refs.items() if v},
+        content_refs={k: v for k, v in refs.items() if v} if refs else {},
         **fields,
     )
 
@@ -291,12 +305,14 @@ def normalize_genai_tool(span: Span) -> ToolCall:
     if name is None and str(span.get("name", "")).startswith("execute_tool "):
         name = span["name"].split(" ", 1)[1]
     arguments, result = attrs.get("gen_ai.tool.call.arguments"), attrs.get("gen_ai.tool.call.result")
-    if arguments is None or result is None:
-        from_events = tool_event_io([e for e in span.get("events") or [] if isinstance(e, dict)])
+    events = span.get("events")
+    if (arguments is None or result is None) and events:  # no events: nothing to read there
+        from_events = tool_event_io([e for e in events if isinstance(e, dict)])
         arguments = from_events[0] if arguments is None else arguments
         result = from_events[1] if result is None else result
-    error = error_of(span)
-    if error is None and str(attrs.get("gen_ai.tool.status") or "").lower() == "error":
+    error = error_of(span) if "error.type" in attrs or span.get("status_code") == "ERROR" else None
+    status = attrs.get("gen_ai.tool.status")
+    if error is None and status and str(status).lower() == "error":
         error = "error"
     return ToolCall(
         span_id=span["span_id"],
@@ -304,7 +320,9 @@ def normalize_genai_tool(span: Span) -> ToolCall:
         convention="genai",
         name=str(name) if name is not None else None,
         call_id=strip_or_none(attrs.get("gen_ai.tool.call.id")),
-        arguments=as_json_text(maybe_json(arguments) if not isinstance(arguments, str) else arguments),
+        arguments=None
+        if arguments is None
+        else as_json_text(maybe_json(arguments) if not isinstance(arguments, str) else arguments),
         result=as_text(maybe_json(result)),
         description=attrs.get("gen_ai.tool.description"),
         parameters=maybe_json(attrs.get("gen_ai.tool.json_schema")),
@@ -317,9 +335,13 @@ def normalize_genai_tool(span: Span) -> ToolCall:
 def normalize_genai(span: Span, memo: HistoryMemo | None = None) -> LLMCall | ToolCall | None:
     """The span as an LLM call or tool call under the GenAI conventions, or None when it is neither."""
     attrs = span.get("attributes") or {}
-    if is_tool_span(attrs):
-        return normalize_genai_tool(span)
-    if is_llm_span(attrs):
+    op = attrs.get("gen_ai.operation.name")
+    if isinstance(op, str):  # `is_tool_span` / `is_llm_span`, reading the operation once
+        if op in TOOL_OPERATIONS:
+            return normalize_genai_tool(span)
+        if op in LLM_OPERATIONS:
+            return normalize_genai_llm(span, memo=memo)
+    elif is_llm_span(attrs):
         return normalize_genai_llm(span, memo=memo)
     # Old instrumentations name no operation; a span that names another one (an agent, an event
     # loop cycle) only repeats the conversation in its events.

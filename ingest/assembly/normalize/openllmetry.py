@@ -31,21 +31,23 @@ from ingest.assembly.normalize.types import (
     text_attr,
 )
 
+# The keys that mark a span as OpenLLMetry's. Indexed messages start at 0: a few lookups rather
+# than a scan of every key.
+MARKERS = frozenset(
+    [
+        "llm.request.type",
+        "traceloop.span.kind",
+        *(
+            f"gen_ai.{side}.0.{field}"
+            for side in ("prompt", "completion")
+            for field in ("role", "content", "tool_calls.0.name", "finish_reason")
+        ),
+    ]
+)
+
 
 def is_openllmetry_span(attrs: dict[str, Any]) -> bool:
-    return (
-        "llm.request.type" in attrs
-        or "traceloop.span.kind" in attrs
-        # Indexed messages start at 0: a few lookups rather than a scan of every key.
-        or not attrs.keys().isdisjoint(_FIRST_INDEXED)
-    )
-
-
-_FIRST_INDEXED = frozenset(
-    f"gen_ai.{side}.0.{field}"
-    for side in ("prompt", "completion")
-    for field in ("role", "content", "tool_calls.0.name", "finish_reason")
-)
+    return not attrs.keys().isdisjoint(MARKERS)
 
 
 def _indexed_messages(attrs: dict[str, Any], prefix: str, default_role: str) -> list[Message]:

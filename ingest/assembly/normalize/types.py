@@ -20,7 +20,7 @@ Message = dict[str, Any]
 Span = dict[str, Any]
 
 
-@dataclass
+@dataclass(slots=True)
 class LLMCall:
     """One model invocation: what went in, what came out, and how it was asked."""
 
@@ -51,7 +51,7 @@ class LLMCall:
         return self.response_model or self.request_model
 
 
-@dataclass
+@dataclass(slots=True)
 class ToolCall:
     """One tool execution: the call the model made and what the tool returned."""
 
@@ -147,7 +147,11 @@ def as_text(value: Any) -> str | None:
         if strings and len(strings) == len(value):
             return "".join(strings)
     # Structured results are rendered as Python frameworks render them for the model (json.dumps).
-    return json.dumps(value, ensure_ascii=False)
+    return _AS_PYTHON_RENDERS(value)
+
+
+# `json.dumps(value, ensure_ascii=False)` without building an encoder per call.
+_AS_PYTHON_RENDERS = json.JSONEncoder(ensure_ascii=False).encode
 
 
 def maybe_json(value: Any) -> Any:

@@ -8,6 +8,7 @@ import random
 from typing import Any
 
 import store
+from training.replay.rollout.loop import message
 
 TOOLS = [
     {
@@ -22,17 +23,6 @@ TOOLS = [
         },
     }
 ]
-
-
-def message(role: str, content: str | None = None, **kw: Any) -> dict[str, Any]:
-    return {
-        "role": role,
-        "content": content,
-        "name": kw.get("name"),
-        "tool_call_id": kw.get("tool_call_id"),
-        "tool_calls": kw.get("tool_calls") or [],
-        "is_error": None,
-    }
 
 
 def conversation(i: int, rng: random.Random) -> list[dict[str, Any]]:

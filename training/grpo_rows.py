@@ -47,8 +47,7 @@ def grpo_dataset(examples: Sequence[GRPOExample]) -> Any:
     """Stored examples as a `datasets.Dataset` (one row per trajectory)."""
     from datasets import Dataset
 
-    rows = [e.to_row() for e in examples]
-    return Dataset.from_dict({col: [r[col] for r in rows] for col in ROW_COLUMNS})
+    return Dataset.from_dict({col: [getattr(e, col) for e in examples] for col in ROW_COLUMNS})
 
 
 def cut_to_max_length(example: GRPOExample, max_completion_length: int | None) -> GRPOExample:

@@ -94,8 +94,8 @@ def spans_from_sdk(
         )
         c["name"].append(span.name)
         c["kind"].append(KINDS[span.kind.value + 1])
-        c["start_time"].append(start)
-        c["end_time"].append(end or None)
+        c["start_time"].append(start // 1000)
+        c["end_time"].append(end // 1000 if end else None)
         status = span.status
         c["status_code"].append(STATUS[status.status_code.value])
         c["status_message"].append(status.description or None)

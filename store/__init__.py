@@ -10,7 +10,16 @@ Imports nothing else of trajlake. Public surface:
 - `TABLES`, `table_spec`, `empty_table`: the schemas (`store.schema`); `Lake`.
 """
 
-from store.catalog import Snapshot, TableVersion, connect, refresh, run_read_only, scan, snapshot
+from store.catalog import (
+    Snapshot,
+    TableVersion,
+    check_selection,
+    connect,
+    refresh,
+    run_read_only,
+    scan,
+    snapshot,
+)
 from store.conform import conform_batch
 from store.errors import (
     CompactionError,
@@ -24,7 +33,6 @@ from store.maintenance import CompactConfig, TableCompaction, compact
 from store.migrate import TableMigration, migrate
 from store.rows import new_run_id, runs_row, served_adapter_name, utc_now
 from store.schema import TABLES, TableSpec, empty_table, table_spec
-from store.selection import check_selection
 from store.writer import WriteResult, write
 
 __all__ = [

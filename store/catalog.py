@@ -21,7 +21,8 @@ Derived views:
   (`served_adapter_name`: `<name>-v<version>`, what vLLM and `trajlake serve-sampler`
   report for a LoRA) is attributed to that `adapters` row (`adapter`, `adapter_version`).
 
-Polars users get the same tables from `scan` (`polars.scan_delta`).
+Polars users get the same tables from `scan` (`polars.scan_delta`). Selections (`check_selection`)
+are user SQL over these views that picks rows by id; `table_stats` reads each table's log.
 """
 
 from __future__ import annotations
@@ -35,10 +36,12 @@ from typing import Any
 
 import duckdb
 import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from store.errors import ReadOnlyViolation
+from store.errors import ReadOnlyViolation, SelectionError
 from store.lake import Lake
-from store.schema import PARTITION_COLUMN, TABLES, TableSpec, table_spec
+from store.schema import PARTITION_COLUMN, TABLES, WRITTEN_AT, TableSpec, table_spec
 
 _READ_ONLY_STATEMENTS = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 
@@ -170,8 +173,6 @@ def connect(
     lake: Lake | str | os.PathLike[str],
     *,
     read_only: bool = False,
-    threads: int | None = None,
-    memory_limit: str | None = None,
     snapshot: Snapshot | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with the lake's views.
@@ -186,10 +187,6 @@ def connect(
     """
     lake = Lake.of(lake)
     con = duckdb.connect(config={"autoinstall_known_extensions": False})
-    if threads:
-        con.execute(f"SET threads = {int(threads)}")
-    if memory_limit:
-        con.execute(f"SET memory_limit = '{memory_limit}'")
     if not lake.is_local:
         con.register_filesystem(lake.fs)
     refresh(con, lake, snapshot)
@@ -199,7 +196,10 @@ def connect(
     if lake.sql_lake_only:
         confine_to_lake(con, lake)
     if read_only:
-        _lock_down(con, lake)
+        # Defence in depth behind the statement check in `run_read_only`: no extension can be
+        # loaded, and the settings (including these) cannot be changed back.
+        con.execute("SET autoload_known_extensions = false")
+        con.execute("SET lock_configuration = true")
     return con
 
 
@@ -228,13 +228,6 @@ def refresh(
         files = current[spec.name].files if spec.name in current else ()
         con.execute(f'CREATE OR REPLACE VIEW "{spec.name}" AS {table_view_sql(spec, files, con)}')
     return current
-
-
-def _lock_down(con: duckdb.DuckDBPyConnection, lake: Lake) -> None:
-    # Defence in depth behind the statement check in `run_read_only`: no extension can be
-    # loaded, and the settings (including these) cannot be changed back.
-    con.execute("SET autoload_known_extensions = false")
-    con.execute("SET lock_configuration = true")
 
 
 _EXPLAIN = re.compile(r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^)]*\)\s*)?", re.IGNORECASE)
@@ -278,3 +271,77 @@ def scan(lake: Lake | str | os.PathLike[str], table: str, version: int | None = 
         return pl.DataFrame(spec.schema.empty_table()).lazy()
     frame = pl.scan_delta(lake.table_uri(table), version=version, storage_options=lake.delta_options or None)
     return frame.select(spec.schema.names)
+
+
+def check_selection(con: duckdb.DuckDBPyConnection, sql: str, column: str) -> tuple[str, list[str]]:
+    """The query without a trailing `;`, and its columns, once it is known to only read,
+    to run on this lake and to return `column`. Raises `SelectionError` with a reason code.
+
+    Scenarios, training sets and replays are chosen with any read-only query over the views
+    that returns an id column (`SELECT trajectory_id FROM trajectories WHERE ...`). Stages
+    wrap the query, never edit it, so what `trajlake sql` previews is what a stage uses.
+    """
+    text = sql.strip().rstrip(";").strip()
+    if not text:
+        raise SelectionError(
+            f"the selection SQL is empty; pass a query returning `{column}`", sql=sql, reason="empty_sql"
+        )
+    try:
+        check_read_only(con, text)
+        columns = [d[0] for d in con.execute(f"SELECT * FROM ({text}) LIMIT 0").description]
+    except ReadOnlyViolation as exc:
+        raise SelectionError(
+            f"the selection SQL must only read: {exc}", sql=sql, reason="not_read_only"
+        ) from exc
+    except duckdb.Error as exc:
+        raise SelectionError(
+            f"the selection SQL failed: {exc}\n  query: `{text}`\n  try it first with `trajlake sql`",
+            sql=sql,
+            reason="bad_sql",
+        ) from exc
+    if column not in columns:
+        raise SelectionError(
+            f"the selection SQL must return a `{column}` column; it returned: {', '.join(columns) or 'nothing'}",
+            sql=sql,
+            reason="missing_column",
+        )
+    return text, columns
+
+
+@dataclass(frozen=True)
+class TableStats:
+    """Per-table facts for `trajlake tables`, from the table's Delta log."""
+
+    table: str
+    version: int | None  # None: nothing committed yet
+    rows: int
+    files: int
+    bytes: int
+    newest: datetime | None  # newest `_written_at`: when data last arrived
+
+
+def table_stats(lake: Lake | str | os.PathLike[str]) -> list[TableStats]:
+    """Stats for every table of the lake, empty tables included (read from the logs, no data scanned)."""
+    from deltalake import DeltaTable
+
+    lake = Lake.of(lake)
+    out = []
+    for name in TABLES:
+        if not lake.has_table(name):
+            out.append(TableStats(name, None, 0, 0, 0, None))
+            continue
+        delta = DeltaTable(lake.table_uri(name), storage_options=lake.delta_options)
+        actions = pa.table(delta.get_add_actions(flatten=True))
+        stamps = f"max.{WRITTEN_AT}"
+        newest = pc.max(actions.column(stamps)).as_py() if stamps in actions.column_names else None
+        out.append(
+            TableStats(
+                name,
+                delta.version(),
+                int(pc.sum(actions.column("num_records")).as_py() or 0),
+                actions.num_rows,
+                int(pc.sum(actions.column("size_bytes")).as_py() or 0),
+                newest,
+            )
+        )
+    return out

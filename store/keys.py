@@ -22,7 +22,6 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
-from typing import Any
 from urllib.parse import unquote
 
 import numpy as np
@@ -41,6 +40,7 @@ REDELIVERY_WINDOW = timedelta(hours=1)
 # Delta statistics keep timestamps to the millisecond: widen ranges so no row falls outside.
 _STATS_SLACK = timedelta(milliseconds=1)
 _MAX_RANGES = 64
+_SQL_TIME = "%Y-%m-%d %H:%M:%S.%f"
 
 
 def key_hashes(keys: pa.Table) -> np.ndarray:
@@ -55,65 +55,39 @@ def token_id(spec: TableSpec) -> str:
     return f"trajlake/{spec.name}"
 
 
-@dataclass
-class Scope:
-    """The files of one table version a write must look in for its keys (add-action rows)."""
-
-    files: pa.Table
-
-    @classmethod
-    def of(
-        cls,
-        spec: TableSpec,
-        actions: pa.Table,
-        partitions: set[date] | None,
-        arrived_from: datetime | None,
-    ) -> Scope:
-        """`partitions`: only files of these `dt` values; `arrived_from`: only files with rows that
-        arrived then or later (files without statistics are always in scope)."""
-        keep = pa.array(np.ones(actions.num_rows, bool))
-        names = set(actions.column_names)
-        if partitions is not None and f"partition.{PARTITION_COLUMN}" in names:
-            column = actions.column(f"partition.{PARTITION_COLUMN}")
-            keep = pc.and_(keep, pc.is_in(column, value_set=pa.array(sorted(partitions), pa.date32())))
-        if arrived_from is not None and f"max.{spec.arrival}" in names:
-            latest = actions.column(f"max.{spec.arrival}")
-            recent = pc.greater_equal(latest, pa.scalar(arrived_from - _STATS_SLACK, latest.type))
-            keep = pc.and_(keep, pc.fill_null(recent, True))
-        return cls(actions.filter(keep))
-
-    @property
-    def paths(self) -> list[str]:
-        return self.files.column("path").to_pylist()
+def scope(
+    spec: TableSpec, actions: pa.Table, partitions: set[date] | None, arrived_from: datetime | None
+) -> pa.Table:
+    """The files (add-action rows) of one table version a write must look in for its keys:
+    `partitions`, only files of these `dt` values; `arrived_from`, only files with rows that
+    arrived then or later (files without statistics are always in scope)."""
+    keep = pa.array(np.ones(actions.num_rows, bool))
+    names = set(actions.column_names)
+    if partitions is not None and f"partition.{PARTITION_COLUMN}" in names:
+        column = actions.column(f"partition.{PARTITION_COLUMN}")
+        keep = pc.and_(keep, pc.is_in(column, value_set=pa.array(sorted(partitions), pa.date32())))
+    if arrived_from is not None and f"max.{spec.arrival}" in names:
+        latest = actions.column(f"max.{spec.arrival}")
+        recent = pc.greater_equal(latest, pa.scalar(arrived_from - _STATS_SLACK, latest.type))
+        keep = pc.and_(keep, pc.fill_null(recent, True))
+    return actions.filter(keep)
 
 
-@dataclass
-class Holders:
-    """The files that may hold rows of a write's keys."""
-
-    files: pa.Table
-
-    def __bool__(self) -> bool:
-        return self.files.num_rows > 0
-
-    def predicate(self, spec: TableSpec) -> str:
-        """A MERGE target filter that file statistics turn into a scan of just these files."""
-        parts = []
-        if f"partition.{PARTITION_COLUMN}" in self.files.column_names:
-            days = sorted(set(self.files.column(f"partition.{PARTITION_COLUMN}").to_pylist()))
-            if None not in days:
-                parts.append(f"t.{PARTITION_COLUMN} IN ({', '.join(repr(d.isoformat()) for d in days)})")
-        ranges = _written_ranges(self.files)
-        if ranges:
-            parts.append(
-                "("
-                + " OR ".join(
-                    f"t.{WRITTEN_AT} BETWEEN TIMESTAMP '{_sql_time(lo)}' AND TIMESTAMP '{_sql_time(hi)}'"
-                    for lo, hi in ranges
-                )
-                + ")"
-            )
-        return " AND ".join(parts)
+def merge_predicate(holders: pa.Table) -> str:
+    """A MERGE target filter that file statistics turn into a scan of just the `holders` files."""
+    parts = []
+    if f"partition.{PARTITION_COLUMN}" in holders.column_names:
+        days = sorted(set(holders.column(f"partition.{PARTITION_COLUMN}").to_pylist()))
+        if None not in days:
+            parts.append(f"t.{PARTITION_COLUMN} IN ({', '.join(repr(d.isoformat()) for d in days)})")
+    ranges = _written_ranges(holders)
+    if ranges:
+        between = (
+            f"t.{WRITTEN_AT} BETWEEN TIMESTAMP '{lo:{_SQL_TIME}}' AND TIMESTAMP '{hi:{_SQL_TIME}}'"
+            for lo, hi in ranges
+        )
+        parts.append(f"({' OR '.join(between)})")
+    return " AND ".join(parts)
 
 
 def _written_ranges(files: pa.Table) -> list[tuple[datetime, datetime]]:
@@ -136,81 +110,62 @@ def _written_ranges(files: pa.Table) -> list[tuple[datetime, datetime]]:
     return ranges
 
 
-def _sql_time(value: datetime) -> str:
-    return value.strftime("%Y-%m-%d %H:%M:%S.%f")
-
-
 @dataclass
 class KeyIndex:
-    """The key hashes of the files of one table this process has looked in."""
+    """The key hashes of the files of one table this process has looked in: one sorted array
+    of hashes, with the file each came from, so a lookup is a binary search whatever the
+    number of files. A file read since is merged in (a linear insert of its sorted hashes)."""
 
     lake: Lake
     spec: TableSpec
-    _files: dict[str, np.ndarray] = field(default_factory=dict)  # path -> sorted hashes
-    # The hashes of most files, merged and sorted (with the file each came from), plus the
-    # few files read since the last merge: a lookup is a binary search, not one per file.
-    _merged: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint64))
-    _owner: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
-    _merged_paths: list[str] = field(default_factory=list)
-    _recent: list[str] = field(default_factory=list)
+    _ids: dict[str, int] = field(default_factory=dict)  # path -> the file's number in `_owner`
+    _hashes: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint64))  # sorted
+    _owner: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def holders(self, scope: Scope, hashes: np.ndarray, keep: set[str]) -> Holders:
-        """The files of `scope` holding a key with one of `hashes`. `keep`: the files worth
-        remembering (those of the table version, within the redelivery window), so the index
-        forgets files a compaction or rewrite removed, and files too old to matter."""
+    def holders(self, files: pa.Table, hashes: np.ndarray, keep: set[str]) -> pa.Table:
+        """The `files` holding a key with one of `hashes`. `keep`: the files worth remembering
+        (those of the table version, within the redelivery window), so the index forgets files
+        a compaction or rewrite removed, and files too old to matter."""
+        paths = files.column("path").to_pylist()
         with self._lock:
-            for path in [p for p in self._files if p not in keep]:
-                del self._files[path]  # its hashes stay in the merged array until the next merge
-            self._read([p for p in scope.paths if p not in self._files])
-            found = self._lookup(hashes)
-        wanted = pc.is_in(scope.files.column("path"), value_set=pa.array(sorted(found), pa.string()))
-        return Holders(scope.files.filter(wanted))
+            gone = [self._ids.pop(p) for p in [p for p in self._ids if p not in keep]]
+            if gone:
+                live = ~np.isin(self._owner, gone)
+                self._hashes, self._owner = self._hashes[live], self._owner[live]
+            self._add([p for p in dict.fromkeys(paths) if p not in self._ids])
+            queries = np.unique(hashes)
+            left = np.searchsorted(self._hashes, queries, side="left")
+            right = np.searchsorted(self._hashes, queries, side="right")
+            hit = left < right
+            owners = {
+                int(o) for lo, hi in zip(left[hit], right[hit], strict=True) for o in self._owner[lo:hi]
+            }
+            found = [p for p, file_id in self._ids.items() if file_id in owners]
+        return files.filter(pc.is_in(files.column("path"), value_set=pa.array(found, pa.string())))
 
-    def _read(self, paths: list[str]) -> None:
-        for path in paths:
-            keys = pq.read_table(self._location(path), columns=list(self.spec.key), filesystem=self._fs())
-            self._files[path] = np.unique(key_hashes(keys))
-            self._recent.append(path)
-        if len(self._recent) > 16 or len(self._merged_paths) > 2 * len(self._files) + 16:
-            self._merge()
-
-    def _merge(self) -> None:
-        self._merged_paths = list(self._files)
-        arrays = [self._files[p] for p in self._merged_paths]
-        hashes = np.concatenate(arrays) if arrays else np.empty(0, np.uint64)
-        owner = np.repeat(np.arange(len(arrays), dtype=np.int32), [len(a) for a in arrays])
+    def _add(self, paths: list[str]) -> None:
+        if not paths:
+            return
+        first = max(self._ids.values(), default=-1) + 1
+        arrays = []
+        for offset, path in enumerate(paths):
+            self._ids[path] = first + offset
+            arrays.append(np.unique(key_hashes(self._read_keys(unquote(path)))))
+        hashes = np.concatenate(arrays)
+        owner = np.repeat(np.arange(first, first + len(arrays)), [len(a) for a in arrays])
         order = np.argsort(hashes, kind="stable")
-        self._merged, self._owner = hashes[order], owner[order]
-        self._recent = []
+        at = np.searchsorted(self._hashes, hashes[order])
+        self._hashes = np.insert(self._hashes, at, hashes[order])
+        self._owner = np.insert(self._owner, at, owner[order])
 
-    def _lookup(self, hashes: np.ndarray) -> set[str]:
-        found: set[str] = set()
-        hashes = np.unique(hashes)  # sorted queries: binary searches that stay in cache
-        if len(self._merged):
-            left = np.searchsorted(self._merged, hashes, side="left")
-            right = np.searchsorted(self._merged, hashes, side="right")
-            for lo, hi in zip(left[left < right], right[left < right], strict=True):
-                found.update(self._merged_paths[i] for i in self._owner[lo:hi])
-        for path in self._recent:
-            known = self._files.get(path)
-            if known is None:
-                continue
-            at = np.searchsorted(known, hashes).clip(max=max(len(known) - 1, 0))
-            if len(known) and bool(np.any(known[at] == hashes)):
-                found.add(path)
-        return {p for p in found if p in self._files}
-
-    def _location(self, path: str) -> str:
-        relative = unquote(path)
-        return (
-            f"{self.lake.table_uri(self.spec.name)}/{relative}"
-            if self.lake.is_local
-            else self.lake.fs_path(self.spec.name, relative)
+    def _read_keys(self, relative: str) -> pa.Table:
+        columns = list(self.spec.key)
+        if self.lake.is_local:
+            return pq.read_table(f"{self.lake.table_uri(self.spec.name)}/{relative}", columns=columns)
+        return pq.read_table(
+            self.lake.fs_path(self.spec.name, relative), columns=columns, filesystem=self.lake.fs
         )
-
-    def _fs(self) -> Any:
-        return None if self.lake.is_local else self.lake.fs
 
 
 _INDEXES: dict[tuple[str, str], KeyIndex] = {}

@@ -17,8 +17,7 @@ listed in `keep_versions`: the versions published adapters were trained on
 from __future__ import annotations
 
 import os
-import random
-import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,9 +27,7 @@ import pyarrow as pa
 from store.errors import CompactionError
 from store.lake import Lake
 from store.schema import PARTITION_COLUMN, TABLES, table_spec
-from store.writer import open_table, writer_properties
-
-MAX_ATTEMPTS = 20
+from store.writer import open_table, retried, writer_properties
 
 
 @dataclass(frozen=True)
@@ -73,28 +70,12 @@ class TableCompaction:
     version: int | None = None
 
 
-def _retried(action: Callable[[], dict[str, Any]], table: str, partition: str) -> dict[str, Any]:
-    from deltalake.exceptions import CommitFailedError
-
-    for attempt in range(1, MAX_ATTEMPTS + 1):
-        try:
-            return action()
-        except CommitFailedError as exc:
-            if attempt == MAX_ATTEMPTS:
-                raise CompactionError(table, partition, f"lost {attempt} races with writers ({exc})") from exc
-            time.sleep(min(2.0, 0.05 * 2 ** min(attempt, 6)) * (0.5 + random.random()))
-    raise AssertionError("unreachable")
-
-
 def crowded_partitions(add_actions: Any, min_files: int) -> list[str | None]:
     """Partitions (`dt` values; None for an unpartitioned table) holding at least `min_files` files."""
     actions = pa.table(add_actions)
     key = f"partition.{PARTITION_COLUMN}"
-    counts: dict[str | None, int] = {}
     values = actions.column(key).to_pylist() if key in actions.column_names else [None] * actions.num_rows
-    for value in values:
-        partition = None if value is None else str(value)
-        counts[partition] = counts.get(partition, 0) + 1
+    counts = Counter(None if value is None else str(value) for value in values)
     return sorted((p for p, n in counts.items() if n >= min_files), key=lambda p: p or "")
 
 
@@ -115,17 +96,20 @@ def compact_table(
 
         def rewrite(filters: Any = filters) -> dict[str, Any]:
             optimizer = DeltaTable(uri, storage_options=lake.delta_options).optimize
+            options = {
+                "partition_filters": filters,
+                "writer_properties": writer_properties(spec, compacted=True),
+            }
             if config.cluster and spec.cluster_by:
-                return optimizer.z_order(
-                    spec.cluster_by,
-                    partition_filters=filters,
-                    writer_properties=writer_properties(spec, compacted=True),
-                )
-            return optimizer.compact(
-                partition_filters=filters, writer_properties=writer_properties(spec, compacted=True)
-            )
+                return optimizer.z_order(spec.cluster_by, **options)
+            return optimizer.compact(**options)
 
-        metrics = _retried(rewrite, table, partition or "(table)")
+        metrics, _ = retried(
+            rewrite,
+            lambda attempts, exc, where=partition or "(table)": CompactionError(
+                table, where, f"lost {attempts} races with writers ({exc})"
+            ),
+        )
         outcome.partitions += 1
         outcome.files_removed += int(metrics.get("numFilesRemoved", 0))
         outcome.files_added += int(metrics.get("numFilesAdded", 0))

@@ -19,18 +19,8 @@ Every row carries ``_written_at``, the time its write was committed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import pyarrow as pa
-
-# --- enums (documented vocabularies; stored as plain strings) -------------------------
-
-TrajectorySource = Literal["otel", "langfuse", "replay", "import"]
-SpanSource = Literal["otel", "langfuse"]
-Split = Literal["train", "val"]
-RunStage = Literal["sft", "grpo", "eval"]
-RewardStatus = Literal["ok", "failed"]
-IngestStage = Literal["assemble"]
 
 # `spans.kind` of a row that is an OTLP log record (a GenAI event, feedback), not a span:
 # log records share the table so the assembler folds them into their trace.
@@ -124,7 +114,7 @@ SPANS = TableSpec(
     schema=_schema(
         pa.field("trace_id", pa.string()),  # 32 lowercase hex chars
         pa.field("span_id", pa.string()),  # 16 lowercase hex chars
-        pa.field("source", pa.string()),  # SpanSource
+        pa.field("source", pa.string()),  # otel, langfuse
         pa.field("name", pa.string()),
         pa.field("kind", pa.string()),  # INTERNAL, SERVER, CLIENT, PRODUCER, CONSUMER, UNSPECIFIED
         pa.field("parent_span_id", pa.string()),
@@ -150,7 +140,7 @@ TRAJECTORIES = TableSpec(
     cluster_by=("trajectory_id",),
     schema=_schema(
         pa.field("trajectory_id", pa.string()),
-        pa.field("source", pa.string()),  # TrajectorySource
+        pa.field("source", pa.string()),  # otel, langfuse, replay, import
         pa.field("trace_id", pa.string()),
         pa.field("session_id", pa.string()),
         pa.field("user_id", pa.string()),
@@ -189,7 +179,7 @@ REWARDS = TableSpec(
         pa.field("group_id", pa.string()),
         pa.field("scored_at", TIMESTAMP),
         pa.field("run_id", pa.string()),
-        pa.field("status", pa.string()),  # RewardStatus
+        pa.field("status", pa.string()),  # ok, failed
         pa.field("error", pa.string()),  # snake_case reason code when failed
         pa.field("metadata", pa.string()),  # JSON: seed, tokens, cost, ...
         partitioned=True,
@@ -205,7 +195,7 @@ SCENARIOS = TableSpec(
         pa.field("messages", MESSAGES),  # the prompt prefix
         pa.field("tools", pa.string()),  # JSON
         pa.field("expected", pa.string()),  # JSON, optional
-        pa.field("split", pa.string()),  # Split
+        pa.field("split", pa.string()),  # train, val
         pa.field("source_trajectory_id", pa.string()),
         pa.field("created_at", TIMESTAMP),
         pa.field("metadata", pa.string()),  # JSON
@@ -220,7 +210,7 @@ RUNS = TableSpec(
     schema=_schema(
         pa.field("run_id", pa.string()),
         pa.field("step", pa.int64()),
-        pa.field("stage", pa.string()),  # RunStage
+        pa.field("stage", pa.string()),  # sft, grpo, eval
         pa.field("metrics", pa.string()),  # JSON object
         pa.field("at", TIMESTAMP),
         partitioned=False,
@@ -268,7 +258,7 @@ INGEST_ERRORS = TableSpec(
     required=("status", "occurred_at"),
     schema=_schema(
         pa.field("trace_id", pa.string()),
-        pa.field("stage", pa.string()),  # IngestStage: where it failed
+        pa.field("stage", pa.string()),  # where it failed: assemble
         pa.field("status", pa.string()),  # "failed", or "resolved" once the trace went through
         pa.field("reason", pa.string()),  # one line: the error class and message
         pa.field("error_class", pa.string()),

@@ -28,21 +28,23 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
 from store.conform import WriteInput, conform_batch, iter_batches
 from store.errors import StoreError
-from store.keys import REDELIVERY_WINDOW, Holders, Scope, key_index, token_id
+from store.keys import REDELIVERY_WINDOW, key_index, merge_predicate, scope, token_id
 from store.lake import Lake
 from store.rows import utc_now
 from store.schema import PARTITION_COLUMN, TIMESTAMP, WRITTEN_AT, TableSpec, table_spec
 from store.spill import Spill
+
+T = TypeVar("T")
 
 DEFAULT_BATCH_ROWS = 64_000
 MAX_ATTEMPTS = 40
@@ -176,7 +178,7 @@ def _commit(
         app_transactions=[Transaction(token, (table.transaction_version(token) or 0) + 1)]
     )
     holders = _holders(lake, spec, table, spill, within, upsert)
-    if not holders:
+    if not holders.num_rows:
         write_deltalake(
             table,
             spill.reader(),
@@ -191,7 +193,7 @@ def _commit(
             "num_target_files_added": metrics.get("num_added_files", 0),
         }, version
     keys = " AND ".join(f"t.{k} = s.{k}" for k in spec.key)
-    narrowed = holders.predicate(spec)
+    narrowed = merge_predicate(holders)
     merger = table.merge(
         spill.reader(),
         f"{narrowed} AND {keys}" if narrowed else keys,
@@ -213,21 +215,22 @@ def _commit(
 
 def _holders(
     lake: Lake, spec: TableSpec, table: Any, spill: Spill, within: set[date] | None, upsert: bool
-) -> Holders:
+) -> pa.Table:
     """The table's files that may hold rows of the spilled keys: in the partitions where the
     keys can be (`stable_partition`, `within`) and, for redeliveries, in the window."""
     actions = pa.table(table.get_add_actions(flatten=True))
     if not actions.num_rows:
-        return Holders(actions)
+        return actions
     partitions = None
     if spec.partitioned and (spec.stable_partition or within is not None):
         partitions = spill.partitions | (within or set())
     arrived_from = None
     if spec.arrival and not upsert and spill.arrived_from is not None:
         arrived_from = spill.arrived_from - REDELIVERY_WINDOW
-    scope = Scope.of(spec, actions, partitions, arrived_from)
-    remembered = set(Scope.of(spec, actions, None, arrived_from).paths)
-    return key_index(lake, spec).holders(scope, spill.hashes, remembered)
+    remembered = set(scope(spec, actions, None, arrived_from).column("path").to_pylist())
+    return key_index(lake, spec).holders(
+        scope(spec, actions, partitions, arrived_from), spill.hashes, remembered
+    )
 
 
 def write(
@@ -250,8 +253,6 @@ def write(
     Raises `SchemaViolation` (nothing committed) or `StoreError` when the commit keeps
     losing races.
     """
-    from deltalake.exceptions import CommitFailedError
-
     lake = Lake.of(lake)
     spec = table_spec(table)
     result = WriteResult(table)
@@ -262,20 +263,13 @@ def write(
         if not spill.rows:
             return result
         wanted = set(within) if within is not None else None
-        for attempt in range(1, MAX_ATTEMPTS + 1):
-            try:
-                metrics, version = _commit(
-                    lake, spec, spill, wanted, spec.upsert if upsert is None else upsert
-                )
-                break
-            except CommitFailedError as exc:
-                if attempt == MAX_ATTEMPTS:
-                    raise StoreError(
-                        f"`{table}`: the commit lost {attempt} races with other writers ({exc}); nothing was "
-                        "committed by this write, retry it"
-                    ) from exc
-                time.sleep(min(2.0, 0.02 * 2 ** min(attempt, 7)) * (0.5 + random.random()))
-        result.attempts = attempt
+        (metrics, version), result.attempts = retried(
+            lambda: _commit(lake, spec, spill, wanted, spec.upsert if upsert is None else upsert),
+            lambda attempts, exc: StoreError(
+                f"`{table}`: the commit lost {attempts} races with other writers ({exc}); nothing was "
+                "committed by this write, retry it"
+            ),
+        )
         result.inserted = int(metrics.get("num_target_rows_inserted", 0))
         result.updated = int(metrics.get("num_target_rows_updated", 0))
         result.files_added = int(metrics.get("num_target_files_added", 0))
@@ -285,6 +279,23 @@ def write(
         return result
     finally:
         spill.close()
+
+
+def retried(
+    commit: Callable[[], T], give_up: Callable[[int, Exception], StoreError], attempts: int = MAX_ATTEMPTS
+) -> tuple[T, int]:
+    """`commit()` and the attempts it took, retried with jittered backoff while it loses races
+    with other writers (delta-rs `CommitFailedError`); `give_up(attempts, error)` is raised after the last."""
+    from deltalake.exceptions import CommitFailedError
+
+    for attempt in range(1, attempts + 1):
+        try:
+            return commit(), attempt
+        except CommitFailedError as exc:
+            if attempt == attempts:
+                raise give_up(attempt, exc) from exc
+            time.sleep(min(2.0, 0.02 * 2 ** min(attempt, 7)) * (0.5 + random.random()))
+    raise AssertionError("unreachable")
 
 
 def _conformed(spec: TableSpec, data: WriteInput, batch_rows: int) -> Iterator[pa.RecordBatch]:

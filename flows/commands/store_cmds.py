@@ -17,7 +17,7 @@ from rich.table import Table
 from flows.commands.options import LakeOption, build, configured, fail, resolve_lake
 from flows.settings import Section
 from store import ReadOnlyViolation, StoreError, connect, run_read_only
-from store.stats import table_stats
+from store.catalog import table_stats
 
 
 def _plain(value: Any) -> Any:

@@ -86,16 +86,6 @@ def snapshot(lake: Lake | str | os.PathLike[str], versions: Mapping[str, int] | 
     return {name: table_version(lake, name, versions.get(name)) for name in TABLES}
 
 
-def _duckdb_types(spec: TableSpec, con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
-    """(column, DuckDB type) for every column of the table's schema."""
-    name = f"__empty_{spec.name}"
-    con.register(name, spec.schema.empty_table())
-    try:
-        return [(row[0], row[1]) for row in con.execute(f"DESCRIBE SELECT * FROM {name}").fetchall()]
-    finally:
-        con.unregister(name)
-
-
 def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -106,7 +96,8 @@ def _literal(text: str) -> str:
 
 def table_view_sql(spec: TableSpec, files: tuple[str, ...], con: duckdb.DuckDBPyConnection) -> str:
     """The view of one table version: its files read by DuckDB, in the schema's types and order."""
-    types = _duckdb_types(spec, con)
+    empty = con.from_arrow(spec.schema.empty_table())
+    types = list(zip(empty.columns, map(str, empty.types), strict=True))
     cols = ", ".join(_quote(c) for c, _ in types)
     typed = "SELECT " + ", ".join(f"CAST(NULL AS {t}) AS {_quote(c)}" for c, t in types) + " WHERE false"
     if not files:

@@ -7,7 +7,8 @@ iterables of those (consumed lazily, so a generator of batches streams).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -16,6 +17,8 @@ import pyarrow.compute as pc
 from store.errors import SchemaViolation
 from store.schema import PARTITION_COLUMN, TableSpec
 
+# What a value Arrow cannot convert raises (pyarrow's ArrowInvalid is a ValueError, and so on).
+_CONVERSION_ERRORS = (ValueError, TypeError, NotImplementedError, OverflowError)
 WriteInput = Any  # pa.Table | pa.RecordBatch | polars.DataFrame | list[dict] | Iterable of those
 
 
@@ -56,8 +59,8 @@ def rows_to_batch(spec: TableSpec, rows: list[Mapping[str, Any]], row_offset: in
         values = [row.get(name) for row in rows]
         try:
             arrays.append(pa.array(values, type=target))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
-            bad = _first_bad_value(values, target)
+        except _CONVERSION_ERRORS as exc:
+            bad = _first_failing(values, partial(pa.array, type=target))
             raise SchemaViolation(
                 spec.name,
                 name,
@@ -68,11 +71,19 @@ def rows_to_batch(spec: TableSpec, rows: list[Mapping[str, Any]], row_offset: in
     return pa.RecordBatch.from_arrays(arrays, names=names)
 
 
-def _first_bad_value(values: list[Any], target: pa.DataType) -> int | None:
-    for i, value in enumerate(values):
+def _first_failing(values: Any, convert: Callable[[Any], Any]) -> int | None:
+    """The index of the first value `convert` cannot take (one at a time), to name its row."""
+    for i in range(len(values)):
         try:
-            pa.array([value], type=target)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+            convert(values[i : i + 1])
+        except (
+            pa.ArrowInvalid,
+            pa.ArrowNotImplementedError,
+            pa.ArrowTypeError,
+            TypeError,
+            ValueError,
+            OverflowError,
+        ):
             return i
     return None
 
@@ -141,7 +152,7 @@ def _cast_column(spec: TableSpec, target: pa.Field, column: pa.Array, row_offset
             return _dates_of(column)
         return pc.cast(column, target.type, safe=True)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-        bad = _first_uncastable(column, target.type)
+        bad = _first_failing(column, partial(pc.cast, target_type=target.type, safe=True))
         detail = f"expected {target.type}, got {column.type}"
         if bad is not None:
             detail += f" (value {column[bad].as_py()!r})"
@@ -152,15 +163,6 @@ def _cast_column(spec: TableSpec, target: pa.Field, column: pa.Array, row_offset
             "wrong_type",
             f"{detail}: {exc}",
         ) from None
-
-
-def _first_uncastable(column: pa.Array, target: pa.DataType) -> int | None:
-    for i in range(len(column)):
-        try:
-            pc.cast(column.slice(i, 1), target, safe=True)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-            return i
-    return None
 
 
 def _dates_of(timestamps: pa.Array) -> pa.Array:

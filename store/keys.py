@@ -50,11 +50,6 @@ def key_hashes(keys: pa.Table) -> np.ndarray:
     return pl.from_arrow(keys).hash_rows(seed=0).to_numpy()
 
 
-def token_id(spec: TableSpec) -> str:
-    """The Delta `txn` application id every keyed write of `spec` sets: it serialises them."""
-    return f"trajlake/{spec.name}"
-
-
 def scope(
     spec: TableSpec, actions: pa.Table, partitions: set[date] | None, arrived_from: datetime | None
 ) -> pa.Table:

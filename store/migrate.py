@@ -24,10 +24,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from store.lake import Lake
-from store.schema import TABLES, TIMESTAMP, WRITTEN_AT, TableSpec
+from store.schema import TABLES, WRITTEN_AT, TableSpec
 from store.writer import write
 
 LEGACY_DIR = "_legacy"
@@ -67,7 +66,12 @@ def current_rows(lake: Lake, spec: TableSpec, files: list[str]) -> tuple[int, It
     source = f"read_parquet([{urls}], hive_partitioning={str(spec.partitioned).lower()}, union_by_name=true)"
     (total,) = con.execute(f"SELECT count(*) FROM {source}").fetchone()
     present = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
-    columns = ", ".join(f'"{c}"' for c in spec.schema.names if c in present)
+    # `_written_at` had nanoseconds then; Delta keeps microseconds.
+    columns = ", ".join(
+        f'CAST("{c}" AS TIMESTAMPTZ) AS "{c}"' if c == WRITTEN_AT else f'"{c}"'
+        for c in spec.schema.names
+        if c in present
+    )
     key = ", ".join(f'"{k}"' for k in spec.key)
     reader = con.sql(
         f"SELECT {columns} FROM {source} "
@@ -75,13 +79,7 @@ def current_rows(lake: Lake, spec: TableSpec, files: list[str]) -> tuple[int, It
     ).to_arrow_reader(50_000)
 
     def batches() -> Iterator[pa.RecordBatch]:
-        for batch in reader:
-            if WRITTEN_AT in batch.schema.names:  # nanoseconds then, Delta's microseconds now
-                index = batch.schema.get_field_index(WRITTEN_AT)
-                batch = batch.set_column(
-                    index, WRITTEN_AT, pc.cast(batch.column(index), TIMESTAMP, safe=False)
-                )
-            yield batch
+        yield from reader
         con.close()
 
     return int(total), batches()

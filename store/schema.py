@@ -95,7 +95,7 @@ class TableSpec:
         return tuple(dict.fromkeys((*self.key, *self.required)))
 
 
-def _schema(*fields: pa.Field, partitioned: bool) -> pa.Schema:
+def _schema(*fields: pa.Field, partitioned: bool = False) -> pa.Schema:
     tail = [pa.field(WRITTEN_AT, TIMESTAMP)]
     if partitioned:
         tail.append(pa.field(PARTITION_COLUMN, pa.date32()))
@@ -199,7 +199,6 @@ SCENARIOS = TableSpec(
         pa.field("source_trajectory_id", pa.string()),
         pa.field("created_at", TIMESTAMP),
         pa.field("metadata", pa.string()),  # JSON
-        partitioned=False,
     ),
 )
 
@@ -213,7 +212,6 @@ RUNS = TableSpec(
         pa.field("stage", pa.string()),  # sft, grpo, eval
         pa.field("metrics", pa.string()),  # JSON object
         pa.field("at", TIMESTAMP),
-        partitioned=False,
     ),
 )
 
@@ -233,7 +231,6 @@ ADAPTERS = TableSpec(
         pa.field("metrics", pa.string()),  # JSON
         pa.field("published_at", TIMESTAMP),
         pa.field("aliases", pa.list_(pa.string())),
-        partitioned=False,
     ),
 )
 
@@ -248,7 +245,6 @@ WATERMARKS = TableSpec(
         pa.field("cursor", pa.string()),  # resume point of an interrupted pull, if any
         pa.field("state", pa.string()),  # JSON: whatever else the puller needs to resume
         pa.field("updated_at", TIMESTAMP),
-        partitioned=False,
     ),
 )
 
@@ -265,7 +261,6 @@ INGEST_ERRORS = TableSpec(
         pa.field("detail", pa.string()),  # where: the innermost frames of the traceback
         pa.field("span_count", pa.int64()),  # spans of the trace (they stay in `spans`)
         pa.field("occurred_at", TIMESTAMP),
-        partitioned=False,
     ),
 )
 

@@ -38,7 +38,7 @@ import pyarrow as pa
 
 from store.conform import WriteInput, conform_batch, iter_batches
 from store.errors import StoreError
-from store.keys import REDELIVERY_WINDOW, key_index, merge_predicate, scope, token_id
+from store.keys import REDELIVERY_WINDOW, key_index, merge_predicate, scope
 from store.lake import Lake
 from store.rows import utc_now
 from store.schema import PARTITION_COLUMN, TIMESTAMP, WRITTEN_AT, TableSpec, table_spec
@@ -173,7 +173,7 @@ def _commit(
     table = open_table(lake, spec)
     # Every keyed write claims the next version of the table's `txn` token, so two writes that
     # read the same version conflict (and the loser retries) even when both only append.
-    token = token_id(spec)
+    token = f"trajlake/{spec.name}"
     claim = CommitProperties(
         app_transactions=[Transaction(token, (table.transaction_version(token) or 0) + 1)]
     )

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from store.catalog import table_view_sql
 from store.lake import Lake
 from store.schema import TABLES, WRITTEN_AT, TableSpec
 from store.writer import write
@@ -60,21 +61,13 @@ def current_rows(lake: Lake, spec: TableSpec, files: list[str]) -> tuple[int, It
     con = duckdb.connect()
     if not lake.is_local:
         con.register_filesystem(lake.fs)
-    urls = ", ".join(
-        "'" + (p if lake.is_local else f"{lake.protocol}://{p}").replace("'", "''") + "'" for p in files
-    )
-    source = f"read_parquet([{urls}], hive_partitioning={str(spec.partitioned).lower()}, union_by_name=true)"
-    (total,) = con.execute(f"SELECT count(*) FROM {source}").fetchone()
-    present = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
-    # `_written_at` had nanoseconds then; Delta keeps microseconds.
-    columns = ", ".join(
-        f'CAST("{c}" AS TIMESTAMPTZ) AS "{c}"' if c == WRITTEN_AT else f'"{c}"'
-        for c in spec.schema.names
-        if c in present
-    )
+    urls = tuple(p if lake.is_local else f"{lake.protocol}://{p}" for p in files)
+    # The view's SQL: the files in the table's schema and types (`_written_at` had nanoseconds then).
+    source = f"({table_view_sql(spec, urls, con)})"
+    ((total,),) = con.execute(f"SELECT count(*) FROM {source}").fetchall()
     key = ", ".join(f'"{k}"' for k in spec.key)
     reader = con.sql(
-        f"SELECT {columns} FROM {source} "
+        f"SELECT * FROM {source} "
         f"QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY {WRITTEN_AT} DESC NULLS LAST) = 1"
     ).to_arrow_reader(50_000)
 

@@ -210,6 +210,25 @@ def system_messages(raw: Any) -> list[Message]:
 
 _PARAM_KEYS = tuple((name, f"gen_ai.request.{name}") for name in _PARAMS)
 _PARAM_KEY_SET = frozenset(key for _, key in _PARAM_KEYS)
+# Model, provider and usage by their current names, and the older names some instrumentations
+# still send for them (read after the current ones): most spans carry none of the older.
+_CURRENT_NAMES = (
+    "gen_ai.request.model",
+    "gen_ai.response.model",
+    "gen_ai.provider.name",
+    "gen_ai.usage.input_tokens",
+    "gen_ai.usage.output_tokens",
+)
+_OLDER_NAMES = frozenset(
+    (
+        "llm.request.model",
+        "llm.response.model",
+        "gen_ai.system",
+        "llm.system",
+        "gen_ai.usage.prompt_tokens",
+        "gen_ai.usage.completion_tokens",
+    )
+)
 
 
 def llm_fields(span: Span, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -224,15 +243,25 @@ def llm_fields(span: Span, attrs: dict[str, Any]) -> dict[str, Any]:
     if stops:
         params["stop"] = list(stops) if isinstance(stops, (list, tuple)) else [stops]
     finish = get("gen_ai.response.finish_reasons") or []
+    if attrs.keys().isdisjoint(_OLDER_NAMES):  # the usual span: `first` of the current name alone
+        request_model, response_model, provider, input_tokens, output_tokens = [
+            None if (value := get(key)) == "" else value for key in _CURRENT_NAMES
+        ]
+    else:
+        request_model = first(attrs, "gen_ai.request.model", "llm.request.model")
+        response_model = first(attrs, "gen_ai.response.model", "llm.response.model")
+        provider = first(attrs, "gen_ai.provider.name", "gen_ai.system", "llm.system")
+        input_tokens = first(attrs, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")
+        output_tokens = first(attrs, "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens")
     return {
         "span_id": span["span_id"],
         "trace_id": span["trace_id"],
-        "request_model": first(attrs, "gen_ai.request.model", "llm.request.model"),
-        "response_model": first(attrs, "gen_ai.response.model", "llm.response.model"),
-        "provider": first(attrs, "gen_ai.provider.name", "gen_ai.system", "llm.system"),
+        "request_model": request_model,
+        "response_model": response_model,
+        "provider": provider,
         "params": params,
-        "input_tokens": as_int(first(attrs, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")),
-        "output_tokens": as_int(first(attrs, "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens")),
+        "input_tokens": as_int(input_tokens),
+        "output_tokens": as_int(output_tokens),
         "response_id": get("gen_ai.response.id"),
         "finish_reasons": [str(f) for f in finish] if isinstance(finish, (list, tuple)) else [str(finish)],
         "error": error_of(span) if "error.type" in attrs or span.get("status_code") == "ERROR" else None,

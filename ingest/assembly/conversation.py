@@ -71,7 +71,8 @@ class Conversation:
 
     entries: list[_Entry] = field(default_factory=list)
     tool_output: str | None = None  # the result of a successful tool after the model's last turn
-    _fresh_tools: list[_Entry] = field(default_factory=list)  # tool-span results since the last LLM call
+    # Where the tool-span results since the last LLM call are in `entries` (only appended to until then).
+    _fresh_tools: list[int] = field(default_factory=list)
     # Message keys by message identity: the normalisers hand the same message objects to every
     # call that repeats them, and those objects live as long as the conversation is built.
     _keys_of: dict[int, Key] = field(default_factory=dict)
@@ -159,10 +160,9 @@ class Conversation:
             # model was shown them some other way, and the input above is what it saw. An input
             # that stops short of them (a truncated window) says nothing about them.
             reach = max(matched, default=-1)
-            fresh = {id(e) for e in self._fresh_tools}
-            self.entries = [
-                e for i, e in enumerate(entries) if not (id(e) in fresh and i not in matched and i < reach)
-            ]
+            passed_over = {i for i in self._fresh_tools if i not in matched and i < reach}
+            if passed_over:  # the usual input carries them: the entries stay as they are
+                self.entries = [e for i, e in enumerate(entries) if i not in passed_over]
 
     def _merge(self, entry: _Entry, message: Message) -> None:
         entry.merged = id(message)
@@ -197,7 +197,8 @@ class Conversation:
                 if existing.message.get(name) in (None, "") and message.get(name):
                     existing.message[name] = message[name]
         elif call_id or tool.result is not None or tool.is_error:
-            self._fresh_tools.append(self._append(message, TOOL_SPAN, key=key))
+            self._append(message, TOOL_SPAN, key=key)
+            self._fresh_tools.append(len(self.entries) - 1)
 
     def _attach_to_placeholder(self, tool: ToolCall, call_id: str | None) -> None:
         """A tool ran after a content-free model turn: that turn asked for it."""

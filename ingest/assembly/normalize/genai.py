@@ -245,9 +245,10 @@ def llm_call(span: Span, attrs: dict[str, Any], convention: str) -> LLMCall:
         params["stop"] = list(stops) if isinstance(stops, (list, tuple)) else [stops]
     finish = get("gen_ai.response.finish_reasons") or []
     if attrs.keys().isdisjoint(_OLDER_NAMES):  # the usual span: `first` of the current name alone
-        request_model, response_model, provider, input_tokens, output_tokens = [
-            None if (value := get(key)) == "" else value for key in _CURRENT_NAMES
-        ]
+        current = list(map(get, _CURRENT_NAMES))
+        if "" in current:  # `first` takes empty text for no value
+            current = [None if value == "" else value for value in current]
+        request_model, response_model, provider, input_tokens, output_tokens = current
     else:
         request_model = first(attrs, "gen_ai.request.model", "llm.request.model")
         response_model = first(attrs, "gen_ai.response.model", "llm.response.model")
@@ -265,7 +266,7 @@ def llm_call(span: Span, attrs: dict[str, Any], convention: str) -> LLMCall:
         input_tokens=as_int(input_tokens),
         output_tokens=as_int(output_tokens),
         response_id=get("gen_ai.response.id"),
-        finish_reasons=[str(f) for f in finish] if isinstance(finish, (list, tuple)) else [str(finish)],
+        finish_reasons=list(map(str, finish)) if isinstance(finish, (list, tuple)) else [str(finish)],
         error=error_of(span) if "error.type" in attrs or span.get("status_code") == "ERROR" else None,
         start_time=span.get("start_time"),
         end_time=span.get("end_time"),

@@ -133,7 +133,9 @@ def _agent_output(run: Run) -> str | None:
         "langfuse.observation.output",
         "traceloop.entity.output",
     ):
-        value = maybe_json(attrs.get(key))
+        if key not in attrs:  # the usual agent span records none of them
+            continue
+        value = maybe_json(attrs[key])
         if isinstance(value, list):  # output messages: the last assistant text
             texts = [m for m in messages_from_parts(value, default_role="assistant") if m.get("content")]
             value = texts[-1]["content"] if texts else None

@@ -71,7 +71,8 @@ class Conversation:
 
     entries: list[_Entry] = field(default_factory=list)
     tool_output: str | None = None  # the result of a successful tool after the model's last turn
-    _fresh_tools: list[_Entry] = field(default_factory=list)  # tool-span results since the last LLM call
+    # Where the tool-span results since the last LLM call are in `entries` (only appended to until then).
+    _fresh_tools: list[int] = field(default_factory=list)
     # Message keys by message identity: the normalisers hand the same message objects to every
     # call that repeats them, and those objects live as long as the conversation is built.
     _keys_of: dict[int, Key] = field(default_factory=dict)
@@ -92,6 +93,10 @@ class Conversation:
         # A message made here (a tool span's, a placeholder) comes with its `key`: its id must not
         # be remembered, a later message may take over the address once it is freed.
         entry = _Entry(dict(message), key or self._key(message), origin, placeholder)
+        if key is None:
+            # A call's own message (alive while the conversation is built): merging it into its own
+            # copy would change nothing, so it counts as merged already (`_add_input` skips it).
+            entry.merged = id(message)
         self.entries.append(entry)
         return entry
 
@@ -108,21 +113,26 @@ class Conversation:
 
     def _add_input(self, incoming: list[Message]) -> None:
         keys_of = self._keys_of
-        # `_key` inlined (keys are non-empty tuples): every call repeats the whole history.
-        keys = [keys_of.get(id(m)) or self._key(m) for m in incoming]
         entries = self.entries
         start = 0  # the common prefix of the input and the conversation so far, merged as it goes
-        for entry, message, key in zip(entries, incoming, keys, strict=False):
-            if entry.key != key:
+        for entry, message in zip(entries, incoming, strict=False):
+            # Every call repeats the whole history, mostly the very messages merged last time: an
+            # entry that merged this message has its key (an entry's key changes only when it is
+            # reset, `_attach_to_placeholder`), and nothing is left to merge.
+            if entry.merged == id(message):
+                start += 1
+                continue
+            # `_key` inlined (keys are non-empty tuples).
+            if entry.key != (keys_of.get(id(message)) or self._key(message)):
                 break
-            if entry.merged != id(message):
-                self._merge(entry, message)
+            self._merge(entry, message)
             start += 1
         if start == len(incoming):
             return  # all of it is the conversation so far: nothing to add, no fresh tool passed over
         matched = set(range(start))  # positions in `entries` this input covers
         cursor = start
-        for message, key in zip(incoming[start:], keys[start:], strict=True):
+        for message in incoming[start:]:
+            key = keys_of.get(id(message)) or self._key(message)
             found = None
             for i in range(start, len(entries)):
                 if entries[i].key == key and i not in matched:
@@ -150,10 +160,9 @@ class Conversation:
             # model was shown them some other way, and the input above is what it saw. An input
             # that stops short of them (a truncated window) says nothing about them.
             reach = max(matched, default=-1)
-            fresh = {id(e) for e in self._fresh_tools}
-            self.entries = [
-                e for i, e in enumerate(entries) if not (id(e) in fresh and i not in matched and i < reach)
-            ]
+            passed_over = {i for i in self._fresh_tools if i not in matched and i < reach}
+            if passed_over:  # the usual input carries them: the entries stay as they are
+                self.entries = [e for i, e in enumerate(entries) if i not in passed_over]
 
     def _merge(self, entry: _Entry, message: Message) -> None:
         entry.merged = id(message)
@@ -188,7 +197,8 @@ class Conversation:
                 if existing.message.get(name) in (None, "") and message.get(name):
                     existing.message[name] = message[name]
         elif call_id or tool.result is not None or tool.is_error:
-            self._fresh_tools.append(self._append(message, TOOL_SPAN, key=key))
+            self._append(message, TOOL_SPAN, key=key)
+            self._fresh_tools.append(len(self.entries) - 1)
 
     def _attach_to_placeholder(self, tool: ToolCall, call_id: str | None) -> None:
         """A tool ran after a content-free model turn: that turn asked for it."""
@@ -205,6 +215,7 @@ class Conversation:
                     make_tool_call(call_id, tool.name, tool.arguments),
                 ]
                 entry.key = message_key(entry.message)
+                entry.merged = 0  # the messages merged so far had its old key
             return
 
     def _pending_call_id(self, name: str | None) -> str | None:

@@ -126,8 +126,16 @@ def agent_runs(
     time order (`span_order`)."""
     by_id = {s["span_id"]: s for s in spans}
     agent_of: dict[str, str | None] = {}
-    for span_id in by_id:
-        _nearest_agent(span_id, by_id, agent_of)
+    for span_id, span in by_id.items():
+        if span_id in agent_of:  # found on the way up from a span before it
+            continue
+        # In time order a parent mostly comes before its children: a span that is no agent itself
+        # has its known parent's agent (`_nearest_agent`'s first step up, without the walk).
+        parent_id = span.get("parent_span_id")
+        if parent_id in agent_of and not is_agent_span(span["attributes"]):
+            agent_of[span_id] = agent_of[parent_id]
+        else:
+            _nearest_agent(span_id, by_id, agent_of)
     agents = sorted((by_id[a] for a in set(agent_of.values()) if a), key=span_order)
     parent_agent = {a["span_id"]: _nearest_agent(a.get("parent_span_id"), by_id, agent_of) for a in agents}
     for agent_id in list(parent_agent):  # a parent chain that loops (bad ids) starts at the top

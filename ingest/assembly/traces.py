@@ -104,7 +104,8 @@ def _parse_json(rows: Iterable[Span]) -> list[Span]:
     out = []
     for row in rows:
         row["attributes"] = _attributes(row.get("attributes"))
-        row["events"] = _events(row.get("events"))
+        events = row.get("events")
+        row["events"] = _events(events) if events and events != b"[]" else []  # most spans have none
         out.append(row)
     return out
 

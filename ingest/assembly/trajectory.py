@@ -133,7 +133,9 @@ def _agent_output(run: Run) -> str | None:
         "langfuse.observation.output",
         "traceloop.entity.output",
     ):
-        value = maybe_json(attrs.get(key))
+        if key not in attrs:  # the usual agent span records none of them
+            continue
+        value = maybe_json(attrs[key])
         if isinstance(value, list):  # output messages: the last assistant text
             texts = [m for m in messages_from_parts(value, default_role="assistant") if m.get("content")]
             value = texts[-1]["content"] if texts else None
@@ -175,15 +177,35 @@ def _lookup(spans: list[Span], keys: tuple[str, ...], metadata_keys: tuple[str, 
     return None
 
 
-def _run_or_trace_lookup(
-    run_spans: list[Span], trace_spans: list[Span], keys: tuple[str, ...], metadata_keys: tuple[str, ...]
-) -> str | None:
-    """`_lookup` on the run's spans, else on the whole trace's. A run with every span of the trace
-    (the usual lone run) holds them in the same order: the second look would find the same."""
-    found = _lookup(run_spans, keys, metadata_keys)
-    if found or len(run_spans) == len(trace_spans):
-        return found
-    return _lookup(trace_spans, keys, metadata_keys)
+_IDENTITY_KEYS = frozenset((*SESSION_KEYS, *USER_KEYS))
+
+
+def _identity_spans(spans: list[Span]) -> list[Span]:
+    """The spans a session or user id can be found on by `_lookup` (in their order): the ones with
+    one of its keys, events or metadata. Most spans have none: both lookups skip them at once."""
+    return [
+        span
+        for span in spans
+        if span.get("events")
+        or "metadata" in (attrs := span["attributes"])
+        or not attrs.keys().isdisjoint(_IDENTITY_KEYS)
+    ]
+
+
+def _session_and_user(run_spans: list[Span], trace_spans: list[Span]) -> tuple[str | None, str | None]:
+    """`_lookup` of the session and the user on the run's spans, else on the whole trace's. A run
+    with every span of the trace (the usual lone run) holds them in the same order: the second look
+    would find the same."""
+    run_candidates = _identity_spans(run_spans)
+    session = _lookup(run_candidates, SESSION_KEYS, SESSION_METADATA_KEYS)
+    user = _lookup(run_candidates, USER_KEYS, USER_METADATA_KEYS)
+    if (session and user) or len(run_spans) == len(trace_spans):
+        return session, user
+    trace_candidates = _identity_spans(trace_spans)
+    return (
+        session or _lookup(trace_candidates, SESSION_KEYS, SESSION_METADATA_KEYS),
+        user or _lookup(trace_candidates, USER_KEYS, USER_METADATA_KEYS),
+    )
 
 
 def _json(value: Any) -> str:
@@ -225,12 +247,13 @@ def trajectory_row(run: Run, trace_spans: list[Span], has_root: bool) -> dict[st
         "agent_span_id": run.agent_span["span_id"] if run.agent_span else None,
     }
     started = to_datetime(min(starts))
+    session_id, user_id = _session_and_user(run.spans, trace_spans)
     return {
         "trajectory_id": run.trajectory_id,
         "source": "langfuse" if sources == ["langfuse"] else "otel",
         "trace_id": trace_spans[0]["trace_id"],
-        "session_id": _run_or_trace_lookup(run.spans, trace_spans, SESSION_KEYS, SESSION_METADATA_KEYS),
-        "user_id": _run_or_trace_lookup(run.spans, trace_spans, USER_KEYS, USER_METADATA_KEYS),
+        "session_id": session_id,
+        "user_id": user_id,
         "agent_name": _agent_name(run, trace_spans),
         "model": last.model,
         "started_at": started,

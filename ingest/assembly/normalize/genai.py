@@ -210,10 +210,30 @@ def system_messages(raw: Any) -> list[Message]:
 
 _PARAM_KEYS = tuple((name, f"gen_ai.request.{name}") for name in _PARAMS)
 _PARAM_KEY_SET = frozenset(key for _, key in _PARAM_KEYS)
+# Model, provider and usage by their current names, and the older names some instrumentations
+# still send for them (read after the current ones): most spans carry none of the older.
+_CURRENT_NAMES = (
+    "gen_ai.request.model",
+    "gen_ai.response.model",
+    "gen_ai.provider.name",
+    "gen_ai.usage.input_tokens",
+    "gen_ai.usage.output_tokens",
+)
+_OLDER_NAMES = frozenset(
+    (
+        "llm.request.model",
+        "llm.response.model",
+        "gen_ai.system",
+        "llm.system",
+        "gen_ai.usage.prompt_tokens",
+        "gen_ai.usage.completion_tokens",
+    )
+)
 
 
-def llm_fields(span: Span, attrs: dict[str, Any]) -> dict[str, Any]:
-    """Model, provider, sampling parameters, usage and ids: shared by every gen_ai-flavoured convention."""
+def llm_call(span: Span, attrs: dict[str, Any], convention: str) -> LLMCall:
+    """The call's model, provider, sampling parameters, usage and ids, shared by every
+    gen_ai-flavoured convention; the normaliser adds the content (messages, tools) it reads."""
     get = attrs.get
     params = (
         {}
@@ -224,21 +244,33 @@ def llm_fields(span: Span, attrs: dict[str, Any]) -> dict[str, Any]:
     if stops:
         params["stop"] = list(stops) if isinstance(stops, (list, tuple)) else [stops]
     finish = get("gen_ai.response.finish_reasons") or []
-    return {
-        "span_id": span["span_id"],
-        "trace_id": span["trace_id"],
-        "request_model": first(attrs, "gen_ai.request.model", "llm.request.model"),
-        "response_model": first(attrs, "gen_ai.response.model", "llm.response.model"),
-        "provider": first(attrs, "gen_ai.provider.name", "gen_ai.system", "llm.system"),
-        "params": params,
-        "input_tokens": as_int(first(attrs, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")),
-        "output_tokens": as_int(first(attrs, "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens")),
-        "response_id": get("gen_ai.response.id"),
-        "finish_reasons": [str(f) for f in finish] if isinstance(finish, (list, tuple)) else [str(finish)],
-        "error": error_of(span) if "error.type" in attrs or span.get("status_code") == "ERROR" else None,
-        "start_time": span.get("start_time"),
-        "end_time": span.get("end_time"),
-    }
+    if attrs.keys().isdisjoint(_OLDER_NAMES):  # the usual span: `first` of the current name alone
+        current = list(map(get, _CURRENT_NAMES))
+        if "" in current:  # `first` takes empty text for no value
+            current = [None if value == "" else value for value in current]
+        request_model, response_model, provider, input_tokens, output_tokens = current
+    else:
+        request_model = first(attrs, "gen_ai.request.model", "llm.request.model")
+        response_model = first(attrs, "gen_ai.response.model", "llm.response.model")
+        provider = first(attrs, "gen_ai.provider.name", "gen_ai.system", "llm.system")
+        input_tokens = first(attrs, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")
+        output_tokens = first(attrs, "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens")
+    return LLMCall(
+        span_id=span["span_id"],
+        trace_id=span["trace_id"],
+        convention=convention,
+        request_model=request_model,
+        response_model=response_model,
+        provider=provider,
+        params=params,
+        input_tokens=as_int(input_tokens),
+        output_tokens=as_int(output_tokens),
+        response_id=get("gen_ai.response.id"),
+        finish_reasons=list(map(str, finish)) if isinstance(finish, (list, tuple)) else [str(finish)],
+        error=error_of(span) if "error.type" in attrs or span.get("status_code") == "ERROR" else None,
+        start_time=span.get("start_time"),
+        end_time=span.get("end_time"),
+    )
 
 
 def tool_definitions(attrs: dict[str, Any]) -> list[dict[str, Any]]:
@@ -266,29 +298,23 @@ def normalize_genai_llm(span: Span, *, convention: str = "genai", memo: HistoryM
         inputs += memo.messages_of(history) if memo is not None else messages_from_parts(history)
     answer = maybe_json(get("gen_ai.output.messages"))
     outputs = messages_from_parts(answer, default_role="assistant") if answer is not None else []
-    fields = llm_fields(span, attrs)
+    call = llm_call(span, attrs, convention)
     if not inputs and not outputs:
         inputs, outputs, reasons = messages_from_events(events)
-        fields["finish_reasons"] = fields["finish_reasons"] or reasons
-    if not fields["finish_reasons"] and answer is not None:
-        fields["finish_reasons"] = output_finish_reasons(answer)
+        call.finish_reasons = call.finish_reasons or reasons
+    if not call.finish_reasons and answer is not None:
+        call.finish_reasons = output_finish_reasons(answer)
     tools = tool_definitions(attrs)
     if details:
         tools = merge_tools(tools, tool_definitions(details))
-    refs = (
-        {}
-        if source.keys().isdisjoint(CONTENT_REFS)
-        else {key[len("gen_ai.") : -len(".ref")]: source[key] for key in CONTENT_REFS if key in source}
-    )
-    return LLMCall(
-        convention=convention,
-        input_messages=inputs,
-        output_messages=outputs,
-        tools=tools,
-        has_content=bool(inputs or outputs),
-        content_refs={k: v for k, v in refs.items() if v} if refs else {},
-        **fields,
-    )
+    if not source.keys().isdisjoint(CONTENT_REFS):
+        refs = {key[len("gen_ai.") : -len(".ref")]: source[key] for key in CONTENT_REFS if key in source}
+        call.content_refs = {k: v for k, v in refs.items() if v}
+    call.input_messages = inputs
+    call.output_messages = outputs
+    call.tools = tools
+    call.has_content = bool(inputs or outputs)
+    return call
 
 
 def output_finish_reasons(raw: Any) -> list[str]:

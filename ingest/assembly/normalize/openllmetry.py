@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ingest.assembly.normalize.genai import llm_fields, normalize_genai_llm
+from ingest.assembly.normalize.genai import llm_call, normalize_genai_llm
 from ingest.assembly.normalize.types import (
     LLMCall,
     Message,
@@ -120,18 +120,15 @@ def normalize_openllmetry(span: Span) -> LLMCall | ToolCall | None:
         return None
     inputs = _indexed_messages(attrs, "gen_ai.prompt", "user")
     outputs = _indexed_messages(attrs, "gen_ai.completion", "assistant")
-    fields = llm_fields(span, attrs)
-    if not fields["finish_reasons"]:
-        fields["finish_reasons"] = [
+    call = llm_call(span, attrs, "openllmetry")
+    if not call.finish_reasons:
+        call.finish_reasons = [
             str(f["finish_reason"])
             for f in indexed(attrs, "gen_ai.completion").values()
             if f.get("finish_reason")
         ]
-    return LLMCall(
-        convention="openllmetry",
-        input_messages=inputs,
-        output_messages=outputs,
-        tools=_indexed_tools(attrs),
-        has_content=bool(inputs or outputs),
-        **fields,
-    )
+    call.input_messages = inputs
+    call.output_messages = outputs
+    call.tools = _indexed_tools(attrs)
+    call.has_content = bool(inputs or outputs)
+    return call

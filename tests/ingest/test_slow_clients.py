@@ -120,11 +120,14 @@ def test_collector_memory_comes_back_to_its_level_after_each_round_of_load(lake:
         wait_idle(url)
         return rss_mb(process.pid)
 
-    first = round_of_load()
+    first = round_of_load()  # warms caches, pools and the allocator's arenas
     later = [round_of_load() for _ in range(3)]
     # Each round moves ~21 MB of spans plus 10 stalled 2 MB bodies through the collector: a
-    # leak per request or per stalled client would add that much per round.
-    assert max(later) < first + 40, (first, later)
+    # leak per request or per stalled client would add that much per round, so ~42 MB over
+    # the two rounds after the second. Where the allocator settles after the warm-up round
+    # varies by tens of MB with the machine's load; growth after it is what a leak shows.
+    assert max(later[1:]) < later[0] + 30, (first, later)
+    assert max(later) < first + 80, (first, later)
 
 
 PB = {"Content-Type": "application/x-protobuf"}

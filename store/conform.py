@@ -17,8 +17,9 @@ import pyarrow.compute as pc
 from store.errors import SchemaViolation
 from store.schema import PARTITION_COLUMN, TableSpec
 
-# What a value Arrow cannot convert raises (pyarrow's ArrowInvalid is a ValueError, and so on).
-_CONVERSION_ERRORS = (ValueError, TypeError, NotImplementedError, OverflowError)
+# What a value Arrow cannot convert or cast raises (pa.ArrowInvalid is a ValueError,
+# pa.ArrowTypeError a TypeError; an impossible cast is pa.ArrowNotImplementedError).
+_CONVERSION_ERRORS = (ValueError, TypeError, OverflowError, pa.ArrowNotImplementedError)
 WriteInput = Any  # pa.Table | pa.RecordBatch | polars.DataFrame | list[dict] | Iterable of those
 
 
@@ -76,14 +77,7 @@ def _first_failing(values: Any, convert: Callable[[Any], Any]) -> int | None:
     for i in range(len(values)):
         try:
             convert(values[i : i + 1])
-        except (
-            pa.ArrowInvalid,
-            pa.ArrowNotImplementedError,
-            pa.ArrowTypeError,
-            TypeError,
-            ValueError,
-            OverflowError,
-        ):
+        except _CONVERSION_ERRORS:
             return i
     return None
 
@@ -151,7 +145,7 @@ def _cast_column(spec: TableSpec, target: pa.Field, column: pa.Array, row_offset
         if target.type == pa.date32() and pa.types.is_timestamp(column.type):
             return _dates_of(column)
         return pc.cast(column, target.type, safe=True)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+    except _CONVERSION_ERRORS as exc:
         bad = _first_failing(column, partial(pc.cast, target_type=target.type, safe=True))
         detail = f"expected {target.type}, got {column.type}"
         if bad is not None:

@@ -227,10 +227,10 @@ def _holders(
     arrived_from = None
     if spec.arrival and not upsert and spill.arrived_from is not None:
         arrived_from = spill.arrived_from - REDELIVERY_WINDOW
-    remembered = set(scope(spec, actions, None, arrived_from).column("path").to_pylist())
-    return key_index(lake, spec).holders(
-        scope(spec, actions, partitions, arrived_from), spill.hashes, remembered
-    )
+    # The files worth remembering: within the redelivery window; of those, the write's partitions.
+    window = scope(spec, actions, None, arrived_from)
+    remembered = set(window.column("path").to_pylist())
+    return key_index(lake, spec).holders(scope(spec, window, partitions, None), spill.hashes, remembered)
 
 
 def write(

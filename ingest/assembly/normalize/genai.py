@@ -210,25 +210,17 @@ def system_messages(raw: Any) -> list[Message]:
 
 _PARAM_KEYS = tuple((name, f"gen_ai.request.{name}") for name in _PARAMS)
 _PARAM_KEY_SET = frozenset(key for _, key in _PARAM_KEYS)
-# Model, provider and usage by their current names, and the older names some instrumentations
-# still send for them (read after the current ones): most spans carry none of the older.
-_CURRENT_NAMES = (
-    "gen_ai.request.model",
-    "gen_ai.response.model",
-    "gen_ai.provider.name",
-    "gen_ai.usage.input_tokens",
-    "gen_ai.usage.output_tokens",
+# Model, provider and usage: each by its current name, then the older names some
+# instrumentations still send (a precedence list for `first`). Most spans carry none of the older.
+_CALL_NAMES = (
+    ("gen_ai.request.model", "llm.request.model"),
+    ("gen_ai.response.model", "llm.response.model"),
+    ("gen_ai.provider.name", "gen_ai.system", "llm.system"),
+    ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens"),
+    ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens"),
 )
-_OLDER_NAMES = frozenset(
-    (
-        "llm.request.model",
-        "llm.response.model",
-        "gen_ai.system",
-        "llm.system",
-        "gen_ai.usage.prompt_tokens",
-        "gen_ai.usage.completion_tokens",
-    )
-)
+_CURRENT_NAMES = tuple(names[0] for names in _CALL_NAMES)
+_OLDER_NAMES = frozenset(name for names in _CALL_NAMES for name in names[1:])
 
 
 def llm_call(span: Span, attrs: dict[str, Any], convention: str) -> LLMCall:
@@ -245,16 +237,12 @@ def llm_call(span: Span, attrs: dict[str, Any], convention: str) -> LLMCall:
         params["stop"] = list(stops) if isinstance(stops, (list, tuple)) else [stops]
     finish = get("gen_ai.response.finish_reasons") or []
     if attrs.keys().isdisjoint(_OLDER_NAMES):  # the usual span: `first` of the current name alone
-        current = list(map(get, _CURRENT_NAMES))
-        if "" in current:  # `first` takes empty text for no value
-            current = [None if value == "" else value for value in current]
-        request_model, response_model, provider, input_tokens, output_tokens = current
+        found = list(map(get, _CURRENT_NAMES))
+        if "" in found:  # `first` takes empty text for no value
+            found = [None if value == "" else value for value in found]
     else:
-        request_model = first(attrs, "gen_ai.request.model", "llm.request.model")
-        response_model = first(attrs, "gen_ai.response.model", "llm.response.model")
-        provider = first(attrs, "gen_ai.provider.name", "gen_ai.system", "llm.system")
-        input_tokens = first(attrs, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")
-        output_tokens = first(attrs, "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens")
+        found = [first(attrs, *names) for names in _CALL_NAMES]
+    request_model, response_model, provider, input_tokens, output_tokens = found
     return LLMCall(
         span_id=span["span_id"],
         trace_id=span["trace_id"],

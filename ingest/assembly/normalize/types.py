@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 import orjson
@@ -151,29 +150,8 @@ def as_text(value: Any) -> str | None:
     return _AS_PYTHON_RENDERS(value)
 
 
-def _as_python_renders(value: Any) -> str:
-    """`json.dumps(value, ensure_ascii=False)`, with the C encoder called directly where there is
-    one (the arguments `JSONEncoder.iterencode` gives it): `encode` builds it and its Python
-    helpers anew for every call, which cost more than encoding a small tool result."""
-    if c_make_encoder is None:
-        return _JSON_ENCODER.encode(value)
-    encoder = _JSON_ENCODER
-    chunks = c_make_encoder(
-        {},  # the markers that catch a circular structure
-        encoder.default,
-        encode_basestring,
-        None,
-        encoder.key_separator,
-        encoder.item_separator,
-        encoder.sort_keys,
-        encoder.skipkeys,
-        encoder.allow_nan,
-    )(value, 0)
-    return "".join(chunks)
-
-
-_JSON_ENCODER = json.JSONEncoder(ensure_ascii=False)
-_AS_PYTHON_RENDERS = _as_python_renders
+# `json.dumps(value, ensure_ascii=False)` without building an encoder per call.
+_AS_PYTHON_RENDERS = json.JSONEncoder(ensure_ascii=False).encode
 
 
 def maybe_json(value: Any) -> Any:

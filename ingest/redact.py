@@ -192,29 +192,31 @@ def redact_table(table: pa.Table, config: RedactionConfig | None) -> pa.Table:
     every string column but ids and enum codes (`NOT_FREE_TEXT`), and strings nested in
     list and struct columns (trajectory messages, tool calls).
 
-    The prefilter runs once over all text values together: RE2 builds its automaton per
-    call, which for a request's worth of rows costs more than the scan itself.
+    The prefilter scans each text array's data where it lies (no concatenated copy); its RE2
+    is compiled once per process, so a scan per array costs no automaton rebuild.
     """
     config = config or RedactionConfig()
     names = text_columns(table.schema)
     if not table.num_rows or not names:
         return table
-    columns = [table.column(n).combine_chunks() for n in names]
-    parts = [_text_leaves(column) for column in columns]
-    leaves = [leaf for part, _ in parts for leaf in part]
-    if not leaves:
+    # Chunk by chunk (a group commit's table is one chunk per request): nothing is copied
+    # unless a value needs redacting.
+    parts = {name: [_text_leaves(chunk) for chunk in table.column(name).chunks] for name in names}
+    hits = {
+        name: [[prefilter_hits(leaf, config) for leaf in leaves] for leaves, _ in chunks]
+        for name, chunks in parts.items()
+    }
+    found = any(pc.any(h).as_py() for chunks in hits.values() for leaves in chunks for h in leaves)
+    if config.function is None and not found:
         return table
-    hits = prefilter_hits(pa.concat_arrays(leaves), config)
-    if config.function is None and not pc.any(hits).as_py():
-        return table
-    offset = 0
-    for name, (part, rebuild) in zip(names, parts, strict=True):
-        redacted = []
-        for leaf in part:
-            redacted.append(redact_column(leaf, config, hits.slice(offset, len(leaf))))
-            offset += len(leaf)
+    for name, chunks in parts.items():
+        redacted = [
+            rebuild([redact_column(leaf, config, h) for leaf, h in zip(leaves, leaf_hits, strict=True)])
+            for (leaves, rebuild), leaf_hits in zip(chunks, hits[name], strict=True)
+        ]
         index = table.column_names.index(name)
-        table = table.set_column(index, table.schema.field(index), rebuild(redacted))
+        field = table.schema.field(index)
+        table = table.set_column(index, field, pa.chunked_array(redacted, type=field.type))
     return table
 
 

@@ -156,7 +156,7 @@ class Collector:
             self.spool.append(table).result()
         self.stats.rows_accepted += table.num_rows
 
-    def _encode(self, tables: list[pa.Table]) -> bytes:
+    def _encode(self, tables: list[pa.Table]) -> pa.Buffer:
         """One spool record for the requests of a group commit: redacted together, in one pass."""
         table = tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="default")
         try:
@@ -217,7 +217,7 @@ class Collector:
                 self.spool.remove(segment)
         return rows
 
-    def _write_one_by_one(self, segment: Path, records: list[bytes], first_error: Exception) -> int:
+    def _write_one_by_one(self, segment: Path, records: list[memoryview], first_error: Exception) -> int:
         rows = 0
         failed = segment.with_suffix(".failed")
         for record in records:

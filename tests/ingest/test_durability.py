@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 import store
@@ -158,6 +159,28 @@ def test_spool_group_commit_resolves_every_future_and_seals_by_size(tmp_path: Pa
     assert sealed and spool.committed_records == 20
     rows = sum(decode_table(r).num_rows for p in spool.segments() for r in read_segment(p)[0])
     assert rows == 20 * 50
+
+
+def test_spool_records_survive_short_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A write to a file may take fewer bytes than offered (a signal, a filling disk): the rest of the
+    # group commit must follow in order, or the segment would hold torn records behind an ack.
+    real_writev = os.writev
+
+    def short_writev(fd: int, buffers: list[memoryview]) -> int:
+        return real_writev(fd, [memoryview(buffers[0])[:7]])
+
+    monkeypatch.setattr(os, "writev", short_writev)
+    spool = Spool(tmp_path, segment_bytes=1 << 30, segment_seconds=3600)
+    spool.start()
+    for i in range(3):
+        spool.append(encode_table(pa.table({"n": list(range(i, i + 40))}))).result(timeout=10)
+    spool.close()
+    (segment,) = spool.segments()
+    records, end = read_segment(segment)
+    assert [decode_table(r).column("n").to_pylist() for r in records] == [
+        list(range(i, i + 40)) for i in range(3)
+    ]
+    assert end == segment.stat().st_size
 
 
 def test_an_unwritable_segment_is_kept_aside_and_does_not_block_the_spool(start_collector) -> None:  # type: ignore[no-untyped-def]

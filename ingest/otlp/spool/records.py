@@ -20,33 +20,44 @@ MAGIC = b"TLS1"
 HEADER = struct.Struct("<4sQI")
 
 
-def frame(payload: bytes) -> bytes:
+# A payload is any bytes-like object: the spool writes Arrow buffers and reads records back as
+# views of the segment's bytes, so a record's megabytes are never copied on either side.
+Payload = bytes | memoryview | pa.Buffer
+
+
+def header(payload: Payload) -> bytes:
+    """The frame header written before `payload`."""
+    return HEADER.pack(MAGIC, len(payload), zlib.crc32(payload))
+
+
+def frame(payload: Payload) -> bytes:
     """A payload with its header: what is appended to a segment."""
-    return HEADER.pack(MAGIC, len(payload), zlib.crc32(payload)) + payload
+    return header(payload) + bytes(payload)
 
 
-def encode_table(table: pa.Table) -> bytes:
+def encode_table(table: pa.Table) -> pa.Buffer:
     """One spool payload: the table as an Arrow IPC stream."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
-    return sink.getvalue().to_pybytes()
+    return sink.getvalue()
 
 
-def record_size(item: bytes | pa.Table) -> int:
+def record_size(item: Payload | pa.Table) -> int:
     # Not `Table.nbytes`: it walks every buffer slice (100 us for a request's rows), and the
     # spool only needs a back-pressure estimate.
-    return len(item) if isinstance(item, bytes) else item.get_total_buffer_size()
+    return item.get_total_buffer_size() if isinstance(item, pa.Table) else len(item)
 
 
-def decode_table(payload: bytes) -> pa.Table:
+def decode_table(payload: Payload) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(payload)).read_all()
 
 
-def read_segment(path: Path) -> tuple[list[bytes], int]:
-    """The complete records of a segment and the byte offset where valid data ends."""
-    data = path.read_bytes()
-    records: list[bytes] = []
+def read_segment(path: Path) -> tuple[list[memoryview], int]:
+    """The complete records of a segment (views of its bytes) and the byte offset where valid
+    data ends."""
+    data = memoryview(path.read_bytes())
+    records: list[memoryview] = []
     offset = 0
     while offset + HEADER.size <= len(data):
         magic, length, crc = HEADER.unpack_from(data, offset)

@@ -8,7 +8,6 @@ import os
 import queue
 import threading
 import time
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from ingest.otlp.spool.ownership import adopt_orphans, lock_directory
-from ingest.otlp.spool.records import HEADER, MAGIC, record_size
+from ingest.otlp.spool.records import HEADER, Payload, header, record_size
 
 log = logging.getLogger("trajlake.ingest.otlp.spool")
 
@@ -36,7 +35,7 @@ class Spool:
         segment_seconds: float,
         on_sealed: Callable[[], None] | None = None,
         lock_fd: int | None = None,
-        encode: Callable[[list[pa.Table]], bytes] | None = None,
+        encode: Callable[[list[pa.Table]], Payload] | None = None,
     ) -> None:
         self.directory = Path(directory)
         # With `encode`, `append` takes Arrow tables and each group commit encodes the tables
@@ -96,7 +95,7 @@ class Spool:
 
     # --- appending -----------------------------------------------------------------------------
 
-    def append(self, item: bytes | pa.Table) -> concurrent.futures.Future[None]:
+    def append(self, item: Payload | pa.Table) -> concurrent.futures.Future[None]:
         """Queue one record (bytes, or a table for a spool with `encode`); the future resolves once
         it is fsynced, or fails with the OS error (or the encoder's error, for this item alone)."""
         future: concurrent.futures.Future[None] = concurrent.futures.Future()
@@ -121,7 +120,7 @@ class Spool:
         # The writer thread must outlive any error: if it died, every later request would
         # wait forever. Failures fail the requests in flight (the collector answers 503 and
         # the client retries) and the next round starts from a fresh segment.
-        group: list[tuple[bytes, concurrent.futures.Future[None]]] = []
+        group: list[tuple[Payload, concurrent.futures.Future[None]]] = []
         while True:
             try:
                 if self._round(group):
@@ -159,7 +158,7 @@ class Spool:
             log.error("spool cannot open a new segment in %s: %s", self.directory, exc)
             time.sleep(0.5)
 
-    def _round(self, group: list[tuple[bytes, concurrent.futures.Future[None]]]) -> bool:
+    def _round(self, group: list[tuple[Payload, concurrent.futures.Future[None]]]) -> bool:
         """One group commit; True when the spool is stopping. Fills `group` as it goes."""
         while True:
             try:
@@ -195,7 +194,7 @@ class Spool:
 
     def _records(
         self, group: list[tuple[Any, concurrent.futures.Future[None]]]
-    ) -> list[tuple[bytes, list[concurrent.futures.Future[None]]]]:
+    ) -> list[tuple[Payload, list[concurrent.futures.Future[None]]]]:
         """The group as records to write, each with the requests it answers. An item the encoder
         refuses fails alone (its request gets the error); the others are still written."""
         if self.encode is None:
@@ -223,16 +222,16 @@ class Spool:
             return
         group = [(payload, future) for payload, futures in records for future in futures]
         try:
-            chunks = []
+            chunks: list[Payload] = []
             for payload, _ in records:
-                chunks.append(HEADER.pack(MAGIC, len(payload), zlib.crc32(payload)))
+                chunks.append(header(payload))
                 chunks.append(payload)
             if self._file is None:
                 self._reopen()
             fd = self._file
             if fd is None:
                 raise OSError(f"spool directory {self.directory} is not writable")
-            os.write(fd, b"".join(chunks))  # type: ignore[arg-type]
+            _write_all(fd, chunks)  # type: ignore[arg-type]
             os.fsync(fd)  # type: ignore[arg-type]
             if os.fstat(fd).st_nlink == 0:  # type: ignore[arg-type]
                 # Someone removed the segment (or the spool directory): these bytes would
@@ -329,3 +328,16 @@ class Spool:
         """Bytes accepted or queued that are not yet in the lake."""
         with self._lock:
             return self._disk_bytes + self._queued_bytes
+
+
+def _write_all(fd: int, chunks: list[Payload]) -> None:
+    """Write `chunks` in order with as few system calls as the kernel allows (no joined copy)."""
+    views = [memoryview(chunk).cast("B") for chunk in chunks]
+    while views:
+        written = os.writev(fd, views[:1024])  # IOV_MAX
+        if written == 0:
+            raise OSError(f"spool write made no progress on file descriptor {fd}")
+        while views and written >= len(views[0]):
+            written -= len(views.pop(0))
+        if written:
+            views[0] = views[0][written:]

@@ -95,8 +95,11 @@ def attributes_dict(attributes: Any) -> dict[str, Any]:
     return out
 
 
-def _dumps(value: Any) -> str:
-    return orjson.dumps(value).decode()
+# JSON columns are built from orjson's UTF-8 bytes as they are (a binary array viewed as
+# strings): decoding each document into a Python str only to encode it again cost a copy.
+_JSON_COLUMNS = frozenset({"attributes", "events", "resource"})
+_NO_EVENTS = b"[]"
+_dumps = orjson.dumps
 
 
 class _Columns:
@@ -112,6 +115,8 @@ class _Columns:
         arrays = [
             pa.repeat(pa.scalar(received_ns // 1000, f.type), n)
             if f.name == "received_at"
+            else pa.array(self.cols[f.name], type=pa.binary()).view(f.type)
+            if f.name in _JSON_COLUMNS
             else pa.array(self.cols[f.name], type=f.type)
             for f in ROW_SCHEMA
         ]
@@ -207,7 +212,7 @@ def spans_from_request(
                         )
                     )
                 else:
-                    events_col.append("[]")
+                    events_col.append(_NO_EVENTS)
             c["source"].extend([source] * count)
             c["service_name"].extend([service] * count)
             c["scope_name"].extend([scope] * count)
@@ -277,7 +282,7 @@ def logs_from_request(
                 c["status_code"].append("UNSET")
                 c["status_message"].append(None)
                 c["attributes"].append(_dumps(attrs))
-                c["events"].append("[]")
+                c["events"].append(_NO_EVENTS)
                 c["source"].append(source)
                 c["service_name"].append(str(service) if service is not None else None)
                 c["scope_name"].append(scope)

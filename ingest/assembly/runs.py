@@ -124,7 +124,11 @@ def agent_runs(
 ) -> tuple[list[Run], dict[str, Run]]:
     """The runs of a trace (see the module docstring) and the run of every span; `spans` in
     time order (`span_order`)."""
+    agent_spans = [s for s in spans if is_agent_span(s["attributes"])]
+    if len(agent_spans) <= 1:
+        return _lone_run(trace_id, spans, calls, agent_spans)
     by_id = {s["span_id"]: s for s in spans}
+    agent_ids = {s["span_id"] for s in agent_spans}
     agent_of: dict[str, str | None] = {}
     for span_id, span in by_id.items():
         if span_id in agent_of:  # found on the way up from a span before it
@@ -132,12 +136,14 @@ def agent_runs(
         # In time order a parent mostly comes before its children: a span that is no agent itself
         # has its known parent's agent (`_nearest_agent`'s first step up, without the walk).
         parent_id = span.get("parent_span_id")
-        if parent_id in agent_of and not is_agent_span(span["attributes"]):
+        if parent_id in agent_of and span_id not in agent_ids:
             agent_of[span_id] = agent_of[parent_id]
         else:
-            _nearest_agent(span_id, by_id, agent_of)
+            _nearest_agent(span_id, by_id, agent_ids, agent_of)
     agents = sorted((by_id[a] for a in set(agent_of.values()) if a), key=span_order)
-    parent_agent = {a["span_id"]: _nearest_agent(a.get("parent_span_id"), by_id, agent_of) for a in agents}
+    parent_agent = {
+        a["span_id"]: _nearest_agent(a.get("parent_span_id"), by_id, agent_ids, agent_of) for a in agents
+    }
     for agent_id in list(parent_agent):  # a parent chain that loops (bad ids) starts at the top
         seen = {agent_id}
         ancestor = parent_agent[agent_id]
@@ -189,8 +195,19 @@ def agent_runs(
     return ordered, run_of_span
 
 
+def _lone_run(
+    trace_id: str, spans: list[Span], calls: dict[str, LLMCall | ToolCall], agent_spans: list[Span]
+) -> tuple[list[Run], dict[str, Run]]:
+    """The runs of a trace with at most one agent span (the usual trace): one run, the trace's, with
+    every span and call. The general walk would find the same: a lone agent has no agent above it,
+    so it is the trace's single top-level agent, and the spans outside it stay with the trace."""
+    run = Run(trace_id, agent_spans[0] if agent_spans else None, agents=agent_spans, spans=list(spans))
+    run.calls = [call for span in spans if (call := calls.get(span["span_id"])) is not None]
+    return [run], dict.fromkeys([span["span_id"] for span in spans], run)
+
+
 def _nearest_agent(
-    span_id: str | None, by_id: dict[str, Span], agent_of: dict[str, str | None]
+    span_id: str | None, by_id: dict[str, Span], agent_ids: set[str], agent_of: dict[str, str | None]
 ) -> str | None:
     """The nearest agent ancestor of a span (inclusive), memoised in `agent_of` for every span on
     the way up. A parent chain longer than the trace (looping ids) has none. A module function,
@@ -203,11 +220,10 @@ def _nearest_agent(
             found = agent_of[span_id]
             break
         path.append(span_id)
-        span = by_id[span_id]
-        if is_agent_span(span["attributes"]):
+        if span_id in agent_ids:
             found = span_id
             break
-        span_id = span.get("parent_span_id")
+        span_id = by_id[span_id].get("parent_span_id")
     for on_path in path:
         agent_of[on_path] = found
     return found

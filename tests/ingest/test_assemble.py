@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 import store
 from flows.cli import app as cli_app
-from ingest.assembly import assemble
+from ingest.assembly import assemble, span_dicts
 from ingest.otlp.convert import ROW_SCHEMA
 from store.schema import REWARDS, TRAJECTORIES
 
@@ -462,3 +462,15 @@ def test_unbounded_sampling_parameters_are_null_in_valid_json() -> None:
     (row,) = assemble(spans_table(rows)).trajectories.to_pylist()
     assert "Infinity" not in row["metadata"]
     assert json.loads(row["metadata"])["params"] == {"max_tokens": None}
+
+
+def test_span_rows_are_the_same_from_a_whole_table_and_from_some_of_its_columns() -> None:
+    table = spans_table(
+        [get_span("a" * 16, None, {"k": "v"}, 0, name="root"), get_span("b" * 16, "a" * 16, {}, 1)]
+    )
+    whole = span_dicts(table)  # every column assembly reads: one dict display per row
+    some = span_dicts(table.drop_columns(["status_message"]))  # the general rows: the columns present
+    assert list(whole[0])[:3] == ["trace_id", "span_id", "parent_span_id"]
+    assert some == [{k: v for k, v in row.items() if k != "status_message"} for row in whole]
+    assert [list(row) for row in some] == [[k for k in row if k != "status_message"] for row in whole]
+    assert whole[0]["attributes"] == {"k": "v"} and whole[1]["parent_span_id"] == "a" * 16

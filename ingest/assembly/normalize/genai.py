@@ -73,13 +73,26 @@ def is_tool_span(attrs: dict[str, Any]) -> bool:
 
 def messages_from_parts(raw: Any, *, default_role: str = "user") -> list[Message]:
     """`[{role, parts[]}]` (JSON text or list) as lake messages; tool responses become tool messages."""
-    raw = maybe_json(raw)
+    if isinstance(raw, str):
+        raw = maybe_json(raw)
     if not isinstance(raw, list):
         return [make_message(default_role, as_text(raw))] if raw not in (None, "") else []
     out: list[Message] = []
     for item in raw:
-        if isinstance(item, dict):
-            out.extend(_item_messages(item, default_role))
+        if not isinstance(item, dict):
+            continue
+        # `_ITEM_CACHE` (below), looked up here: a call per item costs as much as the lookup.
+        try:
+            key = (orjson.dumps(item), default_role)
+        except (TypeError, orjson.JSONEncodeError):  # values orjson cannot write: converted each time
+            out += _convert_item(item, default_role)
+            continue
+        found = _ITEM_CACHE.get(key)
+        if found is None:
+            if len(_ITEM_CACHE) >= _ITEM_CACHE_SIZE:
+                _ITEM_CACHE.clear()
+            found = _ITEM_CACHE[key] = _convert_item(item, default_role)
+        out += found
     return out
 
 
@@ -119,19 +132,6 @@ class HistoryMemo:
 # and nothing downstream changes them (a conversation copies what it keeps).
 _ITEM_CACHE: dict[tuple[bytes, str], list[Message]] = {}
 _ITEM_CACHE_SIZE = 50_000
-
-
-def _item_messages(item: dict[str, Any], default_role: str) -> list[Message]:
-    try:
-        key = (orjson.dumps(item), default_role)
-    except (TypeError, orjson.JSONEncodeError):  # values orjson cannot write: convert each time
-        return _convert_item(item, default_role)
-    found = _ITEM_CACHE.get(key)
-    if found is None:
-        if len(_ITEM_CACHE) >= _ITEM_CACHE_SIZE:
-            _ITEM_CACHE.clear()
-        found = _ITEM_CACHE[key] = _convert_item(item, default_role)
-    return found
 
 
 def _convert_item(item: dict[str, Any], default_role: str) -> list[Message]:

@@ -49,7 +49,7 @@ def normalize_span(span: Span, memo: HistoryMemo | None = None) -> LLMCall | Too
     """The span as a normalised LLM call or tool call under whichever convention it uses, else None.
     `memo`: one per trace, with its spans given in time order, to parse repeated history once."""
     attrs = span.get("attributes") or {}
-    if attrs.keys().isdisjoint(_OTHER_CONVENTIONS):  # the usual case: one set lookup decides
+    if _OTHER_CONVENTIONS.isdisjoint(attrs):  # the usual case: one pass over the keys decides
         return normalize_genai(span, memo)
     if is_langfuse_span(attrs):
         found = normalize_langfuse(span)

@@ -73,13 +73,26 @@ def is_tool_span(attrs: dict[str, Any]) -> bool:
 
 def messages_from_parts(raw: Any, *, default_role: str = "user") -> list[Message]:
     """`[{role, parts[]}]` (JSON text or list) as lake messages; tool responses become tool messages."""
-    raw = maybe_json(raw)
+    if isinstance(raw, str):
+        raw = maybe_json(raw)
     if not isinstance(raw, list):
         return [make_message(default_role, as_text(raw))] if raw not in (None, "") else []
     out: list[Message] = []
     for item in raw:
-        if isinstance(item, dict):
-            out.extend(_item_messages(item, default_role))
+        if not isinstance(item, dict):
+            continue
+        # `_ITEM_CACHE` (below), looked up here: a call per item costs as much as the lookup.
+        try:
+            key = (orjson.dumps(item), default_role)
+        except (TypeError, orjson.JSONEncodeError):  # values orjson cannot write: converted each time
+            out += _convert_item(item, default_role)
+            continue
+        found = _ITEM_CACHE.get(key)
+        if found is None:
+            if len(_ITEM_CACHE) >= _ITEM_CACHE_SIZE:
+                _ITEM_CACHE.clear()
+            found = _ITEM_CACHE[key] = _convert_item(item, default_role)
+        out += found
     return out
 
 
@@ -119,19 +132,6 @@ class HistoryMemo:
 # and nothing downstream changes them (a conversation copies what it keeps).
 _ITEM_CACHE: dict[tuple[bytes, str], list[Message]] = {}
 _ITEM_CACHE_SIZE = 50_000
-
-
-def _item_messages(item: dict[str, Any], default_role: str) -> list[Message]:
-    try:
-        key = (orjson.dumps(item), default_role)
-    except (TypeError, orjson.JSONEncodeError):  # values orjson cannot write: convert each time
-        return _convert_item(item, default_role)
-    found = _ITEM_CACHE.get(key)
-    if found is None:
-        if len(_ITEM_CACHE) >= _ITEM_CACHE_SIZE:
-            _ITEM_CACHE.clear()
-        found = _ITEM_CACHE[key] = _convert_item(item, default_role)
-    return found
 
 
 def _convert_item(item: dict[str, Any], default_role: str) -> list[Message]:
@@ -211,7 +211,7 @@ def system_messages(raw: Any) -> list[Message]:
 _PARAM_KEYS = tuple((name, f"gen_ai.request.{name}") for name in _PARAMS)
 _PARAM_KEY_SET = frozenset(key for _, key in _PARAM_KEYS)
 # Model, provider and usage: each by its current name, then the older names some
-# instrumentations still send (a precedence list for `first`). Most spans carry none of the older.
+# instrumentations still send (a precedence list for `first`). Most spans carry the current ones.
 _CALL_NAMES = (
     ("gen_ai.request.model", "llm.request.model"),
     ("gen_ai.response.model", "llm.response.model"),
@@ -219,45 +219,66 @@ _CALL_NAMES = (
     ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens"),
     ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens"),
 )
-_CURRENT_NAMES = tuple(names[0] for names in _CALL_NAMES)
-_OLDER_NAMES = frozenset(name for names in _CALL_NAMES for name in names[1:])
 
 
-def llm_call(span: Span, attrs: dict[str, Any], convention: str) -> LLMCall:
+def llm_call(
+    span: Span,
+    attrs: dict[str, Any],
+    convention: str,
+    input_messages: list[Message],
+    output_messages: list[Message],
+    tools: list[dict[str, Any]],
+) -> LLMCall:
     """The call's model, provider, sampling parameters, usage and ids, shared by every
-    gen_ai-flavoured convention; the normaliser adds the content (messages, tools) it reads."""
+    gen_ai-flavoured convention, with the content (messages, tools) its normaliser read."""
     get = attrs.get
     params = (
         {}
-        if attrs.keys().isdisjoint(_PARAM_KEY_SET)  # most spans set none: one set lookup
-        else {name: attrs[key] for name, key in _PARAM_KEYS if get(key) is not None}
+        if _PARAM_KEY_SET.isdisjoint(attrs)  # many spans set none: one pass over the attributes
+        else {name: attrs[key] for name, key in _PARAM_KEYS if key in attrs and attrs[key] is not None}
     )
     stops = get("gen_ai.request.stop_sequences")
     if stops:
         params["stop"] = list(stops) if isinstance(stops, (list, tuple)) else [stops]
-    finish = get("gen_ai.response.finish_reasons") or []
-    if attrs.keys().isdisjoint(_OLDER_NAMES):  # the usual span: `first` of the current name alone
-        found = list(map(get, _CURRENT_NAMES))
-        if "" in found:  # `first` takes empty text for no value
-            found = [None if value == "" else value for value in found]
+    finish = get("gen_ai.response.finish_reasons")
+    if not finish:
+        finish_reasons = []
     else:
-        found = [first(attrs, *names) for names in _CALL_NAMES]
-    request_model, response_model, provider, input_tokens, output_tokens = found
+        finish_reasons = list(map(str, finish)) if isinstance(finish, (list, tuple)) else [str(finish)]
+    request_model = get("gen_ai.request.model")
+    response_model = get("gen_ai.response.model")
+    provider = get("gen_ai.provider.name")
+    input_tokens = get("gen_ai.usage.input_tokens")
+    output_tokens = get("gen_ai.usage.output_tokens")
+    # Each current name set (not empty) is what `first` would take; otherwise the precedence lists.
+    if not (request_model and response_model and provider and input_tokens and output_tokens):
+        request_model, response_model, provider, input_tokens, output_tokens = [
+            first(attrs, *names) for names in _CALL_NAMES
+        ]
+    # Positional, in field order (the names match): a class called with keywords packs them into a
+    # dict and unpacks it again, half of what building the call costs.
+    span_id = span["span_id"]
+    trace_id = span["trace_id"]
     return LLMCall(
-        span_id=span["span_id"],
-        trace_id=span["trace_id"],
-        convention=convention,
-        request_model=request_model,
-        response_model=response_model,
-        provider=provider,
-        params=params,
-        input_tokens=as_int(input_tokens),
-        output_tokens=as_int(output_tokens),
-        response_id=get("gen_ai.response.id"),
-        finish_reasons=list(map(str, finish)) if isinstance(finish, (list, tuple)) else [str(finish)],
-        error=error_of(span) if "error.type" in attrs or span.get("status_code") == "ERROR" else None,
-        start_time=span.get("start_time"),
-        end_time=span.get("end_time"),
+        span_id,
+        trace_id,
+        convention,
+        input_messages,
+        output_messages,
+        tools,
+        request_model,
+        response_model,
+        provider,
+        params,
+        input_tokens if type(input_tokens) is int else as_int(input_tokens),  # usually an int already
+        output_tokens if type(output_tokens) is int else as_int(output_tokens),
+        get("gen_ai.response.id"),  # response_id
+        finish_reasons,
+        error_of(span) if "error.type" in attrs or span.get("status_code") == "ERROR" else None,
+        bool(input_messages or output_messages),  # has_content
+        {},  # content_refs
+        span.get("start_time"),
+        span.get("end_time"),
     )
 
 
@@ -274,7 +295,7 @@ def normalize_genai_llm(span: Span, *, convention: str = "genai", memo: HistoryM
     """An LLM call from GenAI semconv attributes (on the span or its details events), falling back
     to the deprecated per-message events."""
     attrs = span.get("attributes") or {}
-    events = span.get("events") or []
+    events = span.get("events")
     details = details_attributes(events) if events else {}
     source = {**details, **attrs} if details else attrs
     get = source.get
@@ -284,65 +305,78 @@ def normalize_genai_llm(span: Span, *, convention: str = "genai", memo: HistoryM
     history = get("gen_ai.input.messages")
     if history is not None:
         inputs += memo.messages_of(history) if memo is not None else messages_from_parts(history)
-    answer = maybe_json(get("gen_ai.output.messages"))
+    answer = get("gen_ai.output.messages")
+    if isinstance(answer, str):
+        answer = maybe_json(answer)
     outputs = messages_from_parts(answer, default_role="assistant") if answer is not None else []
-    call = llm_call(span, attrs, convention)
-    if not inputs and not outputs:
-        inputs, outputs, reasons = messages_from_events(events)
-        call.finish_reasons = call.finish_reasons or reasons
-    if not call.finish_reasons and answer is not None:
-        call.finish_reasons = output_finish_reasons(answer)
-    tools = tool_definitions(attrs)
+    event_reasons: list[str] = []
+    if not inputs and not outputs and events:
+        inputs, outputs, event_reasons = messages_from_events(events)
+    tools = tool_definitions(attrs) if "gen_ai.tool.definitions" in attrs else []
     if details:
         tools = merge_tools(tools, tool_definitions(details))
+    call = llm_call(span, attrs, convention, inputs, outputs, tools)
+    if not call.finish_reasons:
+        if event_reasons:
+            call.finish_reasons = event_reasons
+        elif answer is not None:
+            call.finish_reasons = output_finish_reasons(answer)
     if not source.keys().isdisjoint(CONTENT_REFS):
         refs = {key[len("gen_ai.") : -len(".ref")]: source[key] for key in CONTENT_REFS if key in source}
         call.content_refs = {k: v for k, v in refs.items() if v}
-    call.input_messages = inputs
-    call.output_messages = outputs
-    call.tools = tools
-    call.has_content = bool(inputs or outputs)
     return call
 
 
 def output_finish_reasons(raw: Any) -> list[str]:
     """`finish_reason` of each output message (where the span has no `gen_ai.response.finish_reasons`)."""
-    raw = maybe_json(raw)
-    if not isinstance(raw, list):
-        return []
-    return [str(m["finish_reason"]) for m in raw if isinstance(m, dict) and m.get("finish_reason")]
+    if isinstance(raw, str):
+        raw = maybe_json(raw)
+    reasons: list[str] = []
+    if isinstance(raw, list):
+        for message in raw:
+            if isinstance(message, dict) and message.get("finish_reason"):
+                reasons.append(str(message["finish_reason"]))
+    return reasons
 
 
 def normalize_genai_tool(span: Span) -> ToolCall:
     attrs = span.get("attributes") or {}
-    name = attrs.get("gen_ai.tool.name")
+    get = attrs.get
+    name = get("gen_ai.tool.name")
     if name is None and str(span.get("name", "")).startswith("execute_tool "):
         name = span["name"].split(" ", 1)[1]
-    arguments, result = attrs.get("gen_ai.tool.call.arguments"), attrs.get("gen_ai.tool.call.result")
+    arguments, result = get("gen_ai.tool.call.arguments"), get("gen_ai.tool.call.result")
     events = span.get("events")
     if (arguments is None or result is None) and events:  # no events: nothing to read there
         from_events = tool_event_io([e for e in events if isinstance(e, dict)])
         arguments = from_events[0] if arguments is None else arguments
         result = from_events[1] if result is None else result
     error = error_of(span) if "error.type" in attrs or span.get("status_code") == "ERROR" else None
-    status = attrs.get("gen_ai.tool.status")
+    status = get("gen_ai.tool.status")
     if error is None and status and str(status).lower() == "error":
         error = "error"
+    if isinstance(result, str):  # JSON text is rendered from what it holds, like any structured result
+        result = maybe_json(result)
+    parameters = get("gen_ai.tool.json_schema")
+    if isinstance(parameters, str):
+        parameters = maybe_json(parameters)
+    # Positional, in field order (the names match): see `llm_call`.
+    span_id = span["span_id"]
+    trace_id = span["trace_id"]
+    convention = "genai"
     return ToolCall(
-        span_id=span["span_id"],
-        trace_id=span["trace_id"],
-        convention="genai",
-        name=str(name) if name is not None else None,
-        call_id=strip_or_none(attrs.get("gen_ai.tool.call.id")),
-        arguments=None
-        if arguments is None
-        else as_json_text(maybe_json(arguments) if not isinstance(arguments, str) else arguments),
-        result=as_text(maybe_json(result)),
-        description=attrs.get("gen_ai.tool.description"),
-        parameters=maybe_json(attrs.get("gen_ai.tool.json_schema")),
-        error=error,
-        start_time=span.get("start_time"),
-        end_time=span.get("end_time"),
+        span_id,
+        trace_id,
+        convention,
+        str(name) if name is not None else None,
+        strip_or_none(get("gen_ai.tool.call.id")),  # call_id
+        as_json_text(arguments),  # text as the model wrote it
+        as_text(result),
+        get("gen_ai.tool.description"),  # description
+        parameters,
+        error,
+        span.get("start_time"),
+        span.get("end_time"),
     )
 
 

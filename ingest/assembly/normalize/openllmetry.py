@@ -120,15 +120,11 @@ def normalize_openllmetry(span: Span) -> LLMCall | ToolCall | None:
         return None
     inputs = _indexed_messages(attrs, "gen_ai.prompt", "user")
     outputs = _indexed_messages(attrs, "gen_ai.completion", "assistant")
-    call = llm_call(span, attrs, "openllmetry")
+    call = llm_call(span, attrs, "openllmetry", inputs, outputs, _indexed_tools(attrs))
     if not call.finish_reasons:
         call.finish_reasons = [
             str(f["finish_reason"])
             for f in indexed(attrs, "gen_ai.completion").values()
             if f.get("finish_reason")
         ]
-    call.input_messages = inputs
-    call.output_messages = outputs
-    call.tools = _indexed_tools(attrs)
-    call.has_content = bool(inputs or outputs)
     return call

@@ -150,8 +150,9 @@ def as_text(value: Any) -> str | None:
     return _AS_PYTHON_RENDERS(value)
 
 
-# `json.dumps(value, ensure_ascii=False)` without building an encoder per call.
-_AS_PYTHON_RENDERS = json.JSONEncoder(ensure_ascii=False).encode
+# `json.dumps(value, ensure_ascii=False)` without building an encoder per call, nor a check for
+# cycles per container (values parsed from JSON hold none).
+_AS_PYTHON_RENDERS = json.JSONEncoder(ensure_ascii=False, check_circular=False).encode
 
 
 def maybe_json(value: Any) -> Any:

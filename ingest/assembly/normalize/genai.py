@@ -232,11 +232,11 @@ def llm_call(
     """The call's model, provider, sampling parameters, usage and ids, shared by every
     gen_ai-flavoured convention, with the content (messages, tools) its normaliser read."""
     get = attrs.get
-    params = (
-        {}
-        if _PARAM_KEY_SET.isdisjoint(attrs)  # many spans set none: one pass over the attributes
-        else {name: attrs[key] for name, key in _PARAM_KEYS if key in attrs and attrs[key] is not None}
-    )
+    params: dict[str, Any] = {}
+    if not _PARAM_KEY_SET.isdisjoint(attrs):  # many spans set none: one pass over the attributes
+        for name, key in _PARAM_KEYS:  # a loop: a comprehension is a call of its own
+            if key in attrs and attrs[key] is not None:
+                params[name] = attrs[key]
     stops = get("gen_ai.request.stop_sequences")
     if stops:
         params["stop"] = list(stops) if isinstance(stops, (list, tuple)) else [stops]

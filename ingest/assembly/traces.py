@@ -88,52 +88,15 @@ def _raw_rows_by_trace(spans: pa.Table) -> dict[str, dict[str, Span]]:
     # Times as integer microseconds since the epoch: building a timezone-aware datetime per value
     # cost more than half of this function; rows get datetimes back in `trajectory`.
     columns = [_column(spans.column(c), c) for c in names]
-    rows: Iterable[Span]
-    if len(names) == len(_COLUMNS):  # a whole `spans` table: a dict display per row, half the cost
-        rows = map(_span_row, *columns)
-    else:
-        rows = (dict(zip(names, values, strict=False)) for values in zip(*columns, strict=True))
     by_trace: dict[str, dict[str, Span]] = {}
-    for row in rows:
+    for values in zip(*columns, strict=True):
+        row = dict(zip(names, values, strict=False))  # as long as `names`: made from them
         # Grouped and de-duplicated in one step: a repeated key keeps its first place, newest row.
         trace = by_trace.get(row["trace_id"])
         if trace is None:
             trace = by_trace[row["trace_id"]] = {}
         trace[row["span_id"]] = row
     return by_trace
-
-
-def _span_row(
-    trace_id: str,
-    span_id: str,
-    parent_span_id: str | None,
-    name: str | None,
-    kind: str | None,
-    source: str | None,
-    start_time: int | None,
-    end_time: int | None,
-    status_code: str | None,
-    status_message: str | None,
-    service_name: str | None,
-    attributes: bytes | str | None,
-    events: bytes | str | None,
-) -> Span:
-    """One row of every `_COLUMNS`, keys in their order (what `dict(zip(names, values))` makes)."""
-    return {
-        "trace_id": trace_id,
-        "span_id": span_id,
-        "parent_span_id": parent_span_id,
-        "name": name,
-        "kind": kind,
-        "source": source,
-        "start_time": start_time,
-        "end_time": end_time,
-        "status_code": status_code,
-        "status_message": status_message,
-        "service_name": service_name,
-        "attributes": attributes,
-        "events": events,
-    }
 
 
 def _parse_json(rows: Iterable[Span]) -> list[Span]:

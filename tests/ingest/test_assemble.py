@@ -468,8 +468,8 @@ def test_span_rows_are_the_same_from_a_whole_table_and_from_some_of_its_columns(
     table = spans_table(
         [get_span("a" * 16, None, {"k": "v"}, 0, name="root"), get_span("b" * 16, "a" * 16, {}, 1)]
     )
-    whole = span_dicts(table)  # every column assembly reads: one dict display per row
-    some = span_dicts(table.drop_columns(["status_message"]))  # the general rows: the columns present
+    whole = span_dicts(table)  # every column assembly reads
+    some = span_dicts(table.drop_columns(["status_message"]))  # only the columns present
     assert list(whole[0])[:3] == ["trace_id", "span_id", "parent_span_id"]
     assert some == [{k: v for k, v in row.items() if k != "status_message"} for row in whole]
     assert [list(row) for row in some] == [[k for k in row if k != "status_message"] for row in whole]

@@ -219,6 +219,7 @@ _CALL_NAMES = (
     ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens"),
     ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens"),
 )
+_CURRENT_NAMES = tuple(names[0] for names in _CALL_NAMES)
 
 
 def llm_call(
@@ -245,11 +246,7 @@ def llm_call(
         finish_reasons = []
     else:
         finish_reasons = list(map(str, finish)) if isinstance(finish, (list, tuple)) else [str(finish)]
-    request_model = get("gen_ai.request.model")
-    response_model = get("gen_ai.response.model")
-    provider = get("gen_ai.provider.name")
-    input_tokens = get("gen_ai.usage.input_tokens")
-    output_tokens = get("gen_ai.usage.output_tokens")
+    request_model, response_model, provider, input_tokens, output_tokens = map(get, _CURRENT_NAMES)
     # Each current name set (not empty) is what `first` would take; otherwise the precedence lists.
     if not (request_model and response_model and provider and input_tokens and output_tokens):
         request_model, response_model, provider, input_tokens, output_tokens = [

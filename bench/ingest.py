@@ -304,8 +304,7 @@ def main() -> None:
     try:
         conversion = bench_conversion(bodies, 5.0)
         # The median of several runs (one run swings by a third on a shared machine), each over
-        # traces it has never seen: assembly keeps a process-wide cache of converted messages,
-        # and the same traces again would be all cache hits.
+        # traces it has never seen, as a collector assembles them.
         fresh = make_bodies(len(bodies) * 6)
         bench_assembly(fresh[: len(bodies)])  # imports and first-call costs
         runs = sorted(

@@ -71,8 +71,11 @@ def is_tool_span(attrs: dict[str, Any]) -> bool:
 # --- parts -> messages ---------------------------------------------------------------------
 
 
-def messages_from_parts(raw: Any, *, default_role: str = "user") -> list[Message]:
-    """`[{role, parts[]}]` (JSON text or list) as lake messages; tool responses become tool messages."""
+def messages_from_parts(
+    raw: Any, *, default_role: str = "user", items: ItemCache | None = None
+) -> list[Message]:
+    """`[{role, parts[]}]` (JSON text or list) as lake messages; tool responses become tool messages.
+    `items`: a trace's converted items (`HistoryMemo.items`), to convert each repeated item once."""
     if isinstance(raw, str):
         raw = maybe_json(raw)
     if not isinstance(raw, list):
@@ -81,33 +84,51 @@ def messages_from_parts(raw: Any, *, default_role: str = "user") -> list[Message
     for item in raw:
         if not isinstance(item, dict):
             continue
-        # `_ITEM_CACHE` (below), looked up here: a call per item costs as much as the lookup.
+        if items is None:
+            out += _convert_item(item, default_role)
+            continue
+        # Looked up here: a call per item costs as much as the lookup. An item that names its role
+        # converts the same as input or output, and an output's `finish_reason` is no part of the
+        # message: the model's answer and the next call's copy of it in the history are one message
+        # object (the conversation knows it at once).
         try:
-            key = (orjson.dumps(item), default_role)
+            text = orjson.dumps(_without_finish_reason(item) if "finish_reason" in item else item)
         except (TypeError, orjson.JSONEncodeError):  # values orjson cannot write: converted each time
             out += _convert_item(item, default_role)
             continue
-        found = _ITEM_CACHE.get(key)
+        key = text if item.get("role") else (text, default_role)
+        found = items.get(key)
         if found is None:
-            if len(_ITEM_CACHE) >= _ITEM_CACHE_SIZE:
-                _ITEM_CACHE.clear()
-            found = _ITEM_CACHE[key] = _convert_item(item, default_role)
+            found = items[key] = _convert_item(item, default_role)
         out += found
     return out
 
 
+def _without_finish_reason(item: dict[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in item.items() if name != "finish_reason"}
+
+
+# A trace's converted message items by their JSON text (and the default role, for an item without
+# one). The messages are shared by every call that repeats them, and nothing downstream changes
+# them (a conversation copies a message before it changes it).
+ItemCache = dict[bytes | tuple[bytes, str], list[Message]]
+
+
 class HistoryMemo:
-    """The last input history parsed in a trace: a chat span whose history text is the previous
-    span's plus new turns (the usual case: instrumentations serialise the same list the same way)
-    parses and converts only the new turns. One per trace, used in time order."""
+    """What one trace's chat spans repeat, parsed once. Every chat span repeats the conversation so
+    far: a span whose history text is the previous span's plus new turns (the usual case:
+    instrumentations serialise the same list the same way) parses and converts only the new turns,
+    and an item seen before (an earlier answer, now in the history) is converted once (`items`).
+    One per trace, used in time order."""
 
     def __init__(self) -> None:
         self.text: str | None = None
         self.messages: list[Message] = []
+        self.items: ItemCache = {}
 
     def messages_of(self, raw: Any) -> list[Message]:
         if not isinstance(raw, str):
-            return messages_from_parts(raw)
+            return messages_from_parts(raw, items=self.items)
         previous = self.text
         if previous == raw:
             return self.messages
@@ -120,18 +141,11 @@ class HistoryMemo:
                 except orjson.JSONDecodeError:
                     tail = None
                 if isinstance(tail, list):
-                    messages = self.messages + messages_from_parts(tail)
+                    messages = self.messages + messages_from_parts(tail, items=self.items)
         if messages is None:
-            messages = messages_from_parts(raw)
+            messages = messages_from_parts(raw, items=self.items)
         self.text, self.messages = raw, messages
         return messages
-
-
-# Every chat span repeats the conversation so far, so the same message items come back span
-# after span: converted once, looked up by their JSON text after that. The messages are shared,
-# and nothing downstream changes them (a conversation copies what it keeps).
-_ITEM_CACHE: dict[tuple[bytes, str], list[Message]] = {}
-_ITEM_CACHE_SIZE = 50_000
 
 
 def _convert_item(item: dict[str, Any], default_role: str) -> list[Message]:
@@ -305,7 +319,11 @@ def normalize_genai_llm(span: Span, *, convention: str = "genai", memo: HistoryM
     answer = get("gen_ai.output.messages")
     if isinstance(answer, str):
         answer = maybe_json(answer)
-    outputs = messages_from_parts(answer, default_role="assistant") if answer is not None else []
+    outputs = (
+        messages_from_parts(answer, default_role="assistant", items=memo.items if memo is not None else None)
+        if answer is not None
+        else []
+    )
     event_reasons: list[str] = []
     if not inputs and not outputs and events:
         inputs, outputs, event_reasons = messages_from_events(events)

@@ -222,8 +222,8 @@ def system_messages(raw: Any) -> list[Message]:
 # --- spans ---------------------------------------------------------------------------------------
 
 
-_PARAM_KEYS = tuple((name, f"gen_ai.request.{name}") for name in _PARAMS)
-_PARAM_KEY_SET = frozenset(key for _, key in _PARAM_KEYS)
+_PARAM_OF_KEY = {f"gen_ai.request.{name}": name for name in _PARAMS}
+_PARAM_KEYS = frozenset(_PARAM_OF_KEY)
 # Model, provider and usage: each by its current name, then the older names some
 # instrumentations still send (a precedence list for `first`). Most spans carry the current ones.
 _CALL_NAMES = (
@@ -248,10 +248,9 @@ def llm_call(
     gen_ai-flavoured convention, with the content (messages, tools) its normaliser read."""
     get = attrs.get
     params: dict[str, Any] = {}
-    if not _PARAM_KEY_SET.isdisjoint(attrs):  # many spans set none: one pass over the attributes
-        for name, key in _PARAM_KEYS:  # a loop: a comprehension is a call of its own
-            if key in attrs and attrs[key] is not None:
-                params[name] = attrs[key]
+    for key in _PARAM_KEYS.intersection(attrs):  # one pass over the attributes; most set one or none
+        if attrs[key] is not None:
+            params[_PARAM_OF_KEY[key]] = attrs[key]
     stops = get("gen_ai.request.stop_sequences")
     if stops:
         params["stop"] = list(stops) if isinstance(stops, (list, tuple)) else [stops]

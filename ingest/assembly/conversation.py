@@ -244,20 +244,14 @@ class Conversation:
         ):
             self.tool_output = self.tool_output or self.entries[-1].message.get("content")
             self.entries.pop()
-        names = {
-            c.get("id"): c.get("name")
-            for e in self.entries
-            for c in e.message.get("tool_calls") or []
-            if c.get("id")
-        }
-        out = []
-        for entry in self.entries:
-            message = entry.message  # the entry's own copy (`_append`), handed over: the conversation is done
-            if message.get("role") == "tool" and not message.get("name"):
-                message["name"] = names.get(message.get("tool_call_id"))
-            message["is_error"] = bool(message.get("is_error"))
-            message["tool_calls"] = list(message.get("tool_calls") or [])
-            out.append(message)
+        out = [entry.message for entry in self.entries]  # the entries' own copies (`_append`), handed over
+        names: dict[str, str | None] | None = None  # tool names by call id, when a tool message lacks one
+        for message in out:  # in the lake's message shape (`make_message`): every field is there
+            if message["role"] == "tool" and not message["name"]:
+                if names is None:
+                    names = {c["id"]: c["name"] for m in out for c in m["tool_calls"] if c["id"]}
+                message["name"] = names.get(message["tool_call_id"])
+            message["is_error"] = bool(message["is_error"])
         return out
 
 

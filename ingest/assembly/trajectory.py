@@ -12,7 +12,8 @@ import orjson
 
 from ingest.assembly.conversation import build_conversation, final_output
 from ingest.assembly.normalize import LLMCall, Span, ToolCall
-from ingest.assembly.normalize.genai import messages_from_parts, tool_definitions
+from ingest.assembly.normalize.genai import tool_definitions
+from ingest.assembly.normalize.genai_messages import messages_from_parts
 from ingest.assembly.normalize.types import first, maybe_json, merge_tools, openai_tool
 from ingest.assembly.runs import Run, to_datetime
 from store.schema import PARTITION_COLUMN, WRITTEN_AT

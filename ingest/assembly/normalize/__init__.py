@@ -14,7 +14,8 @@ read as OTel GenAI semconv).
 
 from __future__ import annotations
 
-from ingest.assembly.normalize.genai import HistoryMemo, normalize_genai
+from ingest.assembly.normalize.genai import normalize_genai
+from ingest.assembly.normalize.genai_messages import HistoryMemo
 from ingest.assembly.normalize.langfuse import is_langfuse_span, normalize_langfuse
 from ingest.assembly.normalize.openinference import is_openinference_span, normalize_openinference
 from ingest.assembly.normalize.openllmetry import MARKERS as OPENLLMETRY_MARKERS

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ingest.assembly.normalize.genai_messages import messages_from_openai
 from ingest.assembly.normalize.types import (
     Message,
     as_json_text,
@@ -113,8 +114,6 @@ def event_messages(role: str, content: Any, body: dict[str, Any]) -> list[Messag
 
 
 def _openai_messages(item: dict[str, Any], body: dict[str, Any]) -> list[Message]:
-    from ingest.assembly.normalize.genai import messages_from_openai
-
     if item["role"] == "tool" and not item.get("tool_call_id"):
         item["tool_call_id"] = body.get("id", body.get("tool_call_id"))
     if body.get("tool_calls") and not item.get("tool_calls"):

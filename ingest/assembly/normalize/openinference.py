@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ingest.assembly.normalize.genai import messages_from_openai
+from ingest.assembly.normalize.genai_messages import messages_from_openai
 from ingest.assembly.normalize.types import (
     LLMCall,
     Message,

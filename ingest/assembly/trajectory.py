@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -41,50 +41,70 @@ TRACE_NAME_KEYS = (
 class _CallFacts:
     """What the row reads off a run's calls, gathered in one pass over them (`_call_facts`)."""
 
-    llm_calls: list[LLMCall] = field(default_factory=list)
-    tool_count: int = 0
-    conventions: set[str] = field(default_factory=set)
-    finish_reasons: list[str] = field(default_factory=list)
-    response_ids: list[str] = field(default_factory=list)
-    content_refs: list[dict[str, Any]] = field(default_factory=list)
-    input_tokens: int | None = None  # the sum of the calls that report any, else None
-    output_tokens: int | None = None
-    errored: bool = False  # a model call failed
-    has_content: bool = False  # a model call carries its messages
+    llm_calls: list[LLMCall]
+    tool_calls: int  # how many
+    conventions: set[str]
+    finish_reasons: list[str]
+    response_ids: list[str]
+    content_refs: list[dict[str, Any]]
+    input_tokens: int | None  # the sum over the calls that report any, else None
+    output_tokens: int | None
+    errored: bool  # a model call failed
+    has_content: bool  # a model call carries its messages
     # Tool definitions, by where they come from (`merge_tools` takes them in this order).
-    declared_by_calls: list[list[dict[str, Any]]] = field(default_factory=list)
-    declared_by_tools: list[dict[str, Any]] = field(default_factory=list)
+    declared_by_calls: list[list[dict[str, Any]]]
+    declared_by_tools: list[dict[str, Any]]
 
 
 def _call_facts(calls: list[LLMCall | ToolCall]) -> _CallFacts:
     """The run's calls split by kind, and what the row reads off them, in one pass."""
-    facts = _CallFacts()
-    llm_calls = facts.llm_calls
+    llm_calls: list[LLMCall] = []
+    conventions = set()
+    finish_reasons: list[str] = []
+    response_ids = []
+    content_refs = []
+    input_tokens = output_tokens = None
+    errored = has_content = False
+    declared_by_calls = []
+    declared_by_tools = []
     for call in calls:
-        facts.conventions.add(call.convention)
+        conventions.add(call.convention)
         if isinstance(call, ToolCall):
-            facts.tool_count += 1
-            tool = _tool_from_call(call)
-            if tool:
-                facts.declared_by_tools.append(tool)
+            if call.name and (call.description or call.parameters):  # the tool span declares its tool
+                tool = {"name": call.name, "description": call.description, "parameters": call.parameters}
+                if definition := openai_tool(tool):
+                    declared_by_tools.append(definition)
             continue
         llm_calls.append(call)
-        facts.finish_reasons += call.finish_reasons
+        finish_reasons += call.finish_reasons
         if call.response_id:
-            facts.response_ids.append(call.response_id)
+            response_ids.append(call.response_id)
         if call.content_refs:
-            facts.content_refs.append({"span_id": call.span_id, **call.content_refs})
+            content_refs.append({"span_id": call.span_id, **call.content_refs})
         if call.input_tokens is not None:
-            facts.input_tokens = (facts.input_tokens or 0) + call.input_tokens
+            input_tokens = (input_tokens or 0) + call.input_tokens
         if call.output_tokens is not None:
-            facts.output_tokens = (facts.output_tokens or 0) + call.output_tokens
+            output_tokens = (output_tokens or 0) + call.output_tokens
         if call.error:
-            facts.errored = True
+            errored = True
         if call.has_content:
-            facts.has_content = True
+            has_content = True
         if call.tools:  # an empty list adds nothing to `merge_tools`
-            facts.declared_by_calls.append(call.tools)
-    return facts
+            declared_by_calls.append(call.tools)
+    return _CallFacts(
+        llm_calls=llm_calls,
+        tool_calls=len(calls) - len(llm_calls),
+        conventions=conventions,
+        finish_reasons=finish_reasons,
+        response_ids=response_ids,
+        content_refs=content_refs,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        errored=errored,
+        has_content=has_content,
+        declared_by_calls=declared_by_calls,
+        declared_by_tools=declared_by_tools,
+    )
 
 
 def _tools(calls: _CallFacts, spans: list[Span]) -> list[dict[str, Any]]:
@@ -96,13 +116,6 @@ def _tools(calls: _CallFacts, spans: list[Span]) -> list[dict[str, Any]]:
         *[tool_definitions(s["attributes"]) for s in spans if "gen_ai.tool.definitions" in s["attributes"]],
         calls.declared_by_tools,
     )
-
-
-def _tool_from_call(call: ToolCall) -> dict[str, Any] | None:
-    """The definition a tool span declares for its own tool (name, description, parameters), if any."""
-    if not call.name or not (call.description or call.parameters):
-        return None
-    return openai_tool({"name": call.name, "description": call.description, "parameters": call.parameters})
 
 
 def _agent_name(run: Run, trace_spans: list[Span]) -> str | None:
@@ -227,7 +240,8 @@ _IDENTITY_KEYS = frozenset((*SESSION_KEYS, *USER_KEYS, "metadata"))
 def _identity_spans(spans: list[Span]) -> list[Span]:
     """The spans a session or user id can be found on by `_lookup` (in their order): the ones with
     one of its keys, events or metadata. Most spans have none: both lookups skip them at once."""
-    return [s for s in spans if s.get("events") or not s["attributes"].keys().isdisjoint(_IDENTITY_KEYS)]
+    # The set tests the span's keys (each hashed already): cheaper than the keys view testing the set's.
+    return [s for s in spans if s.get("events") or not _IDENTITY_KEYS.isdisjoint(s["attributes"])]
 
 
 def _session_and_user(run_spans: list[Span], trace_spans: list[Span]) -> tuple[str | None, str | None]:
@@ -269,7 +283,7 @@ def trajectory_row(run: Run, trace_spans: list[Span], has_root: bool) -> dict[st
     errored = calls.errored or (run.agent_span is not None and run.agent_span.get("status_code") == "ERROR")
     metadata = {
         "llm_calls": len(calls.llm_calls),
-        "tool_calls": calls.tool_count,
+        "tool_calls": calls.tool_calls,
         "span_count": len(run.spans),
         "conventions": sorted(calls.conventions),
         "provider": last.provider,

@@ -101,12 +101,11 @@ def _raw_rows_by_trace(spans: pa.Table) -> dict[str, dict[str, Span]]:
 
 def _parse_json(rows: Iterable[Span]) -> list[Span]:
     """The rows with their `attributes`/`events` JSON parsed, in place."""
-    out = []
-    for row in rows:
+    out = list(rows)
+    for row in out:
         row["attributes"] = _attributes(row.get("attributes"))
         events = row.get("events")
         row["events"] = _events(events) if events and events != b"[]" else []  # most spans have none
-        out.append(row)
     return out
 
 

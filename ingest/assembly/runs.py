@@ -123,7 +123,7 @@ def agent_runs(
     trace_id: str, spans: list[Span], calls: dict[str, LLMCall | ToolCall]
 ) -> tuple[list[Run], dict[str, Run]]:
     """The runs of a trace (see the module docstring) and the run of every span; `spans` in
-    time order (`span_order`)."""
+    time order (`span_order`), `calls` their normalised calls by span id, in the same order."""
     agent_spans = [s for s in spans if is_agent_span(s["attributes"])]
     if len(agent_spans) <= 1:
         return _lone_run(trace_id, spans, calls, agent_spans)
@@ -201,8 +201,9 @@ def _lone_run(
     """The runs of a trace with at most one agent span (the usual trace): one run, the trace's, with
     every span and call. The general walk would find the same: a lone agent has no agent above it,
     so it is the trace's single top-level agent, and the spans outside it stay with the trace."""
-    run = Run(trace_id, agent_spans[0] if agent_spans else None, agents=agent_spans, spans=list(spans))
-    run.calls = [call for span in spans if (call := calls.get(span["span_id"])) is not None]
+    agent_span = agent_spans[0] if agent_spans else None
+    # `calls` holds the calls of these spans in their order: all of them are the run's.
+    run = Run(trace_id, agent_span, agents=agent_spans, spans=list(spans), calls=list(calls.values()))
     return [run], dict.fromkeys([span["span_id"] for span in spans], run)
 
 

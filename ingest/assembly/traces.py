@@ -90,7 +90,9 @@ def _raw_rows_by_trace(spans: pa.Table) -> dict[str, dict[str, Span]]:
     columns = [_column(spans.column(c), c) for c in names]
     by_trace: dict[str, dict[str, Span]] = {}
     for values in zip(*columns, strict=True):
-        row = dict(zip(names, values, strict=False))  # as long as `names`: made from them
+        # No `strict=`: `values` is a row of the `names` columns, and parsing a keyword argument costs
+        # zip more than its 13 pairs (0.7% of assembly).
+        row = dict(zip(names, values))  # noqa: B905
         # Grouped and de-duplicated in one step: a repeated key keeps its first place, newest row.
         trace = by_trace.get(row["trace_id"])
         if trace is None:
@@ -101,12 +103,11 @@ def _raw_rows_by_trace(spans: pa.Table) -> dict[str, dict[str, Span]]:
 
 def _parse_json(rows: Iterable[Span]) -> list[Span]:
     """The rows with their `attributes`/`events` JSON parsed, in place."""
-    out = []
-    for row in rows:
+    out = list(rows)
+    for row in out:
         row["attributes"] = _attributes(row.get("attributes"))
         events = row.get("events")
         row["events"] = _events(events) if events and events != b"[]" else []  # most spans have none
-        out.append(row)
     return out
 
 

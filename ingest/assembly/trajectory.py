@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -38,29 +38,85 @@ TRACE_NAME_KEYS = (
 )
 
 
-def _tools(calls: Sequence[LLMCall | ToolCall], spans: list[Span]) -> list[dict[str, Any]]:
-    """Tool definitions from everywhere a convention puts them (the chat calls, agent spans, the
-    tool spans themselves), the most complete one per tool name."""
-    from_tools = [
-        tool
-        for call in calls
-        if isinstance(call, ToolCall) and call.name and (call.description or call.parameters)
-        for tool in [
-            openai_tool({"name": call.name, "description": call.description, "parameters": call.parameters})
-        ]
-        if tool
-    ]
-    return merge_tools(
-        *(call.tools for call in calls if isinstance(call, LLMCall)),
-        # Only spans that declare tools (a lookup here rather than a call per span).
-        *(tool_definitions(s["attributes"]) for s in spans if "gen_ai.tool.definitions" in s["attributes"]),
-        from_tools,
+@dataclass(slots=True)
+class _CallFacts:
+    """What the row reads off a run's calls, gathered in one pass over them (`_call_facts`)."""
+
+    llm_calls: list[LLMCall]
+    tool_calls: int  # how many
+    conventions: set[str]
+    finish_reasons: list[str]
+    response_ids: list[str]
+    content_refs: list[dict[str, Any]]
+    input_tokens: int | None  # the sum over the calls that report any, else None
+    output_tokens: int | None
+    errored: bool  # a model call failed
+    has_content: bool  # a model call carries its messages
+    # Tool definitions, by where they come from (`merge_tools` takes them in this order).
+    declared_by_calls: list[list[dict[str, Any]]]
+    declared_by_tools: list[dict[str, Any]]
+
+
+def _call_facts(calls: list[LLMCall | ToolCall]) -> _CallFacts:
+    """The run's calls split by kind, and what the row reads off them, in one pass."""
+    llm_calls: list[LLMCall] = []
+    conventions = set()
+    finish_reasons: list[str] = []
+    response_ids = []
+    content_refs = []
+    input_tokens = output_tokens = None
+    errored = has_content = False
+    declared_by_calls = []
+    declared_by_tools = []
+    for call in calls:
+        conventions.add(call.convention)
+        if isinstance(call, ToolCall):
+            if call.name and (call.description or call.parameters):  # the tool span declares its tool
+                tool = {"name": call.name, "description": call.description, "parameters": call.parameters}
+                if definition := openai_tool(tool):
+                    declared_by_tools.append(definition)
+            continue
+        llm_calls.append(call)
+        finish_reasons += call.finish_reasons
+        if call.response_id:
+            response_ids.append(call.response_id)
+        if call.content_refs:
+            content_refs.append({"span_id": call.span_id, **call.content_refs})
+        if call.input_tokens is not None:
+            input_tokens = (input_tokens or 0) + call.input_tokens
+        if call.output_tokens is not None:
+            output_tokens = (output_tokens or 0) + call.output_tokens
+        if call.error:
+            errored = True
+        if call.has_content:
+            has_content = True
+        if call.tools:  # an empty list adds nothing to `merge_tools`
+            declared_by_calls.append(call.tools)
+    return _CallFacts(
+        llm_calls=llm_calls,
+        tool_calls=len(calls) - len(llm_calls),
+        conventions=conventions,
+        finish_reasons=finish_reasons,
+        response_ids=response_ids,
+        content_refs=content_refs,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        errored=errored,
+        has_content=has_content,
+        declared_by_calls=declared_by_calls,
+        declared_by_tools=declared_by_tools,
     )
 
 
-def _sum(values: list[int | None]) -> int | None:
-    present = [v for v in values if v is not None]
-    return sum(present) if present else None
+def _tools(calls: _CallFacts, spans: list[Span]) -> list[dict[str, Any]]:
+    """Tool definitions from everywhere a convention puts them (the chat calls, agent spans, the
+    tool spans themselves), the most complete one per tool name."""
+    return merge_tools(
+        *calls.declared_by_calls,
+        # Only spans that declare tools (a lookup here rather than a call per span).
+        *[tool_definitions(s["attributes"]) for s in spans if "gen_ai.tool.definitions" in s["attributes"]],
+        calls.declared_by_tools,
+    )
 
 
 def _agent_name(run: Run, trace_spans: list[Span]) -> str | None:
@@ -100,12 +156,12 @@ def _without_method(span_name: str) -> str:
     return span_name
 
 
-def _content_mode(calls: list[LLMCall]) -> str:
+def _content_mode(calls: _CallFacts) -> str:
     """`inline` (messages on the telemetry), `referenced` (stored elsewhere, see `content_refs`)
     or `none` (not captured: turn content capture on)."""
-    if any(c.has_content for c in calls):
+    if calls.has_content:
         return "inline"
-    return "referenced" if any(c.content_refs for c in calls) else "none"
+    return "referenced" if calls.content_refs else "none"
 
 
 _NOT_A_NUMBER = {"infinity", "-infinity", "+infinity", "inf", "-inf", "nan"}
@@ -178,19 +234,15 @@ def _lookup(spans: list[Span], keys: tuple[str, ...], metadata_keys: tuple[str, 
     return None
 
 
-_IDENTITY_KEYS = frozenset((*SESSION_KEYS, *USER_KEYS))
+# The attributes `_lookup` finds a session or user id in (with the spans' events).
+_IDENTITY_KEYS = frozenset((*SESSION_KEYS, *USER_KEYS, "metadata"))
 
 
 def _identity_spans(spans: list[Span]) -> list[Span]:
     """The spans a session or user id can be found on by `_lookup` (in their order): the ones with
     one of its keys, events or metadata. Most spans have none: both lookups skip them at once."""
-    return [
-        span
-        for span in spans
-        if span.get("events")
-        or "metadata" in (attrs := span["attributes"])
-        or not attrs.keys().isdisjoint(_IDENTITY_KEYS)
-    ]
+    # The set tests the span's keys (each hashed already): cheaper than the keys view testing the set's.
+    return [s for s in spans if s.get("events") or not _IDENTITY_KEYS.isdisjoint(s["attributes"])]
 
 
 def _session_and_user(run_spans: list[Span], trace_spans: list[Span]) -> tuple[str | None, str | None]:
@@ -218,40 +270,39 @@ def _json(value: Any) -> str:
 
 
 def trajectory_row(run: Run, trace_spans: list[Span], has_root: bool) -> dict[str, Any] | None:
-    llm_calls = [c for c in run.calls if isinstance(c, LLMCall)]
-    if not llm_calls:
+    """The run's `trajectories` row; None for a run without model calls."""
+    calls = _call_facts(run.calls)
+    if not calls.llm_calls:
         return None
-    tool_calls = [c for c in run.calls if isinstance(c, ToolCall)]
     agent_output = _agent_output(run)
     messages, tool_output = build_conversation(run.calls, agent_output)
-    last = llm_calls[-1]
+    last = calls.llm_calls[-1]
     starts = [s["start_time"] for s in run.spans if s.get("start_time")]
     ends = [s["end_time"] for s in run.spans if s.get("end_time")]
-    errored = any(c.error for c in llm_calls) or (
-        run.agent_span is not None and run.agent_span.get("status_code") == "ERROR"
-    )
-    sources = sorted({str(s.get("source") or "otel") for s in run.spans})
+    # The set of sources first, converted after: most runs have one.
+    sources = {str(source or "otel") for source in {s.get("source") for s in run.spans}}
+    errored = calls.errored or (run.agent_span is not None and run.agent_span.get("status_code") == "ERROR")
     metadata = {
-        "llm_calls": len(llm_calls),
-        "tool_calls": len(tool_calls),
+        "llm_calls": len(calls.llm_calls),
+        "tool_calls": calls.tool_calls,
         "span_count": len(run.spans),
-        "conventions": sorted({c.convention for c in run.calls}),
+        "conventions": sorted(calls.conventions),
         "provider": last.provider,
         "params": _plain_params(last.params),
-        "finish_reasons": [reason for c in llm_calls for reason in c.finish_reasons],
-        "response_ids": [c.response_id for c in llm_calls if c.response_id],
+        "finish_reasons": calls.finish_reasons,
+        "response_ids": calls.response_ids,
         "service_name": next((s.get("service_name") for s in run.spans if s.get("service_name")), None),
         "parent_trajectory_id": run.parent_id,
         # Content the telemetry only references (uploaded elsewhere): never silently empty.
-        "content_refs": [{"span_id": c.span_id, **c.content_refs} for c in llm_calls if c.content_refs],
-        "content": _content_mode(llm_calls),
+        "content_refs": calls.content_refs,
+        "content": _content_mode(calls),
         "agent_span_id": run.agent_span["span_id"] if run.agent_span else None,
     }
     started = to_datetime(min(starts))
     session_id, user_id = _session_and_user(run.spans, trace_spans)
     return {
         "trajectory_id": run.trajectory_id,
-        "source": "langfuse" if sources == ["langfuse"] else "otel",
+        "source": "langfuse" if sources == {"langfuse"} else "otel",
         "trace_id": trace_spans[0]["trace_id"],
         "session_id": session_id,
         "user_id": user_id,
@@ -260,16 +311,16 @@ def trajectory_row(run: Run, trace_spans: list[Span], has_root: bool) -> dict[st
         "started_at": started,
         "ended_at": to_datetime(max(ends)) if ends else None,
         "messages": messages,
-        "tools": _json(_tools(run.calls, run.spans)),
+        "tools": _json(_tools(calls, run.spans)),
         "final_output": final_output(messages) or tool_output or agent_output,
-        "input_tokens": _sum([c.input_tokens for c in llm_calls]),
-        "output_tokens": _sum([c.output_tokens for c in llm_calls]),
+        "input_tokens": calls.input_tokens,
+        "output_tokens": calls.output_tokens,
         "scenario_id": None,
         "group_id": None,
         "policy": last.model,
         "turns": [],
         "metadata": _json(metadata),
-        "has_content": any(c.has_content for c in llm_calls),
+        "has_content": calls.has_content,
         "status": "error" if errored else ("ok" if has_root else "truncated"),
         WRITTEN_AT: None,
         PARTITION_COLUMN: started.date(),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ingest.assembly.normalize import LLMCall, ToolCall, normalize_span
+from ingest.assembly.normalize import HistoryMemo, LLMCall, ToolCall, normalize_span
 from ingest.assembly.normalize.genai import normalize_genai
 from ingest.assembly.normalize.langfuse import normalize_langfuse
 from ingest.assembly.normalize.openinference import normalize_openinference
@@ -373,3 +373,39 @@ def test_langfuse_tool_and_other_types() -> None:
 
 def test_plain_spans_are_neither() -> None:
     assert normalize_span(get_span({"http.method": "GET"})) is None
+
+
+def test_history_memo_converts_what_a_trace_repeats_once() -> None:
+    """A chat span's history is the previous span's plus new turns: the answer the model gave (with
+    its `finish_reason`) comes back in the next history as the very same message, the history's
+    prefix is the previous call's messages, and nothing is shared between traces (one memo each)."""
+    system = {"role": "system", "parts": [{"type": "text", "content": "Be brief."}]}
+    user = {"role": "user", "parts": [{"type": "text", "content": "Weather in Paris?"}]}
+    answer = {"role": "assistant", "parts": [{"type": "text", "content": "Sunny."}]}
+    follow_up = {"role": "user", "parts": [{"type": "text", "content": "Thanks"}]}
+
+    def chat(history: list[dict[str, Any]], output: dict[str, Any]) -> dict[str, Any]:
+        return get_span(
+            {
+                "gen_ai.operation.name": "chat",
+                "gen_ai.input.messages": json.dumps(history),
+                "gen_ai.output.messages": json.dumps([{**output, "finish_reason": "stop"}]),
+            }
+        )
+
+    memo = HistoryMemo()
+    first = normalize_span(chat([system, user], answer), memo)
+    second = normalize_span(chat([system, user, answer, follow_up], answer), memo)
+    assert isinstance(first, LLMCall) and isinstance(second, LLMCall)
+    assert [(m["role"], m["content"]) for m in second.input_messages] == [
+        ("system", "Be brief."),
+        ("user", "Weather in Paris?"),
+        ("assistant", "Sunny."),
+        ("user", "Thanks"),
+    ]
+    assert second.input_messages[2] is first.output_messages[0]  # the answer, converted once
+    assert all(a is b for a, b in zip(second.input_messages[:2], first.input_messages, strict=True))
+    other_trace = normalize_span(chat([system, user], answer), HistoryMemo())
+    assert isinstance(other_trace, LLMCall)
+    assert other_trace.input_messages == first.input_messages
+    assert other_trace.input_messages[0] is not first.input_messages[0]

@@ -211,7 +211,7 @@ def test_sdk_spans_convert_to_exactly_the_rows_of_their_otlp_encoding() -> None:
     from ingest.otlp.sdk_spans import spans_from_sdk
 
     spans = sdk_spans_of_every_shape()
-    at = datetime(2026, 11, 23, tzinfo=UTC)
+    at = datetime.now(UTC)  # one arrival time for both paths; the spans were just made (never ahead of it)
     direct = spans_from_sdk(spans, received_at=at).table
     via_protobuf = spans_from_request(encode_spans(spans), received_at=at).table
     assert direct.num_rows == len(spans) == 6

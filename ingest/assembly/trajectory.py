@@ -279,8 +279,7 @@ def trajectory_row(run: Run, trace_spans: list[Span], has_root: bool) -> dict[st
     last = calls.llm_calls[-1]
     starts = [s["start_time"] for s in run.spans if s.get("start_time")]
     ends = [s["end_time"] for s in run.spans if s.get("end_time")]
-    # The set of sources first, converted after: most runs have one.
-    sources = {str(source or "otel") for source in {s.get("source") for s in run.spans}}
+    sources = {str(s.get("source") or "otel") for s in run.spans}
     errored = calls.errored or (run.agent_span is not None and run.agent_span.get("status_code") == "ERROR")
     metadata = {
         "llm_calls": len(calls.llm_calls),

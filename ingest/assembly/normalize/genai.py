@@ -191,14 +191,10 @@ def normalize_genai_llm(span: Span, *, convention: str = "genai", memo: HistoryM
 
 def output_finish_reasons(raw: Any) -> list[str]:
     """`finish_reason` of each output message (where the span has no `gen_ai.response.finish_reasons`)."""
-    if isinstance(raw, str):
-        raw = maybe_json(raw)
-    reasons: list[str] = []
-    if isinstance(raw, list):
-        for message in raw:
-            if isinstance(message, dict) and message.get("finish_reason"):
-                reasons.append(str(message["finish_reason"]))
-    return reasons
+    raw = maybe_json(raw)
+    if not isinstance(raw, list):
+        return []
+    return [str(m["finish_reason"]) for m in raw if isinstance(m, dict) and m.get("finish_reason")]
 
 
 def normalize_genai_tool(span: Span) -> ToolCall:

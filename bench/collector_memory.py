@@ -8,6 +8,8 @@ production), holds `--stalled` clients that stop mid-body until the collector an
 After each round it waits until the collector is idle (spool flushed, nothing pending)
 and samples RSS. Healthy: RSS after each round stays near the first round's, whatever
 the number of rounds (no growth per request, no buffers held for stalled clients).
+glibc's per-thread arenas add steps of tens of MB over the first rounds before they level
+off; `MALLOC_ARENA_MAX=2` in the environment (passed on to the collector) removes them.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 A client that stalls mid-body gets 408 and its connection closed; one that stalls in its
 headers (or opens a connection and says nothing) is disconnected; one that hangs up
-mid-body costs one log line, not a traceback. And collector memory after load stays at
-the level the first round of load brought it to, however many rounds follow: nothing is
-held per request, per stalled client or per rejected body. No assertion here depends on
+mid-body costs one log line, not a traceback. And collector memory stays at the level the
+first round of load brought it to, however many rounds follow: nothing is held per
+request, per stalled client or per rejected body. No assertion here depends on
 how fast anything ran; deadlines are short so the tests are, and socket timeouts bound them.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import random
 import socket
+import statistics
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -96,16 +97,17 @@ def test_a_client_hanging_up_mid_body_logs_no_traceback(guarded, caplog: pytest.
     assert httpx.get(f"{app.state.url}/health").json()["status"] == "ok"
 
 
-def test_collector_memory_comes_back_to_its_level_after_each_round_of_load(lake: Lake) -> None:
+def test_collector_memory_stays_at_its_level_over_rounds_of_load(lake: Lake) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    # glibc gives each thread that allocates its own arena (up to 8 per core) and keeps what an
-    # arena once held: which of the collector's threads allocate the next batch moves RSS by tens
-    # of MB, in steps, before it levels off. Two arenas leave growth that only a leak explains.
+    # glibc's own choices move RSS by tens of MB without a leak: each allocating thread gets an arena
+    # that keeps what it once held, and freeing a large block raises the mmap threshold, so later
+    # request bodies come from a heap that is not given back. One arena and a fixed threshold (bodies
+    # are mapped and unmapped) leave rounds within ~10 MB of each other.
     process = start(
         lake,
         port,
-        env={"MALLOC_ARENA_MAX": "2"},
+        env={"MALLOC_ARENA_MAX": "1", "MALLOC_MMAP_THRESHOLD_": "65536"},
         args=("--assemble", "--idle-timeout", "1", "--request-timeout-s", "1"),
     )
     bodies = make_bodies(10)  # 100 realistic spans each, ~140 KiB
@@ -128,13 +130,15 @@ def test_collector_memory_comes_back_to_its_level_after_each_round_of_load(lake:
         wait_idle(url)
         return rss_mb(process.pid)
 
-    first = round_of_load()  # warms caches, pools and the allocator's arenas
-    later = [round_of_load() for _ in range(3)]
-    # Each round moves ~21 MB of spans plus 10 stalled 2 MB bodies through the collector: a
-    # leak per request or per stalled client would add that much per round, so ~42 MB over
-    # the two rounds after the second.
-    assert max(later[1:]) < later[0] + 30, (first, later)
-    assert max(later) < first + 80, (first, later)
+    first = round_of_load()  # warms caches, pools and the allocator
+    later = [round_of_load() for _ in range(6)]
+    # A leak grows with every round: each moves ~21 MB of spans and 10 stalled 2 MB bodies through
+    # the collector, so a leaked body per request (or per stalled client) adds ~20 MB a round and
+    # ~60 MB between the medians of the first and the last three rounds (measured: +59). One round
+    # can still read 20-30 MB high and come back (what a flush holds when RSS is read): a median
+    # of three is not moved by it.
+    early, late = statistics.median(later[:3]), statistics.median(later[3:])
+    assert late < early + 25, (first, later)
 
 
 PB = {"Content-Type": "application/x-protobuf"}

@@ -105,7 +105,8 @@ def test_traces_flushed_but_not_assembled_at_a_kill_9_become_trajectories_on_res
     requests = [chat_trace(2) for _ in range(20)]
     for request in requests:
         assert httpx.post(url, content=request.SerializeToString(), headers=PB).status_code == 200
-    wait_for(lambda: sql(lake, "SELECT count(*) AS n FROM spans")[0]["n"] == 60)  # flushed: durable
+    # Flushed, so durable (a fresh lake has no tables to query before the first commit).
+    wait_for(lambda: lake.has_table("spans") and sql(lake, "SELECT count(*) AS n FROM spans")[0]["n"] == 60)
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert trajectory(lake) == []  # killed before it assembled any of them

@@ -124,9 +124,14 @@ def run_agent_process(library: str, openai_url: str, collector_url: str, gzip: b
 
 def check_trajectory(lake, trace_id: str, *, expect_tools: bool = True) -> None:  # type: ignore[no-untyped-def]
     # Wait for the final assembly: content carried by log records (the deprecated events)
-    # may arrive after the spans, and re-assembles the trace when it does.
+    # may arrive after the spans, and re-assembles the trace when it does. A fresh lake has no
+    # tables until the collector's first commit (acknowledged spans wait in its spool until then),
+    # and `trajlake sql` refuses a lake without tables.
     query = f"SELECT * FROM trajectories WHERE trace_id = '{trace_id}'"
-    wait_for(lambda: [r for r in sql(lake, query) if r["final_output"]], timeout=30)
+    wait_for(
+        lambda: lake.has_table("trajectories") and [r for r in sql(lake, query) if r["final_output"]],
+        timeout=30,
+    )
     rows = sql(lake, query)
     assert len(rows) == 1, rows  # ONE trajectory for the whole two-turn conversation
     row = rows[0]

@@ -6,7 +6,12 @@ itself: its text is parsed for `<tool_call>` blocks, the tools answer, and the n
 
     previous prompt ids + sampled ids + ids of the rendered tool-result suffix
 
-never a re-tokenised conversation; the loop checks that every prompt extends the last. A
+never a re-tokenised conversation; the loop checks that every prompt extends the last.
+With a seed, each request gets its own (`turn_seed`): the first a seed per scenario (the
+backends seed sample `j` with that seed + `j`), each later turn a seed per rollout and turn.
+One seed for every request would draw the same noise for every rollout, and rollouts that
+reach the same prompt (the same tool call, the same result) would answer alike, leaving the
+group less diverse than it looks. A
 rollout ends when the model answers without calling a tool (`ok`), when a completion hits
 its token budget, the turn limit or the total-token limit (`truncated`, with the reason in
 `finish_reason`), and a malformed tool call is answered with an error result, like any
@@ -16,6 +21,7 @@ failed tool, so the model can recover and the batch never crashes.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -88,6 +94,19 @@ def turn_record(prompt_ids: list[int], completion: Completion) -> dict[str, Any]
     }
 
 
+def turn_seed(seed: int | None, scenario_id: str, rollout: int | None = None, turn: int = 0) -> int | None:
+    """The seed of one request of a group: a stable hash of the run's seed, the scenario and (after the
+    first turn) the rollout and turn; None without a seed. 31 bits: servers take it as an int32.
+
+    >>> turn_seed(7, "sc-1") == turn_seed(7, "sc-1"), turn_seed(7, "sc-1", 0, 1) != turn_seed(7, "sc-1", 1, 1)
+    (True, True)
+    """
+    if seed is None:
+        return None
+    key = f"{seed}\x1f{scenario_id}\x1f{rollout}\x1f{turn}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") >> 33
+
+
 def malformed_result(call: ParsedToolCall) -> ToolResult:
     """What the model is told about a tool call it wrote badly."""
     hint = 'write <tool_call>{"name": "<tool>", "arguments": {...}}</tool_call>'
@@ -129,15 +148,22 @@ class AgentLoop:
                 )
                 for _ in range(group_size)
             ]
+        params = self.params.with_max_tokens(budget)
         first = await self.sampler.agenerate(
-            SampleRequest(tuple(prompt), group_size, self.params.with_max_tokens(budget))
+            SampleRequest(
+                tuple(prompt), group_size, params.with_seed(turn_seed(params.seed, scenario.scenario_id))
+            )
         )
-        return list(await asyncio.gather(*(self._continue(scenario, prompt, c) for c in first)))
+        return list(
+            await asyncio.gather(*(self._continue(scenario, prompt, c, k) for k, c in enumerate(first)))
+        )
 
-    async def _continue(self, scenario: Scenario, prompt: list[int], completion: Completion) -> Episode:
+    async def _continue(
+        self, scenario: Scenario, prompt: list[int], completion: Completion, rollout: int
+    ) -> Episode:
         episode = Episode(messages=list(scenario.messages))
         try:
-            await self._run(scenario, episode, prompt, completion)
+            await self._run(scenario, episode, prompt, completion, rollout)
         except RolloutError:
             raise  # a broken invariant is a bug, not a model failure
         except Exception as exc:  # a backend failure mid-rollout: recorded, the group goes on
@@ -147,7 +173,7 @@ class AgentLoop:
         return episode
 
     async def _run(
-        self, scenario: Scenario, episode: Episode, prompt: list[int], completion: Completion
+        self, scenario: Scenario, episode: Episode, prompt: list[int], completion: Completion, rollout: int
     ) -> None:
         limits = self.limits
         while True:
@@ -207,8 +233,9 @@ class AgentLoop:
                 episode.status, episode.finish_reason = "truncated", "max_total_tokens"
                 return
             prompt = next_prompt
+            seed = turn_seed(self.params.seed, scenario.scenario_id, rollout, turn + 1)
             (completion,) = await self.sampler.agenerate(
-                SampleRequest(tuple(prompt), 1, self.params.with_max_tokens(budget))
+                SampleRequest(tuple(prompt), 1, self.params.with_max_tokens(budget).with_seed(seed))
             )
 
     async def _call(self, call: ParsedToolCall, scenario: Scenario) -> ToolResult:

@@ -30,6 +30,7 @@ from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
 from training.replay.errors import SamplerError
+from training.replay.rollout.loop import turn_seed
 from training.replay.rollout.parsing import parse_assistant_text
 from training.replay.rollout.render import ChatRenderer, parse_tools
 from training.replay.samplers.base import Completion, Sampler, SampleRequest, SamplingParams
@@ -168,6 +169,10 @@ def create_app(
         n = int(body.get("n") or 1)
         try:
             params = params_from(body, len(prompt_ids))
+            if episode and recorder is not None and body.get("seed") is None:
+                # The default seed, per episode and call (see `turn_seed`): else every episode of a group
+                # that reaches the same prompt would sample the same answer.
+                params = params.with_seed(turn_seed(params.seed, episode, 0, recorder.count(episode)))
             completions = await sampler.agenerate(
                 SampleRequest(tuple(prompt_ids), n, params, adapter_for(body))
             )

@@ -16,6 +16,7 @@ single prompts. HTTP backends override `agenerate` and let the server batch.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -61,14 +62,11 @@ class SamplingParams:
 
     def with_max_tokens(self, max_tokens: int) -> SamplingParams:
         """The same parameters with another token budget."""
-        return SamplingParams(
-            max_tokens=max_tokens,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k,
-            seed=self.seed,
-            stop_token_ids=self.stop_token_ids,
-        )
+        return dataclasses.replace(self, max_tokens=max_tokens)
+
+    def with_seed(self, seed: int | None) -> SamplingParams:
+        """The same parameters with another seed."""
+        return dataclasses.replace(self, seed=seed)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form, stored in trajectory metadata."""

@@ -1,21 +1,27 @@
 """The `transformers` backend: batched `generate` on CPU or GPU, the embedded default.
 
-Requests that share sampling parameters and adapter are run as one left-padded batch, each
-prompt repeated `n` times (`generate` has no prefill sharing, vLLM does). Log-probabilities
-are the processed ones: `compute_transition_scores(..., normalize_logits=True)` takes the
-log-softmax of the scores *after* temperature, top-k and top-p, the distribution the tokens
-were actually drawn from. A finished row is cut right after its first EOS (the EOS is kept:
-it was sampled); `generate` pads the rest, and the padding is never returned.
+Requests that share sampling parameters (the seed aside) and adapter are run as one
+left-padded batch, each prompt repeated `n` times; the rows of one prompt share its prefill
+(`generate` alone would prefill each). Every row draws its tokens from its own seeded
+generator (`seeded.SeededSampling`): sample `j` of a request with seed `s` uses `s + j`, as
+vLLM does, and gets the same tokens whatever else shares its batch. Log-probabilities are
+the processed ones, of the distribution each token was drawn from (after temperature, top-k
+and top-p). A finished row is cut right after its first EOS (the EOS is kept: it was
+sampled); `generate` pads the rest, and the padding is never returned.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Sequence
 from typing import Any
 
 from training.replay.errors import SamplerError
 from training.replay.samplers.base import Completion, Sampler, SampleRequest, SamplingParams, adapter_name
+
+# One row of a batch: the request it answers, its prompt, its seed.
+Row = tuple[int, tuple[int, ...], int]
 
 
 class TransformersSampler(Sampler):
@@ -102,26 +108,30 @@ class TransformersSampler(Sampler):
     # --- sampling -----------------------------------------------------------------------
 
     def _generate(self, requests: Sequence[SampleRequest]) -> list[list[Completion]]:
+        from training.replay.samplers.seeded import sample_seeds  # torch, loaded with the model
+
         results: list[list[Completion] | None] = [None] * len(requests)
         groups: dict[tuple[SamplingParams, str | None], list[int]] = {}
-        for i, request in enumerate(requests):
-            groups.setdefault((request.params, request.adapter), []).append(i)
+        for i, request in enumerate(requests):  # seeds are per row: they never split a batch
+            groups.setdefault((dataclasses.replace(request.params, seed=None), request.adapter), []).append(i)
         with self._lock:
             for (params, adapter), indices in groups.items():
-                rows = [(i, requests[i].prompt_ids) for i in indices for _ in range(requests[i].n)]
+                rows = [
+                    (i, requests[i].prompt_ids, seed)
+                    for i in indices
+                    for seed in sample_seeds(requests[i].params.seed, requests[i].n)
+                ]
                 done: dict[int, list[Completion]] = {i: [] for i in indices}
                 for start in range(0, len(rows), self.max_batch_rows):
                     chunk = rows[start : start + self.max_batch_rows]
-                    for (i, _), completion in zip(chunk, self._run(chunk, params, adapter), strict=True):
+                    for (i, _, _), completion in zip(chunk, self._run(chunk, params, adapter), strict=True):
                         done[i].append(completion)
                 for i in indices:
                     results[i] = done[i]
         return [r for r in results if r is not None]
 
     @staticmethod
-    def _prefill_once(
-        model: Any, rows: list[tuple[int, tuple[int, ...]]], input_ids: Any, attention: Any
-    ) -> Any:
+    def _prefill_once(model: Any, rows: list[Row], input_ids: Any, attention: Any) -> Any:
         """Prefill each distinct prompt once and copy its KV cache to its `n` rows (what vLLM's `n` does).
 
         `generate` repeats a prompt per sample and would prefill it `n` times. Here the rows of
@@ -156,10 +166,11 @@ class TransformersSampler(Sampler):
         cache.batch_select_indices(torch.tensor(owner, device=input_ids.device))
         return cache
 
-    def _run(
-        self, rows: list[tuple[int, tuple[int, ...]]], params: SamplingParams, adapter: str | None
-    ) -> list[Completion]:
+    def _run(self, rows: list[Row], params: SamplingParams, adapter: str | None) -> list[Completion]:
         import torch
+        from transformers import LogitsProcessorList
+
+        from training.replay.samplers.seeded import SeededSampling
 
         model, adapter_ctx = self._model_for(adapter)
         base = self._load()
@@ -168,38 +179,41 @@ class TransformersSampler(Sampler):
         eos_ids += [t for t in params.stop_token_ids if t not in eos_ids]
         pad = base.generation_config.pad_token_id
         pad = pad if pad is not None else eos_ids[0]
-        width = max(len(prompt) for _, prompt in rows)
+        width = max(len(prompt) for _, prompt, _ in rows)
         input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
         attention = torch.zeros((len(rows), width), dtype=torch.long)
-        for r, (_, prompt) in enumerate(rows):  # left padding: every row's next token is at `width`
+        for r, (_, prompt, _) in enumerate(rows):  # left padding: every row's next token is at `width`
             input_ids[r, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
             attention[r, width - len(prompt) :] = 1
         device = base.device
-        greedy = params.temperature == 0
+        pick = SeededSampling(
+            [seed for _, _, seed in rows],
+            temperature=params.temperature,
+            top_k=params.top_k,
+            top_p=params.top_p,
+            device=device,
+        )
         kwargs: dict[str, Any] = {
-            "do_sample": not greedy,
+            # Greedy on the scores `pick` returns: it has chosen each row's token already. The
+            # model's own sampling defaults (generation_config) are off; `pick` applies ours.
+            "do_sample": False,
+            "temperature": None,
+            "top_p": None,
+            "top_k": None,
+            "logits_processor": LogitsProcessorList([pick]),
             "max_new_tokens": params.max_tokens,
             "eos_token_id": eos_ids,
             "pad_token_id": pad,
-            "output_scores": True,
-            "return_dict_in_generate": True,
         }
-        if not greedy:
-            kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k)
-        else:
-            kwargs.update(temperature=None, top_p=None, top_k=None)
-        if params.seed is not None:
-            torch.manual_seed(params.seed)
         input_ids, attention = input_ids.to(device), attention.to(device)
         with torch.inference_mode(), adapter_ctx:
             if self.share_prefill:
                 shared = self._prefill_once(model, rows, input_ids, attention)
                 if shared is not None:
                     kwargs["past_key_values"] = shared
-            out = model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
-            scores = base.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)
-        generated = out.sequences[:, width:].tolist()
-        logprobs = scores.float().cpu().tolist()
+            sequences = model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
+        generated = sequences[:, width:].tolist()
+        logprobs = pick.logprobs
         completions = []
         eos_set = set(eos_ids)
         for tokens, lps in zip(generated, logprobs, strict=True):

@@ -12,9 +12,10 @@ import openai
 import pytest
 
 from tests.training.helpers import TOOLS, ScriptedSampler, calculator_script
+from training.replay.rollout.loop import turn_seed
 from training.replay.rollout.openai_app import EPISODE_HEADER, Recorder, create_app
 from training.replay.samplers import make_sampler
-from training.replay.samplers.base import Sampler
+from training.replay.samplers.base import Sampler, SamplingParams
 
 
 @pytest.fixture(scope="module")
@@ -150,3 +151,21 @@ def test_adapter_load_list_and_unload(tiny_sampler: Sampler, tmp_path: Path) -> 
 
     assert [m["id"] for m in asyncio.run(models())["data"]] == [tiny_sampler.model, "v1"]
     assert _post(app, "/v1/unload_lora_adapter", {"lora_name": "v1"}).status_code == 200
+
+
+def test_episodes_sample_with_their_own_seed_unless_the_request_names_one(tiny_model: Path) -> None:
+    sampler = ScriptedSampler(str(tiny_model), calculator_script)
+    app = create_app(sampler, default_params=SamplingParams(seed=5), recorder=Recorder())
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "What is 12 * 7?"}]}
+    for episode in ("e1", "e1", "e2"):
+        assert _post(app, "/v1/chat/completions", body, {EPISODE_HEADER: episode}).status_code == 200
+    assert _post(app, "/v1/chat/completions", {**body, "seed": 9}, {EPISODE_HEADER: "e3"}).status_code == 200
+    assert _post(app, "/v1/chat/completions", body).status_code == 200  # no episode: the default seed
+    assert [r.params.seed for r in sampler.requests] == [
+        turn_seed(5, "e1", 0, 0),
+        turn_seed(5, "e1", 0, 1),
+        turn_seed(5, "e2", 0, 0),
+        9,
+        5,
+    ]
+    assert len({r.params.seed for r in sampler.requests[:3]}) == 3

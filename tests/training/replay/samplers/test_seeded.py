@@ -1,0 +1,78 @@
+"""Seeded token selection: exact draws from the processed distribution, each row from its own seed."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from training.replay.samplers.seeded import SeededSampling, sample_seeds
+
+LOGITS = torch.tensor([2.0, 1.5, 1.0, 0.5, 0.0, -1.0, -3.0])
+
+
+def processed_probabilities(temperature: float, top_k: int, top_p: float) -> list[float]:
+    """The distribution the backends promise, computed by hand: softmax(logits / T), then the k most
+    likely tokens, then the smallest most-likely set holding `top_p` of the mass, renormalised."""
+    weights = [math.exp(x / temperature) for x in LOGITS.tolist()]
+    order = sorted(range(len(weights)), key=lambda i: -weights[i])
+    keep = set(order[:top_k] if top_k else order)
+    total = sum(weights[i] for i in keep)
+    kept, mass = set(), 0.0
+    for i in order:
+        if i in keep and mass < top_p * total - 1e-12:
+            kept.add(i)
+            mass += weights[i]
+    return [weights[i] / mass if i in kept else 0.0 for i in range(len(weights))]
+
+
+@pytest.mark.parametrize(("temperature", "top_k", "top_p"), [(1.0, 0, 1.0), (0.6, 3, 1.0), (1.4, 0, 0.8)])
+def test_draws_follow_the_processed_distribution(temperature: float, top_k: int, top_p: float) -> None:
+    rows = 20_000
+    pick = SeededSampling(range(rows), temperature=temperature, top_k=top_k, top_p=top_p, device="cpu")
+    scores = pick(torch.zeros((rows, 1), dtype=torch.long), LOGITS.repeat(rows, 1))
+    picked = scores.argmax(-1)
+    assert torch.equal(scores.isfinite().sum(-1), torch.ones(rows, dtype=torch.long))  # one token per row
+    expected = processed_probabilities(temperature, top_k, top_p)
+    counts = torch.bincount(picked, minlength=len(expected)).tolist()
+    for token, (p, count) in enumerate(zip(expected, counts, strict=True)):
+        if p == 0:
+            assert count == 0, f"token {token} is outside top-k/top-p but was drawn {count} times"
+        else:  # within 5 standard errors of the binomial count
+            assert abs(count - rows * p) <= 5 * math.sqrt(rows * p * (1 - p)), (token, count, rows * p)
+    (logprobs,) = zip(*pick.logprobs, strict=True)  # one step: each row's logprob of its token
+    assert torch.allclose(torch.tensor(logprobs), torch.tensor(expected).log()[picked], atol=1e-5)
+
+
+def test_a_rows_draws_depend_on_its_seed_alone() -> None:
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0))
+
+    def draws(seeds: list[int], order: list[int], steps: int = 30) -> dict[int, list[int]]:
+        pick = SeededSampling(seeds, temperature=1.0, top_k=0, top_p=1.0, device="cpu")
+        out: dict[int, list[int]] = {seed: [] for seed in seeds}
+        for _ in range(steps):
+            picked = pick(torch.zeros((len(seeds), 1), dtype=torch.long), logits[order]).argmax(-1)
+            for seed, token in zip(seeds, picked.tolist(), strict=True):
+                out[seed].append(token)
+        return out
+
+    alone = draws([11], [0])
+    in_batch = draws([5, 11, 12], [2, 0, 0])  # another row first, a different seed on the same logits
+    assert in_batch[11] == alone[11]
+    assert in_batch[12] != in_batch[11]  # same distribution, another seed: other draws
+
+
+def test_greedy_picks_the_argmax_and_its_logprob() -> None:
+    pick = SeededSampling([0, 1], temperature=0.0, top_k=0, top_p=1.0, device="cpu")
+    scores = pick(torch.zeros((2, 1), dtype=torch.long), LOGITS.repeat(2, 1))
+    assert scores.argmax(-1).tolist() == [0, 0]
+    assert pick.logprobs[0][0] == pytest.approx(torch.log_softmax(LOGITS, -1)[0].item(), abs=1e-6)
+
+
+def test_sample_seeds_follow_vllm() -> None:
+    assert sample_seeds(40, 3) == [40, 41, 42]  # vLLM seeds sample j of a request with seed + j
+    torch.manual_seed(1)
+    fresh = sample_seeds(None, 3)
+    torch.manual_seed(1)
+    assert sample_seeds(None, 3) == fresh and len(set(fresh)) == 3

@@ -1,0 +1,81 @@
+"""Token selection for the transformers backend: every row draws from its own seeded generator.
+
+`generate(do_sample=True)` draws every row from torch's one global generator, so a row's
+sample depends on which rows shared its batch and in what order; with concurrent rollouts
+that is an accident of timing, and a seed fixed nothing. Here each row owns a
+`torch.Generator` seeded like vLLM seeds the samples of a request (sample `j` of a request
+with seed `s` uses `s + j`), and the next token is chosen by the Gumbel-max trick:
+`argmax(log p + Gumbel noise)` is an exact draw from `p`. A row's tokens then depend only on
+its prompt, its seed and the model, never on its batch.
+
+`SeededSampling` runs as the last logits processor of a greedy `generate`: it applies
+temperature, top-k and top-p (transformers' own warpers, in the order `generate` would),
+records the log-probability of the token it picks under that processed distribution (what
+GRPO's importance ratio needs), and hands `generate` scores whose argmax is that token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from transformers import LogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+SEED_BITS = 62
+
+
+def sample_seeds(seed: int | None, n: int) -> list[int]:
+    """The seeds of a request's `n` samples: `seed + j`, as vLLM seeds the children of one request.
+    Without a seed, fresh ones from torch's global generator (so `torch.manual_seed` still pins them)."""
+    if seed is None:
+        return [int(s) for s in torch.randint(0, 2**SEED_BITS, (n,))]
+    return [seed + j for j in range(n)]
+
+
+class SeededSampling(LogitsProcessor):
+    """Picks each row's next token from its own generator; `temperature == 0` picks the argmax.
+
+    After `generate`, `logprobs[r]` holds row `r`'s log-probability of each token picked, step
+    by step (rows that already stopped keep getting entries; callers cut at the row's end).
+    """
+
+    def __init__(
+        self, seeds: Sequence[int], *, temperature: float, top_k: int, top_p: float, device: Any
+    ) -> None:
+        self.greedy = temperature == 0
+        self.warpers: list[LogitsProcessor] = []
+        if not self.greedy:
+            if temperature != 1.0:
+                self.warpers.append(TemperatureLogitsWarper(temperature))
+            if top_k > 0:
+                self.warpers.append(TopKLogitsWarper(top_k))
+            if top_p < 1.0:
+                self.warpers.append(TopPLogitsWarper(top_p))
+        self.rows = len(seeds)
+        self.generators = [] if self.greedy else [torch.Generator(device).manual_seed(s) for s in seeds]
+        self._steps: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        for warp in self.warpers:
+            scores = warp(input_ids, scores)
+        logp = torch.log_softmax(scores.float(), dim=-1)
+        if self.greedy:
+            picked = logp.argmax(dim=-1)
+        else:
+            # Exponential races: argmax(p / E) = argmax(log p - log E), E ~ Exp(1) per token, one row's
+            # noise from that row's generator alone. Masked tokens (log p = -inf) never win.
+            noise = torch.stack(
+                [torch.empty_like(logp[0]).exponential_(generator=g) for g in self.generators]
+            )
+            picked = (logp - noise.log()).argmax(dim=-1)
+        self._steps.append(logp.gather(-1, picked[:, None])[:, 0])
+        chosen = torch.full_like(scores, float("-inf"))
+        return chosen.scatter_(-1, picked[:, None], 0.0)
+
+    @property
+    def logprobs(self) -> list[list[float]]:
+        """Per row, the log-probability of each token picked, in order."""
+        if not self._steps:
+            return [[] for _ in range(self.rows)]
+        return torch.stack(self._steps, dim=1).cpu().tolist()

@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-MODULES = ["training.mismatch", "training.registry", "training.serving"]
+MODULES = ["training.mismatch", "training.registry", "training.serving", "training.replay.rollout.loop"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -64,11 +64,12 @@ class SeededSampling(LogitsProcessor):
             picked = logp.argmax(dim=-1)
         else:
             # Exponential races: argmax(p / E) = argmax(log p - log E), E ~ Exp(1) per token, one row's
-            # noise from that row's generator alone. Masked tokens (log p = -inf) never win.
+            # noise from that row's generator alone. The CPU kernel can return E = 0 (-log1p(-u), u = 0):
+            # clamped, it is a huge finite lead, so a masked token (log p = -inf) still never wins.
             noise = torch.stack(
                 [torch.empty_like(logp[0]).exponential_(generator=g) for g in self.generators]
             )
-            picked = (logp - noise.log()).argmax(dim=-1)
+            picked = (logp - noise.clamp_min_(torch.finfo(noise.dtype).tiny).log()).argmax(dim=-1)
         self._steps.append(logp.gather(-1, picked[:, None])[:, 0])
         chosen = torch.full_like(scores, float("-inf"))
         return chosen.scatter_(-1, picked[:, None], 0.0)

@@ -76,3 +76,12 @@ def test_sample_seeds_follow_vllm() -> None:
     fresh = sample_seeds(None, 3)
     torch.manual_seed(1)
     assert sample_seeds(None, 3) == fresh and len(set(fresh)) == 3
+
+
+def test_a_zero_exponential_draw_never_picks_a_masked_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    """E = 0 (possible on CPU) must not give a top-k-masked token log p - log E = -inf + inf = nan."""
+    monkeypatch.setattr(torch.Tensor, "exponential_", lambda self, generator=None: self.zero_())
+    pick = SeededSampling([0], temperature=1.0, top_k=2, top_p=1.0, device="cpu")
+    scores = pick(torch.zeros((1, 1), dtype=torch.long), LOGITS[None])
+    assert scores.argmax(-1).item() in (0, 1)
+    assert math.isfinite(pick.logprobs[0][0])

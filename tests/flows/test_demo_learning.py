@@ -8,13 +8,15 @@ number) of the SFT adapter and of the GRPO adapter on the same val scenarios. Th
 difference's 95% bootstrap CI over scenarios must exclude 0.
 
 Seeded: questions, the stand-in's mistakes, trace ids (so trajectory ids and the
-train/val split), SFT and sampling seeds. The samples still differ from run to run: the
-transformers sampler seeds torch once per batch, and which requests share a batch depends
-on the timing of concurrent rollouts. Measured over 48 runs (2026-11-24, 2-core VM): SFT
-0.64-0.70, GRPO median 0.952 (0.80-0.97 in 47 runs), lift median +0.29 on 63 val
-scenarios, about 55 s. One run of the 48 fell to GRPO 0.524 and failed this test, and two
-lifted only +0.15/+0.16: the recipe has a tail that a seed cannot pin while sampling is
-batch-dependent. The warm start is deliberately short (the demo's ~1/3 epoch), so the test
+train/val split), SFT, GRPO and sampling seeds; every sample draws from its own seed, so
+a run in a given directory repeats exactly (two runs in one directory: identical rewards
+per round and the same result). Across directories it still varies: group ids hash the
+adapter's path, and GRPO reads its examples in group-id order. Measured over 14
+directories (2026-11-24, 2-core VM, per-row seeded sampling): SFT 0.603 every time, GRPO
+0.925-0.968, lift +0.32 to +0.37 (lowest CI bound +0.23) on 63 val scenarios, about 55 s.
+Before per-row seeds (torch seeded once per batch, batches set by rollout timing), 48
+runs gave lifts with a median of +0.29; one fell to GRPO 0.524 and failed, two lifted
+only +0.15/+0.16. The warm start is deliberately short (the demo's ~1/3 epoch), so the test
 asks for a lift, not a level (the demo reports the level against production).
 """
 

@@ -91,8 +91,9 @@ def bootstrap_ci(
 
 
 def policy_score(policy: str, scores: Mapping[str, float], **bootstrap: int | float) -> PolicyScore:
-    """Mean and interval of one policy's per-scenario scores."""
-    values = list(scores.values())
+    """Mean and interval of one policy's per-scenario scores (in scenario order: the interval does not
+    depend on the order the scores were read in)."""
+    values = [scores[scenario] for scenario in sorted(scores)]
     mean = float(np.mean(values)) if values else float("nan")
     return PolicyScore(policy, mean, bootstrap_ci(values, **bootstrap), len(values))  # type: ignore[arg-type]
 

@@ -98,3 +98,12 @@ def test_record_writes_the_comparison_then_the_table(lake: store.Lake) -> None:
     assert [m["role"] for m in metrics] == ["candidate", "baseline", "table", "table"]
     assert metrics[3]["stage"] == "sft" and metrics[3]["diff_base"] == pytest.approx(0.5)
     assert metrics[3]["diff_base_ci_low"] > 0 and metrics[3]["adapter"] == "agent"
+
+
+def test_a_policys_interval_does_not_depend_on_the_order_its_scores_were_read() -> None:
+    """The lake returns scenario scores in no fixed order; the same scores must report the same interval."""
+    graded = {s: (i * 7 % 40) ** 2 / 1600 for i, s in enumerate(SCENARIOS)}
+    rotated = dict(list(graded.items())[17:] + list(graded.items())[:17])
+    (row,) = evaluation_table([("sft", "m+a", graded)])
+    (again,) = evaluation_table([("sft", "m+a", rotated)])
+    assert row.ci == again.ci

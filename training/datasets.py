@@ -269,7 +269,9 @@ def select_grpo(
     `latest_rewards` with name `reward_name` (which may be omitted when the selected
     trajectories carry exactly one reward name). Groups with fewer than
     `min_group_size` scored trajectories are dropped and listed; equal-reward groups
-    are kept (zero advantage) and reported.
+    are kept (zero advantage) and reported. Examples come in scenario order, then group id:
+    a replay's group ids hash its policy, which names the adapter's path, so ordering by
+    them alone would make training depend on where the lake lives.
     """
     lake = store.Lake.of(lake)
     snapshot = selection_snapshot(lake, as_of)
@@ -314,7 +316,7 @@ def select_grpo(
                {"NULL" if has_reward else "r.scorer"} AS scorer
         FROM trajectories t JOIN sel USING (trajectory_id) JOIN r USING (trajectory_id)
         WHERE r.reward IS NOT NULL
-        ORDER BY group_id, t.trajectory_id
+        ORDER BY t.scenario_id NULLS LAST, group_id, t.trajectory_id
     """
     params = None if has_reward else {"name": reward_name}
     try:

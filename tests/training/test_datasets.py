@@ -173,6 +173,21 @@ def test_grpo_groups_with_advantages_and_report(lake: store.Lake) -> None:
     assert {"trajectories", "rewards"} <= set(lineage.table_versions)
 
 
+def test_grpo_examples_come_in_scenario_order_not_group_id_order(lake: store.Lake) -> None:
+    """Group ids hash the policy (the adapter's path): the same replay in another lake location gets
+    other ids, and the training order must not change with them."""
+    rows, rewards = [], []
+    for gid, scenario in (("g-b", "sc-1"), ("g-a", "sc-2")):
+        r, w = scored_group(gid, [1.0, 0.0])
+        for row in r:
+            row["scenario_id"] = scenario
+        rows += r
+        rewards += w
+    store.write(lake, "trajectories", rows)
+    store.write(lake, "rewards", rewards)
+    assert [e.trajectory_id for e in select_grpo(lake, ALL).examples] == ["g-b-0", "g-b-1", "g-a-0", "g-a-1"]
+
+
 def test_grpo_reward_column_overrides_stored_rewards(lake: store.Lake) -> None:
     write_groups(lake, {"g": [0.0, 0.0]})
     sel = select_grpo(

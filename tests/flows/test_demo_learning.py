@@ -8,15 +8,15 @@ number) of the SFT adapter and of the GRPO adapter on the same val scenarios. Th
 difference's 95% bootstrap CI over scenarios must exclude 0.
 
 Seeded: questions, the stand-in's mistakes, trace ids (so trajectory ids and the
-train/val split), SFT, GRPO and sampling seeds; every sample draws from its own seed, so
-a run in a given directory repeats exactly (two runs in one directory: identical rewards
-per round and the same result). Across directories it still varies: group ids hash the
-adapter's path, and GRPO reads its examples in group-id order. Measured over 14
-directories (2026-11-24, 2-core VM, per-row seeded sampling): SFT 0.603 every time, GRPO
-0.925-0.968, lift +0.32 to +0.37 (lowest CI bound +0.23) on 63 val scenarios, about 55 s.
-Before per-row seeds (torch seeded once per batch, batches set by rollout timing), 48
-runs gave lifts with a median of +0.29; one fell to GRPO 0.524 and failed, two lifted
-only +0.15/+0.16. The warm start is deliberately short (the demo's ~1/3 epoch), so the test
+train/val split), SFT, GRPO and sampling seeds. Every sample draws from its own seed and
+GRPO reads its groups in scenario order, so the run repeats exactly, in any directory, on
+one machine: SFT 0.603 -> GRPO 0.921, lift +0.317 [+0.234, +0.401] on 63 val scenarios,
+about 55 s (2026-11-24, 2-core VM). Another CPU can round differently and draw another
+run. How far runs spread, measured while GRPO still read groups in group-id order (group
+ids hash the adapter's path, so each directory was another draw): 14 directories gave
+GRPO 0.925-0.968 and lifts of +0.32 to +0.37, lowest CI bound +0.23. Before per-row
+seeds (torch seeded once per batch, batches set by rollout timing), 48 runs had a median
+lift of +0.29; one fell to GRPO 0.524 and failed, two lifted only +0.15/+0.16. The warm start is deliberately short (the demo's ~1/3 epoch), so the test
 asks for a lift, not a level (the demo reports the level against production).
 """
 

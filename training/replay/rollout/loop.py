@@ -96,7 +96,8 @@ def turn_record(prompt_ids: list[int], completion: Completion) -> dict[str, Any]
 
 def turn_seed(seed: int | None, scenario_id: str, rollout: int | None = None, turn: int = 0) -> int | None:
     """The seed of one request of a group: a stable hash of the run's seed, the scenario and (after the
-    first turn) the rollout and turn; None without a seed. 31 bits: servers take it as an int32.
+    first turn) the rollout and turn; None without a seed. 31 bits, non-negative: vLLM takes an
+    int64, and adds a request's sample index (sample `j` uses seed + `j`).
 
     >>> turn_seed(7, "sc-1") == turn_seed(7, "sc-1"), turn_seed(7, "sc-1", 0, 1) != turn_seed(7, "sc-1", 1, 1)
     (True, True)

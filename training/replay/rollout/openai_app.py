@@ -52,11 +52,31 @@ class RecordedCall:
 
 @dataclass
 class Recorder:
-    """Chat calls per episode id, in order; `limit` caps calls per episode (the turn limit)."""
+    """Chat calls per episode id, in order; `limit` caps calls per episode (the turn limit).
+
+    It also seeds each call of an episode (`call_seed`): from the scenario and rollout index
+    the episode was started with (`start`), so a seeded replay repeats, else from its id.
+    """
 
     limit: int | None = None
     calls: dict[str, list[RecordedCall]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _seed_keys: dict[str, tuple[str, int]] = field(default_factory=dict)
+    _seeded_calls: dict[str, int] = field(default_factory=dict)
+
+    def start(self, episode: str, scenario_id: str, rollout: int) -> None:
+        """Name the episode's scenario and rollout index: what its calls' seeds derive from."""
+        with self._lock:
+            self._seed_keys[episode] = (scenario_id, rollout)
+
+    def call_seed(self, episode: str, seed: int | None) -> int | None:
+        """The seed of the episode's next call (`turn_seed` of its scenario, rollout and call index).
+        Counted under the lock: calls an agent makes at once get different seeds."""
+        with self._lock:
+            index = self._seeded_calls.get(episode, 0)
+            self._seeded_calls[episode] = index + 1
+            scenario_id, rollout = self._seed_keys.get(episode, (episode, 0))
+        return turn_seed(seed, scenario_id, rollout, index)
 
     def previous(self, episode: str) -> RecordedCall | None:
         with self._lock:
@@ -73,6 +93,8 @@ class Recorder:
 
     def pop(self, episode: str) -> list[RecordedCall]:
         with self._lock:
+            self._seed_keys.pop(episode, None)
+            self._seeded_calls.pop(episode, None)
             return self.calls.pop(episode, [])
 
 
@@ -172,7 +194,7 @@ def create_app(
             if episode and recorder is not None and body.get("seed") is None:
                 # The default seed, per episode and call (see `turn_seed`): else every episode of a group
                 # that reaches the same prompt would sample the same answer.
-                params = params.with_seed(turn_seed(params.seed, episode, 0, recorder.count(episode)))
+                params = params.with_seed(recorder.call_seed(episode, params.seed))
             completions = await sampler.agenerate(
                 SampleRequest(tuple(prompt_ids), n, params, adapter_for(body))
             )

@@ -61,10 +61,11 @@ class UserRollouts:
         return self.spec
 
     async def run_group(self, scenario: Scenario, group_size: int) -> list[Episode]:
-        return list(await asyncio.gather(*(self._one(scenario) for _ in range(group_size))))
+        return list(await asyncio.gather(*(self._one(scenario, k) for k in range(group_size))))
 
-    async def _one(self, scenario: Scenario) -> Episode:
+    async def _one(self, scenario: Scenario, rollout: int) -> Episode:
         episode_id = uuid.uuid4().hex
+        self.recorder.start(episode_id, scenario.scenario_id, rollout)
         started = datetime.now(UTC)
         error: str | None = None
         value: Any = None

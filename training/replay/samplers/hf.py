@@ -4,7 +4,8 @@ Requests that share sampling parameters (the seed aside) and adapter are run as 
 left-padded batch, each prompt repeated `n` times; the rows of one prompt share its prefill
 (`generate` alone would prefill each). Every row draws its tokens from its own seeded
 generator (`seeded.SeededSampling`): sample `j` of a request with seed `s` uses `s + j`, as
-vLLM does, and gets the same tokens whatever else shares its batch. Log-probabilities are
+vLLM does, and draws the same noise whatever else shares its batch (the same tokens, up to
+floating-point differences of batched logits). Log-probabilities are
 the processed ones, of the distribution each token was drawn from (after temperature, top-k
 and top-p). A finished row is cut right after its first EOS (the EOS is kept: it was
 sampled); `generate` pads the rest, and the padding is never returned.
@@ -108,8 +109,6 @@ class TransformersSampler(Sampler):
     # --- sampling -----------------------------------------------------------------------
 
     def _generate(self, requests: Sequence[SampleRequest]) -> list[list[Completion]]:
-        from training.replay.samplers.seeded import sample_seeds  # torch, loaded with the model
-
         results: list[list[Completion] | None] = [None] * len(requests)
         groups: dict[tuple[SamplingParams, str | None], list[int]] = {}
         for i, request in enumerate(requests):  # seeds are per row: they never split a batch
@@ -117,9 +116,7 @@ class TransformersSampler(Sampler):
         with self._lock:
             for (params, adapter), indices in groups.items():
                 rows = [
-                    (i, requests[i].prompt_ids, seed)
-                    for i in indices
-                    for seed in sample_seeds(requests[i].params.seed, requests[i].n)
+                    (i, requests[i].prompt_ids, seed) for i in indices for seed in _row_seeds(requests[i])
                 ]
                 done: dict[int, list[Completion]] = {i: [] for i in indices}
                 for start in range(0, len(rows), self.max_batch_rows):
@@ -223,3 +220,12 @@ class TransformersSampler(Sampler):
             else:
                 completions.append(Completion(tuple(tokens[:end]), tuple(lps[:end]), "stop"))
         return completions
+
+
+def _row_seeds(request: SampleRequest) -> list[int]:
+    """One seed per sample of `request`; greedy draws no noise, so it leaves torch's generator alone."""
+    from training.replay.samplers.seeded import sample_seeds  # torch, loaded with the model
+
+    if request.params.temperature == 0:
+        return [0] * request.n
+    return sample_seeds(request.params.seed, request.n)

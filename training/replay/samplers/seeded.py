@@ -5,8 +5,9 @@ sample depends on which rows shared its batch and in what order; with concurrent
 that is an accident of timing, and a seed fixed nothing. Here each row owns a
 `torch.Generator` seeded like vLLM seeds the samples of a request (sample `j` of a request
 with seed `s` uses `s + j`), and the next token is chosen by the Gumbel-max trick:
-`argmax(log p + Gumbel noise)` is an exact draw from `p`. A row's tokens then depend only on
-its prompt, its seed and the model, never on its batch.
+`argmax(log p + Gumbel noise)` is an exact draw from `p`. A row's noise then depends only on
+its seed, never on its batch; its logits can still differ in the last bits with the batch's
+padding and kernels, so on a GPU in bf16 a near-tie can rarely go the other way.
 
 `SeededSampling` runs as the last logits processor of a greedy `generate`: it applies
 temperature, top-k and top-p (transformers' own warpers, in the order `generate` would),
@@ -21,6 +22,8 @@ from typing import Any
 
 import torch
 from transformers import LogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+from training.replay.errors import SamplerError
 
 SEED_BITS = 62
 
@@ -70,9 +73,18 @@ class SeededSampling(LogitsProcessor):
                 [torch.empty_like(logp[0]).exponential_(generator=g) for g in self.generators]
             )
             picked = (logp - noise.clamp_min_(torch.finfo(noise.dtype).tiny).log()).argmax(dim=-1)
-        self._steps.append(logp.gather(-1, picked[:, None])[:, 0])
-        chosen = torch.full_like(scores, float("-inf"))
-        return chosen.scatter_(-1, picked[:, None], 0.0)
+        chosen_logprobs = logp.gather(-1, picked[:, None])[:, 0]
+        if not bool(
+            torch.isfinite(chosen_logprobs).all()
+        ):  # NaN logits would pick NaN: say so, store nothing
+            raise SamplerError(
+                "the model produced non-finite logits (NaN or inf); check the weights, adapter and dtype",
+                backend="transformers",
+                reason="non_finite_logits",
+            )
+        self._steps.append(chosen_logprobs)
+        only_picked = torch.full_like(scores, float("-inf"))
+        return only_picked.scatter_(-1, picked[:, None], 0.0)
 
     @property
     def logprobs(self) -> list[list[float]]:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from tests.training.helpers import TOOLS, ScriptedSampler, calculator_script
 from training.replay.errors import ToolSourceError
-from training.replay.rollout.loop import RolloutLimits
+from training.replay.rollout.loop import RolloutLimits, turn_seed
+from training.replay.rollout.openai_app import Recorder
 from training.replay.rollout.user import UserRollouts
 from training.replay.samplers.base import SamplingParams
 from training.replay.scenarios import Scenario, normalize_message
@@ -81,3 +83,32 @@ def test_bad_rollout_path_names_the_problem(tiny_model: Path) -> None:
         UserRollouts(sampler, "tests.training.replay.rollout.user_agents:nope")
     with pytest.raises(ToolSourceError, match="not an import path"):
         UserRollouts(sampler, "just_a_name")
+
+
+def test_seeded_user_rollouts_repeat_and_every_call_has_its_own_seed(tiny_model: Path) -> None:
+    """Seeds come from the scenario, rollout index and call index, never from the random episode id."""
+
+    def seeds() -> list[int | None]:
+        sampler = ScriptedSampler(str(tiny_model), calculator_script)
+        runner = UserRollouts(
+            sampler, "tests.training.replay.rollout.user_agents:async_agent", params=SamplingParams(seed=5)
+        )
+        try:
+            asyncio.run(runner.run_group(_scenario(), 2))
+        finally:
+            runner.close()
+        return sorted(r.params.seed for r in sampler.requests)
+
+    expected = sorted(turn_seed(5, "sc-user", rollout, call) for rollout in range(2) for call in range(2))
+    assert seeds() == expected == seeds()
+    assert len(set(expected)) == 4
+
+
+def test_calls_an_episode_makes_at_once_get_different_seeds() -> None:
+    recorder = Recorder()
+    recorder.start("episode", "sc-user", 1)
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda _: recorder.call_seed("episode", 5), range(32)))
+    assert sorted(got) == sorted(turn_seed(5, "sc-user", 1, call) for call in range(32))
+    recorder.pop("episode")
+    assert recorder.call_seed("episode", 5) == turn_seed(5, "episode", 0, 0)  # forgotten with the episode

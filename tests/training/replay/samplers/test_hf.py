@@ -60,3 +60,13 @@ def test_a_sample_depends_on_its_seed_not_its_batch(tiny_model: Path) -> None:
         )
     # One prompt, three seeds: three different samples (the diversity a GRPO group needs).
     assert len({c.token_ids for c in alone}) == 3
+
+
+def test_greedy_leaves_the_global_generator_alone(tiny_model: Path) -> None:
+    import torch
+
+    sampler = make_sampler("transformers", str(tiny_model))
+    prompt = tuple(sampler.tokenizer.encode("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"))
+    before = torch.get_rng_state()
+    sampler.generate([SampleRequest(prompt, 2, SamplingParams(max_tokens=4, temperature=0.0))])
+    assert torch.equal(before, torch.get_rng_state())

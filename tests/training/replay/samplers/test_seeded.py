@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from training.replay.errors import SamplerError
 from training.replay.samplers.seeded import SeededSampling, sample_seeds
 
 LOGITS = torch.tensor([2.0, 1.5, 1.0, 0.5, 0.0, -1.0, -3.0])
@@ -85,3 +86,11 @@ def test_a_zero_exponential_draw_never_picks_a_masked_token(monkeypatch: pytest.
     scores = pick(torch.zeros((1, 1), dtype=torch.long), LOGITS[None])
     assert scores.argmax(-1).item() in (0, 1)
     assert math.isfinite(pick.logprobs[0][0])
+
+
+def test_non_finite_logits_are_an_error_not_a_stored_nan() -> None:
+    pick = SeededSampling([0, 1], temperature=1.0, top_k=0, top_p=1.0, device="cpu")
+    scores = LOGITS.repeat(2, 1)
+    scores[1] = float("nan")
+    with pytest.raises(SamplerError, match="non-finite logits"):
+        pick(torch.zeros((2, 1), dtype=torch.long), scores)

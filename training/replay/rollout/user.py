@@ -25,8 +25,9 @@ from typing import Any
 
 import httpx
 
+from training.replay.rollout.episodes import Recorder
 from training.replay.rollout.loop import Episode, RolloutLimits, turn_record
-from training.replay.rollout.openai_app import EPISODE_HEADER, LoopbackServer, Recorder, create_app
+from training.replay.rollout.openai_app import EPISODE_HEADER, LoopbackServer, create_app
 from training.replay.rollout.tools import import_object
 from training.replay.samplers.base import Sampler, SamplingParams
 from training.replay.scenarios import Scenario

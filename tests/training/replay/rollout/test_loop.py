@@ -198,20 +198,20 @@ def test_each_rollout_and_turn_samples_with_its_own_seed(tiny_model: Path) -> No
     """Every rollout of the group reaches the same turn-2 prompt here; one shared seed would make
     their answers identical on vLLM. Seeds differ per rollout and turn, and repeat run to run."""
 
-    def seeds_of(seed: int | None) -> list[list[int | None]]:
+    def seeds_of(seed: int | None) -> tuple[int | None, set[int | None]]:
+        """The group request's seed, and the later turns' seeds (a set: rollouts race to the sampler)."""
         sampler = ScriptedSampler(str(tiny_model), calculator_script)
         tools = CallableTools.from_specs(["tests.training.helpers:calculator"])
         loop = AgentLoop(sampler, tools, params=SamplingParams(max_tokens=64, seed=seed))
         asyncio.run(loop.run_group(_scenario(), 3))
         first, *later = sampler.requests
         assert first.n == 3 and len(later) == 3 and len({r.prompt_ids for r in later}) == 1
-        return [[first.params.seed], [r.params.seed for r in later]]
+        return first.params.seed, {r.params.seed for r in later}
 
-    (first_seed,), later_seeds = seeds_of(7)
+    first_seed, later_seeds = seeds_of(7)
     assert first_seed == turn_seed(7, "sc-test")
-    assert sorted(later_seeds) == sorted(turn_seed(7, "sc-test", k, 1) for k in range(3))
+    assert later_seeds == {turn_seed(7, "sc-test", k, 1) for k in range(3)}
     assert len({first_seed, *later_seeds}) == 4
-    again = seeds_of(7)
-    assert again[0] == [first_seed] and sorted(again[1]) == sorted(later_seeds)
-    assert seeds_of(None) == [[None], [None, None, None]]
+    assert seeds_of(7) == (first_seed, later_seeds)
+    assert seeds_of(None) == (None, {None})
     assert turn_seed(8, "sc-test") != first_seed and turn_seed(7, "sc-other") != first_seed

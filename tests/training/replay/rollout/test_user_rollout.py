@@ -10,8 +10,8 @@ import pytest
 
 from tests.training.helpers import TOOLS, ScriptedSampler, calculator_script
 from training.replay.errors import ToolSourceError
+from training.replay.rollout.episodes import Recorder
 from training.replay.rollout.loop import RolloutLimits, turn_seed
-from training.replay.rollout.openai_app import Recorder
 from training.replay.rollout.user import UserRollouts
 from training.replay.samplers.base import SamplingParams
 from training.replay.scenarios import Scenario, normalize_message

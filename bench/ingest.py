@@ -40,6 +40,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+import ingest.assembly  # noqa: E402
 from bench.otlp_workload import SPANS_PER_REQUEST, make_bodies  # noqa: E402
 
 # --- 1 and 2: without HTTP ---------------------------------------------------------------------------
@@ -352,7 +353,7 @@ def main() -> None:
         "",
     )
     table.add_row(
-        "assemble (spans -> trajectories)",
+        f"assemble (spans -> trajectories, {'compiled' if ingest.assembly.COMPILED else 'interpreted'})",
         "",
         f"{assembly['spans_cpu_s']:,.0f}",
         f"{assembly['traces_cpu_s']:,.0f} traces/CPU-s",

@@ -170,7 +170,7 @@ def agent_runs(
     run_of_agent: dict[str | None, Run] = {None: trace_run}
     if len(top) == 1:
         run_of_agent[top[0]] = trace_run
-    pending = [(None, child) for child in top]
+    pending: list[tuple[str | None, str]] = [(None, child) for child in top]
     while pending:
         parent_id, agent_id = pending.pop(0)
         parent_run = run_of_agent[parent_id]
@@ -236,7 +236,11 @@ def _first_call(
     """The first model call anywhere in an agent's subtree."""
     found = [own[agent_id][0]] if own.get(agent_id) else []
     found += [c for c in (_first_call(child, own, children) for child in children.get(agent_id, [])) if c]
-    return min(found, key=lambda c: c.start_time or 0, default=None)
+    return min(found, key=_start_of) if found else None
+
+
+def _start_of(call: LLMCall) -> Any:
+    return call.start_time or 0
 
 
 def _own_conversation(

@@ -12,18 +12,17 @@ from __future__ import annotations
 import contextlib
 import gc
 import traceback
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ingest.assembly.feedback import feedback_rows
 from ingest.assembly.normalize import HistoryMemo, Span, normalize_span
+from ingest.assembly.rows import parse_json, raw_rows_by_trace
 from ingest.assembly.runs import agent_runs, attach_logs, span_order
 from ingest.assembly.trajectory import trajectory_row
 from store.schema import INGEST_ERRORS, REWARDS, TRAJECTORIES, WRITTEN_AT
@@ -44,108 +43,6 @@ class Assembled:
     @property
     def failed(self) -> int:
         return self.failures.num_rows
-
-
-# The columns assembly reads (the resource JSON and arrival time are not among them).
-_COLUMNS = (
-    "trace_id",
-    "span_id",
-    "parent_span_id",
-    "name",
-    "kind",
-    "source",
-    "start_time",
-    "end_time",
-    "status_code",
-    "status_message",
-    "service_name",
-    "attributes",
-    "events",
-)
-
-
-def span_dicts(spans: pa.Table) -> list[Span]:
-    """Rows of a `spans` table as dicts with parsed `attributes`/`events` and `start_time`/`end_time`
-    in microseconds since the epoch, newest row per key."""
-    return [span for trace in spans_by_trace(spans).values() for span in trace.values()]
-
-
-def spans_by_trace(spans: pa.Table) -> dict[str, dict[str, Span]]:
-    """`span_dicts` grouped by trace, then keyed by span id, in first-seen order."""
-    by_trace = _raw_rows_by_trace(spans)
-    for trace in by_trace.values():
-        _parse_json(trace.values())
-    return by_trace
-
-
-def _raw_rows_by_trace(spans: pa.Table) -> dict[str, dict[str, Span]]:
-    """The rows grouped by trace and keyed by span id (first-seen order, newest row per key), with
-    `attributes`/`events` still JSON bytes (`_parse_json`)."""
-    names = [c for c in _COLUMNS if c in spans.column_names]
-    if WRITTEN_AT in spans.column_names:
-        # A lake read has one row per key already; an in-memory batch may repeat a key: newest wins.
-        spans = spans.sort_by([(WRITTEN_AT, "ascending")])
-    # Times as integer microseconds since the epoch: building a timezone-aware datetime per value
-    # cost more than half of this function; rows get datetimes back in `trajectory`.
-    columns = [_column(spans.column(c), c) for c in names]
-    by_trace: dict[str, dict[str, Span]] = {}
-    for values in zip(*columns, strict=True):
-        # No `strict=`: `values` is a row of the `names` columns, and parsing a keyword argument costs
-        # zip more than its 13 pairs (0.7% of assembly).
-        row = dict(zip(names, values))  # noqa: B905
-        # Grouped and de-duplicated in one step: a repeated key keeps its first place, newest row.
-        trace = by_trace.get(row["trace_id"])
-        if trace is None:
-            trace = by_trace[row["trace_id"]] = {}
-        trace[row["span_id"]] = row
-    return by_trace
-
-
-def _parse_json(rows: Iterable[Span]) -> list[Span]:
-    """The rows with their `attributes`/`events` JSON parsed, in place."""
-    out = list(rows)
-    for row in out:
-        row["attributes"] = _attributes(row.get("attributes"))
-        events = row.get("events")
-        row["events"] = _events(events) if events and events != b"[]" else []  # most spans have none
-    return out
-
-
-def _attributes(text: bytes | str | None) -> dict[str, Any]:
-    if not text:
-        return {}
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def _events(text: bytes | str | None) -> list[dict[str, Any]]:
-    """An event is an object with an attributes object; anything else is no event we can read."""
-    if not text or text == b"[]":  # most spans have no events
-        return []
-    try:
-        events = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return []
-    if not isinstance(events, list):
-        return []
-    return [
-        {**e, "attributes": e["attributes"] if isinstance(e.get("attributes"), dict) else {}}
-        for e in events
-        if isinstance(e, dict)
-    ]
-
-
-def _column(column: pa.ChunkedArray, name: str) -> list[Any]:
-    if name in ("start_time", "end_time"):
-        return pc.cast(column, pa.int64()).to_pylist()
-    if name in ("attributes", "events") and pa.types.is_string(column.type):
-        # JSON text as bytes (the same buffer, valid UTF-8 already): orjson reads bytes without
-        # Python decoding them into str objects first. Any other column type stays as it is.
-        return pc.cast(column, pa.binary()).to_pylist()
-    return column.to_pylist()
 
 
 def assemble_trace(trace_id: str, spans: list[Span]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -199,7 +96,7 @@ def _collections_paused() -> Iterator[None]:
 
 
 def _assemble(spans: pa.Table) -> Assembled:
-    by_trace = _raw_rows_by_trace(spans)
+    by_trace = raw_rows_by_trace(spans)
     traces = len(by_trace)
     per_trace: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
     failures: list[dict[str, Any]] = []
@@ -207,7 +104,7 @@ def _assemble(spans: pa.Table) -> Assembled:
     for trace_id in sorted(by_trace):
         # Each trace's JSON is parsed just before it is assembled, and its spans freed right after:
         # its parsed strings are still in the CPU cache when the normalisers read them.
-        trace = _parse_json(by_trace.pop(trace_id).values())
+        trace = parse_json(by_trace.pop(trace_id).values())
         try:
             found, feedback = assemble_trace(trace_id, trace)
         except Exception as exc:  # isolated: recorded with its reason, the batch goes on

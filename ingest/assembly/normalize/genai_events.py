@@ -39,7 +39,12 @@ CHOICE_EVENT = "gen_ai.choice"
 
 
 def _in_order(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return sorted(events, key=lambda e: e.get("time") if isinstance(e.get("time"), int) else 0)
+    return sorted(events, key=_event_time)
+
+
+def _event_time(event: dict[str, Any]) -> int:
+    time = event.get("time")
+    return time if isinstance(time, int) else 0
 
 
 def details_attributes(events: list[dict[str, Any]]) -> dict[str, Any]:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
+import pyarrow as pa
 import pytest
 
 import store
+from ingest.assembly import span_dicts
 from ingest.assembly.normalize import LLMCall, ToolCall, normalize_span
 from ingest.langfuse import observation_to_span, to_span_id, to_trace_id, trace_to_spans
 from ingest.records import BadRecord
@@ -182,12 +184,14 @@ def test_spans_normalise_as_langfuse_llm_and_tool_calls() -> None:
         },
         received_at=NOW,
     )
-    call = normalize_span({**gen, "attributes": json.loads(gen["attributes"])})
+    # As assembly reads them: attributes parsed, times in microseconds (`span_dicts`).
+    spans = {s["span_id"]: s for s in span_dicts(pa.Table.from_pylist([gen, tool], store.schema.SPANS.schema))}
+    call = normalize_span(spans[gen["span_id"]])
     assert isinstance(call, LLMCall)
     assert call.model == "gpt-4o" and call.input_tokens == 120 and call.output_tokens == 45
     assert [m["content"] for m in call.input_messages] == ["hi"]
     assert [m["content"] for m in call.output_messages] == ["hello"]
-    result = normalize_span({**tool, "attributes": json.loads(tool["attributes"])})
+    result = normalize_span(spans[tool["span_id"]])
     assert isinstance(result, ToolCall)
     assert result.name == "get_weather" and result.call_id == "call_9" and result.result == "cold"
 

@@ -185,7 +185,9 @@ def test_spans_normalise_as_langfuse_llm_and_tool_calls() -> None:
         received_at=NOW,
     )
     # As assembly reads them: attributes parsed, times in microseconds (`span_dicts`).
-    spans = {s["span_id"]: s for s in span_dicts(pa.Table.from_pylist([gen, tool], store.schema.SPANS.schema))}
+    spans = {
+        s["span_id"]: s for s in span_dicts(pa.Table.from_pylist([gen, tool], store.schema.SPANS.schema))
+    }
     call = normalize_span(spans[gen["span_id"]])
     assert isinstance(call, LLMCall)
     assert call.model == "gpt-4o" and call.input_tokens == 120 and call.output_tokens == 45

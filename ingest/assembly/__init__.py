@@ -18,9 +18,9 @@ from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
 
-def _compiled_modules() -> bool:
-    """Whether the compiled modules are in use; an error when one was compiled from other source."""
-    here = Path(__file__).parent
+def compiled_modules(here: Path) -> bool:
+    """Whether the package at `here` has compiled modules (they load before their source); an
+    ImportError when one of them was compiled from another version of its source."""
     binaries = [p for p in here.rglob("*") if any(p.name.endswith(s) for s in EXTENSION_SUFFIXES)]
     if not binaries:
         return False
@@ -37,7 +37,7 @@ def _compiled_modules() -> bool:
     return True
 
 
-COMPILED = _compiled_modules()
+COMPILED = compiled_modules(Path(__file__).parent)
 
 from ingest.assembly.rows import span_dicts  # noqa: E402  (after the check: it may load a compiled module)
 from ingest.assembly.traces import Assembled, assemble, assemble_trace  # noqa: E402

@@ -50,7 +50,7 @@ def spans_by_trace(spans: pa.Table) -> dict[str, dict[str, Span]]:
 
 def raw_rows_by_trace(spans: pa.Table) -> dict[str, dict[str, Span]]:
     """The rows grouped by trace and keyed by span id (first-seen order, newest row per key), with
-    `attributes`/`events` still JSON bytes (`parse_json`)."""
+    `attributes`/`events` still JSON text (`parse_json`)."""
     names = [c for c in _COLUMNS if c in spans.column_names]
     if WRITTEN_AT in spans.column_names:
         # A lake read has one row per key already; an in-memory batch may repeat a key: newest wins.
@@ -81,7 +81,7 @@ def parse_json(rows: Iterable[Span]) -> list[Span]:
     return out
 
 
-def _attributes(text: bytes | str | None) -> dict[str, Any]:
+def _attributes(text: bytes | memoryview | str | None) -> dict[str, Any]:
     if not text:
         return {}
     try:
@@ -111,8 +111,28 @@ def _events(text: bytes | str | None) -> list[dict[str, Any]]:
 def _column(column: pa.ChunkedArray, name: str) -> list[Any]:
     if name in ("start_time", "end_time"):
         return pc.cast(column, pa.int64()).to_pylist()
-    if name in ("attributes", "events") and pa.types.is_string(column.type):
+    if name == "attributes" and pa.types.is_string(column.type):
+        return _json_views(column)
+    if name == "events" and pa.types.is_string(column.type):
         # JSON text as bytes (the same buffer, valid UTF-8 already): orjson reads bytes without
         # Python decoding them into str objects first. Any other column type stays as it is.
         return pc.cast(column, pa.binary()).to_pylist()
     return column.to_pylist()
+
+
+def _json_views(column: pa.ChunkedArray) -> list[memoryview | None]:
+    """Each value's JSON text as a view into Arrow's own buffer, where orjson reads it: a copy into
+    a bytes object per row (the attributes hold the multi-KB histories) cost a twentieth of assembly."""
+    views: list[memoryview | None] = []
+    for chunk in pc.cast(column, pa.large_binary()).chunks:
+        count = len(chunk)
+        _, offset_buffer, data_buffer = chunk.buffers()
+        first = chunk.offset
+        offsets = memoryview(offset_buffer).cast("q")[first : first + count + 1].tolist()
+        data = memoryview(data_buffer if data_buffer is not None else b"")
+        chunk_views: list[memoryview | None] = [data[offsets[i] : offsets[i + 1]] for i in range(count)]
+        if chunk.null_count:
+            valid = chunk.is_valid().to_pylist()
+            chunk_views = [view if ok else None for view, ok in zip(chunk_views, valid, strict=True)]
+        views += chunk_views
+    return views

@@ -239,7 +239,7 @@ def _first_call(
     return min(found, key=_start_of) if found else None
 
 
-def _start_of(call: LLMCall) -> Any:
+def _start_of(call: LLMCall) -> int:
     return call.start_time or 0
 
 

@@ -6,7 +6,7 @@ microseconds since the epoch; `attributes`/`events` are parsed from JSON bytes w
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import orjson
@@ -59,16 +59,50 @@ def raw_rows_by_trace(spans: pa.Table) -> dict[str, dict[str, Span]]:
     # cost more than half of this function; rows get datetimes back in `trajectory`.
     columns = [_column(spans.column(c), c) for c in names]
     by_trace: dict[str, dict[str, Span]] = {}
-    for values in zip(*columns, strict=True):
-        # No `strict=`: `values` is a row of the `names` columns, and parsing a keyword argument costs
-        # zip more than its 13 pairs (0.7% of assembly).
-        row = dict(zip(names, values))  # noqa: B905
+    for row in _rows(names, columns):
         # Grouped and de-duplicated in one step: a repeated key keeps its first place, newest row.
         trace = by_trace.get(row["trace_id"])
         if trace is None:
             trace = by_trace[row["trace_id"]] = {}
         trace[row["span_id"]] = row
     return by_trace
+
+
+def _rows(names: list[str], columns: list[list[Any]]) -> Iterator[Span]:
+    if len(names) == len(_COLUMNS):  # every column (the usual table): a dict display, built at once
+        for (
+            trace,
+            span,
+            parent,
+            name,
+            kind,
+            source,
+            start,
+            end,
+            status,
+            message,
+            service,
+            attrs,
+            events,
+        ) in zip(*columns, strict=True):
+            yield {
+                "trace_id": trace,
+                "span_id": span,
+                "parent_span_id": parent,
+                "name": name,
+                "kind": kind,
+                "source": source,
+                "start_time": start,
+                "end_time": end,
+                "status_code": status,
+                "status_message": message,
+                "service_name": service,
+                "attributes": attrs,
+                "events": events,
+            }
+    else:
+        for values in zip(*columns, strict=True):
+            yield dict(zip(names, values, strict=True))
 
 
 def parse_json(rows: Iterable[Span]) -> list[Span]:

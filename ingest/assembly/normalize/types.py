@@ -9,6 +9,8 @@ go straight into Arrow without another conversion. Tool definitions are OpenAI-s
 from __future__ import annotations
 
 import json
+import json.encoder
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -150,9 +152,29 @@ def as_text(value: Any) -> str | None:
     return _AS_PYTHON_RENDERS(value)
 
 
-# `json.dumps(value, ensure_ascii=False)` without building an encoder per call, nor a check for
-# cycles per container (values parsed from JSON hold none).
-_AS_PYTHON_RENDERS = json.JSONEncoder(ensure_ascii=False, check_circular=False).encode
+def _python_renderer() -> Callable[[Any], str]:
+    """`json.dumps(value, ensure_ascii=False)` with its C encoder made once (`JSONEncoder.encode`
+    makes one per call: more than half of what rendering a tool result cost), and no check for
+    cycles per container (values parsed from JSON hold none)."""
+    encoder = json.JSONEncoder(ensure_ascii=False, check_circular=False)
+    make_encoder = getattr(json.encoder, "c_make_encoder", None)
+    if make_encoder is None:  # an interpreter without the C accelerator
+        return encoder.encode
+    chunks = make_encoder(
+        None,  # no cycle markers
+        encoder.default,
+        json.encoder.encode_basestring,
+        None,  # no indent
+        encoder.key_separator,
+        encoder.item_separator,
+        False,  # sort_keys
+        False,  # skipkeys
+        True,  # allow_nan
+    )
+    return lambda value: "".join(chunks(value, 0))
+
+
+_AS_PYTHON_RENDERS = _python_renderer()
 
 
 def maybe_json(value: Any) -> Any:

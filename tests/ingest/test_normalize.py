@@ -5,15 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hypothesis import given
-from hypothesis import strategies as st
-
 from ingest.assembly.normalize import HistoryMemo, LLMCall, ToolCall, normalize_span
 from ingest.assembly.normalize.genai import normalize_genai
 from ingest.assembly.normalize.langfuse import normalize_langfuse
 from ingest.assembly.normalize.openinference import normalize_openinference
 from ingest.assembly.normalize.openllmetry import normalize_openllmetry
-from ingest.assembly.normalize.types import as_text
 
 
 def get_span(
@@ -413,16 +409,3 @@ def test_history_memo_converts_what_a_trace_repeats_once() -> None:
     assert isinstance(other_trace, LLMCall)
     assert other_trace.input_messages == first.input_messages
     assert other_trace.input_messages[0] is not first.input_messages[0]
-
-
-_JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-    max_leaves=12,
-)
-
-
-@given(_JSON_VALUES.filter(lambda v: not isinstance(v, (str, list)) and v is not None))
-def test_structured_tool_results_render_as_python_frameworks_render_them(value: Any) -> None:
-    # What a Python framework shows the model: `json.dumps` (unicode kept, NaN as NaN).
-    assert as_text(value) == json.dumps(value, ensure_ascii=False)

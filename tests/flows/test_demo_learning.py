@@ -16,8 +16,9 @@ run. How far runs spread, measured while GRPO still read groups in group-id orde
 ids hash the adapter's path, so each directory was another draw): 14 directories gave
 GRPO 0.925-0.968 and lifts of +0.32 to +0.37, lowest CI bound +0.23. Before per-row
 seeds (torch seeded once per batch, batches set by rollout timing), 48 runs had a median
-lift of +0.29; one fell to GRPO 0.524 and failed, two lifted only +0.15/+0.16. The warm start is deliberately short (the demo's ~1/3 epoch), so the test
-asks for a lift, not a level (the demo reports the level against production).
+lift of +0.29; one fell to GRPO 0.524 and failed, two lifted only +0.15/+0.16. The warm
+start is deliberately short (the demo's ~1/3 epoch), so the test asks for a lift, not a
+level (the demo reports the level against production).
 """
 
 from __future__ import annotations

@@ -6,16 +6,17 @@ itself: its text is parsed for `<tool_call>` blocks, the tools answer, and the n
 
     previous prompt ids + sampled ids + ids of the rendered tool-result suffix
 
-never a re-tokenised conversation; the loop checks that every prompt extends the last.
-With a seed, each request gets its own (`turn_seed`): the first a seed per scenario (the
-backends seed sample `j` with that seed + `j`), each later turn a seed per rollout and turn.
-One seed for every request would draw the same noise for every rollout, and rollouts that
-reach the same prompt (the same tool call, the same result) would answer alike, leaving the
-group less diverse than it looks. A
+never a re-tokenised conversation; the loop checks that every prompt extends the last. A
 rollout ends when the model answers without calling a tool (`ok`), when a completion hits
 its token budget, the turn limit or the total-token limit (`truncated`, with the reason in
 `finish_reason`), and a malformed tool call is answered with an error result, like any
 failed tool, so the model can recover and the batch never crashes.
+
+With a seed, each request gets its own (`turn_seed`): the first a seed per scenario (the
+backends seed sample `j` with that seed + `j`), each later turn a seed per rollout and turn.
+One seed for every request would draw the same noise for every rollout, and rollouts that
+reach the same prompt (the same tool call, the same result) would answer alike, leaving the
+group less diverse than it looks.
 """
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ sampled); `generate` pads the rest, and the padding is never returned.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -112,7 +111,7 @@ class TransformersSampler(Sampler):
         results: list[list[Completion] | None] = [None] * len(requests)
         groups: dict[tuple[SamplingParams, str | None], list[int]] = {}
         for i, request in enumerate(requests):  # seeds are per row: they never split a batch
-            groups.setdefault((dataclasses.replace(request.params, seed=None), request.adapter), []).append(i)
+            groups.setdefault((request.params.with_seed(None), request.adapter), []).append(i)
         with self._lock:
             for (params, adapter), indices in groups.items():
                 rows = [

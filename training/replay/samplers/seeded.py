@@ -74,9 +74,7 @@ class SeededSampling(LogitsProcessor):
             )
             picked = (logp - noise.clamp_min_(torch.finfo(noise.dtype).tiny).log()).argmax(dim=-1)
         chosen_logprobs = logp.gather(-1, picked[:, None])[:, 0]
-        if not bool(
-            torch.isfinite(chosen_logprobs).all()
-        ):  # NaN logits would pick NaN: say so, store nothing
+        if not bool(torch.isfinite(chosen_logprobs).all()):  # NaN logits pick NaN: say so, store nothing
             raise SamplerError(
                 "the model produced non-finite logits (NaN or inf); check the weights, adapter and dtype",
                 backend="transformers",

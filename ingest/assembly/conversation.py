@@ -25,7 +25,7 @@ Sources of truth, in order:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ingest.assembly.normalize.types import LLMCall, Message, ToolCall, make_message, make_tool_call
@@ -56,26 +56,33 @@ def _common_prefix(a: list[Key], b: list[Key]) -> int:
     return n
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)  # the `__init__`s are written out: see `LLMCall`
 class _Entry:
     message: Message
     key: Key
     origin: str
-    placeholder: bool = False  # a content-free model turn: its structure only
-    merged: int = 0  # id of the last input message merged into it (the same one comes back span after span)
+    placeholder: bool  # a content-free model turn: its structure only
+    merged: int  # id of the last input message merged into it (the same one comes back span after span)
+
+    def __init__(self, message: Message, key: Key, origin: str, placeholder: bool = False) -> None:
+        self.message, self.key, self.origin, self.placeholder = message, key, origin, placeholder
+        self.merged = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Conversation:
     """An append-only conversation with the rules above."""
 
-    entries: list[_Entry] = field(default_factory=list)
-    tool_output: str | None = None  # the result of a successful tool after the model's last turn
+    entries: list[_Entry]
+    tool_output: str | None  # the result of a successful tool after the model's last turn
     # Where the tool-span results since the last LLM call are in `entries` (only appended to until then).
-    _fresh_tools: list[int] = field(default_factory=list)
+    _fresh_tools: list[int]
     # Message keys by message identity: the normalisers hand the same message objects to every
     # call that repeats them, and those objects live as long as the conversation is built.
-    _keys_of: dict[int, Key] = field(default_factory=dict)
+    _keys_of: dict[int, Key]
+
+    def __init__(self) -> None:
+        self.entries, self.tool_output, self._fresh_tools, self._keys_of = [], None, [], {}
 
     @property
     def keys(self) -> list[Key]:

@@ -16,7 +16,7 @@ agents are a run each, and calls outside every agent stay with the trace-level r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
@@ -52,16 +52,30 @@ def span_order(span: Span) -> tuple[Any, ...]:
     return (span.get("start_time") or 0, span.get("end_time") or 0, span["span_id"])
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)  # the `__init__` is written out: see `LLMCall`
 class Run:
     """One agent run: its spans and normalised calls in time order."""
 
     trajectory_id: str
     agent_span: Span | None  # the outermost agent span of the run
-    parent: Run | None = None  # the enclosing run, for a nested agent with its own conversation
-    agents: list[Span] = field(default_factory=list)  # every agent span merged into the run, outermost first
-    spans: list[Span] = field(default_factory=list)
-    calls: list[LLMCall | ToolCall] = field(default_factory=list)
+    parent: Run | None  # the enclosing run, for a nested agent with its own conversation
+    agents: list[Span]  # every agent span merged into the run, outermost first
+    spans: list[Span]
+    calls: list[LLMCall | ToolCall]
+
+    def __init__(
+        self,
+        trajectory_id: str,
+        agent_span: Span | None,
+        parent: Run | None = None,
+        agents: list[Span] | None = None,
+        spans: list[Span] | None = None,
+        calls: list[LLMCall | ToolCall] | None = None,
+    ) -> None:
+        self.trajectory_id, self.agent_span, self.parent = trajectory_id, agent_span, parent
+        self.agents = [] if agents is None else agents
+        self.spans = [] if spans is None else spans
+        self.calls = [] if calls is None else calls
 
     @property
     def has_llm_calls(self) -> bool:

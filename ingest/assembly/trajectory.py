@@ -38,7 +38,7 @@ TRACE_NAME_KEYS = (
 )
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)  # the `__init__` is written out: see `LLMCall`
 class _CallFacts:
     """What the row reads off a run's calls, gathered in one pass over them (`_call_facts`)."""
 
@@ -55,6 +55,27 @@ class _CallFacts:
     # Tool definitions, by where they come from (`merge_tools` takes them in this order).
     declared_by_calls: list[list[dict[str, Any]]]
     declared_by_tools: list[dict[str, Any]]
+
+    def __init__(
+        self,
+        llm_calls: list[LLMCall],
+        tool_calls: int,
+        conventions: set[str],
+        finish_reasons: list[str],
+        response_ids: list[str],
+        content_refs: list[dict[str, Any]],
+        input_tokens: int | None,
+        output_tokens: int | None,
+        errored: bool,
+        has_content: bool,
+        declared_by_calls: list[list[dict[str, Any]]],
+        declared_by_tools: list[dict[str, Any]],
+    ) -> None:
+        self.llm_calls, self.tool_calls, self.conventions = llm_calls, tool_calls, conventions
+        self.finish_reasons, self.response_ids, self.content_refs = finish_reasons, response_ids, content_refs
+        self.input_tokens, self.output_tokens = input_tokens, output_tokens
+        self.errored, self.has_content = errored, has_content
+        self.declared_by_calls, self.declared_by_tools = declared_by_calls, declared_by_tools
 
 
 def _call_facts(calls: list[LLMCall | ToolCall]) -> _CallFacts:

@@ -166,11 +166,12 @@ def normalize_genai_llm(span: Span, *, convention: str = "genai", memo: HistoryM
     answer = get("gen_ai.output.messages")
     if isinstance(answer, str):
         answer = maybe_json(answer)
-    outputs = (
-        messages_from_parts(answer, default_role="assistant", items=memo.items if memo is not None else None)
-        if answer is not None
-        else []
-    )
+    if answer is None:
+        outputs = []
+    elif memo is not None:
+        outputs = memo.answer_of(answer)
+    else:
+        outputs = messages_from_parts(answer, default_role="assistant")
     event_reasons: list[str] = []
     if not inputs and not outputs and events:
         inputs, outputs, event_reasons = messages_from_events(events)

@@ -24,63 +24,40 @@ from ingest.assembly.normalize.types import (
 
 
 def messages_from_parts(
-    raw: Any, *, default_role: str = "user", items: ItemCache | None = None
+    raw: Any, *, default_role: str = "user", memo: HistoryMemo | None = None
 ) -> list[Message]:
     """`[{role, parts[]}]` (JSON text or list) as lake messages; tool responses become tool messages.
-    `items`: a trace's converted items (`HistoryMemo.items`), to convert each repeated item once."""
+    `memo`: the trace's `HistoryMemo`, which hands back the messages of an answer it has seen."""
     if isinstance(raw, str):
         raw = maybe_json(raw)
     if not isinstance(raw, list):
         return [make_message(default_role, as_text(raw))] if raw not in (None, "") else []
     out: list[Message] = []
     for item in raw:
-        if not isinstance(item, dict):
-            continue
-        if items is None:
-            out += _convert_item(item, default_role)
-            continue
-        # Looked up here: a call per item costs as much as the lookup. An item that names its role
-        # converts the same as input or output, and an output's `finish_reason` is no part of the
-        # message: the model's answer and the next call's copy of it in the history are one message
-        # object (the conversation knows it at once).
-        try:
-            text = orjson.dumps(_without_finish_reason(item) if "finish_reason" in item else item)
-        except (TypeError, orjson.JSONEncodeError):  # values orjson cannot write: converted each time
-            out += _convert_item(item, default_role)
-            continue
-        key = text if item.get("role") else (text, default_role)
-        found = items.get(key)
-        if found is None:
-            found = items[key] = _convert_item(item, default_role)
-        out += found
+        if isinstance(item, dict):
+            out += memo.convert(item, default_role) if memo is not None else _convert_item(item, default_role)
     return out
 
 
-def _without_finish_reason(item: dict[str, Any]) -> dict[str, Any]:
-    return {name: value for name, value in item.items() if name != "finish_reason"}
-
-
-# A trace's converted message items by their JSON text (and the default role, for an item without
-# one). The messages are shared by every call that repeats them, and nothing downstream changes
-# them (a conversation copies a message before it changes it).
-ItemCache = dict[bytes | tuple[bytes, str], list[Message]]
-
-
 class HistoryMemo:
-    """What one trace's chat spans repeat, parsed once. Every chat span repeats the conversation so
-    far: a span whose history text is the previous span's plus new turns (the usual case:
+    """What one trace's chat spans repeat, converted once. Every chat span repeats the conversation
+    so far: a span whose history text is the previous span's plus new turns (the usual case:
     instrumentations serialise the same list the same way) parses and converts only the new turns,
-    and an item seen before (an earlier answer, now in the history) is converted once (`items`).
-    One per trace, used in time order."""
+    and the first of those is usually the answer the previous span gave, whose messages are handed
+    back: the model's answer and the next call's copy of it in the history are one message object,
+    which the conversation recognises at once. One per trace, used in time order."""
 
     def __init__(self) -> None:
         self.text: str | None = None
         self.messages: list[Message] = []
-        self.items: ItemCache = {}
+        # The last answer's items (without their `finish_reason`, no part of a message) and their
+        # messages. Nothing downstream changes the messages (a conversation copies one to change it).
+        self.answer: list[tuple[dict[str, Any], list[Message]]] = []
 
     def messages_of(self, raw: Any) -> list[Message]:
+        """The messages of a span's history (`gen_ai.input.messages`, JSON text or parsed)."""
         if not isinstance(raw, str):
-            return messages_from_parts(raw, items=self.items)
+            return messages_from_parts(raw, memo=self)
         previous = self.text
         if previous == raw:
             return self.messages
@@ -93,11 +70,42 @@ class HistoryMemo:
                 except orjson.JSONDecodeError:
                     tail = None
                 if isinstance(tail, list):
-                    messages = self.messages + messages_from_parts(tail, items=self.items)
+                    messages = self.messages + messages_from_parts(tail, memo=self)
         if messages is None:
-            messages = messages_from_parts(raw, items=self.items)
+            messages = messages_from_parts(raw, memo=self)
         self.text, self.messages = raw, messages
         return messages
+
+    def answer_of(self, raw: Any) -> list[Message]:
+        """The messages of a span's answer (`gen_ai.output.messages`, parsed), remembered for the
+        next history."""
+        if not isinstance(raw, list):
+            self.answer = []
+            return messages_from_parts(raw, default_role="assistant")
+        answer: list[tuple[dict[str, Any], list[Message]]] = []
+        out: list[Message] = []
+        for item in raw:
+            if isinstance(item, dict):
+                messages = self.convert(item, "assistant")
+                if item.get("role"):  # an item without one converts by the default role: not the history's
+                    answer.append(
+                        (_without_finish_reason(item) if "finish_reason" in item else item, messages)
+                    )
+                out += messages
+        self.answer = answer
+        return out
+
+    def convert(self, item: dict[str, Any], default_role: str) -> list[Message]:
+        """`_convert_item`, or the messages of the last answer when the item is one of its items
+        (compared by value: a walk in C that stops at the first difference and allocates nothing)."""
+        for seen, messages in self.answer:
+            if item == seen:
+                return messages
+        return _convert_item(item, default_role)
+
+
+def _without_finish_reason(item: dict[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in item.items() if name != "finish_reason"}
 
 
 def _convert_item(item: dict[str, Any], default_role: str) -> list[Message]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -146,25 +147,44 @@ def _events(text: bytes | str | None) -> list[dict[str, Any]]:
 def _column(column: pa.ChunkedArray, name: str) -> list[Any]:
     if name in ("start_time", "end_time"):
         return pc.cast(column, pa.int64()).to_pylist()
-    if name == "attributes" and pa.types.is_string(column.type):
+    if name == "attributes" and (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
         return _json_views(column)
     if name == "events" and pa.types.is_string(column.type):
         # JSON text as bytes (valid UTF-8 already: orjson reads it without a decode into str). Not
         # views: most are `[]`, and testing a view for that compares item by item (14% more
         # instructions for assembly when events were views too).
         return pc.cast(column, pa.binary()).to_pylist()
+    if name != "span_id" and pa.types.is_string(column.type) and column.num_chunks:
+        return _shared_strings(column)
     return column.to_pylist()
+
+
+def _shared_strings(column: pa.ChunkedArray) -> list[str | None]:
+    """The column's values, one str object per distinct value. Trace ids, span names, kinds and
+    services repeat span after span: a str per row was a page of fresh memory per 60 rows, a hash
+    computed per row (each a dict key or compared), and most of this step's time."""
+    encoded = pc.dictionary_encode(column)  # one dictionary, shared by every chunk
+    values = np.array([*encoded.chunk(0).dictionary.to_pylist(), None], dtype=object)
+    missing = len(values) - 1
+    indices = [pc.fill_null(chunk.indices, missing).to_numpy() for chunk in encoded.chunks]
+    shared: list[str | None] = values[np.concatenate(indices)].tolist()
+    return shared
 
 
 def _json_views(column: pa.ChunkedArray) -> list[memoryview | None]:
     """Each value's JSON text as a view into Arrow's own buffer, where orjson reads it: a copy into
     a bytes object per row (the attributes hold the multi-KB histories) cost a twentieth of assembly."""
+    # The offsets read in place, 32- or 64-bit (a cast to one width copied the whole column: a
+    # page fault per 4 KiB of fresh memory, a tenth of a cold assembly's time).
+    wide = pa.types.is_large_string(column.type)
     views: list[memoryview | None] = []
-    for chunk in pc.cast(column, pa.large_binary()).chunks:
+    for chunk in column.chunks:
         count = len(chunk)
         _, offset_buffer, data_buffer = chunk.buffers()
         first = chunk.offset
-        offsets = memoryview(offset_buffer).cast("q")[first : first + count + 1].tolist()
+        raw_offsets = memoryview(offset_buffer)
+        all_offsets = raw_offsets.cast("q") if wide else raw_offsets.cast("i")
+        offsets = all_offsets[first : first + count + 1].tolist()
         data = memoryview(data_buffer if data_buffer is not None else b"")
         chunk_views: list[memoryview | None] = [data[offsets[i] : offsets[i + 1]] for i in range(count)]
         if chunk.null_count:

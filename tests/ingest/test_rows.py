@@ -41,3 +41,29 @@ def test_span_rows_read_attributes_from_sliced_chunks_and_nulls() -> None:
         {"i": 4, "pad": "xxxx"},
         {"i": 5, "pad": "xxxxx"},
     ]
+
+
+def test_span_rows_share_repeated_strings_and_keep_nulls_across_chunks() -> None:
+    # Repeated values (trace ids, names, services) come out as one object each, from a column in
+    # several chunks, sliced and with nulls, and each row still gets its own value.
+    spans = [
+        get_span(f"{i:016x}", None if i % 3 == 0 else "p" * 16, {}, i, name=f"n{i % 2}") for i in range(7)
+    ]
+    table = spans_table(spans)
+    chunked = pa.concat_tables([table.slice(0, 3), table.slice(3, 1), table.slice(4)])
+    rows = span_dicts(chunked)
+    assert [row["name"] for row in rows] == [f"n{i % 2}" for i in range(7)]
+    assert [row["parent_span_id"] for row in rows] == [None if i % 3 == 0 else "p" * 16 for i in range(7)]
+    assert rows[0]["name"] is rows[2]["name"] and rows[1]["parent_span_id"] is rows[5]["parent_span_id"]
+    assert len({id(row["trace_id"]) for row in rows}) == 1
+
+
+def test_span_rows_read_large_string_attributes() -> None:
+    # A table written by another engine may hold the JSON as large_string (64-bit offsets).
+    table = spans_table([get_span(f"{i:016x}", None, {"i": i, "pad": "y" * i}, i) for i in range(3)])
+    index = table.schema.get_field_index("attributes")
+    large = table.set_column(index, "attributes", table.column("attributes").cast(pa.large_string()))
+    assert [row["attributes"] for row in span_dicts(large.slice(1))] == [
+        {"i": 1, "pad": "y"},
+        {"i": 2, "pad": "yy"},
+    ]

@@ -70,8 +70,7 @@ def is_tool_span(attrs: dict[str, Any]) -> bool:
 # --- spans ---------------------------------------------------------------------------------------
 
 
-_PARAM_OF_KEY = {f"gen_ai.request.{name}": name for name in _PARAMS}
-_PARAM_KEYS = frozenset(_PARAM_OF_KEY)
+_PARAM_OF_KEY = tuple((f"gen_ai.request.{name}", name) for name in _PARAMS)
 # Model, provider and usage: each by its current name, then the older names some
 # instrumentations still send (a precedence list for `first`). Most spans carry the current ones.
 _CALL_NAMES = (
@@ -81,7 +80,6 @@ _CALL_NAMES = (
     ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens"),
     ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens"),
 )
-_CURRENT_NAMES = tuple(names[0] for names in _CALL_NAMES)
 
 
 def llm_call(
@@ -96,9 +94,10 @@ def llm_call(
     gen_ai-flavoured convention, with the content (messages, tools) its normaliser read."""
     get = attrs.get
     params: dict[str, Any] = {}
-    for key in _PARAM_KEYS.intersection(attrs):  # one pass over the attributes; most set one or none
-        if attrs[key] is not None:
-            params[_PARAM_OF_KEY[key]] = attrs[key]
+    for key, name in _PARAM_OF_KEY:  # seven lookups cost less than a pass over every attribute
+        value = get(key)
+        if value is not None:
+            params[name] = value
     stops = get("gen_ai.request.stop_sequences")
     if stops:
         params["stop"] = list(stops) if isinstance(stops, (list, tuple)) else [stops]
@@ -107,36 +106,36 @@ def llm_call(
         finish_reasons = []
     else:
         finish_reasons = list(map(str, finish)) if isinstance(finish, (list, tuple)) else [str(finish)]
-    request_model, response_model, provider, input_tokens, output_tokens = map(get, _CURRENT_NAMES)
-    # Each current name set (not empty) is what `first` would take; otherwise the precedence lists.
+    # The current name of each (`_CALL_NAMES`), looked up directly: most spans set them all, and each
+    # one set (not empty) is what `first` would take; otherwise the precedence lists.
+    request_model = get("gen_ai.request.model")
+    response_model = get("gen_ai.response.model")
+    provider = get("gen_ai.provider.name")
+    input_tokens = get("gen_ai.usage.input_tokens")
+    output_tokens = get("gen_ai.usage.output_tokens")
     if not (request_model and response_model and provider and input_tokens and output_tokens):
         request_model, response_model, provider, input_tokens, output_tokens = [
             first(attrs, *names) for names in _CALL_NAMES
         ]
-    # Positional, in field order (the names match): a class called with keywords packs them into a
-    # dict and unpacks it again, half of what building the call costs.
-    span_id = span["span_id"]
-    trace_id = span["trace_id"]
     return LLMCall(
-        span_id,
-        trace_id,
+        span["span_id"],
+        span["trace_id"],
         convention,
-        input_messages,
-        output_messages,
-        tools,
-        request_model,
-        response_model,
-        provider,
-        params,
-        input_tokens if type(input_tokens) is int else as_int(input_tokens),  # usually an int already
-        output_tokens if type(output_tokens) is int else as_int(output_tokens),
-        get("gen_ai.response.id"),  # response_id
-        finish_reasons,
-        error_of(span) if "error.type" in attrs or span.get("status_code") == "ERROR" else None,
-        bool(input_messages or output_messages),  # has_content
-        {},  # content_refs
-        span.get("start_time"),
-        span.get("end_time"),
+        input_messages=input_messages,
+        output_messages=output_messages,
+        tools=tools,
+        request_model=request_model,
+        response_model=response_model,
+        provider=provider,
+        params=params,
+        input_tokens=input_tokens if type(input_tokens) is int else as_int(input_tokens),  # usually an int
+        output_tokens=output_tokens if type(output_tokens) is int else as_int(output_tokens),
+        response_id=get("gen_ai.response.id"),
+        finish_reasons=finish_reasons,
+        error=error_of(span) if "error.type" in attrs or span.get("status_code") == "ERROR" else None,
+        has_content=bool(input_messages or output_messages),
+        start_time=span.get("start_time"),
+        end_time=span.get("end_time"),
     )
 
 
@@ -219,23 +218,19 @@ def normalize_genai_tool(span: Span) -> ToolCall:
     parameters = get("gen_ai.tool.json_schema")
     if isinstance(parameters, str):
         parameters = maybe_json(parameters)
-    # Positional, in field order (the names match): see `llm_call`.
-    span_id = span["span_id"]
-    trace_id = span["trace_id"]
-    convention = "genai"
     return ToolCall(
-        span_id,
-        trace_id,
-        convention,
-        str(name) if name is not None else None,
-        strip_or_none(get("gen_ai.tool.call.id")),  # call_id
-        as_json_text(arguments),  # text as the model wrote it
-        as_text(result),
-        get("gen_ai.tool.description"),  # description
-        parameters,
-        error,
-        span.get("start_time"),
-        span.get("end_time"),
+        span["span_id"],
+        span["trace_id"],
+        "genai",
+        name=str(name) if name is not None else None,
+        call_id=strip_or_none(get("gen_ai.tool.call.id")),
+        arguments=as_json_text(arguments),  # text as the model wrote it
+        result=as_text(result),
+        description=get("gen_ai.tool.description"),
+        parameters=parameters,
+        error=error,
+        start_time=span.get("start_time"),
+        end_time=span.get("end_time"),
     )
 
 

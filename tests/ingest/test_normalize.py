@@ -409,3 +409,30 @@ def test_history_memo_converts_what_a_trace_repeats_once() -> None:
     assert isinstance(other_trace, LLMCall)
     assert other_trace.input_messages == first.input_messages
     assert other_trace.input_messages[0] is not first.input_messages[0]
+
+
+def test_history_memo_shares_an_answer_by_value_and_nothing_else() -> None:
+    """The history's copy of the answer is recognised by value (its keys in another order, no
+    `finish_reason`); a turn that differs from the answer in any way is converted on its own."""
+    system = {"role": "system", "parts": [{"type": "text", "content": "Be brief."}]}
+    answer = {"role": "assistant", "parts": [{"type": "text", "content": "Sunny."}]}
+    reordered = {"parts": [{"content": "Sunny.", "type": "text"}], "role": "assistant"}
+    edited = {"role": "assistant", "parts": [{"type": "text", "content": "Sunny!"}]}
+
+    def chat(history: list[dict[str, Any]]) -> dict[str, Any]:
+        return get_span(
+            {
+                "gen_ai.operation.name": "chat",
+                "gen_ai.input.messages": json.dumps(history),
+                "gen_ai.output.messages": json.dumps([{**answer, "finish_reason": "stop"}]),
+            }
+        )
+
+    memo = HistoryMemo()
+    first = normalize_span(chat([system]), memo)
+    second = normalize_span(chat([system, reordered]), memo)
+    third = normalize_span(chat([system, reordered, edited]), memo)
+    assert isinstance(first, LLMCall) and isinstance(second, LLMCall) and isinstance(third, LLMCall)
+    assert second.input_messages[1] is first.output_messages[0]
+    assert third.input_messages[2] is not third.output_messages[0]
+    assert third.input_messages[2]["content"] == "Sunny!" and third.output_messages[0]["content"] == "Sunny."

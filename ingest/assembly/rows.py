@@ -127,10 +127,8 @@ def _attributes(text: bytes | memoryview | str | None) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _events(text: bytes | str | None) -> list[dict[str, Any]]:
+def _events(text: bytes | str) -> list[dict[str, Any]]:
     """An event is an object with an attributes object; anything else is no event we can read."""
-    if not text or text == b"[]":  # most spans have no events
-        return []
     try:
         events = orjson.loads(text)
     except orjson.JSONDecodeError:
@@ -154,7 +152,7 @@ def _column(column: pa.ChunkedArray, name: str) -> list[Any]:
         # views: most are `[]`, and testing a view for that compares item by item (14% more
         # instructions for assembly when events were views too).
         return pc.cast(column, pa.binary()).to_pylist()
-    if name != "span_id" and pa.types.is_string(column.type) and column.num_chunks:
+    if name != "span_id" and pa.types.is_string(column.type) and len(column):
         return _shared_strings(column)
     return column.to_pylist()
 
@@ -163,7 +161,7 @@ def _shared_strings(column: pa.ChunkedArray) -> list[str | None]:
     """The column's values, one str object per distinct value. Trace ids, span names, kinds and
     services repeat span after span: a str per row was a page of fresh memory per 60 rows, a hash
     computed per row (each a dict key or compared), and most of this step's time."""
-    encoded = pc.dictionary_encode(column)  # one dictionary, shared by every chunk
+    encoded = pc.dictionary_encode(column)  # one dictionary, shared by every (non-empty) chunk
     values = np.array([*encoded.chunk(0).dictionary.to_pylist(), None], dtype=object)
     missing = len(values) - 1
     indices = [pc.fill_null(chunk.indices, missing).to_numpy() for chunk in encoded.chunks]

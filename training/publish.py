@@ -53,6 +53,13 @@ class PublishConfig:
     load_into: str | None = field(
         default=None, metadata={"help": "Base URL of a running vLLM server to hot-load the version into."}
     )
+    replace_loaded: bool = field(
+        default=True,
+        metadata={
+            "help": "After --load-into, unload the adapter's earlier versions from that server "
+            "(the new version takes their place without a restart)."
+        },
+    )
     push_to_hub: str | None = field(
         default=None, metadata={"help": "Hugging Face Hub repo `owner/name` to upload the version to."}
     )
@@ -111,6 +118,7 @@ class PublishedAdapter:
     manifest: dict[str, Any]
     gate: EvalGate | None = None
     loaded_into: str | None = None
+    unloaded: list[str] = field(default_factory=list)  # earlier versions taken off the server
     pushed_to: str | None = None
     moved_from: dict[str, int] = field(default_factory=dict)  # alias -> version that lost it
 
@@ -265,9 +273,11 @@ def publish(
         moved_from={a: r["version"] for r in rows for a in aliases if a in (r["aliases"] or [])},
     )
     if config.load_into:
-        published.loaded_into = load_into_vllm(
-            config.load_into, store.served_adapter_name(name, version), target
+        served = store.served_adapter_name(name, version)
+        published.unloaded = load_into_vllm(
+            config.load_into, served, target, replaces=name if config.replace_loaded else None
         )
+        published.loaded_into = served
     if config.push_to_hub:
         published.pushed_to = upload_to_hub(target, config.push_to_hub, config.hub_token)
     return published

@@ -76,19 +76,43 @@ def check_vllm_compatible(adapter_dir: str | os.PathLike[str], *, max_lora_rank:
     return config
 
 
-def load_into_vllm(url: str, lora_name: str, lora_path: str, *, timeout: float = 60.0) -> str:
-    """Hot-load an adapter into a running vLLM server (`POST /v1/load_lora_adapter`); returns the name.
+def load_into_vllm(
+    url: str, lora_name: str, lora_path: str, *, replaces: str | None = None, timeout: float = 60.0
+) -> list[str]:
+    """Hot-load an adapter into a running vLLM server (`POST /v1/load_lora_adapter`) under `lora_name`.
 
-    The server must run with `VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 ... --enable-lora` and see
+    With `replaces` (an adapter name), every other version of it that the server has loaded
+    (`<replaces>-v<N>`, from `GET /v1/models`) is unloaded once the new one answers, so a new
+    version takes the old one's place without a restart. Returns the names unloaded. The
+    server must run with `VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 ... --enable-lora` and see
     `lora_path` on its filesystem. Requests then use `"model": lora_name`.
     """
     import httpx
 
-    endpoint = url.rstrip("/") + "/v1/load_lora_adapter"
+    base = url.rstrip("/").removesuffix("/v1")
+    _post_adapter(base, "/v1/load_lora_adapter", {"lora_name": lora_name, "lora_path": lora_path}, timeout)
+    if replaces is None:
+        return []
+    older = re.compile(re.escape(replaces) + r"-v\d+")
     try:
-        response = httpx.post(
-            endpoint, json={"lora_name": lora_name, "lora_path": lora_path}, timeout=timeout
-        )
+        models = httpx.get(base + "/v1/models", timeout=timeout).json()["data"]
+    except (httpx.HTTPError, ValueError, KeyError) as exc:
+        raise PublishError(f"`{lora_name}` is loaded, but `{base}/v1/models` did not list the others: {exc}") from exc
+    unloaded = []
+    for model in models:
+        name = str(model.get("id"))
+        if name != lora_name and older.fullmatch(name):
+            _post_adapter(base, "/v1/unload_lora_adapter", {"lora_name": name}, timeout)
+            unloaded.append(name)
+    return unloaded
+
+
+def _post_adapter(base: str, path: str, body: dict[str, str], timeout: float) -> None:
+    import httpx
+
+    endpoint = base + path
+    try:
+        response = httpx.post(endpoint, json=body, timeout=timeout)
     except httpx.HTTPError as exc:
         raise PublishError(
             f"could not reach vLLM at `{endpoint}`: {exc}; the adapter is published, load it later with "
@@ -96,10 +120,10 @@ def load_into_vllm(url: str, lora_name: str, lora_path: str, *, timeout: float =
         ) from exc
     if response.status_code >= 400:
         raise PublishError(
-            f"vLLM at `{endpoint}` refused adapter `{lora_name}` ({response.status_code}): {response.text[:300]}; "
-            "is the server started with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=1?"
+            f"vLLM at `{endpoint}` refused adapter `{body['lora_name']}` ({response.status_code}): "
+            f"{response.text[:300]}; is the server started with --enable-lora and "
+            "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1?"
         )
-    return lora_name
 
 
 HUB_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")

@@ -81,6 +81,8 @@ def publish_command(
         )
     if published.loaded_into:
         typer.echo(f"  loaded into vLLM as `{published.loaded_into}`")
+        if published.unloaded:
+            typer.echo(f"  unloaded the versions it replaces: {', '.join(published.unloaded)}")
     if published.pushed_to:
         typer.echo(f"  pushed to {published.pushed_to}")
 

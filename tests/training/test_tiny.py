@@ -115,3 +115,15 @@ def test_incomplete_folder_is_rebuilt_and_foreign_folder_refused(tmp_path: Path)
         build_tiny_model(foreign)
     assert err.value.path == str(foreign)
     assert (foreign / "notes.txt").read_text() == "mine"
+
+
+# vLLM 0.32's CPU attention (`Unsupported CPU attention configuration: head_dim=16`); the GPU
+# kernels start at 32 too.
+VLLM_CPU_HEAD_SIZES = {32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512}
+
+
+def test_the_tiny_shape_runs_on_vllms_attention_kernels(tiny_model: Path) -> None:
+    config = json.loads((tiny_model / "config.json").read_text())
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    assert head_dim in VLLM_CPU_HEAD_SIZES
+    assert config["num_attention_heads"] % config["num_key_value_heads"] == 0

@@ -152,6 +152,7 @@ def episode_row(
                 "index": index,
                 "group_size": config.group_size,
                 "backend": sampler.backend,
+                "dtype": sampler.dtype,
                 "adapter": sampler.adapter,
                 "sampling": config.sampling_params().to_dict(),
                 "limits": {"max_turns": config.max_turns, "max_total_tokens": config.max_total_tokens},

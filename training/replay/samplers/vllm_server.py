@@ -23,7 +23,15 @@ from typing import Any
 import httpx
 
 from training.replay.errors import SamplerError
-from training.replay.samplers.base import Completion, Sampler, SampleRequest, adapter_name, check_completions
+from training.replay.samplers.base import (
+    Completion,
+    Sampler,
+    SampleRequest,
+    adapter_name,
+    asked_samples,
+    check_completions,
+    repeat_greedy,
+)
 
 RETRYABLE_STATUS = {408, 429, 500, 502, 503, 504}
 
@@ -132,7 +140,7 @@ class VLLMServerSampler(Sampler):
         body: dict[str, Any] = {
             "model": model,
             "prompt": list(request.prompt_ids),
-            "n": request.n,
+            "n": asked_samples(request),
             "max_tokens": p.max_tokens,
             "temperature": p.temperature,
             "top_p": p.top_p,
@@ -147,7 +155,9 @@ class VLLMServerSampler(Sampler):
         if p.stop_token_ids:
             body["stop_token_ids"] = list(p.stop_token_ids)
         payload = await self._post("/v1/completions", body)
-        completions = parse_completions_response(payload, request.n, backend=self.backend)
+        completions = repeat_greedy(
+            request, parse_completions_response(payload, asked_samples(request), backend=self.backend)
+        )
         check_completions(self.backend, request, completions)
         return completions
 

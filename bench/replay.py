@@ -8,7 +8,8 @@ num_return_sequences=G)` over all rendered prompts for transformers, one
 end to end: scenarios read from the lake, rendered, sampled through the sampler interface
 (micro-batched), parsed, and every group written to the lake as Parquet. Both sample the same
 prompts with the same group size and token budget; the model load and a warm-up are excluded.
-Target: the pipeline keeps >= 90% of the bare backend's tokens/s.
+Target: the pipeline keeps >= 90% of the bare backend's tokens/s (>= 95% on vLLM, where the
+engine does the batching).
 """
 
 from __future__ import annotations
@@ -96,7 +97,10 @@ _MODELS: dict[str, object] = {}
 def bare_vllm(llm: object, prompts: list[list[int]], group_size: int, max_tokens: int) -> tuple[int, float]:
     from vllm import SamplingParams
 
-    params = SamplingParams(n=group_size, max_tokens=max_tokens, temperature=1.0, logprobs=0)
+    # What the `vllm` sampler asks for: processed logprobs of each sampled token, special tokens kept.
+    params = SamplingParams(
+        n=group_size, max_tokens=max_tokens, temperature=1.0, logprobs=0, skip_special_tokens=False
+    )
     started = time.perf_counter()
     outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)  # type: ignore[attr-defined]
     elapsed = time.perf_counter() - started
@@ -114,6 +118,7 @@ def main() -> None:
     parser.add_argument(
         "--backend", default="transformers", choices=["transformers", "vllm"], help="Backend to measure."
     )
+    parser.add_argument("--dtype", default=None, help="vLLM's dtype (default: the trainer's).")
     parser.add_argument(
         "--model", default=None, help="Model folder (default: the tiny model, built if needed)."
     )
@@ -146,7 +151,13 @@ def main() -> None:
             "transformers", model, max_batch_rows=rows_per_batch, share_prefill=False
         )
     else:
-        samplers["pipeline"] = make_sampler("vllm", model)
+        import os
+
+        # vLLM sizes its CPU KV cache from the machine unless told; 2 GiB holds every group here.
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+        samplers["pipeline"] = make_sampler(
+            "vllm", model, dtype=args.dtype, engine_kwargs={"max_model_len": 4096}
+        )
     for s in samplers.values():
         s.max_batch_requests = args.scenarios  # one batch for all first turns, like the bare call
     sampler = samplers["pipeline"]
@@ -189,10 +200,11 @@ def main() -> None:
     for column in ("path", "tok/s (median)", "runs", "vs bare", "target"):
         table.add_column(column, justify="right")
     table.add_row("bare backend", f"{bare_rate:,.0f}", str([round(r) for r in rates["bare"]]), "100%", "")
+    goal = 0.95 if args.backend == "vllm" else 0.9
     for name in samplers:
         rate = statistics.median(rates[name])
         ratio = rate / bare_rate
-        verdict = "[green]>= 90% ok[/green]" if ratio >= 0.9 else "[red]< 90%[/red]"
+        verdict = f"[green]>= {goal:.0%} ok[/green]" if ratio >= goal else f"[red]< {goal:.0%}[/red]"
         table.add_row(name, f"{rate:,.0f}", str([round(r) for r in rates[name]]), f"{ratio:.1%}", verdict)
     Console().print(table)
     Console().print(

@@ -53,26 +53,35 @@ VLLM_MISSING = (
 
 
 @pytest.fixture(scope="session")
-def vllm_server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real vLLM OpenAI-compatible server of the tiny model (fp32, LoRA, processed logprobs): its URL."""
+def pretrained_model(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo's pretrained base (the tiny shape with its shipped weights): it writes tool calls,
+    so rollouts on it take several turns."""
+    from flows.demo.base_model import pretrain_base_model
+
+    return pretrain_base_model(tiny_model, tmp_path_factory.mktemp("pretrained") / "base")
+
+
+@pytest.fixture(scope="session")
+def vllm_server(pretrained_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real vLLM OpenAI-compatible server of `pretrained_model` (fp32, LoRA, processed logprobs): its URL."""
     pytest.importorskip("vllm", reason=VLLM_MISSING)
     from training.replay.samplers.vllm_launch import VLLMServerProcess
 
     log = tmp_path_factory.mktemp("vllm-server") / "server.log"
-    server = VLLMServerProcess(tiny_model, log_path=log, max_lora_rank=8, max_model_len=2048)
+    server = VLLMServerProcess(pretrained_model, log_path=log, max_lora_rank=8, max_model_len=2048)
     with server as url:
         yield url
 
 
 @pytest.fixture(scope="session")
-def vllm_engine(tiny_model: Path) -> Iterator[object]:
-    """vLLM's in-process engine (`vllm.LLM`) on the tiny model, fp32, as the `vllm` sampler backend."""
+def vllm_engine(pretrained_model: Path) -> Iterator[object]:
+    """vLLM's in-process engine (`vllm.LLM`) on `pretrained_model`, fp32, as the `vllm` sampler backend."""
     pytest.importorskip("vllm", reason=VLLM_MISSING)
     from training.replay.samplers import make_sampler
 
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     sampler = make_sampler(
-        "vllm", str(tiny_model), dtype="float32", max_lora_rank=8, engine_kwargs={"max_model_len": 2048}
+        "vllm", str(pretrained_model), dtype="float32", max_lora_rank=8, engine_kwargs={"max_model_len": 2048}
     )
     try:
         yield sampler

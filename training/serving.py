@@ -97,7 +97,9 @@ def load_into_vllm(
     try:
         models = httpx.get(base + "/v1/models", timeout=timeout).json()["data"]
     except (httpx.HTTPError, ValueError, KeyError) as exc:
-        raise PublishError(f"`{lora_name}` is loaded, but `{base}/v1/models` did not list the others: {exc}") from exc
+        raise PublishError(
+            f"`{lora_name}` is loaded, but `{base}/v1/models` did not list the others: {exc}"
+        ) from exc
     unloaded = []
     for model in models:
         name = str(model.get("id"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 from typing import Annotated, Any
@@ -103,6 +104,13 @@ def demo(
         str, typer.Option(help="OpenAI-compatible judge endpoint for RULER (optional).")
     ] = "",
     judge_model: Annotated[str, typer.Option(help="Judge model name for RULER.")] = "",
+    backend: Annotated[
+        str,
+        typer.Option(
+            help="Sampler of replay, evaluation and serving: transformers, or vllm (a real vLLM server "
+            "started by the demo; needs vLLM installed: `.ci/vllm-env`)."
+        ),
+    ] = "transformers",
 ) -> None:
     """The whole loop, offline, on a tiny local model: traces -> lake -> replay -> score -> SFT/GRPO ->
     evaluate every stage -> publish -> the adapter serves production (each step timed)."""
@@ -110,9 +118,23 @@ def demo(
 
     if size not in SIZES:
         raise fail(f"unknown --size `{size}`; choose from {', '.join(SIZES)}", 2)
+    if backend not in ("transformers", "vllm"):
+        raise fail(f"unknown --backend `{backend}`; choose transformers or vllm", 2)
+    if backend == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise fail(
+            "--backend vllm needs vLLM in this environment: run `.ci/vllm-env`, then "
+            "`.venv-vllm/bin/trajlake demo --backend vllm` (README: vLLM)",
+            2,
+        )
     _prefect_defaults(workdir.absolute() / ".prefect")
     quiet_libraries()
-    run_demo(workdir, size=size, judge_base_url=judge_base_url or None, judge_model=judge_model or None)
+    run_demo(
+        workdir,
+        size=size,
+        judge_base_url=judge_base_url or None,
+        judge_model=judge_model or None,
+        backend=backend,
+    )
 
 
 def config_reference(

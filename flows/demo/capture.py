@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -96,11 +97,13 @@ def capture_production_traces(
     llm_app: Any = None,
     model: str | None = None,
     concurrency: int = 1,
+    llm_url: str | None = None,
 ) -> dict[str, Any]:
     """Run the instrumented agent against the production LLM, through `trajlake collect`.
 
     The production LLM is the scripted stand-in (`teacher`) unless `llm_app`, an
-    OpenAI-compatible ASGI app (`trajlake serve-sampler`'s), serves `model` instead.
+    OpenAI-compatible ASGI app (`trajlake serve-sampler`'s), or the server at `llm_url` (vLLM),
+    serves `model` instead.
     `concurrency` agents run at once, as users would (a served model batches their calls);
     the stand-in is run one at a time, so its seeded mistakes land on the same questions.
     """
@@ -112,14 +115,17 @@ def capture_production_traces(
 
     stats: dict[str, Any] = {}
     app, collector = collector_app(lake)
-    llm_app = llm_app if llm_app is not None else teacher.create_app(seed=seed)
     model = model or teacher.TEACHER_MODEL
-    with BackgroundServer(llm_app) as llm, BackgroundServer(app) as server:
+    with ExitStack() as servers:
+        if llm_url is None:
+            app_of_llm = llm_app if llm_app is not None else teacher.create_app(seed=seed)
+            llm_url = servers.enter_context(BackgroundServer(app_of_llm)).url
+        server = servers.enter_context(BackgroundServer(app))
         provider, logger_provider, uninstrument = instrument_agent(
             server.url, service_name="calculator-agent", seed=seed
         )
         try:
-            client = openai.OpenAI(base_url=f"{llm.url}/v1", api_key="demo-key", max_retries=0)
+            client = openai.OpenAI(base_url=f"{llm_url}/v1", api_key="demo-key", max_retries=0)
             tracer = provider.get_tracer("calculator-agent")
             feedback = logger_provider.get_logger("calculator-agent.feedback")
 

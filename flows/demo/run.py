@@ -115,9 +115,18 @@ SQL_RECIPES = [
 
 
 def write_demo_config(
-    path: Path, lake: Path, model: Path, size: DemoSize, judge: tuple[str, str] | None
+    path: Path,
+    lake: Path,
+    model: Path,
+    size: DemoSize,
+    judge: tuple[str, str] | None,
+    vllm_url: str | None = None,
 ) -> Path:
-    """The demo's `trajlake.toml` (also a worked example of the configuration)."""
+    """The demo's `trajlake.toml` (also a worked example of the configuration).
+
+    With `vllm_url`, replay and evaluation sample from that vLLM server, and GRPO corrects
+    the sampler/trainer mismatch with truncated importance sampling.
+    """
     well_rated = (
         "SELECT trajectory_id FROM trajectories WHERE source = 'otel' AND has_content AND trajectory_id IN "
         "(SELECT trajectory_id FROM latest_rewards WHERE name = 'user_feedback' AND value >= 1)"
@@ -144,6 +153,7 @@ val_fraction = 0.25
 
 [sampler]
 model = "{model}"
+{f'backend = "vllm-server"{chr(10)}base_url = "{vllm_url}"' if vllm_url else ""}
 
 [replay]
 group_size = {size.group_size}
@@ -183,6 +193,7 @@ warmup_steps = 5  # each round's optimiser starts fresh: Adam's first sign-like 
 max_staleness = 0
 seed = 0
 gradient_checkpointing = false
+{"vllm_importance_sampling_correction = true  # vLLM's kernels are not the trainer's" if vllm_url else ""}
 
 [publish]
 name = "calculator-agent"
@@ -201,17 +212,21 @@ def run_demo(
     size: str = "full",
     judge_base_url: str | None = None,
     judge_model: str | None = None,
+    backend: str = "transformers",
 ) -> dict[str, Any]:
-    """Run every stage on `workdir` and return what was measured (also written to the report)."""
+    """Run every stage on `workdir` and return what was measured (also written to the report).
+
+    `backend="vllm"` starts a real vLLM server of the base model (vLLM must be importable:
+    `.ci/vllm-env`): replay and evaluation sample from it, and the published adapter is
+    hot-loaded into it to serve the second production batch.
+    """
+    from contextlib import ExitStack
+
     from flows.demo.base_model import pretrain_base_model
-    from flows.demo.summary import print_learning, print_summary, print_timings
-    from flows.prefect_flows import run_pipeline
-    from flows.report import Evaluation, report_data, write_report
     from training.tiny import build_tiny_model
 
     spec = SIZES[size]
     workdir = workdir.absolute()
-    lake = workdir / "lake"
     timings: list[tuple[str, float]] = []
 
     def step(name: str) -> float:
@@ -222,9 +237,58 @@ def run_demo(
         timings.append((name, time.perf_counter() - started))
         console.print(f"[dim]{name}: {timings[-1][1]:.1f} s[/]")
 
-    start = step("1/5 the tiny base model (tokenizer built here, pretrained weights shipped)")
-    model = pretrain_base_model(build_tiny_model(workdir / "tiny"), workdir / "model")
-    done("base model", start)
+    stack = ExitStack()  # the vLLM server, where there is one: stopped however the demo ends
+    try:
+        start = step("1/5 the tiny base model (tokenizer built here, pretrained weights shipped)")
+        model = pretrain_base_model(build_tiny_model(workdir / "tiny"), workdir / "model")
+        done("base model", start)
+        vllm_url = None
+        if backend == "vllm":
+            start = step("the base model on a vLLM server (replay, evaluation, serving)")
+            vllm_url = stack.enter_context(demo_vllm_server(model, workdir, spec))
+            done("vLLM server start", start)
+        return _run_demo(workdir, spec, model, timings, step, done, judge_base_url, judge_model, vllm_url)
+    finally:
+        stack.close()
+
+
+def demo_vllm_server(model: Path, workdir: Path, spec: DemoSize) -> Any:
+    """A vLLM server of the demo's base model: fp32 (the trainer's dtype), LoRA hot-loading, Hermes
+    tool calls for the agent, and the demo's sampling defaults for requests that set none."""
+    from training.replay.samplers.vllm_launch import VLLMServerProcess
+
+    defaults = json.dumps({"temperature": 0.8, "max_new_tokens": spec.max_new_tokens})
+    return VLLMServerProcess(
+        model,
+        log_path=workdir / "vllm-server.log",
+        max_loras=8,
+        max_model_len=2048,
+        extra_args=(
+            "--enable-auto-tool-choice",
+            "--tool-call-parser",
+            "hermes",
+            "--override-generation-config",
+            defaults,
+        ),
+    )
+
+
+def _run_demo(
+    workdir: Path,
+    spec: DemoSize,
+    model: Path,
+    timings: list[tuple[str, float]],
+    step: Any,
+    done: Any,
+    judge_base_url: str | None,
+    judge_model: str | None,
+    vllm_url: str | None,
+) -> dict[str, Any]:
+    from flows.demo.summary import print_learning, print_summary, print_timings
+    from flows.prefect_flows import run_pipeline
+    from flows.report import Evaluation, report_data, write_report
+
+    lake = workdir / "lake"
 
     start = step("2/5 production agent -> OpenTelemetry -> trajlake collect -> lake")
     captured = capture_production_traces(lake, spec.questions)
@@ -238,15 +302,18 @@ def run_demo(
         "3/5 Prefect pipeline: scenarios, SFT, replay/score/GRPO rounds, evaluate every stage, publish"
     )
     judge = (judge_base_url, judge_model) if judge_base_url and judge_model else None
-    config_file = write_demo_config(workdir / "trajlake.toml", lake, model, spec, judge)
+    config_file = write_demo_config(workdir / "trajlake.toml", lake, model, spec, judge, vllm_url)
     result = run_pipeline(str(config_file), str(lake), rounds=spec.rounds)
     done("pipeline flow", start)
     print_timings(result.get("timings", []), title="Pipeline steps")
     print_learning(result)
 
-    start = step("4/5 the published adapter serves a second production batch (trajlake serve-sampler)")
+    server = "vLLM, hot-loaded" if vllm_url else "trajlake serve-sampler"
+    start = step(f"4/5 the published adapter serves a second production batch ({server})")
     second = (
-        serve_second_batch(lake, model, result.get("published"), spec) if result.get("published") else None
+        serve_second_batch(lake, model, result.get("published"), spec, vllm_url=vllm_url)
+        if result.get("published")
+        else None
     )
     done("production batch 2 (published adapter)", start)
 
@@ -293,12 +360,28 @@ def run_demo(
 
 
 def serve_second_batch(
-    lake: Path, model: Path, published: dict[str, Any], spec: DemoSize, seed: int = 1
+    lake: Path,
+    model: Path,
+    published: dict[str, Any],
+    spec: DemoSize,
+    seed: int = 1,
+    vllm_url: str | None = None,
 ) -> dict[str, Any]:
     """New questions, the same instrumented agent, the published adapter as its LLM: `trajlake
-    serve-sampler`'s app serving `calculator-agent:<version>` under its served name."""
+    serve-sampler`'s app serving `calculator-agent:<version>` under its served name, or the
+    vLLM server at `vllm_url` after the version is hot-loaded into it (`publish --load-into`)."""
     from flows.sampler_server import sampler_app
 
+    if vllm_url:
+        from store import served_adapter_name
+        from training.serving import load_into_vllm
+
+        served = served_adapter_name(published["name"], published["version"])
+        load_into_vllm(vllm_url, served, published["path"], replaces=published["name"])
+        stats = capture_production_traces(
+            lake, spec.questions, seed=seed, llm_url=vllm_url, model=served, concurrency=16
+        )
+        return {**stats, "model": served, "success": stats["correct"] / max(1, stats["agent_runs"])}
     ref = f"{published['name']}:{published['version']}"
     app, sampler, served = sampler_app(
         str(model), ref, lake=str(lake), temperature=0.8, max_tokens=spec.max_new_tokens

@@ -26,7 +26,7 @@ from openai.types.chat import ChatCompletion
 from judging.config import JudgeConfig
 from judging.errors import JudgeCallError, JudgeConfigError
 from judging.ruler.parse import parse_verdicts
-from judging.ruler.prompt import SCORES_SCHEMA, JudgePrompt
+from judging.ruler.prompt import JudgePrompt, scores_schema
 
 
 @dataclass
@@ -48,12 +48,12 @@ class CallCost:
     completion_tokens: int = 0
 
 
-def response_format(mode: str) -> dict[str, Any] | None:
-    """The `response_format` request field for a structured-output mode."""
+def response_format(mode: str, labels: list[str]) -> dict[str, Any] | None:
+    """The `response_format` request field for a structured-output mode and a group's labels."""
     if mode == "json_schema":
         return {
             "type": "json_schema",
-            "json_schema": {"name": "ruler_scores", "strict": True, "schema": SCORES_SCHEMA},
+            "json_schema": {"name": "ruler_scores", "strict": True, "schema": scores_schema(labels)},
         }
     if mode == "json_object":
         return {"type": "json_object"}
@@ -123,7 +123,7 @@ class JudgeClient:
     async def _once(self, prompt: JudgePrompt, cost: CallCost) -> dict[str, tuple[float, str]]:
         request: dict[str, Any] = {"model": self.config.model, "messages": prompt.messages}
         sent_mode = self.mode
-        fmt = response_format(sent_mode)
+        fmt = response_format(sent_mode, list(prompt.labels))
         if fmt is not None:
             request["response_format"] = fmt
         if self.config.temperature is not None:

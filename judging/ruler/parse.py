@@ -1,7 +1,7 @@
 """Reading the judge's answer: a tolerant parser, then strict validation.
 
 Tolerant about form, strict about content. Accepted forms: the schema's
-`{"scores": [...]}`, a bare list of entries, or a mapping `{"t1": {...}}` /
+`{"scores": {"t1": {...}}}`, `{"scores": [...]}`, a bare list of entries, or a mapping `{"t1": {...}}` /
 `{"t1": 0.7}`; JSON inside a ```json fence or surrounded by prose; `id` or
 `trajectory_id`, `score` or `value`, `explanation` or `reason`; numeric strings.
 Not tolerated (each is an invalid answer, retried, then a recorded failure with this
@@ -67,6 +67,8 @@ def _entries(payload: Any) -> list[tuple[Any, Any, Any]]:
     if isinstance(payload, dict):
         for key in ("scores", "results", "trajectories", "ratings"):
             if key in payload:
+                if isinstance(payload[key], dict):  # keyed by id, as the schema asks
+                    return _entries(payload[key])
                 if not isinstance(payload[key], list):
                     raise _invalid(
                         "invalid_json", f"`{key}` should be a list, got {type(payload[key]).__name__}"

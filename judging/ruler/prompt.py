@@ -3,7 +3,7 @@
 Shape (what the judge receives as two chat messages):
 
 - system: the task (score each trajectory in [0, 1], relative to the others), the rubric,
-  and the JSON answer format `{"scores": [{"trajectory_id", "explanation", "score"}]}`.
+  and the JSON answer format `{"scores": {"t1": {"explanation", "score"}, ...}}`.
 - user: `<context>` with the messages every trajectory of the group shares (the
   scenario prompt: sent once, not once per trajectory), then one
   `<trajectory id="tN">` block per trajectory with the messages after that prefix.
@@ -45,29 +45,39 @@ agent's goal. Scores are relative: compare the trajectories with each other.
 Grading standards:
 {rubric}
 
-Answer with JSON only, exactly one entry per trajectory, using the trajectory ids as given:
-{{"scores": [{{"trajectory_id": "t1", "explanation": "<one or two sentences>", "score": 0.0}}]}}"""
+Answer with JSON only, one entry per trajectory, keyed by the trajectory ids as given:
+{{"scores": {{"t1": {{"explanation": "<one or two sentences>", "score": 0.0}}, "t2": {{...}}}}}}"""
 
-SCORES_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "scores": {
-            "type": "array",
-            "items": {
+
+def scores_schema(labels: list[str]) -> dict[str, Any]:
+    """The answer's JSON schema for one group: `{"scores": {"t1": {"explanation", "score"}, ...}}`.
+
+    Keyed by the group's own labels, every one required and no other allowed, scores in
+    [0, 1]: a server that enforces the schema (vLLM's structured outputs, OpenAI's strict
+    mode) cannot answer an unknown id, leave one out, repeat one, or score out of range.
+    """
+    verdict = {
+        "type": "object",
+        "properties": {
+            "explanation": {"type": "string"},
+            "score": {"type": "number", "minimum": 0, "maximum": 1},
+        },
+        "required": ["explanation", "score"],
+        "additionalProperties": False,
+    }
+    return {
+        "type": "object",
+        "properties": {
+            "scores": {
                 "type": "object",
-                "properties": {
-                    "trajectory_id": {"type": "string"},
-                    "explanation": {"type": "string"},
-                    "score": {"type": "number"},
-                },
-                "required": ["trajectory_id", "explanation", "score"],
+                "properties": {label: verdict for label in labels},
+                "required": list(labels),
                 "additionalProperties": False,
-            },
-        }
-    },
-    "required": ["scores"],
-    "additionalProperties": False,
-}
+            }
+        },
+        "required": ["scores"],
+        "additionalProperties": False,
+    }
 
 
 @dataclass

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from judging.errors import JudgeCallError
+from judging.ruler.judge import response_format
 from judging.ruler.parse import parse_verdicts
 
 LABELS = ["t1", "t2", "t3"]
@@ -53,3 +54,10 @@ def test_invalid_answers_are_retryable_errors_with_a_reason(text, reason):
         parse_verdicts(text, LABELS)
     assert info.value.reason == reason
     assert info.value.retryable
+
+
+def test_the_schema_names_each_label_once() -> None:
+    schema = response_format("json_schema", ["t1", "t2", "t3"])["json_schema"]["schema"]  # type: ignore[index]
+    scores = schema["properties"]["scores"]
+    assert scores["required"] == ["t1", "t2", "t3"] and scores["additionalProperties"] is False
+    assert scores["properties"]["t2"]["properties"]["score"] == {"type": "number", "minimum": 0, "maximum": 1}

@@ -27,7 +27,9 @@ def random_adapter(tiny_model: Path, folder: Path, seed: int) -> Path:
     torch.manual_seed(seed)
     model = get_peft_model(
         AutoModelForCausalLM.from_pretrained(tiny_model),
-        LoraConfig(r=8, lora_alpha=32, target_modules=["q_proj", "v_proj", "down_proj"], init_lora_weights=False),
+        LoraConfig(
+            r=8, lora_alpha=32, target_modules=["q_proj", "v_proj", "down_proj"], init_lora_weights=False
+        ),
     )
     model.save_pretrained(folder)
     return folder
@@ -68,14 +70,14 @@ def served(url: str) -> set[str]:
 
 
 def test_publish_hot_loads_and_a_new_version_replaces_the_old(
-    vllm_server: str, tiny_model: Path, tmp_path: Path
+    vllm_server: str, pretrained_model: Path, tmp_path: Path
 ) -> None:
     lake = store.Lake(str(tmp_path / "lake"))
     runner = CliRunner()
     pids_before = {p.pid for p in _server_processes(vllm_server)}
     versions = {}
     for version, seed in ((1, 1), (2, 2)):
-        adapter = random_adapter(tiny_model, tmp_path / f"adapter-{seed}", seed)
+        adapter = random_adapter(pretrained_model, tmp_path / f"adapter-{seed}", seed)
         result = runner.invoke(
             app,
             [
@@ -86,7 +88,7 @@ def test_publish_hot_loads_and_a_new_version_replaces_the_old(
                 "--name",
                 "hot",
                 "--base-model",
-                str(tiny_model),
+                str(pretrained_model),
                 "--load-into",
                 vllm_server,
             ],
@@ -97,15 +99,17 @@ def test_publish_hot_loads_and_a_new_version_replaces_the_old(
         assert f"hot-v{version}" in served(vllm_server)
         # A request naming the version gets that adapter: its logprobs are PEFT's for the same tokens.
         ids, logprobs = sample(vllm_server, f"hot-v{version}")
-        expected = peft_logprobs(tiny_model, adapter, ids)
+        expected = peft_logprobs(pretrained_model, adapter, ids)
         assert torch.allclose(expected, torch.tensor(logprobs), atol=LOGPROB_TOLERANCE["float32"])
-        other = peft_logprobs(tiny_model, versions[1] if version == 2 else adapter, ids)
+        other = peft_logprobs(pretrained_model, versions[1] if version == 2 else adapter, ids)
         if version == 2:
             assert not torch.allclose(other, torch.tensor(logprobs), atol=LOGPROB_TOLERANCE["float32"])
     assert "unloaded the versions it replaces: hot-v1" in result.output
     assert "hot-v1" not in served(vllm_server)
     refused = httpx.post(
-        f"{vllm_server}/v1/completions", json={"model": "hot-v1", "prompt": PROMPT, "max_tokens": 2}, timeout=30
+        f"{vllm_server}/v1/completions",
+        json={"model": "hot-v1", "prompt": PROMPT, "max_tokens": 2},
+        timeout=30,
     )
     assert refused.status_code == 404
     assert {p.pid for p in _server_processes(vllm_server)} == pids_before  # no restart

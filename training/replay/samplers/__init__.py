@@ -31,7 +31,7 @@ class SamplerConfig:
         default="transformers",
         metadata={
             "help": "Sampler backend: transformers (CPU/GPU), vllm-server (a running `vllm serve`), "
-            "vllm (in-process engine, `pip install 'trajlake[vllm]'`)."
+            "vllm (in-process engine: vLLM installed beside trajlake, see `.ci/vllm-env`)."
         },
     )
     model: str = field(

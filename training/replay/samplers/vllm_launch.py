@@ -104,7 +104,11 @@ class VLLMServerProcess:
         """Start the server and wait until `/health` answers; returns its base URL."""
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         self._process = subprocess.Popen(
-            self.command, env=server_environment(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            self.command,
+            env=server_environment(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         deadline = time.monotonic() + self.start_timeout_s
         while True:

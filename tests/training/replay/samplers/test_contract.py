@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -64,7 +63,7 @@ def sampler(request: pytest.FixtureRequest, tiny_model: Path) -> Iterator[Sample
         inner.close()
     elif backend == "vllm-server":
         url = request.getfixturevalue("vllm_server")
-        with make_sampler("vllm-server", str(tiny_model), base_url=url) as s:
+        with make_sampler("vllm-server", str(request.getfixturevalue("pretrained_model")), base_url=url) as s:
             yield s
     else:
         yield request.getfixturevalue("vllm_engine")
@@ -118,7 +117,7 @@ def test_logprobs_are_the_processed_distribution(
     prompt = _prompt(sampler)
     params = SamplingParams(max_tokens=10, temperature=temperature, top_k=top_k, seed=1)
     (completions,) = sampler.generate([SampleRequest(prompt, 2, params)])
-    model = AutoModelForCausalLM.from_pretrained(tiny_model).eval()
+    model = AutoModelForCausalLM.from_pretrained(sampler.model).eval()  # the policy's own weights
     # The server was started in float32 (tests/conftest.py); the others record their dtype.
     tolerance = LOGPROB_TOLERANCE[sampler.dtype or "float32"]
     for c in completions:

@@ -24,6 +24,7 @@ from typing import Any
 
 import store
 from flows import report_plots
+from flows.report_sampling import SamplerGapRow, sampler_gap_rows, sampler_gap_table
 
 
 @dataclass
@@ -86,6 +87,7 @@ class ReportData:
     production: list[ProductionRow] = field(default_factory=list)
     rounds: list[RoundRewards] = field(default_factory=list)
     group_rewards: dict[str, list[list[float]]] = field(default_factory=dict)  # policy -> groups -> values
+    sampler_gap: list[SamplerGapRow] = field(default_factory=list)  # per GRPO round
     evaluation: Evaluation | None = None
     adapter: dict[str, Any] | None = None  # the adapters-table row, lineage JSON parsed
     tables: list[tuple[str, int]] = field(default_factory=list)
@@ -165,6 +167,7 @@ def report_data(
         production=production,
         rounds=rounds,
         group_rewards=group_rewards,
+        sampler_gap=sampler_gap_rows(con),
         evaluation=evaluation,
         adapter=adapter,
         tables=tables,
@@ -326,6 +329,14 @@ def render_report(data: ReportData) -> str:
             ],
         )
     )
+    if data.sampler_gap:
+        parts.append("<h2>Sampler/trainer logprob gap per round</h2>")
+        parts.append(
+            "<p>|trainer − sampler| logprob of the stored completion tokens, from GRPO's loss pass. "
+            "The first step of a round is the mismatch alone (the sampler's kernels, dtype and batch "
+            "shapes against the trainer's); later steps add what the optimiser changed.</p>"
+        )
+        parts.append(_table(*sampler_gap_table(data.sampler_gap)))
     parts.append("<h2>Reward distribution per group</h2>")
     parts.append(_img(report_plots.plot_groups(data), "group rewards"))
     if data.adapter:

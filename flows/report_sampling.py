@@ -1,0 +1,86 @@
+"""The report's sampler/trainer section: per GRPO round, how far the trainer's logprobs of the
+stored tokens were from the sampler's, and the importance-sampling correction applied.
+
+Read from the `runs` rows GRPO writes (`sampling/sampling_logp_difference/*` every step;
+`sampling/importance_sampling_ratio/*` when `vllm_importance_sampling_correction` is on).
+A round's first step shows the mismatch alone (no update yet); later steps add the
+optimiser's drift since sampling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+GAP = '$."sampling/sampling_logp_difference/{}"'
+RATIO = '$."sampling/importance_sampling_ratio/{}"'
+
+
+@dataclass
+class SamplerGapRow:
+    """One GRPO round (training run) of the sampler/trainer comparison."""
+
+    round: int
+    run_id: str
+    steps: int
+    first_step_gap: float | None  # mean |trainer - sampler| logprob at the round's first step
+    first_step_max_gap: float | None
+    mean_gap: float | None  # over the round's steps
+    correction: bool  # truncated importance sampling was applied
+    ratio_mean: float | None
+    ratio_min: float | None
+
+
+def sampler_gap_rows(con: Any) -> list[SamplerGapRow]:
+    """Every GRPO run in `runs`, oldest first."""
+
+    def metric(path: str) -> str:
+        return f"TRY_CAST(json_extract_string(metrics, '{path}') AS DOUBLE)"
+
+    found = con.execute(
+        f"""
+        SELECT run_id, count(*) AS steps,
+               arg_min({metric(GAP.format("mean"))}, step), arg_min({metric(GAP.format("max"))}, step),
+               avg({metric(GAP.format("mean"))}),
+               avg({metric(RATIO.format("mean"))}), min({metric(RATIO.format("min"))})
+        FROM runs WHERE stage = 'grpo' GROUP BY run_id ORDER BY min("at"), run_id
+        """
+    ).fetchall()
+    return [
+        SamplerGapRow(i + 1, run_id, int(steps), first, first_max, mean, ratio is not None, ratio, ratio_min)
+        for i, (run_id, steps, first, first_max, mean, ratio, ratio_min) in enumerate(found)
+    ]
+
+
+def sampler_gap_table(rows: list[SamplerGapRow]) -> tuple[list[str], list[list[Any]]]:
+    """Headers and rows of the report's table."""
+    headers = [
+        "round",
+        "run",
+        "steps",
+        "gap at first step (mean)",
+        "gap at first step (max)",
+        "gap over the round (mean)",
+        "importance-sampling correction",
+        "weight mean / min",
+    ]
+    body = [
+        [
+            r.round,
+            r.run_id,
+            r.steps,
+            _small(r.first_step_gap),
+            _small(r.first_step_max_gap),
+            _small(r.mean_gap),
+            "on (truncated, per token)" if r.correction else "off",
+            f"{r.ratio_mean:.4f} / {r.ratio_min:.4f}"
+            if r.ratio_mean is not None and r.ratio_min is not None
+            else "",
+        ]
+        for r in rows
+    ]
+    return headers, body
+
+
+def _small(value: float | None) -> str:
+    return "" if value is None else f"{value:.2e}"

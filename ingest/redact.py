@@ -8,6 +8,11 @@ collector, once per spool group commit; the Langfuse puller and importer), rewar
 expressions over whole Arrow string columns (`pyarrow.compute.replace_substring_regex`),
 so redaction costs one vectorised pass per rule, not a Python call per attribute.
 Replacements never contain quotes or backslashes, so JSON text stays valid JSON.
+Last, bare random strings with no label (an AWS secret access key pasted alone): exactly
+40 base64-alphabet characters standing alone, mixing cases and digits, not hex, with high
+Shannon entropy (`redact_rules.looks_random`, where the trade against ids is explained).
+That check is Python, so it runs only on the rows the prefilter sends to the rules (any
+run of 40 such characters is a prefilter hit): rows of ordinary text never reach it.
 """
 
 from __future__ import annotations
@@ -22,28 +27,27 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import re2
 
-from ingest.redact_rules import EMAIL_RULE, PHONE_RULE, SECRET_PREFILTER, SECRET_RULES
+from ingest.redact_rules import (
+    BASE64_RUN,
+    EMAIL_RULE,
+    PHONE_RULE,
+    RANDOM_LENGTH,
+    RANDOM_REPLACEMENT,
+    SECRET_PREFILTER,
+    SECRET_RULES,
+    looks_random,
+)
+from store.schema import ID_COLUMNS
 
 # Columns that hold ids or enum codes the ingest path validated (hex ids, `kind`,
 # `status`): never free text, so the redaction pass skips them. Every other string of a
-# table, top level or nested (message content, tool-call arguments), is redacted.
-NOT_FREE_TEXT = frozenset(
-    {
-        "trace_id",
-        "span_id",
-        "parent_span_id",
-        "trajectory_id",
-        "source_trajectory_id",
-        "scenario_id",
-        "group_id",
-        "run_id",
-        "source",
-        "kind",
-        "status_code",
-        "status",
-        "split",
-    }
-)
+# table, top level or nested (message content, tool-call arguments), is redacted. The same
+# set is the only string columns whose min/max values the Delta log keeps (`store.writer`).
+NOT_FREE_TEXT = ID_COLUMNS
+# A JSON escape whose letter would otherwise start a run (`\nKEY`: the key after a line break).
+_ESCAPE_LETTERS = "nrtbf"
+# What may lie between two lines of a base64 block: a line break, raw or JSON-escaped.
+_LINE_BREAK = frozenset("\\rn\r\n")
 
 
 @dataclass
@@ -137,12 +141,52 @@ def redact_column(
         subset = column.filter(hits)
         for _, pattern, replacement in config.rules():
             subset = pc.replace_substring_regex(subset, pattern=pattern, replacement=replacement)
-        column = pc.replace_with_mask(column, hits, subset)
+        column = pc.replace_with_mask(column, hits, _redact_random(subset))
     if config.function is not None:
         fn = config.function
         values = [None if v is None else fn(v) for v in column.to_pylist()]
         column = pa.array(values, type=pa.string())
     return column
+
+
+def _redact_random(values: pa.Array) -> pa.Array:
+    """`values` with every bare random secret (`redact_rules.looks_random`) replaced: runs
+    last, on the prefilter's rows only, so ordinary rows never reach this Python loop."""
+    run = _compiled_str(BASE64_RUN)
+    out, changed = [], False
+    for value in values.to_pylist():
+        if value is not None and run.search(value):
+            new = _random_replaced(value, run)
+            changed = changed or new != value
+            value = new
+        out.append(value)
+    return pa.array(out, type=values.type) if changed else values
+
+
+def _random_replaced(value: str, run: Any) -> str:
+    parts, at, previous = [], 0, (0, 0)  # the text before, and the previous run's (end, length)
+    for match in run.finditer(value):
+        start, end = match.start(), match.end()
+        if start and value[start - 1] == "\\" and value[start] in _ESCAPE_LETTERS:
+            start += 1  # `\nKEY`: the escape's letter belongs to the escape
+        token = value[start:end].replace("\\", "")  # `\/` is one `/`
+        # The last line of a base64 block (a certificate, a MIME body) follows a longer line
+        # across a line break: part of the block, not a key.
+        gap = value[previous[0] : start]
+        continues_block = previous[1] > RANDOM_LENGTH and bool(gap) and set(gap) <= _LINE_BREAK
+        previous = (end, len(token))
+        if continues_block or len(token) != RANDOM_LENGTH or value[end : end + 1] == "=":
+            continue  # longer (data, not a key), or base64 padding follows: a longer datum
+        if looks_random(token):
+            parts += [value[at:start], RANDOM_REPLACEMENT]
+            at = end
+    return "".join([*parts, value[at:]]) if parts else value
+
+
+@functools.lru_cache(maxsize=4)
+def _compiled_str(pattern: str) -> Any:
+    # google-re2 on `str`: match offsets are string indices, as slicing needs.
+    return re2.compile(pattern)
 
 
 def _text_leaves(array: pa.Array) -> tuple[list[pa.Array], Callable[[list[pa.Array]], pa.Array]]:

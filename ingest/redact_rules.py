@@ -16,20 +16,37 @@ Rules are (name, pattern, replacement), applied in this order: whole private-key
 blocks first, then the formats a secret has on its own, then the contexts that make any
 value a secret (URLs, headers, secret-named fields), so that no rule cuts a secret in
 half and leaves the rest for the next one to miss.
+
+Last, one check that is not a regular expression: a bare random string with no label
+(an AWS secret access key pasted alone). Finding those is a trade against ids, which are
+random strings too, so it is narrow (`looks_random`): exactly 40 characters of base64's
+alphabet standing alone (not part of a longer run, not followed by `=` padding), mixing
+upper case, lower case and digits, not hex (git/sha1 digests, trace ids), with a Shannon
+entropy of at least 4.3 bits per character (random 40-character keys: 4.78 on average,
+below 4.3 about once in 3,000; words, paths and identifiers written together: 3.8-4.2).
+All told, about one random key in 700 is kept. UUIDs (dashes), hex digests, trace ids
+and long base64 data (images) are never cut; a 40-character base64 id of 30 random
+bytes cannot be told from a key and is redacted.
 """
 
 from __future__ import annotations
+
+import math
+from collections import Counter
 
 # Field names whose value is a secret whatever it looks like (JSON keys and HTTP headers
 # captured as `http.request.header.<name>`). A name must *end* with one of them, so that
 # `gen_ai.usage.input_tokens` is not a token and `token_type` is not one either.
 SECRET_NAMES = (
     r"api[_\-]?key|apikey|password|passwd|secret|token|authorization|cookie|credentials?"
-    r"|private[_\-]?key|access[_\-]?key|session[_\-]?id"
+    r"|private[_\-]?key|private[_\-]?key[_\-]?id|access[_\-]?key|session[_\-]?id"
 )
 # Keyword assignments in free text (`DB_PASSWORD=...`, `api_key: ...`): detect-secrets'
 # KeywordDetector (plugins/keyword.py), narrowed to the keywords that name a secret on their own.
-_ASSIGNED = r"api[_\-]?key|apikey|passw(?:or)?d|pwd|secret[_\-]?key|client[_\-]?secret|access[_\-]?token|auth[_\-]?token"
+_ASSIGNED = (
+    r"api[_\-]?key|apikey|passw(?:or)?d|pwd|secret[_\-]?key|client[_\-]?secret|access[_\-]?token"
+    r"|auth[_\-]?token|private[_\-]?key[_\-]?id"
+)
 # Words that end the name of a URL parameter holding a secret.
 _KEYWORDS = r"key|token|secret|password|passwd|pwd|signature|sig|credential|auth|session"
 # A JSON string's content at depth 0, and at any depth inside another string (escaped quotes).
@@ -37,6 +54,11 @@ _JSON_STRING = r"\"(?:[^\"\\]|\\.)*\""
 # The rest of a string value: stops before its closing quote, escaped or not.
 _REST_OF_STRING = r"(?:[^\"\\]|\\+[^\"\\])*"
 _PEM_LABEL = r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
+# A URL's `//`, also as `\/\/`: JSON written by encoders that escape slashes (PHP, Java's
+# org.json), at any depth of JSON nested in strings.
+_URL_SLASHES = r"(?:\\*/){2}"
+# One character of a URL's password: an escaped slash included, so `p\/w` is one password.
+_PASSWORD_CHAR = r"(?:[^@\s\"\\]|\\+/)"
 
 SECRET_RULES: tuple[tuple[str, str, str], ...] = (
     # PrivateKeyDetector (plugins/private_key.py): any `BEGIN ... PRIVATE KEY` block; its
@@ -78,7 +100,9 @@ SECRET_RULES: tuple[tuple[str, str, str], ...] = (
         r"https://hooks\.slack\.com/services/T[A-Za-z0-9_]+/B[A-Za-z0-9_]+/[A-Za-z0-9_]+",
         "[REDACTED:slack_webhook]",
     ),
-    ("google_api_key", r"\bAIza[0-9A-Za-z\-_]{35}\b", "[REDACTED:api_key]"),
+    # Google API keys: no boundary after the 35 characters, which may end with `-`
+    # (where `\b` finds no boundary before a space).
+    ("google_api_key", r"\bAIza[0-9A-Za-z\-_]{35}", "[REDACTED:api_key]"),
     # JwtTokenDetector (plugins/jwt.py), payload required to be JSON too (`eyJ`).
     ("jwt", r"\beyJ[A-Za-z0-9_\-]{4,}\.eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*", "[REDACTED:jwt]"),
     # SendGridDetector, AzureStorageKeyDetector, NpmDetector, PypiTokenDetector, SquareOAuthDetector.
@@ -91,11 +115,12 @@ SECRET_RULES: tuple[tuple[str, str, str], ...] = (
     ("huggingface_token", r"\bhf_[A-Za-z0-9]{30,}", "[REDACTED:hf_token]"),
     # Then the rules that know a secret by its context, not its format: run last, they
     # may meet a marker left by a format rule, never a secret cut in half by one.
-    # BasicAuthDetector (plugins/basic_auth.py): user:password@ in a URL. A password may hold
-    # an unescaped `/` (people write them so), but not be a bare port (`:3000/@vite`).
+    # BasicAuthDetector (plugins/basic_auth.py): user:password@ in a URL, the user name
+    # possibly empty (`redis://:password@host`, Redis's own form). A password may hold an
+    # unescaped `/` (people write them so), but not be a bare port (`:3000/@vite`).
     (
         "url_password",
-        r"(://[^/\s:@\"\\]+:)(?:[^@\s/\"\\]+|[^@\s\"\\]*[^@\s/\"\\0-9][^@\s\"\\]*)@",
+        rf"(:{_URL_SLASHES}[^/\s:@\"\\]*:)(?:[^@\s/\"\\]+|{_PASSWORD_CHAR}*[^@\s/\"\\0-9]{_PASSWORD_CHAR}*)@",
         r"\1[REDACTED]@",
     ),
     # Credentials in a URL's query string (`?api_key=...&token=...`, S3 and Azure signatures):
@@ -135,6 +160,35 @@ SECRET_RULES: tuple[tuple[str, str, str], ...] = (
     ("keyword_assignment", rf"(?i)((?:{_ASSIGNED})\s*[:=]\s*)[^\s\"'\\,;&]{{4,}}", r"\1[REDACTED]"),
 )
 
+# --- bare random strings (see the module docstring) ---------------------------------------
+
+RANDOM_LENGTH = 40
+RANDOM_MIN_BITS = 4.3
+RANDOM_REPLACEMENT = "[REDACTED:random_secret]"
+# A run of base64's alphabet at least RANDOM_LENGTH long; a `/` may be JSON-escaped (`\\/`).
+BASE64_RUN = rf"(?:[A-Za-z0-9+/]|\\+/){{{RANDOM_LENGTH},}}"
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def shannon_bits(text: str) -> float:
+    """Shannon entropy of `text`'s characters, in bits per character."""
+    counts = Counter(text)
+    return -sum(n / len(text) * math.log2(n / len(text)) for n in counts.values())
+
+
+def looks_random(token: str) -> bool:
+    """Whether a standalone RANDOM_LENGTH-character base64-alphabet `token` is taken for a
+    secret: it mixes upper case, lower case and digits, is not hex, and its entropy is high."""
+    return (
+        len(token) == RANDOM_LENGTH
+        and any(c.isupper() for c in token)
+        and any(c.islower() for c in token)
+        and any(c.isdigit() for c in token)
+        and not set(token) <= _HEX
+        and shannon_bits(token) >= RANDOM_MIN_BITS
+    )
+
+
 EMAIL_RULE = (
     "email",
     r"[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}",
@@ -153,11 +207,15 @@ PHONE_RULE = (
 # chat span does not send it down the slow path. `tests/ingest/test_redact_corpus.py`
 # checks that every rule's corpus entry passes the prefilter.
 SECRET_PREFILTER = (
-    r"-----BEGIN |://[^/\s:@\"\\]+:[^@\s\"\\]+@|(?i:bearer|basic)\s|Token\s"
+    rf"-----BEGIN |:{_URL_SLASHES}[^/\s:@\"\\]*:{_PASSWORD_CHAR}+@|(?i:bearer|basic)\s|Token\s"
     r"|sk-|pk-|rk-|[rs]k_live_|[rs]k_test_|A3T|ABIA|ACCA|AKIA|ASIA|(?i:aws)"
     r"|gh[pousr]_|github_pat_|gl(?:pat|dt|ft|soat|rt|cbt|ptt)-|xox[abposr]-|hooks\.slack\.com|AIza|eyJ"
     r"|SG\.|AccountKey=|npm_|pypi-|sq0csp-|hf_"
     # One alternation for the three context rules: a secret word ending a JSON key (its
     # quote, escaped or not), a URL parameter or an assignment (its `=` or `:`).
     rf"|(?i:(?:{SECRET_NAMES}|{_KEYWORDS}|{_ASSIGNED})(?:\\*\"|\s*[:=]))"
+    # Where `looks_random` may find a bare key: any run of base64's alphabet that long.
+    # Unbounded on purpose: the scan runs over many values laid end to end, where a
+    # boundary test would see the next value's first character.
+    rf"|{BASE64_RUN}"
 )

@@ -30,6 +30,29 @@ TIMESTAMP = pa.timestamp("us", tz="UTC")  # Delta's timestamp: microseconds, UTC
 WRITTEN_AT = "_written_at"
 PARTITION_COLUMN = "dt"
 
+# String columns that hold ids or enum codes (hex ids the ingest path validated, `kind`,
+# `status`), never free text. Ingest's redaction skips them; they are the only string
+# columns whose min/max values the Delta log keeps as file statistics
+# (`store.writer.stats_columns`): the log is never cleaned up, so statistics of a free-text
+# column would keep a copy of whatever redaction missed after its data files are gone.
+ID_COLUMNS = frozenset(
+    {
+        "trace_id",
+        "span_id",
+        "parent_span_id",
+        "trajectory_id",
+        "source_trajectory_id",
+        "scenario_id",
+        "group_id",
+        "run_id",
+        "source",
+        "kind",
+        "status_code",
+        "status",
+        "split",
+    }
+)
+
 # --- shared nested types ----------------------------------------------------------------
 
 TOOL_CALL = pa.struct(

@@ -41,7 +41,7 @@ from store.errors import StoreError
 from store.keys import REDELIVERY_WINDOW, key_index, merge_predicate, scope
 from store.lake import Lake
 from store.rows import utc_now
-from store.schema import PARTITION_COLUMN, TIMESTAMP, WRITTEN_AT, TableSpec, table_spec
+from store.schema import ID_COLUMNS, PARTITION_COLUMN, TIMESTAMP, WRITTEN_AT, TableSpec, table_spec
 from store.spill import Spill
 
 T = TypeVar("T")
@@ -90,13 +90,39 @@ REPEATING = {
 UNIQUE = {"trajectory_id", "trace_id", "span_id"}
 
 
+# The table property naming the columns whose min/max values the Delta log records per file.
+STATS_PROPERTY = "delta.dataSkippingStatsColumns"
+
+
+def stats_columns(spec: TableSpec) -> list[str]:
+    """The columns with file statistics: timestamps, numbers, flags and id columns
+    (`ID_COLUMNS`), what queries and writes prune files by (`_written_at`, `received_at`,
+    trace and trajectory ids). Never free text (names, messages, attributes, events,
+    metadata, explanations): the Delta log keeps its statistics forever, and a text
+    column's min/max would be a second copy of whatever redaction missed. Text keys
+    (`rewards.name`, `scorer`) go without: every file holds most of their values, so their
+    statistics prune nothing."""
+
+    def text(kind: pa.DataType) -> bool:
+        return pa.types.is_string(kind) or pa.types.is_large_string(kind)
+
+    return [
+        f.name
+        for f in spec.schema
+        if f.name != PARTITION_COLUMN  # its values are the partition paths already
+        and not pa.types.is_nested(f.type)
+        and (f.name in ID_COLUMNS or not text(f.type))
+    ]
+
+
 def writer_properties(spec: TableSpec, *, compacted: bool = False) -> Any:
     """zstd Parquet laid out for what readers filter on, and cheap to write.
 
-    Statistics only on top-level scalar columns (row-group pruning); none on the nested
-    message and token columns, where computing them costs a large share of the write and
-    no query can prune. A bloom filter on the key columns, so a point lookup skips row
-    groups their min/max cannot rule out. Dictionaries: a write (the collector's hot path)
+    Statistics only on the columns the Delta log keeps them for (`stats_columns`): delta-rs
+    copies the Parquet statistics it finds into the log, so a column without them cannot
+    leak there whatever the table's properties say; none on text and nested columns, where
+    computing them costs a large share of the write. A bloom filter on the key columns, so
+    a point lookup skips row groups their min/max cannot rule out. Dictionaries: a write (the collector's hot path)
     uses them only where values repeat; `compact`'s files, written once and read by every
     query after, use them everywhere but the unique ids: roles, tool names and repeated
     content inside the messages decode several times faster (the writer falls back to
@@ -107,9 +133,10 @@ def writer_properties(spec: TableSpec, *, compacted: bool = False) -> Any:
     def dictionary(name: str) -> bool:
         return name not in UNIQUE if compacted else name in REPEATING
 
+    with_stats = set(stats_columns(spec))
     columns = {
         f.name: ColumnProperties(
-            statistics_enabled="CHUNK",
+            statistics_enabled="CHUNK" if f.name in with_stats else "NONE",
             dictionary_enabled=dictionary(f.name),
             bloom_filter_properties=BloomFilterProperties(True, fpp=0.01) if f.name in spec.key else None,
         )
@@ -126,9 +153,8 @@ def writer_properties(spec: TableSpec, *, compacted: bool = False) -> Any:
 
 def table_configuration(spec: TableSpec) -> dict[str, str]:
     """Delta table properties: stats on the columns queries filter on, logs kept for time travel."""
-    scalar = [f.name for f in spec.schema if not pa.types.is_nested(f.type) and f.name != PARTITION_COLUMN]
     return {
-        "delta.dataSkippingStatsColumns": ",".join(scalar),
+        STATS_PROPERTY: ",".join(stats_columns(spec)),
         # Lineage re-reads the versions adapters were trained on: keep every commit's log entry
         # (they are small); `compact` keeps those versions' files when it vacuums.
         "delta.enableExpiredLogCleanup": "false",
@@ -159,6 +185,17 @@ def open_table(lake: Lake, spec: TableSpec) -> Any:
         from deltalake import Field
 
         table.alter.add_columns([Field.from_arrow(f) for f in missing])
+        table = DeltaTable(uri, storage_options=lake.delta_options)
+    wanted = table_configuration(spec)[STATS_PROPERTY]
+    if table.metadata().configuration.get(STATS_PROPERTY) != wanted:
+        # A table created when text columns had statistics (or before a column was added):
+        # commits from now on record statistics for `stats_columns` only.
+        from deltalake.exceptions import CommitFailedError
+
+        try:
+            table.alter.set_table_properties({STATS_PROPERTY: wanted})
+        except CommitFailedError:
+            pass  # another writer changed the table first; the next open checks again
         table = DeltaTable(uri, storage_options=lake.delta_options)
     return table
 

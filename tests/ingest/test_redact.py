@@ -135,3 +135,81 @@ def test_prefilter_scan_flags_every_value_arrow_regex_would_and_respects_slices(
         arrow = pc.fill_null(pc.match_substring_regex(sliced, pattern=_prefilter(config)), False).to_pylist()
         assert len(ours) == len(sliced) and all(o or not a for o, a in zip(ours, arrow, strict=True))
         assert sum(arrow) > 0 and sum(ours) <= sum(arrow) + 20  # false alarms are few
+
+
+# Built by concatenation, so that this file does not itself look like a leaked credential.
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/" + "bPxRfiCYEXAMPLEKEY"
+GCP_KEY_ID = "3f2a9c0d5e7b1a8c" + "4f6e2d9b0a7c5e3f1d8b6a4c"  # 40 hex characters
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        # A URL password with an empty user name (Redis's own form).
+        ("redis://:Sup3r" + "S3cret@cache.internal:6379/0", "Sup3rS3cret"),
+        ("rediss://:hunter2@cache", "hunter2"),
+        # A URL in JSON text written by an encoder that escapes slashes, and deeper.
+        ("postgresql:\\/\\/u:Pw" + "0rd!@db\\/prod", "Pw0rd!"),
+        ("postgresql:\\\\\\/\\\\\\/u:Pw" + "0rd!@db", "Pw0rd!"),
+        ("mysql://u:a\\/b" + "cd@db", "a\\/bcd"),
+        # A GCP service account's key id: a field named for it, in JSON, nested JSON, text.
+        (json.dumps({"type": "service_account", "private_key_id": GCP_KEY_ID}), GCP_KEY_ID),
+        (json.dumps({"key": json.dumps({"private_key_id": GCP_KEY_ID})}), GCP_KEY_ID),
+        ("private_key_id=" + GCP_KEY_ID, GCP_KEY_ID),
+        # A Google API key whose last character is `-` (no `\b` after it).
+        ("key AIza" + "SyDdI0hCZtE6vySjMm-WEfRq3CPzqKqqsH- done", "SyDdI0hCZtE6vySjMm-WEfRq3CPzqKqqsH-"),
+        # A bare AWS secret access key: no label, found by its randomness.
+        (f"use {AWS_SECRET} for the deploy", AWS_SECRET),
+        (AWS_SECRET, AWS_SECRET),
+        (f"the key:\n{AWS_SECRET}\nthanks", AWS_SECRET),
+        (json.dumps({"m": f"the key:\n{AWS_SECRET}"}), AWS_SECRET),
+        (json.dumps({"m": AWS_SECRET}).replace("/", "\\/"), AWS_SECRET.replace("/", "\\/")),
+        (json.dumps({"n": json.dumps({"m": f"key\t{AWS_SECRET}."})}), AWS_SECRET),
+    ],
+)
+def test_formats_found_by_an_outside_tester_are_redacted(text: str, secret: str) -> None:
+    out = redact_text(text)
+    assert secret not in out and "[REDACTED" in out, out
+    if text.startswith("{"):
+        json.loads(out)  # still JSON
+
+
+def test_ids_digests_and_data_are_not_taken_for_random_secrets() -> None:
+    import base64
+    import hashlib
+    import random
+    import uuid
+
+    rng = random.Random(7)
+    blob = base64.b64encode(rng.randbytes(3000)).decode()
+    # A certificate's body: 64-character lines, the last one 40 long (30 bytes, no padding).
+    pem_body = base64.b64encode(rng.randbytes(48 * 3 + 30)).decode()
+    certificate = "\n".join(pem_body[i : i + 64] for i in range(0, len(pem_body), 64))
+    assert len(certificate.rsplit("\n", 1)[1]) == 40
+    texts = [
+        hashlib.sha1(b"x").hexdigest(),  # a git commit, a sha1 digest
+        hashlib.sha1(b"y").hexdigest().upper(),
+        hashlib.sha256(b"z").hexdigest(),
+        str(uuid.UUID(int=rng.getrandbits(128))),
+        rng.randbytes(16).hex() + " " + rng.randbytes(8).hex(),  # trace and span ids
+        "data:image/png;base64," + blob,  # image data: one long run
+        base64.b64encode(rng.randbytes(29)).decode(),  # 40 characters with `=` padding: data
+        "-----BEGIN CERTIFICATE-----\n" + certificate + "\n-----END CERTIFICATE-----",
+        "/home/User1/projects/MyApp/build/output1",  # 40 characters, but words
+        "getUserAccountSettingsForOrganization2xy",
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghij0123" + "x",  # 41: longer than a key
+        "chatcmpl-" + "AbCdEf0123456789GhIjKlMnOpQrS",  # provider ids
+    ]
+    for text in texts:
+        for candidate in (text, json.dumps({"v": text}), json.dumps({"v": json.dumps({"w": text})})):
+            assert redact_text(candidate) == candidate, candidate
+
+
+def test_looks_random_needs_mixed_classes_and_high_entropy() -> None:
+    from ingest.redact_rules import RANDOM_MIN_BITS, looks_random, shannon_bits
+
+    assert looks_random(AWS_SECRET) and shannon_bits(AWS_SECRET) >= RANDOM_MIN_BITS
+    assert not looks_random(AWS_SECRET.lower())  # no upper case
+    assert not looks_random("0123456789abcdefABCDEF0123456789abcdefAB")  # hex, mixed case
+    assert not looks_random("AbC1" * 10)  # low entropy
+    assert not looks_random(AWS_SECRET[:-1])  # not 40 long

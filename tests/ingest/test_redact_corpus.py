@@ -4,7 +4,8 @@ Each secret is written into every place a sender can put text: span names, servi
 scope names, attributes (headers as lists, URLs with query strings, JSON nested in JSON
 strings, chat messages), events, status messages, score comments and metadata,
 Langfuse observations. Then every string of every table in the lake is read back
-(nested message text included) and no secret may be left in any of them.
+(nested message text included), and the spool's records and every file of every table's
+Delta log (commits and checkpoints), and no secret may be left in any of them.
 
 The secrets are built by concatenation so that this file does not itself look like a
 leaked credential to a scanner.
@@ -24,9 +25,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 import store
 from ingest.langfuse import import_langfuse_export
+from ingest.otlp.spool.records import decode_table, read_segment
 from ingest.redact import RedactionConfig, prefilter_hits, redact_table, redact_text
 from store import Lake
 from tests.ingest.conftest import wait_for
+from tests.store.test_log_statistics import delta_log_text
 
 pytestmark = pytest.mark.reliability
 
@@ -55,15 +58,25 @@ SECRETS: list[tuple[str, str]] = [
     ),
     ("huggingface_token", "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz01234567"),
     ("pem_private_key", PEM),
+    # Found by an outside tester: a Google key ending in `-`, URL passwords with an empty
+    # user name and behind escaped slashes, a GCP service account's key id.
+    ("google_api_key_dash_end", "AIza" + "SyDdI0hCZtE6vySjMm-WEfRq3CPzqKqqsH-"),
+    ("url_password_empty_user", "Rd5" + "pass-Xy7q"),
+    ("url_password_escaped_slashes", "Pg" + "Secr3t-42z"),
+    ("gcp_private_key_id", "3f2a9c0d5e7b1a8c" + "4f6e2d9b0a7c5e3f1d8b6a4c"),
 ]
-# How a secret is written where a sender puts it bare (a span name, a message): as
-# itself, except an AWS secret access key, which only its context tells from any other
-# random string (see CASES below).
-PLACED = {"aws_secret_access_key": "aws_secret_access_key={s}"}
+# How a secret is written where a sender puts it (a span name, a message): as itself,
+# except the secrets that only their place makes secret. An AWS secret access key is
+# bare: it is found by its randomness (`ingest.redact_rules.looks_random`).
+PLACED = {
+    "url_password_empty_user": "redis://:{s}@cache.internal:6379/0",
+    "url_password_escaped_slashes": "postgresql:\\/\\/app:{s}@db.internal\\/prod",
+    "gcp_private_key_id": '{"type": "service_account", "private_key_id": "{s}"}',
+}
 
 
 def placed(what: str, secret: str) -> str:
-    return PLACED.get(what, "{s}").format(s=secret)
+    return PLACED.get(what, "{s}").replace("{s}", secret)
 
 
 # How each secret is put in front of the collector, by field. `{s}` is the secret.
@@ -158,35 +171,58 @@ def _strings(value: Any) -> list[str]:
     return []
 
 
-def leaks(lake: Lake) -> list[str]:
-    """'what in table.column' for every corpus secret (or a long piece of one) found stored."""
+def secrets_in(text: str) -> list[str]:
+    """The corpus secrets (or long pieces of one) in `text`, as stored, JSON-escaped or not."""
     found = []
-    for where, values in every_string(lake).items():
-        text = "\n".join(values)
-        for what, secret in SECRETS:
-            pieces = [secret] if what != "pem_private_key" else PEM.split("\n")[1:3]
-            if any(p in text or json.dumps(p)[1:-1] in text for p in pieces):
-                found.append(f"{what} in {where}")
+    for what, secret in SECRETS:
+        pieces = [secret] if what != "pem_private_key" else PEM.split("\n")[1:3]
+        forms = {f for p in pieces for f in (p, json.dumps(p)[1:-1], p.replace("/", "\\/"))}
+        if any(f in text for f in forms):
+            found.append(what)
     return found
 
 
-# An AWS secret access key is 40 random base64 characters with no prefix of its own: like
-# detect-secrets' AWS plugin, the rules find it by its context (`aws...secret`, a URL, a
-# header, a secret-named field), not bare in prose. Finding bare random strings takes an
-# entropy measure per string (detect-secrets' high-entropy plugins), which is not done.
-CASES = [
-    (what, secret, context)
-    for what, secret in SECRETS
-    for context in sorted(CONTEXTS)
-    if (what, context) != ("aws_secret_access_key", "prose")
-]
+def leaks(lake: Lake) -> list[str]:
+    """'what in table.column' for every corpus secret found stored."""
+    return [
+        f"{what} in {where}"
+        for where, values in every_string(lake).items()
+        for what in secrets_in("\n".join(values))
+    ]
+
+
+def spool_leaks(lake: Lake) -> list[str]:
+    """'what in segment' for every corpus secret in the spool's records (decoded)."""
+    found = []
+    for segment in sorted((Path(lake.root) / "_spool").rglob("seg-*.wal")):
+        records, _ = read_segment(segment)
+        text = "\n".join(repr(decode_table(r).to_pylist()) for r in records)
+        found += [f"{what} in {segment.name}" for what in secrets_in(text + segment.read_text("latin-1"))]
+    return found
+
+
+def log_leaks(lake: Lake) -> list[str]:
+    """'what in table/_delta_log/file' for every corpus secret in a table's Delta log
+    (file statistics are copies of column values), after a checkpoint of every table."""
+    from deltalake import DeltaTable
+
+    found = []
+    for name in store.TABLES:
+        if lake.has_table(name):
+            DeltaTable(lake.table_uri(name)).create_checkpoint()
+            for file, text in delta_log_text(lake, name).items():
+                found += [f"{what} in {name}/_delta_log/{file}" for what in secrets_in(text)]
+    return found
+
+
+CASES = [(what, secret, context) for what, secret in SECRETS for context in sorted(CONTEXTS)]
 
 
 @pytest.mark.parametrize(("what", "secret", "context"), CASES)
 def test_every_secret_in_every_context_is_redacted_and_json_stays_valid(
     what: str, secret: str, context: str
 ) -> None:
-    text = CONTEXTS[context].format(s=secret)
+    text = CONTEXTS[context].format(s=placed(what, secret))
     document = json.dumps({"text": text, "nested": json.dumps({"message": text})})
     for candidate in (text, document):
         out = redact_text(candidate)
@@ -215,7 +251,8 @@ def test_no_secret_reaches_any_table_through_the_collector_or_the_langfuse_paths
     start_collector,  # type: ignore[no-untyped-def]
     tmp_path: Path,
 ) -> None:
-    collector = start_collector(idle_timeout_s=0.3)
+    # Spooled records stay in the spool until `flush` below, to be read there.
+    collector = start_collector(idle_timeout_s=0.3, flush_seconds=3600)
     lake = collector.lake
     headers = {"Content-Type": "application/x-protobuf"}
     for index, (what, bare) in enumerate(SECRETS):
@@ -230,6 +267,9 @@ def test_no_secret_reaches_any_table_through_the_collector_or_the_langfuse_paths
             "metadata": {"auth": f"Bearer {secret}", "note": secret},
         }
         assert httpx.post(f"{collector.url}/api/public/scores", json=score).status_code == 200
+    assert list((Path(lake.root) / "_spool").rglob("seg-*.wal"))
+    found = spool_leaks(lake)
+    assert found == [], found
     collector.runtime.flush()
     wait_for(
         lambda: (
@@ -289,6 +329,8 @@ def test_no_secret_reaches_any_table_through_the_collector_or_the_langfuse_paths
     assert any("deploy it" in s for s in stored["trajectories.messages"])
     assert any("[REDACTED" in s for s in stored["rewards.metadata"])
     found = leaks(lake)
+    assert found == [], found
+    found = log_leaks(lake)
     assert found == [], found
 
 

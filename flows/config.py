@@ -47,6 +47,15 @@ class LakeSettings:
         "(DuckDB external access off). Always on under `trajlake serve`.",
         False,
     )
+    sql_timeout_s: float = _help(
+        "Seconds a `trajlake sql` query may run before it is interrupted (0: no limit).",
+        300.0,
+    )
+    sql_memory_limit: str = _help(
+        "DuckDB memory limit of read-only SQL connections (`4GB`; empty: DuckDB's default, 80% of RAM). "
+        "Nothing spills to disk: past the limit a query fails.",
+        "4GB",
+    )
 
 
 @dataclass(frozen=True)

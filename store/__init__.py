@@ -23,6 +23,7 @@ from store.catalog import (
 from store.conform import conform_batch
 from store.errors import (
     CompactionError,
+    QueryTimeout,
     ReadOnlyViolation,
     SchemaViolation,
     SelectionError,
@@ -41,6 +42,7 @@ __all__ = [
     "CompactConfig",
     "CompactionError",
     "Lake",
+    "QueryTimeout",
     "ReadOnlyViolation",
     "SchemaViolation",
     "SelectionError",

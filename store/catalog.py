@@ -28,7 +28,7 @@ are user SQL over these views that picks rows by id; `table_stats` reads each ta
 from __future__ import annotations
 
 import os
-import re
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -39,7 +39,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from store.errors import ReadOnlyViolation, SelectionError
+from store.errors import QueryTimeout, ReadOnlyViolation, SelectionError
 from store.lake import Lake
 from store.schema import PARTITION_COLUMN, TABLES, WRITTEN_AT, TableSpec, table_spec
 
@@ -184,12 +184,17 @@ def connect(
     for name, sql in DERIVED_VIEWS.items():
         con.execute(f'CREATE OR REPLACE VIEW "{name}" AS {sql}')
     con.execute(GROUP_STATS_MACRO)
+    if read_only:
+        # Defence in depth behind the statement check in `run_read_only`: no extension can be
+        # loaded, nothing spills to a temporary file, memory is bounded, and the settings
+        # (including these) cannot be changed back.
+        con.execute("SET autoload_known_extensions = false")
+        con.execute("SET temp_directory = ''")
+        if lake.sql_memory_limit:
+            con.execute(f"SET memory_limit = {_literal(lake.sql_memory_limit)}")
     if lake.sql_lake_only:
         confine_to_lake(con, lake)
     if read_only:
-        # Defence in depth behind the statement check in `run_read_only`: no extension can be
-        # loaded, and the settings (including these) cannot be changed back.
-        con.execute("SET autoload_known_extensions = false")
         con.execute("SET lock_configuration = true")
     return con
 
@@ -221,36 +226,80 @@ def refresh(
     return current
 
 
-_EXPLAIN = re.compile(r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^)]*\)\s*)?", re.IGNORECASE)
+def explained_statement(query: str) -> str:
+    """The statement an `EXPLAIN` statement explains, found with DuckDB's own tokenizer.
+
+    Comments anywhere (`/* c */ EXPLAIN ANALYZE COPY ...`, a `-- c` line first) are tokens
+    of their own and skipped; `ANALYZE`/`ANALYSE` and a parenthesised option list
+    (`EXPLAIN (ANALYZE, FORMAT json) ...`) are stepped over. Empty when nothing follows.
+    """
+    every = duckdb.tokenize(query)
+    end_of = {
+        start: end for (start, _), (end, _) in zip(every, [*every[1:], (len(query), None)], strict=True)
+    }
+    tokens = [start for start, kind in every if kind != duckdb.token_type.comment]
+
+    def word(i: int) -> str:
+        return query[tokens[i] : end_of[tokens[i]]].strip().upper() if i < len(tokens) else ""
+
+    i = 1  # tokens[0] is EXPLAIN
+    if word(i) in ("ANALYZE", "ANALYSE"):
+        i += 1
+    elif word(i) == "(":
+        depth = 0
+        while i < len(tokens):
+            depth += word(i).count("(") - word(i).count(")")
+            i += 1
+            if depth <= 0:
+                break
+    return query[tokens[i] :] if i < len(tokens) else ""
 
 
 def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
     """Raise `ReadOnlyViolation` unless every statement in `sql` only reads.
 
-    `EXPLAIN ANALYZE` runs the statement it explains, so that statement is checked too.
+    Statement types come from DuckDB's parser, never from our reading of the text. An
+    `EXPLAIN` must explain a read-only statement too: `EXPLAIN ANALYZE` runs what it
+    explains (`EXPLAIN ANALYZE COPY ... TO 'file'` writes the file).
     """
     for statement in con.extract_statements(sql):
         if statement.type not in _READ_ONLY_STATEMENTS:
             raise ReadOnlyViolation(statement.type.name, statement.query)
         if statement.type == duckdb.StatementType.EXPLAIN:
-            inner = _EXPLAIN.sub("", statement.query, count=1)
-            if inner.strip() and inner != statement.query:
-                check_read_only(con, inner)
+            inner = explained_statement(statement.query)
+            if not inner.strip():
+                raise ReadOnlyViolation("EXPLAIN", statement.query)
+            check_read_only(con, inner)
 
 
-def run_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+def run_read_only(
+    con: duckdb.DuckDBPyConnection, sql: str, *, timeout_s: float | None = None
+) -> tuple[list[str], list[tuple[Any, ...]]]:
     """Run user SQL that may only read; (columns, rows) of the last statement.
 
     Every statement is checked before any runs. Statements run through `execute`, whose
-    errors carry DuckDB's `LINE n: ...` pointer to the offending position.
+    errors carry DuckDB's `LINE n: ...` pointer to the offending position. Past `timeout_s`
+    the query is interrupted and `QueryTimeout` raised.
     """
     check_read_only(con, sql)
     columns: list[str] = []
     rows: list[tuple[Any, ...]] = []
-    for statement in con.extract_statements(sql):
-        cursor = con.execute(statement.query)
-        rows = cursor.fetchall()
-        columns = [d[0] for d in cursor.description or []]
+    timer = threading.Timer(timeout_s, con.interrupt) if timeout_s else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
+    try:
+        for statement in con.extract_statements(sql):
+            cursor = con.execute(statement.query)
+            rows = cursor.fetchall()
+            columns = [d[0] for d in cursor.description or []]
+    except duckdb.InterruptException:
+        raise QueryTimeout(
+            f"the query ran past its limit of {timeout_s:g} s (`lake.sql_timeout_s`)"
+        ) from None
+    finally:
+        if timer is not None:
+            timer.cancel()
     return columns, rows
 
 

@@ -30,6 +30,10 @@ class SchemaViolation(StoreError, ValueError):
         super().__init__(f"{where}: {detail}; nothing was written")
 
 
+class QueryTimeout(StoreError, TimeoutError):
+    """User SQL ran past `lake.sql_timeout_s` and was interrupted."""
+
+
 class ReadOnlyViolation(StoreError, PermissionError):
     """A statement given to the read-only SQL interface would change something."""
 

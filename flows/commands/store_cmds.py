@@ -16,7 +16,7 @@ from rich.table import Table
 
 from flows.commands.options import LakeOption, build, configured, fail, resolve_lake
 from flows.settings import Section
-from store import ReadOnlyViolation, StoreError, connect, run_read_only
+from store import QueryTimeout, ReadOnlyViolation, StoreError, connect, run_read_only
 from store.catalog import table_stats
 
 
@@ -71,8 +71,8 @@ def sql(
     the_lake = resolve_lake(lake, must_exist=True)
     try:
         con = connect(the_lake, read_only=True)
-        columns, rows = run_read_only(con, query)
-    except ReadOnlyViolation as exc:
+        columns, rows = run_read_only(con, query, timeout_s=the_lake.sql_timeout_s)
+    except (ReadOnlyViolation, QueryTimeout) as exc:
         raise fail(str(exc), 2) from None
     except duckdb.PermissionException as exc:
         raise fail(f"{exc}\n(`lake.sql_lake_only` is on: SQL may read the lake's tables only)", 2) from None

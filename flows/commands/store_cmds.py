@@ -111,6 +111,16 @@ def compact_cmd(compaction: dict, lake: LakeOption = None) -> None:
     the_lake = resolve_lake(lake)
     config = build(COMPACTION, compaction)
     console = Console(stderr=True)
+    if config.vacuum and config.retention_hours < 1:
+        # Delta readers list a version's files when they open it: a file vacuumed under a query
+        # or a training run that opened the lake a moment ago fails it with `No files found`.
+        console.print(
+            f"[yellow]warning:[/] --retention-hours {config.retention_hours} vacuums replaced files at once: "
+            "a query, replay or training run reading the lake now can fail (`No files found`); "
+            "readers need the retention (README: Retention)",
+            markup=True,
+            highlight=False,
+        )
     try:
         with console.status("compacting…") as status:
             results = compact(

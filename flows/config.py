@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from flows.settings import ConfigError, Section, env_overrides, merge, table_at
+from store import OUTSIDE_VAL_SCENARIOS
 
 DEFAULT_CONFIG_FILE = "trajlake.toml"
 PRODUCTION_SOURCES = "source IN ('otel', 'langfuse', 'import')"
@@ -72,7 +73,8 @@ class Selections:
     )
     sft: str = _help(
         "SELECT returning the `trajectory_id`s SFT imitates.",
-        f"SELECT trajectory_id FROM trajectories WHERE {PRODUCTION_SOURCES} AND has_content",
+        f"SELECT trajectory_id FROM trajectories WHERE {PRODUCTION_SOURCES} AND has_content "
+        f"AND {OUTSIDE_VAL_SCENARIOS}",
     )
     evaluate: str = _help(
         "SELECT returning the `scenario_id`s the evaluation replays.",

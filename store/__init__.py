@@ -33,11 +33,12 @@ from store.lake import DEFAULT_LAKE, Lake
 from store.maintenance import CompactConfig, TableCompaction, compact
 from store.migrate import TableMigration, migrate
 from store.rows import new_run_id, runs_row, served_adapter_name, utc_now
-from store.schema import TABLES, TableSpec, empty_table, table_spec
+from store.schema import OUTSIDE_VAL_SCENARIOS, TABLES, TableSpec, empty_table, table_spec
 from store.writer import WriteResult, write
 
 __all__ = [
     "DEFAULT_LAKE",
+    "OUTSIDE_VAL_SCENARIOS",
     "TABLES",
     "CompactConfig",
     "CompactionError",

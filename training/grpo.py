@@ -74,7 +74,10 @@ from training.run import (
 # times wider than a training step for the same memory.
 ROUND_START_BATCH_FACTOR = 4
 # Every replayed trajectory with token data: what `trajlake train grpo` trains on by default.
-DEFAULT_GRPO_SQL = "SELECT trajectory_id FROM trajectories WHERE source = 'replay' AND len(turns) > 0"
+DEFAULT_GRPO_SQL = (
+    "SELECT trajectory_id FROM trajectories WHERE source = 'replay' AND len(turns) > 0 "
+    f"AND {store.OUTSIDE_VAL_SCENARIOS}"
+)
 
 
 def stored_reward(completions: list[Any], reward: list[float], **kwargs: Any) -> list[float]:

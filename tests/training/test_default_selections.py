@@ -1,0 +1,59 @@
+"""No default training selection reads a val scenario: not its evaluation replays (GRPO), not the
+production conversation it was cut from (SFT)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import store
+from flows.config import Selections
+from tests.training.helpers import ScriptedSampler, calculator_script, make_trajectory
+from training.grpo import DEFAULT_GRPO_SQL
+from training.replay.scenario_io import create_scenarios
+from training.replay.scenarios import ScenarioConfig
+from training.replay.stage import ReplayConfig, replay
+
+
+def _ids(lake: store.Lake, sql: str) -> set[str]:
+    with store.connect(lake, read_only=True) as con:
+        return {row[0] for row in con.execute(sql).fetchall()}
+
+
+def test_default_selections_never_read_a_val_scenario(lake: store.Lake, tiny_model: Path) -> None:
+    store.write(lake, "trajectories", [make_trajectory(f"prod-{i}", has_content=True) for i in range(12)])
+    create_scenarios(lake, "SELECT trajectory_id FROM trajectories", ScenarioConfig(val_fraction=0.5))
+    with store.connect(lake, read_only=True) as con:
+        splits = dict(con.execute("SELECT scenario_id, split FROM scenarios").fetchall())
+        cut_from_val = {
+            r[0]
+            for r in con.execute("SELECT source_trajectory_id FROM scenarios WHERE split = 'val'").fetchall()
+        }
+    assert set(splits.values()) == {"train", "val"}
+    sampler = ScriptedSampler(str(tiny_model), calculator_script)
+    # Training replays, then the evaluation's replays of every scenario (val included), as the pipeline does.
+    replay(
+        lake,
+        "SELECT scenario_id FROM scenarios",
+        sampler,
+        ReplayConfig(group_size=2, run="r1"),
+        progress=False,
+    )
+    replay(
+        lake,
+        "SELECT scenario_id FROM scenarios",
+        sampler,
+        ReplayConfig(group_size=2, run="eval"),
+        progress=False,
+    )
+    with store.connect(lake, read_only=True) as con:
+        rows = con.execute(
+            "SELECT trajectory_id, scenario_id, metadata FROM trajectories WHERE source = 'replay'"
+        ).fetchall()
+    val_replays = {tid for tid, sid, _ in rows if splits[sid] == "val"}
+    assert val_replays and all(json.loads(m)["split"] == "val" for tid, _, m in rows if tid in val_replays)
+
+    grpo = _ids(lake, DEFAULT_GRPO_SQL)
+    assert grpo == {tid for tid, _, _ in rows} - val_replays
+    sft = _ids(lake, Selections().sft)
+    assert sft == {f"prod-{i}" for i in range(12)} - cut_from_val

@@ -21,7 +21,6 @@ writes into the adapter's manifest.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -32,6 +31,7 @@ import store
 from training.advantages import AdvantageReport, ScaleRewards, compute_advantages
 from training.errors import MissingTokenData, SelectionError, TokenDataMismatch
 from training.lineage import Lineage, digest_ids, selection_snapshot, versions_read
+from training.replay.rollout.render import parse_tools, template_messages
 
 TRUNCATED_FINISH_REASONS = frozenset({"length", "max_tokens"})
 
@@ -68,48 +68,6 @@ class SFTSelection:
     lineage: Lineage
 
 
-def to_chat_message(message: dict[str, Any]) -> dict[str, Any]:
-    """A stored message struct as chat templates expect it (tool-call arguments as objects).
-
-    >>> to_chat_message({"role": "assistant", "content": None, "name": None, "tool_call_id": None,
-    ...     "tool_calls": [{"id": "c1", "name": "add", "arguments": '{"a": 1}'}], "is_error": None})
-    {'role': 'assistant', 'content': '', 'tool_calls': [{'id': 'c1', 'type': 'function', 'function': {'name': 'add', 'arguments': {'a': 1}}}]}
-    """
-    out: dict[str, Any] = {"role": message["role"], "content": message.get("content") or ""}
-    calls = message.get("tool_calls") or []
-    if calls:
-        out["tool_calls"] = [
-            {
-                "id": call.get("id"),
-                "type": "function",
-                "function": {"name": call.get("name"), "arguments": _maybe_json(call.get("arguments"))},
-            }
-            for call in calls
-        ]
-    if message.get("tool_call_id"):
-        out["tool_call_id"] = message["tool_call_id"]
-    if message.get("name") and message["role"] == "tool":
-        out["name"] = message["name"]
-    return out
-
-
-def _maybe_json(text: str | None) -> Any:
-    if text is None:
-        return {}
-    try:
-        return json.loads(text)
-    except (TypeError, ValueError):
-        return text  # not JSON: the template renders it as given
-
-
-def parse_tools(tools: str | None) -> list[dict[str, Any]] | None:
-    """The `tools` JSON column as a list (None when absent or empty)."""
-    if not tools:
-        return None
-    parsed = json.loads(tools)
-    return parsed or None
-
-
 def select_sft(lake: store.Lake | str, sql: str, *, as_of: Mapping[str, int] | None = None) -> SFTSelection:
     """Conversations of the trajectories that `sql` selects.
 
@@ -133,7 +91,7 @@ def select_sft(lake: store.Lake | str, sql: str, *, as_of: Mapping[str, int] | N
         raise SelectionError(f"the selection SQL failed: {exc}", sql=sql, reason="bad_sql") from exc
     rows = []
     for rec in result.to_pylist():
-        messages = [to_chat_message(m) for m in rec["messages"] or []]
+        messages = template_messages(rec["messages"] or [])
         if not any(m["role"] == "assistant" for m in messages):
             continue
         rows.append(

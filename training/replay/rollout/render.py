@@ -17,7 +17,16 @@ _DUMMY = [{"role": "user", "content": "."}, {"role": "assistant", "content": "."
 
 
 def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Lake message structs -> what chat templates expect (arguments as objects, no null fields)."""
+    """Lake message structs -> what chat templates expect (arguments as objects, no null fields).
+
+    The one rendering of lake messages for every chat-template use: replay's prompts, GRPO's
+    rows, evaluation and SFT's conversations (`training.datasets`), so what is trained is
+    what the policy is shown when it samples.
+
+    >>> template_messages([{"role": "assistant", "content": None, "name": None, "tool_call_id": None,
+    ...     "tool_calls": [{"id": "c1", "name": "add", "arguments": '{"a": 1}'}], "is_error": None}])
+    [{'role': 'assistant', 'content': '', 'tool_calls': [{'id': 'c1', 'type': 'function', 'function': {'name': 'add', 'arguments': {'a': 1}}}]}]
+    """
     out = []
     for message in messages:
         m: dict[str, Any] = {"role": message["role"], "content": message.get("content") or ""}

@@ -1,0 +1,43 @@
+"""One rendering of lake messages: SFT's conversations are replay's prompts, token for token."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import store
+from tests.training.helpers import make_trajectory
+from training.datasets import select_sft
+from training.replay.rollout.render import ChatRenderer, parse_tools
+
+# A template that renders what the stock Qwen one leaves out (names on every role), so any
+# difference between the two paths shows up in the ids.
+NAMED_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}{% if m.name %} ({{ m.name }}){% endif %}\n"
+    "{{ m.content }}{% for c in m.tool_calls or [] %}<tool_call>{{ c.function.name }} "
+    "{{ c.function.arguments | tojson }}</tool_call>{% endfor %}<|im_end|>\n{% endfor %}"
+)
+
+
+def test_sft_and_replay_render_a_stored_conversation_to_the_same_ids(
+    lake: store.Lake, tiny_model: Path
+) -> None:
+    row = make_trajectory("named", has_content=True)
+    row["messages"][1]["name"] = "alice"  # a user with a name
+    row["messages"][2]["tool_calls"].append({"id": "c2", "name": None, "arguments": '{"q": "x"}'})
+    store.write(lake, "trajectories", [row])
+    with store.connect(lake, read_only=True) as con:
+        stored = con.execute("SELECT messages, tools FROM trajectories").to_arrow_table().to_pylist()[0]
+    assert stored["messages"][0]["role"] == "system" and any(m["role"] == "tool" for m in stored["messages"])
+
+    (sft_row,) = select_sft(lake, "SELECT trajectory_id FROM trajectories").rows
+    renderer = ChatRenderer(__import__("transformers").AutoTokenizer.from_pretrained(tiny_model))
+    for template in (None, NAMED_TEMPLATE):
+        if template:
+            renderer.tokenizer.chat_template = template
+        tools = parse_tools(stored["tools"])
+        sft_ids = renderer.tokenizer.apply_chat_template(
+            sft_row["messages"], tools=sft_row["tools"], tokenize=False
+        )
+        replay_text = renderer.render(stored["messages"], tools, add_generation_prompt=False)
+        assert renderer.encode(sft_ids) == renderer.encode(replay_text)
+    assert "(alice)" in replay_text

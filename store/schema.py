@@ -289,9 +289,9 @@ INGEST_ERRORS = TableSpec(
         pa.field("trace_id", pa.string()),
         pa.field("stage", pa.string()),  # where it failed: assemble
         pa.field("status", pa.string()),  # "failed", or "resolved" once the trace went through
-        pa.field("reason", pa.string()),  # one line: the error class and message
+        pa.field("reason", pa.string()),  # a short code (`type_error`, `key_error`, ...)
         pa.field("error_class", pa.string()),
-        pa.field("detail", pa.string()),  # where: the innermost frames of the traceback
+        pa.field("detail", pa.string()),  # the message, then the innermost frames of the traceback
         pa.field("span_count", pa.int64()),  # spans of the trace (they stay in `spans`)
         pa.field("occurred_at", TIMESTAMP),
     ),

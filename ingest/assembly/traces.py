@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import re
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -150,8 +151,17 @@ def _tables(
     )
 
 
+def reason_code(exc: BaseException) -> str:
+    """A short snake_case code for an unexpected error, from its class (`TypeError` -> `type_error`).
+
+    >>> reason_code(KeyError("x")), reason_code(ValueError()), reason_code(OverflowError())
+    ('key_error', 'value_error', 'overflow_error')
+    """
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", type(exc).__name__).lower()
+
+
 def failure_row(trace_id: str, stage: str, exc: BaseException, span_count: int | None) -> dict[str, Any]:
-    """An `ingest_errors` row: what failed, where in our code, and when."""
+    """An `ingest_errors` row: a short reason code, then the message and where in our code, and when."""
     frames = traceback.extract_tb(exc.__traceback__)[-3:]
     where = " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(frames))
     message = " ".join(str(exc).split())[:500]
@@ -159,9 +169,9 @@ def failure_row(trace_id: str, stage: str, exc: BaseException, span_count: int |
         "trace_id": trace_id,
         "stage": stage,
         "status": "failed",
-        "reason": f"{type(exc).__name__}: {message}" if message else type(exc).__name__,
+        "reason": reason_code(exc),
         "error_class": type(exc).__name__,
-        "detail": where or None,
+        "detail": "; at ".join(part for part in (message, where) if part) or None,
         "span_count": span_count,
         "occurred_at": datetime.now(UTC),
         WRITTEN_AT: None,

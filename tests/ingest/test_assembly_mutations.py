@@ -10,6 +10,7 @@ itself never raises, and the good traces beside a broken one still assemble.
 from __future__ import annotations
 
 import json
+import re
 from functools import cache
 from typing import Any
 
@@ -137,5 +138,8 @@ def test_mutated_recordings_assemble_or_fail_on_the_record_but_never_raise(
     assembled = set(result.assembled_ids)
     assert failed | assembled == traces and not failed & assembled
     for failure in result.failures.to_pylist():
-        assert failure["reason"] and failure["error_class"] and failure["stage"] == "assemble"
+        assert failure["error_class"] and failure["stage"] == "assemble"
+        # a short code beside the detail, not "TypeError: <message>"
+        assert re.fullmatch(r"[a-z][a-z0-9_]*", failure["reason"]), failure["reason"]
+        assert failure["detail"] and ".py:" in failure["detail"]
     assert "e" * 32 in set(result.trajectories.column("trace_id").to_pylist())

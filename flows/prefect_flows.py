@@ -85,15 +85,6 @@ def ingest_flow(config_file: str | None = None, lake: str | None = None) -> dict
     return counts
 
 
-@flow(name="trajlake-replay", log_prints=True)
-def replay_flow(
-    config_file: str | None = None, lake: str | None = None, adapter: str | None = None
-) -> dict[str, Any]:
-    """Group-sample the configured scenarios with the base model or `adapter`."""
-    config = _config(config_file, lake)
-    return replay_task(config, adapter, 0)
-
-
 def _score(config: TrajlakeConfig, group_ids: list[str] | None) -> dict[str, Any]:
     """Each reward as its own task, concurrently under the flow's task runner, then the combination."""
     futures = score_reward_task.map(unmapped(config), stages.rewards_to_score(config), unmapped(group_ids))
@@ -101,49 +92,6 @@ def _score(config: TrajlakeConfig, group_ids: list[str] | None) -> dict[str, Any
     stats = finish_scoring_task(config, group_ids)
     create_table_artifact(table, key="trajlake-score", description="Scorers run on the replayed groups")
     return {**stats, "table": table}
-
-
-@flow(name="trajlake-score", log_prints=True)
-def score_flow(config_file: str | None = None, lake: str | None = None) -> dict[str, Any]:
-    """Score every unscored replayed trajectory with the configured rewards (and RULER)."""
-    return _score(_config(config_file, lake), None)
-
-
-@flow(name="trajlake-train", log_prints=True)
-def train_flow(
-    config_file: str | None = None, lake: str | None = None, adapter: str | None = None
-) -> str | None:
-    """SFT on production trajectories, then GRPO on the stored, scored groups."""
-    config = _config(config_file, lake)
-    if config.pipeline.sft:
-        adapter = sft_task(config, 0)
-    if config.pipeline.grpo:
-        adapter = grpo_task(config, adapter, 1)
-    return adapter
-
-
-@flow(name="trajlake-evaluate", log_prints=True)
-def evaluate_flow(
-    config_file: str | None = None, lake: str | None = None, adapter: str = ""
-) -> dict[str, Any]:
-    """Replay the val scenarios with `adapter` and with the production adapter (or base model)."""
-    config = _config(config_file, lake)
-    evaluation = evaluate_task(config, adapter)
-    comparison = evaluation["comparison"]
-    create_table_artifact([comparison["candidate"], comparison["baseline"]], key="trajlake-evaluation")
-    return evaluation
-
-
-@flow(name="trajlake-publish", log_prints=True)
-def publish_flow(
-    config_file: str | None = None, lake: str | None = None, adapter: str = "", force: bool = False
-) -> dict[str, Any]:
-    """Evaluate `adapter`, then publish it to the registry (promoted only if it is better)."""
-    config = _config(config_file, lake)
-    evaluation = evaluate_task(config, adapter)
-    published = publish_task(config, adapter, evaluation, force)
-    _publish_artifacts(published, evaluation)
-    return published
 
 
 @flow(name="trajlake-pipeline", log_prints=True)

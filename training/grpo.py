@@ -300,7 +300,7 @@ def train_grpo(
     check_adapter_dir(adapter)
     stale = 0
     if config.max_staleness is not None:
-        sql, stale = bound_staleness(lake, sql, base_model, adapter, config.max_staleness)
+        sql, stale = bound_staleness(lake, sql, base_model, adapter, config.max_staleness, as_of)
     selection = select_grpo(
         lake,
         sql,

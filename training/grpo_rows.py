@@ -22,12 +22,13 @@ rows reach the trainer as a `datasets.Dataset` (`grpo_dataset`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import store
 from training.datasets import GRPOExample
 from training.errors import SelectionError
+from training.lineage import selection_snapshot
 from training.run import read_run_record
 
 ROW_COLUMNS = (
@@ -103,16 +104,22 @@ def within_staleness(sql: str, policies: Sequence[str]) -> str:
 
 
 def bound_staleness(
-    lake: store.Lake, sql: str, base_model: str, adapter: str | None, max_staleness: int
+    lake: store.Lake,
+    sql: str,
+    base_model: str,
+    adapter: str | None,
+    max_staleness: int,
+    as_of: Mapping[str, int] | None = None,
 ) -> tuple[str, int]:
     """(`sql` narrowed to fresh enough groups, how many selected trajectories were too stale).
 
+    Counts at the table versions `as_of` when given: the snapshot the selection then reads.
     Raises `SelectionError(reason="all_stale")` naming the policies that sampled the rows
     when none is fresh enough.
     """
     policies = policy_lineage(base_model, adapter, max_staleness)
     narrowed = within_staleness(sql, policies)
-    with store.connect(lake, read_only=True) as con:
+    with store.connect(lake, read_only=True, snapshot=selection_snapshot(lake, as_of)) as con:
         total = con.execute(f"SELECT count(*) FROM ({sql.strip().rstrip(';')})").fetchone()[0]
         fresh = con.execute(f"SELECT count(*) FROM ({narrowed})").fetchone()[0]
         if total and not fresh:

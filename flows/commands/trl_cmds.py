@@ -168,11 +168,19 @@ def train_grpo_command(
     config = stage_config(
         "train.grpo", {**grpo, "temperature": sampled_at, "reward_name": reward}, output, overrides
     )
+    versions = as_of_versions(as_of, "grpo", the_lake)
     try:
         if adapter is not None and not Path(adapter).exists():
             adapter = resolve_adapter(the_lake, adapter)["path"]
         result = train_grpo(
-            the_lake, sql or DEFAULT_GRPO_SQL, base_model, adapter, output, config, resume=resume
+            the_lake,
+            sql or DEFAULT_GRPO_SQL,
+            base_model,
+            adapter,
+            output,
+            config,
+            resume=resume,
+            as_of=versions,
         )
     except TrainingError as exc:
         raise fail(str(exc)) from None

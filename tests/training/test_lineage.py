@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import store
 from store import CompactConfig, compact
 from tests.training.test_datasets import write_groups
-from tests.training.train_helpers import reward
+from tests.training.train_helpers import reward, stored_groups
 from training.datasets import select_grpo
 from training.lineage import as_of_versions
 from training.registry import lineage_versions
@@ -66,3 +69,39 @@ def test_published_lineage_versions_are_what_vacuum_keeps(lake: store.Lake) -> N
         ],
     )
     assert lineage_versions(lake) == {"trajectories": {3}, "rewards": {7, 9}}
+
+
+def test_train_grpo_as_of_trains_on_the_recorded_snapshot(
+    lake: store.Lake, tiny_model: Path, tmp_path: Path
+) -> None:
+    """`trajlake train grpo --as-of TABLE=VERSION` trains on the rows of those versions, and the
+    run's lineage names them (as `train sft --as-of` does), whatever the lake holds now."""
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    rows, rewards = stored_groups(str(tiny_model), groups=2, size=2)
+    store.write(lake, "trajectories", rows)
+    store.write(lake, "rewards", rewards)
+    then = {name: store.snapshot(lake)[name].version for name in ("trajectories", "rewards")}
+
+    # The lake moves on: a third group arrives and every trajectory is re-scored.
+    more, more_rewards = stored_groups(str(tiny_model), groups=3, size=2, seed=1)
+    store.write(lake, "trajectories", [r for r in more if r["group_id"] == "g2"])
+    store.write(
+        lake,
+        "rewards",
+        [reward(r["trajectory_id"], 1.0 - r["value"], group_id=r["group_id"]) for r in more_rewards],
+    )
+
+    args = ["train", "grpo", "--base-model", str(tiny_model), "--output", str(tmp_path / "run")]
+    args += ["--lake", lake.root, "--reward", "correct", "--temperature", "1.0", "--max-steps", "1"]
+    args += ["--batch-size", "4", "--set", 'save_strategy="no"', "--set", "activation_checkpointing=false"]
+    args += [f"--as-of={name}={version}" for name, version in then.items()]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+
+    record = json.loads((tmp_path / "run" / "adapter" / "trajlake_run.json").read_text())
+    lineage = record["lineage"]
+    assert {name: lineage["table_versions"][name]["version"] for name in then} == then
+    assert lineage["trajectory_count"] == 4  # the two groups of then, not the third one

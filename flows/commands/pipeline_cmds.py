@@ -44,10 +44,17 @@ def quiet_libraries() -> None:
 
 
 def _configure(config: str | None, lake: str | None) -> Any:
-    """The checked configuration (exit 2 naming the bad key otherwise), with Prefect set up beside the lake."""
+    """The checked configuration (exit 2 naming the bad key otherwise), with Prefect set up beside the lake.
+
+    Everything configured here runs the pipeline (now or on a schedule), which trains on the
+    base model: an unset `sampler.model` is refused here, before any work.
+    """
+    from flows.stages.common import StageError, base_model
+
     try:
         cfg = load_config(config).with_lake(lake)
-    except ConfigError as exc:
+        base_model(cfg)
+    except (ConfigError, StageError) as exc:
         raise fail(str(exc), 2) from None
     _prefect_defaults(Path(cfg.lake.path).absolute().parent / ".prefect")
     return cfg
@@ -143,6 +150,10 @@ def config_reference(
     """Print every configuration key with its default and meaning (derived from the libraries' declarations)."""
     if markdown:
         typer.echo("| key | default | meaning |\n| --- | --- | --- |")
+    else:
+        from ingest.assembly import BUILD
+
+        typer.echo(f"# the assembler runs: {BUILD}")
     for key, default, text in describe():
         typer.echo(f"| `{key}` | `{default}` | {text} |" if markdown else f"{key} = {default}\n    {text}")
 

@@ -411,7 +411,8 @@ def test_a_trace_that_breaks_assembly_is_recorded_and_stops_no_other(
         "SELECT trace_id, stage, status, error_class, reason, detail, span_count FROM ingest_errors"
     ).fetchall()
     assert failure[:4] == (bad, "assemble", "failed", "ValueError")
-    assert "dictionary update sequence" in failure[4] and "fragile" in failure[5] and failure[6] == 2
+    assert failure[4] == "value_error" and failure[6] == 2
+    assert "dictionary update sequence" in failure[5] and "fragile" in failure[5]
     assert con.execute(f"SELECT count(*) FROM spans WHERE trace_id = '{bad}'").fetchall() == [(2,)]
 
     monkeypatch.setattr(traces, "normalize_span", real)  # the normaliser is fixed: the trace goes through

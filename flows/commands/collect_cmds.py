@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from datetime import date, datetime
 from typing import Annotated
 
 import typer
 
-from flows.commands.options import LakeOption, build, configured, resolve_lake
+from flows.commands.options import LakeOption, build, configured, fail, resolve_lake
 
 
 def collect(
@@ -16,10 +17,23 @@ def collect(
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
 ) -> None:
     """OTLP/HTTP receiver: /v1/traces, /v1/logs, Langfuse /api/public/otel/v1/traces and /api/public/scores, GET /health."""
-    from ingest.otlp.app import serve
+    from dataclasses import fields
+
+    from ingest.otlp.config import CollectorConfig
+    from ingest.otlp.memory import reexec_bounded
+    from ingest.otlp.server import serve
 
     resolved = resolve_lake(lake)
     config = build("collector", collector, lake=resolved.root)
+    # Click reads an empty variable as unset, which would turn authentication off without a word.
+    for setting in fields(CollectorConfig):
+        variable = setting.metadata.get("env")
+        if variable and getattr(config, setting.name) is None and os.environ.get(variable) == "":
+            raise fail(
+                f"${variable} is set but empty: it would turn authentication off; unset it or give a value", 2
+            )
+    if config.bounded_memory:
+        reexec_bounded("collect")  # allocator settings a running process can no longer take
 
     def ready() -> None:
         typer.echo(

@@ -22,14 +22,10 @@ import asyncio
 import contextlib
 import json
 import logging
-import signal
-import threading
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pyarrow as pa
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -52,12 +48,11 @@ from ingest.otlp.decode import (
     metric_points,
 )
 from ingest.otlp.http import (
+    BodyReader,
     SafeJSONResponse,
     check_bearer,
     check_langfuse,
     error_response,
-    guarded_protocol,
-    read_body,
     response_media,
 )
 from ingest.scores import ScoreBatch, scores_to_rewards
@@ -72,6 +67,9 @@ def create_app(config: CollectorConfig, collector: Collector | None = None) -> S
     >>> uvicorn.run(create_app(CollectorConfig(lake="./lake")), host="127.0.0.1", port=4318)
     """
     runtime = collector or Collector(config)
+    # One reader for every route: the same size limit and deadline, and one switch that ends
+    # every upload in progress when the server shuts down.
+    bodies = BodyReader(config.max_body_bytes, config.request_timeout_s, config.retry_after_s)
 
     async def otlp(request: Request, *, logs: bool, source: str, langfuse: bool) -> Response:
         media = response_media(request)
@@ -82,7 +80,7 @@ def create_app(config: CollectorConfig, collector: Collector | None = None) -> S
             else:
                 check_bearer(request, config.bearer_token)
             runtime.check_capacity()
-            body = await read_body(request, config.max_body_bytes, config.request_timeout_s)
+            body = await bodies.read(request)
             content_type = request.headers.get("content-type")
             encoding = request.headers.get("content-encoding")
             converted: Converted
@@ -135,7 +133,7 @@ def create_app(config: CollectorConfig, collector: Collector | None = None) -> S
     async def scores(request: Request) -> Response:
         try:
             check_langfuse(request, config)
-            body = await read_body(request, config.max_body_bytes, config.request_timeout_s)
+            body = await bodies.read(request)
             try:
                 document = json.loads(body)
             except (ValueError, UnicodeDecodeError, RecursionError) as exc:
@@ -173,7 +171,7 @@ def create_app(config: CollectorConfig, collector: Collector | None = None) -> S
         runtime.stats.requests += 1
         try:
             check_bearer(request, config.bearer_token)
-            body = await read_body(request, config.max_body_bytes)
+            body = await bodies.read(request)
             points = metric_points(
                 decode_metrics(
                     body,
@@ -201,6 +199,7 @@ def create_app(config: CollectorConfig, collector: Collector | None = None) -> S
             "id": "trajlake",
             "name": "trajlake",
             "organization": {"id": "trajlake", "name": "trajlake"},
+            # Only where the caller proved its keys, or where there are none to prove.
             "metadata": {"lake": runtime.lake.root},
         }
         return JSONResponse({"data": [project]})
@@ -227,6 +226,7 @@ def create_app(config: CollectorConfig, collector: Collector | None = None) -> S
         lifespan=lifespan,
     )
     app.state.collector = runtime
+    app.state.bodies = bodies
     return app
 
 
@@ -250,47 +250,3 @@ def write_scores(lake: store.Lake, batch: ScoreBatch, retry_after: int) -> None:
             continue
         kept.append((row, score_id))
     batch.rows, batch.ids = [r for r, _ in kept], [i for _, i in kept]
-
-
-def serve(
-    config: CollectorConfig, *, log_level: str = "warning", ready: Callable[[], None] | None = None
-) -> None:
-    """Run the collector in the foreground until interrupted (SIGINT/SIGTERM flush and stop cleanly)."""
-    server = _Server(server_config(config, create_app(config), log_level=log_level))
-    if ready is not None:
-        threading.Thread(target=_announce, args=(server, ready), daemon=True).start()
-    server.run()
-
-
-def server_config(config: CollectorConfig, app: Starlette, *, log_level: str = "warning") -> uvicorn.Config:
-    """How uvicorn runs the collector: its address, and a deadline for request headers
-    (`collector.request_timeout_s`; bodies have theirs in `read_body`)."""
-    return uvicorn.Config(
-        app,
-        host=config.host,
-        port=config.port,
-        log_level=log_level,
-        access_log=False,
-        lifespan="on",
-        http=guarded_protocol(config.request_timeout_s),
-    )
-
-
-class _Server(uvicorn.Server):
-    """uvicorn, except that a SIGTERM it stopped on cleanly is a clean exit (status 0), as
-    service managers expect; uvicorn itself re-raises the signal after its graceful stop."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        with super().capture_signals():
-            try:
-                yield
-            finally:
-                self._captured_signals = [s for s in self._captured_signals if s != signal.SIGTERM]
-
-
-def _announce(server: Any, ready: Callable[[], None]) -> None:
-    while not server.started and not server.should_exit:
-        time.sleep(0.05)
-    if server.started:
-        ready()

@@ -9,8 +9,6 @@ has arrived (or that went idle). One `Collector` per process.
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
 import hashlib
 import logging
 import os
@@ -27,6 +25,7 @@ import store
 from ingest.errors import Overloaded, RedactionFailed
 from ingest.lakeio import assemble_traces, pending_trace_ids
 from ingest.otlp.config import CollectorConfig
+from ingest.otlp.memory import allocators, release_memory, rss_mb
 from ingest.otlp.spool import Spool, claim_spool, decode_table, encode_table, frame, read_segment
 from ingest.pending import PendingTraces
 from ingest.redact import redact_table
@@ -55,28 +54,6 @@ def default_spool_root(lake: store.Lake) -> Path:
     # per lake URI so that collectors of different lakes never adopt each other's segments.
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return cache / "trajlake" / "spool" / hashlib.sha256(lake.root.encode()).hexdigest()[:16]
-
-
-def release_memory() -> None:
-    """Return freed memory to the operating system, so RSS falls back after a burst.
-
-    Arrow's allocator (mimalloc or jemalloc) and glibc's malloc both keep freed pages for
-    reuse; after a load peak that is hundreds of MB an idle collector holds for nothing.
-    """
-    pa.default_memory_pool().release_unused()
-    if _libc is not None:
-        _libc.malloc_trim(0)
-
-
-def _load_libc() -> Any:
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    except OSError:
-        return None
-    return libc if hasattr(libc, "malloc_trim") else None  # glibc only (musl has none)
-
-
-_libc = _load_libc()
 
 
 class Collector:
@@ -114,6 +91,8 @@ class Collector:
 
     def start(self) -> None:
         """Open the spool (recovering what a previous run left) and start the background threads."""
+        if self.config.exposure_warning:
+            log.warning("%s", self.config.exposure_warning)
         self.spool.start(adopt_from=self._spool_root)
         self._sealed.set()  # recovered and adopted segments are flushed right away
         workers: list[tuple[str, Callable[[], None]]] = [("trajlake-flusher", self._flush_loop)]
@@ -282,10 +261,17 @@ class Collector:
         return result.trajectories
 
     def health(self) -> dict[str, Any]:
+        """What `GET /health` answers (without authentication, as probes expect): with
+        credentials configured it leaves out the lake's path, which is not the probe's business."""
+        warning = self.config.exposure_warning
         return {
             "status": "ok",
             "last_error": self.last_error,
-            "lake": self.lake.root,
+            **({} if self.config.auth else {"lake": self.lake.root}),
+            "auth": self.config.auth,
+            "warnings": [warning] if warning else [],
+            "rss_mb": round(rss_mb(), 1),
+            "allocators": allocators(),
             "pending_bytes": self.spool.pending_bytes,
             "pending_traces": len(self.pending),
             "spool_segments": len(self.spool.segments()),

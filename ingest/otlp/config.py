@@ -6,6 +6,7 @@ Library code never reads environment variables; `trajlake collect` turns its opt
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 
 from ingest.errors import ConfigError
@@ -33,7 +34,7 @@ class CollectorConfig:
     host: str = field(default="127.0.0.1", metadata={"help": "Address to bind."})
     port: int = field(default=4318, metadata={"help": "Port to bind (4318 is the OTLP/HTTP default)."})
 
-    # --- authentication (off when unset)
+    # --- authentication (off when unset; an empty value is refused, never read as "off")
     bearer_token: str | None = field(
         default=None,
         metadata={
@@ -66,8 +67,15 @@ class CollectorConfig:
     request_timeout_s: float = field(
         default=30.0,
         metadata={
-            "help": "Seconds a client may take to send a request's headers, and again its body; "
-            "a slower one gets 408 and is disconnected."
+            "help": "Seconds a client may take to send a request's headers, and again its body "
+            "(on every route); a slower one gets 408 and is disconnected."
+        },
+    )
+    bounded_memory: bool = field(
+        default=True,
+        metadata={
+            "help": "`trajlake collect` caps glibc malloc at 2 arenas, maps large blocks and puts Arrow "
+            "on the system allocator, so RSS comes back after load (environment settings win)."
         },
     )
 
@@ -100,6 +108,8 @@ class CollectorConfig:
     )
 
     def __post_init__(self) -> None:
+        for name in ("bearer_token", "langfuse_public_key", "langfuse_secret_key"):
+            _check_credential(name, getattr(self, name))
         if bool(self.langfuse_public_key) != bool(self.langfuse_secret_key):
             raise ConfigError(
                 "langfuse_public_key", self.langfuse_public_key, "set both Langfuse keys or neither"
@@ -112,6 +122,21 @@ class CollectorConfig:
                 raise ConfigError(name, getattr(self, name), "timeouts must be positive")
 
     @property
+    def auth(self) -> bool:
+        """Whether any credential is configured (then /health does not show the lake's path)."""
+        return bool(self.bearer_token or self.langfuse_public_key)
+
+    @property
+    def exposure_warning(self) -> str | None:
+        """Why anyone on the network can write to the lake, or None (loopback, or a token)."""
+        if self.bearer_token or is_loopback(self.host):
+            return None
+        return (
+            f"the collector listens on {self.host}:{self.port} without --token: anyone who can reach "
+            "the port can write to the lake (set --token or TRAJLAKE_COLLECTOR_TOKEN)"
+        )
+
+    @property
     def max_body_bytes(self) -> int:
         return int(self.max_body_mb * MIB)
 
@@ -122,3 +147,31 @@ class CollectorConfig:
     @property
     def flush_bytes(self) -> int:
         return int(self.flush_mb * MIB)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` is reachable only from this machine (127.0.0.0/8, ::1, localhost).
+
+    Any other name or address is treated as reachable from the network: 0.0.0.0 and ::
+    bind every interface, and a name may resolve to anything.
+    """
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_credential(name: str, value: str | None) -> None:
+    """An empty credential would silently turn authentication off: refuse it."""
+    if value is None:
+        return
+    if not value.strip():
+        raise ConfigError(
+            name, value, "an empty credential would turn authentication off; give one, or leave it unset"
+        )
+    if name == "bearer_token" and value != value.strip():
+        # Bearer headers are compared stripped, so such a token could never match: refuse it
+        # without echoing the secret.
+        raise ConfigError(name, "<hidden>", "has leading or trailing whitespace (a stray newline?)")

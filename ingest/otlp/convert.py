@@ -6,8 +6,8 @@ column), attribute maps are encoded to JSON text by orjson in C, resource and sc
 values are computed once per group rather than per span, and the Arrow arrays are
 built once per request. Invalid spans (ids of the wrong length, all-zero ids, a kind or
 status code outside OTLP's enums, times before 2000 or more than a day ahead of the
-collector's clock: see `ingest.records`) are counted and described for OTLP's
-`partial_success` instead of failing the batch.
+collector's clock: see `ingest.records`; an end before the start) are counted and
+described for OTLP's `partial_success` instead of failing the batch.
 
 Log records (the GenAI events that arrive on `/v1/logs`) become rows of the same
 table with `kind = 'LOG'`: their own deterministic `span_id` (a digest of the record,
@@ -176,6 +176,7 @@ def spans_from_request(
                 problem = (
                     _time_problem(start, received_ns, latest_ns, "start")
                     or (end and _time_problem(end, received_ns, latest_ns, "end"))
+                    or _order_problem(start, end)
                     or (not 0 <= span.kind < len(KINDS) and f"kind {span.kind} is not a SpanKind (0-5)")
                     or (
                         not 0 <= status.code < len(STATUS)
@@ -218,6 +219,14 @@ def spans_from_request(
             c["scope_name"].extend([scope] * count)
             c["resource"].extend([resource_json] * count)
     return Converted(columns.table(received_ns), rejected, reasons)
+
+
+def _order_problem(start: int, end: int) -> str | None:
+    """A span that ends before it starts has no duration to store: refused, not clamped, so
+    the sender's clock problem shows (OTLP `partial_success`) instead of a zero latency."""
+    if end and end < start:
+        return f"end time {end} ns is before start time {start} ns"
+    return None
 
 
 def _time_problem(ns: int, received_ns: int, latest_ns: int, what: str) -> str | None:

@@ -1,4 +1,4 @@
-"""HTTP helpers of the collector: authentication, bounded body reads, OTLP error answers.
+"""HTTP helpers of the collector: authentication, deadline-bound body reads, OTLP error answers.
 
 Error bodies are `google.rpc.Status`, in the request's own encoding (protobuf or JSON),
 as the OTLP/HTTP specification asks; 401 answers carry `WWW-Authenticate`, 503 answers
@@ -13,7 +13,6 @@ import binascii
 import hmac
 import json
 import logging
-from asyncio import TimerHandle, Transport
 from typing import Any
 
 from google.rpc import status_pb2
@@ -42,8 +41,8 @@ def error_response(exc: IngestError, media: str) -> Response:
         headers["Retry-After"] = str(retry_after)
     if isinstance(exc, Unauthorized):
         headers["WWW-Authenticate"] = f'{exc.scheme} realm="trajlake"'
-    if isinstance(exc, RequestTimeout):
-        headers["Connection"] = "close"  # the rest of a stalled body is not worth waiting for
+    if isinstance(exc, RequestTimeout | ShuttingDown):
+        headers["Connection"] = "close"  # the rest of the body is not worth waiting for
     status = status_pb2.Status(code=_grpc_code(exc.status), message=str(exc))
     if media == PROTOBUF:
         return Response(
@@ -60,28 +59,71 @@ def _grpc_code(http: int) -> int:
     return {400: 3, 401: 16, 408: 4, 413: 8, 415: 3, 499: 1, 503: 14}.get(http, 13)
 
 
-async def read_body(request: Request, limit: int, timeout_s: float | None = None) -> bytes:
-    """The request body, at most `limit` bytes (413 above), within `timeout_s` seconds
-    (408 after: a client that stalls mid-body must not hold its buffer and connection)."""
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
-        raise PayloadTooLarge(limit, decompressed=False)
-    chunks = []
-    size = 0
-    try:
-        async with asyncio.timeout(timeout_s):
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > limit:
-                    raise PayloadTooLarge(limit, decompressed=False)
-                chunks.append(chunk)
-    except TimeoutError:
-        raise RequestTimeout(timeout_s or 0.0, size) from None
-    except ClientDisconnect:
-        # An everyday event (a client timing out, a deploy): one line, not a traceback.
-        log.info("client %s disconnected after %d bytes of its request", request.client, size)
-        raise ClientDisconnected() from None
-    return b"".join(chunks)
+class ShuttingDown(IngestError, RuntimeError):
+    """The collector is stopping: a body still on its way is not waited for (retry elsewhere or later)."""
+
+    status = 503
+
+    def __init__(self, received: int, retry_after: int) -> None:
+        self.retry_after = retry_after
+        super().__init__(
+            f"the collector is shutting down; {received} bytes of the request body came and nothing "
+            "was written: send it again"
+        )
+
+
+class BodyReader:
+    """Reads request bodies, each under the same deadline, on every route.
+
+    `stop()` (the server's shutdown) ends every read in progress at once with 503 +
+    Retry-After, and refuses later ones: shutdown never waits on a client's upload, and
+    a body that never fully arrived was never acknowledged, so nothing is lost.
+    """
+
+    def __init__(self, limit: int, timeout_s: float, retry_after: int) -> None:
+        self.limit = limit
+        self.timeout_s = timeout_s
+        self.retry_after = retry_after
+        self.stopping = False
+        self._reads: set[asyncio.Timeout] = set()
+
+    def stop(self) -> None:
+        """End every body read now (each answers 503); called on the event loop."""
+        self.stopping = True
+        now = asyncio.get_running_loop().time()
+        for deadline in self._reads:
+            deadline.reschedule(now)
+
+    async def read(self, request: Request) -> bytes:
+        """The request body, at most `limit` bytes (413 above), within `timeout_s` seconds
+        (408 after: a client that stalls mid-body must not hold its buffer and connection)."""
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > self.limit:
+            raise PayloadTooLarge(self.limit, decompressed=False)
+        if self.stopping:
+            raise ShuttingDown(0, self.retry_after)
+        chunks = []
+        size = 0
+        try:
+            async with asyncio.timeout(self.timeout_s) as deadline:
+                self._reads.add(deadline)
+                try:
+                    async for chunk in request.stream():
+                        size += len(chunk)
+                        if size > self.limit:
+                            raise PayloadTooLarge(self.limit, decompressed=False)
+                        chunks.append(chunk)
+                finally:
+                    self._reads.discard(deadline)
+        except TimeoutError:
+            if self.stopping:
+                raise ShuttingDown(size, self.retry_after) from None
+            raise RequestTimeout(self.timeout_s, size) from None
+        except ClientDisconnect:
+            # An everyday event (a client timing out, a deploy): one line, not a traceback.
+            log.info("client %s disconnected after %d bytes of its request", request.client, size)
+            raise ClientDisconnected() from None
+        return b"".join(chunks)
 
 
 def check_bearer(request: Request, token: str | None) -> None:
@@ -113,53 +155,3 @@ def response_media(request: Request) -> str:
         return media_type(request.headers.get("content-type"))
     except IngestError:
         return JSON
-
-
-def guarded_protocol(timeout_s: float) -> type[Any]:
-    """uvicorn's httptools protocol with a deadline for each request's headers.
-
-    uvicorn times out idle keep-alive connections but not a connection that was just
-    opened, nor headers sent a byte at a time: such a client would hold its connection
-    (and a file descriptor) forever. The deadline starts when the connection opens and
-    when each request begins, and ends when the request's headers are complete; the body
-    has its own deadline in `read_body`.
-    """
-    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-
-    class GuardedHttpToolsProtocol(HttpToolsProtocol):
-        _headers_deadline: TimerHandle | None = None
-
-        def _arm(self) -> None:
-            self._disarm()
-            self._headers_deadline = self.loop.call_later(timeout_s, self._headers_too_slow)
-
-        def _disarm(self) -> None:
-            if self._headers_deadline is not None:
-                self._headers_deadline.cancel()
-                self._headers_deadline = None
-
-        def _headers_too_slow(self) -> None:
-            self._headers_deadline = None
-            if not self.transport.is_closing():
-                log.info(
-                    "closing a connection from %s: no complete request headers in %gs", self.client, timeout_s
-                )
-                self.transport.close()
-
-        def connection_made(self, transport: Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            self._arm()
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
-            super().connection_lost(exc)
-
-        def on_message_begin(self) -> None:
-            self._arm()
-            super().on_message_begin()
-
-        def on_headers_complete(self) -> None:
-            self._disarm()
-            super().on_headers_complete()
-
-    return GuardedHttpToolsProtocol

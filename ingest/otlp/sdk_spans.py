@@ -25,6 +25,7 @@ from ingest.otlp.convert import (
     _Columns,
     _dumps,
     _now_ns,
+    _order_problem,
     _time_problem,
 )
 
@@ -70,8 +71,10 @@ def spans_from_sdk(
             continue
         start = span.start_time or span.end_time or 0  # no start: dated by its end, as over OTLP
         end = span.end_time or 0
-        problem = _time_problem(start, received_ns, latest_ns, "start") or (
-            end and _time_problem(end, received_ns, latest_ns, "end")
+        problem = (
+            _time_problem(start, received_ns, latest_ns, "start")
+            or (end and _time_problem(end, received_ns, latest_ns, "end"))
+            or _order_problem(start, end)
         )
         if problem:
             rejected += 1

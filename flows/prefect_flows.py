@@ -106,6 +106,7 @@ def pipeline_flow(
     Each round samples with the newest adapter, so GRPO stays close to on-policy.
     """
     config = _config(config_file, lake)
+    stages.base_model(config)  # no base model: stop before ingesting or training anything
     logger = get_run_logger()
     rounds = rounds or config.pipeline.rounds
     timings: list[tuple[str, float]] = []  # wall seconds of each step, for the caller to show

@@ -23,13 +23,20 @@ def lake_of(config: TrajlakeConfig) -> store.Lake:
 
 
 def base_model(config: TrajlakeConfig) -> str:
-    """The configured base model, or the tiny local model (built once, cached) when none is set."""
-    model = config.build("sampler").model
-    if model:
-        return str(model)
-    from training.tiny import tiny_model_path
+    """The configured base model (`sampler.model`); unset, a `StageError` naming the setting.
 
-    return str(tiny_model_path())
+    There is no fallback: a pipeline without a base model would train and publish an
+    adapter of some stand-in model, which is worse than not running. The demo and the
+    tests name their tiny model explicitly.
+    """
+    model = config.build("sampler").model
+    if not model:
+        raise StageError(
+            "sampler.model",
+            "no base model is set: name a model folder or hub id in `[sampler] model` of trajlake.toml "
+            "(or $TRAJLAKE_SAMPLER__MODEL; for vllm-server, the served base model's name)",
+        )
+    return str(model)
 
 
 def sampler_for(config: TrajlakeConfig, adapter: str | None) -> Any:

@@ -100,6 +100,28 @@ def test_cli_fails_before_any_work_on_bad_config(tmp_path: Path) -> None:
     assert not lake.exists()  # nothing ran, nothing was written
 
 
+def test_the_base_model_has_no_fallback(tmp_path: Path) -> None:
+    from flows.stages import StageError, base_model
+
+    with pytest.raises(StageError) as info:
+        base_model(load_config(write(tmp_path, ""), environ={}))
+    assert info.value.key == "sampler.model"  # not a tiny stand-in model, trained and published
+    assert base_model(load_config(write(tmp_path, '[sampler]\nmodel = "org/m"\n'), environ={})) == "org/m"
+
+
+@pytest.mark.parametrize("command", [["pipeline"], ["serve", "--once"]])
+def test_a_pipeline_without_a_base_model_is_refused_before_any_work(
+    tmp_path: Path, command: list[str]
+) -> None:
+    path = write(tmp_path, "[pipeline]\nrounds = 1\n")
+    lake = tmp_path / "lake"
+    result = CliRunner().invoke(app, [*command, "--config", path, "--lake", str(lake)])
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "`sampler.model`" in lines[0]  # one line naming the setting, no traceback
+    assert not lake.exists() and not (tmp_path / ".prefect").exists()  # nothing ran
+
+
 def test_reference_is_generated_from_the_declarations() -> None:
     from judging import JudgeConfig
     from training.replay import ReplayConfig

@@ -29,7 +29,8 @@ def test_specs_follow_the_configuration(tmp_path: Path) -> None:
 @pytest.mark.usefixtures("prefect_api")
 def test_serve_registers_scheduled_deployments(tmp_path: Path) -> None:
     path = tmp_path / "trajlake.toml"
-    path.write_text('[schedules]\ningest = "5 * * * *"\npipeline = "0 4 * * *"\n')
+    # the nightly pipeline trains on the base model, so serving needs one named (the tiny model's path would do)
+    path.write_text('[sampler]\nmodel = "base"\n[schedules]\ningest = "5 * * * *"\npipeline = "0 4 * * *"\n')
     result = CliRunner().invoke(
         app, ["serve", "--config", str(path), "--lake", str(tmp_path / "lake"), "--once"]
     )

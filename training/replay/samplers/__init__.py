@@ -38,7 +38,7 @@ class SamplerConfig:
         default="",
         metadata={
             "help": "Base model folder or hub id (the served base model's name for vllm-server); "
-            "empty: the tiny local model."
+            "required: nothing samples or trains without one."
         },
     )
     tokenizer: str | None = field(default=None, metadata={"help": "Tokenizer folder (default: the model)."})

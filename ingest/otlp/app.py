@@ -12,8 +12,10 @@ A request is decoded, converted to rows, redacted, appended to the write-ahead s
 and answered only once the spool has fsynced it, so 200 means durable.
 
 Answers: 200 (with `partial_success` when some spans were rejected), 400 malformed,
-401 bad credentials, 413 too large (also after decompression), 415 unknown content
-type or encoding, 503 + Retry-After when the writer is behind or the disk failed.
+401 bad credentials, 408 a body not sent within `request_timeout_s` (every route), 413
+too large (also after decompression), 415 unknown content type or encoding, 503 +
+Retry-After when the writer is behind, the disk failed or the server is stopping.
+How the app is served (header deadlines, bounded shutdown): `ingest.otlp.server`.
 """
 
 from __future__ import annotations

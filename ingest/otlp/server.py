@@ -45,7 +45,7 @@ def serve(
     if config.bounded_memory:
         bound_allocators()  # first: before any thread has an arena of its own
     app = create_app(config)
-    server = CollectorServer(server_config(config, app, log_level=log_level))
+    server = CollectorServer(server_config(config, app, log_level=log_level), app.state.bodies)
     if ready is not None:
         threading.Thread(target=_announce, args=(server, ready), daemon=True).start()
     server.run()
@@ -78,10 +78,13 @@ class CollectorServer(uvicorn.Server):
             finally:
                 self._captured_signals = [s for s in self._captured_signals if s != signal.SIGTERM]
 
+    def __init__(self, config: uvicorn.Config, bodies: BodyReader | None = None) -> None:
+        super().__init__(config)
+        self.bodies = bodies
+
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        bodies: BodyReader | None = getattr(self.config.app.state, "bodies", None)
-        if bodies is not None:
-            bodies.stop()  # uploads in progress answer 503 now instead of holding the shutdown
+        if self.bodies is not None:
+            self.bodies.stop()  # uploads in progress answer 503 now instead of holding the shutdown
         await super().shutdown(sockets)
 
 

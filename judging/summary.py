@@ -51,6 +51,7 @@ class ScoreSummary:
     trajectories_scored: int = 0
     trajectories_failed: int = 0
     trajectories_skipped: int = 0
+    trajectories_out_of_scope: int = 0  # left out by default: the reward cannot score them
     failures: dict[str, int] = field(default_factory=dict)  # reason -> rows
     values: dict[str, ValueStats] = field(default_factory=dict)
     judge_calls: int = 0

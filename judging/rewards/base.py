@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 RewardValue = float | dict[str, float]
@@ -22,6 +23,27 @@ RewardFn = Callable[[dict[str, Any], dict[str, Any] | None], RewardValue]
 F = TypeVar("F", bound=Callable[..., Any])
 
 VERSION_ATTRIBUTE = "reward_version"
+SCOPE_ATTRIBUTE = "reward_scope"
+
+
+@dataclass(frozen=True)
+class RewardScope:
+    """What a reward can score: a condition over `candidates`, and what it selects in words.
+
+    A scoring run without its own `where` scores only this; every trajectory outside it
+    would be a failed row (say `no_expected` for a production trace), written again by
+    every rerun, so the run counts those it left out instead.
+    """
+
+    where: str
+    meaning: str
+
+
+# Rewards that compare with the scenario's expected outcome can score replays of scenarios that have one.
+EXPECTED_OUTCOME = RewardScope(
+    "source = 'replay' AND expected IS NOT NULL AND expected <> ''",
+    "replayed trajectories of scenarios with an expected outcome",
+)
 
 
 def reward_version(version: str) -> Callable[[F], F]:
@@ -44,3 +66,24 @@ def version_of(fn: Callable[..., Any]) -> str:
     except (OSError, TypeError):
         source = getattr(fn, "__qualname__", repr(fn))
     return "src-" + hashlib.sha256(source.encode()).hexdigest()[:8]
+
+
+def reward_scope(scope: RewardScope) -> Callable[[F], F]:
+    """Decorator: what the reward can score by default (a run's own `where` still wins)."""
+
+    def mark(fn: F) -> F:
+        setattr(fn, SCOPE_ATTRIBUTE, scope)
+        return fn
+
+    return mark
+
+
+def needs_expected(fn: F) -> F:
+    """Decorator: the reward compares with the scenario's expected outcome (`EXPECTED_OUTCOME`)."""
+    return reward_scope(EXPECTED_OUTCOME)(fn)
+
+
+def scope_of(fn: Callable[..., Any]) -> RewardScope | None:
+    """The scope a reward declared (`reward_scope`, `needs_expected`), or None: it scores anything."""
+    scope = getattr(fn, SCOPE_ATTRIBUTE, None)
+    return scope if isinstance(scope, RewardScope) else None

@@ -14,7 +14,7 @@ import string
 import unicodedata
 from typing import Any
 
-from judging.rewards.base import reward_version
+from judging.rewards.base import needs_expected, reward_version
 from judging.trajectory import Scenario, Trajectory, expected_answer, final_answer
 
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
@@ -37,6 +37,7 @@ def _candidates(expected: Any) -> list[str]:
     return [v if isinstance(v, str) else str(v) for v in values]
 
 
+@needs_expected
 @reward_version("1")
 def exact_match_reward(trajectory: Trajectory, scenario: Scenario | None) -> float:
     """1.0 when the final answer equals the expected answer (or one of a list of them) exactly, else 0.0.
@@ -48,6 +49,7 @@ def exact_match_reward(trajectory: Trajectory, scenario: Scenario | None) -> flo
     return 1.0 if answer is not None and answer.strip() in [e.strip() for e in expected] else 0.0
 
 
+@needs_expected
 @reward_version("1")
 def normalized_match_reward(trajectory: Trajectory, scenario: Scenario | None) -> float:
     """1.0 when the normalised final answer equals a normalised expected answer (see `normalize_answer`)."""

@@ -46,7 +46,8 @@ def qa_lake(lake):
 
 
 def test_builtin_reward_scores_and_records_failures(qa_lake):
-    summary = score(qa_lake, "exact_match", QUIET)
+    # `where` of its own: everything, prod-1 (no scenario) included, is scored or failed
+    summary = score(qa_lake, "exact_match", ScoreConfig(progress=False, where="true"))
     got = rows(qa_lake, "exact_match")
     assert {tid: r[0] for tid, r in got.items() if r[1] == "ok"} == {
         "g1-0": 1.0,
@@ -65,15 +66,53 @@ def test_builtin_reward_scores_and_records_failures(qa_lake):
 
 
 def test_rerun_skips_what_this_scorer_scored_and_retries_failures(qa_lake):
-    score(qa_lake, "normalized_match", QUIET)
-    again = score(qa_lake, "normalized_match", QUIET)
+    everything = ScoreConfig(progress=False, where="true")
+    score(qa_lake, "normalized_match", everything)
+    again = score(qa_lake, "normalized_match", everything)
     # five ok rows are skipped, the failed one is tried again (and fails again)
     assert (again.trajectories_skipped, again.rows_written) == (5, 1)
     store.write(qa_lake, "trajectories", [make_traj("prod-1", "Paris", scenario_id="capital")])
-    third = score(qa_lake, "normalized_match", QUIET)
+    third = score(qa_lake, "normalized_match", everything)
     assert third.rows_written == 1 and rows(qa_lake, "normalized_match")["prod-1"][:2] == (1.0, "ok")
-    forced = score(qa_lake, "normalized_match", ScoreConfig(progress=False, force=True))
+    forced = score(qa_lake, "normalized_match", ScoreConfig(progress=False, where="true", force=True))
     assert forced.rows_written == 6
+
+
+def test_by_default_a_reward_scores_what_it_can_and_counts_what_it_left_out(qa_lake):
+    """exact_match needs an expected outcome: by default it scores replays of scenarios that have
+    one, writes nothing for the rest (no `no_expected` row per production trace, rerun after
+    rerun), and says how many it left out."""
+    store.write(qa_lake, "scenarios", [make_scenario("open", None)])
+    store.write(
+        qa_lake,
+        "trajectories",
+        [make_traj("prod-2", "Paris", source="otel"), *make_group("g3", ["x", "y"], scenario_id="open")],
+    )
+    summary = score(qa_lake, "exact_match", QUIET)
+    assert set(rows(qa_lake, "exact_match")) == {"g1-0", "g1-1", "g1-2", "g2-0", "g2-1"}
+    assert summary.failures == {} and summary.trajectories_out_of_scope == 4  # prod-1, prod-2, g3's two
+    assert any("left out 4 trajectories" in note for note in summary.notes)
+    again = score(qa_lake, "exact_match", QUIET)
+    assert again.rows_written == 0 and again.trajectories_out_of_scope == 4
+    # a reward that needs no expected outcome still scores every trajectory
+    assert len(rows(qa_lake, "valid_json")) == 0 and score(qa_lake, "valid_json", QUIET).rows_written == 9
+
+
+def test_score_command_says_what_it_left_out(qa_lake):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    result = CliRunner().invoke(app, ["score", "-r", "exact_match", "--no-progress", "--lake", qa_lake.root])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "left out 1 trajectories it cannot score" in text and "--where true" in text
+    assert "no_expected" not in text and set(rows(qa_lake, "exact_match")) == {
+        f"g1-{i}" for i in range(3)
+    } | {
+        "g2-0",
+        "g2-1",
+    }
 
 
 def test_where_filters_trajectories_with_scenario_columns(qa_lake):
@@ -162,7 +201,7 @@ def test_bad_sql_names_the_sql_and_writes_nothing(qa_lake, reward, where, match)
 
 
 def test_combined_reward_weights_named_rewards(qa_lake):
-    score(qa_lake, "exact_match", QUIET)
+    score(qa_lake, "exact_match", ScoreConfig(progress=False, where="true"))  # prod-1 too: a failed row
     score(qa_lake, SqlReward("length(final_output) / 10.0", "brevity"), QUIET)
     weights = {"exact_match": 0.75, "brevity": 0.25}
     summary = combine(qa_lake, weights)

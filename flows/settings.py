@@ -307,6 +307,7 @@ def table_at(data: Mapping[str, Any], key: str, source: str) -> Mapping[str, Any
 def cli_parameters(section: Section) -> list[inspect.Parameter]:
     """Typer options for a section's settings (nested sections included); all default to None (= not given)."""
     import typer
+    from rich.markup import escape
 
     params = []
     for setting in [*section.settings, *(s for child in section.children for s in child.settings)]:
@@ -319,7 +320,10 @@ def cli_parameters(section: Section) -> list[inspect.Parameter]:
         flags = setting.flag.split()  # the long spelling, then any short ones ("--group-size -g")
         if option_type is bool:
             flags = [f"{flags[0]}/--no-{flags[0].removeprefix('--')}", *flags[1:]]
-        info = typer.Option(*flags, help=setting.help + shown, envvar=setting.env, show_default=False)
+        # typer renders help through rich's markup, which takes `[replay]`, `[name=]` or
+        # `[default: 8]` for a tag and drops it: brackets are escaped to show as written.
+        help_text = escape(setting.help + shown)
+        info = typer.Option(*flags, help=help_text, envvar=setting.env, show_default=False)
         params.append(
             inspect.Parameter(
                 param_name(setting.flag),

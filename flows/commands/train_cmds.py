@@ -52,7 +52,7 @@ def publish_command(
     """Publish an adapter version to the registry (checks vLLM compatibility; optional eval gate, hot-load, hub).
 
     The gate replays the val scenarios with the candidate and the production adapter
-    (or the base model) on the `[sampler]`/`[replay]` settings in effect, scores them
+    (or the base model) on the `sampler` and `replay` settings in effect, scores them
     with `--eval-reward`, and promotes only on a paired improvement.
     """
     from training.errors import TrainingError

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from flows.commands.options import LakeOption, build, configured, fail, resolve_lake
 
@@ -150,7 +151,9 @@ def train_grpo_command(
     ] = None,
     reward: Annotated[str | None, typer.Option(help="Reward name (rewards.name) to train on.")] = None,
     temperature: Annotated[
-        float | None, typer.Option(help="The temperature the groups were sampled at (default: [replay]'s).")
+        float | None,
+        # escaped: rich's markup would take `[replay]` for a tag and drop it from --help
+        typer.Option(help=escape("The temperature the groups were sampled at (default: [replay]'s).")),
     ] = None,
     resume: ResumeOption = False,
     as_of: AsOfOption = None,

@@ -1,0 +1,63 @@
+"""Every command's --help shows its help texts as written: the terminal's markup (rich, through
+typer) must not swallow a bracketed word such as `[replay]`, `[name=]` or `[default: 8]`."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from flows.cli import app
+
+# A bracketed token of a help text: what rich would take for a markup tag, and drop.
+BRACKETED = re.compile(r"\[[^\[\]\n]*\]")
+# What the rendered help adds around the words: padding, line breaks and the panels' borders.
+LAYOUT = re.compile(r"[\s│╭╮╰╯─]+")
+
+
+def commands(command: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """`command` and every command below it, hidden ones and lazily loaded ones included (typer's
+    own copy of click's classes: a group is what lists commands)."""
+    yield path, command
+    if hasattr(command, "list_commands"):
+        ctx = command.context_class(command)
+        for name in command.list_commands(ctx):
+            sub = command.get_command(ctx, name)
+            assert sub is not None, f"`{' '.join((*path, name))}` is listed but cannot be loaded"
+            yield from commands(sub, (*path, name))
+
+
+def declared_texts(command: Any) -> list[str]:
+    """The help texts as declared (rich's `\\[` escape undone: it is how a bracket is written)."""
+    texts = [command.help or "", *(getattr(p, "help", None) or "" for p in command.params)]
+    return [t.replace("\\[", "[") for t in texts if t]
+
+
+def flat(text: str) -> str:
+    return LAYOUT.sub("", text)
+
+
+ALL = sorted(commands(typer.main.get_command(app)), key=lambda pc: pc[0])
+
+
+def test_every_command_is_walked() -> None:
+    names = {" ".join(path) for path, _ in ALL}
+    assert {"", "train grpo", "train sft", "replay", "score", "pipeline", "serve-sampler"} <= names
+
+
+@pytest.mark.parametrize(("path", "command"), ALL, ids=[" ".join(p) or "trajlake" for p, _ in ALL])
+def test_every_bracketed_word_of_the_help_texts_is_shown(path: tuple[str, ...], command: Any) -> None:
+    result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "100"})
+    assert result.exit_code == 0, result.output
+    shown = flat(result.output)
+    missing = [
+        token
+        for text in declared_texts(command)
+        for token in BRACKETED.findall(text.split("\f")[0])  # typer shows a docstring up to \f
+        if flat(token) not in shown
+    ]
+    assert not missing, f"`trajlake {' '.join(path)} --help` lost {missing}"

@@ -166,7 +166,7 @@ SFT_FIELDS = (
     "lora_alpha",
     "lora_dropout",
     "seed",
-    "gradient_checkpointing",
+    "activation_checkpointing",
     "save_steps",
     "report_to",
 )
@@ -192,7 +192,7 @@ GRPO_FIELDS = (
     "vllm_importance_sampling_clip_max",
     "lora_r",
     "seed",
-    "gradient_checkpointing",
+    "activation_checkpointing",
     "save_steps",
     "report_to",
 )

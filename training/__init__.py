@@ -5,7 +5,8 @@ Replay, the stage that samples the groups GRPO learns from, has its own package
 
 - `sft` + `sft_config`, `grpo` + `grpo_config`: the two stages, TRL trainers configured;
 - `datasets` (SFT conversations and GRPO groups selected by SQL), `advantages`, `lineage`;
-- `lora` (adapter shape vLLM accepts), `device` (what the hardware does natively);
+- `lora` (adapter shape vLLM accepts), `device` (what the hardware does natively),
+  `checkpointing` (activation checkpointing under transformers' current name);
 - `run` (run folder, checkpoints, run record), `metrics` (per-step `runs` rows, the
   non-finite loss guard);
 - `registry`, `publish`, `serving`: versions, the publish step, vLLM checks and hot-load;

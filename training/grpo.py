@@ -46,6 +46,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler, nanstd, use_adapter
 
 import store
+from training.checkpointing import peft_wrapping
 from training.datasets import select_grpo
 from training.grpo_batch import GroupedRepeatSampler, pad_rows, padded, rows_as_tensors
 from training.grpo_config import TrajlakeGRPOConfig
@@ -336,15 +337,16 @@ def train_grpo(
     runs = RunsTableCallback(
         lake, run_id, "grpo", extra={"equal_reward_groups": report["equal_reward_groups"]}
     )
-    trainer = StoredGroupsGRPOTrainer(
-        model=model,
-        reward_funcs=stored_reward,
-        args=config,
-        train_dataset=grpo_dataset(examples),
-        processing_class=tokenizer,
-        peft_config=peft_config,
-        callbacks=[runs, guard, *callbacks],
-    )
+    with peft_wrapping():  # the trainer wraps the model in a fresh LoRA adapter (or a ref copy)
+        trainer = StoredGroupsGRPOTrainer(
+            model=model,
+            reward_funcs=stored_reward,
+            args=config,
+            train_dataset=grpo_dataset(examples),
+            processing_class=tokenizer,
+            peft_config=peft_config,
+            callbacks=[runs, guard, *callbacks],
+        )
     if config.vllm_importance_sampling_correction and not (resume and last_checkpoint(output_dir)):
         started = time.perf_counter()
         trainer.store_round_start_logprobs()

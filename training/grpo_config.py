@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from training.advantages import SCALE_REWARDS
+from training.checkpointing import CheckpointingFields
 from training.device import bf16_supported
 from training.errors import BadHyperparameter
 from training.lora import LoraFields
@@ -41,7 +42,7 @@ IS_MODES: tuple[str, ...] = ("token_truncate", "token_mask", "sequence_truncate"
 
 
 @dataclass
-class TrajlakeGRPOConfig(LoraFields, GRPOConfig):
+class TrajlakeGRPOConfig(LoraFields, CheckpointingFields, GRPOConfig):
     """`GRPOConfig` for training on stored, scored groups."""
 
     # Parameters that select the training data
@@ -110,6 +111,7 @@ class TrajlakeGRPOConfig(LoraFields, GRPOConfig):
 
     def __post_init__(self) -> None:
         self.check_lora()
+        self.resolve_checkpointing()
         if self.bf16 is None and not self.fp16:
             self.bf16 = bf16_supported()  # TRL defaults to bf16, which CPUs and older GPUs reject
         if self.loss_type not in LOSS_TYPES:

@@ -105,5 +105,8 @@ def trainable_policy(
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
+    from training.checkpointing import peft_wrapping
+
     model = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.bfloat16 if bf16 else torch.float32)
-    return PeftModel.from_pretrained(model, adapter, is_trainable=True), None
+    with peft_wrapping():
+        return PeftModel.from_pretrained(model, adapter, is_trainable=True), None

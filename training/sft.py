@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import store
+from training.checkpointing import peft_wrapping
 from training.datasets import SFTSelection, select_sft
 from training.errors import TrainingError
 from training.metrics import NonFiniteLossGuard, RunsTableCallback
@@ -134,14 +135,15 @@ def train_sft(
     dataset = sft_dataset(selection, tokenizer)
     guard = NonFiniteLossGuard()
     runs = RunsTableCallback(lake, run_id, "sft")
-    trainer = SFTTrainer(
-        model=base_model,
-        args=config,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        peft_config=config.lora_config(),
-        callbacks=[runs, guard, *callbacks],
-    )
+    with peft_wrapping():  # the trainer wraps the model in a fresh LoRA adapter
+        trainer = SFTTrainer(
+            model=base_model,
+            args=config,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            peft_config=config.lora_config(),
+            callbacks=[runs, guard, *callbacks],
+        )
     max_length = config.max_length or 1024
     report = {
         "conversations": len(selection.rows),

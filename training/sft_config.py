@@ -12,13 +12,14 @@ from dataclasses import dataclass, field
 
 from trl import SFTConfig
 
+from training.checkpointing import CheckpointingFields
 from training.device import bf16_supported, packing_pays
 from training.errors import BadHyperparameter
 from training.lora import LoraFields
 
 
 @dataclass
-class TrajlakeSFTConfig(LoraFields, SFTConfig):
+class TrajlakeSFTConfig(LoraFields, CheckpointingFields, SFTConfig):
     """`SFTConfig` with trajlake's LoRA fields and defaults suited to training on lake conversations.
 
     Defaults that differ from TRL's: `packing` on a GPU (best-fit decreasing, sequences kept
@@ -26,7 +27,8 @@ class TrajlakeSFTConfig(LoraFields, SFTConfig):
     epoch (`training.device`); bf16 only where the hardware does it natively;
     `logging_steps=1` (every optimizer step lands in the `runs` table),
     `save_strategy="steps"` with `save_steps=50` (resumable), and `report_to="none"` (set
-    `"wandb"` or `"tensorboard"` to mirror the metrics there).
+    `"wandb"` or `"tensorboard"` to mirror the metrics there). Activation checkpointing is
+    on, as in TRL, under its current name (`training.checkpointing`).
     """
 
     packing: bool | None = field(
@@ -43,6 +45,7 @@ class TrajlakeSFTConfig(LoraFields, SFTConfig):
 
     def __post_init__(self) -> None:
         self.check_lora()
+        self.resolve_checkpointing()
         if self.bf16 is None and not self.fp16:
             self.bf16 = bf16_supported()  # TRL defaults to bf16, which CPUs and older GPUs reject
         if self.packing is None:

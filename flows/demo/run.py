@@ -181,7 +181,7 @@ num_train_epochs = {size.sft_epochs}
 learning_rate = 1e-2
 per_device_train_batch_size = 8
 seed = 0
-gradient_checkpointing = false
+activation_checkpointing = false
 
 [train.grpo]
 loss_type = "dapo"
@@ -192,7 +192,7 @@ per_device_train_batch_size = {size.grpo_batch_size}
 warmup_steps = 5  # each round's optimiser starts fresh: Adam's first sign-like steps knocked val success down
 max_staleness = 0
 seed = 0
-gradient_checkpointing = false
+activation_checkpointing = false
 {"vllm_importance_sampling_correction = true  # vLLM's kernels are not the trainer's" if vllm_url else ""}
 
 [publish]

@@ -29,7 +29,7 @@ def config(tmp_path: Path, **kw: object) -> TrajlakeGRPOConfig:
         per_device_train_batch_size=4,
         max_steps=2,
         learning_rate=5e-3,
-        gradient_checkpointing=False,
+        activation_checkpointing=False,
         save_strategy="no",
         temperature=TEMPERATURE,
         seed=0,

@@ -129,7 +129,7 @@ def test_grpo_rounds_raise_val_reward_and_pass_the_gate(
             learning_rate=5e-2,
             lr_scheduler_type="constant",
             mask_truncated_completions=False,  # every completion stops at the 8-token budget here
-            gradient_checkpointing=False,
+            activation_checkpointing=False,
             save_strategy="no",
             seed=0,
             disable_tqdm=True,

@@ -56,7 +56,7 @@ def trained(
     store.write(lake, "trajectories", rows)
     store.write(lake, "rewards", rewards)
     common = dict(
-        gradient_checkpointing=False, save_strategy="no", seed=0, disable_tqdm=True, learning_rate=1e-2
+        activation_checkpointing=False, save_strategy="no", seed=0, disable_tqdm=True, learning_rate=1e-2
     )
     sft = train_sft(
         lake,
@@ -260,7 +260,7 @@ def test_cli_train_sft_then_grpo_then_publish(tiny_model: Path, tmp_path: Path) 
         "--max-steps",
         "1",
         "--set",
-        "gradient_checkpointing=false",
+        "activation_checkpointing=false",
     ]
     sft = runner.invoke(
         app,

@@ -34,7 +34,7 @@ def config(tmp_path: Path, **kw: object) -> TrajlakeSFTConfig:
         max_steps=3,
         learning_rate=5e-3,
         max_length=512,
-        gradient_checkpointing=False,
+        activation_checkpointing=False,
         save_strategy="no",
         seed=0,
         disable_tqdm=True,
@@ -126,7 +126,7 @@ KILLED_RUN = textwrap.dedent(
     from training.sft_config import TrajlakeSFTConfig
     lake, model, out = sys.argv[1:4]
     cfg = TrajlakeSFTConfig(output_dir="x", per_device_train_batch_size=2, max_steps=400, learning_rate=1e-3,
-                            max_length=512, gradient_checkpointing=False, save_strategy="steps", save_steps=4,
+                            max_length=512, activation_checkpointing=False, save_strategy="steps", save_steps=4,
                             seed=0, disable_tqdm=True)
     train_sft(lake, "SELECT trajectory_id FROM trajectories", model, out, cfg)
     """

@@ -48,6 +48,7 @@ class TransformersSampler(Sampler):
         self._model: Any = None
         self._peft: Any = None
         self._loaded_adapters: dict[str, str] = {}
+        self._cache_kwarg = "cache"  # the KV-cache argument's name in this transformers (set on load)
         # generate() is not re-entrant on one model; the micro-batcher already serialises, direct callers may not.
         self._lock = threading.Lock()
 
@@ -79,6 +80,7 @@ class TransformersSampler(Sampler):
                     reason="model_not_found",
                 ) from exc
             self._model = model.to(device).eval()
+            self._cache_kwarg = cache_kwarg(self._model)
         return self._model
 
     def _model_for(self, adapter: str | None) -> tuple[Any, Any]:
@@ -93,12 +95,15 @@ class TransformersSampler(Sampler):
         name = adapter_name(adapter)
         if name not in self._loaded_adapters:
             try:
-                if self._peft is None:
-                    from peft import PeftModel
+                from training.checkpointing import peft_wrapping
 
-                    self._peft = PeftModel.from_pretrained(model, adapter, adapter_name=name).eval()
-                else:
-                    self._peft.load_adapter(adapter, adapter_name=name)
+                with peft_wrapping():  # PEFT probes a deprecated transformers property here
+                    if self._peft is None:
+                        from peft import PeftModel
+
+                        self._peft = PeftModel.from_pretrained(model, adapter, adapter_name=name).eval()
+                    else:
+                        self._peft.load_adapter(adapter, adapter_name=name)
             except (OSError, ValueError) as exc:
                 raise SamplerError(
                     f"cannot load LoRA adapter `{adapter}`: {exc}; it should be a folder with "
@@ -131,8 +136,7 @@ class TransformersSampler(Sampler):
                     results[i] = done[i]
         return [r for r in results if r is not None]
 
-    @staticmethod
-    def _prefill_once(model: Any, rows: list[Row], input_ids: Any, attention: Any) -> Any:
+    def _prefill_once(self, model: Any, rows: list[Row], input_ids: Any, attention: Any) -> Any:
         """Prefill each distinct prompt once and copy its KV cache to its `n` rows (what vLLM's `n` does).
 
         `generate` repeats a prompt per sample and would prefill it `n` times. Here the rows of
@@ -161,8 +165,8 @@ class TransformersSampler(Sampler):
             input_ids=unique_ids,
             attention_mask=unique_mask,
             position_ids=positions,
-            past_key_values=cache,
             use_cache=True,
+            **{self._cache_kwarg: cache},
         )
         cache.batch_select_indices(torch.tensor(owner, device=input_ids.device))
         return cache
@@ -211,7 +215,7 @@ class TransformersSampler(Sampler):
             if self.share_prefill:
                 shared = self._prefill_once(model, rows, input_ids, attention)
                 if shared is not None:
-                    kwargs["past_key_values"] = shared
+                    kwargs[self._cache_kwarg] = shared
             sequences = model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
         generated = sequences[:, width:].tolist()
         logprobs = pick.logprobs
@@ -224,6 +228,18 @@ class TransformersSampler(Sampler):
             else:
                 completions.append(Completion(tuple(tokens[:end]), tuple(lps[:end]), "stop"))
         return completions
+
+
+def cache_kwarg(model: Any) -> str:
+    """The name `forward` and `generate` take the KV cache under: `cache` from transformers 5.2x on.
+
+    The old name, `past_key_values`, warns there (removed in 5.40 for `forward`); older
+    releases (vLLM's environment holds transformers below 5.20) know only the old name,
+    and would not take a `cache` they do not know for the KV cache.
+    """
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def _row_seeds(request: SampleRequest) -> list[int]:

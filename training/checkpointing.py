@@ -1,0 +1,64 @@
+"""Activation checkpointing under its current name, and PEFT's probe of the old one.
+
+transformers 5.2x renamed `gradient_checkpointing` to `activation_checkpointing`: setting
+the old name warns (FutureWarning, removed in v6). TRL 1.16's configs still default the
+old name to True, so every SFT or GRPO config warned on every run. `CheckpointingFields`
+moves that default to the new name; the old one stays None unless someone sets it (then
+transformers warns, rightly, and still honours it). A transformers from before the rename
+reads only the old name, which then carries the same value.
+
+PEFT 0.21 (the newest) reads the deprecated `is_gradient_checkpointing` property whenever
+it wraps a model, which warns from transformers on every training run and every adapter
+a sampler loads. There is no newer PEFT to move to, and nothing on trajlake's side to
+rename, so `peft_wrapping()` hides exactly that message, only while PEFT wraps.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+# The one warning `peft_wrapping` hides (a regex matched at the start of the message).
+PEFT_PROBE = r"`is_gradient_checkpointing` is deprecated"
+
+
+@dataclass
+class CheckpointingFields:
+    """Overrides of TRL's checkpointing fields: on by default (TRL's choice), under the current name."""
+
+    activation_checkpointing: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Recompute activations in the backward pass instead of keeping them: less memory, "
+            "~20% slower steps (default: on, as in TRL)."
+        },
+    )
+    gradient_checkpointing: bool | None = field(
+        default=None,
+        metadata={"help": "Deprecated name of `activation_checkpointing` (transformers warns when set)."},
+    )
+
+    def resolve_checkpointing(self) -> None:
+        """Call before `TrainingArguments.__post_init__`: neither name set means on, under the new name."""
+        if self.activation_checkpointing is None and self.gradient_checkpointing is None:
+            self.activation_checkpointing = True
+        if self.gradient_checkpointing is None and not renamed():
+            # transformers before the rename (vLLM's environment holds one) reads only the old name
+            self.gradient_checkpointing = bool(self.activation_checkpointing)
+
+
+def renamed() -> bool:
+    """Whether this transformers has `activation_checkpointing` (5.2x on); older ones know only the old name."""
+    from transformers import TrainingArguments
+
+    return "activation_checkpointing" in TrainingArguments.__dataclass_fields__
+
+
+@contextmanager
+def peft_wrapping() -> Iterator[None]:
+    """While PEFT wraps a model: its probe of the deprecated property does not reach the terminal."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=PEFT_PROBE, category=FutureWarning)
+        yield

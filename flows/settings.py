@@ -320,10 +320,8 @@ def cli_parameters(section: Section) -> list[inspect.Parameter]:
         flags = setting.flag.split()  # the long spelling, then any short ones ("--group-size -g")
         if option_type is bool:
             flags = [f"{flags[0]}/--no-{flags[0].removeprefix('--')}", *flags[1:]]
-        # typer renders help through rich's markup, which takes `[replay]`, `[name=]` or
-        # `[default: 8]` for a tag and drops it: brackets are escaped to show as written.
-        help_text = escape(setting.help + shown)
-        info = typer.Option(*flags, help=help_text, envvar=setting.env, show_default=False)
+        # escaped: typer's help goes through rich's markup, which drops `[replay]` or `[default: 8]` as tags
+        info = typer.Option(*flags, help=escape(setting.help + shown), envvar=setting.env, show_default=False)
         params.append(
             inspect.Parameter(
                 param_name(setting.flag),

@@ -299,7 +299,10 @@ def run_read_only(
         ) from None
     finally:
         if timer is not None:
+            # Joined, not only cancelled: a thread still winding down while the interpreter
+            # exits (a CLI error path) aborted the process in DuckDB's C++ unwinding.
             timer.cancel()
+            timer.join()
     return columns, rows
 
 

@@ -135,3 +135,27 @@ def test_a_query_past_its_memory_limit_fails_without_spilling(filled: store.Lake
         env={"TRAJLAKE_CONFIG": str(tmp_path / "trajlake.toml")},
     )
     assert result.exit_code == 1 and "memory" in result.output.lower(), result.output
+
+
+def test_a_failing_query_exits_cleanly_every_time(filled: store.Lake) -> None:
+    """The time limit's timer must be gone before the process exits: a thread still winding down
+    at exit aborted the interpreter about one run in two ('FATAL: exception not rethrown')."""
+    import subprocess
+    import sys
+
+    for _ in range(4):
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "flows.cli",
+                "sql",
+                "--lake",
+                filled.root,
+                "SELECT modle FROM trajectories",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 1 and "Binder Error" in done.stderr + done.stdout, done.stderr[-500:]

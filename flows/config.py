@@ -3,7 +3,7 @@
 Each TOML table is either a library's own config dataclass (`[replay]` is
 `training.replay.ReplayConfig`, `[train.sft]` is `TrajlakeSFTConfig`, `[judge]` is
 `judging.JudgeConfig`, ...), read through `flows.settings`, or one of the few tables
-that belong to the flow itself and are declared here: what each stage selects
+that belong to the flow itself, declared in `flows.tables`: what each stage selects
 (`[select]`), which rewards score a round (`[score]`), how policies are measured
 (`[evaluate]`), the loop's switches and task runner (`[pipeline]`), and the schedules. Every key has a default, so an empty file is a
 valid configuration (the embedded default the demo starts from).
@@ -22,135 +22,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from flows.settings import ConfigError, Section, env_overrides, merge, table_at
-from store import OUTSIDE_VAL_SCENARIOS
+from flows.tables import (  # noqa: F401  (re-exported: the flow's own tables are part of the config)
+    PRODUCTION_SOURCES,
+    EvaluateSettings,
+    LakeSettings,
+    PipelineSettings,
+    Schedules,
+    ScoreSettings,
+    Selections,
+)
 
 DEFAULT_CONFIG_FILE = "trajlake.toml"
-PRODUCTION_SOURCES = "source IN ('otel', 'langfuse', 'import')"
-
-
-def _help(text: str, default: Any = None, factory: Any = None) -> Any:
-    if factory is not None:
-        return field(default_factory=factory, metadata={"help": text})
-    return field(default=default, metadata={"help": text})
-
-
-# --- the flow's own tables ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LakeSettings:
-    path: str = _help("Lake directory or object-store URL.", "./lake")
-    sql_lake_only: bool = _help(
-        "SQL may read the lake's tables and nothing else: no local file, other bucket or URL "
-        "(DuckDB external access off). Always on under `trajlake serve`.",
-        False,
-    )
-    sql_timeout_s: float = _help(
-        "Seconds a `trajlake sql` query may run before it is interrupted (0: no limit).",
-        300.0,
-    )
-    sql_memory_limit: str = _help(
-        "DuckDB memory limit of read-only SQL connections (`4GB`; empty: DuckDB's default, 80% of RAM). "
-        "Nothing spills to disk: past the limit a query fails.",
-        "4GB",
-    )
-
-
-@dataclass(frozen=True)
-class Selections:
-    """What each stage of the pipeline works on: SQL over the lake's views."""
-
-    scenarios: str = _help(
-        "SELECT returning the `trajectory_id`s whose prompt prefixes become scenarios.",
-        f"SELECT trajectory_id FROM trajectories WHERE {PRODUCTION_SOURCES}",
-    )
-    replay: str = _help(
-        "SELECT returning the `scenario_id`s each round replays.",
-        "SELECT scenario_id FROM scenarios WHERE split = 'train'",
-    )
-    sft: str = _help(
-        "SELECT returning the `trajectory_id`s SFT imitates.",
-        f"SELECT trajectory_id FROM trajectories WHERE {PRODUCTION_SOURCES} AND has_content "
-        f"AND {OUTSIDE_VAL_SCENARIOS}",
-    )
-    evaluate: str = _help(
-        "SELECT returning the `scenario_id`s the evaluation replays.",
-        "SELECT scenario_id FROM scenarios WHERE split = 'val'",
-    )
-
-
-@dataclass(frozen=True)
-class ScoreSettings:
-    """Which rewards score each round, and which one training and evaluation use."""
-
-    rewards: list[str] = _help(
-        "Rewards to score replayed groups with: `ruler` (the [judge] table), a built-in name or "
-        "`package.module:function`.",
-        factory=lambda: ["exact_match"],
-    )
-    reward: str = _help(
-        "The reward name GRPO trains on and evaluation compares (or `combined`).", "exact_match"
-    )
-    weights: dict[str, float] = _help("Weights of named rewards combined into `combined`.", factory=dict)
-
-
-@dataclass(frozen=True)
-class EvaluateSettings:
-    """How policies are measured on the val scenarios (`select.evaluate`) and against production."""
-
-    reward: str = _help(
-        "The success metric compared on the val scenarios: a reward spec such as `exact_match` "
-        "(empty: `score.reward`).",
-        "",
-    )
-    group_size: int = _help("Samples per val scenario (0: `replay.group_size`).", 0)
-    stages: bool = _help(
-        "Evaluate every stage of a pipeline run (base model, SFT, each GRPO round): the learning curve "
-        "with paired differences; off: only the candidate and the adapter it would replace.",
-        True,
-    )
-    production_reward: str = _help(
-        "Reward of production trajectories saying whether they succeeded (ingested user feedback): "
-        "each production policy's success, the reference the adapters are measured against.",
-        "user_feedback",
-    )
-
-
-@dataclass(frozen=True)
-class PipelineSettings:
-    """The loop: stage switches, rounds, the publish gate, the task runner."""
-
-    langfuse: bool = _help("Pull new traces from the `[langfuse]` server before each run.", False)
-    sft: bool = _help("Run SFT before GRPO.", True)
-    grpo: bool = _help("Run GRPO on replayed, scored groups each round.", True)
-    rounds: int = _help("Replay -> score -> GRPO rounds per pipeline run.", 1)
-    scenarios_per_round: int = _help(
-        "Replay this many of the `select.replay` scenarios per round, a new slice each round "
-        "(0: all of them every round).",
-        0,
-    )
-    dynamic_sampling_draws: int = _help(
-        "Dynamic sampling (DAPO), bounded: while fewer than `scenarios_per_round` of a round's groups "
-        "have unequal rewards, replay up to this many further slices (0: off).",
-        0,
-    )
-    require_improvement: bool = _help(
-        "Promote to `production` only when the paired val comparison is above zero.", True
-    )
-    work_dir: str = _help("Where checkpoints and adapters go (default: <lake>/_work).", "")
-    task_runner: Literal["threads", "dask", "ray"] = _help("Prefect task runner.", "threads")
-    max_workers: int = _help("Threads for the thread-pool task runner.", 4)
-
-
-@dataclass(frozen=True)
-class Schedules:
-    ingest: str = _help("Cron of the ingest deployment.", "0 * * * *")
-    pipeline: str = _help("Cron of the nightly pipeline deployment.", "0 3 * * *")
-    timezone: str = _help("Time zone of the crons.", "UTC")
-
 
 # --- every table ----------------------------------------------------------------------------------
 
@@ -205,7 +90,7 @@ TRAIN_FLAGS = {
 SECTIONS: dict[str, Section] = {
     s.key: s
     for s in (
-        Section("lake", "flows.config:LakeSettings"),
+        Section("lake", "flows.tables:LakeSettings"),
         Section(
             "collector",
             "ingest.otlp.config:CollectorConfig",
@@ -244,11 +129,11 @@ SECTIONS: dict[str, Section] = {
             "train.grpo", "training.grpo_config:TrajlakeGRPOConfig", fields=GRPO_FIELDS, flags=TRAIN_FLAGS
         ),
         Section("publish", "training.publish:PublishConfig"),
-        Section("select", "flows.config:Selections"),
-        Section("score", "flows.config:ScoreSettings"),
-        Section("evaluate", "flows.config:EvaluateSettings"),
-        Section("pipeline", "flows.config:PipelineSettings"),
-        Section("schedules", "flows.config:Schedules"),
+        Section("select", "flows.tables:Selections"),
+        Section("score", "flows.tables:ScoreSettings"),
+        Section("evaluate", "flows.tables:EvaluateSettings"),
+        Section("pipeline", "flows.tables:PipelineSettings"),
+        Section("schedules", "flows.tables:Schedules"),
     )
 }
 TRAINING_SECTIONS = ("train.sft", "train.grpo")  # TRL configs: need an output folder to be built

@@ -9,7 +9,7 @@ user sets there. Everything else is derived:
 
 - TOML: `[replay] group_size = 8` is checked against the field's type;
 - environment: `TRAJLAKE_REPLAY__GROUP_SIZE=8` (double underscore between levels);
-- CLI: `trajlake replay --group-size 8` (`cli_options` builds the options);
+- CLI: `trajlake replay --group-size 8` (`flows.cli_options` builds the options);
 - `trajlake config`: every key, its default and its help.
 
 Precedence: CLI option > environment > TOML file > the declared default. Secrets (a
@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import importlib
-import inspect
 import re
 import tomllib
 import types
@@ -299,103 +298,3 @@ def table_at(data: Mapping[str, Any], key: str, source: str) -> Mapping[str, Any
         if not isinstance(node, Mapping):
             raise ConfigError(".".join(path), f"expected a table, got {node!r}", source)
     return node
-
-
-# --- the command line ---------------------------------------------------------------------------------
-
-
-def cli_parameters(section: Section) -> list[inspect.Parameter]:
-    """Typer options for a section's settings (nested sections included); all default to None (= not given)."""
-    import typer
-    from rich.markup import escape
-
-    params = []
-    for setting in [*section.settings, *(s for child in section.children for s in child.settings)]:
-        option_type = cli_type(setting.type)
-        if option_type is None or setting.name in section.cli_exclude:
-            continue  # a dict or other shape with no flag form: TOML only
-        shown = (
-            "" if setting.default in (None, "", (), []) or setting.env else f" [default: {setting.default}]"
-        )
-        flags = setting.flag.split()  # the long spelling, then any short ones ("--group-size -g")
-        if option_type is bool:
-            flags = [f"{flags[0]}/--no-{flags[0].removeprefix('--')}", *flags[1:]]
-        # escaped: typer's help goes through rich's markup, which drops `[replay]` or `[default: 8]` as tags
-        info = typer.Option(*flags, help=escape(setting.help + shown), envvar=setting.env, show_default=False)
-        params.append(
-            inspect.Parameter(
-                param_name(setting.flag),
-                inspect.Parameter.KEYWORD_ONLY,
-                default=None,
-                annotation=typing.Annotated[option_type | None, info],
-            )
-        )
-    return params
-
-
-def param_name(flag: str) -> str:
-    return flag.split()[0].removeprefix("--").replace("-", "_")
-
-
-def cli_type(tp: Any) -> Any:
-    """The click-friendly type of a setting, or None when it has no command-line form."""
-    origin, args = get_origin(tp), get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        return cli_type(next(a for a in args if a is not type(None)))
-    if origin is Literal or tp in (bool, int, float, str):
-        return tp
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return str
-    if origin in (list, tuple) and args and args[0] in (str, int, float):
-        return list[args[0]]  # type: ignore[valid-type]
-    if is_callable_type(tp) or tp is datetime:
-        return str
-    return None
-
-
-def cli_values(section: Section, given: Mapping[str, Any], source: str = "command line") -> dict[str, Any]:
-    """Constructor arguments from the options a command received (None = not given), checked like TOML."""
-    values: dict[str, Any] = {}
-    for setting in section.settings:
-        raw = given.get(param_name(setting.flag))
-        if raw is not None:
-            values[setting.name] = coerce(setting.flag, setting.type, raw, source) if not setting.env else raw
-    for child in section.children:
-        nested = cli_values(child, given, source)
-        if nested:
-            values[child.key.rsplit(".", 1)[-1]] = nested
-    return values
-
-
-def with_options(
-    command: Callable[..., Any],
-    sections: Mapping[str, Section],
-    values_for: Callable[[Section], dict[str, Any]],
-) -> Callable[..., Any]:
-    """`command` with one option per setting of each section, receiving each section's values as a dict.
-
-    `sections` maps a parameter of `command` to the section it stands for; the command
-    gets `{field: value}` with what the command line gave, over what `values_for(section)`
-    (the file and the environment) gave. The declared defaults stay the dataclass's own.
-    """
-    signature = inspect.signature(command)
-    hints = typing.get_type_hints(command, include_extras=True)  # resolve postponed annotations here
-    kept = [
-        p.replace(annotation=hints.get(name, p.annotation))
-        for name, p in signature.parameters.items()
-        if name not in sections
-    ]
-    derived = {key: cli_parameters(section) for key, section in sections.items()}
-
-    def run(*args: Any, **kwargs: Any) -> Any:
-        for key, section in sections.items():
-            mine = {p.name: kwargs.pop(p.name) for p in derived[key]}
-            from_cli = cli_values(section, mine)
-            kwargs[key] = merge(values_for(section), from_cli)
-        return command(*args, **kwargs)
-
-    extra = [p for params in derived.values() for p in params]
-    run.__signature__ = signature.replace(parameters=[*kept, *extra], return_annotation=None)  # type: ignore[attr-defined]
-    run.__name__, run.__doc__ = command.__name__, command.__doc__
-    run.__annotations__ = {p.name: p.annotation for p in [*kept, *extra]}
-    return run

@@ -165,6 +165,7 @@ def connect(
     *,
     read_only: bool = False,
     snapshot: Snapshot | None = None,
+    memory_limit: str | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with the lake's views.
 
@@ -174,7 +175,8 @@ def connect(
     connections are cheap, so take a new one per unit of work. `read_only=True` also
     locks the connection against writing files, attaching databases and loading
     extensions (see `run_read_only`). A lake with `sql_lake_only` set gives connections
-    that read no file outside its tables (`confine_to_lake`).
+    that read no file outside its tables (`confine_to_lake`). `memory_limit` (`"4GB"`) bounds
+    a connection that serves user SQL: past it a query fails instead of spilling to disk.
     """
     lake = Lake.of(lake)
     con = duckdb.connect(config={"autoinstall_known_extensions": False})
@@ -186,12 +188,11 @@ def connect(
     con.execute(GROUP_STATS_MACRO)
     if read_only:
         # Defence in depth behind the statement check in `run_read_only`: no extension can be
-        # loaded, nothing spills to a temporary file, memory is bounded, and the settings
-        # (including these) cannot be changed back.
+        # loaded, and the settings (including these) cannot be changed back.
         con.execute("SET autoload_known_extensions = false")
+    if memory_limit:
         con.execute("SET temp_directory = ''")
-        if lake.sql_memory_limit:
-            con.execute(f"SET memory_limit = {_literal(lake.sql_memory_limit)}")
+        con.execute(f"SET memory_limit = {_literal(memory_limit)}")
     if lake.sql_lake_only:
         confine_to_lake(con, lake)
     if read_only:

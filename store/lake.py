@@ -35,10 +35,6 @@ class Lake:
     # file, no other bucket, no URL (`store.connect`). For anything that runs SQL it did
     # not write itself; off for a user's own shell, where `read_csv('notes.csv')` is fine.
     sql_lake_only: bool = False
-    # Bounds on user SQL (`trajlake sql`, selections): a runaway `range(1e12)` or a huge sort
-    # stops with a clear error instead of running until killed or taking the machine's memory.
-    sql_timeout_s: float | None = 300.0
-    sql_memory_limit: str | None = "4GB"
 
     def __post_init__(self) -> None:
         root = str(self.root)

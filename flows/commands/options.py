@@ -9,7 +9,8 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from flows.settings import ConfigError, Section, import_path, with_options
+from flows.cli_options import with_options
+from flows.settings import ConfigError, Section, import_path
 from store import DEFAULT_LAKE, Lake
 
 LakeOption = Annotated[
@@ -31,13 +32,7 @@ def resolve_lake(lake: str | None, *, must_exist: bool = False) -> Lake:
     """
     settings = values_for("lake")
     root = lake or os.environ.get("TRAJLAKE_LAKE") or settings.get("path") or DEFAULT_LAKE
-    timeout = float(settings.get("sql_timeout_s", 300.0) or 0)
-    resolved = Lake(
-        root,
-        sql_lake_only=bool(settings.get("sql_lake_only", False)),
-        sql_timeout_s=timeout or None,
-        sql_memory_limit=settings.get("sql_memory_limit", "4GB") or None,
-    )
+    resolved = Lake(root, sql_lake_only=bool(settings.get("sql_lake_only", False)))
     problem = resolved.problem(must_exist=must_exist)
     if problem is not None:
         raise fail(problem, 2)

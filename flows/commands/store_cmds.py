@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from flows.commands.options import LakeOption, build, configured, fail, resolve_lake
+from flows.commands.options import LakeOption, build, configured, fail, resolve_lake, values_for
 from flows.settings import Section
 from store import QueryTimeout, ReadOnlyViolation, StoreError, connect, run_read_only
 from store.catalog import table_stats
@@ -69,9 +69,10 @@ def sql(
     if fmt not in ("table", "csv", "json"):
         raise fail(f"unknown --format `{fmt}`; use table, csv or json", 2)
     the_lake = resolve_lake(lake, must_exist=True)
+    limits = values_for("lake")
     try:
-        con = connect(the_lake, read_only=True)
-        columns, rows = run_read_only(con, query, timeout_s=the_lake.sql_timeout_s)
+        con = connect(the_lake, read_only=True, memory_limit=limits.get("sql_memory_limit", "4GB") or None)
+        columns, rows = run_read_only(con, query, timeout_s=float(limits.get("sql_timeout_s", 300.0)) or None)
     except (ReadOnlyViolation, QueryTimeout) as exc:
         raise fail(str(exc), 2) from None
     except duckdb.PermissionException as exc:

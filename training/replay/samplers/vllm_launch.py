@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -82,9 +83,13 @@ def server_command(
         "processed_logprobs",
         "--enable-prefix-caching",
     ]
-    for key, value in scheduler_options(max_model_len).items():
-        flag = "--" + key.replace("_", "-")
-        command += ["--no-enable-chunked-prefill"] if value is False else [flag, str(value)]
+    scheduler = scheduler_options(max_model_len)
+    if scheduler.get("enable_chunked_prefill") is False:
+        command += [
+            "--no-enable-chunked-prefill",
+            "--max-num-batched-tokens",
+            str(scheduler["max_num_batched_tokens"]),
+        ]
     if served_model_name:
         command += ["--served-model-name", served_model_name]
     return command + list(extra_args)
@@ -119,14 +124,15 @@ class VLLMServerProcess:
         self.log_path = Path(log_path) if log_path else None
         self.start_timeout_s = start_timeout_s
         self._process: subprocess.Popen[bytes] | None = None
+        self._log: Any = None
 
     def start(self) -> str:
         """Start the server and wait until `/health` answers; returns its base URL."""
-        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        self._log = open(self.log_path, "ab") if self.log_path else None  # noqa: SIM115 (closed in stop)
         self._process = subprocess.Popen(
             self.command,
             env=server_environment(),
-            stdout=log,
+            stdout=self._log or subprocess.DEVNULL,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
@@ -161,8 +167,16 @@ class VLLMServerProcess:
     def stop(self, timeout_s: float = 30.0) -> None:
         """SIGTERM the server's process group, then SIGKILL what is left after `timeout_s`."""
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
+        log, self._log = self._log, None
+        try:
+            if process is not None and process.poll() is None:
+                self._terminate(process, timeout_s)
+        finally:
+            if log is not None:
+                log.close()
+
+    @staticmethod
+    def _terminate(process: subprocess.Popen[bytes], timeout_s: float) -> None:
         import signal
 
         os.killpg(process.pid, signal.SIGTERM)

@@ -1,0 +1,131 @@
+"""The tables that belong to the flow itself (not to a library): the lake and its SQL limits
+(`[lake]`), what each stage selects (`[select]`), which rewards score a round (`[score]`),
+how policies are measured (`[evaluate]`), the loop's switches (`[pipeline]`), the schedules.
+`flows.config` reads them with every library's tables."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from store import OUTSIDE_VAL_SCENARIOS
+
+PRODUCTION_SOURCES = "source IN ('otel', 'langfuse', 'import')"
+
+
+def _help(text: str, default: Any = None, factory: Any = None) -> Any:
+    if factory is not None:
+        return field(default_factory=factory, metadata={"help": text})
+    return field(default=default, metadata={"help": text})
+
+
+@dataclass(frozen=True)
+class LakeSettings:
+    path: str = _help("Lake directory or object-store URL.", "./lake")
+    sql_lake_only: bool = _help(
+        "SQL may read the lake's tables and nothing else: no local file, other bucket or URL "
+        "(DuckDB external access off). Always on under `trajlake serve`.",
+        False,
+    )
+    sql_timeout_s: float = _help(
+        "Seconds a `trajlake sql` query may run before it is interrupted (0: no limit).",
+        300.0,
+    )
+    sql_memory_limit: str = _help(
+        "DuckDB memory limit of a `trajlake sql` connection (`4GB`; empty: DuckDB's default, 80% of RAM). "
+        "Nothing spills to disk: past the limit a query fails.",
+        "4GB",
+    )
+
+
+@dataclass(frozen=True)
+class Selections:
+    """What each stage of the pipeline works on: SQL over the lake's views."""
+
+    scenarios: str = _help(
+        "SELECT returning the `trajectory_id`s whose prompt prefixes become scenarios.",
+        f"SELECT trajectory_id FROM trajectories WHERE {PRODUCTION_SOURCES}",
+    )
+    replay: str = _help(
+        "SELECT returning the `scenario_id`s each round replays.",
+        "SELECT scenario_id FROM scenarios WHERE split = 'train'",
+    )
+    sft: str = _help(
+        "SELECT returning the `trajectory_id`s SFT imitates.",
+        f"SELECT trajectory_id FROM trajectories WHERE {PRODUCTION_SOURCES} AND has_content "
+        f"AND {OUTSIDE_VAL_SCENARIOS}",
+    )
+    evaluate: str = _help(
+        "SELECT returning the `scenario_id`s the evaluation replays.",
+        "SELECT scenario_id FROM scenarios WHERE split = 'val'",
+    )
+
+
+@dataclass(frozen=True)
+class ScoreSettings:
+    """Which rewards score each round, and which one training and evaluation use."""
+
+    rewards: list[str] = _help(
+        "Rewards to score replayed groups with: `ruler` (the [judge] table), a built-in name or "
+        "`package.module:function`.",
+        factory=lambda: ["exact_match"],
+    )
+    reward: str = _help(
+        "The reward name GRPO trains on and evaluation compares (or `combined`).", "exact_match"
+    )
+    weights: dict[str, float] = _help("Weights of named rewards combined into `combined`.", factory=dict)
+
+
+@dataclass(frozen=True)
+class EvaluateSettings:
+    """How policies are measured on the val scenarios (`select.evaluate`) and against production."""
+
+    reward: str = _help(
+        "The success metric compared on the val scenarios: a reward spec such as `exact_match` "
+        "(empty: `score.reward`).",
+        "",
+    )
+    group_size: int = _help("Samples per val scenario (0: `replay.group_size`).", 0)
+    stages: bool = _help(
+        "Evaluate every stage of a pipeline run (base model, SFT, each GRPO round): the learning curve "
+        "with paired differences; off: only the candidate and the adapter it would replace.",
+        True,
+    )
+    production_reward: str = _help(
+        "Reward of production trajectories saying whether they succeeded (ingested user feedback): "
+        "each production policy's success, the reference the adapters are measured against.",
+        "user_feedback",
+    )
+
+
+@dataclass(frozen=True)
+class PipelineSettings:
+    """The loop: stage switches, rounds, the publish gate, the task runner."""
+
+    langfuse: bool = _help("Pull new traces from the `[langfuse]` server before each run.", False)
+    sft: bool = _help("Run SFT before GRPO.", True)
+    grpo: bool = _help("Run GRPO on replayed, scored groups each round.", True)
+    rounds: int = _help("Replay -> score -> GRPO rounds per pipeline run.", 1)
+    scenarios_per_round: int = _help(
+        "Replay this many of the `select.replay` scenarios per round, a new slice each round "
+        "(0: all of them every round).",
+        0,
+    )
+    dynamic_sampling_draws: int = _help(
+        "Dynamic sampling (DAPO), bounded: while fewer than `scenarios_per_round` of a round's groups "
+        "have unequal rewards, replay up to this many further slices (0: off).",
+        0,
+    )
+    require_improvement: bool = _help(
+        "Promote to `production` only when the paired val comparison is above zero.", True
+    )
+    work_dir: str = _help("Where checkpoints and adapters go (default: <lake>/_work).", "")
+    task_runner: Literal["threads", "dask", "ray"] = _help("Prefect task runner.", "threads")
+    max_workers: int = _help("Threads for the thread-pool task runner.", 4)
+
+
+@dataclass(frozen=True)
+class Schedules:
+    ingest: str = _help("Cron of the ingest deployment.", "0 * * * *")
+    pipeline: str = _help("Cron of the nightly pipeline deployment.", "0 3 * * *")
+    timezone: str = _help("Time zone of the crons.", "UTC")

@@ -1,6 +1,7 @@
 """Benchmark the training stages against stock TRL on the same model and data.
 
     python bench/train.py [--model PATH] [--steps 30] [--repeats 2]
+    python bench/train.py --workload agent [--layers 2] [--groups 3]   (bench/grpo_agent.py)
 
 What it measures (printed as a rich table, one row per implementation and settings):
 
@@ -294,7 +295,23 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=128, help="Max prompt tokens (GRPO).")
     parser.add_argument("--completion-len", type=int, default=128, help="Max completion tokens (GRPO).")
     parser.add_argument("--stages", default="sft,grpo", help="Stages to run (comma-separated).")
+    parser.add_argument(
+        "--workload",
+        choices=("short", "agent"),
+        default="short",
+        help="short: the stages above on short prompts; agent: GRPO on agent-shaped groups "
+        "(~1,500-token prompts, G = 8, tool turns), stock TRL vs trajlake unpacked vs tree-packed.",
+    )
+    parser.add_argument("--layers", type=int, default=2, help="agent: layers of the 0.5B-width model.")
+    parser.add_argument("--vocab", type=int, help="agent: vocabulary size (default: the tiny tokenizer's).")
     args = parser.parse_args()
+    if args.workload == "agent":
+        if "--prompt-len" not in sys.argv:
+            args.prompt_len = 1500
+        if "--groups" not in sys.argv:
+            args.groups = 3
+        agent_table(args)
+        return
 
     import logging
 
@@ -407,6 +424,57 @@ def main() -> None:
             console.print(paired_summary(stage, results))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def agent_table(args: argparse.Namespace) -> None:
+    """bench/grpo_agent.py's rows, printed with the ratios against stock TRL from the same run."""
+    import platform
+
+    import torch
+
+    from bench.grpo_agent import run
+    from training.tiny import tiny_model_path
+
+    console = Console(width=160)
+    work = Path(tempfile.mkdtemp(prefix="trajlake-bench-agent-"))
+    try:
+        results = run(args, work, tiny_model_path(work / "models"))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    device = (
+        torch.cuda.get_device_name()
+        if torch.cuda.is_available()
+        else f"CPU {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
+    )
+    table = Table(
+        title=f"GRPO on agent-shaped groups: {args.groups} groups x G=8, prompts ~{args.prompt_len} tokens, "
+        f"Qwen2 0.5B width x {args.layers} layers, {'bf16' if torch.cuda.is_available() else 'fp32'}, {device}"
+    )
+    for col in (
+        "implementation",
+        "step tokens/s",
+        "vs stock",
+        "step peak MiB",
+        "round-start pass tokens/s",
+        "vs stock",
+        "pass peak MiB",
+        "tokens saved",
+    ):
+        table.add_column(col, justify="left" if col == "implementation" else "right")
+    stock = results[0]
+    for r in results:
+        step, passed = r["step_tokens"] / r["step_s"], r["pass_tokens"] / r["pass_s"]
+        table.add_row(
+            r["implementation"],
+            f"{step:,.0f}",
+            f"{step / (stock['step_tokens'] / stock['step_s']):.2f}x",
+            f"{r['step_peak'] / 2**20:,.0f}",
+            f"{passed:,.0f}",
+            f"{passed / (stock['pass_tokens'] / stock['pass_s']):.2f}x",
+            f"{r['pass_peak'] / 2**20:,.0f}",
+            f"{r['saved_share']:.1%}",
+        )
+    console.print(table)
 
 
 if __name__ == "__main__":

@@ -41,9 +41,9 @@ def conversation(i: int, rng: random.Random) -> list[dict[str, Any]]:
 
 
 def chat_form(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    from training.datasets import to_chat_message
+    from training.replay.rollout.render import template_messages
 
-    return [to_chat_message(m) for m in messages]
+    return template_messages(messages)
 
 
 def make_groups(args: argparse.Namespace, vocab: int, rng: random.Random) -> list[dict[str, Any]]:

@@ -72,6 +72,7 @@ GRPO_FIELDS = (
     "skip_equal_reward_groups",
     "max_staleness",
     "measure_sampler_gap",
+    "tree_packing",
     "vllm_importance_sampling_correction",
     "vllm_importance_sampling_mode",
     "vllm_importance_sampling_clip_max",

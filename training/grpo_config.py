@@ -21,8 +21,9 @@ group filter. Notes on reused TRL fields:
   `vllm_importance_sampling_clip_max`), as TRL does for vLLM and verl calls TIS.
 
 trajlake's own round-level fields: `skip_equal_reward_groups` (DAPO's filter),
-`max_staleness` (how many adapter versions old a group may be) and `measure_sampler_gap`
-(log the sampler/trainer logprob gap of every step to `runs`, at no cost).
+`max_staleness` (how many adapter versions old a group may be), `measure_sampler_gap`
+(log the sampler/trainer logprob gap of every step to `runs`, at no cost) and
+`tree_packing` (forward what a batch's rows share once: `training.tree_pack`).
 """
 
 from __future__ import annotations
@@ -89,6 +90,17 @@ class TrajlakeGRPOConfig(LoraFields, CheckpointingFields, GRPOConfig):
     vllm_importance_sampling_mode: str = field(
         default="token_truncate",
         metadata={"help": "token_truncate, token_mask, sequence_truncate or sequence_mask (TRL's modes)."},
+    )
+    # Parameters that control the forward passes
+    tree_packing: bool = field(
+        default=True,
+        metadata={
+            "help": "Forward each batch's rows once as a prefix tree over their token ids: a group's shared "
+            "prompt and shared first turns are computed once in the policy, round-start and reference passes, "
+            "with a mask that lets each token see only its own row's tokens (per-row results equal the unpacked "
+            "forward). The share of tokens saved is logged per step (`tree_packing/saved_token_share` in "
+            "`runs`); a model whose attention takes no mask falls back to unpacked rows with one warning."
+        },
     )
     # Defaults that differ from TRL's
     mask_truncated_completions: bool = field(

@@ -1,0 +1,293 @@
+"""GRPO steps on agent-shaped groups: stock TRL, trajlake unpacked, trajlake tree-packed.
+
+    python bench/train.py --workload agent [--layers 2] [--groups 3] [--steps 2]
+
+The workload has the shape of the lake's agent groups: per group one prompt of about
+`--prompt-len` tokens (system prompt, tool definitions, a few turns of history), G = 8
+samples, each a completion of 100-300 tokens with one or two tool turns (assistant turn,
+tool result masked out of the loss, assistant turn...). Agents at a temperature often make
+the same first call: half of each group's samples share their first assistant turn and its
+tool result token for token, the rest start their own way.
+
+The model is a Qwen2 with the width of a 0.5B-class model (hidden 896, MLP 4864, 14 query /
+2 key-value heads) and random weights; on a CPU only `--layers` of its 24 layers, so a run
+stays within minutes (every layer costs the same, so the ratios hold). Vocabulary: the tiny
+tokenizer's 1,024 tokens, or `--vocab` (151,936 is Qwen2's) for a real LM head's cost.
+
+Every implementation gets the same tensors: the batch `StoredGroupsGRPOTrainer` builds from
+the stored rows of one group, fed to stock `GRPOTrainer.compute_loss` (unpacked, as it
+forwards every row whole), and to trajlake's with `tree_packing` off and on. A step is
+loss + backward + AdamW step on the LoRA weights; the round-start pass is the no-grad
+logprob pass over every row (`ROUND_START_BATCH_FACTOR` x the batch size per forward).
+Tokens are the rows' real tokens (prompt + completion), the same count for every row of
+the table, so tokens/s compare the work done for the user. Peak memory: the GPU's peak
+allocation, or on a CPU the peak resident set above where the measurement started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+QWEN2_05B_WIDTH = {
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 32768,
+    "rope_theta": 1_000_000.0,
+    "tie_word_embeddings": True,
+}
+GROUP_SIZE = 8
+
+
+def agent_groups(groups: int, prompt_len: int, vocab: int, seed: int = 0) -> list[dict[str, Any]]:
+    """Stored GRPO rows (the columns `StoredGroupsGRPOTrainer` reads) of agent-shaped groups."""
+    rng = random.Random(seed)
+
+    def tokens(low: int, high: int) -> list[int]:
+        return [rng.randrange(3, vocab) for _ in range(rng.randrange(low, high + 1))]
+
+    rows = []
+    for g in range(groups):
+        prompt = tokens(int(prompt_len * 0.9), int(prompt_len * 1.1))
+        shared_call, shared_result = tokens(30, 60), tokens(20, 50)
+        for k in range(GROUP_SIZE):
+            completion: list[int] = []
+            mask: list[int] = []
+            tool_turns = 1 + k % 2
+            for turn in range(tool_turns):
+                call, result = (
+                    (shared_call, shared_result)
+                    if turn == 0 and k < GROUP_SIZE // 2
+                    else (tokens(30, 60), tokens(20, 50))
+                )
+                completion += call + result
+                mask += [1] * len(call) + [0] * len(result)
+            final = tokens(20, max(21, 300 - len(completion)))
+            completion += final
+            mask += [1] * len(final)
+            rows.append(
+                {
+                    "group_id": f"g{g}",
+                    "prompt_ids": prompt,
+                    "completion_ids": completion,
+                    "tool_mask": mask,
+                    "logprobs": [rng.uniform(-8.0, -4.0) if m else 0.0 for m in mask],
+                    "advantage": (k % 4 - 1.5) / 1.2,
+                    "reward": float(k % 4) / 3,
+                    "truncated": False,
+                }
+            )
+    return rows
+
+
+def wide_model(folder: Path, layers: int, vocab: int | None, tokenizer_from: Path) -> Path:
+    """A random-weight Qwen2 of the 0.5B-class width with the tiny model's tokenizer."""
+    import torch
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_from)
+    config = Qwen2Config(
+        vocab_size=vocab or len(tokenizer),
+        num_hidden_layers=layers,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+        **QWEN2_05B_WIDTH,
+    )
+    torch.manual_seed(0)
+    Qwen2ForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+class PeakMemory:
+    """Peak GPU allocation, or on a CPU the peak resident set above its level at `__enter__`."""
+
+    def __init__(self, cuda: bool) -> None:
+        self.cuda, self.peak, self._stop = cuda, 0, threading.Event()
+
+    @staticmethod
+    def rss() -> int:
+        with open("/proc/self/statm") as f:
+            import os
+
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.005):
+            self.peak = max(self.peak, self.rss() - self.start)
+
+    def __enter__(self) -> PeakMemory:
+        import torch
+
+        if self.cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self.start = torch.cuda.memory_allocated()
+        else:
+            self.start = self.rss()
+            self._thread = threading.Thread(target=self._sample, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import torch
+
+        if self.cuda:
+            torch.cuda.synchronize()
+            self.peak = torch.cuda.max_memory_allocated()
+        else:
+            self._stop.set()
+            self._thread.join()
+
+
+def trainers(model: Path, rows: list[dict[str, Any]], bf16: bool, out: Path) -> dict[str, Any]:
+    """The three implementations, each with its own copy of the same initial LoRA."""
+    import torch
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+    from training.grpo_config import TrajlakeGRPOConfig
+    from training.grpo_trainer import StoredGroupsGRPOTrainer, stored_reward
+
+    made = {}
+    for name, cls, packing in (
+        ("stock TRL", GRPOTrainer, False),
+        ("trajlake, unpacked", StoredGroupsGRPOTrainer, False),
+        ("trajlake, tree-packed", StoredGroupsGRPOTrainer, True),
+    ):
+        config = TrajlakeGRPOConfig(
+            output_dir=str(out / "ckpt"),
+            per_device_train_batch_size=GROUP_SIZE,
+            max_steps=1,
+            activation_checkpointing=False,
+            save_strategy="no",
+            bf16=bf16,
+            beta=0.0,
+            tree_packing=packing,
+            measure_sampler_gap=False,
+            report_to="none",
+            disable_tqdm=True,
+            seed=0,
+            max_completion_length=None,
+            mask_truncated_completions=False,
+        )
+        trainer = cls(
+            model=str(model),
+            reward_funcs=stored_reward,
+            args=config,
+            train_dataset=Dataset.from_list(rows),
+            peft_config=config.lora_config(),
+        )
+        trainer.current_gradient_accumulation_steps = 1
+        trainer.model.train()
+        made[name] = trainer
+    torch.cuda.empty_cache() if torch.cuda.is_available() else None
+    return made
+
+
+def batches(trainer: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One training batch per group, built once, the same tensors for every implementation."""
+    by_group: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_group.setdefault(row["group_id"], []).append(row)
+    return [trainer._generate_and_score_completions(group) for group in by_group.values()]
+
+
+def real_tokens(batch: dict[str, Any]) -> int:
+    return int(batch["prompt_mask"].sum() + batch["completion_mask"].sum())
+
+
+def sync() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def measure_steps(trainer: Any, steps: list[dict[str, Any]], warmup: int) -> dict[str, float]:
+    """Loss + backward + AdamW step on each batch; the first `warmup` untimed."""
+    import torch
+
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=1e-6)
+
+    def step(batch: dict[str, Any]) -> None:
+        optimizer.zero_grad(set_to_none=True)
+        trainer.compute_loss(trainer.model, dict(batch)).backward()
+        optimizer.step()
+
+    for batch in steps[:warmup]:
+        step(batch)
+    cuda = torch.cuda.is_available()
+    with PeakMemory(cuda) as memory:
+        sync()
+        started = time.perf_counter()
+        for batch in steps[warmup:]:
+            step(batch)
+        sync()
+        seconds = time.perf_counter() - started
+    tokens = sum(real_tokens(b) for b in steps[warmup:])
+    return {"step_tokens": tokens, "step_s": seconds, "step_peak": memory.peak}
+
+
+def measure_logprob_pass(trainer: Any, steps: list[dict[str, Any]]) -> dict[str, float]:
+    """The round-start pass: no-grad logprobs of every row, `ROUND_START_BATCH_FACTOR` x wider."""
+    import torch
+
+    from training.grpo_trainer import ROUND_START_BATCH_FACTOR
+
+    per_forward = GROUP_SIZE * ROUND_START_BATCH_FACTOR
+    inputs = [
+        (
+            torch.cat([b["prompt_ids"], b["completion_ids"]], 1),
+            torch.cat([b["prompt_mask"], b["completion_mask"]], 1),
+        )
+        for b in steps
+    ]
+    width = max(ids.size(1) for ids, _ in inputs)  # left-align the groups' padded rows into one tensor
+    ids = torch.cat([torch.nn.functional.pad(i, (width - i.size(1), 0)) for i, _ in inputs])
+    mask = torch.cat([torch.nn.functional.pad(m, (width - m.size(1), 0)) for _, m in inputs])
+    keep = max(b["completion_ids"].size(1) for b in steps)
+    trainer.model.eval()
+    with torch.no_grad(), PeakMemory(torch.cuda.is_available()) as memory:
+        sync()
+        started = time.perf_counter()
+        trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, keep, batch_size=per_forward)
+        sync()
+        seconds = time.perf_counter() - started
+    trainer.model.train()
+    return {"pass_tokens": int(mask.sum()), "pass_s": seconds, "pass_peak": memory.peak}
+
+
+def run(args: argparse.Namespace, work: Path, tiny: Path) -> list[dict[str, Any]]:
+    """Every implementation on the same batches; one result row each, in one process."""
+    import torch
+
+    model = wide_model(work / "wide", args.layers, args.vocab, tiny)
+    cuda = torch.cuda.is_available()
+    from transformers import AutoConfig
+
+    vocab = AutoConfig.from_pretrained(model).vocab_size
+    rows = agent_groups(args.groups, args.prompt_len, min(vocab, 1024), seed=0)
+    made = trainers(model, rows, bf16=cuda, out=work)
+    steps = batches(made["trajlake, tree-packed"], rows)
+    results = []
+    for name, trainer in made.items():
+        result = {"implementation": name}
+        result.update(measure_steps(trainer, steps, warmup=1))
+        result.update(measure_logprob_pass(trainer, steps))
+        saved = trainer._metrics["train"].get("tree_packing/saved_token_share") or [0.0]
+        result["saved_share"] = saved[-1]
+        results.append(result)
+        trainer.model.to("cpu") if cuda else None
+        del trainer
+        made[name] = None
+        torch.cuda.empty_cache() if cuda else None
+    return results

@@ -1,0 +1,159 @@
+"""Tree packing: the rows of a batch forwarded once as a prefix tree over their token ids.
+
+A GRPO group's rows repeat one prompt (system prompt, tool definitions, the conversation
+so far) and multi-turn samples often share their first turns too; stock TRL forwards every
+row whole. Here each batch of padded rows becomes one sequence of tree nodes: a node is a
+token at a depth, shared by every row whose tokens up to and including it agree *and* who
+score the same next token from it (a node's logits are scored against one label, so two
+rows that diverge at the next scored token keep their own copy of the branch point; the
+cost is one token per branch), and tokens whose logits nothing reads (each row's last,
+a masked row's every token) are left out. Rows are sorted by their (token, label) sequences first, so
+the nodes come out in depth-first pre-order: a node's subtree is the contiguous range
+`[node, subtree_end[node]]`, and "a token sees exactly its own ancestors" is two
+comparisons per (query, key) pair, for a dense SDPA mask or a FlexAttention `BlockMask`.
+Each node keeps its depth as its position id, the position it has in its own row.
+
+Per-row semantics are restored by `index`: the node whose logits score each row's
+completion token, or -1 where stock TRL scores nothing (padding, masked rows). Gathering
+the packed log-probabilities through it gives TRL's `(rows, logits_to_keep)` tensor, and
+gradients of shared nodes add up over the rows that read them, which is what the unpacked
+forward computes. Pure functions of tensors; the trainer decides when to use them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+IGNORE = -100  # TRL's and transformers' "no label"
+
+
+@dataclass(frozen=True)
+class TreePack:
+    """One packed sequence of tree nodes for a batch of padded rows."""
+
+    input_ids: torch.Tensor  # (1, nodes) token of each node
+    position_ids: torch.Tensor  # (1, nodes) depth of each node: its position in its own row
+    shift_labels: torch.Tensor  # (1, nodes) the token each node's logits are scored against, or -100
+    subtree_end: torch.Tensor  # (nodes,) last node of each node's subtree (pre-order)
+    index: torch.Tensor  # (rows, logits_to_keep) node scoring each completion token, -1: none
+    row_tokens: int  # tokens the rows hold unpacked (padding not counted)
+
+    @property
+    def nodes(self) -> int:
+        return int(self.input_ids.size(1))
+
+    @property
+    def saved_share(self) -> float:
+        """Share of the rows' tokens the packed forward does not compute."""
+        return 1.0 - self.nodes / self.row_tokens if self.row_tokens else 0.0
+
+
+def pack_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int) -> TreePack | None:
+    """Pack TRL's padded rows (prompt padded left, completion right) into a prefix tree.
+
+    Scores exactly what `GRPOTrainer._get_per_token_logps_and_entropies` scores: the token
+    in column `c` of the last `logits_to_keep` columns, where attended, from the logits of
+    column `c - 1`. None when the rows do not have that shape (a row's attended tokens not
+    contiguous, or a scored token with no attended token before it): the caller forwards
+    them unpacked.
+    """
+    rows, width = input_ids.shape
+    first_scored = width - logits_to_keep
+    ids, attended = input_ids.tolist(), attention_mask.bool().tolist()
+    sequences: list[list[tuple[int, int]]] = []  # per row: (token, label) of each attended column
+    starts: list[int] = []
+    row_tokens = 0
+    for row, mask in zip(ids, attended, strict=True):
+        columns = [c for c, keep in enumerate(mask) if keep]
+        if columns and columns[-1] - columns[0] + 1 != len(columns):
+            return None
+        start = columns[0] if columns else width
+        if first_scored <= start < width and start > 0:
+            return None  # TRL would score this token from a padding column's logits
+        sequence = []
+        for c in columns:
+            scored = c + 1 < width and c + 1 >= first_scored and mask[c + 1]
+            sequence.append((row[c], row[c + 1] if scored else IGNORE))
+        while sequence and sequence[-1][1] == IGNORE:  # read by nothing: no label, no descendant
+            sequence.pop()
+        sequences.append(sequence)
+        starts.append(start)
+        row_tokens += len(columns)
+
+    order = sorted(range(rows), key=sequences.__getitem__)
+    tokens: list[int] = []
+    depths: list[int] = []
+    labels: list[int] = []
+    subtree_end: list[int] = []
+    index = [[-1] * logits_to_keep for _ in range(rows)]
+    path: list[int] = []  # the previous row's nodes, by depth
+    previous: list[tuple[int, int]] = []
+    for r in order:
+        sequence = sequences[r]
+        shared = 0  # sorted rows: the longest prefix any earlier row shares is the previous row's
+        for a, b in zip(sequence, previous, strict=False):
+            if a != b:
+                break
+            shared += 1
+        path = path[:shared]
+        for depth in range(shared, len(sequence)):
+            path.append(len(tokens))
+            tokens.append(sequence[depth][0])
+            labels.append(sequence[depth][1])
+            depths.append(depth)
+            subtree_end.append(0)
+        for node in path:  # later rows through a node end later: the last write is the subtree's end
+            subtree_end[node] = path[-1]
+        column0 = starts[r]
+        for depth, node in enumerate(path):
+            if labels[node] != IGNORE:
+                index[r][column0 + depth + 1 - first_scored] = node
+        previous = sequence
+
+    device = input_ids.device
+    return TreePack(
+        input_ids=torch.tensor([tokens], dtype=torch.long, device=device),
+        position_ids=torch.tensor([depths], dtype=torch.long, device=device),
+        shift_labels=torch.tensor([labels], dtype=torch.long, device=device),
+        subtree_end=torch.tensor(subtree_end, dtype=torch.long, device=device),
+        index=torch.tensor(index, dtype=torch.long, device=device).reshape(rows, logits_to_keep),
+        row_tokens=row_tokens,
+    )
+
+
+def sees(pack: TreePack) -> torch.Tensor:
+    """(nodes, nodes) bool: query node q sees key node k iff k is q or one of its ancestors."""
+    nodes = torch.arange(pack.nodes, device=pack.subtree_end.device)
+    query, key = nodes[:, None], nodes[None, :]
+    return (key <= query) & (query <= pack.subtree_end[None, :])
+
+
+def attention_mask_for(pack: TreePack, implementation: str) -> Any:
+    """The mask transformers' attention takes as given: a `BlockMask` for FlexAttention, a
+    boolean (1, 1, nodes, nodes) mask for SDPA, an additive float one for eager attention."""
+    if implementation == "flex_attention":
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        end = pack.subtree_end
+
+        def ancestor(batch: Any, head: Any, query: Any, key: Any) -> Any:
+            return (key <= query) & (query <= end[key])
+
+        return create_block_mask(
+            ancestor, B=None, H=None, Q_LEN=pack.nodes, KV_LEN=pack.nodes, device=end.device
+        )
+    visible = sees(pack)[None, None]
+    if implementation == "sdpa":
+        return visible
+    return torch.zeros(visible.shape, device=visible.device).masked_fill_(
+        ~visible, torch.finfo(torch.float32).min
+    )
+
+
+def unpack(per_node: torch.Tensor, pack: TreePack) -> torch.Tensor:
+    """(1, nodes) per-node values -> (rows, logits_to_keep) per row, 0 where nothing is scored."""
+    values = per_node[0][pack.index.clamp(min=0)]
+    return values.masked_fill(pack.index < 0, 0.0)

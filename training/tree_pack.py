@@ -11,7 +11,10 @@ a masked row's every token) are left out. Rows are sorted by their (token, label
 the nodes come out in depth-first pre-order: a node's subtree is the contiguous range
 `[node, subtree_end[node]]`, and "a token sees exactly its own ancestors" is two
 comparisons per (query, key) pair, for a dense SDPA mask or a FlexAttention `BlockMask`.
-Each node keeps its depth as its position id, the position it has in its own row.
+Each node keeps its depth as its position id, the position it has in its own row. The
+trees of a batch are laid out in sequences of the largest tree's width (small groups share
+one, block-diagonal; large ones get their own), so no attention is spent between groups
+that a sequence of their own would not spend.
 
 Per-row semantics are restored by `index`: the node whose logits score each row's
 completion token, or -1 where stock TRL scores nothing (padding, masked rows). Gathering
@@ -32,18 +35,19 @@ IGNORE = -100  # TRL's and transformers' "no label"
 
 @dataclass(frozen=True)
 class TreePack:
-    """One packed sequence of tree nodes for a batch of padded rows."""
+    """A batch of padded rows as prefix trees, laid out in `sequences` of equal width."""
 
-    input_ids: torch.Tensor  # (1, nodes) token of each node
-    position_ids: torch.Tensor  # (1, nodes) depth of each node: its position in its own row
-    shift_labels: torch.Tensor  # (1, nodes) the token each node's logits are scored against, or -100
-    subtree_end: torch.Tensor  # (nodes,) last node of each node's subtree (pre-order)
-    index: torch.Tensor  # (rows, logits_to_keep) node scoring each completion token, -1: none
+    input_ids: torch.Tensor  # (sequences, width) token of each node; padding after the nodes
+    position_ids: torch.Tensor  # (sequences, width) depth of each node: its position in its own row
+    shift_labels: torch.Tensor  # (sequences, width) the token each node's logits are scored against, or -100
+    subtree_end: (
+        torch.Tensor
+    )  # (sequences, width) last node of each node's subtree (pre-order, in its sequence)
+    index: (
+        torch.Tensor
+    )  # (rows, logits_to_keep) flat node (sequence * width + column) scoring each token; -1: none
+    nodes: int  # tree nodes (padding not counted)
     row_tokens: int  # tokens the rows hold unpacked (padding not counted)
-
-    @property
-    def nodes(self) -> int:
-        return int(self.input_ids.size(1))
 
     @property
     def saved_share(self) -> float:
@@ -113,39 +117,89 @@ def pack_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_k
                 index[r][column0 + depth + 1 - first_scored] = node
         previous = sequence
 
-    device = input_ids.device
+    return laid_out(tokens, depths, labels, subtree_end, index, row_tokens, input_ids.device)
+
+
+def laid_out(
+    tokens: list[int],
+    depths: list[int],
+    labels: list[int],
+    subtree_end: list[int],
+    index: list[list[int]],
+    row_tokens: int,
+    device: torch.device,
+) -> TreePack:
+    """Pre-order nodes -> sequences: each root's tree whole in one sequence, trees placed
+    largest first into the first sequence with room, the width that of the largest tree.
+    Groups of a batch thus share a sequence when small (block-diagonal) and get their own
+    when large, so attention costs the sum of squares of the sequences, not of the batch."""
+    roots = []
+    node = 0
+    while node < len(tokens):
+        roots.append((node, subtree_end[node] + 1))
+        node = subtree_end[node] + 1
+    width = max((end - start for start, end in roots), default=1)
+    bins: list[list[tuple[int, int]]] = []
+    room: list[int] = []
+    for start, end in sorted(roots, key=lambda r: r[0] - r[1]):
+        size = end - start
+        fit = next((b for b, free in enumerate(room) if free >= size), None)
+        if fit is None:
+            bins.append([])
+            room.append(width)
+            fit = len(bins) - 1
+        bins[fit].append((start, end))
+        room[fit] -= size
+    place = [0] * len(tokens)  # flat position of each node
+    columns: list[list[int]] = []  # per sequence: the nodes in column order
+    for b, trees in enumerate(bins):
+        order = [n for start, end in sorted(trees) for n in range(start, end)]
+        for column, n in enumerate(order):
+            place[n] = b * width + column
+        columns.append(order)
+    ids = torch.zeros(len(bins), width, dtype=torch.long)
+    positions = torch.zeros_like(ids)
+    shift_labels = torch.full_like(ids, IGNORE)
+    ends = torch.arange(width).repeat(len(bins), 1)  # padding sees itself only
+    for b, order in enumerate(columns):
+        n = len(order)
+        ids[b, :n] = torch.tensor([tokens[i] for i in order])
+        positions[b, :n] = torch.tensor([depths[i] for i in order])
+        shift_labels[b, :n] = torch.tensor([labels[i] for i in order])
+        ends[b, :n] = torch.tensor([place[subtree_end[i]] - b * width for i in order])
+    flat = torch.tensor([[place[i] if i >= 0 else -1 for i in row] for row in index], dtype=torch.long)
     return TreePack(
-        input_ids=torch.tensor([tokens], dtype=torch.long, device=device),
-        position_ids=torch.tensor([depths], dtype=torch.long, device=device),
-        shift_labels=torch.tensor([labels], dtype=torch.long, device=device),
-        subtree_end=torch.tensor(subtree_end, dtype=torch.long, device=device),
-        index=torch.tensor(index, dtype=torch.long, device=device).reshape(rows, logits_to_keep),
+        input_ids=ids.to(device),
+        position_ids=positions.to(device),
+        shift_labels=shift_labels.to(device),
+        subtree_end=ends.to(device),
+        index=flat.reshape(len(index), -1).to(device),
+        nodes=len(tokens),
         row_tokens=row_tokens,
     )
 
 
 def sees(pack: TreePack) -> torch.Tensor:
-    """(nodes, nodes) bool: query node q sees key node k iff k is q or one of its ancestors."""
-    nodes = torch.arange(pack.nodes, device=pack.subtree_end.device)
-    query, key = nodes[:, None], nodes[None, :]
-    return (key <= query) & (query <= pack.subtree_end[None, :])
+    """(sequences, width, width) bool: query q sees key k iff k is q or one of its ancestors."""
+    columns = torch.arange(pack.subtree_end.size(1), device=pack.subtree_end.device)
+    query, key = columns[None, :, None], columns[None, None, :]
+    return (key <= query) & (query <= pack.subtree_end[:, None, :])
 
 
 def attention_mask_for(pack: TreePack, implementation: str) -> Any:
     """The mask transformers' attention takes as given: a `BlockMask` for FlexAttention, a
-    boolean (1, 1, nodes, nodes) mask for SDPA, an additive float one for eager attention."""
+    boolean (sequences, 1, width, width) mask for SDPA, an additive float one for eager."""
     if implementation == "flex_attention":
         from torch.nn.attention.flex_attention import create_block_mask
 
         end = pack.subtree_end
 
         def ancestor(batch: Any, head: Any, query: Any, key: Any) -> Any:
-            return (key <= query) & (query <= end[key])
+            return (key <= query) & (query <= end[batch, key])
 
-        return create_block_mask(
-            ancestor, B=None, H=None, Q_LEN=pack.nodes, KV_LEN=pack.nodes, device=end.device
-        )
-    visible = sees(pack)[None, None]
+        sequences, width = end.shape
+        return create_block_mask(ancestor, B=sequences, H=None, Q_LEN=width, KV_LEN=width, device=end.device)
+    visible = sees(pack)[:, None]
     if implementation == "sdpa":
         return visible
     return torch.zeros(visible.shape, device=visible.device).masked_fill_(
@@ -154,6 +208,6 @@ def attention_mask_for(pack: TreePack, implementation: str) -> Any:
 
 
 def unpack(per_node: torch.Tensor, pack: TreePack) -> torch.Tensor:
-    """(1, nodes) per-node values -> (rows, logits_to_keep) per row, 0 where nothing is scored."""
-    values = per_node[0][pack.index.clamp(min=0)]
+    """(sequences, width) per-node values -> (rows, logits_to_keep) per row, 0 where nothing is scored."""
+    values = per_node.reshape(-1)[pack.index.clamp(min=0)]
     return values.masked_fill(pack.index < 0, 0.0)

@@ -138,9 +138,9 @@ def test_a_group_shares_its_prompt_and_its_shared_turns() -> None:
             column = 4 + j
             node = int(pack.index[r, j])
             if column < len(row):
-                assert int(pack.input_ids[0, node]) == row[column - 1]
-                assert int(pack.position_ids[0, node]) == column - 1
-                assert int(pack.shift_labels[0, node]) == row[column]
+                assert int(pack.input_ids.flatten()[node]) == row[column - 1]
+                assert int(pack.position_ids.flatten()[node]) == column - 1
+                assert int(pack.shift_labels.flatten()[node]) == row[column]
             else:
                 assert node == -1
 
@@ -164,11 +164,33 @@ def test_each_node_sees_exactly_its_ancestors(seed: int) -> None:
             parents.setdefault(b, a)
             assert parents[b] == a  # a node has one parent
     visible = sees(pack)
+    width = pack.input_ids.size(1)
     for node, parent in parents.items():  # a node sees what its parent sees, and itself
-        expected = visible[parent].clone()
-        expected[node] = True
-        assert torch.equal(visible[node], expected)
+        (sequence, column), (parent_sequence, parent_column) = divmod(node, width), divmod(parent, width)
+        assert sequence == parent_sequence  # a tree is never split between sequences
+        expected = visible[sequence, parent_column].clone()
+        expected[column] = True
+        assert torch.equal(visible[sequence, column], expected)
     assert not (pack.shift_labels == IGNORE).all()
+
+
+def test_small_groups_share_a_sequence_and_large_ones_get_their_own() -> None:
+    rows = [[5] * 40 + [6, 7], [5] * 40 + [6, 8], [9] * 10 + [1, 2], [9] * 10 + [1, 3], [4] * 12 + [2, 2]]
+    width = 42
+    ids = torch.tensor([[0] * (width - len(r)) + r for r in rows])
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    pack = pack_rows(ids, mask, 2)
+    assert pack is not None
+    # the 40-token group fills one sequence (its width); the two small trees share the second
+    assert pack.input_ids.shape == (2, 39 + 2 + 1)
+    second = pack.input_ids[1].tolist()
+    # pre-order: the [4 ...] tree, then the [9 ...] tree (each row's last token left out), then padding
+    assert second[:25] == [4] * 12 + [2] + [9] * 10 + [1, 1]
+    group = [0] * 13 + [1] * 12 + [None] * 17
+    visible = sees(pack)[1]
+    for q, k in torch.nonzero(visible).tolist():  # nothing sees across groups, and padding only itself
+        assert k == q or (group[q] is not None and group[q] == group[k])
+    assert int(visible[24].sum()) == 11  # the second 1 sees the ten 9s and itself, not the first 1
 
 
 def test_rows_it_cannot_pack_are_left_to_the_unpacked_forward() -> None:

@@ -1,6 +1,7 @@
 """GRPO steps on agent-shaped groups: stock TRL, trajlake unpacked, trajlake tree-packed.
 
-    python bench/train.py --workload agent [--layers 2] [--groups 3] [--steps 2]
+    python bench/train.py --workload agent [--layers 2] [--groups 3]    (on a CPU)
+    bench/gpu.sh                                                        (on a GPU, with SFT and the sampler)
 
 The workload has the shape of the lake's agent groups: per group one prompt of about
 `--prompt-len` tokens (system prompt, tool definitions, a few turns of history), G = 8
@@ -19,7 +20,7 @@ the stored rows of one group, fed to stock `GRPOTrainer.compute_loss` (unpacked,
 forwards every row whole), and to trajlake's with `tree_packing` off and on. A step is
 loss + backward + AdamW step on the LoRA weights; the round-start pass is the no-grad
 logprob pass over every row (`ROUND_START_BATCH_FACTOR` x the batch size per forward).
-Tokens are the rows' real tokens (prompt + completion), the same count for every row of
+Each group is one step; the first is a warm-up. Tokens are the rows' real tokens (prompt + completion), the same count for every row of
 the table, so tokens/s compare the work done for the user. Peak memory: the GPU's peak
 allocation, or on a CPU the peak resident set above where the measurement started.
 """
@@ -86,8 +87,10 @@ def agent_groups(groups: int, prompt_len: int, vocab: int, seed: int = 0) -> lis
     return rows
 
 
-def wide_model(folder: Path, layers: int, vocab: int | None, tokenizer_from: Path) -> Path:
-    """A random-weight Qwen2 of the 0.5B-class width with the tiny model's tokenizer."""
+def wide_model(
+    folder: Path, layers: int, vocab: int | None, tokenizer_from: Path, width: dict[str, Any] | None = None
+) -> Path:
+    """A random-weight Qwen2 of the 0.5B-class width (or `width`) with the tiny model's tokenizer."""
     import torch
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
@@ -98,10 +101,12 @@ def wide_model(folder: Path, layers: int, vocab: int | None, tokenizer_from: Pat
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=None,
-        **QWEN2_05B_WIDTH,
+        **{**QWEN2_05B_WIDTH, **(width or {})},
     )
     torch.manual_seed(0)
-    Qwen2ForCausalLM(config).save_pretrained(folder)
+    model = Qwen2ForCausalLM(config)
+    # saved in the precision the trainers load (bf16 on a GPU): half the bytes to read back each time
+    model.to(torch.bfloat16 if torch.cuda.is_available() else torch.float32).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
 
@@ -147,57 +152,67 @@ class PeakMemory:
             self._thread.join()
 
 
-def trainers(model: Path, rows: list[dict[str, Any]], bf16: bool, out: Path) -> dict[str, Any]:
-    """The three implementations, each with its own copy of the same initial LoRA."""
-    import torch
+IMPLEMENTATIONS = (  # name, trajlake's trainer?, tree packing, attention implementation
+    ("stock TRL", False, False, "sdpa"),
+    ("trajlake, unpacked", True, False, "sdpa"),
+    ("trajlake, tree-packed", True, True, "sdpa"),
+)
+FLEX = ("trajlake, tree-packed, FlexAttention", True, True, "flex_attention")
+
+
+def trainer_for(
+    model: Path, rows: list[dict[str, Any]], ours: bool, packing: bool, attention: str, bf16: bool, out: Path
+) -> Any:
+    """Stock `GRPOTrainer` or trajlake's on the rows, the same LoRA initialisation (seeded)."""
     from datasets import Dataset
     from trl import GRPOTrainer
 
     from training.grpo_config import TrajlakeGRPOConfig
     from training.grpo_trainer import StoredGroupsGRPOTrainer, stored_reward
 
-    made = {}
-    for name, cls, packing in (
-        ("stock TRL", GRPOTrainer, False),
-        ("trajlake, unpacked", StoredGroupsGRPOTrainer, False),
-        ("trajlake, tree-packed", StoredGroupsGRPOTrainer, True),
-    ):
-        config = TrajlakeGRPOConfig(
-            output_dir=str(out / "ckpt"),
-            per_device_train_batch_size=GROUP_SIZE,
-            max_steps=1,
-            activation_checkpointing=False,
-            save_strategy="no",
-            bf16=bf16,
-            beta=0.0,
-            tree_packing=packing,
-            measure_sampler_gap=False,
-            report_to="none",
-            disable_tqdm=True,
-            seed=0,
-            max_completion_length=None,
-            mask_truncated_completions=False,
-        )
-        trainer = cls(
-            model=str(model),
-            reward_funcs=stored_reward,
-            args=config,
-            train_dataset=Dataset.from_list(rows),
-            peft_config=config.lora_config(),
-        )
-        trainer.current_gradient_accumulation_steps = 1
-        trainer.model.train()
-        made[name] = trainer
-    torch.cuda.empty_cache() if torch.cuda.is_available() else None
-    return made
+    config = TrajlakeGRPOConfig(
+        output_dir=str(out / "ckpt"),
+        per_device_train_batch_size=GROUP_SIZE,
+        max_steps=1,
+        activation_checkpointing=False,
+        save_strategy="no",
+        bf16=bf16,
+        beta=0.0,
+        tree_packing=packing,
+        measure_sampler_gap=False,
+        report_to="none",
+        disable_tqdm=True,
+        seed=0,
+        max_completion_length=None,
+        mask_truncated_completions=False,
+        model_init_kwargs={"attn_implementation": attention, "dtype": "bfloat16" if bf16 else "float32"},
+    )
+    trainer = (StoredGroupsGRPOTrainer if ours else GRPOTrainer)(
+        model=str(model),
+        reward_funcs=stored_reward,
+        args=config,
+        train_dataset=Dataset.from_list(rows),
+        peft_config=config.lora_config(),
+    )
+    trainer.current_gradient_accumulation_steps = 1
+    trainer.model.train()
+    return trainer
 
 
-def batches(trainer: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One training batch per group, built once, the same tensors for every implementation."""
+def batches(rows: list[dict[str, Any]], pad_id: int, device: str) -> list[dict[str, Any]]:
+    """One training batch per group, built once: the tensors `StoredGroupsGRPOTrainer` builds
+    from stored rows (`pad_rows`), fed unchanged to every implementation."""
+    from training.grpo_batch import pad_rows
+
     by_group: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         by_group.setdefault(row["group_id"], []).append(row)
-    return [trainer._generate_and_score_completions(group) for group in by_group.values()]
+    built = []
+    for group in by_group.values():
+        batch = {k: v.to(device) for k, v in pad_rows(group, pad_id, None, False).items()}
+        batch["num_items_in_batch"] = (batch["completion_mask"] * batch["tool_mask"]).sum()
+        built.append(batch)
+    return built
 
 
 def real_tokens(batch: dict[str, Any]) -> int:
@@ -233,8 +248,29 @@ def measure_steps(trainer: Any, steps: list[dict[str, Any]], warmup: int) -> dic
             step(batch)
         sync()
         seconds = time.perf_counter() - started
-    tokens = sum(real_tokens(b) for b in steps[warmup:])
-    return {"step_tokens": tokens, "step_s": seconds, "step_peak": memory.peak}
+    measured = steps[warmup:]
+    tokens = sum(real_tokens(b) for b in measured)
+    return {
+        "step_tokens": tokens,
+        "step_forwarded": sum(forwarded_tokens(trainer, b) for b in measured),
+        "step_s": seconds,
+        "step_peak": memory.peak,
+    }
+
+
+def forwarded_tokens(trainer: Any, batch: dict[str, Any]) -> int:
+    """Tokens the step's forward pass computes: the tree's nodes when packed, else the rows' own."""
+    import torch
+
+    from training.tree_pack import pack_rows
+
+    if getattr(trainer.args, "tree_packing", False):
+        ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+        mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+        pack = pack_rows(ids, mask, batch["completion_ids"].size(1))
+        if pack is not None:
+            return pack.nodes
+    return real_tokens(batch)
 
 
 def measure_logprob_pass(trainer: Any, steps: list[dict[str, Any]]) -> dict[str, float]:
@@ -266,28 +302,64 @@ def measure_logprob_pass(trainer: Any, steps: list[dict[str, Any]]) -> dict[str,
     return {"pass_tokens": int(mask.sum()), "pass_s": seconds, "pass_peak": memory.peak}
 
 
-def run(args: argparse.Namespace, work: Path, tiny: Path) -> list[dict[str, Any]]:
-    """Every implementation on the same batches; one result row each, in one process."""
+def run(args: argparse.Namespace, work: Path, tiny: Path, flex: bool = False) -> list[dict[str, Any]]:
+    """Every implementation on the same batches, one after another in one process; a row each.
+    `flex` adds tree packing on FlexAttention (GPU); a row that fails says why."""
     import torch
-
-    model = wide_model(work / "wide", args.layers, args.vocab, tiny)
-    cuda = torch.cuda.is_available()
     from transformers import AutoConfig
 
+    model = wide_model(work / "wide", args.layers, args.vocab, tiny, getattr(args, "width", None))
+    cuda = torch.cuda.is_available()
     vocab = AutoConfig.from_pretrained(model).vocab_size
     rows = agent_groups(args.groups, args.prompt_len, min(vocab, 1024), seed=0)
-    made = trainers(model, rows, bf16=cuda, out=work)
-    steps = batches(made["trajlake, tree-packed"], rows)
+    pad_id = AutoConfig.from_pretrained(model).pad_token_id or 0
+    steps = batches(rows, pad_id, "cuda" if cuda else "cpu")  # the same tensors for every implementation
     results = []
-    for name, trainer in made.items():
-        result = {"implementation": name}
-        result.update(measure_steps(trainer, steps, warmup=1))
-        result.update(measure_logprob_pass(trainer, steps))
-        saved = trainer._metrics["train"].get("tree_packing/saved_token_share") or [0.0]
-        result["saved_share"] = saved[-1]
+    for name, ours, packing, attention in IMPLEMENTATIONS + ((FLEX,) if flex else ()):
+        result: dict[str, Any] = {"implementation": name}
+        try:
+            trainer = trainer_for(model, rows, ours, packing, attention, bf16=cuda, out=work)
+            result.update(measure_steps(trainer, steps, warmup=1))
+            result.update(measure_logprob_pass(trainer, steps))
+            saved = trainer._metrics["train"].get("tree_packing/saved_token_share") or [0.0]
+            result["saved_share"] = saved[-1]
+        except Exception as error:  # a kernel this machine lacks: the row says so, the others stand
+            result["error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:160]}"
         results.append(result)
-        trainer.model.to("cpu") if cuda else None
-        del trainer
-        made[name] = None
-        torch.cuda.empty_cache() if cuda else None
+        trainer = None
+        if cuda:
+            torch.cuda.empty_cache()
     return results
+
+
+def table_rows(
+    results: list[dict[str, Any]], flops_per_token: float | None, peak_flops: float | None
+) -> list[dict[str, str]]:
+    """The results as table cells, ratios against the first row (stock TRL) of the same run.
+    MFU: forwarded tokens x `flops_per_token` / seconds / `peak_flops` (where both are known)."""
+    stock = results[0]
+    out = []
+    for r in results:
+        if "error" in r:
+            out.append({"implementation": r["implementation"], "step tokens/s": f"failed: {r['error']}"})
+            continue
+        step, passed = r["step_tokens"] / r["step_s"], r["pass_tokens"] / r["pass_s"]
+        mfu = (
+            f"{r['step_forwarded'] * flops_per_token / r['step_s'] / peak_flops:.1%}"
+            if flops_per_token and peak_flops
+            else "-"
+        )
+        out.append(
+            {
+                "implementation": r["implementation"],
+                "step tokens/s": f"{step:,.0f}",
+                "vs stock": f"{step / (stock['step_tokens'] / stock['step_s']):.2f}x",
+                "step peak MiB": f"{r['step_peak'] / 2**20:,.0f}",
+                "step MFU": mfu,
+                "round-start pass tokens/s": f"{passed:,.0f}",
+                "pass vs stock": f"{passed / (stock['pass_tokens'] / stock['pass_s']):.2f}x",
+                "pass peak MiB": f"{r['pass_peak'] / 2**20:,.0f}",
+                "tokens saved": f"{r['saved_share']:.1%}",
+            }
+        )
+    return out

@@ -432,7 +432,7 @@ def agent_table(args: argparse.Namespace) -> None:
 
     import torch
 
-    from bench.grpo_agent import run
+    from bench.grpo_agent import run, table_rows
     from training.tiny import tiny_model_path
 
     console = Console(width=160)
@@ -450,30 +450,12 @@ def agent_table(args: argparse.Namespace) -> None:
         title=f"GRPO on agent-shaped groups: {args.groups} groups x G=8, prompts ~{args.prompt_len} tokens, "
         f"Qwen2 0.5B width x {args.layers} layers, {'bf16' if torch.cuda.is_available() else 'fp32'}, {device}"
     )
-    for col in (
-        "implementation",
-        "step tokens/s",
-        "vs stock",
-        "step peak MiB",
-        "round-start pass tokens/s",
-        "vs stock",
-        "pass peak MiB",
-        "tokens saved",
-    ):
+    cells = table_rows(results, None, None)
+    columns = [c for c in cells[0] if c != "step MFU"]
+    for col in columns:
         table.add_column(col, justify="left" if col == "implementation" else "right")
-    stock = results[0]
-    for r in results:
-        step, passed = r["step_tokens"] / r["step_s"], r["pass_tokens"] / r["pass_s"]
-        table.add_row(
-            r["implementation"],
-            f"{step:,.0f}",
-            f"{step / (stock['step_tokens'] / stock['step_s']):.2f}x",
-            f"{r['step_peak'] / 2**20:,.0f}",
-            f"{passed:,.0f}",
-            f"{passed / (stock['pass_tokens'] / stock['pass_s']):.2f}x",
-            f"{r['pass_peak'] / 2**20:,.0f}",
-            f"{r['saved_share']:.1%}",
-        )
+    for row in cells:
+        table.add_row(*(row.get(c, "") for c in columns))
     console.print(table)
 
 

@@ -4,7 +4,8 @@ The replay stage owns everything between a chosen trajectory and a stored group 
 ones: scenarios (`scenarios`), sampler backends (`samplers`: transformers, vLLM server,
 vLLM engine), the agent loop and tool sources (`rollout`), and the stage itself
 (`stage`), which writes each group to `trajectories` with its token ids and logprobs.
-It imports nothing from the trainers; GRPO reads what it wrote from the lake.
+It imports nothing from the trainers; GRPO reads what it wrote from the lake. The
+samplers and the rollout loop import no lake library.
 
 Public surface (the CLI and the Prefect flows call these):
 
@@ -15,19 +16,45 @@ Public surface (the CLI and the Prefect flows call these):
 - `make_tools(callables, recorded=True)`, `ToolsConfig`
 """
 
-from training.replay.errors import (
-    ReplayError,
-    ReplaySetupError,
-    RolloutError,
-    SamplerError,
-    ScenarioError,
-    ToolSourceError,
-)
-from training.replay.rollout.tools import ToolsConfig, make_tools
-from training.replay.samplers import BACKENDS, SamplerConfig, SamplingParams, make_sampler
-from training.replay.scenario_io import create_scenarios, load_scenarios, read_scenarios, slice_selection
-from training.replay.scenarios import Scenario, ScenarioConfig, ScenarioResult
-from training.replay.stage import ReplayConfig, ReplayResult, areplay, complete_groups, replay
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# Imported on first use: the samplers and the rollout loop run without the lake libraries
+# (a GPU machine benchmarking them has none); scenarios and the stage read and write the lake.
+_PUBLIC = {
+    **dict.fromkeys(
+        (
+            "ReplayError",
+            "ReplaySetupError",
+            "RolloutError",
+            "SamplerError",
+            "ScenarioError",
+            "ToolSourceError",
+        ),
+        "training.replay.errors",
+    ),
+    **dict.fromkeys(("ToolsConfig", "make_tools"), "training.replay.rollout.tools"),
+    **dict.fromkeys(
+        ("BACKENDS", "SamplerConfig", "SamplingParams", "make_sampler"), "training.replay.samplers"
+    ),
+    **dict.fromkeys(
+        ("create_scenarios", "load_scenarios", "read_scenarios", "slice_selection"),
+        "training.replay.scenario_io",
+    ),
+    **dict.fromkeys(("Scenario", "ScenarioConfig", "ScenarioResult"), "training.replay.scenarios"),
+    **dict.fromkeys(
+        ("ReplayConfig", "ReplayResult", "areplay", "complete_groups", "replay"), "training.replay.stage"
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _PUBLIC:
+        raise AttributeError(f"module `training.replay` has no attribute `{name}`")
+    return getattr(importlib.import_module(_PUBLIC[name]), name)
+
 
 __all__ = [
     "BACKENDS",

@@ -102,6 +102,29 @@ def sft_rows(count: int, max_len: int, vocab: int) -> list[dict[str, Any]]:
     return rows
 
 
+class StepClock:
+    """Wall time at each step's end, so throughput can skip the first half (autotuning per shape)."""
+
+    def __new__(cls) -> Any:
+        from transformers import TrainerCallback
+
+        class Clock(TrainerCallback):
+            def __init__(self) -> None:
+                self.at: dict[int, float] = {}
+
+            def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+                sync()
+                self.at[state.global_step] = time.perf_counter()
+
+            def second_half(self, history: list[dict[str, Any]]) -> tuple[float, float]:
+                tokens = {h["step"]: h["num_tokens"] for h in history if "num_tokens" in h}
+                last = max(tokens)
+                mid = last // 2
+                return float(tokens[last]) - float(tokens[mid]), self.at[last] - self.at[mid]
+
+        return Clock()
+
+
 def sft(model: Path, args: argparse.Namespace, work: Path) -> list[dict[str, str]]:
     import torch
     from datasets import Dataset
@@ -140,14 +163,16 @@ def sft(model: Path, args: argparse.Namespace, work: Path) -> list[dict[str, str
             train_dataset=Dataset.from_list(rows),
             peft_config=lora,
         )
-        metrics = trainer.train().metrics
-        tokens = max(h.get("num_tokens", 0) for h in trainer.state.log_history)
+        clock = StepClock()
+        trainer.add_callback(clock)
+        trainer.train()
+        tokens, seconds = clock.second_half(trainer.state.log_history)
         results.append(
             {
                 "implementation": name,
                 "precision": "bf16" if config.bf16 else "fp32",
                 "packing": str(config.packing_strategy) if config.packing else "padded",
-                "tokens/s": tokens / metrics["train_runtime"],
+                "tokens/s": tokens / seconds,
             }
         )
         del trainer
@@ -190,6 +215,17 @@ def sampler(model: Path, args: argparse.Namespace) -> list[dict[str, str]]:
     sync()
     ours_s = time.perf_counter() - started
     ours_tokens = sum(len(c.token_ids) for group in completions for c in group)
+    if cuda:  # where the sampler's time goes, for the note
+        from torch.profiler import ProfilerActivity, profile
+
+        short = [
+            SampleRequest(prompt_ids=r.prompt_ids, n=GROUP_SIZE, params=params.with_max_tokens(16))
+            for r in requests
+        ]
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            ours.generate(short)
+            sync()
+        print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=25), flush=True)
     ours.close()
 
     bare = AutoModelForCausalLM.from_pretrained(model, dtype=dtype).to(device).eval()
@@ -261,7 +297,7 @@ def main(argv: list[str] | None = None) -> str:
         else None
     )
     args.groups, args.prompt_len = (3, 96) if tiny else (8, 1500)
-    args.sft_rows, args.sft_steps, args.sft_max_length = (16, 2, 256) if tiny else (160, 12, 4096)
+    args.sft_rows, args.sft_steps, args.sft_max_length = (32, 4, 256) if tiny else (320, 24, 4096)
     args.sample_prompts, args.sample_prompt_len, args.sample_tokens = (2, 32, 16) if tiny else (8, 1500, 128)
 
     import torch
@@ -302,10 +338,18 @@ def main(argv: list[str] | None = None) -> str:
             "",
             markdown(
                 f"GRPO, agent-shaped groups ({args.groups} groups x G={GROUP_SIZE}, prompts ~{args.prompt_len} "
-                f"tokens, mean row {mean_len:,.0f} tokens; first group a warm-up)",
+                f"tokens, mean row {mean_len:,.0f} tokens; warm-up: "
+                + (
+                    "a whole untimed pass over the groups first)"
+                    if torch.cuda.is_available()
+                    else "the first group)"
+                ),
                 grpo_cells,
             ),
-            markdown(f"SFT ({args.sft_steps} steps x 8 rows, up to {args.sft_max_length} tokens)", sft_cells),
+            markdown(
+                f"SFT ({args.sft_steps} steps x 8 rows, up to {args.sft_max_length} tokens; the second half timed)",
+                sft_cells,
+            ),
             markdown(
                 f"Sampler ({args.sample_prompts} prompts of {args.sample_prompt_len} tokens x G={GROUP_SIZE}, "
                 f"{args.sample_tokens} new tokens each)",

@@ -227,7 +227,8 @@ def sync() -> None:
 
 
 def measure_steps(trainer: Any, steps: list[dict[str, Any]], warmup: int) -> dict[str, float]:
-    """Loss + backward + AdamW step on each batch; the first `warmup` untimed."""
+    """Loss + backward + AdamW step on each batch; the first `warmup` untimed, or with -1 a whole
+    untimed pass over every batch first (on a GPU: Triton autotuning and compiles happen per shape)."""
     import torch
 
     params = [p for p in trainer.model.parameters() if p.requires_grad]
@@ -238,17 +239,17 @@ def measure_steps(trainer: Any, steps: list[dict[str, Any]], warmup: int) -> dic
         trainer.compute_loss(trainer.model, dict(batch)).backward()
         optimizer.step()
 
-    for batch in steps[:warmup]:
+    for batch in steps if warmup < 0 else steps[:warmup]:  # -1: a whole untimed pass first
         step(batch)
     cuda = torch.cuda.is_available()
+    measured = steps if warmup < 0 else steps[warmup:]
     with PeakMemory(cuda) as memory:
         sync()
         started = time.perf_counter()
-        for batch in steps[warmup:]:
+        for batch in measured:
             step(batch)
         sync()
         seconds = time.perf_counter() - started
-    measured = steps[warmup:]
     tokens = sum(real_tokens(b) for b in measured)
     return {
         "step_tokens": tokens,
@@ -267,7 +268,7 @@ def forwarded_tokens(trainer: Any, batch: dict[str, Any]) -> int:
     if getattr(trainer.args, "tree_packing", False):
         ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
         mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
-        pack = pack_rows(ids, mask, batch["completion_ids"].size(1))
+        pack = pack_rows(ids, mask, batch["completion_ids"].size(1), multiple=128 if ids.is_cuda else 1)
         if pack is not None:
             return pack.nodes
     return real_tokens(batch)
@@ -292,6 +293,9 @@ def measure_logprob_pass(trainer: Any, steps: list[dict[str, Any]]) -> dict[str,
     mask = torch.cat([torch.nn.functional.pad(m, (width - m.size(1), 0)) for _, m in inputs])
     keep = max(b["completion_ids"].size(1) for b in steps)
     trainer.model.eval()
+    if torch.cuda.is_available():  # once untimed: autotuning and compiles per shape
+        with torch.no_grad():
+            trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, keep, batch_size=per_forward)
     with torch.no_grad(), PeakMemory(torch.cuda.is_available()) as memory:
         sync()
         started = time.perf_counter()
@@ -319,7 +323,7 @@ def run(args: argparse.Namespace, work: Path, tiny: Path, flex: bool = False) ->
         result: dict[str, Any] = {"implementation": name}
         try:
             trainer = trainer_for(model, rows, ours, packing, attention, bf16=cuda, out=work)
-            result.update(measure_steps(trainer, steps, warmup=1))
+            result.update(measure_steps(trainer, steps, warmup=-1 if cuda else 1))
             result.update(measure_logprob_pass(trainer, steps))
             saved = trainer._metrics["train"].get("tree_packing/saved_token_share") or [0.0]
             result["saved_share"] = saved[-1]

@@ -52,6 +52,9 @@ from training.tree_pack import attention_mask_for, pack_rows, unpack
 ROUND_START_BATCH_FACTOR = 4
 # Attention implementations that take a ready 4D mask (or FlexAttention's BlockMask) as given.
 TREE_ATTENTION = frozenset({"sdpa", "eager", "flex_attention"})
+# On a GPU a packed sequence's width is rounded up to this: each new shape costs the fused LM
+# head's Triton autotuning (and FlexAttention a compile), and node counts differ every batch.
+PACK_WIDTH_MULTIPLE = 128
 
 logger = logging.getLogger(__name__)
 
@@ -201,7 +204,12 @@ class StoredGroupsGRPOTrainer(GRPOTrainer):
         implementation = base.config._attn_implementation
         size = batch_size or input_ids.size(0)
         packs = [
-            pack_rows(input_ids[start : start + size], attention_mask[start : start + size], logits_to_keep)
+            pack_rows(
+                input_ids[start : start + size],
+                attention_mask[start : start + size],
+                logits_to_keep,
+                multiple=PACK_WIDTH_MULTIPLE if input_ids.is_cuda else 1,
+            )
             for start in range(0, input_ids.size(0), size)
         ]
         if any(pack is None for pack in packs):

@@ -55,14 +55,17 @@ class TreePack:
         return 1.0 - self.nodes / self.row_tokens if self.row_tokens else 0.0
 
 
-def pack_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int) -> TreePack | None:
+def pack_rows(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int, multiple: int = 1
+) -> TreePack | None:
     """Pack TRL's padded rows (prompt padded left, completion right) into a prefix tree.
 
     Scores exactly what `GRPOTrainer._get_per_token_logps_and_entropies` scores: the token
     in column `c` of the last `logits_to_keep` columns, where attended, from the logits of
     column `c - 1`. None when the rows do not have that shape (a row's attended tokens not
     contiguous, or a scored token with no attended token before it): the caller forwards
-    them unpacked.
+    them unpacked. The sequences' width is rounded up to `multiple` (on a GPU, so kernels
+    tuned or compiled for a shape see few distinct shapes).
     """
     rows, width = input_ids.shape
     first_scored = width - logits_to_keep
@@ -117,7 +120,7 @@ def pack_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_k
                 index[r][column0 + depth + 1 - first_scored] = node
         previous = sequence
 
-    return laid_out(tokens, depths, labels, subtree_end, index, row_tokens, input_ids.device)
+    return laid_out(tokens, depths, labels, subtree_end, index, row_tokens, input_ids.device, multiple)
 
 
 def laid_out(
@@ -128,6 +131,7 @@ def laid_out(
     index: list[list[int]],
     row_tokens: int,
     device: torch.device,
+    multiple: int = 1,
 ) -> TreePack:
     """Pre-order nodes -> sequences: each root's tree whole in one sequence, trees placed
     largest first into the first sequence with room, the width that of the largest tree.
@@ -139,6 +143,7 @@ def laid_out(
         roots.append((node, subtree_end[node] + 1))
         node = subtree_end[node] + 1
     width = max((end - start for start, end in roots), default=1)
+    width = -(-width // multiple) * multiple
     bins: list[list[tuple[int, int]]] = []
     room: list[int] = []
     for start, end in sorted(roots, key=lambda r: r[0] - r[1]):

@@ -368,6 +368,12 @@ def main() -> None:
             ("grpo", "stock TRL", "its defaults", lambda o: grpo_stock(model, groups, args, o, {})),
             ("grpo", "stock TRL", "fp32", lambda o: grpo_stock(model, groups, args, o, fp32)),
             ("grpo", "trajlake", "its defaults", lambda o: grpo_ours(model, lake, args, o, {})),
+            (
+                "grpo",
+                "trajlake",
+                "tree packing off",
+                lambda o: grpo_ours(model, lake, args, o, {"tree_packing": False}),
+            ),
         ]
         if cuda():  # stock's defaults are trajlake's settings there too, and bfd packing on a GPU pays
             runs = [r for r in runs if r[2] != "fp32, bfd packing"]

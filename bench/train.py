@@ -23,7 +23,7 @@ What it measures (printed as a rich table, one row per implementation and settin
    here and in fp32.
 
 The defaults trajlake picks per device (`training.device`) come from these numbers: on a
-CPU fp32 and padded batches, on a GPU bf16 and padding-free bfd packing. Each row runs
+CPU fp32, on a GPU bf16; padded batches on both (bench/gpu.py measured bfd packing on SDPA slower on an H200). Each row runs
 `--repeats` times, interleaved, and the best run counts (the CPU is shared); below the
 table, trajlake's defaults against the best stock row as a median of per-run ratios with a
 bootstrap interval. The model defaults to the tiny offline model; pass a 0.5B-class
@@ -375,7 +375,7 @@ def main() -> None:
                 lambda o: grpo_ours(model, lake, args, o, {"tree_packing": False}),
             ),
         ]
-        if cuda():  # stock's defaults are trajlake's settings there too, and bfd packing on a GPU pays
+        if cuda():  # stock's defaults are trajlake's settings there
             runs = [r for r in runs if r[2] != "fp32, bfd packing"]
         results: dict[tuple[str, str, str], list[dict[str, float]]] = {}
         for r in range(args.repeats):

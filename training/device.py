@@ -4,8 +4,11 @@ Measured on one CPU core (tiny model + LoRA, 181 conversations of ~230 tokens, b
 bf16 autocast made a step ~3x slower than fp32, and TRL's padding-free `bfd` packing
 (each batch one flattened sequence, which attention without FlashAttention treats as one
 long sequence) cost 3.7 s/step (22 s/epoch) against 0.15 s/step (3.4 s/epoch) for
-unpacked, padded batches. On a GPU both pay: bf16 is native and padding-free packing
-skips the pad tokens. `bench/train.py` shows the numbers on the machine at hand.
+unpacked, padded batches. On a GPU bf16 is native, and padding-free packing still lost: with
+SDPA, `bench/gpu.py` measured it at 0.57x of padded batches on an H200 (0.5B shape, agent
+conversations up to 4,096 tokens); it needs a FlashAttention varlen kernel to pay. So SFT
+trains on padded batches by default everywhere (`packing = true` where FlashAttention runs).
+`bench/train.py` and `bench/gpu.py` show the numbers on the machine at hand.
 """
 
 from __future__ import annotations
@@ -16,10 +19,3 @@ def bf16_supported() -> bool:
     import torch
 
     return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-
-
-def packing_pays(use_cpu: bool = False) -> bool:
-    """Whether padding-free (`bfd`) packing is the faster SFT layout here: on a GPU, not on a CPU."""
-    import torch
-
-    return bool(torch.cuda.is_available()) and not use_cpu

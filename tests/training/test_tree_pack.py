@@ -72,6 +72,16 @@ def config(tmp_path: Path, **kw: Any) -> TrajlakeGRPOConfig:
     )
 
 
+def trainer_on(cls: type, model: Path, cfg: TrajlakeGRPOConfig, dataset: Dataset) -> Any:
+    return cls(
+        model=str(model),
+        reward_funcs=stored_reward,
+        args=cfg,
+        train_dataset=dataset,
+        peft_config=cfg.lora_config(),
+    )
+
+
 def nontrivial_lora(*trainers: GRPOTrainer) -> None:
     """Same non-zero LoRA B in every trainer, so the adapter changes the logprobs."""
     torch.manual_seed(1)
@@ -89,13 +99,7 @@ def pair(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory):  # type: i
     tmp = tmp_path_factory.mktemp("tree")
     dataset = Dataset.from_list(agent_rows(0))
     cfg = config(tmp, beta=0.05)
-    ours = StoredGroupsGRPOTrainer(
-        model=str(tiny_model),
-        reward_funcs=stored_reward,
-        args=cfg,
-        train_dataset=dataset,
-        peft_config=cfg.lora_config(),
-    )
+    ours = trainer_on(StoredGroupsGRPOTrainer, tiny_model, cfg, dataset)
     stock = GRPOTrainer(
         model=str(tiny_model),
         reward_funcs=stored_reward,
@@ -253,13 +257,7 @@ def test_the_round_start_pass_is_packed_and_equals_unpacked(tiny_model: Path, tm
     values = []
     for packing in (True, False):
         cfg = config(tmp_path, tree_packing=packing, vllm_importance_sampling_correction=True)
-        trainer = StoredGroupsGRPOTrainer(
-            model=str(tiny_model),
-            reward_funcs=stored_reward,
-            args=cfg,
-            train_dataset=dataset,
-            peft_config=cfg.lora_config(),
-        )
+        trainer = trainer_on(StoredGroupsGRPOTrainer, tiny_model, cfg, dataset)
         nontrivial_lora(trainer)
         trainer.store_round_start_logprobs()
         values.append(trainer.train_dataset["trainer_logprobs"])

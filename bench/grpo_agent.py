@@ -1,6 +1,6 @@
 """GRPO steps on agent-shaped groups: stock TRL, trajlake unpacked, trajlake tree-packed.
 
-    python bench/train.py --workload agent [--layers 2] [--groups 3]    (on a CPU)
+    python bench/train.py --workload agent [--layers 2] [--groups 3]    (or bench/grpo_agent.py; on a CPU)
     bench/gpu.sh                                                        (on a GPU, with SFT and the sampler)
 
 The workload has the shape of the lake's agent groups: per group one prompt of about
@@ -28,11 +28,18 @@ allocation, or on a CPU the peak resident set above where the measurement starte
 from __future__ import annotations
 
 import argparse
+import platform
 import random
-import threading
+import shutil
+import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.peak_memory import PeakMemory
 
 QWEN2_05B_WIDTH = {
     "hidden_size": 896,
@@ -109,47 +116,6 @@ def wide_model(
     model.to(torch.bfloat16 if torch.cuda.is_available() else torch.float32).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
-
-
-class PeakMemory:
-    """Peak GPU allocation, or on a CPU the peak resident set above its level at `__enter__`."""
-
-    def __init__(self, cuda: bool) -> None:
-        self.cuda, self.peak, self._stop = cuda, 0, threading.Event()
-
-    @staticmethod
-    def rss() -> int:
-        with open("/proc/self/statm") as f:
-            import os
-
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-    def _sample(self) -> None:
-        while not self._stop.wait(0.005):
-            self.peak = max(self.peak, self.rss() - self.start)
-
-    def __enter__(self) -> PeakMemory:
-        import torch
-
-        if self.cuda:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            self.start = torch.cuda.memory_allocated()
-        else:
-            self.start = self.rss()
-            self._thread = threading.Thread(target=self._sample, daemon=True)
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        import torch
-
-        if self.cuda:
-            torch.cuda.synchronize()
-            self.peak = torch.cuda.max_memory_allocated()
-        else:
-            self._stop.set()
-            self._thread.join()
 
 
 IMPLEMENTATIONS = (  # name, trajlake's trainer?, tree packing, attention implementation
@@ -367,3 +333,51 @@ def table_rows(
             }
         )
     return out
+
+
+def print_table(args: argparse.Namespace) -> None:
+    """bench/grpo_agent.py's rows, printed with the ratios against stock TRL from the same run."""
+
+    import torch
+    from rich.console import Console
+    from rich.table import Table
+
+    from training.tiny import tiny_model_path
+
+    console = Console(width=160)
+    work = Path(tempfile.mkdtemp(prefix="trajlake-bench-agent-"))
+    try:
+        results = run(args, work, tiny_model_path(work / "models"))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    device = (
+        torch.cuda.get_device_name()
+        if torch.cuda.is_available()
+        else f"CPU {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
+    )
+    table = Table(
+        title=f"GRPO on agent-shaped groups: {args.groups} groups x G=8, prompts ~{args.prompt_len} tokens, "
+        f"Qwen2 0.5B width x {args.layers} layers, {'bf16' if torch.cuda.is_available() else 'fp32'}, {device}"
+    )
+    cells = table_rows(results, None, None)
+    columns = [c for c in cells[0] if c != "step MFU"]
+    for col in columns:
+        table.add_column(col, justify="left" if col == "implementation" else "right")
+    for row in cells:
+        table.add_row(*(row.get(c, "") for c in columns))
+    console.print(table)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--layers", type=int, default=2, help="Layers of the 0.5B-width model.")
+    parser.add_argument("--vocab", type=int, help="Vocabulary size (default: the tiny tokenizer's).")
+    parser.add_argument("--groups", type=int, default=3, help="Groups of G=8 (one step each).")
+    parser.add_argument("--prompt-len", type=int, default=1500, help="Prompt tokens per group (+-10%%).")
+    print_table(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()

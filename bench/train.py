@@ -299,18 +299,13 @@ def main() -> None:
         "--workload",
         choices=("short", "agent"),
         default="short",
-        help="short: the stages above on short prompts; agent: GRPO on agent-shaped groups "
-        "(~1,500-token prompts, G = 8, tool turns), stock TRL vs trajlake unpacked vs tree-packed.",
+        help="short: the stages above; agent: bench/grpo_agent.py (its options follow).",
     )
-    parser.add_argument("--layers", type=int, default=2, help="agent: layers of the 0.5B-width model.")
-    parser.add_argument("--vocab", type=int, help="agent: vocabulary size (default: the tiny tokenizer's).")
-    args = parser.parse_args()
+    args, rest = parser.parse_known_args()
     if args.workload == "agent":
-        if "--prompt-len" not in sys.argv:
-            args.prompt_len = 1500
-        if "--groups" not in sys.argv:
-            args.groups = 3
-        agent_table(args)
+        from bench.grpo_agent import main as agent_workload
+
+        agent_workload(rest)
         return
 
     import logging
@@ -430,39 +425,6 @@ def main() -> None:
             console.print(paired_summary(stage, results))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-
-
-def agent_table(args: argparse.Namespace) -> None:
-    """bench/grpo_agent.py's rows, printed with the ratios against stock TRL from the same run."""
-    import platform
-
-    import torch
-
-    from bench.grpo_agent import run, table_rows
-    from training.tiny import tiny_model_path
-
-    console = Console(width=160)
-    work = Path(tempfile.mkdtemp(prefix="trajlake-bench-agent-"))
-    try:
-        results = run(args, work, tiny_model_path(work / "models"))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    device = (
-        torch.cuda.get_device_name()
-        if torch.cuda.is_available()
-        else f"CPU {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
-    )
-    table = Table(
-        title=f"GRPO on agent-shaped groups: {args.groups} groups x G=8, prompts ~{args.prompt_len} tokens, "
-        f"Qwen2 0.5B width x {args.layers} layers, {'bf16' if torch.cuda.is_available() else 'fp32'}, {device}"
-    )
-    cells = table_rows(results, None, None)
-    columns = [c for c in cells[0] if c != "step MFU"]
-    for col in columns:
-        table.add_column(col, justify="left" if col == "implementation" else "right")
-    for row in cells:
-        table.add_row(*(row.get(c, "") for c in columns))
-    console.print(table)
 
 
 if __name__ == "__main__":

@@ -272,6 +272,24 @@ def sampler(model: Path, args: argparse.Namespace) -> list[dict[str, str]]:
     ]
 
 
+def profile_packed_step(args: argparse.Namespace, work: Path, tiny: Path) -> None:
+    """Where a tree-packed step of one group spends its time (printed for the note)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from bench.grpo_agent import agent_groups, batches, trainer_for
+
+    rows = agent_groups(2, args.prompt_len, args.id_range, seed=0)
+    trainer = trainer_for(work / "wide", rows, True, True, "sdpa", True, work)
+    steps = batches(rows, trainer.processing_class.pad_token_id or 0, "cuda")
+    for batch in steps:  # warm
+        trainer.compute_loss(trainer.model, dict(batch)).backward()
+    sync()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        trainer.compute_loss(trainer.model, dict(steps[0])).backward()
+        sync()
+    print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=15), flush=True)
+
+
 def sync() -> None:
     import torch
 
@@ -288,6 +306,9 @@ def main(argv: list[str] | None = None) -> str:
     )
     parser.add_argument("--tiny", action="store_true", help="A tiny shape on the CPU (the test's run).")
     parser.add_argument("--out", type=Path, help="Write the tables (markdown) and results (JSON) here.")
+    parser.add_argument(
+        "--only", choices=("all", "grpo"), default="all", help="grpo: leave SFT and the sampler out."
+    )
     args = parser.parse_args(argv)
     tiny = args.tiny
     args.layers, args.vocab = (2, None) if tiny else (24, 151_936)
@@ -296,7 +317,7 @@ def main(argv: list[str] | None = None) -> str:
         if tiny
         else None
     )
-    args.groups, args.prompt_len = (3, 96) if tiny else (8, 1500)
+    args.groups, args.prompt_len = (4, 96) if tiny else (8, 1500)
     args.sft_rows, args.sft_steps, args.sft_max_length = (32, 4, 256) if tiny else (320, 24, 4096)
     args.sample_prompts, args.sample_prompt_len, args.sample_tokens = (2, 32, 16) if tiny else (8, 1500, 128)
 
@@ -312,19 +333,24 @@ def main(argv: list[str] | None = None) -> str:
     tiny_model = build_tiny_model(work / "tiny")
     started = time.perf_counter()
     grpo = run(args, work, tiny_model, flex=torch.cuda.is_available())
+    # the same groups, four per step: on a GPU a one-group step of a small model is launch-bound
+    grpo_wide = run(args, work, tiny_model, groups_per_step=4) if args.groups >= 4 else []
     print(f"grpo done in {time.perf_counter() - started:.0f} s", flush=True)
     config = AutoConfig.from_pretrained(work / "wide")
     args.id_range = min(config.vocab_size, 1024)  # token ids the tiny tokenizer has (as in the GRPO rows)
-    mean_len = (
-        sum(r["step_tokens"] for r in grpo if "step_tokens" in r)
-        / max(1, sum(1 for r in grpo if "step_tokens" in r))
-        / ((args.groups - 1) * GROUP_SIZE)
-    )
-    grpo_cells = table_rows(grpo, compute_flops_per_token(config, int(mean_len)), peak_flops())
-    sft_cells = sft(work / "wide", args, work)
-    print(f"sft done in {time.perf_counter() - started:.0f} s", flush=True)
-    sampler_cells = sampler(work / "wide", args)
-    print(f"sampler done in {time.perf_counter() - started:.0f} s", flush=True)
+    measured = [r for r in grpo if "step_tokens" in r]
+    mean_len = sum(r["step_tokens"] for r in measured) / max(1, sum(r["step_rows"] for r in measured))
+    flops = compute_flops_per_token(config, int(mean_len))
+    grpo_cells = table_rows(grpo, flops, peak_flops())
+    grpo_wide_cells = table_rows(grpo_wide, flops, peak_flops()) if grpo_wide else []
+    if torch.cuda.is_available():
+        profile_packed_step(args, work, tiny_model)
+    sft_cells, sampler_cells = [], []
+    if args.only == "all":
+        sft_cells = sft(work / "wide", args, work)
+        print(f"sft done in {time.perf_counter() - started:.0f} s", flush=True)
+        sampler_cells = sampler(work / "wide", args)
+        print(f"sampler done in {time.perf_counter() - started:.0f} s", flush=True)
 
     shape = (
         f"Qwen2 {config.hidden_size} wide x {config.num_hidden_layers} layers, vocab {config.vocab_size:,}"
@@ -346,22 +372,31 @@ def main(argv: list[str] | None = None) -> str:
                 ),
                 grpo_cells,
             ),
+            markdown(f"GRPO, the same groups, 4 per step ({4 * GROUP_SIZE} rows)", grpo_wide_cells)
+            if grpo_wide_cells
+            else "",
             markdown(
                 f"SFT ({args.sft_steps} steps x 8 rows, up to {args.sft_max_length} tokens; the second half timed)",
                 sft_cells,
-            ),
+            )
+            if sft_cells
+            else "",
             markdown(
                 f"Sampler ({args.sample_prompts} prompts of {args.sample_prompt_len} tokens x G={GROUP_SIZE}, "
                 f"{args.sample_tokens} new tokens each)",
                 sampler_cells,
-            ),
+            )
+            if sampler_cells
+            else "",
         ]
     )
     print(report, flush=True)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "gpu_table.md").write_text(report)
-        (args.out / "gpu_results.json").write_text(json.dumps({"versions": info, "grpo": grpo}, indent=1))
+        (args.out / "gpu_results.json").write_text(
+            json.dumps({"versions": info, "grpo": grpo, "grpo_4_groups_per_step": grpo_wide}, indent=1)
+        )
     return report
 
 

@@ -127,7 +127,14 @@ FLEX = ("trajlake, tree-packed, FlexAttention", True, True, "flex_attention")
 
 
 def trainer_for(
-    model: Path, rows: list[dict[str, Any]], ours: bool, packing: bool, attention: str, bf16: bool, out: Path
+    model: Path,
+    rows: list[dict[str, Any]],
+    ours: bool,
+    packing: bool,
+    attention: str,
+    bf16: bool,
+    out: Path,
+    groups_per_step: int = 1,
 ) -> Any:
     """Stock `GRPOTrainer` or trajlake's on the rows, the same LoRA initialisation (seeded)."""
     from datasets import Dataset
@@ -138,7 +145,7 @@ def trainer_for(
 
     config = TrajlakeGRPOConfig(
         output_dir=str(out / "ckpt"),
-        per_device_train_batch_size=GROUP_SIZE,
+        per_device_train_batch_size=GROUP_SIZE * groups_per_step,
         max_steps=1,
         activation_checkpointing=False,
         save_strategy="no",
@@ -165,17 +172,22 @@ def trainer_for(
     return trainer
 
 
-def batches(rows: list[dict[str, Any]], pad_id: int, device: str) -> list[dict[str, Any]]:
-    """One training batch per group, built once: the tensors `StoredGroupsGRPOTrainer` builds
-    from stored rows (`pad_rows`), fed unchanged to every implementation."""
+def batches(
+    rows: list[dict[str, Any]], pad_id: int, device: str, groups_per_step: int = 1
+) -> list[dict[str, Any]]:
+    """One training batch per `groups_per_step` groups, built once: the tensors
+    `StoredGroupsGRPOTrainer` builds from stored rows (`pad_rows`), fed unchanged to every
+    implementation."""
     from training.grpo_batch import pad_rows
 
     by_group: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         by_group.setdefault(row["group_id"], []).append(row)
+    groups = list(by_group.values())
     built = []
-    for group in by_group.values():
-        batch = {k: v.to(device) for k, v in pad_rows(group, pad_id, None, False).items()}
+    for start in range(0, len(groups) - groups_per_step + 1, groups_per_step):
+        chunk = [row for group in groups[start : start + groups_per_step] for row in group]
+        batch = {k: v.to(device) for k, v in pad_rows(chunk, pad_id, None, False).items()}
         batch["num_items_in_batch"] = (batch["completion_mask"] * batch["tool_mask"]).sum()
         built.append(batch)
     return built
@@ -219,6 +231,7 @@ def measure_steps(trainer: Any, steps: list[dict[str, Any]], warmup: int) -> dic
     tokens = sum(real_tokens(b) for b in measured)
     return {
         "step_tokens": tokens,
+        "step_rows": sum(int(b["prompt_ids"].size(0)) for b in measured),
         "step_forwarded": sum(forwarded_tokens(trainer, b) for b in measured),
         "step_s": seconds,
         "step_peak": memory.peak,
@@ -272,24 +285,30 @@ def measure_logprob_pass(trainer: Any, steps: list[dict[str, Any]]) -> dict[str,
     return {"pass_tokens": int(mask.sum()), "pass_s": seconds, "pass_peak": memory.peak}
 
 
-def run(args: argparse.Namespace, work: Path, tiny: Path, flex: bool = False) -> list[dict[str, Any]]:
+def run(
+    args: argparse.Namespace, work: Path, tiny: Path, flex: bool = False, groups_per_step: int = 1
+) -> list[dict[str, Any]]:
     """Every implementation on the same batches, one after another in one process; a row each.
-    `flex` adds tree packing on FlexAttention (GPU); a row that fails says why."""
+    `flex` adds tree packing on FlexAttention (GPU); a row that fails says why. Each step
+    trains on `groups_per_step` groups (the trainer's batch size: G x that)."""
     import torch
     from transformers import AutoConfig
 
-    model = wide_model(work / "wide", args.layers, args.vocab, tiny, getattr(args, "width", None))
+    model = work / "wide"
+    if not (model / "config.json").exists():
+        wide_model(model, args.layers, args.vocab, tiny, getattr(args, "width", None))
     cuda = torch.cuda.is_available()
     vocab = AutoConfig.from_pretrained(model).vocab_size
     rows = agent_groups(args.groups, args.prompt_len, min(vocab, 1024), seed=0)
     pad_id = AutoConfig.from_pretrained(model).pad_token_id or 0
-    steps = batches(rows, pad_id, "cuda" if cuda else "cpu")  # the same tensors for every implementation
+    # the same tensors for every implementation
+    steps = batches(rows, pad_id, "cuda" if cuda else "cpu", groups_per_step)
     results = []
     for name, ours, packing, attention in IMPLEMENTATIONS + ((FLEX,) if flex else ()):
         result: dict[str, Any] = {"implementation": name}
         try:
-            trainer = trainer_for(model, rows, ours, packing, attention, bf16=cuda, out=work)
-            result.update(measure_steps(trainer, steps, warmup=-1 if cuda else 1))
+            trainer = trainer_for(model, rows, ours, packing, attention, cuda, work, groups_per_step)
+            result.update(measure_steps(trainer, steps, warmup=-1 if cuda or len(steps) < 2 else 1))
             result.update(measure_logprob_pass(trainer, steps))
             saved = trainer._metrics["train"].get("tree_packing/saved_token_share") or [0.0]
             result["saved_share"] = saved[-1]

@@ -34,6 +34,7 @@ COMMANDS = {
     "serve": "pipeline_cmds",
     "demo": "pipeline_cmds",
     "config": "pipeline_cmds",
+    "report": "report_cmds",
 }
 
 

@@ -15,6 +15,7 @@ so a Prefect cache could only serve stale answers.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger, task, unmapped
@@ -68,6 +69,7 @@ sft_task = task(stages.train_sft, name="train-sft", **_local)
 grpo_task = task(stages.train_grpo, name="train-grpo", **_local)
 evaluate_task = task(stages.evaluate_adapter, name="evaluate", **_local)
 publish_task = task(stages.publish_adapter, name="publish", **_local)
+report_task = task(stages.write_pipeline_report, name="report", **_local)
 
 
 # --- flows ------------------------------------------------------------------------------
@@ -161,6 +163,15 @@ def pipeline_flow(
         published = timed("publish", publish_task, config, adapter, evaluation, force_publish)
         _publish_artifacts(published, evaluation)
         result.update(evaluation=evaluation, published=published)
+    report = timed("report", report_task, config)
+    create_markdown_artifact(
+        f"## [The run's report]({Path(report['report']).resolve().as_uri()})\n\n"
+        f"`{report['report']}`: learning per stage, reward per round, sampler gap, production feedback, "
+        f"lineage, and {report['groups_shown']} of {report['groups']} groups in the group viewer.",
+        key="trajlake-report",
+        description="The pipeline run's HTML report",
+    )
+    result["report"] = report["report"]
     result["timings"] = timings
     return result
 

@@ -284,6 +284,8 @@ def _run_demo(
     judge_model: str | None,
     vllm_url: str | None,
 ) -> dict[str, Any]:
+    from transformers import AutoTokenizer
+
     from flows.demo.summary import print_learning, print_summary, print_timings
     from flows.prefect_flows import run_pipeline
     from flows.report import Evaluation, report_data, write_report
@@ -340,6 +342,7 @@ def _run_demo(
         adapter_name="calculator-agent",
         sql_recipes=SQL_RECIPES,
         timings=[*timings, *((f"pipeline / {name}", t) for name, t in result.get("timings", []))],
+        tokenizer=AutoTokenizer.from_pretrained(model),  # the group viewer shows sampled tokens as text
     )
     report = write_report(workdir / "report.html", data)
     done("report", start)

@@ -12,6 +12,7 @@ from flows.stages.common import StageError, base_model, lake_of, work_dir
 from flows.stages.evaluate import evaluate_adapter, publish_adapter, stage_policies
 from flows.stages.ingest import assemble_pending, pull_langfuse
 from flows.stages.replay import make_scenarios, merge_replays, replay_round, sample_round
+from flows.stages.report import write_pipeline_report
 from flows.stages.score import finish_scoring, rewards_to_score, score_reward, score_round
 from flows.stages.train import train_grpo, train_sft
 
@@ -35,4 +36,5 @@ __all__ = [
     "train_grpo",
     "train_sft",
     "work_dir",
+    "write_pipeline_report",
 ]

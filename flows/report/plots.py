@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 if TYPE_CHECKING:
-    from flows.report import ReportData
+    from flows.report.data import ReportData
 
 COLORS = ["#2b6cb0", "#c05621", "#2f855a", "#6b46c1"]
 
@@ -32,6 +32,18 @@ def short(text: str, width: int = 28) -> str:
     return text if len(text) <= width else "…" + text[-(width - 1) :]
 
 
+def name(data: ReportData, policy: str | None, width: int = 28) -> str:
+    """A policy's human name (`flows.report.names`), shortened for a tick label."""
+    return short(data.labels.get(policy) or policy or "(base)", width)
+
+
+def slanted(ax: Any) -> None:
+    """Tick labels rotated so long names never overlap."""
+    for label in ax.get_xticklabels():
+        label.set_rotation(30)
+        label.set_horizontalalignment("right")
+
+
 def plot_learning(data: ReportData) -> str | None:
     """Success per stage on the val scenarios with 95% CIs; production policies as reference lines."""
     stages = [r for r in data.learning if r.kind == "val"]
@@ -44,9 +56,10 @@ def plot_learning(data: ReportData) -> str | None:
     ax.errorbar(xs, means, yerr=errors, marker="o", capsize=4, color=COLORS[0], label="val success (95% CI)")
     for i, r in enumerate(r for r in data.learning if r.kind == "production" and r.adapter is None):
         color = COLORS[1 + i % (len(COLORS) - 1)]
-        ax.axhline(r.mean, color=color, linestyle="--", label=f"production: {short(r.policy, 24)}")
+        ax.axhline(r.mean, color=color, linestyle="--", label=f"production: {name(data, r.policy, 24)}")
         ax.axhspan(r.ci[0], r.ci[1], color=color, alpha=0.12)
     ax.set_xticks(xs, [r.stage for r in stages], fontsize=8)
+    slanted(ax)
     ax.set_ylim(-0.02, 1.05)
     ax.set_ylabel(f"success (`{data.success_reward}`)")
     ax.set_title("Learning: success per stage on the val scenarios")
@@ -60,13 +73,63 @@ def plot_production(data: ReportData) -> str | None:
     if not data.production:
         return None
     fig, ax = plt.subplots(figsize=(5, 3))
-    labels = [short(p.policy, 22) for p in data.production]
+    labels = [name(data, p.policy, 22) for p in data.production]
     colors = ["#38a169" if p.adapter else "#a0aec0" for p in data.production]
     bars = ax.bar(labels, [p.mean for p in data.production], color=colors)
     ax.bar_label(bars, labels=[f"{p.mean:.3f}\n(n={p.trajectories})" for p in data.production], fontsize=8)
     ax.set_ylim(0, 1.2)
     ax.set_ylabel(f"mean `{data.production_reward}`")
     ax.set_title("Production before and after (policy_performance)")
+    slanted(ax)
+    return png(fig)
+
+
+def plot_production_days(data: ReportData) -> str | None:
+    """Production feedback per policy and day (`policy_performance`): adapters over time."""
+    if len({day for day, _, _, _ in data.production_days}) < 2:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    policies = list(dict.fromkeys(p for _, p, _, _ in data.production_days))
+    for i, policy in enumerate(policies):
+        points = [(day, mean) for day, p, mean, _ in data.production_days if p == policy]
+        ax.plot(
+            [d for d, _ in points],
+            [m for _, m in points],
+            marker="o",
+            color=COLORS[i % len(COLORS)],
+            label=name(data, policy, 30),
+        )
+    ax.set_ylabel(f"mean `{data.production_reward}`")
+    ax.set_title("Production feedback per day and policy")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    slanted(ax)
+    return png(fig)
+
+
+def plot_gap_steps(data: ReportData) -> str | None:
+    """Mean |trainer - sampler| logprob of the stored tokens at every GRPO step, by round."""
+    if not data.gap_steps:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 3))
+    rounds = sorted({r for r, _, _ in data.gap_steps})
+    offset = 0
+    for i, round_ in enumerate(rounds):
+        steps = [(s, g) for r, s, g in data.gap_steps if r == round_]
+        ax.plot(
+            [offset + k for k in range(len(steps))],
+            [g for _, g in steps],
+            marker=".",
+            color=COLORS[i % len(COLORS)],
+            label=f"round {round_}",
+        )
+        offset += len(steps)
+    ax.set_yscale("log")
+    ax.set_xlabel("GRPO step (all rounds in order)")
+    ax.set_ylabel("mean |Δ logprob|")
+    ax.set_title("Sampler/trainer logprob gap per step")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, ncol=min(5, len(rounds)))
     return png(fig)
 
 
@@ -78,10 +141,11 @@ def plot_rounds(data: ReportData) -> str | None:
     means = [r.mean for r in data.rounds]
     stds = [r.std for r in data.rounds]
     ax.errorbar(xs, means, yerr=stds, marker="o", capsize=4, color=COLORS[0])
-    ax.set_xticks(xs, [f"{r.round}\n{short(r.policy)}" for r in data.rounds], fontsize=8)
+    ax.set_xticks(xs, [f"{r.round}: {name(data, r.policy, 22)}" for r in data.rounds], fontsize=8)
     ax.set_ylabel(f"mean `{data.reward_name}`")
     ax.set_title("Reward per round (replayed groups, ±1 std)")
     ax.grid(alpha=0.3)
+    slanted(ax)
     return png(fig)
 
 
@@ -97,7 +161,7 @@ def plot_groups(data: ReportData) -> str | None:
         ax.boxplot(groups, showfliers=False)
         for i, values in enumerate(groups, start=1):
             ax.scatter([i] * len(values), values, s=10, alpha=0.6, color=COLORS[1])
-        ax.set_title(short(policy), fontsize=9)
+        ax.set_title(name(data, policy, 24), fontsize=9)
         ax.set_xlabel("group")
         ax.set_xticks([])
     axes[0][0].set_ylabel(data.reward_name)

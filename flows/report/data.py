@@ -15,16 +15,18 @@ turns it into HTML, with matplotlib plots (`flows.report_plots`) embedded as PNG
 
 from __future__ import annotations
 
-import html
 import json
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import store
-from flows import report_plots
-from flows.report_sampling import SamplerGapRow, sampler_gap_rows, sampler_gap_table
+from flows.report.groups import GroupView, group_view
+from flows.report.names import policy_labels
+from flows.report.sampling import SamplerGapRow, sampler_gap_rows
+
+GROUPS_PER_POLICY = 200  # the reward-distribution plot's sample of each policy's groups
+GAP_MEAN = '$."sampling/sampling_logp_difference/mean"'
 
 
 @dataclass
@@ -38,6 +40,11 @@ class RoundRewards:
     mean: float
     std: float
     equal_groups: int
+
+    @property
+    def equal_share(self) -> float:
+        """Share of the round's groups whose rewards were all equal (no GRPO signal)."""
+        return self.equal_groups / self.groups if self.groups else 0.0
 
 
 @dataclass
@@ -91,6 +98,12 @@ class ReportData:
     evaluation: Evaluation | None = None
     adapter: dict[str, Any] | None = None  # the adapters-table row, lineage JSON parsed
     tables: list[tuple[str, int]] = field(default_factory=list)
+    gap_steps: list[tuple[int, int, float]] = field(
+        default_factory=list
+    )  # (round, step, mean gap) per GRPO step
+    production_days: list[tuple[str, str, float, int]] = field(default_factory=list)  # (day, policy, mean, n)
+    groups: GroupView | None = None
+    labels: dict[str | None, str] = field(default_factory=dict)  # policy -> human name
     sql_recipes: list[tuple[str, str]] = field(default_factory=list)
     timings: list[tuple[str, float]] = field(default_factory=list)
 
@@ -105,10 +118,23 @@ def report_data(
     sql_recipes: list[tuple[str, str]] | None = None,
     timings: list[tuple[str, float]] | None = None,
     production_reward: str = "user_feedback",
+    eval_run: str | None = None,
+    adapter_version: int | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    max_groups: int = 60,
+    tokenizer: Any = None,
 ) -> ReportData:
-    """Everything the report shows, read from the lake's views."""
+    """Everything the report shows, read from the lake's views with bounded queries.
+
+    `eval_run` picks the evaluation table (default: the newest), `adapter_name` and
+    `adapter_version` the lineage shown (default: the newest version), `since`/`until`
+    (ISO times) the window of replayed groups and production feedback; the group viewer
+    shows at most `max_groups` groups, token ids decoded with `tokenizer` when given.
+    """
     con = store.connect(lake)
-    learning, success_reward = learning_rows(con)
+    window, params = time_window(since, until)
+    learning, success_reward = learning_rows(con, eval_run)
     production = production_rows(con, production_reward)
     served = {p.policy: p.adapter for p in production}
     for row in learning:
@@ -118,7 +144,7 @@ def report_data(
         WITH scored AS (
             SELECT t.policy, t.group_id, t.started_at, r.value
             FROM trajectories t JOIN latest_rewards r USING (trajectory_id)
-            WHERE t.source = 'replay' AND r.name = ?
+            WHERE t.source = 'replay' AND r.name = ? {window} AND {outside_val}
         ),
         per_group AS (
             SELECT policy, group_id, min(value) = max(value) AS equal FROM scored GROUP BY ALL
@@ -127,21 +153,23 @@ def report_data(
                avg(s.value) AS mean, coalesce(stddev_pop(s.value), 0) AS std,
                (SELECT count(*) FROM per_group g WHERE g.policy = s.policy AND g.equal) AS equal_groups
         FROM scored s GROUP BY s.policy ORDER BY first_seen
-        """,
-        [reward_name],
+        """.replace("{window}", window).replace("{outside_val}", store.OUTSIDE_VAL_SCENARIOS),
+        [reward_name, *params],
     ).fetchall()
     rounds = [
         RoundRewards(i + 1, policy or "(base)", n, groups, float(mean), float(std), int(equal))
         for i, (policy, _, n, groups, mean, std, equal) in enumerate(per_round)
     ]
-    group_rows = con.execute(
-        """
+    group_rows = con.execute(  # at most GROUPS_PER_POLICY groups of each policy (a hash sample)
+        f"""
         SELECT t.policy, t.group_id, list(r.value ORDER BY r.value) AS values
         FROM trajectories t JOIN latest_rewards r USING (trajectory_id)
-        WHERE t.source = 'replay' AND r.name = ? AND t.group_id IS NOT NULL
-        GROUP BY ALL ORDER BY t.group_id
+        WHERE t.source = 'replay' AND r.name = ? AND t.group_id IS NOT NULL {window} AND {store.OUTSIDE_VAL_SCENARIOS}
+        GROUP BY t.policy, t.group_id
+        QUALIFY row_number() OVER (PARTITION BY t.policy ORDER BY hash(t.group_id)) <= {GROUPS_PER_POLICY}
+        ORDER BY t.group_id
         """,
-        [reward_name],
+        [reward_name, *params],
     ).fetchall()
     group_rewards: dict[str, list[list[float]]] = {}
     for policy, _, values in group_rows:
@@ -149,7 +177,8 @@ def report_data(
     adapter = None
     if adapter_name:
         row = con.execute(
-            "SELECT * FROM adapters WHERE name = ? ORDER BY version DESC LIMIT 1", [adapter_name]
+            "SELECT * FROM adapters WHERE name = ? AND (? IS NULL OR version = ?) ORDER BY version DESC LIMIT 1",
+            [adapter_name, adapter_version, adapter_version],
         ).fetchone()
         if row is not None:
             columns = [d[0] for d in con.description]
@@ -158,6 +187,29 @@ def report_data(
                 if isinstance(adapter.get(key), str):
                     adapter[key] = json.loads(adapter[key])
     tables = [(s.table, s.rows) for s in _table_counts(con)]
+    production_days = [
+        (str(day)[:10], policy, float(mean), int(n))
+        for day, policy, mean, n in con.execute(
+            f"""SELECT day, policy, mean, trajectories FROM policy_performance t
+                WHERE name = ? {window.replace("t.started_at", "t.day")} ORDER BY day, policy""",
+            [production_reward, *params],
+        ).fetchall()
+    ]
+    gap_steps = [
+        (int(r), int(step), float(gap))
+        for r, step, gap in con.execute(
+            f"""
+            SELECT dense_rank() OVER (ORDER BY first_at, run_id) AS round, step, gap FROM (
+                SELECT run_id, step, min("at") OVER (PARTITION BY run_id) AS first_at,
+                       TRY_CAST(json_extract_string(metrics, '{GAP_MEAN}') AS DOUBLE) AS gap
+                FROM runs WHERE stage = 'grpo'
+            ) WHERE gap IS NOT NULL ORDER BY round, step
+            """
+        ).fetchall()
+    ]
+    groups = group_view(con, reward_name, cap=max_groups, since=since, until=until, tokenizer=tokenizer)
+    policies = [r.policy for r in rounds] + [r.policy for r in learning] + [p.policy for p in production]
+    policies += [p for _, p, _, _ in production_days] + [g.policy for g in groups.groups]
     return ReportData(
         title=title,
         reward_name=reward_name,
@@ -168,6 +220,10 @@ def report_data(
         rounds=rounds,
         group_rewards=group_rewards,
         sampler_gap=sampler_gap_rows(con),
+        gap_steps=gap_steps,
+        production_days=production_days,
+        groups=groups,
+        labels=policy_labels(policies),
         evaluation=evaluation,
         adapter=adapter,
         tables=tables,
@@ -176,10 +232,45 @@ def report_data(
     )
 
 
-def learning_rows(con: Any) -> tuple[list[StageRow], str]:
-    """The table of the newest evaluation run (`runs`, stage `eval`, role `table`) and its reward."""
+def default_reward(con: Any) -> str | None:
+    """The reward a report shows by default: the newest evaluation's, else the one most replayed
+    trajectories carry."""
+    _, reward = learning_rows(con)
+    if reward:
+        return reward
+    found = con.execute(
+        """SELECT r.name FROM latest_rewards r JOIN trajectories t USING (trajectory_id)
+           WHERE t.source = 'replay' GROUP BY r.name ORDER BY count(*) DESC, r.name LIMIT 1"""
+    ).fetchone()
+    return found[0] if found else None
+
+
+def newest_adapter(con: Any) -> str | None:
+    """The name of the most recently published adapter, if any."""
+    found = con.execute(
+        "SELECT name FROM adapters ORDER BY published_at DESC, version DESC LIMIT 1"
+    ).fetchone()
+    return found[0] if found else None
+
+
+def time_window(since: str | None, until: str | None) -> tuple[str, list[Any]]:
+    """SQL that keeps `t.started_at` in [since, until), and its parameters."""
+    sql, params = "", []
+    if since:
+        sql += " AND t.started_at >= CAST(? AS TIMESTAMPTZ)"
+        params.append(since)
+    if until:
+        sql += " AND t.started_at < CAST(? AS TIMESTAMPTZ)"
+        params.append(until)
+    return sql, params
+
+
+def learning_rows(con: Any, eval_run: str | None = None) -> tuple[list[StageRow], str]:
+    """The table of an evaluation run (`runs`, stage `eval`, role `table`; default the newest) and its reward."""
     run = con.execute(
-        """SELECT run_id FROM runs WHERE stage = 'eval' ORDER BY "at" DESC, run_id DESC LIMIT 1"""
+        """SELECT run_id FROM runs WHERE stage = 'eval' AND (? IS NULL OR run_id = ?)
+           ORDER BY "at" DESC, run_id DESC LIMIT 1""",
+        [eval_run, eval_run],
     ).fetchone()
     if run is None:
         return [], ""
@@ -234,138 +325,3 @@ def _table_counts(con: Any) -> list[_Count]:
     return [
         _Count(name, con.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0]) for name in store.TABLES
     ]
-
-
-# --- rendering ---------------------------------------------------------------------------
-
-
-def _img(b64: str | None, alt: str) -> str:
-    return (
-        f'<img alt="{alt}" src="data:image/png;base64,{b64}">'
-        if b64
-        else f"<p><em>No data for {alt}.</em></p>"
-    )
-
-
-def _table(headers: list[str], rows: list[list[Any]]) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(_fmt(c))}</td>" for c in row) + "</tr>" for row in rows
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4f}"
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, indent=1, default=str)
-    return "" if value is None else str(value)
-
-
-def _interval(mean: float, low: float, high: float, signed: bool = False) -> str:
-    sign = "+" if signed else ""
-    return f"{mean:{sign}.3f} [{low:{sign}.3f}, {high:{sign}.3f}]"
-
-
-def learning_section(data: ReportData) -> list[str]:
-    """The learning curve: plot, then the table behind it (95% CIs, paired differences)."""
-    against = list(dict.fromkeys(a for r in data.learning for a in r.differences))
-    rows = [
-        [r.stage, r.policy, r.kind, _interval(r.mean, *r.ci), r.n]
-        + [_interval(*r.differences[a], signed=True) if a in r.differences else "" for a in against]
-        for r in data.learning
-    ]
-    return [
-        "<h2>Learning: success per stage</h2>",
-        f"<p>Success (<code>{html.escape(data.success_reward)}</code>) of each stage on the same val "
-        "scenarios, 95% bootstrap CIs over scenarios; differences are paired by scenario. Production "
-        f"rows: each production policy's <code>{html.escape(data.production_reward)}</code> over its own "
-        "traffic (CI over trajectories), a reference rather than a paired comparison.</p>",
-        _img(report_plots.plot_learning(data), "learning curve"),
-        _table(
-            ["stage", "policy", "kind", "success [95% CI]", "n", *(f"vs {a}" for a in against)],
-            rows,
-        ),
-    ]
-
-
-def production_section(data: ReportData) -> list[str]:
-    """Production before and after: feedback per policy, adapters attributed to their version."""
-    return [
-        "<h2>Production before and after</h2>",
-        _img(report_plots.plot_production(data), "production per policy"),
-        _table(
-            ["policy", "adapter", "version", "trajectories", f"mean {data.production_reward}"],
-            [[p.policy, p.adapter, p.adapter_version, p.trajectories, p.mean] for p in data.production],
-        ),
-    ]
-
-
-def render_report(data: ReportData) -> str:
-    """The whole page as one HTML string (plots inlined; no external assets)."""
-    parts = [f"<h1>{html.escape(data.title)}</h1>"]
-    ev = data.evaluation
-    if ev is not None:
-        verdict = "promoted" if ev.promoted else "not promoted"
-        parts.append(
-            f"<p class='headline'>Published adapter <code>{html.escape(ev.candidate)}</code>: val mean "
-            f"<b>{ev.candidate_reward:.3f}</b> vs <code>{html.escape(ev.baseline)}</code> "
-            f"<b>{ev.baseline_reward:.3f}</b> on {ev.scenarios} val scenarios ({verdict}), as measured.</p>"
-        )
-        parts.append(_img(report_plots.plot_evaluation(data), "evaluation"))
-    if data.learning:
-        parts += learning_section(data)
-    if data.production:
-        parts += production_section(data)
-    parts.append("<h2>Reward per round</h2>")
-    parts.append(_img(report_plots.plot_rounds(data), "reward per round"))
-    parts.append(
-        _table(
-            ["round", "policy", "trajectories", "groups", "mean", "std", "groups with equal rewards"],
-            [
-                [r.round, r.policy, r.trajectories, r.groups, r.mean, r.std, r.equal_groups]
-                for r in data.rounds
-            ],
-        )
-    )
-    if data.sampler_gap:
-        parts.append("<h2>Sampler/trainer logprob gap per round</h2>")
-        parts.append(
-            "<p>|trainer − sampler| logprob of the stored completion tokens, from GRPO's loss pass. "
-            "The first step of a round is the mismatch alone (the sampler's kernels, dtype and batch "
-            "shapes against the trainer's); later steps add what the optimiser changed.</p>"
-        )
-        parts.append(_table(*sampler_gap_table(data.sampler_gap)))
-    parts.append("<h2>Reward distribution per group</h2>")
-    parts.append(_img(report_plots.plot_groups(data), "group rewards"))
-    if data.adapter:
-        parts.append("<h2>Adapter lineage</h2>")
-        rows = [[k, v] for k, v in data.adapter.items() if k != "_written_at"]
-        parts.append(_table(["field", "value"], rows))
-    if data.timings:
-        parts.append("<h2>Stage timings</h2>")
-        parts.append(_table(["stage", "seconds"], [[s, t] for s, t in data.timings]))
-    parts.append("<h2>Lake tables</h2>")
-    parts.append(_table(["table", "rows"], [[t, n] for t, n in data.tables]))
-    if data.sql_recipes:
-        parts.append("<h2>Explore the lake</h2>")
-        for what, sql in data.sql_recipes:
-            parts.append(f"<p>{html.escape(what)}</p><pre>trajlake sql {html.escape(json.dumps(sql))}</pre>")
-    style = (
-        "body{font-family:system-ui,sans-serif;max-width:960px;margin:2em auto;color:#1a202c}"
-        "table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #cbd5e0;padding:4px 8px;"
-        "text-align:left;vertical-align:top}td{white-space:pre-wrap;max-width:640px;overflow-wrap:anywhere}"
-        "pre{background:#f7fafc;padding:8px;overflow-x:auto}.headline{font-size:1.1em}img{max-width:100%}"
-    )
-    return f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(data.title)}</title><style>{style}</style></head><body>{''.join(parts)}</body></html>"
-
-
-def write_report(path: str | os.PathLike[str], data: ReportData) -> Path:
-    """Write the page atomically and return its path."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temp = target.with_name(f".{target.name}.tmp")
-    temp.write_text(render_report(data))
-    temp.replace(target)
-    return target

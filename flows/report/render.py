@@ -1,0 +1,184 @@
+"""The report's HTML: one self-contained page (plots inlined as PNG, the group viewer's
+script inline, no external assets), from `flows.report.data.ReportData`."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from flows.report import plots
+from flows.report.data import ReportData
+from flows.report.groups import VIEWER_CSS, render_groups
+from flows.report.lineage import lineage_section
+from flows.report.sampling import sampler_gap_table
+
+# --- rendering ---------------------------------------------------------------------------
+
+
+class Raw(str):
+    """A table cell that is already HTML (a link), not text to escape."""
+
+
+def named(data: ReportData, policy: str | None) -> Raw:
+    """A policy's human name, its stored value on hover."""
+    label = data.labels.get(policy) or policy or "(base)"
+    return Raw(f"<span title='{html.escape(policy or '')}'>{html.escape(label)}</span>")
+
+
+def viewer_link(data: ReportData, policy: str | None) -> Raw:
+    label = data.labels.get(policy) or policy or "(base)"
+    return Raw(f"<a href='#groups/policy={html.escape(label)}'>groups</a>")
+
+
+def _img(b64: str | None, alt: str) -> str:
+    return (
+        f'<img alt="{alt}" src="data:image/png;base64,{b64}">'
+        if b64
+        else f"<p><em>No data for {alt}.</em></p>"
+    )
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join(
+        "<tr>"
+        + "".join(f"<td>{c if isinstance(c, Raw) else html.escape(_fmt(c))}</td>" for c in row)
+        + "</tr>"
+        for row in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, indent=1, default=str)
+    return "" if value is None else str(value)
+
+
+def _interval(mean: float, low: float, high: float, signed: bool = False) -> str:
+    sign = "+" if signed else ""
+    return f"{mean:{sign}.3f} [{low:{sign}.3f}, {high:{sign}.3f}]"
+
+
+def learning_section(data: ReportData) -> list[str]:
+    """The learning curve: plot, then the table behind it (95% CIs, paired differences)."""
+    against = list(dict.fromkeys(a for r in data.learning for a in r.differences))
+    rows = [
+        [r.stage, named(data, r.policy), r.kind, _interval(r.mean, *r.ci), r.n]
+        + [_interval(*r.differences[a], signed=True) if a in r.differences else "" for a in against]
+        for r in data.learning
+    ]
+    return [
+        "<h2>Learning: success per stage</h2>",
+        f"<p>Success (<code>{html.escape(data.success_reward)}</code>) of each stage on the same val "
+        "scenarios, 95% bootstrap CIs over scenarios; differences are paired by scenario. Production "
+        f"rows: each production policy's <code>{html.escape(data.production_reward)}</code> over its own "
+        "traffic (CI over trajectories), a reference rather than a paired comparison.</p>",
+        _img(plots.plot_learning(data), "learning curve"),
+        _table(
+            ["stage", "policy", "kind", "success [95% CI]", "n", *(f"vs {a}" for a in against)],
+            rows,
+        ),
+    ]
+
+
+def production_section(data: ReportData) -> list[str]:
+    """Production before and after: feedback per policy, adapters attributed to their version."""
+    return [
+        "<h2>Production before and after</h2>",
+        _img(plots.plot_production(data), "production per policy"),
+        _table(
+            ["policy", "adapter", "version", "trajectories", f"mean {data.production_reward}"],
+            [
+                [named(data, p.policy), p.adapter, p.adapter_version, p.trajectories, p.mean]
+                for p in data.production
+            ],
+        ),
+        _img(plots.plot_production_days(data), "production per day") if data.production_days else "",
+    ]
+
+
+def render_report(data: ReportData) -> str:
+    """The whole page as one HTML string (plots inlined; no external assets)."""
+    parts = [f"<h1>{html.escape(data.title)}</h1>"]
+    ev = data.evaluation
+    if ev is not None:
+        verdict = "promoted" if ev.promoted else "not promoted"
+        parts.append(
+            f"<p class='headline'>Published adapter <code>{html.escape(ev.candidate)}</code>: val mean "
+            f"<b>{ev.candidate_reward:.3f}</b> vs <code>{html.escape(ev.baseline)}</code> "
+            f"<b>{ev.baseline_reward:.3f}</b> on {ev.scenarios} val scenarios ({verdict}), as measured.</p>"
+        )
+        parts.append(_img(plots.plot_evaluation(data), "evaluation"))
+    if data.learning:
+        parts += learning_section(data)
+    if data.production:
+        parts += production_section(data)
+    parts.append("<h2>Reward per round</h2>")
+    parts.append(_img(plots.plot_rounds(data), "reward per round"))
+    parts.append(
+        _table(
+            ["round", "policy", "trajectories", "groups", "mean", "std", "all-equal groups", "share", ""],
+            [
+                [
+                    r.round,
+                    named(data, r.policy),
+                    r.trajectories,
+                    r.groups,
+                    r.mean,
+                    r.std,
+                    r.equal_groups,
+                    f"{r.equal_share:.0%}",
+                    viewer_link(data, r.policy),
+                ]
+                for r in data.rounds
+            ],
+        )
+    )
+    if data.sampler_gap:
+        parts.append("<h2>Sampler/trainer logprob gap per round</h2>")
+        parts.append(
+            "<p>|trainer − sampler| logprob of the stored completion tokens, from GRPO's loss pass. "
+            "The first step of a round is the mismatch alone (the sampler's kernels, dtype and batch "
+            "shapes against the trainer's); later steps add what the optimiser changed.</p>"
+        )
+        parts.append(_table(*sampler_gap_table(data.sampler_gap)))
+        parts.append(_img(plots.plot_gap_steps(data), "sampler gap per step"))
+    parts.append("<h2>Reward distribution per group</h2>")
+    parts.append(_img(plots.plot_groups(data), "group rewards"))
+    if data.adapter:
+        parts += lineage_section(data.adapter)
+    if data.groups is not None:
+        parts.append(render_groups(data.groups))
+    if data.timings:
+        parts.append("<h2>Stage timings</h2>")
+        parts.append(_table(["stage", "seconds"], [[s, t] for s, t in data.timings]))
+    parts.append("<h2>Lake tables</h2>")
+    parts.append(_table(["table", "rows"], [[t, n] for t, n in data.tables]))
+    if data.sql_recipes:
+        parts.append("<h2>Explore the lake</h2>")
+        for what, sql in data.sql_recipes:
+            parts.append(f"<p>{html.escape(what)}</p><pre>trajlake sql {html.escape(json.dumps(sql))}</pre>")
+    style = (
+        "body{font-family:system-ui,sans-serif;max-width:960px;margin:2em auto;color:#1a202c}"
+        "table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #cbd5e0;padding:4px 8px;"
+        "text-align:left;vertical-align:top}td{white-space:pre-wrap;max-width:640px;overflow-wrap:anywhere}"
+        "pre{background:#f7fafc;padding:8px;overflow-x:auto}.headline{font-size:1.1em}img{max-width:100%}"
+        "body.wide{max-width:none;margin:2em}" + VIEWER_CSS
+    )
+    return f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(data.title)}</title><style>{style}</style></head><body class='wide'>{''.join(parts)}</body></html>"
+
+
+def write_report(path: str | os.PathLike[str], data: ReportData) -> Path:
+    """Write the page atomically and return its path."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temp = target.with_name(f".{target.name}.tmp")
+    temp.write_text(render_report(data))
+    temp.replace(target)
+    return target

@@ -1,0 +1,29 @@
+"""The report stage: the lake's HTML report after a pipeline run (`flows.report`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from flows.config import TrajlakeConfig
+from flows.stages.common import base_model, lake_of, work_dir
+
+
+def write_pipeline_report(config: TrajlakeConfig) -> dict[str, Any]:
+    """Write `<work dir>/report.html` for the lake: the run's rounds, evaluation, lineage and groups."""
+    from flows.report import build_report
+
+    model = base_model(config)
+    path, data = build_report(
+        str(lake_of(config).root),
+        str(work_dir(config, "report.html")),
+        reward=config.score.reward or None,
+        tokenizer=model if Path(model).is_dir() else None,  # a hub id is not fetched for a report
+        title="trajlake pipeline report",
+    )
+    return {
+        "report": str(path),
+        "rounds": len(data.rounds),
+        "groups_shown": len(data.groups.groups) if data.groups else 0,
+        "groups": data.groups.total if data.groups else 0,
+    }

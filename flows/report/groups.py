@@ -8,7 +8,7 @@ round's group of the scenarios shown), so a lake of a million trajectories reads
 hundred; `render_groups` lays each out as cards with messages, tool calls and results, the
 final answer, each reward with its scorer and explanation, the advantage the sample got
 (`training.advantages`, group-scaled as GRPO's default), and the sampled tokens with their
-logprobs, the least likely highlighted. Filters run in the page (buttons, or the URL:
+logprobs, those sampled with p < 0.2 highlighted. Filters run in the page (buttons, or the URL:
 `#groups/filter=equal`, `#groups/scenario=<id>`, `#groups/policy=<label>`).
 """
 
@@ -98,13 +98,13 @@ def group_view(
     total = con.execute("SELECT count(*) FROM viewer_stats").fetchone()[0]
     chosen = con.execute(
         f"""
-        WITH spread AS (SELECT * FROM viewer_stats WHERE spread > 0 ORDER BY spread DESC, group_id LIMIT {cap // 3}),
-        equal AS (SELECT * FROM viewer_stats WHERE spread = 0 ORDER BY first_seen DESC, group_id LIMIT {cap // 6}),
-        disagree AS (SELECT * FROM viewer_stats WHERE disagree ORDER BY spread DESC, group_id LIMIT {cap // 6}),
+        WITH spread AS (SELECT * FROM viewer_stats WHERE spread > 0 ORDER BY spread DESC, group_id LIMIT {max(1, cap // 3)}),
+        equal AS (SELECT * FROM viewer_stats WHERE spread = 0 ORDER BY first_seen DESC, group_id LIMIT {max(1, cap // 6)}),
+        disagree AS (SELECT * FROM viewer_stats WHERE disagree ORDER BY spread DESC, group_id LIMIT {max(1, cap // 6)}),
         scenarios AS (SELECT scenario_id FROM spread WHERE scenario_id IS NOT NULL
                       GROUP BY scenario_id ORDER BY max(spread) DESC, scenario_id LIMIT {SCENARIOS_ACROSS_ROUNDS}),
         rounds AS (SELECT * FROM viewer_stats WHERE scenario_id IN (SELECT scenario_id FROM scenarios)
-                   ORDER BY first_seen LIMIT {cap // 3})
+                   ORDER BY first_seen LIMIT {max(1, cap // 3)})
         SELECT DISTINCT * FROM (SELECT * FROM spread UNION ALL SELECT * FROM equal
                                 UNION ALL SELECT * FROM disagree UNION ALL SELECT * FROM rounds)
         ORDER BY spread DESC, first_seen, group_id LIMIT {cap}
@@ -189,15 +189,14 @@ def _message_html(message: dict[str, Any]) -> str:
 def _tokens_html(tokens: list[tuple[str, float]]) -> str:
     if not tokens:
         return ""
-    lowest = sorted(lp for _, lp in tokens)[: min(5, len(tokens))]
-    cutoff = max(lowest[-1], LOW_PROBABILITY) if lowest else LOW_PROBABILITY
     spans = "".join(
-        f"<span class='tok{' low' if lp <= cutoff else ''}' title='logprob {lp:.3f} (p={math.exp(lp):.3f})'>"
+        f"<span class='tok{' low' if lp < LOW_PROBABILITY else ''}' title='logprob {lp:.3f} (p={math.exp(lp):.3f})'>"
         f"{html.escape(text)}</span>"
         for text, lp in tokens
     )
     return (
-        f"<details class='tokens'><summary>{len(tokens)} sampled tokens, least likely highlighted</summary>"
+        f"<details class='tokens'><summary>{len(tokens)} sampled tokens, "
+        f"{sum(lp < LOW_PROBABILITY for _, lp in tokens)} with p &lt; 0.2 highlighted</summary>"
         f"{spans}</details>"
     )
 

@@ -16,6 +16,7 @@ import pytest
 
 import store
 from flows.demo.run import run_demo
+from tests.flows.browser import chromium, console_errors, decoded_images, screenshot_sections
 
 
 async def _artifact_keys() -> set[str]:
@@ -119,9 +120,22 @@ def test_small_demo_runs_the_whole_loop(tmp_path: Path, monkeypatch: pytest.Monk
     page = Path(result["report"]).read_text()
     candidate, baseline = comparison["candidate"]["mean"], comparison["baseline"]["mean"]
     assert f"{candidate:.3f}" in page and f"{baseline:.3f}" in page
-    # evaluation, learning curve, production before/after, rewards per round, groups
-    assert page.count("data:image/png;base64,") == 5
+    # evaluation, learning curve, production before/after, rewards per round, gap per step, groups
+    assert page.count("data:image/png;base64,") == 6
     assert "Learning: success per stage" in page and "calculator-agent-v1" in page
+    # the pipeline flow wrote its own report, with no demo code: seen in a real browser
+    pipeline_report = Path(result["lake"]) / "_work" / "report.html"
+    with chromium() as browser:
+        for name, path in (("demo", Path(result["report"])), ("pipeline", pipeline_report)):
+            browser.get(path.as_uri())
+            headings = {h.text for h in browser.find_elements("css selector", "h2")}
+            assert {"Reward per round", "Groups", "Adapter lineage"} <= headings, name
+            assert all(w > 0 and h > 0 for _, w, h in decoded_images(browser)), name
+            assert console_errors(browser) == [], name
+            cards = browser.find_elements("css selector", "#groups .group")
+            assert cards and "final answer" in cards[0].text, name
+            assert "/_work/" not in browser.find_element("id", "groups").text  # names, not paths
+            screenshot_sections(browser, name)
     assert [name for name, _ in result["timings"]] == [
         "base model",
         "production batch 1 (production LLM)",
@@ -130,6 +144,7 @@ def test_small_demo_runs_the_whole_loop(tmp_path: Path, monkeypatch: pytest.Monk
         "report",
     ]
     steps = [name for name, _ in result["pipeline_timings"]]
-    assert steps[:3] == ["assemble", "scenarios", "sft"] and steps[-2:] == ["evaluate", "publish"]
+    assert steps[:3] == ["assemble", "scenarios", "sft"] and steps[-3:] == ["evaluate", "publish", "report"]
     assert {"round 1: replay", "round 1: score", "round 1: grpo"} <= set(steps)
-    assert {"trajlake-rounds", "trajlake-evaluation", "trajlake-adapter"} <= asyncio.run(_artifact_keys())
+    keys = asyncio.run(_artifact_keys())
+    assert {"trajlake-rounds", "trajlake-evaluation", "trajlake-adapter", "trajlake-report"} <= keys

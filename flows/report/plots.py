@@ -125,6 +125,8 @@ def plot_gap_steps(data: ReportData) -> str | None:
         )
         offset += len(steps)
     ax.set_yscale("log")
+    ax.set_xlim(-0.5, max(offset - 0.5, 0.5))
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_xlabel("GRPO step (all rounds in order)")
     ax.set_ylabel("mean |Δ logprob|")
     ax.set_title("Sampler/trainer logprob gap per step")

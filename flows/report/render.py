@@ -99,7 +99,7 @@ def production_section(data: ReportData) -> list[str]:
                 for p in data.production
             ],
         ),
-        _img(plots.plot_production_days(data), "production per day") if data.production_days else "",
+        _img(days, "production per day") if (days := plots.plot_production_days(data)) else "",
     ]
 
 

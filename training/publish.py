@@ -50,8 +50,12 @@ class PublishConfig:
         default=None, metadata={"help": "Registry path or URL (default: <lake>/_registry)."}
     )
     max_lora_rank: int = field(default=16, metadata={"help": "The serving vLLM's --max-lora-rank."})
-    load_into: str | None = field(
-        default=None, metadata={"help": "Base URL of a running vLLM server to hot-load the version into."}
+    load_into: list[str] | str | None = field(
+        default=None,
+        metadata={
+            "help": "Base URL of a running vLLM server to hot-load the version into; several (a list, or "
+            "--load-into repeated): loaded into each, and the ones that failed are named."
+        },
     )
     replace_loaded: bool = field(
         default=True,
@@ -117,8 +121,9 @@ class PublishedAdapter:
     aliases: list[str]
     manifest: dict[str, Any]
     gate: EvalGate | None = None
-    loaded_into: str | None = None
-    unloaded: list[str] = field(default_factory=list)  # earlier versions taken off the server
+    loaded_into: str | None = None  # the served name, once loaded into at least one server
+    loaded_on: list[str] = field(default_factory=list)  # the servers that loaded it
+    unloaded: list[str] = field(default_factory=list)  # earlier versions taken off the servers
     pushed_to: str | None = None
     moved_from: dict[str, int] = field(default_factory=dict)  # alias -> version that lost it
 
@@ -273,14 +278,34 @@ def publish(
         moved_from={a: r["version"] for r in rows for a in aliases if a in (r["aliases"] or [])},
     )
     if config.load_into:
-        served = store.served_adapter_name(name, version)
-        published.unloaded = load_into_vllm(
-            config.load_into, served, target, replaces=name if config.replace_loaded else None
-        )
-        published.loaded_into = served
+        load_everywhere(published, config, target)
     if config.push_to_hub:
         published.pushed_to = upload_to_hub(target, config.push_to_hub, config.hub_token)
     return published
+
+
+def load_everywhere(published: PublishedAdapter, config: PublishConfig, target: str) -> None:
+    """Hot-load the version into every `load_into` server; a `PublishError` afterwards names the
+    ones that failed (the version is published either way, and loaded where it could be)."""
+    served = store.served_adapter_name(published.name, published.version)
+    urls = [config.load_into] if isinstance(config.load_into, str) else list(config.load_into or [])
+    failed: dict[str, str] = {}
+    for url in urls:
+        try:
+            unloaded = load_into_vllm(
+                url, served, target, replaces=published.name if config.replace_loaded else None
+            )
+        except PublishError as exc:
+            failed[url] = str(exc)
+            continue
+        published.loaded_on.append(url)
+        published.unloaded += [n for n in unloaded if n not in published.unloaded]
+    published.loaded_into = served if published.loaded_on else None
+    if failed:
+        raise PublishError(
+            f"`{published.ref}` is published and loaded into {len(published.loaded_on)} of {len(urls)} servers; "
+            "not into " + "; ".join(f"{url} ({why})" for url, why in failed.items())
+        )
 
 
 def _sha256(path: Path) -> str:

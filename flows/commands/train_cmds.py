@@ -80,7 +80,7 @@ def publish_command(
             f"{g.difference:+.4f} (95% CI {low:+.4f} to {high:+.4f})" + (" (forced)" if g.forced else "")
         )
     if published.loaded_into:
-        typer.echo(f"  loaded into vLLM as `{published.loaded_into}`")
+        typer.echo(f"  loaded into vLLM as `{published.loaded_into}` on {', '.join(published.loaded_on)}")
         if published.unloaded:
             typer.echo(f"  unloaded the versions it replaces: {', '.join(published.unloaded)}")
     if published.pushed_to:

@@ -217,6 +217,29 @@ def test_load_into_vllm_protocol_server(trained, tiny_model: Path) -> None:  # t
             load_into_vllm(url, "served-v1", published.path)
 
 
+def test_load_into_several_servers_says_which_failed(trained, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
+    from training.replay.rollout.openai_app import LoopbackServer, create_app
+    from training.replay.samplers import make_sampler
+
+    lake, grpo, _ = trained
+    with (
+        make_sampler("transformers", str(tiny_model)) as first,
+        make_sampler("transformers", str(tiny_model)) as second,
+        LoopbackServer(create_app(first)) as url_a,
+        LoopbackServer(create_app(second)) as url_b,
+    ):
+        down = "http://127.0.0.1:9"  # nothing listens there
+        with pytest.raises(
+            PublishError, match=r"loaded into 2 of 3 servers; not into http://127.0.0.1:9 "
+        ) as err:
+            publish(lake, grpo.adapter_dir, PublishConfig(name="multi", load_into=[url_a, down, url_b]))
+        assert "could not reach vLLM" in str(err.value)
+        assert resolve_adapter(lake, "multi:latest")["version"] == 1  # published all the same
+        for url in (url_a, url_b):
+            models = {m["id"] for m in httpx.get(f"{url}/v1/models").json()["data"]}
+            assert "multi-v1" in models  # loaded into both servers that answer
+
+
 def test_hub_arguments_are_checked_before_publishing(trained) -> None:  # type: ignore[no-untyped-def]
     lake, _, _ = trained
     with pytest.raises(BadHyperparameter) as err:

@@ -42,8 +42,12 @@ class SamplerConfig:
         },
     )
     tokenizer: str | None = field(default=None, metadata={"help": "Tokenizer folder (default: the model)."})
-    base_url: str = field(
-        default="http://127.0.0.1:8000", metadata={"help": "URL of `vllm serve` (backend vllm-server)."}
+    base_url: list[str] | str = field(
+        default="http://127.0.0.1:8000",
+        metadata={
+            "help": "URL of `vllm serve` (backend vllm-server); several (a list, or --base-url repeated): each "
+            "request goes whole to the one with the fewest in flight, a failing one is skipped for a while."
+        },
     )
     api_key: str | None = field(
         default=None, metadata={"help": "API key of the vLLM server.", "env": "TRAJLAKE_VLLM_API_KEY"}

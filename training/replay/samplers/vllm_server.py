@@ -9,15 +9,26 @@ Start the server with `--logprobs-mode processed_logprobs`, as the in-process `v
 backend sets it: vLLM's default returns logprobs before temperature/top-k/top-p, which
 are not the sampling policy's (GRPO's `old_per_token_logps`) when temperature != 1.
 
-The client keeps one pooled `httpx.AsyncClient` per event loop, bounds in-flight requests
-with a semaphore, and retries connection errors, timeouts, 429 and 5xx with exponential
-backoff; a 4xx is a caller error and is raised at once with the server's message.
+The client keeps one pooled `httpx.AsyncClient` per event loop and endpoint, bounds
+in-flight requests with a semaphore, and retries connection errors, timeouts, 429 and 5xx
+with exponential backoff; a 4xx is a caller error and is raised at once with the server's
+message.
+
+Several endpoints (`base_url` a list: several `vllm serve` of the same model): each request
+goes whole to the healthy endpoint with the fewest requests outstanding, so a group's `n`
+samples share one prefill there. An endpoint that stays unreachable through its retries is
+taken out for `cooldown_s` and the request is sent, whole, to the next one; nothing of a
+failed request was returned, so nothing is sampled twice into the lake. Adapters are
+loaded on each endpoint the first time that endpoint serves them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -36,6 +47,18 @@ from training.replay.samplers.base import (
 RETRYABLE_STATUS = {408, 429, 500, 502, 503, 504}
 
 
+@dataclass
+class Endpoint:
+    """One server: its URL, the requests in flight there, when it may be tried again."""
+
+    url: str
+    outstanding: int = 0
+    down_until: float = 0.0
+    failures: int = 0
+    served: int = 0
+    loaded: set[str] = field(default_factory=set)
+
+
 class VLLMServerSampler(Sampler):
     """Sample from a running `vllm serve` (or anything speaking its completions protocol)."""
 
@@ -45,7 +68,7 @@ class VLLMServerSampler(Sampler):
         self,
         model: str,
         *,
-        base_url: str = "http://127.0.0.1:8000",
+        base_url: str | Sequence[str] = "http://127.0.0.1:8000",
         adapter: str | None = None,
         tokenizer: str | None = None,
         api_key: str | None = None,
@@ -54,10 +77,17 @@ class VLLMServerSampler(Sampler):
         timeout_s: float = 300.0,
         retries: int = 3,
         backoff_s: float = 0.5,
+        cooldown_s: float = 30.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         super().__init__(model, adapter=adapter, tokenizer=tokenizer)
-        self.base_url = base_url.rstrip("/").removesuffix("/v1")
+        urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        if not urls:
+            raise SamplerError("no server URL given (`base_url`)", backend=self.backend, reason="bad_params")
+        self.endpoints = [Endpoint(u.rstrip("/").removesuffix("/v1")) for u in urls]
+        self.base_url = self.endpoints[0].url
+        self.cooldown_s = cooldown_s
+        self._lock = threading.Lock()
         self.served_model = served_model or model
         self.api_key = api_key
         self.max_concurrency = max_concurrency
@@ -66,18 +96,16 @@ class VLLMServerSampler(Sampler):
         self.backoff_s = backoff_s
         self._transport = transport
         # Pools and semaphores belong to one event loop; sync callers run a fresh loop each time.
-        self._clients: dict[int, tuple[httpx.AsyncClient, asyncio.Semaphore]] = {}
-        self._loaded: set[str] = set()
+        self._clients: dict[tuple[int, str], tuple[httpx.AsyncClient, asyncio.Semaphore]] = {}
 
     # --- HTTP plumbing ------------------------------------------------------------------
 
-    def _client(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
-        loop = asyncio.get_running_loop()
-        key = id(loop)
+    def _client(self, endpoint: Endpoint) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
+        key = (id(asyncio.get_running_loop()), endpoint.url)
         if key not in self._clients:
             headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
             client = httpx.AsyncClient(
-                base_url=self.base_url,
+                base_url=endpoint.url,
                 headers=headers,
                 timeout=httpx.Timeout(self.timeout_s, connect=min(10.0, self.timeout_s)),
                 limits=httpx.Limits(
@@ -88,8 +116,8 @@ class VLLMServerSampler(Sampler):
             self._clients[key] = (client, asyncio.Semaphore(self.max_concurrency))
         return self._clients[key]
 
-    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any] | str:
-        client, semaphore = self._client()
+    async def _post(self, endpoint: Endpoint, path: str, body: dict[str, Any]) -> dict[str, Any] | str:
+        client, semaphore = self._client(endpoint)
         last: str = ""
         for attempt in range(self.retries + 1):
             if attempt:
@@ -105,7 +133,7 @@ class VLLMServerSampler(Sampler):
                 continue
             if response.status_code >= 400:
                 raise SamplerError(
-                    f"`{self.base_url}{path}` refused the request: HTTP {response.status_code}: "
+                    f"`{endpoint.url}{path}` refused the request: HTTP {response.status_code}: "
                     f"{response.text[:500]}",
                     backend=self.backend,
                     reason="http_error",
@@ -113,32 +141,52 @@ class VLLMServerSampler(Sampler):
             content_type = response.headers.get("content-type", "")
             return response.json() if "json" in content_type else response.text
         raise SamplerError(
-            f"`{self.base_url}{path}` failed after {self.retries + 1} attempts (last: {last}); "
+            f"`{endpoint.url}{path}` failed after {self.retries + 1} attempts (last: {last}); "
             "is `vllm serve` running there?",
             backend=self.backend,
             reason="unreachable",
         )
 
-    async def _ensure_adapter(self, path: str) -> str:
+    async def _ensure_adapter(self, endpoint: Endpoint, path: str) -> str:
         name = adapter_name(path)
-        if name not in self._loaded:
+        if name not in endpoint.loaded:
             # Concurrent first uses may both ask; vLLM answers the second "already loaded" (HTTP 400).
             try:
-                await self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": path})
+                await self._post(endpoint, "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path})
             except SamplerError as exc:
                 if "already" not in str(exc).lower():
                     raise
-            self._loaded.add(name)
+            endpoint.loaded.add(name)
         return name
+
+    def _pick(self, tried: set[str]) -> Endpoint | None:
+        """The untried endpoint with the fewest requests outstanding, healthy ones first (an
+        endpoint in its cool-down is tried only when no healthy one is left)."""
+        now = time.monotonic()
+        with self._lock:
+            left = [e for e in self.endpoints if e.url not in tried]
+            if not left:
+                return None
+            chosen = min(left, key=lambda e: (e.down_until > now, e.outstanding, e.served))
+            chosen.outstanding += 1
+            return chosen
+
+    def _release(self, endpoint: Endpoint, failed: bool) -> None:
+        with self._lock:
+            endpoint.outstanding -= 1
+            if failed:
+                endpoint.failures += 1
+                endpoint.down_until = time.monotonic() + self.cooldown_s
+            else:
+                endpoint.served += 1
+                endpoint.down_until = 0.0
 
     # --- sampling -----------------------------------------------------------------------
 
     async def agenerate(self, request: SampleRequest) -> list[Completion]:
         request = self._with_default_adapter(request)
-        model = await self._ensure_adapter(request.adapter) if request.adapter else self.served_model
         p = request.params
         body: dict[str, Any] = {
-            "model": model,
             "prompt": list(request.prompt_ids),
             "n": asked_samples(request),
             "max_tokens": p.max_tokens,
@@ -154,7 +202,26 @@ class VLLMServerSampler(Sampler):
             body["seed"] = p.seed
         if p.stop_token_ids:
             body["stop_token_ids"] = list(p.stop_token_ids)
-        payload = await self._post("/v1/completions", body)
+        tried: set[str] = set()
+        while (endpoint := self._pick(tried)) is not None:
+            tried.add(endpoint.url)
+            try:
+                body["model"] = (
+                    await self._ensure_adapter(endpoint, request.adapter)
+                    if request.adapter
+                    else self.served_model
+                )
+                payload = await self._post(endpoint, "/v1/completions", body)
+            except SamplerError as exc:
+                unreachable = exc.reason == "unreachable"
+                self._release(endpoint, failed=unreachable)
+                if unreachable and len(tried) < len(self.endpoints):
+                    continue  # the whole request, elsewhere
+                raise
+            self._release(endpoint, failed=False)
+            break
+        else:  # pragma: no cover - `_pick` returns an endpoint while one is untried
+            raise SamplerError("no endpoint left", backend=self.backend, reason="unreachable")
         completions = repeat_greedy(
             request, parse_completions_response(payload, asked_samples(request), backend=self.backend)
         )
@@ -171,9 +238,9 @@ class VLLMServerSampler(Sampler):
         return asyncio.run(run())
 
     async def _aclose_current(self) -> None:
-        entry = self._clients.pop(id(asyncio.get_running_loop()), None)
-        if entry is not None:
-            await entry[0].aclose()
+        loop = id(asyncio.get_running_loop())
+        for key in [k for k in self._clients if k[0] == loop]:
+            await self._clients.pop(key)[0].aclose()
 
     async def aclose(self) -> None:
         """Close the pooled client of the running loop."""

@@ -13,9 +13,30 @@ trains on padded batches by default everywhere (`packing = true` where FlashAtte
 
 from __future__ import annotations
 
+from typing import Any
+
 
 def bf16_supported() -> bool:
     """Whether bf16 mixed precision can run here (a CUDA device that supports it)."""
     import torch
 
     return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+
+
+def cpu_only() -> bool:
+    """No accelerator (CUDA, XPU, MPS) is present."""
+    import torch
+
+    accelerator = getattr(torch, "accelerator", None)
+    return not (accelerator.is_available() if accelerator is not None else torch.cuda.is_available())
+
+
+def claim_cpu(config: Any) -> None:
+    """Set `use_cpu` on a machine without an accelerator (call before `TrainingArguments.__post_init__`).
+
+    Launched on several processes (`torchrun`, `accelerate launch`) without it, accelerate
+    leaves each process training alone on the whole data set; with it, they form one
+    data-parallel run over gloo (`DistributedType.MULTI_CPU`). A single process trains the same.
+    """
+    if not config.use_cpu and cpu_only():
+        config.use_cpu = True

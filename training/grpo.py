@@ -12,6 +12,7 @@ from typing import Any
 import store
 from training.checkpointing import peft_wrapping
 from training.datasets import select_grpo
+from training.distributed import on_writer, shared_snapshot
 from training.grpo_config import TrajlakeGRPOConfig
 from training.grpo_rows import (
     bound_staleness,
@@ -68,6 +69,7 @@ def train_grpo(
     config = config or TrajlakeGRPOConfig(output_dir=str(output_dir / CHECKPOINTS))
     config.output_dir = str(output_dir / CHECKPOINTS)
     check_adapter_dir(adapter)
+    as_of = shared_snapshot(lake, as_of)  # every rank selects from the same table versions
     stale = 0
     if config.max_staleness is not None:
         sql, stale = bound_staleness(lake, sql, base_model, adapter, config.max_staleness, as_of)
@@ -86,8 +88,13 @@ def train_grpo(
     if config.skip_equal_reward_groups:
         examples, skipped_equal = drop_equal_reward_groups(examples, selection.report.equal_reward_groups)
     config, batch_note = fit_batch_to_rows(config, len(examples))
-    run_id = start_run(
-        output_dir, "grpo", config.run_id, resume, {"base_model": base_model, "adapter": adapter, "sql": sql}
+    run_id = on_writer(
+        start_run,
+        output_dir,
+        "grpo",
+        config.run_id,
+        resume,
+        {"base_model": base_model, "adapter": adapter, "sql": sql},
     )
 
     tokenizer = load_tokenizer(base_model)

@@ -34,7 +34,7 @@ from trl import GRPOConfig
 
 from training.advantages import SCALE_REWARDS
 from training.checkpointing import CheckpointingFields
-from training.device import bf16_supported
+from training.device import bf16_supported, claim_cpu
 from training.errors import BadHyperparameter
 from training.lora import LoraFields
 
@@ -181,4 +181,5 @@ class TrajlakeGRPOConfig(LoraFields, CheckpointingFields, GRPOConfig):
                 name="per_device_train_batch_size",
                 value=self.per_device_train_batch_size,
             )
+        claim_cpu(self)  # several processes on CPUs: one data-parallel run (training.distributed)
         super().__post_init__()

@@ -44,7 +44,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler, nanstd, use_adapter
 
 from training.grpo_batch import GroupedRepeatSampler, pad_rows, padded, rows_as_tensors
-from training.mismatch import importance_weights, sampler_gap, weighted_advantages
+from training.mismatch import gap_from_totals, importance_weights, sampler_gap_totals, weighted_advantages
 from training.tree_pack import attention_mask_for, pack_rows, unpack
 
 # The round-start pass keeps no activations for a backward pass, so it batches this many
@@ -179,9 +179,10 @@ class StoredGroupsGRPOTrainer(GRPOTrainer):
         batch, self._gap_batch = self._gap_batch, None
         if batch is not None:  # the first call of a loss computation: the policy's logprobs
             sampled = batch.get("sampling_per_token_logps", batch["old_per_token_logps"])
-            mean_gap, max_gap = sampler_gap(
+            totals = sampler_gap_totals(
                 out[0].detach(), sampled, batch["completion_mask"] * batch["tool_mask"]
             )
+            mean_gap, max_gap = gap_from_totals(self.accelerator.gather(totals[None]))  # every rank's tokens
             self._metrics["train"]["sampling/sampling_logp_difference/mean"].append(mean_gap)
             self._metrics["train"]["sampling/sampling_logp_difference/max"].append(max_gap)
         return out

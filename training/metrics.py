@@ -20,6 +20,7 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 import store
+from training.distributed import is_writer
 
 # Keys TRL logs that are not per-step metrics (end-of-training summaries are kept, under their names).
 _SKIP = frozenset({"epoch_end"})
@@ -56,7 +57,9 @@ class RunsTableCallback(TrainerCallback):
         self._last: tuple[int, dict[str, Any]] | None = None
 
     def flush(self) -> None:
-        """Commit the buffered rows (one write)."""
+        """Commit the buffered rows (one write; under several processes, rank 0's only)."""
+        if self._buffer and not is_writer():
+            self._buffer.clear()  # every rank logs the same (gathered) metrics: rank 0 writes them
         if self._buffer:
             rows = [
                 store.runs_row(self.run_id, step, self.stage, m) for step, m in sorted(self._buffer.items())

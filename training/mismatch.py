@@ -36,12 +36,26 @@ def sampler_gap(
     >>> sampler_gap(torch.tensor([[-1.0, -2.0]]), torch.tensor([[-1.5, -2.0]]), torch.tensor([[1, 1]]))
     (0.25, 0.5)
     """
+    return gap_from_totals(sampler_gap_totals(trainer_logps, sampler_logps, mask)[None])
+
+
+def sampler_gap_totals(
+    trainer_logps: torch.Tensor, sampler_logps: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """[sum, count, max] of |trainer - sampler| over the kept tokens: what ranks gather before
+    `gap_from_totals`, so a data-parallel run logs the gap of the whole batch."""
     keep = mask.bool()
-    delta = (trainer_logps - sampler_logps).abs()[keep]
+    delta = (trainer_logps - sampler_logps).abs()[keep].float()
     delta = delta[~torch.isnan(delta)]  # a sampler that could not score a token stores NaN: not a gap
     if delta.numel() == 0:
-        return 0.0, 0.0
-    return float(delta.mean()), float(delta.max())
+        return torch.zeros(3, device=trainer_logps.device)
+    return torch.stack([delta.sum(), torch.tensor(float(delta.numel()), device=delta.device), delta.max()])
+
+
+def gap_from_totals(totals: torch.Tensor) -> tuple[float, float]:
+    """(mean, max) from rows of [sum, count, max] (one per rank)."""
+    count = float(totals[:, 1].sum())
+    return (float(totals[:, 0].sum()) / count, float(totals[:, 2].max())) if count else (0.0, 0.0)
 
 
 def importance_weights(

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import store
+from training.distributed import is_writer, wait_for_writer
 from training.errors import BadHyperparameter, NonFiniteLoss, TrainingError
 
 CHECKPOINTS = "checkpoints"
@@ -206,7 +207,8 @@ def train_and_record(
     output = trainer.train(resume_from_checkpoint=checkpoint)
     raise_non_finite(guard, output_dir)
     adapter_dir = output_dir / ADAPTER
-    save_adapter(trainer.model, trainer.processing_class, adapter_dir)
+    if is_writer():  # several processes: rank 0 writes, the others wait for it below
+        save_adapter(trainer.model, trainer.processing_class, adapter_dir)
     result = TrainResult(
         stage=stage,
         run_id=run_id,
@@ -219,7 +221,9 @@ def train_and_record(
         parent=parent,
         report={**report, "resumed_from": checkpoint},
     )
-    write_run_record(result)
+    if is_writer():
+        write_run_record(result)
+    wait_for_writer()
     return result
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import store
 from training.checkpointing import peft_wrapping
 from training.datasets import SFTSelection, select_sft
+from training.distributed import on_writer, shared_snapshot
 from training.errors import TrainingError
 from training.metrics import NonFiniteLossGuard, RunsTableCallback
 from training.run import (
@@ -126,10 +127,13 @@ def train_sft(
     lake = store.Lake.of(lake)
     base_model = str(base_model)
     output_dir = Path(output_dir)
-    selection = select_sft(lake, sql, as_of=as_of)
+    # the config first: under torchrun / accelerate launch, making it joins the process group
     config = config or TrajlakeSFTConfig(output_dir=str(output_dir / CHECKPOINTS))
     config.output_dir = str(output_dir / CHECKPOINTS)
-    run_id = start_run(output_dir, "sft", config.run_id, resume, {"base_model": base_model, "sql": sql})
+    selection = select_sft(lake, sql, as_of=shared_snapshot(lake, as_of))
+    run_id = on_writer(
+        start_run, output_dir, "sft", config.run_id, resume, {"base_model": base_model, "sql": sql}
+    )
 
     tokenizer = load_tokenizer(base_model)
     dataset = sft_dataset(selection, tokenizer)

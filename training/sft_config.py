@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from trl import SFTConfig
 
 from training.checkpointing import CheckpointingFields
-from training.device import bf16_supported
+from training.device import bf16_supported, claim_cpu
 from training.errors import BadHyperparameter
 from training.lora import LoraFields
 
@@ -61,4 +61,5 @@ class TrajlakeSFTConfig(LoraFields, CheckpointingFields, SFTConfig):
                 name="max_length",
                 value=self.max_length,
             )
+        claim_cpu(self)  # several processes on CPUs: one data-parallel run (training.distributed)
         super().__post_init__()

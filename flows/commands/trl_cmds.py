@@ -99,6 +99,10 @@ def as_of_versions(values: list[str] | None, stage: str, lake: Any) -> dict[str,
 
 
 def print_result(result: Any) -> None:
+    from training.distributed import is_writer
+
+    if not is_writer():  # several processes (torchrun, accelerate launch): rank 0 speaks for the run
+        return
     typer.echo(f"{result.stage}: run `{result.run_id}`, {result.global_step} steps")
     for key, value in result.report.items():
         if value is not None:

@@ -53,7 +53,11 @@ class JudgeConfig:
     )
 
     # --- throughput and failure handling ----------------------------------------------------
-    concurrency: int = _help("Judge calls in flight at once.", 8)
+    concurrency: int = _help(
+        "Judge calls in flight at once, per scoring process: N workers send up to N x this (size it to the "
+        "endpoint's limit divided by the workers; 429s are retried with backoff either way).",
+        8,
+    )
     timeout_s: float = _help("Seconds before one judge call counts as timed out (`judge_timeout`).", 120.0)
     max_attempts: int = _help("Attempts per group for 429, 5xx, timeouts and invalid output.", 4)
     backoff_s: float = _help(

@@ -7,6 +7,14 @@ any change to the group (a new trajectory, an edited message), the rubric or the
 misses. The `_` prefix keeps the folder out of every table glob; files are JSON, one
 per group, written under a temporary name and renamed, so a reader never sees half
 an entry. Only successful verdicts are cached: failures are retried on the next run.
+
+Several workers judging the same lake at once (two `trajlake score` processes, Dask
+workers) judge each group once: before calling the judge a worker claims the key
+(`<key>.claim`, created exclusively); a worker that finds a fresh claim waits for the
+entry instead of paying for the same verdict, and judges it itself only when the claimant
+gave up (its claim gone without an entry) or went silent past the claim's time to live
+(a killed worker). Claims are local-file locks: on an object store each worker judges
+what it misses (a verdict is still written whole).
 """
 
 from __future__ import annotations
@@ -14,6 +22,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
+import time
 import uuid
 from typing import Any
 
@@ -83,3 +93,71 @@ class JudgeCache:
         if not self.lake.fs.exists(root):
             return 0
         return sum(1 for p in self.lake.fs.find(root) if p.endswith(".json"))
+
+    def _claim_path(self, key: str) -> str:
+        return self.lake.fs_path(*CACHE_DIR, key[:2], f"{key}.claim")
+
+    def claim(self, key: str, ttl_s: float) -> bool:
+        """Take the right to judge `key`; False while another live worker holds it."""
+        if not self.lake.is_local:
+            return True
+        path = self._claim_path(key)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        for _ in range(2):
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                if not _abandoned(path, ttl_s):
+                    return False
+                try:
+                    os.remove(path)  # its claimant died or went silent past the time to live: take over
+                except FileNotFoundError:
+                    pass  # released meanwhile: try again
+                continue
+            with os.fdopen(fd, "w") as handle:
+                handle.write(
+                    json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "at": time.time()})
+                )
+            return True
+        return False
+
+    def release(self, key: str) -> None:
+        """Give up the claim on `key` (after the entry is written, or on failure)."""
+        if self.lake.is_local:
+            try:
+                os.remove(self._claim_path(key))
+            except FileNotFoundError:
+                pass
+
+    def wait_for(self, key: str, ttl_s: float, poll_s: float = 0.1) -> dict[str, Any] | None:
+        """The entry another worker is judging, once written; None when its claim ends without one."""
+        path = self._claim_path(key)
+        while True:
+            entry = self.get(key)
+            if entry is not None:
+                return entry
+            if not os.path.exists(path):
+                return self.get(key)  # released: written just now, or given up
+            if _abandoned(path, ttl_s):
+                return None
+            time.sleep(poll_s)
+
+
+def _abandoned(path: str, ttl_s: float) -> bool:
+    """A claim whose worker is gone: a dead process on this host, or silent past `ttl_s`."""
+    try:
+        age = time.time() - os.path.getmtime(path)
+        with open(path, encoding="utf-8") as handle:
+            owner = json.loads(handle.read() or "{}")
+    except FileNotFoundError:
+        return False
+    except (ValueError, OSError):
+        owner = {}  # being written this instant: judge it by its age
+    if owner.get("host") == socket.gethostname() and isinstance(owner.get("pid"), int):
+        try:
+            os.kill(owner["pid"], 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass  # alive, another user's
+    return age > ttl_s

@@ -132,11 +132,31 @@ class RulerJudge:
             result.error_detail = f"no message content recorded for {', '.join(f'`{t}`' for t in empty)}"
             return result
         key = cache_key(self.config.model, self.rubric_hash, trajectories)
-        if self.cache is not None:
-            entry = await asyncio.to_thread(self.cache.get, key)
-            if entry is not None and set(entry.get("verdicts", {})) == set(ids):
-                self.cache_hits += 1
-                return self._from_cache(result, entry)
+        if self.cache is None:
+            return await self._judge(result, trajectories, seed, ids, None)
+        entry = await asyncio.to_thread(self.cache.get, key)
+        ttl = self.config.timeout_s * self.config.max_attempts + 60  # a judge call's longest, then some
+        if entry is None and not await asyncio.to_thread(self.cache.claim, key, ttl):
+            # another worker is judging this very group: wait for its verdict instead of paying twice
+            entry = await asyncio.to_thread(self.cache.wait_for, key, ttl)
+        if entry is not None and set(entry.get("verdicts", {})) == set(ids):
+            self.cache_hits += 1
+            return self._from_cache(result, entry)
+        await asyncio.to_thread(self.cache.claim, key, ttl)  # held, or taken over from a silent worker
+        try:
+            return await self._judge(result, trajectories, seed, ids, key)
+        finally:
+            await asyncio.to_thread(self.cache.release, key)
+
+    async def _judge(
+        self,
+        result: GroupVerdict,
+        trajectories: list[dict[str, Any]],
+        seed: int,
+        ids: list[str],
+        key: str | None,
+    ) -> GroupVerdict:
+        """Prompt, call the judge (under the concurrency limit), map labels to ids, cache the verdict."""
         try:
             prompt = build_prompt(
                 trajectories,
@@ -170,7 +190,7 @@ class RulerJudge:
         result.attempts, result.retry_reasons = answer.attempts, answer.retry_reasons
         result.prompt_tokens, result.completion_tokens = answer.prompt_tokens, answer.completion_tokens
         result.cost_usd = cost_of(self.config, answer.prompt_tokens, answer.completion_tokens)
-        if self.cache is not None:
+        if self.cache is not None and key is not None:
             await asyncio.to_thread(self.cache.put, key, self._cache_entry(result))
         return result
 

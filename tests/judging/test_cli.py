@@ -149,3 +149,24 @@ def test_ctrl_c_commits_what_was_judged(lake):
     assert proc.returncode != 0
     groups = store.connect(lake).execute("SELECT count(DISTINCT group_id) FROM rewards").fetchone()[0]
     assert answered - 1 <= groups <= answered < 10  # interrupted mid-run, nothing judged was lost
+
+
+def test_two_workers_at_once_judge_each_group_once(lake):
+    """Two scoring processes on one lake, started together: each group's verdict is paid once
+    (a worker that finds another's claim waits for its verdict), and no cache file is torn."""
+    write_groups(lake, 8, size=3)
+    with JudgeServer(FakeJudge(delay_s=0.2)) as server:
+        workers = [_spawn_score(lake, server.base_url, "--concurrency", "2") for _ in range(2)]
+        for worker in workers:
+            _, err = worker.communicate(timeout=180)
+            assert worker.returncode == 0, err.decode()[-2000:]
+        assert server.judge.answered == 8  # not 16
+    cache = os.path.join(lake.root, "_cache", "judge")
+    files = [os.path.join(d, f) for d, _, names in os.walk(cache) for f in names]
+    assert len([f for f in files if f.endswith(".json")]) == 8
+    assert not [f for f in files if f.endswith((".tmp", ".claim"))]  # nothing half-written or left claimed
+    for path in files:
+        with open(path) as handle:
+            assert json.load(handle)["verdicts"]  # whole entries
+    rows = store.connect(lake).execute("SELECT count(DISTINCT trajectory_id) FROM latest_rewards").fetchone()
+    assert rows == (24,)

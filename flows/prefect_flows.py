@@ -46,6 +46,17 @@ def task_runner(config: TrajlakeConfig) -> Any:
         raise stages.StageError(
             "pipeline.task_runner", f"`{kind}` needs the `{package}` package: pip install {package}"
         ) from None
+    if kind == "dask":
+        if config.pipeline.dask_address:
+            return runner_cls(address=config.pipeline.dask_address)
+        # processes, one thread each: replay and training hold the GIL and torch's threads
+        return runner_cls(
+            cluster_kwargs={
+                "n_workers": config.pipeline.max_workers,
+                "threads_per_worker": 1,
+                "processes": True,
+            }
+        )
     return runner_cls()
 
 
@@ -87,10 +98,31 @@ def ingest_flow(config_file: str | None = None, lake: str | None = None) -> dict
     return counts
 
 
+def _replay(config: TrajlakeConfig, adapter: str | None, round_number: int, draw: int = 0) -> dict[str, Any]:
+    """A round's replay: one task, or `pipeline.replay_shards` tasks by scenario (on the runner's
+    workers), their results merged."""
+    shards = config.pipeline.replay_shards
+    if shards <= 1:
+        return replay_task(config, adapter, round_number, draw)
+    futures = replay_task.map(
+        unmapped(config),
+        unmapped(adapter),
+        unmapped(round_number),
+        unmapped(draw),
+        range(shards),
+        unmapped(shards),
+    )
+    return stages.merge_shards([future.result() for future in futures])
+
+
 def _score(config: TrajlakeConfig, group_ids: list[str] | None) -> dict[str, Any]:
-    """Each reward as its own task, concurrently under the flow's task runner, then the combination."""
-    futures = score_reward_task.map(unmapped(config), stages.rewards_to_score(config), unmapped(group_ids))
-    table = [future.result() for future in futures]
+    """Each reward (and with `replay_shards`, each shard of the groups) as its own task, concurrently
+    under the flow's task runner, then the combination."""
+    rewards = stages.rewards_to_score(config)
+    chunks = stages.shard_groups(group_ids, config.pipeline.replay_shards)
+    pairs = [(reward, chunk) for reward in rewards for chunk in chunks]
+    futures = score_reward_task.map(unmapped(config), [r for r, _ in pairs], [c for _, c in pairs])
+    table = stages.merge_score_rows([future.result() for future in futures])
     stats = finish_scoring_task(config, group_ids)
     create_table_artifact(table, key="trajlake-score", description="Scorers run on the replayed groups")
     return {**stats, "table": table}
@@ -132,7 +164,7 @@ def pipeline_flow(
             config,
             adapter,
             round_number,
-            replay=lambda *args, n=round_number: timed(f"round {n}: replay", replay_task, *args),
+            replay=lambda *args, n=round_number: timed(f"round {n}: replay", _replay, *args),
             score=lambda *args, n=round_number: timed(f"round {n}: score", _score, *args),
         )
         round_rows.append(

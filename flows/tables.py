@@ -121,7 +121,19 @@ class PipelineSettings:
     )
     work_dir: str = _help("Where checkpoints and adapters go (default: <lake>/_work).", "")
     task_runner: Literal["threads", "dask", "ray"] = _help("Prefect task runner.", "threads")
-    max_workers: int = _help("Threads for the thread-pool task runner.", 4)
+    max_workers: int = _help(
+        "Threads of the thread-pool task runner; worker processes of a local Dask cluster.", 4
+    )
+    dask_address: str = _help(
+        'Address of a running Dask scheduler (`tcp://host:8786`) for `task_runner = "dask"`; empty: '
+        "a local cluster of `max_workers` processes.",
+        "",
+    )
+    replay_shards: int = _help(
+        "Tasks each round's replay and scoring are split into, by scenario (1: one task); on a Dask or "
+        "Ray runner they run on its workers, each writing whole groups.",
+        1,
+    )
 
 
 @dataclass(frozen=True)

@@ -213,8 +213,8 @@ class StoredGroupsGRPOTrainer(GRPOTrainer):
             )
             for start in range(0, input_ids.size(0), size)
         ]
-        if any(pack is None for pack in packs):
-            return None
+        if any(pack is None or pack.nodes == 0 for pack in packs):
+            return None  # rows it cannot pack, or nothing scored at all (every row masked): stock TRL's way
         logps, entropies = [], []
         for pack in packs:
             assert pack is not None

@@ -11,9 +11,16 @@ belong to the library that owns the data.
 from flows.stages.common import StageError, base_model, lake_of, work_dir
 from flows.stages.evaluate import evaluate_adapter, publish_adapter, stage_policies
 from flows.stages.ingest import assemble_pending, pull_langfuse
-from flows.stages.replay import make_scenarios, merge_replays, replay_round, sample_round
+from flows.stages.replay import make_scenarios, merge_replays, merge_shards, replay_round, sample_round
 from flows.stages.report import write_pipeline_report
-from flows.stages.score import finish_scoring, rewards_to_score, score_reward, score_round
+from flows.stages.score import (
+    finish_scoring,
+    merge_score_rows,
+    rewards_to_score,
+    score_reward,
+    score_round,
+    shard_groups,
+)
 from flows.stages.train import train_grpo, train_sft
 
 __all__ = [
@@ -25,6 +32,8 @@ __all__ = [
     "lake_of",
     "make_scenarios",
     "merge_replays",
+    "merge_score_rows",
+    "merge_shards",
     "publish_adapter",
     "pull_langfuse",
     "replay_round",
@@ -32,6 +41,7 @@ __all__ = [
     "sample_round",
     "score_reward",
     "score_round",
+    "shard_groups",
     "stage_policies",
     "train_grpo",
     "train_sft",

@@ -78,13 +78,35 @@ def round_scenarios(config: TrajlakeConfig, round_number: int, draw: int = 0) ->
 
 
 def replay_round(
-    config: TrajlakeConfig, adapter: str | None, round_number: int, draw: int = 0
+    config: TrajlakeConfig,
+    adapter: str | None,
+    round_number: int,
+    draw: int = 0,
+    shard: int = 0,
+    shards: int = 1,
 ) -> dict[str, Any]:
     """One round's group sampling of the train scenarios with the current policy (`draw` > 0: a dynamic-
-    sampling draw of further scenarios for the same round)."""
+    sampling draw of further scenarios for the same round; `shard` of `shards`: that share of its
+    scenarios). Seeds and group ids come from the scenario, so shards sample what one task would."""
+    from training.replay import shard_selection
+
     seed = (config.build("replay").seed or 0) + round_number + 1000 * draw
     run = f"round-{round_number}" + (f"-draw-{draw}" if draw else "")
-    return replay_policy(config, adapter, round_scenarios(config, round_number, draw), run=run, seed=seed)
+    scenarios = round_scenarios(config, round_number, draw)
+    if shards > 1:
+        scenarios = shard_selection(scenarios, shard, shards)
+    return replay_policy(config, adapter, scenarios, run=run, seed=seed)
+
+
+def merge_shards(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """A round's replay result from its shards' (their groups together; a shard with none is fine)."""
+    sampled = [r for r in results if r.get("groups")]
+    if not sampled:
+        raise StageError("select.replay", "no group was sampled in any shard")
+    merged = dict(sampled[0])
+    for more in sampled[1:]:
+        merged = {**merge_replays(merged, more), "draws": merged.get("draws", 0)}
+    return merged
 
 
 def merge_replays(first: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:

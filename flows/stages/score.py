@@ -13,6 +13,26 @@ def rewards_to_score(config: TrajlakeConfig) -> list[str]:
     return list(config.score.rewards)
 
 
+def shard_groups(group_ids: list[str] | None, shards: int) -> list[list[str] | None]:
+    """`group_ids` in `shards` chunks (scoring tasks); all groups (None) stay one."""
+    if group_ids is None or shards <= 1:
+        return [group_ids]
+    return [chunk for k in range(shards) if (chunk := group_ids[k::shards])]
+
+
+def merge_score_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per reward from its chunks' rows (counts summed)."""
+    merged: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        into = merged.setdefault(
+            row["reward"], {**row, **{k: 0 for k, v in row.items() if isinstance(v, int)}}
+        )
+        for key, value in row.items():
+            if isinstance(value, int):
+                into[key] += value
+    return list(merged.values())
+
+
 def replay_filter(group_ids: list[str] | None) -> str:
     """The `--where` of a scoring run over replayed groups (all of them when `group_ids` is None)."""
     where = "source = 'replay'"

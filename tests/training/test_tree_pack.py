@@ -265,6 +265,21 @@ def test_the_round_start_pass_is_packed_and_equals_unpacked(tiny_model: Path, tm
         torch.testing.assert_close(torch.tensor(packed), torch.tensor(unpacked), rtol=0, atol=TOLERANCE)
 
 
+def test_a_batch_with_nothing_scored_trains_as_stock_does(pair) -> None:  # type: ignore[no-untyped-def]
+    ours, stock = pair
+    rows = [dict(r, truncated=True) for r in agent_rows(11)[:4]]  # every row truncated: masked whole
+    ours.model.train()
+    batch = ours._generate_and_score_completions(rows)
+    assert batch["completion_mask"].sum() == 0
+    losses = []
+    for trainer in (ours, stock):
+        trainer.model.zero_grad()
+        loss = trainer.compute_loss(trainer.model, dict(batch))
+        loss.backward()  # a differentiable zero, as stock TRL's
+        losses.append(loss.item())
+    assert losses[0] == losses[1] == 0.0
+
+
 # --- the fallback --------------------------------------------------------------------------------------
 
 

@@ -11,7 +11,8 @@ Public surface (the CLI and the Prefect flows call these):
 
 - `replay(lake, scenarios_sql, sampler, ReplayConfig(...)) -> ReplayResult`, `areplay`
 - `create_scenarios(lake, sql, ScenarioConfig(...))`, `load_scenarios(lake, path)`,
-  `read_scenarios(lake, sql)`, `slice_selection(lake, sql, size, index)` (a round's share), `Scenario`
+  `read_scenarios(lake, sql)`, `slice_selection(lake, sql, size, index)` (a round's share),
+  `shard_selection(sql, shard, shards)` (a task's share), `Scenario`
 - `make_sampler(backend, model, **options)`, `SamplerConfig`, `SamplingParams`
 - `make_tools(callables, recorded=True)`, `ToolsConfig`
 """
@@ -40,7 +41,7 @@ _PUBLIC = {
         ("BACKENDS", "SamplerConfig", "SamplingParams", "make_sampler"), "training.replay.samplers"
     ),
     **dict.fromkeys(
-        ("create_scenarios", "load_scenarios", "read_scenarios", "slice_selection"),
+        ("create_scenarios", "load_scenarios", "read_scenarios", "shard_selection", "slice_selection"),
         "training.replay.scenario_io",
     ),
     **dict.fromkeys(("Scenario", "ScenarioConfig", "ScenarioResult"), "training.replay.scenarios"),

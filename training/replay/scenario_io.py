@@ -126,6 +126,20 @@ def read_scenarios(
         return [Scenario.from_row(row) for row in selected_rows(own, sql, "scenarios", "scenario_id")]
 
 
+def shard_selection(sql: str, shard: int, shards: int) -> str:
+    """`sql` (returning `scenario_id`) narrowed to shard `shard` of `shards`, by a hash of the id:
+    the shards partition the selection, the same way in every process.
+
+    >>> shard_selection("SELECT scenario_id FROM scenarios", 1, 4)
+    'SELECT scenario_id FROM (SELECT scenario_id FROM scenarios) WHERE hash(scenario_id) % 4 = 1'
+    """
+    if not 0 <= shard < shards:
+        raise ScenarioError(
+            f"shard {shard} is not one of 0..{shards - 1}", item=str(shard), reason="bad_shard"
+        )
+    return f"SELECT scenario_id FROM ({sql}) WHERE hash(scenario_id) % {shards} = {shard}"
+
+
 def slice_selection(lake: store.Lake | str, sql: str, size: int, index: int) -> str:
     """`sql` (returning `scenario_id`) narrowed to its `index`-th slice of `size` scenarios.
 

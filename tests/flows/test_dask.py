@@ -1,0 +1,152 @@
+"""The pipeline on a real Dask cluster (`pipeline.task_runner = "dask"`): two worker processes,
+replay and scoring split by scenario shard, one worker killed mid-replay; the lake afterwards
+holds the same groups, rewards and adapter as the default thread runner's run on the same seed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import store
+from tests.training.helpers import make_trajectory
+
+distributed = pytest.importorskip("distributed", reason="Dask is the [dask] extra (prefect-dask)")
+pytest.importorskip("prefect_dask", reason="Dask is the [dask] extra (prefect-dask)")
+
+
+def production(lake: store.Lake) -> None:
+    rows = []
+    for i in range(16):
+        a, b = 3 + i, 4 + 2 * i
+        row = make_trajectory(f"p{i:02d}")
+        row["messages"][1]["content"] = f"What is {a} + {b}?"
+        rows.append(row)
+    store.write(lake, "trajectories", rows)
+
+
+def config_file(tmp_path: Path, lake: store.Lake, model: Path, runner: str, address: str = "") -> str:
+    path = tmp_path / f"{runner}.toml"
+    path.write_text(
+        f"""
+[lake]
+path = "{lake.root}"
+[select]
+scenarios = "SELECT trajectory_id FROM trajectories WHERE source = 'otel'"
+replay = "SELECT scenario_id FROM scenarios WHERE split = 'train'"
+[scenarios]
+val_fraction = 0.25
+[sampler]
+model = "{model}"
+[replay]
+group_size = 4
+temperature = 1.0
+max_tokens = 24
+max_turns = 1
+seed = 0
+[score]
+rewards = ["tool_success", "valid_json"]
+reward = "valid_json"
+[evaluate]
+reward = "valid_json"
+group_size = 2
+[pipeline]
+rounds = 1
+sft = false
+replay_shards = 2
+task_runner = "{runner}"
+max_workers = 2
+dask_address = "{address}"
+[train.grpo]
+per_device_train_batch_size = 4
+num_train_epochs = 1
+learning_rate = 1e-3
+seed = 0
+activation_checkpointing = false
+skip_equal_reward_groups = false
+[publish]
+name = "dask-agent"
+"""
+    )
+    return str(path)
+
+
+def lake_contents(lake: store.Lake) -> dict[str, object]:
+    con = store.connect(lake)
+    groups = con.execute(
+        """SELECT group_id, count(*) AS n, list(turns[1].completion_token_ids ORDER BY trajectory_id)
+           FROM trajectories WHERE source = 'replay' AND json_extract_string(metadata, '$.run') = 'round-1'
+           GROUP BY group_id ORDER BY group_id"""
+    ).fetchall()
+    rewards = con.execute(
+        """SELECT r.trajectory_id, r.name, r.value FROM latest_rewards r JOIN trajectories t USING (trajectory_id)
+           WHERE t.source = 'replay' ORDER BY ALL"""
+    ).fetchall()
+    return {"groups": groups, "rewards": rewards}
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_dask_workers_write_what_threads_write(tmp_path: Path, tiny_model: Path) -> None:
+    from flows.prefect_flows import run_pipeline
+
+    threads_lake, dask_lake = store.Lake(str(tmp_path / "threads")), store.Lake(str(tmp_path / "dask"))
+    for lake in (threads_lake, dask_lake):
+        production(lake)
+    expected_result = run_pipeline(
+        config_file(tmp_path, threads_lake, tiny_model, "threads"), threads_lake.root
+    )
+
+    # workers are processes: they reach the test's Prefect API through the environment
+    from prefect.settings import PREFECT_API_URL
+
+    os.environ["PREFECT_API_URL"] = PREFECT_API_URL.value()
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    )
+    killed: list[int] = []
+
+    def kill_a_worker_mid_replay() -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not killed:
+            try:
+                replayed = (
+                    store.connect(dask_lake)
+                    .execute("SELECT count(*) FROM trajectories WHERE source = 'replay'")
+                    .fetchone()[0]
+                )
+            except Exception:  # the table is being created or committed this instant
+                replayed = 0
+            if replayed:  # some groups are in, others are being sampled: one worker dies now
+                pid = next(iter(cluster.scheduler_info["workers"].values()))["pid"]
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            time.sleep(0.05)
+
+    try:
+        killer = threading.Thread(target=kill_a_worker_mid_replay, daemon=True)
+        killer.start()
+        result = run_pipeline(
+            config_file(tmp_path, dask_lake, tiny_model, "dask", cluster.scheduler_address), dask_lake.root
+        )
+        killer.join(timeout=5)
+    finally:
+        cluster.close()
+        os.environ.pop("PREFECT_API_URL", None)
+    assert killed, "no worker was killed mid-replay"
+
+    got, expected = lake_contents(dask_lake), lake_contents(threads_lake)
+    assert got["groups"] and all(n == 4 for _, n, _ in got["groups"])  # whole groups only
+    assert got == expected  # the same groups, tokens and rewards
+    assert result["rounds"][0]["groups"] == expected_result["rounds"][0]["groups"]
+    adapters = [
+        load_file(str(Path(r["adapter"]) / "adapter_model.safetensors")) for r in (result, expected_result)
+    ]
+    for name, weight in adapters[0].items():
+        torch.testing.assert_close(weight, adapters[1][name], rtol=0, atol=1e-6, msg=name)
+    assert store.connect(dask_lake).execute("SELECT count(*) FROM adapters").fetchone()[0] == 1

@@ -37,7 +37,7 @@ def task_runner(config: TrajlakeConfig) -> Any:
     if kind == "threads":
         return ThreadPoolTaskRunner(max_workers=config.pipeline.max_workers)
     module, cls, package = {
-        "dask": ("prefect_dask", "DaskTaskRunner", "prefect-dask"),
+        "dask": ("prefect_dask", "DaskTaskRunner", "trajlake[dask]"),
         "ray": ("prefect_ray", "RayTaskRunner", "prefect-ray"),
     }[kind]
     try:

@@ -86,7 +86,7 @@ def lake_contents(lake: store.Lake) -> dict[str, object]:
     ).fetchall()
     rewards = con.execute(
         """SELECT r.trajectory_id, r.name, r.value FROM latest_rewards r JOIN trajectories t USING (trajectory_id)
-           WHERE t.source = 'replay' ORDER BY ALL"""
+           WHERE t.source = 'replay' AND json_extract_string(t.metadata, '$.run') = 'round-1' ORDER BY ALL"""
     ).fetchall()
     return {"groups": groups, "rewards": rewards}
 
@@ -109,6 +109,9 @@ def test_dask_workers_write_what_threads_write(tmp_path: Path, tiny_model: Path)
     cluster = distributed.LocalCluster(
         n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
     )
+    with distributed.Client(cluster) as client:
+        worker_pids = sorted(client.run(os.getpid).values())
+    assert len(worker_pids) == 2
     killed: list[int] = []
 
     def kill_a_worker_mid_replay() -> None:
@@ -123,9 +126,8 @@ def test_dask_workers_write_what_threads_write(tmp_path: Path, tiny_model: Path)
             except Exception:  # the table is being created or committed this instant
                 replayed = 0
             if replayed:  # some groups are in, others are being sampled: one worker dies now
-                pid = next(iter(cluster.scheduler_info["workers"].values()))["pid"]
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
+                os.kill(worker_pids[0], signal.SIGKILL)
+                killed.append(worker_pids[0])
             time.sleep(0.05)
 
     try:

@@ -24,6 +24,11 @@ from training.replay.samplers.base import Completion, Sampler, SampleRequest, Sa
 Row = tuple[int, tuple[int, ...], int]
 
 
+# transformers' loading is not thread-safe (its meta-device init is process-wide): two samplers
+# loading at once in one process (replay shards on a thread runner) got meta tensors.
+LOADING = threading.Lock()
+
+
 class TransformersSampler(Sampler):
     """Sample with a Hugging Face causal LM (`AutoModelForCausalLM`), optionally through PEFT LoRA adapters."""
 
@@ -71,7 +76,8 @@ class TransformersSampler(Sampler):
                 else (torch.bfloat16 if device.startswith("cuda") else torch.float32)
             )
             try:
-                model = AutoModelForCausalLM.from_pretrained(self.model, dtype=dtype)
+                with LOADING:
+                    model = AutoModelForCausalLM.from_pretrained(self.model, dtype=dtype)
             except OSError as exc:
                 raise SamplerError(
                     f"cannot load model `{self.model}`: {exc}; pass a local model folder "

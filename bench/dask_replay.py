@@ -1,0 +1,107 @@
+"""Benchmark: replay throughput on one and two Dask workers (what a second worker buys).
+
+    python bench/dask_replay.py [--scenarios 32] [--group-size 4] [--max-tokens 48] [--repeats 3]
+
+The replay stage (`training.replay.replay`, transformers backend, the tiny model, one torch
+thread per worker) over the same scenarios split into two shards
+(`training.replay.shard_selection`, what `pipeline.replay_shards = 2` does), submitted to a
+`distributed.LocalCluster` of one worker process and of two. Each task loads its sampler and
+writes its groups to the lake (Delta commits from both workers); tokens/s is the tokens
+generated over the wall time of both tasks; the first run of each cluster warms it up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+import store  # noqa: E402
+from bench.replay import _scenarios_file  # noqa: E402
+from training.replay.scenario_io import load_scenarios  # noqa: E402
+from training.tiny import tiny_model_path  # noqa: E402
+
+
+def replay_shard(lake: str, model: str, shard: int, shards: int, run: str, args: dict) -> int:
+    """One task: replay shard `shard` of `shards` of every scenario; returns the tokens generated."""
+    import torch
+
+    from training.replay import ReplayConfig, make_sampler, replay, shard_selection
+
+    torch.set_num_threads(1)
+    config = ReplayConfig(
+        group_size=args["group_size"], max_tokens=args["max_tokens"], max_turns=1, concurrency=64, run=run
+    )
+    with make_sampler("transformers", model) as sampler:
+        result = replay(
+            lake,
+            shard_selection("SELECT scenario_id FROM scenarios", shard, shards),
+            sampler,
+            config,
+            progress=False,
+        )
+    return result.generated_tokens
+
+
+def main() -> None:
+    import distributed
+
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--scenarios", type=int, default=32)
+    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    model = str(tiny_model_path())
+    work = Path(tempfile.mkdtemp(prefix="trajlake-bench-dask-"))
+    lake = store.Lake(str(work / "lake"))
+    load_scenarios(lake, _scenarios_file(work / "scenarios.jsonl", args.scenarios))
+    options = {"group_size": args.group_size, "max_tokens": args.max_tokens}
+    rates: dict[int, list[float]] = {}
+    for workers in (1, 2):
+        rates[workers] = []
+        env = {"OMP_NUM_THREADS": "1"}
+        with (
+            distributed.LocalCluster(
+                n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None, env=env
+            ) as cluster,
+            distributed.Client(cluster) as client,
+        ):
+            for i in range(args.repeats + 1):
+                started = time.perf_counter()
+                futures = [
+                    client.submit(
+                        replay_shard, lake.root, model, k, 2, f"w{workers}-{i}", options, pure=False
+                    )
+                    for k in range(2)
+                ]
+                tokens = sum(client.gather(futures))
+                if i:  # the first run warms the workers up (imports)
+                    rates[workers].append(tokens / (time.perf_counter() - started))
+    table = Table(
+        title=f"replay on Dask workers (LocalCluster processes, 1 thread each, tiny model; {args.scenarios} "
+        f"scenarios x G={args.group_size}, {args.max_tokens} tokens, 2 shards; {os.cpu_count()} cores)"
+    )
+    for column in ("workers", "tok/s (median)", "runs", "vs one"):
+        table.add_column(column, justify="right")
+    one = statistics.median(rates[1])
+    for workers, values in rates.items():
+        rate = statistics.median(values)
+        table.add_row(str(workers), f"{rate:,.0f}", str([round(r) for r in values]), f"{rate / one:.2f}x")
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -152,3 +152,15 @@ def test_dask_workers_write_what_threads_write(tmp_path: Path, tiny_model: Path)
     for name, weight in adapters[0].items():
         torch.testing.assert_close(weight, adapters[1][name], rtol=0, atol=1e-6, msg=name)
     assert store.connect(dask_lake).execute("SELECT count(*) FROM adapters").fetchone()[0] == 1
+
+    # `trajlake report` on a lake the pipeline wrote with no demo code involved
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    out = tmp_path / "report.html"
+    shown = CliRunner().invoke(app, ["report", "--lake", threads_lake.root, "--out", str(out)])
+    assert shown.exit_code == 0, shown.output
+    page = out.read_text()
+    assert "Adapter lineage" in page and "dask-agent" in page and "class='group'" in page
+    assert (Path(threads_lake.root) / "_work" / "report.html").exists()  # the pipeline's own, after its run

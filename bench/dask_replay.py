@@ -12,11 +12,9 @@ generated over the wall time of both tasks; the first run of each cluster warms 
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -26,10 +24,7 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-import store  # noqa: E402
-from bench.replay import _scenarios_file  # noqa: E402
-from training.replay.scenario_io import load_scenarios  # noqa: E402
-from training.tiny import tiny_model_path  # noqa: E402
+from bench.replay import scaling_workload  # noqa: E402
 
 
 def replay_shard(lake: str, model: str, shard: int, shards: int, run: str, args: dict) -> int:
@@ -56,18 +51,7 @@ def replay_shard(lake: str, model: str, shard: int, shards: int, run: str, args:
 def main() -> None:
     import distributed
 
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--scenarios", type=int, default=32)
-    parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--max-tokens", type=int, default=48)
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
-    model = str(tiny_model_path())
-    work = Path(tempfile.mkdtemp(prefix="trajlake-bench-dask-"))
-    lake = store.Lake(str(work / "lake"))
-    load_scenarios(lake, _scenarios_file(work / "scenarios.jsonl", args.scenarios))
+    args, model, lake = scaling_workload(__doc__ or "", "trajlake-bench-dask-")
     options = {"group_size": args.group_size, "max_tokens": args.max_tokens}
     rates: dict[int, list[float]] = {}
     for workers in (1, 2):

@@ -12,13 +12,11 @@ budget; the median of `--repeats` runs. The ratio is what a second endpoint buys
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -29,12 +27,9 @@ import httpx  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-import store  # noqa: E402
-from bench.replay import _scenarios_file  # noqa: E402
+from bench.replay import scaling_workload  # noqa: E402
 from training.replay.samplers import SamplerConfig  # noqa: E402
-from training.replay.scenario_io import load_scenarios  # noqa: E402
 from training.replay.stage import ReplayConfig, replay  # noqa: E402
-from training.tiny import tiny_model_path  # noqa: E402
 
 
 def start_server(model: str, port: int) -> subprocess.Popen:
@@ -57,18 +52,7 @@ def start_server(model: str, port: int) -> subprocess.Popen:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--scenarios", type=int, default=32)
-    parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--max-tokens", type=int, default=48)
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
-    model = str(tiny_model_path())
-    work = Path(tempfile.mkdtemp(prefix="trajlake-bench-endpoints-"))
-    lake = store.Lake(str(work / "lake"))
-    load_scenarios(lake, _scenarios_file(work / "scenarios.jsonl", args.scenarios))
+    args, model, lake = scaling_workload(__doc__ or "", "trajlake-bench-endpoints-")
     servers = [start_server(model, 18_700 + i) for i in range(2)]
     urls = [f"http://127.0.0.1:{18_700 + i}" for i in range(2)]
     try:

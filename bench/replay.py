@@ -53,6 +53,20 @@ def _scenarios_file(path: Path, count: int) -> Path:
     return path
 
 
+def scaling_workload(doc: str, prefix: str) -> tuple[argparse.Namespace, str, store.Lake]:
+    """The scale-out benches' options and workload: (args, the tiny model, a lake of scenarios)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scenarios", type=int, default=32)
+    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    lake = store.Lake(str(work / "lake"))
+    load_scenarios(lake, _scenarios_file(work / "scenarios.jsonl", args.scenarios))
+    return args, str(tiny_model_path()), lake
+
+
 def bare_transformers(
     model_path: str, prompts: list[list[int]], group_size: int, max_tokens: int
 ) -> tuple[int, float]:

@@ -17,22 +17,12 @@ from flows.report.data import report_data
 from flows.report.lineage import brief_sql
 from flows.report.names import policy_label, policy_labels
 from tests.flows.browser import chromium, console_errors, decoded_images, screenshot_sections
+from tests.training.train_helpers import msg
 
 WORK = "/work/w"
 POLICIES = [f"{WORK}/model+{WORK}/lake/_work/grpo-{r}/adapter" for r in (1, 2)]
 # per round, per scenario: `calc` of the four samples; `ruler` ranks sc-3's samples the other way
 CALC = {"sc-1": [0.0, 1.0, 1.0, 0.0], "sc-2": [1.0, 1.0, 1.0, 1.0], "sc-3": [0.0, 0.2, 0.4, 1.0]}
-
-
-def message(role: str, content: str | None, **kw: object) -> dict[str, object]:
-    return {
-        "role": role,
-        "content": content,
-        "name": kw.get("name"),
-        "tool_call_id": kw.get("tool_call_id"),
-        "tool_calls": kw.get("tool_calls") or [],
-        "is_error": kw.get("is_error"),
-    }
 
 
 def seed(lake: store.Lake) -> None:
@@ -57,10 +47,10 @@ def seed(lake: store.Lake) -> None:
                         "group_id": group,
                         "policy": policy,
                         "messages": [
-                            message("user", f"What is {k} + 1? ({scenario})"),
-                            message("assistant", None, tool_calls=[call]),
-                            message("tool", str(k + 1), name="calculator", tool_call_id=f"c{k}"),
-                            message("assistant", f"answer-{tid}"),
+                            msg("user", f"What is {k} + 1? ({scenario})"),
+                            msg("assistant", None, tool_calls=[call]),
+                            msg("tool", str(k + 1), name="calculator", tool_call_id=f"c{k}"),
+                            msg("assistant", f"answer-{tid}"),
                         ],
                         "final_output": f"answer-{tid}",
                         "turns": [

@@ -8,9 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import store
 from store import OUTSIDE_VAL_SCENARIOS
 
-PRODUCTION_SOURCES = "source IN ('otel', 'langfuse', 'import')"
+PRODUCTION_SOURCES = store.one_of("source", store.PRODUCTION_SOURCES)
 
 
 def _help(text: str, default: Any = None, factory: Any = None) -> Any:

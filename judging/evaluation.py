@@ -190,7 +190,7 @@ def production_success(
     lake: store.Lake | str,
     reward: str,
     *,
-    sources: Sequence[str] = ("otel", "langfuse", "import"),
+    sources: Sequence[str] = store.PRODUCTION_SOURCES,
     **bootstrap: int | float,
 ) -> list[StageScore]:
     """Per production policy (the `policy` of its trajectories), the mean of `reward` over its

@@ -34,25 +34,42 @@ from store.maintenance import CompactConfig, TableCompaction, compact
 from store.migrate import TableMigration, migrate
 from store.rows import new_run_id, runs_row, served_adapter_name, utc_now
 from store.schema import OUTSIDE_VAL_SCENARIOS, TABLES, TableSpec, empty_table, table_spec
+from store.vocabulary import (
+    PRODUCTION_SOURCES,
+    RewardStatus,
+    RunStage,
+    SpanSource,
+    Split,
+    TrajectorySource,
+    TrajectoryStatus,
+    one_of,
+)
 from store.writer import WriteResult, write
 
 __all__ = [
     "DEFAULT_LAKE",
     "OUTSIDE_VAL_SCENARIOS",
+    "PRODUCTION_SOURCES",
     "TABLES",
     "CompactConfig",
     "CompactionError",
     "Lake",
     "QueryTimeout",
     "ReadOnlyViolation",
+    "RewardStatus",
+    "RunStage",
     "SchemaViolation",
     "SelectionError",
     "Snapshot",
+    "SpanSource",
+    "Split",
     "StoreError",
     "TableCompaction",
     "TableMigration",
     "TableSpec",
     "TableVersion",
+    "TrajectorySource",
+    "TrajectoryStatus",
     "WriteResult",
     "check_selection",
     "compact",
@@ -61,6 +78,7 @@ __all__ = [
     "empty_table",
     "migrate",
     "new_run_id",
+    "one_of",
     "refresh",
     "run_read_only",
     "runs_row",

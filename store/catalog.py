@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 from store.errors import QueryTimeout, ReadOnlyViolation, SelectionError
 from store.lake import Lake
 from store.schema import PARTITION_COLUMN, TABLES, WRITTEN_AT, TableSpec, table_spec
+from store.vocabulary import PRODUCTION_SOURCES, one_of
 
 _READ_ONLY_STATEMENTS = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 
@@ -149,9 +150,9 @@ DERIVED_VIEWS = {
                avg(r.value) AS mean, min(t.started_at) AS first_seen, max(t.started_at) AS last_seen
         FROM trajectories t JOIN latest_rewards r USING (trajectory_id)
              LEFT JOIN adapters a ON coalesce(t.policy, t.model) = a.name || '-v' || CAST(a.version AS VARCHAR)
-        WHERE t.source IN ('otel', 'langfuse', 'import') AND coalesce(t.policy, t.model) IS NOT NULL
+        WHERE {production} AND coalesce(t.policy, t.model) IS NOT NULL
         GROUP BY ALL
-    """,
+    """.replace("{production}", one_of("t.source", PRODUCTION_SOURCES)),
 }
 
 GROUP_STATS_MACRO = """

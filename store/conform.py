@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 
 from store.errors import SchemaViolation
 from store.schema import PARTITION_COLUMN, TableSpec
+from store.vocabulary import VOCABULARIES
 
 # What a value Arrow cannot convert or cast raises (pa.ArrowInvalid is a ValueError,
 # pa.ArrowTypeError a TypeError; an impossible cast is pa.ArrowNotImplementedError).
@@ -127,6 +128,18 @@ def conform_batch(spec: TableSpec, batch: pa.RecordBatch, row_offset: int = 0) -
             column = _dates_of(columns[spec.schema.get_field_index(spec.partition_from)])
         else:
             column = pa.nulls(n, type=target.type)
+        allowed = VOCABULARIES.get(spec.name, {}).get(target.name)
+        if allowed is not None and target.name in names:
+            outside = pc.invert(pc.fill_null(pc.is_in(column, value_set=pa.array(allowed)), True))
+            if pc.any(outside).as_py():
+                row = pc.index(outside, True).as_py()
+                raise SchemaViolation(
+                    spec.name,
+                    target.name,
+                    row_offset + row,
+                    "unknown_value",
+                    f"`{target.name}` = {column[row].as_py()!r} is not one of {', '.join(allowed)}",
+                )
         if target.name in spec.not_null and column.null_count:
             row = pc.index(pc.is_null(column), True).as_py()
             reason = "null_key" if target.name in spec.key else "null_value"

@@ -147,7 +147,7 @@ SPANS = TableSpec(
     schema=_schema(
         pa.field("trace_id", pa.string()),  # 32 lowercase hex chars
         pa.field("span_id", pa.string()),  # 16 lowercase hex chars
-        pa.field("source", pa.string()),  # otel, langfuse
+        pa.field("source", pa.string()),  # store.vocabulary.SpanSource
         pa.field("name", pa.string()),
         pa.field("kind", pa.string()),  # INTERNAL, SERVER, CLIENT, PRODUCER, CONSUMER, UNSPECIFIED
         pa.field("parent_span_id", pa.string()),
@@ -173,7 +173,7 @@ TRAJECTORIES = TableSpec(
     cluster_by=("trajectory_id",),
     schema=_schema(
         pa.field("trajectory_id", pa.string()),
-        pa.field("source", pa.string()),  # otel, langfuse, replay, import
+        pa.field("source", pa.string()),  # store.vocabulary.TrajectorySource
         pa.field("trace_id", pa.string()),
         pa.field("session_id", pa.string()),
         pa.field("user_id", pa.string()),
@@ -192,7 +192,7 @@ TRAJECTORIES = TableSpec(
         pa.field("turns", TURNS),  # token data; empty for text-only production traces
         pa.field("metadata", pa.string()),  # JSON object
         pa.field("has_content", pa.bool_()),  # false when content capture was off
-        pa.field("status", pa.string()),  # ok, error, truncated
+        pa.field("status", pa.string()),  # store.vocabulary.TrajectoryStatus
         partitioned=True,
     ),
 )
@@ -212,7 +212,7 @@ REWARDS = TableSpec(
         pa.field("group_id", pa.string()),
         pa.field("scored_at", TIMESTAMP),
         pa.field("run_id", pa.string()),
-        pa.field("status", pa.string()),  # ok, failed
+        pa.field("status", pa.string()),  # store.vocabulary.RewardStatus
         pa.field("error", pa.string()),  # snake_case reason code when failed
         pa.field("metadata", pa.string()),  # JSON: seed, tokens, cost, ...
         partitioned=True,
@@ -228,7 +228,7 @@ SCENARIOS = TableSpec(
         pa.field("messages", MESSAGES),  # the prompt prefix
         pa.field("tools", pa.string()),  # JSON
         pa.field("expected", pa.string()),  # JSON, optional
-        pa.field("split", pa.string()),  # train, val
+        pa.field("split", pa.string()),  # store.vocabulary.Split
         pa.field("source_trajectory_id", pa.string()),
         pa.field("created_at", TIMESTAMP),
         pa.field("metadata", pa.string()),  # JSON
@@ -242,7 +242,7 @@ RUNS = TableSpec(
     schema=_schema(
         pa.field("run_id", pa.string()),
         pa.field("step", pa.int64()),
-        pa.field("stage", pa.string()),  # sft, grpo, eval
+        pa.field("stage", pa.string()),  # store.vocabulary.RunStage
         pa.field("metrics", pa.string()),  # JSON object
         pa.field("at", TIMESTAMP),
     ),

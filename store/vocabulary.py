@@ -1,0 +1,40 @@
+"""The lake's vocabularies: the values its code columns may hold, declared once.
+
+`source`, `status`, `split` and `stage` are plain strings in Parquet; these `Literal`s are
+the one place their values are listed. The writer refuses any other value (a typo in a
+library or a user's rows never lands in the lake), type checkers see them in signatures,
+and SQL that filters on a set of them is written from them (`one_of`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+SpanSource = Literal["otel", "langfuse"]
+TrajectorySource = Literal["otel", "langfuse", "replay", "import"]
+TrajectoryStatus = Literal["ok", "error", "truncated"]
+RewardStatus = Literal["ok", "failed"]
+Split = Literal["train", "val"]
+RunStage = Literal["sft", "grpo", "eval"]
+
+# Where production traffic comes from (everything but replay): what `policy_performance` and
+# the production rows of an evaluation read.
+PRODUCTION_SOURCES: tuple[TrajectorySource, ...] = ("otel", "langfuse", "import")
+
+# table -> column -> allowed values (null is always allowed where the column is nullable)
+VOCABULARIES: dict[str, dict[str, tuple[str, ...]]] = {
+    "spans": {"source": get_args(SpanSource)},
+    "trajectories": {"source": get_args(TrajectorySource), "status": get_args(TrajectoryStatus)},
+    "rewards": {"status": get_args(RewardStatus)},
+    "scenarios": {"split": get_args(Split)},
+    "runs": {"stage": get_args(RunStage)},
+}
+
+
+def one_of(column: str, values: tuple[str, ...]) -> str:
+    """SQL true where `column` holds one of `values`.
+
+    >>> one_of("t.source", PRODUCTION_SOURCES)
+    "t.source IN ('otel', 'langfuse', 'import')"
+    """
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"

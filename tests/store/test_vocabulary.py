@@ -1,0 +1,65 @@
+"""The lake's vocabularies are declared once (`store.vocabulary`) and the writer holds rows to them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import get_args
+
+import pytest
+
+import store
+from store.errors import SchemaViolation
+from store.vocabulary import VOCABULARIES
+
+USER = {
+    "role": "user",
+    "content": "x",
+    "name": None,
+    "tool_call_id": None,
+    "tool_calls": [],
+    "is_error": None,
+}
+
+
+@pytest.mark.parametrize(
+    ("table", "row", "column", "bad"),
+    [
+        ("trajectories", {"trajectory_id": "t", "started_at": store.utc_now()}, "source", "replays"),
+        (
+            "trajectories",
+            {"trajectory_id": "t", "source": "otel", "started_at": store.utc_now()},
+            "status",
+            "fine",
+        ),
+        (
+            "rewards",
+            {"trajectory_id": "t", "name": "r", "scorer": "s", "scored_at": store.utc_now()},
+            "status",
+            "ko",
+        ),
+        (
+            "scenarios",
+            {"scenario_id": "s", "created_at": store.utc_now(), "messages": [USER]},
+            "split",
+            "test",
+        ),
+        ("runs", {"run_id": "r", "step": 1, "metrics": "{}", "at": store.utc_now()}, "stage", "dpo"),
+    ],
+)
+def test_a_value_outside_the_vocabulary_is_refused_and_nothing_is_written(
+    lake: store.Lake, table: str, row: dict, column: str, bad: str
+) -> None:
+    allowed = VOCABULARIES[table][column]
+    good = {**row, column: allowed[0]}
+    with pytest.raises(SchemaViolation) as info:
+        store.write(lake, table, [good, {**row, column: bad}])
+    assert info.value.column == column and info.value.row == 1 and bad in str(info.value)
+    assert not (Path(lake.root) / table).exists()  # the good row was not written either
+    store.write(lake, table, [good])  # every declared value is accepted, and null where allowed
+
+
+def test_production_sql_is_written_from_the_vocabulary() -> None:
+    assert set(store.PRODUCTION_SOURCES) == set(get_args(store.TrajectorySource)) - {"replay"}
+    from flows.tables import PRODUCTION_SOURCES
+
+    assert PRODUCTION_SOURCES == "source IN ('otel', 'langfuse', 'import')"

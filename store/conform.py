@@ -130,7 +130,8 @@ def conform_batch(spec: TableSpec, batch: pa.RecordBatch, row_offset: int = 0) -
             column = pa.nulls(n, type=target.type)
         allowed = VOCABULARIES.get(spec.name, {}).get(target.name)
         if allowed is not None and target.name in names:
-            outside = pc.invert(pc.fill_null(pc.is_in(column, value_set=pa.array(allowed)), True))
+            # nulls stay allowed (a nullable column); only values outside the vocabulary are refused
+            outside = pc.and_(pc.is_valid(column), pc.invert(pc.is_in(column, value_set=pa.array(allowed))))
             if pc.any(outside).as_py():
                 row = pc.index(outside, True).as_py()
                 raise SchemaViolation(

@@ -21,6 +21,7 @@ from deltalake import DeltaTable
 import store
 from store import writer
 from store.schema import ID_COLUMNS, PARTITION_COLUMN, TABLES, TableSpec
+from store.vocabulary import VOCABULARIES
 from store.writer import STATS_PROPERTY, open_table, stats_columns
 
 T0 = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
@@ -44,6 +45,9 @@ def delta_log_text(lake: store.Lake, table: str) -> dict[str, str]:
 def _value(spec: TableSpec, field: pa.Field, i: int) -> Any:
     kind = field.type
     if pa.types.is_string(kind):
+        vocabulary = VOCABULARIES.get(spec.name, {}).get(field.name)
+        if vocabulary:  # a code column holds one of its declared values (the writer refuses others)
+            return vocabulary[i % len(vocabulary)]
         return f"id-{i}" if field.name in ID_COLUMNS else f"{MARKER} {field.name} {i}"
     if pa.types.is_timestamp(kind):
         return T0 + timedelta(seconds=i)

@@ -13,7 +13,6 @@ generated over the wall time of both tasks; the first run of each cluster warms 
 from __future__ import annotations
 
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -21,10 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
 
-from bench.replay import scaling_workload  # noqa: E402
+from bench.replay import print_scaling, scaling_workload  # noqa: E402
 
 
 def replay_shard(lake: str, model: str, shard: int, shards: int, run: str, args: dict) -> int:
@@ -74,17 +71,12 @@ def main() -> None:
                 tokens = sum(client.gather(futures))
                 if i:  # the first run warms the workers up (imports)
                     rates[workers].append(tokens / (time.perf_counter() - started))
-    table = Table(
-        title=f"replay on Dask workers (LocalCluster processes, 1 thread each, tiny model; {args.scenarios} "
-        f"scenarios x G={args.group_size}, {args.max_tokens} tokens, 2 shards; {os.cpu_count()} cores)"
+    print_scaling(
+        f"replay on Dask workers (LocalCluster processes, 1 thread each, tiny model; {args.scenarios} "
+        f"scenarios x G={args.group_size}, {args.max_tokens} tokens, 2 shards; {os.cpu_count()} cores)",
+        "workers",
+        rates,
     )
-    for column in ("workers", "tok/s (median)", "runs", "vs one"):
-        table.add_column(column, justify="right")
-    one = statistics.median(rates[1])
-    for workers, values in rates.items():
-        rate = statistics.median(values)
-        table.add_row(str(workers), f"{rate:,.0f}", str([round(r) for r in values]), f"{rate / one:.2f}x")
-    Console().print(table)
 
 
 if __name__ == "__main__":

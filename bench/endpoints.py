@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import time
@@ -24,10 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
 
-from bench.replay import scaling_workload  # noqa: E402
+from bench.replay import print_scaling, scaling_workload  # noqa: E402
 from training.replay.samplers import SamplerConfig  # noqa: E402
 from training.replay.stage import ReplayConfig, replay  # noqa: E402
 
@@ -84,17 +81,12 @@ def main() -> None:
     finally:
         for process in servers:
             os.killpg(process.pid, signal.SIGKILL)
-    table = Table(
-        title=f"replay over sampler servers (serve-sampler, tiny model, 1 thread each; {args.scenarios} scenarios "
-        f"x G={args.group_size}, {args.max_tokens} tokens; {os.cpu_count()} cores)"
+    print_scaling(
+        f"replay over sampler servers (serve-sampler, tiny model, 1 thread each; {args.scenarios} scenarios "
+        f"x G={args.group_size}, {args.max_tokens} tokens; {os.cpu_count()} cores)",
+        "servers",
+        rates,
     )
-    for column in ("servers", "tok/s (median)", "runs", "vs one"):
-        table.add_column(column, justify="right")
-    one = statistics.median(rates[1])
-    for count in (1, 2):
-        rate = statistics.median(rates[count])
-        table.add_row(str(count), f"{rate:,.0f}", str([round(r) for r in rates[count]]), f"{rate / one:.2f}x")
-    Console().print(table)
 
 
 if __name__ == "__main__":

@@ -102,27 +102,25 @@ def sft_rows(count: int, max_len: int, vocab: int) -> list[dict[str, Any]]:
     return rows
 
 
-class StepClock:
-    """Wall time at each step's end, so throughput can skip the first half (autotuning per shape)."""
+def step_clock() -> Any:
+    """A Trainer callback that records the wall time at each step's end, so throughput can skip
+    the first half (autotuning per shape); `second_half(history)` gives (tokens, seconds)."""
+    from transformers import TrainerCallback
 
-    def __new__(cls) -> Any:
-        from transformers import TrainerCallback
+    class StepClock(TrainerCallback):
+        def __init__(self) -> None:
+            self.at: dict[int, float] = {}
 
-        class Clock(TrainerCallback):
-            def __init__(self) -> None:
-                self.at: dict[int, float] = {}
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            sync()
+            self.at[state.global_step] = time.perf_counter()
 
-            def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-                sync()
-                self.at[state.global_step] = time.perf_counter()
+        def second_half(self, history: list[dict[str, Any]]) -> tuple[float, float]:
+            tokens = {h["step"]: h["num_tokens"] for h in history if "num_tokens" in h}
+            last = max(tokens)
+            return float(tokens[last]) - float(tokens[last // 2]), self.at[last] - self.at[last // 2]
 
-            def second_half(self, history: list[dict[str, Any]]) -> tuple[float, float]:
-                tokens = {h["step"]: h["num_tokens"] for h in history if "num_tokens" in h}
-                last = max(tokens)
-                mid = last // 2
-                return float(tokens[last]) - float(tokens[mid]), self.at[last] - self.at[mid]
-
-        return Clock()
+    return StepClock()
 
 
 def sft(model: Path, args: argparse.Namespace, work: Path) -> list[dict[str, str]]:
@@ -163,7 +161,7 @@ def sft(model: Path, args: argparse.Namespace, work: Path) -> list[dict[str, str
             train_dataset=Dataset.from_list(rows),
             peft_config=lora,
         )
-        clock = StepClock()
+        clock = step_clock()
         trainer.add_callback(clock)
         trainer.train()
         tokens, seconds = clock.second_half(trainer.state.log_history)

@@ -67,6 +67,18 @@ def scaling_workload(doc: str, prefix: str) -> tuple[argparse.Namespace, str, st
     return args, str(tiny_model_path()), lake
 
 
+def print_scaling(title: str, unit: str, rates: dict[int, list[float]]) -> None:
+    """tokens/s per count of `unit` (servers, workers): the median of the runs and its ratio to one."""
+    table = Table(title=title)
+    for column in (unit, "tok/s (median)", "runs", "vs one"):
+        table.add_column(column, justify="right")
+    one = statistics.median(rates[1])
+    for count, values in rates.items():
+        rate = statistics.median(values)
+        table.add_row(str(count), f"{rate:,.0f}", str([round(r) for r in values]), f"{rate / one:.2f}x")
+    Console().print(table)
+
+
 def bare_transformers(
     model_path: str, prompts: list[list[int]], group_size: int, max_tokens: int
 ) -> tuple[int, float]:

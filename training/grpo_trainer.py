@@ -45,7 +45,7 @@ from trl.trainer.utils import RepeatSampler, nanstd, use_adapter
 
 from training.grpo_batch import GroupedRepeatSampler, pad_rows, padded, rows_as_tensors
 from training.mismatch import gap_from_totals, importance_weights, sampler_gap_totals, weighted_advantages
-from training.tree_pack import attention_mask_for, pack_rows, unpack
+from training.tree_pack import TreePack, attention_mask_for, pack_rows, unpack
 
 # The round-start pass keeps no activations for a backward pass, so it batches this many
 # times wider than a training step for the same memory.
@@ -218,14 +218,7 @@ class StoredGroupsGRPOTrainer(GRPOTrainer):
         logps, entropies = [], []
         for pack in packs:
             assert pack is not None
-            with self.accelerator.autocast():
-                outputs = model(
-                    input_ids=pack.input_ids,
-                    attention_mask=attention_mask_for(pack, implementation),
-                    position_ids=pack.position_ids,
-                    shift_labels=pack.shift_labels,
-                    fused_lm_head=True,
-                )
+            outputs = self.packed_forward(model, pack, implementation)
             logps.append(unpack(outputs.log_probs, pack))
             if compute_entropy:
                 entropies.append(unpack(outputs.entropy, pack))
@@ -233,6 +226,17 @@ class StoredGroupsGRPOTrainer(GRPOTrainer):
             saved = 1.0 - sum(p.nodes for p in packs) / max(1, sum(p.row_tokens for p in packs))  # type: ignore[union-attr]
             self._metrics["train"]["tree_packing/saved_token_share"].append(saved)
         return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
+
+    def packed_forward(self, model: Any, pack: TreePack, implementation: str) -> Any:
+        """TRL's fused-head forward of one packed batch: per-node log-probs (and entropies)."""
+        with self.accelerator.autocast():
+            return model(
+                input_ids=pack.input_ids,
+                attention_mask=attention_mask_for(pack, implementation),
+                position_ids=pack.position_ids,
+                shift_labels=pack.shift_labels,
+                fused_lm_head=True,
+            )
 
     def tree_attention_ok(self, model: Any) -> bool:
         """Whether `model`'s attention takes the tree mask, decided once per model: its
@@ -267,22 +271,15 @@ class StoredGroupsGRPOTrainer(GRPOTrainer):
         try:
             pack = pack_rows(tokens, mask, 8)
             assert pack is not None
-            with self.accelerator.autocast():
-                packed = model(
-                    input_ids=pack.input_ids,
-                    attention_mask=attention_mask_for(pack, model.config._attn_implementation),
-                    position_ids=pack.position_ids,
-                    shift_labels=pack.shift_labels,
-                    fused_lm_head=True,
-                )
-                labels = tokens.clone()
-                labels[:, :-8] = -100
-                rows = model(input_ids=tokens, attention_mask=mask, labels=labels, fused_lm_head=True)
+            packed = unpack(
+                self.packed_forward(model, pack, model.config._attn_implementation).log_probs, pack
+            )
+            rows = super()._get_per_token_logps_and_entropies(model, tokens, mask, 8)[0]  # stock TRL's
         except Exception as error:  # any model that refuses the packed inputs
             return f"the packed forward failed ({type(error).__name__}: {error})"
         finally:
             model.train(was_training)
-        gap = (unpack(packed.log_probs, pack) - rows.log_probs[:, -8:]).abs().max().item()
+        gap = (packed - rows).abs().max().item()
         tolerance = 1e-3 if next(model.parameters()).dtype == torch.float32 else 0.1
         return None if gap <= tolerance else f"packed and unpacked logprobs differ by {gap:.2g}"
 

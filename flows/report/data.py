@@ -23,10 +23,10 @@ from typing import Any
 import store
 from flows.report.groups import GroupView, group_view
 from flows.report.names import policy_labels
-from flows.report.sampling import SamplerGapRow, sampler_gap_rows
+from flows.report.sampling import SamplerGapRow, gap_steps, sampler_gap_rows
+from flows.report.window import time_window
 
 GROUPS_PER_POLICY = 200  # the reward-distribution plot's sample of each policy's groups
-GAP_MEAN = '$."sampling/sampling_logp_difference/mean"'
 
 
 @dataclass
@@ -134,6 +134,7 @@ def report_data(
     """
     con = store.connect(lake)
     window, params = time_window(since, until)
+    day_window, day_params = time_window(since, until, "t.day")
     learning, success_reward = learning_rows(con, eval_run)
     production = production_rows(con, production_reward)
     served = {p.policy: p.adapter for p in production}
@@ -191,20 +192,8 @@ def report_data(
         (str(day)[:10], policy, float(mean), int(n))
         for day, policy, mean, n in con.execute(
             f"""SELECT day, policy, mean, trajectories FROM policy_performance t
-                WHERE name = ? {window.replace("t.started_at", "t.day")} ORDER BY day, policy""",
-            [production_reward, *params],
-        ).fetchall()
-    ]
-    gap_steps = [
-        (int(r), int(step), float(gap))
-        for r, step, gap in con.execute(
-            f"""
-            SELECT dense_rank() OVER (ORDER BY first_at, run_id) AS round, step, gap FROM (
-                SELECT run_id, step, min("at") OVER (PARTITION BY run_id) AS first_at,
-                       TRY_CAST(json_extract_string(metrics, '{GAP_MEAN}') AS DOUBLE) AS gap
-                FROM runs WHERE stage = 'grpo'
-            ) WHERE gap IS NOT NULL ORDER BY round, step
-            """
+                WHERE name = ? {day_window} ORDER BY day, policy""",
+            [production_reward, *day_params],
         ).fetchall()
     ]
     groups = group_view(con, reward_name, cap=max_groups, since=since, until=until, tokenizer=tokenizer)
@@ -220,7 +209,7 @@ def report_data(
         rounds=rounds,
         group_rewards=group_rewards,
         sampler_gap=sampler_gap_rows(con),
-        gap_steps=gap_steps,
+        gap_steps=gap_steps(con),
         production_days=production_days,
         groups=groups,
         labels=policy_labels(policies),
@@ -251,18 +240,6 @@ def newest_adapter(con: Any) -> str | None:
         "SELECT name FROM adapters ORDER BY published_at DESC, version DESC LIMIT 1"
     ).fetchone()
     return found[0] if found else None
-
-
-def time_window(since: str | None, until: str | None) -> tuple[str, list[Any]]:
-    """SQL that keeps `t.started_at` in [since, until), and its parameters."""
-    sql, params = "", []
-    if since:
-        sql += " AND t.started_at >= CAST(? AS TIMESTAMPTZ)"
-        params.append(since)
-    if until:
-        sql += " AND t.started_at < CAST(? AS TIMESTAMPTZ)"
-        params.append(until)
-    return sql, params
 
 
 def learning_rows(con: Any, eval_run: str | None = None) -> tuple[list[StageRow], str]:

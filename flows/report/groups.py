@@ -21,6 +21,7 @@ from typing import Any
 
 import store
 from flows.report.names import policy_labels
+from flows.report.window import time_window
 from training.advantages import compute_advantages
 
 LOW_PROBABILITY = math.log(0.2)  # tokens sampled with p < 0.2 are highlighted
@@ -67,8 +68,6 @@ def group_view(
     tokenizer: Any = None,
 ) -> GroupView:
     """At most `cap` groups of replayed trajectories scored with `reward`, chosen in SQL."""
-    from flows.report.data import time_window
-
     window, params = time_window(since, until)
     con.execute(
         f"""

@@ -52,6 +52,20 @@ def sampler_gap_rows(con: Any) -> list[SamplerGapRow]:
     ]
 
 
+def gap_steps(con: Any) -> list[tuple[int, int, float]]:
+    """(round, step, mean gap) of every GRPO step that logged the gap, rounds oldest first."""
+    found = con.execute(
+        f"""
+        SELECT dense_rank() OVER (ORDER BY first_at, run_id) AS round, step, gap FROM (
+            SELECT run_id, step, min("at") OVER (PARTITION BY run_id) AS first_at,
+                   TRY_CAST(json_extract_string(metrics, '{GAP.format("mean")}') AS DOUBLE) AS gap
+            FROM runs WHERE stage = 'grpo'
+        ) WHERE gap IS NOT NULL ORDER BY round, step
+        """
+    ).fetchall()
+    return [(int(r), int(step), float(gap)) for r, step, gap in found]
+
+
 def sampler_gap_table(rows: list[SamplerGapRow]) -> tuple[list[str], list[list[Any]]]:
     """Headers and rows of the report's table."""
     headers = [

@@ -136,17 +136,21 @@ class RulerJudge:
             return await self._judge(result, trajectories, seed, ids, None)
         entry = await asyncio.to_thread(self.cache.get, key)
         ttl = self.config.timeout_s * self.config.max_attempts + 60  # a judge call's longest, then some
-        if entry is None and not await asyncio.to_thread(self.cache.claim, key, ttl):
-            # another worker is judging this very group: wait for its verdict instead of paying twice
-            entry = await asyncio.to_thread(self.cache.wait_for, key, ttl)
+        held = False
+        if entry is None:
+            held = await asyncio.to_thread(self.cache.claim, key, ttl)
+            if not held:  # another worker is judging this very group: wait for its verdict, not pay twice
+                entry = await asyncio.to_thread(self.cache.wait_for, key, ttl)
+                if entry is None:  # it gave up or died: take the claim over
+                    held = await asyncio.to_thread(self.cache.claim, key, ttl)
         if entry is not None and set(entry.get("verdicts", {})) == set(ids):
             self.cache_hits += 1
             return self._from_cache(result, entry)
-        await asyncio.to_thread(self.cache.claim, key, ttl)  # held, or taken over from a silent worker
         try:
             return await self._judge(result, trajectories, seed, ids, key)
         finally:
-            await asyncio.to_thread(self.cache.release, key)
+            if held:  # never another worker's claim
+                await asyncio.to_thread(self.cache.release, key)
 
     async def _judge(
         self,

@@ -205,3 +205,13 @@ def test_the_page_in_a_real_browser(report_page: Path) -> None:
         assert len(low) == 4 and all("p=0.010" in t.get_attribute("title") for t in low)
         assert console_errors(browser) == []
         screenshot_sections(browser, "viewer")
+
+
+def test_a_time_window_keeps_the_rounds_and_groups_inside_it(lake: store.Lake) -> None:
+    seed(lake)
+    second = store.connect(lake).execute("SELECT max(started_at) FROM trajectories").fetchone()[0]
+    later = report_data(lake, "calc", since=second.isoformat())
+    assert [r.policy for r in later.rounds] == POLICIES[1:]
+    assert later.groups is not None and {g.policy for g in later.groups.groups} == {POLICIES[1]}
+    earlier = report_data(lake, "calc", until=second.isoformat())
+    assert [r.policy for r in earlier.rounds] == POLICIES[:1]

@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from training.replay.errors import SamplerError
 from training.replay.samplers import SamplerConfig, SampleRequest, SamplingParams
 from training.replay.samplers.vllm_server import VLLMServerSampler
 
@@ -140,9 +141,9 @@ def test_requests_spread_over_servers_and_survive_one_dying(
     os.killpg(two_servers[1][1].pid, signal.SIGKILL)
     two_servers[1][1].wait(timeout=30)
     sampler.endpoints[0].down_until = sampler.endpoints[1].down_until = 0.0
-    with pytest.raises(Exception, match="failed after 2 attempts") as info:
+    with pytest.raises(SamplerError, match="failed after 2 attempts") as info:
         sampler.generate(asked[:1])
-    assert info.value.reason == "unreachable"  # type: ignore[attr-defined]
+    assert info.value.reason == "unreachable"
 
 
 def test_a_list_of_servers_in_the_config(tiny_model: Path, tmp_path: Path) -> None:

@@ -28,11 +28,22 @@ def replay_shard(lake: str, model: str, shard: int, shards: int, run: str, args:
     """One task: replay shard `shard` of `shards` of every scenario; returns the tokens generated."""
     import torch
 
-    from training.replay import ReplayConfig, make_sampler, replay, shard_selection
+    from training.replay import (
+        ReplayConfig,
+        RolloutLimits,
+        SamplingParams,
+        make_sampler,
+        replay,
+        shard_selection,
+    )
 
     torch.set_num_threads(1)
     config = ReplayConfig(
-        group_size=args["group_size"], max_tokens=args["max_tokens"], max_turns=1, concurrency=64, run=run
+        group_size=args["group_size"],
+        sampling=SamplingParams(max_tokens=args["max_tokens"]),
+        limits=RolloutLimits(max_turns=1),
+        concurrency=64,
+        run=run,
     )
     with make_sampler("transformers", model) as sampler:
         result = replay(

@@ -25,7 +25,8 @@ sys.path.insert(0, str(ROOT))
 import httpx  # noqa: E402
 
 from bench.replay import print_scaling, scaling_workload  # noqa: E402
-from training.replay.samplers import SamplerConfig  # noqa: E402
+from training.replay.rollout.loop import RolloutLimits  # noqa: E402
+from training.replay.samplers import SamplerConfig, SamplingParams  # noqa: E402
 from training.replay.stage import ReplayConfig, replay  # noqa: E402
 
 
@@ -57,8 +58,8 @@ def main() -> None:
         def config(run: str) -> ReplayConfig:
             return ReplayConfig(
                 group_size=args.group_size,
-                max_tokens=args.max_tokens,
-                max_turns=1,
+                sampling=SamplingParams(max_tokens=args.max_tokens),
+                limits=RolloutLimits(max_turns=1),
                 concurrency=args.scenarios,
                 run=run,
             )

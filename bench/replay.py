@@ -28,8 +28,9 @@ from rich.console import Console
 from rich.table import Table
 
 import store
+from training.replay.rollout.loop import RolloutLimits
 from training.replay.rollout.render import ChatRenderer
-from training.replay.samplers import make_sampler
+from training.replay.samplers import SamplingParams, make_sampler
 from training.replay.scenario_io import load_scenarios, read_scenarios
 from training.replay.stage import ReplayConfig, replay
 from training.tiny import TOOLS, tiny_model_path
@@ -198,8 +199,8 @@ def main() -> None:
     def pipeline(name: str, run: str) -> tuple[int, float]:
         config = ReplayConfig(
             group_size=args.group_size,
-            max_tokens=args.max_tokens,
-            max_turns=1,
+            sampling=SamplingParams(max_tokens=args.max_tokens),
+            limits=RolloutLimits(max_turns=1),
             concurrency=args.scenarios,
             flush_groups=args.scenarios,
             run=run,

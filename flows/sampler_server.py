@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import store
+
+if TYPE_CHECKING:
+    from training.replay.samplers import SamplingParams
 
 
 def served_adapter(
@@ -57,19 +60,19 @@ def sampler_app(
     *,
     lake: store.Lake | str | None = None,
     served_name: str | None = None,
-    temperature: float = 1.0,
-    max_tokens: int = 256,
+    defaults: SamplingParams | None = None,
 ) -> tuple[Any, Any, str]:
     """(ASGI app, its sampler, the served model name): the transformers sampler on `model`,
-    through `adapter` when given. Close the sampler when done (`with sampler:`)."""
+    through `adapter` when given; `defaults` are the parameters of requests that set none.
+    Close the sampler when done (`with sampler:`)."""
     from training.replay.rollout.openai_app import create_app
-    from training.replay.samplers import SamplingParams, make_sampler
+    from training.replay.samplers import make_sampler
 
     path, name = served_adapter(adapter, lake=lake, served_name=served_name)
     sampler = make_sampler("transformers", model, adapter=path)
     app = create_app(
         sampler,
-        default_params=SamplingParams(max_tokens=max_tokens, temperature=temperature),
+        default_params=defaults,
         adapters={name: path} if path and name else None,
         served_name=name if path else None,
     )

@@ -57,6 +57,7 @@ class Setting:
     help: str
     env: str | None = None  # a secret: the default environment variable that holds it
     flag: str = ""  # CLI spelling, e.g. "--lr"
+    variable: str | None = None  # the override variable it declares instead of TRAJLAKE_<TABLE>__<KEY>
 
     @property
     def toml_key(self) -> str:
@@ -99,6 +100,7 @@ class Section:
                     default=None if default is dataclasses.MISSING else default,
                     help=first_sentence(f.metadata.get("help", "")),
                     env=f.metadata.get("env"),
+                    variable=f.metadata.get("variable"),
                     flag=self.flags.get(f.name) or prefix + f.name.replace("_", "-"),
                 )
             )
@@ -259,13 +261,35 @@ def coerce(key: str, tp: Any, value: Any, source: str) -> Any:
 # --- sources ----------------------------------------------------------------------------------------
 
 
-def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
-    """Nested dict of `TRAJLAKE_SECTION__KEY=value` overrides (values parsed as TOML values when they parse)."""
+def derived_variable(key: str) -> str:
+    """The override variable of TOML key `key`: `train.grpo.beta` -> `TRAJLAKE_TRAIN__GRPO__BETA`."""
+    return ENV_PREFIX + key.upper().replace(".", "__")
+
+
+def env_overrides(environ: Mapping[str, str], declared: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Nested dict of `TRAJLAKE_SECTION__KEY=value` overrides (values parsed as TOML values when they parse).
+
+    `declared` maps the variables settings declare for themselves to their keys
+    (`TRAJLAKE_LAKE` -> `lake.path`); such a setting is read from that variable only, and its
+    derived name is refused, so one setting never has two variables.
+    """
+    declared = declared or {}
+    derived = {derived_variable(key): variable for variable, key in declared.items()}
     out: dict[str, Any] = {}
     for name, raw in environ.items():
-        if not name.startswith(ENV_PREFIX) or "__" not in name:
+        if name in derived:
+            variable = derived[name]
+            raise ConfigError(
+                declared[variable],
+                f"`${name}` is not read: this setting's variable is `${variable}`",
+                "environment",
+            )
+        if name in declared and raw:
+            path = declared[name].split(".")
+        elif name.startswith(ENV_PREFIX) and "__" in name:
+            path = [p.lower() for p in name[len(ENV_PREFIX) :].split("__")]
+        else:
             continue
-        path = [p.lower() for p in name[len(ENV_PREFIX) :].split("__")]
         try:
             value = tomllib.loads(f"v = {raw}")["v"]
         except tomllib.TOMLDecodeError:

@@ -9,20 +9,34 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import store
-from store import OUTSIDE_VAL_SCENARIOS
 
 PRODUCTION_SOURCES = store.one_of("source", store.PRODUCTION_SOURCES)
 
 
-def _help(text: str, default: Any = None, factory: Any = None) -> Any:
+def _help(text: str, default: Any = None, factory: Any = None, **metadata: Any) -> Any:
     if factory is not None:
-        return field(default_factory=factory, metadata={"help": text})
-    return field(default=default, metadata={"help": text})
+        return field(default_factory=factory, metadata={"help": text, **metadata})
+    return field(default=default, metadata={"help": text, **metadata})
+
+
+class SettingError(ValueError):
+    """A flow setting is out of range; `name` is its key within the table."""
+
+    def __init__(self, name: str, detail: str) -> None:
+        super().__init__(detail)
+        self.name = name
+
+
+def check(table: Any, *rules: tuple[str, bool, str]) -> None:
+    """Raise `SettingError` for the first `(field, holds, what is allowed)` that does not hold."""
+    for name, holds, allowed in rules:
+        if not holds:
+            raise SettingError(name, f"must be {allowed}, got {getattr(table, name)!r}")
 
 
 @dataclass(frozen=True)
 class LakeSettings:
-    path: str = _help("Lake directory or object-store URL.", "./lake")
+    path: str = _help("Lake directory or object-store URL.", store.DEFAULT_LAKE, variable="TRAJLAKE_LAKE")
     sql_lake_only: bool = _help(
         "SQL may read the lake's tables and nothing else: no local file, other bucket or URL "
         "(DuckDB external access off). Always on under `trajlake serve`.",
@@ -45,21 +59,11 @@ class Selections:
 
     scenarios: str = _help(
         "SELECT returning the `trajectory_id`s whose prompt prefixes become scenarios.",
-        f"SELECT trajectory_id FROM trajectories WHERE {PRODUCTION_SOURCES}",
+        store.PRODUCTION_TRAJECTORIES,
     )
-    replay: str = _help(
-        "SELECT returning the `scenario_id`s each round replays.",
-        "SELECT scenario_id FROM scenarios WHERE split = 'train'",
-    )
-    sft: str = _help(
-        "SELECT returning the `trajectory_id`s SFT imitates.",
-        f"SELECT trajectory_id FROM trajectories WHERE {PRODUCTION_SOURCES} AND has_content "
-        f"AND {OUTSIDE_VAL_SCENARIOS}",
-    )
-    evaluate: str = _help(
-        "SELECT returning the `scenario_id`s the evaluation replays.",
-        "SELECT scenario_id FROM scenarios WHERE split = 'val'",
-    )
+    replay: str = _help("SELECT returning the `scenario_id`s each round replays.", store.TRAIN_SCENARIOS)
+    sft: str = _help("SELECT returning the `trajectory_id`s SFT imitates.", store.SFT_TRAJECTORIES)
+    evaluate: str = _help("SELECT returning the `scenario_id`s the evaluation replays.", store.VAL_SCENARIOS)
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,13 @@ class ScoreSettings:
         "The reward name GRPO trains on and evaluation compares (or `combined`).", "exact_match"
     )
     weights: dict[str, float] = _help("Weights of named rewards combined into `combined`.", factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in self.weights:
+            if name not in (*self.rewards, "ruler"):
+                raise SettingError(
+                    f"weights.{name}", f"not a scored reward; rewards: {', '.join(self.rewards)}"
+                )
 
 
 @dataclass(frozen=True)
@@ -97,6 +108,12 @@ class EvaluateSettings:
         "each production policy's success, the reference the adapters are measured against.",
         "user_feedback",
     )
+
+    def __post_init__(self) -> None:
+        check(
+            self,
+            ("group_size", self.group_size == 0 or self.group_size >= 2, "0 (replay.group_size) or >= 2"),
+        )
 
 
 @dataclass(frozen=True)
@@ -135,6 +152,16 @@ class PipelineSettings:
         "Ray runner they run on its workers, each writing whole groups.",
         1,
     )
+
+    def __post_init__(self) -> None:
+        check(
+            self,
+            ("rounds", self.rounds >= 1, ">= 1"),
+            ("scenarios_per_round", self.scenarios_per_round >= 0, ">= 0"),
+            ("dynamic_sampling_draws", self.dynamic_sampling_draws >= 0, ">= 0"),
+            ("max_workers", self.max_workers >= 1, ">= 1"),
+            ("replay_shards", self.replay_shards >= 1, ">= 1"),
+        )
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ Imports nothing else of trajlake. Public surface:
   snapshot; `snapshot(lake, versions)`: table versions, for lineage and time travel;
 - `compact(lake)`: OPTIMIZE + Z-order + VACUUM (`store.maintenance`); `migrate(lake)`:
   the Parquet-files release to Delta (`store.migrate`);
-- `TABLES`, `table_spec`, `empty_table`: the schemas (`store.schema`); `Lake`.
+- `TABLES`, `table_spec`, `empty_table`: the schemas (`store.schema`); `Lake`;
+- the vocabularies (`store.vocabulary`) and the default selections (`store.selections`).
 """
 
 from store.catalog import (
@@ -33,7 +34,15 @@ from store.lake import DEFAULT_LAKE, Lake
 from store.maintenance import CompactConfig, TableCompaction, compact
 from store.migrate import TableMigration, migrate
 from store.rows import new_run_id, runs_row, served_adapter_name, utc_now
-from store.schema import OUTSIDE_VAL_SCENARIOS, TABLES, TableSpec, empty_table, table_spec
+from store.schema import TABLES, TableSpec, empty_table, table_spec
+from store.selections import (
+    GRPO_TRAJECTORIES,
+    OUTSIDE_VAL_SCENARIOS,
+    PRODUCTION_TRAJECTORIES,
+    SFT_TRAJECTORIES,
+    TRAIN_SCENARIOS,
+    VAL_SCENARIOS,
+)
 from store.vocabulary import (
     PRODUCTION_SOURCES,
     RewardStatus,
@@ -42,15 +51,21 @@ from store.vocabulary import (
     Split,
     TrajectorySource,
     TrajectoryStatus,
+    equals,
     one_of,
 )
 from store.writer import WriteResult, write
 
 __all__ = [
     "DEFAULT_LAKE",
+    "GRPO_TRAJECTORIES",
     "OUTSIDE_VAL_SCENARIOS",
     "PRODUCTION_SOURCES",
+    "PRODUCTION_TRAJECTORIES",
+    "SFT_TRAJECTORIES",
     "TABLES",
+    "TRAIN_SCENARIOS",
+    "VAL_SCENARIOS",
     "CompactConfig",
     "CompactionError",
     "Lake",
@@ -76,6 +91,7 @@ __all__ = [
     "conform_batch",
     "connect",
     "empty_table",
+    "equals",
     "migrate",
     "new_run_id",
     "one_of",

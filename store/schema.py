@@ -26,16 +26,6 @@ import pyarrow as pa
 # log records share the table so the assembler folds them into their trace.
 LOG_KIND = "LOG"
 
-#: SQL condition over `trajectories` that keeps away from the val scenarios: their replays
-#: (evaluation replays; each also says `metadata.split = 'val'`) and the production
-#: conversations they were cut from. Every default training selection uses it, so no
-#: default ever trains on what evaluation measures. (`NOT IN` over a NULL would drop every
-#: row: both sides are kept free of NULLs.)
-OUTSIDE_VAL_SCENARIOS = (
-    "coalesce(scenario_id, '') NOT IN (SELECT scenario_id FROM scenarios WHERE split = 'val') "
-    "AND trajectory_id NOT IN (SELECT source_trajectory_id FROM scenarios "
-    "WHERE split = 'val' AND source_trajectory_id IS NOT NULL)"
-)
 TIMESTAMP = pa.timestamp("us", tz="UTC")  # Delta's timestamp: microseconds, UTC
 WRITTEN_AT = "_written_at"
 PARTITION_COLUMN = "dt"

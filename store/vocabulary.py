@@ -38,3 +38,19 @@ def one_of(column: str, values: tuple[str, ...]) -> str:
     "t.source IN ('otel', 'langfuse', 'import')"
     """
     return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+def equals(column: str, value: str) -> str:
+    """SQL true where `column` holds `value`, which must be a value of that column's vocabulary:
+    a misspelt value fails where the SQL is written, not as an empty result.
+
+    >>> equals("t.source", "replay")
+    "t.source = 'replay'"
+    """
+    name = column.rsplit(".", 1)[-1]
+    allowed = {v for columns in VOCABULARIES.values() for v in columns.get(name, ())}
+    if value not in allowed:
+        raise ValueError(
+            f"`{value}` is not a value of `{name}`; its vocabulary: {', '.join(sorted(allowed))}"
+        )
+    return f"{column} = {value!r}"

@@ -140,6 +140,8 @@ class GRPOSelection:
     report: AdvantageReport
     lineage: Lineage
     dropped_small_groups: list[str] = field(default_factory=list)
+    # The temperature the groups were sampled at, as each replay recorded it (None: not recorded).
+    temperature: float | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -271,7 +273,9 @@ def select_grpo(
         WITH sel AS (SELECT DISTINCT trajectory_id FROM ({text})),
              r AS ({reward_sql})
         SELECT t.trajectory_id, coalesce(t.group_id, t.trajectory_id) AS group_id, t.turns, r.reward,
-               {"NULL" if has_reward else "r.scorer"} AS scorer
+               {"NULL" if has_reward else "r.scorer"} AS scorer,
+               TRY_CAST(json_extract(TRY_CAST(t.metadata AS JSON), '$.sampling.temperature') AS DOUBLE)
+                 AS temperature
         FROM trajectories t JOIN sel USING (trajectory_id) JOIN r USING (trajectory_id)
         WHERE r.reward IS NOT NULL
         ORDER BY t.scenario_id NULLS LAST, group_id, t.trajectory_id
@@ -308,6 +312,7 @@ def select_grpo(
             reason="no_groups",
         )
 
+    temperature = sampled_temperature(sql, kept)
     examples = []
     for rec in kept:
         prompt, completion, mask, logprobs, truncated = flatten_turns(rec["trajectory_id"], rec["turns"])
@@ -340,4 +345,27 @@ def select_grpo(
         reward_name=reward_name if not has_reward else "reward",
         reward_scorers=scorers,
     )
-    return GRPOSelection(examples=examples, report=report, lineage=lineage, dropped_small_groups=small)
+    return GRPOSelection(
+        examples=examples, report=report, lineage=lineage, dropped_small_groups=small, temperature=temperature
+    )
+
+
+def sampled_temperature(sql: str, records: Sequence[Mapping[str, Any]]) -> float | None:
+    """The one temperature the selected rows were sampled at (None when no row recorded one).
+
+    TRL divides the policy's logits by the sampling temperature, and the stored logprobs
+    were taken at it, so a batch mixing temperatures has no single right value: refused.
+    """
+    counts: dict[float, int] = {}
+    for rec in records:
+        if rec["temperature"] is not None:
+            counts[rec["temperature"]] = counts.get(rec["temperature"], 0) + 1
+    if len(counts) > 1:
+        found = ", ".join(f"{t:g} ({n} trajectories)" for t, n in sorted(counts.items()))
+        raise SelectionError(
+            f"the selected trajectories were sampled at different temperatures: {found}; "
+            "select groups sampled at one temperature",
+            sql=sql,
+            reason="mixed_temperatures",
+        )
+    return next(iter(counts), None)

@@ -35,12 +35,6 @@ from training.run import (
     train_and_record,
 )
 
-# Every replayed trajectory with token data: what `trajlake train grpo` trains on by default.
-DEFAULT_GRPO_SQL = (
-    "SELECT trajectory_id FROM trajectories WHERE source = 'replay' AND len(turns) > 0 "
-    f"AND {store.OUTSIDE_VAL_SCENARIOS}"
-)
-
 
 def train_grpo(
     lake: store.Lake | str,
@@ -54,13 +48,16 @@ def train_grpo(
     as_of: Mapping[str, int] | None = None,
     callbacks: Sequence[Any] = (),
 ) -> TrainResult:
-    """Train (or continue) a LoRA adapter with GRPO on the stored groups `sql` selects.
+    """Train (or continue) a LoRA adapter with GRPO on the stored groups `sql` selects
+    (`store.GRPO_TRAJECTORIES`: every replayed trajectory with token data outside the val scenarios).
 
     `adapter` is the adapter folder to continue from (the SFT stage's output), or None
     for a fresh LoRA on `base_model`. Selection, token data and configuration are
     checked before any model is loaded. Each logged step is a `runs` row (stage `grpo`);
     with `resume=True` training continues from the newest checkpoint. `as_of` reads the
-    lake at the table versions of an earlier lineage.
+    lake at the table versions of an earlier lineage. The policy's logits are divided by
+    the temperature the groups recorded when they were sampled (`config.temperature` only
+    for rows that recorded none).
     """
     lake = store.Lake.of(lake)
     base_model = str(base_model)
@@ -83,6 +80,10 @@ def train_grpo(
         min_group_size=config.min_group_size,
         as_of=as_of,
     )
+    if selection.temperature is not None:
+        config.temperature = (
+            selection.temperature
+        )  # the groups' own, not a setting that may have changed since
     examples = [cut_to_max_length(e, config.max_completion_length) for e in selection.examples]
     skipped_equal = 0
     if config.skip_equal_reward_groups:
@@ -108,6 +109,7 @@ def train_grpo(
         "truncated": sum(e.truncated for e in examples),
         "skipped_equal_reward_trajectories": skipped_equal,
         "stale_trajectories": stale,
+        "temperature": config.temperature,
         **batch_note,
     }
     runs = RunsTableCallback(

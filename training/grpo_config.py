@@ -5,8 +5,9 @@ sampling level, `scale_rewards`, `temperature` and every optimiser setting are T
 trajlake adds the LoRA shape (for a fresh adapter), the reward to train on and the
 group filter. Notes on reused TRL fields:
 
-- `temperature` must equal the sampling temperature of the stored trajectories: TRL
-  divides logits by it, and the stored logprobs were taken at that temperature.
+- `temperature` is not a setting: TRL divides logits by it and the stored logprobs were
+  taken at it, so `train_grpo` sets it to the temperature each replay recorded with its
+  groups (this field's value stands only for rows that recorded none).
 - `num_generations` is not used to form groups (groups come from the lake, each with
   its own size); it only has to divide the generation batch, so it is fixed to 2.
 - `mask_truncated_completions` defaults to True here: a completion cut at the token

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -11,7 +10,7 @@ from typer.core import TyperGroup
 
 from flows.cli_options import with_options
 from flows.settings import ConfigError, Section, import_path
-from store import DEFAULT_LAKE, Lake
+from store import Lake
 
 LakeOption = Annotated[
     str | None,
@@ -23,6 +22,11 @@ LakeOption = Annotated[
 ]
 
 
+def lake_settings() -> Any:
+    """`[lake]` as in effect: the file, `$TRAJLAKE_LAKE`, the declared defaults."""
+    return build("lake", values_for("lake"))
+
+
 def resolve_lake(lake: str | None, *, must_exist: bool = False) -> Lake:
     """The lake named on the command line, else $TRAJLAKE_LAKE, else the config file's `lake.path`, else ./lake.
 
@@ -30,9 +34,8 @@ def resolve_lake(lake: str | None, *, must_exist: bool = False) -> Lake:
     (`must_exist=True`) also refuse a lake that is not there, naming the path, rather than
     report zero rows of an empty one.
     """
-    settings = values_for("lake")
-    root = lake or os.environ.get("TRAJLAKE_LAKE") or settings.get("path") or DEFAULT_LAKE
-    resolved = Lake(root, sql_lake_only=bool(settings.get("sql_lake_only", False)))
+    settings = lake_settings()
+    resolved = Lake(lake or settings.path, sql_lake_only=settings.sql_lake_only)
     problem = resolved.problem(must_exist=must_exist)
     if problem is not None:
         raise fail(problem, 2)

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from flows.commands.options import LakeOption, build, configured, fail, resolve_lake
+from flows.settings import Section
 
 scenarios_app = typer.Typer(
     help="Make replayable scenarios from trajectories, or load them from JSONL.", no_args_is_help=True
@@ -109,6 +110,7 @@ def replay_command(
 
 
 def serve_sampler(
+    defaults: dict,
     model: Annotated[str, typer.Option(help="Model folder to serve with the transformers backend.")],
     adapter: Annotated[
         str | None,
@@ -122,8 +124,6 @@ def serve_sampler(
             help="Model name the adapter answers to (default: `<name>-v<version>` of a published one)."
         ),
     ] = None,
-    temperature: Annotated[float, typer.Option(help="Sampling temperature of requests that set none.")] = 1.0,
-    max_tokens: Annotated[int, typer.Option(help="Token budget of requests that set none.")] = 256,
     host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
     lake: LakeOption = None,
@@ -133,7 +133,7 @@ def serve_sampler(
     For machines without vLLM: `trajlake replay --backend vllm-server --base-url http://HOST:PORT`
     then works against it, and so do OpenAI SDK agents. A published adapter answers as
     `<name>-v<version>`, so production traces of agents using it are attributed to that
-    version (`policy_performance`).
+    version (`policy_performance`). The sampling options are the defaults of requests that set none.
     """
     import uvicorn
 
@@ -146,8 +146,7 @@ def serve_sampler(
             adapter,
             lake=resolve_lake(lake) if adapter and not Path(adapter).exists() else None,
             served_name=served_name,
-            temperature=temperature,
-            max_tokens=max_tokens,
+            defaults=build(REQUEST_DEFAULTS, defaults),
         )
     except (FileNotFoundError, AdapterNotFound) as exc:
         raise fail(str(exc)) from None
@@ -166,10 +165,13 @@ def tiny_model(
     typer.echo(str(build_tiny_model(path, seed=seed)))
 
 
+# The sampling parameters `serve-sampler` applies to requests that set none: the sampler's own fields.
+REQUEST_DEFAULTS = Section("serve-sampler", "training.replay.samplers.base:SamplingParams")
+
 app = typer.Typer(add_completion=False)  # its commands join `trajlake` on first use (flows.cli)
 scenarios_app.command("create")(configured(scenarios_create, scenarios="scenarios"))
 scenarios_app.command("load")(configured(scenarios_load, scenarios="scenarios"))
 app.add_typer(scenarios_app, name="scenarios")
 app.command("replay")(configured(replay_command, replay="replay", sampler="sampler", tools="tools"))
-app.command("serve-sampler")(serve_sampler)
+app.command("serve-sampler")(configured(serve_sampler, defaults=REQUEST_DEFAULTS))
 app.command("tiny-model", hidden=True)(tiny_model)

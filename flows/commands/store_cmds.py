@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from flows.commands.options import LakeOption, build, configured, fail, resolve_lake, values_for
+from flows.commands.options import LakeOption, build, configured, fail, lake_settings, resolve_lake
 from flows.settings import Section
 from store import QueryTimeout, ReadOnlyViolation, StoreError, connect, run_read_only
 from store.catalog import table_stats
@@ -69,10 +69,10 @@ def sql(
     if fmt not in ("table", "csv", "json"):
         raise fail(f"unknown --format `{fmt}`; use table, csv or json", 2)
     the_lake = resolve_lake(lake, must_exist=True)
-    limits = values_for("lake")
+    limits = lake_settings()
     try:
-        con = connect(the_lake, read_only=True, memory_limit=limits.get("sql_memory_limit", "4GB") or None)
-        columns, rows = run_read_only(con, query, timeout_s=float(limits.get("sql_timeout_s", 300.0)) or None)
+        con = connect(the_lake, read_only=True, memory_limit=limits.sql_memory_limit or None)
+        columns, rows = run_read_only(con, query, timeout_s=limits.sql_timeout_s or None)
     except (ReadOnlyViolation, QueryTimeout) as exc:
         raise fail(str(exc), 2) from None
     except duckdb.PermissionException as exc:

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+import store
 from flows.commands.options import LakeOption, LazyGroup, build, configured, fail, resolve_lake
 
 
@@ -43,7 +44,7 @@ def publish_command(
     ] = None,
     eval_scenarios: Annotated[
         str, typer.Option(help="SQL returning the `scenario_id`s to evaluate on.")
-    ] = "SELECT scenario_id FROM scenarios WHERE split = 'val'",
+    ] = store.VAL_SCENARIOS,
     force: Annotated[
         bool, typer.Option("--force", help="Promote even if the gate finds it no better.")
     ] = False,

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
+import store
 from flows.commands.options import LakeOption, build, configured, fail, resolve_lake
 
 SetOption = Annotated[
@@ -117,8 +117,11 @@ def train_sft_command(
     output: OutputOption,
     sql: Annotated[
         str,
-        typer.Option(help="SQL returning the `trajectory_id`s to learn from (their conversations + tools)."),
-    ] = "SELECT trajectory_id FROM trajectories",
+        typer.Option(
+            help="SQL returning the `trajectory_id`s to learn from (their conversations + tools); default: "
+            "production conversations with content outside the val scenarios."
+        ),
+    ] = store.SFT_TRAJECTORIES,
     resume: ResumeOption = False,
     as_of: AsOfOption = None,
     overrides: SetOption = None,
@@ -143,45 +146,36 @@ def train_grpo_command(
     base_model: BaseModelOption,
     output: OutputOption,
     sql: Annotated[
-        str | None,
+        str,
         typer.Option(
             help="SQL returning the `trajectory_id`s of scored groups with token data (and optionally "
-            "`reward`); default: every replayed trajectory with token data."
+            "`reward`); default: every replayed trajectory with token data outside the val scenarios."
         ),
-    ] = None,
+    ] = store.GRPO_TRAJECTORIES,
     adapter: Annotated[
         str | None,
         typer.Option(help="Adapter to continue from: a folder, or a registry ref name[:version|:alias]."),
     ] = None,
     reward: Annotated[str | None, typer.Option(help="Reward name (rewards.name) to train on.")] = None,
-    temperature: Annotated[
-        float | None,
-        # escaped: rich's markup would take `[replay]` for a tag and drop it from --help
-        typer.Option(help=escape("The temperature the groups were sampled at (default: [replay]'s).")),
-    ] = None,
     resume: ResumeOption = False,
     as_of: AsOfOption = None,
     overrides: SetOption = None,
     lake: LakeOption = None,
 ) -> None:
     """Train (or continue) a LoRA adapter with GRPO on stored, scored groups."""
-    from flows.commands.options import values_for
     from training.errors import TrainingError
-    from training.grpo import DEFAULT_GRPO_SQL, train_grpo
+    from training.grpo import train_grpo
     from training.registry import resolve_adapter
 
     the_lake = resolve_lake(lake)
-    sampled_at = temperature if temperature is not None else build("replay", values_for("replay")).temperature
-    config = stage_config(
-        "train.grpo", {**grpo, "temperature": sampled_at, "reward_name": reward}, output, overrides
-    )
+    config = stage_config("train.grpo", {**grpo, "reward_name": reward}, output, overrides)
     versions = as_of_versions(as_of, "grpo", the_lake)
     try:
         if adapter is not None and not Path(adapter).exists():
             adapter = resolve_adapter(the_lake, adapter)["path"]
         result = train_grpo(
             the_lake,
-            sql or DEFAULT_GRPO_SQL,
+            sql,
             base_model,
             adapter,
             output,

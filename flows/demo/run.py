@@ -157,11 +157,15 @@ model = "{model}"
 
 [replay]
 group_size = {size.group_size}
+concurrency = 64
+
+[replay.sampling]
 temperature = 0.8
 max_tokens = {size.max_new_tokens}
-max_turns = 3
-concurrency = 64
 seed = 0
+
+[replay.limits]
+max_turns = 3
 
 [tools]
 tool = ["flows.demo.task:calculator"]
@@ -386,9 +390,10 @@ def serve_second_batch(
         )
         return {**stats, "model": served, "success": stats["correct"] / max(1, stats["agent_runs"])}
     ref = f"{published['name']}:{published['version']}"
-    app, sampler, served = sampler_app(
-        str(model), ref, lake=str(lake), temperature=0.8, max_tokens=spec.max_new_tokens
-    )
+    from training.replay.samplers import SamplingParams
+
+    defaults = SamplingParams(temperature=0.8, max_tokens=spec.max_new_tokens)
+    app, sampler, served = sampler_app(str(model), ref, lake=str(lake), defaults=defaults)
     with sampler:
         stats = capture_production_traces(
             lake, spec.questions, seed=seed, llm_app=app, model=served, concurrency=16

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -42,7 +43,8 @@ def replay_policy(
     from training.replay import replay
 
     sizes = {"group_size": group_size} if group_size else {}
-    replay_config = config.build("replay", run=run, seed=seed, **sizes)
+    configured = config.build("replay", run=run, **sizes)
+    replay_config = dataclasses.replace(configured, sampling=configured.sampling.with_seed(seed))
     with sampler_for(config, adapter) as sampler:
         result = replay(
             lake_of(config),
@@ -90,7 +92,7 @@ def replay_round(
     scenarios). Seeds and group ids come from the scenario, so shards sample what one task would."""
     from training.replay import shard_selection
 
-    seed = (config.build("replay").seed or 0) + round_number + 1000 * draw
+    seed = (config.build("replay").sampling.seed or 0) + round_number + 1000 * draw
     run = f"round-{round_number}" + (f"-draw-{draw}" if draw else "")
     scenarios = round_scenarios(config, round_number, draw)
     if shards > 1:

@@ -28,7 +28,6 @@ def train_grpo(
     grpo_config = config.build(
         "train.grpo",
         output_dir=str(output / "checkpoints"),
-        temperature=config.build("replay").temperature,  # TRL divides logits by the sampling temperature
         reward_name=config.score.reward,
     )
     result = grpo(lake_of(config), sql, base_model(config), adapter, output, grpo_config, resume=True)

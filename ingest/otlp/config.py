@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
+import store
 from ingest.errors import ConfigError
 from ingest.redact import RedactionConfig
 
@@ -21,7 +22,7 @@ class CollectorConfig:
 
     # --- where data goes
     lake: str = field(
-        default="./lake", metadata={"help": "Lake path or URL the spans and trajectories go to."}
+        default=store.DEFAULT_LAKE, metadata={"help": "Lake path or URL the spans and trajectories go to."}
     )
     spool_dir: str | None = field(
         default=None,

@@ -33,9 +33,7 @@ def test_file_values_and_environment_overrides(tmp_path: Path) -> None:
         tmp_path,
         "[replay]\ngroup_size = 8\n[train.grpo]\nbeta = 0.04\n[score]\nweights = {exact_match = 1.0}\n",
     )
-    config = load_config(
-        path, environ={"TRAJLAKE_REPLAY__GROUP_SIZE": "6", "TRAJLAKE_LAKE__PATH": "s3://b/lake"}
-    )
+    config = load_config(path, environ={"TRAJLAKE_REPLAY__GROUP_SIZE": "6", "TRAJLAKE_LAKE": "s3://b/lake"})
     assert config.build("replay").group_size == 6  # environment beats the file
     assert config.build("train.grpo", output_dir="x").beta == 0.04  # a TRL field, read by TRL's config
     assert config.lake.path == "s3://b/lake"  # not TOML: kept as a string
@@ -54,7 +52,10 @@ def test_env_overrides_parse_toml_values() -> None:
         ("[replay]\ngroup_sise = 3", "replay.group_sise", "group_size"),  # typo: lists the real keys
         ("[replay]\ngroup_size = 'x'", "replay.group_size", "expected int"),
         ("[sampler]\nbackend = 'tgi'", "sampler.backend", "'vllm-server'"),
-        ("[replay]\ngroup_size = 1", "replay.group_size", "at least 2"),
+        ("[replay]\ngroup_size = 1", "replay.group_size", "must be >= 2"),  # the library's own check
+        ("[replay.sampling]\ntemperature = 0", "replay.sampling.temperature", "must be > 0"),
+        ("[replay.sampling]\ntop_p = 2.0", "replay.sampling.top_p", "in (0, 1]"),
+        ("[pipeline]\nreplay_shards = 0", "pipeline.replay_shards", "must be >= 1"),
         ("[train.sft]\nlora_r = 12", "train.sft.lora_r", "vLLM can serve"),  # checked by the library
         ("[score]\nweights = {nope = 1.0}", "score.weights.nope", "not a scored reward"),
         ("[collector]\nmax_body_mb = 0", "collector.max_body_mb", "must be positive"),
@@ -73,9 +74,30 @@ def test_bad_configuration_names_the_key(tmp_path: Path, text: str, key: str, ev
 
 def test_bad_environment_override_names_the_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
-        load_config(write(tmp_path, ""), environ={"TRAJLAKE_REPLAY__TEMPERATURE": "0"})
-    assert info.value.key == "replay.temperature"
+        load_config(write(tmp_path, ""), environ={"TRAJLAKE_REPLAY__SAMPLING__TEMPERATURE": "0"})
+    assert info.value.key == "replay.sampling.temperature"
     assert "environment" in info.value.source
+
+
+def test_the_lake_path_is_declared_once_and_read_from_one_variable(tmp_path: Path) -> None:
+    import store
+    from flows.tables import LakeSettings
+    from ingest.otlp.config import CollectorConfig
+
+    assert LakeSettings().path == CollectorConfig().lake == store.DEFAULT_LAKE
+    assert load_config(write(tmp_path, ""), environ={"TRAJLAKE_LAKE": "s3://b/l"}).lake.path == "s3://b/l"
+    with pytest.raises(ConfigError) as info:  # the derived spelling would be a second variable
+        load_config(write(tmp_path, ""), environ={"TRAJLAKE_LAKE__PATH": "s3://b/l"})
+    assert info.value.key == "lake.path" and "$TRAJLAKE_LAKE" in str(info.value)
+
+
+def test_sampling_settings_are_the_samplers_own(tmp_path: Path) -> None:
+    from training.replay import SamplingParams
+
+    text = "[replay.sampling]\ntemperature = 0.8\nmax_tokens = 12\n[replay.limits]\nmax_turns = 2\n"
+    replay = load_config(write(tmp_path, text), environ={}).build("replay")
+    assert replay.sampling == SamplingParams(temperature=0.8, max_tokens=12)  # no copy to drift from
+    assert replay.limits.max_turns == 2
 
 
 def test_missing_file_is_an_error(tmp_path: Path) -> None:

@@ -46,10 +46,12 @@ val_fraction = 0.25
 model = "{model}"
 [replay]
 group_size = 4
+[replay.sampling]
 temperature = 1.0
 max_tokens = 24
-max_turns = 1
 seed = 0
+[replay.limits]
+max_turns = 1
 [score]
 rewards = ["tool_success", "valid_json"]
 reward = "valid_json"

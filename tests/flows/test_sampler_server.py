@@ -11,6 +11,7 @@ from starlette.testclient import TestClient
 import store
 from flows.sampler_server import sampler_app, served_adapter
 from training.publish import PublishConfig, publish
+from training.replay.samplers import SamplingParams
 from training.sft_config import TrajlakeSFTConfig
 
 
@@ -39,7 +40,9 @@ def test_published_versions_answer_under_their_served_name(
     with pytest.raises(FileNotFoundError, match="--lake"):
         served_adapter("calc:1")
 
-    app, sampler, name = sampler_app(str(tiny_model), "calc:latest", lake=lake, max_tokens=4)
+    app, sampler, name = sampler_app(
+        str(tiny_model), "calc:latest", lake=lake, defaults=SamplingParams(max_tokens=4)
+    )
     assert name == "calc-v2"
     with sampler, TestClient(app) as client:
         body = {"messages": [{"role": "user", "content": "What is 2 + 3?"}], "max_tokens": 4}
@@ -51,7 +54,7 @@ def test_published_versions_answer_under_their_served_name(
 
 
 def test_base_model_alone_reports_what_was_asked(tiny_model: Path) -> None:
-    app, sampler, name = sampler_app(str(tiny_model), max_tokens=2)
+    app, sampler, name = sampler_app(str(tiny_model), defaults=SamplingParams(max_tokens=2))
     assert name == str(tiny_model)
     with sampler, TestClient(app) as client:
         body = {"model": "base", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}

@@ -9,7 +9,6 @@ from pathlib import Path
 import store
 from flows.config import Selections
 from tests.training.helpers import ScriptedSampler, calculator_script, make_trajectory
-from training.grpo import DEFAULT_GRPO_SQL
 from training.replay.scenario_io import create_scenarios
 from training.replay.scenarios import ScenarioConfig
 from training.replay.stage import ReplayConfig, replay
@@ -53,7 +52,24 @@ def test_default_selections_never_read_a_val_scenario(lake: store.Lake, tiny_mod
     val_replays = {tid for tid, sid, _ in rows if splits[sid] == "val"}
     assert val_replays and all(json.loads(m)["split"] == "val" for tid, _, m in rows if tid in val_replays)
 
-    grpo = _ids(lake, DEFAULT_GRPO_SQL)
+    grpo = _ids(lake, store.GRPO_TRAJECTORIES)
     assert grpo == {tid for tid, _, _ in rows} - val_replays
     sft = _ids(lake, Selections().sft)
     assert sft == {f"prod-{i}" for i in range(12)} - cut_from_val
+
+
+def test_every_default_selection_is_declared_once() -> None:
+    import inspect
+
+    from flows.commands.train_cmds import publish_command
+    from flows.commands.trl_cmds import train_grpo_command, train_sft_command
+
+    def default(command: object, name: str) -> object:
+        return inspect.signature(command).parameters[name].default  # type: ignore[arg-type]
+
+    # the command line, the flow's [select] table and the libraries start from the same strings
+    assert default(train_sft_command, "sql") is store.SFT_TRAJECTORIES is Selections().sft
+    assert default(train_grpo_command, "sql") is store.GRPO_TRAJECTORIES
+    assert default(publish_command, "eval_scenarios") is store.VAL_SCENARIOS is Selections().evaluate
+    assert Selections().replay is store.TRAIN_SCENARIOS
+    assert Selections().scenarios is store.PRODUCTION_TRAJECTORIES

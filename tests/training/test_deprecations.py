@@ -13,7 +13,7 @@ import store
 from tests.training.train_helpers import msg, stored_groups, traj
 from training.grpo import train_grpo
 from training.grpo_config import TrajlakeGRPOConfig
-from training.replay.samplers import make_sampler
+from training.replay.samplers import SamplingParams, make_sampler
 from training.replay.scenario_io import load_scenarios
 from training.replay.stage import ReplayConfig, replay
 from training.sft import train_sft
@@ -68,7 +68,7 @@ def test_a_replay_and_training_steps_emit_no_deprecation_warning(tiny_model: Pat
             lake,
             "SELECT scenario_id FROM scenarios",
             sampler,
-            ReplayConfig(group_size=2, max_tokens=4),
+            ReplayConfig(group_size=2, sampling=SamplingParams(max_tokens=4)),
             progress=False,
         )
     assert len(result.group_ids) == 2 and result.failed == []

@@ -31,7 +31,6 @@ def config(tmp_path: Path, **kw: object) -> TrajlakeGRPOConfig:
         learning_rate=5e-3,
         activation_checkpointing=False,
         save_strategy="no",
-        temperature=TEMPERATURE,
         seed=0,
         disable_tqdm=True,
     )
@@ -56,7 +55,8 @@ def trainers(groups_lake: store.Lake, tiny_model: Path, tmp_path_factory: pytest
     tmp = tmp_path_factory.mktemp("parity")
     selection = select_grpo(groups_lake, ALL)
     dataset = grpo_dataset(selection.examples)
-    cfg = config(tmp, beta=0.05)
+    assert selection.temperature == TEMPERATURE  # as the groups recorded it; `train_grpo` uses it so
+    cfg = config(tmp, beta=0.05, temperature=selection.temperature)
     lora = cfg.lora_config()
     ours = StoredGroupsGRPOTrainer(
         model=str(tiny_model), reward_funcs=stored_reward, args=cfg, train_dataset=dataset, peft_config=lora
@@ -160,6 +160,38 @@ def test_stored_batch_masks_tools_and_truncation(trainers) -> None:  # type: ign
 
 
 # --- end to end --------------------------------------------------------------------------------------
+
+
+def test_grpo_divides_by_the_temperature_the_groups_recorded(
+    groups_lake: store.Lake, tiny_model: Path, tmp_path: Path
+) -> None:
+    # The config's temperature (TRL's default, 1.0) is not what the groups were sampled at (0.7):
+    # the recorded one is used, so the first step's policy logprobs are the stored ones.
+    run = train_grpo(groups_lake, ALL, tiny_model, None, tmp_path / "run", config(tmp_path, max_steps=1))
+    assert run.report["temperature"] == TEMPERATURE
+    with store.connect(groups_lake) as con:
+        (metrics,) = con.execute(f"SELECT metrics FROM runs WHERE run_id = '{run.run_id}'").fetchone()
+    assert json.loads(metrics)["sampling/sampling_logp_difference/mean"] < 1e-4
+
+
+def test_groups_sampled_at_different_temperatures_are_refused(lake: store.Lake, tmp_path: Path) -> None:
+    rows = [
+        traj(
+            f"t{k}",
+            group_id="g",
+            scenario_id="s",
+            turns=[turn([1, 2], [3], [-0.5])],
+            metadata={"sampling": {"temperature": 0.7 + 0.3 * (k % 2)}},
+        )
+        for k in range(4)
+    ]
+    store.write(lake, "trajectories", rows)
+    store.write(lake, "rewards", [reward(f"t{k}", float(k % 2), group_id="g") for k in range(4)])
+    with pytest.raises(
+        SelectionError, match=r"different temperatures: 0.7 \(2 trajectories\), 1 \(2"
+    ) as info:
+        train_grpo(lake, ALL, "no-model-needed", None, tmp_path / "run", config(tmp_path))
+    assert info.value.reason == "mixed_temperatures"
 
 
 def test_train_grpo_logs_metrics_and_changes_lora(

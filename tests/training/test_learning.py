@@ -27,7 +27,7 @@ from training.grpo import train_grpo
 from training.grpo_config import TrajlakeGRPOConfig
 from training.publish import EvalGate, PublishConfig, publish
 from training.registry import read_manifest
-from training.replay.samplers import make_sampler
+from training.replay.samplers import SamplingParams, make_sampler
 from training.replay.stage import ReplayConfig, replay
 
 VAL = "SELECT scenario_id FROM scenarios WHERE split = 'val'"
@@ -92,7 +92,7 @@ def sample_and_score(
             lake,
             scenarios,
             sampler,
-            ReplayConfig(group_size=8, max_tokens=8, run=run, seed=0),
+            ReplayConfig(group_size=8, run=run, sampling=SamplingParams(max_tokens=8, seed=0)),
             progress=False,
         )
         policy = sampler.policy

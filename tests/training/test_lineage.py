@@ -95,7 +95,7 @@ def test_train_grpo_as_of_trains_on_the_recorded_snapshot(
     )
 
     args = ["train", "grpo", "--base-model", str(tiny_model), "--output", str(tmp_path / "run")]
-    args += ["--lake", lake.root, "--reward", "correct", "--temperature", "1.0", "--max-steps", "1"]
+    args += ["--lake", lake.root, "--reward", "correct", "--max-steps", "1"]
     args += ["--batch-size", "4", "--set", 'save_strategy="no"', "--set", "activation_checkpointing=false"]
     args += [f"--as-of={name}={version}" for name, version in then.items()]
     result = CliRunner().invoke(app, args)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -40,6 +41,7 @@ def traj(
     tools: str | None = None,
     source: str = "replay",
     offset_s: int = 0,
+    metadata: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     started = store.utc_now() - timedelta(seconds=offset_s)
     return {
@@ -53,6 +55,7 @@ def traj(
         "scenario_id": scenario_id,
         "group_id": group_id,
         "turns": turns or [],
+        "metadata": json.dumps(metadata) if metadata is not None else None,
     }
 
 
@@ -131,6 +134,8 @@ def stored_groups(
                 history = prompt + first + [rng.randrange(3, vocab) for _ in range(4)]
                 second = [rng.randrange(3, vocab) for _ in range(2 + (k % 2))]
                 turns.append(turn(history, second, model_logprobs(model_path, history, second, temperature)))
-            rows.append(traj(tid, group_id=f"g{g}", scenario_id=f"s{g}", turns=turns))
+            # recorded as a replay records it: GRPO divides by the temperature the groups were sampled at
+            sampling = {"sampling": {"temperature": temperature}}
+            rows.append(traj(tid, group_id=f"g{g}", scenario_id=f"s{g}", turns=turns, metadata=sampling))
             rewards.append(reward(tid, float((k + g) % 3) / 2, group_id=f"g{g}"))
     return rows, rewards

@@ -37,6 +37,7 @@ _PUBLIC = {
         "training.replay.errors",
     ),
     **dict.fromkeys(("ToolsConfig", "make_tools"), "training.replay.rollout.tools"),
+    "RolloutLimits": "training.replay.rollout.loop",
     **dict.fromkeys(
         ("BACKENDS", "SamplerConfig", "SamplingParams", "make_sampler"), "training.replay.samplers"
     ),
@@ -64,6 +65,7 @@ __all__ = [
     "ReplayResult",
     "ReplaySetupError",
     "RolloutError",
+    "RolloutLimits",
     "SamplerConfig",
     "SamplerError",
     "SamplingParams",

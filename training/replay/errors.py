@@ -19,6 +19,10 @@ class ReplayError(Exception):
 class ReplaySetupError(ReplayError, ValueError):
     """The replay stage was misconfigured or selected nothing to replay (`bad_config`, `no_scenarios`)."""
 
+    def __init__(self, message: str, *, reason: str, name: str | None = None) -> None:
+        super().__init__(message, reason=reason)
+        self.name = name  # the refused setting, when a setting was refused
+
 
 class ScenarioError(ReplayError, ValueError):
     """A scenario could not be made or loaded (no prompt, bad JSONL line, unknown trajectory)."""
@@ -34,6 +38,14 @@ class SamplerError(ReplayError, RuntimeError):
     def __init__(self, message: str, *, backend: str, reason: str) -> None:
         super().__init__(message, reason=reason)
         self.backend = backend
+
+
+class BadSamplingParams(SamplerError, ValueError):
+    """A sampling parameter is out of range (`temperature < 0`, `top_p` outside (0, 1], ...)."""
+
+    def __init__(self, message: str, *, name: str) -> None:
+        super().__init__(message, backend="*", reason="bad_params")
+        self.name = name  # the first refused parameter
 
 
 class ToolSourceError(ReplayError, ValueError):

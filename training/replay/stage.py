@@ -16,12 +16,13 @@ To evaluate an adapter, replay the validation scenarios through it:
 
     sampler = make_sampler("transformers", base_model, adapter="adapters/v3")
     replay(lake, "SELECT scenario_id FROM scenarios WHERE split = 'val'", sampler,
-           ReplayConfig(group_size=4, run="eval-v3"))
+           ReplayConfig(group_size=4, run="eval-v3", sampling=SamplingParams(temperature=0.8)))
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import time
@@ -40,56 +41,39 @@ from training.replay.scenarios import Scenario
 
 @dataclass(frozen=True)
 class ReplayConfig:
-    """How to sample groups."""
+    """How to sample groups: `[replay]`, with `[replay.sampling]` and `[replay.limits]`."""
 
-    # --- groups
-    group_size: int = field(default=4, metadata={"help": "Trajectories sampled per scenario (G)."})
+    group_size: int = field(
+        default=4, metadata={"help": "Trajectories sampled per scenario (G); GRPO compares them, so >= 2."}
+    )
     run: str = field(
         default="default",
         metadata={"help": "Replay run name; part of the group id, so a new name samples new groups."},
     )
-    # --- sampling
-    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature."})
-    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass."})
-    top_k: int = field(default=0, metadata={"help": "Top-k filter (0 = off)."})
-    seed: int | None = field(
-        default=None, metadata={"help": "Sampling seed, where the backend supports one."}
-    )
-    # --- limits
-    max_turns: int = field(default=8, metadata={"help": "Most model calls per rollout."})
-    max_tokens: int = field(default=256, metadata={"help": "Most sampled tokens per model call."})
-    max_total_tokens: int = field(
-        default=4096, metadata={"help": "Context budget: prompt + completion tokens."}
-    )
-    # --- execution
+    # The sampler's own parameters and the loop's own bounds, declared (and checked) where they live;
+    # their options keep plain names (`--temperature`, `--max-turns`).
+    sampling: SamplingParams = field(default_factory=SamplingParams, metadata={"cli_prefix": ""})
+    limits: RolloutLimits = field(default_factory=RolloutLimits, metadata={"cli_prefix": ""})
     concurrency: int = field(default=8, metadata={"help": "Scenarios sampled at the same time."})
     flush_groups: int = field(default=16, metadata={"help": "Complete groups gathered per lake write."})
 
     def __post_init__(self) -> None:
-        for name in (
-            "group_size",
-            "max_turns",
-            "max_tokens",
-            "max_total_tokens",
-            "concurrency",
-            "flush_groups",
+        for name, ok, allowed in (
+            ("group_size", self.group_size >= 2, ">= 2: GRPO compares the samples of a group"),
+            ("concurrency", self.concurrency >= 1, ">= 1"),
+            ("flush_groups", self.flush_groups >= 1, ">= 1"),
         ):
-            if getattr(self, name) < 1:
+            if not ok:
                 raise ReplaySetupError(
-                    f"`{name}` must be >= 1, got {getattr(self, name)}", reason="bad_config"
+                    f"`{name}` must be {allowed}, got {getattr(self, name)}", reason="bad_config", name=name
                 )
-
-    def sampling_params(self) -> SamplingParams:
-        return SamplingParams(
-            max_tokens=self.max_tokens,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k,
-            seed=self.seed,
-        )
-
-    def limits(self) -> RolloutLimits:
-        return RolloutLimits(self.max_turns, self.max_tokens, self.max_total_tokens)
+        if self.sampling.temperature == 0:
+            raise ReplaySetupError(
+                "`temperature` must be > 0: a greedy group is one sample repeated, with no spread for "
+                "GRPO to learn from",
+                reason="bad_config",
+                name="sampling.temperature",
+            )
 
 
 @dataclass
@@ -154,8 +138,8 @@ def episode_row(
                 "backend": sampler.backend,
                 "dtype": sampler.dtype,
                 "adapter": sampler.adapter,
-                "sampling": config.sampling_params().to_dict(),
-                "limits": {"max_turns": config.max_turns, "max_total_tokens": config.max_total_tokens},
+                "sampling": config.sampling.to_dict(),
+                "limits": dataclasses.asdict(config.limits),
                 "tools": tools,
                 "finish_reason": episode.finish_reason,
                 "error": episode.error,
@@ -234,10 +218,10 @@ async def areplay(
     if rollout is not None:
         from training.replay.rollout.user import UserRollouts
 
-        runner = UserRollouts(sampler, rollout, params=config.sampling_params(), limits=config.limits())
+        runner = UserRollouts(sampler, rollout, params=config.sampling, limits=config.limits)
         tools_desc = f"rollout:{runner.describe()}"
     else:
-        runner = AgentLoop(sampler, tools, params=config.sampling_params(), limits=config.limits())
+        runner = AgentLoop(sampler, tools, params=config.sampling, limits=config.limits)
         tools_desc = tools.describe()
 
     result = ReplayResult()

@@ -9,15 +9,17 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 import store
 from tests.training.helpers import TOOLS, ScriptedSampler, calculator_script, make_trajectory
+from training.replay.rollout.loop import RolloutLimits
 from training.replay.rollout.tools import make_tools
 from training.replay.samplers import make_sampler
-from training.replay.samplers.base import Completion, SampleRequest
+from training.replay.samplers.base import Completion, SampleRequest, SamplingParams
 from training.replay.scenario_io import create_scenarios, load_scenarios
 from training.replay.stage import ReplayConfig, group_id_for, replay
 
@@ -52,7 +54,7 @@ def test_tiny_model_groups_are_complete_and_token_exact(
 ) -> None:
     _load(lake, tmp_path)
     sampler = make_sampler("transformers", str(tiny_model))
-    config = ReplayConfig(group_size=3, max_tokens=12, seed=0)
+    config = ReplayConfig(group_size=3, sampling=SamplingParams(max_tokens=12, seed=0))
     result = replay(lake, "SELECT scenario_id FROM scenarios", sampler, config, progress=False)
     assert len(result.group_ids) == 3 and result.failed == [] and result.skipped_group_ids == []
     rows = _rows(lake)
@@ -320,9 +322,19 @@ def test_multi_turn_replay_over_the_vllm_protocol(lake: store.Lake, tmp_path: Pa
         assert row["final_output"] == 'The answer is {"result": 84}.'
 
 
-@pytest.mark.parametrize("bad", [{"group_size": 0}, {"concurrency": 0}])
-def test_bad_config(bad: dict) -> None:
+@pytest.mark.parametrize(
+    ("build", "name", "message"),
+    [
+        (lambda: ReplayConfig(group_size=1), "group_size", "must be >= 2"),
+        (lambda: ReplayConfig(concurrency=0), "concurrency", "must be >= 1"),
+        (lambda: ReplayConfig(sampling=SamplingParams(temperature=0)), "sampling.temperature", "must be > 0"),
+        (lambda: SamplingParams(top_p=0), "top_p", "in (0, 1]"),
+        (lambda: RolloutLimits(max_turns=0), "max_turns", "must be >= 1"),
+    ],
+)
+def test_each_setting_is_checked_where_it_is_declared(build: Any, name: str, message: str) -> None:
     from training.replay.errors import ReplayError
 
-    with pytest.raises(ReplayError, match="must be >= 1"):
-        ReplayConfig(**bad)
+    with pytest.raises(ReplayError) as info:
+        build()
+    assert info.value.name == name and message in str(info.value)  # type: ignore[attr-defined]

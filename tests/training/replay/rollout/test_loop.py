@@ -25,8 +25,9 @@ def _scenario(recorded: list[dict] | None = None) -> Scenario:
     )
 
 
-def _run(sampler, tools, scenario=None, group_size=2, limits=None):
-    loop = AgentLoop(sampler, tools, params=SamplingParams(max_tokens=64), limits=limits or RolloutLimits())
+def _run(sampler, tools, scenario=None, group_size=2, limits=None, max_tokens=64):
+    params = SamplingParams(max_tokens=max_tokens)
+    loop = AgentLoop(sampler, tools, params=params, limits=limits or RolloutLimits())
     return asyncio.run(loop.run_group(scenario or _scenario(), group_size))
 
 
@@ -164,7 +165,7 @@ def test_turn_limit_truncates(tiny_model: Path) -> None:
 
 def test_token_limits_truncate(tiny_model: Path) -> None:
     sampler = ScriptedSampler(str(tiny_model), lambda p: "word " * 100)
-    (episode,) = _run(sampler, RecordedTools(), group_size=1, limits=RolloutLimits(max_tokens=10))
+    (episode,) = _run(sampler, RecordedTools(), group_size=1, max_tokens=10)
     assert episode.status == "truncated" and episode.finish_reason == "length"
     assert len(episode.turns[0]["completion_token_ids"]) == 10
     assert episode.final_output is None

@@ -57,7 +57,7 @@ class AssembleResult:
     def summary(self) -> str:
         failed = (
             f"; {self.failed:,} traces failed to assemble (their spans are kept; see "
-            "`SELECT * FROM ingest_errors WHERE status = 'failed'`)"
+            f"`SELECT * FROM ingest_errors WHERE {store.equals('status', 'failed')}`)"
             if self.failed
             else ""
         )
@@ -188,8 +188,9 @@ def _resolve_failures(lake: store.Lake, assembled: list[str]) -> None:
     with store.connect(lake, read_only=True) as con:
         con.register("__assembled", pa.table({"trace_id": pa.array(assembled, pa.string())}))
         failed = con.sql(
-            "SELECT * EXCLUDE (_written_at) FROM ingest_errors WHERE status = 'failed' "
-            "AND stage = 'assemble' AND trace_id IN (SELECT trace_id FROM __assembled)"
+            "SELECT * EXCLUDE (_written_at) FROM ingest_errors "
+            f"WHERE {store.equals('status', 'failed')} AND {store.equals('stage', 'assemble')} "
+            "AND trace_id IN (SELECT trace_id FROM __assembled)"
         ).to_arrow_table()
     if failed.num_rows:
         resolved = failed.set_column(

@@ -24,6 +24,8 @@ from statistics import median
 import store
 from judging.select import candidates_sql, run_checked, where_clause
 
+OK = store.equals("status", "ok")
+
 
 @dataclass
 class GroupAgreement:
@@ -122,10 +124,10 @@ def agreement(
         WITH candidates AS ({candidates_sql()}),
              picked AS (SELECT trajectory_id, group_id FROM candidates {where_clause(where)}),
              ra AS (SELECT trajectory_id, value FROM rewards
-                    WHERE name = $na AND ($sa IS NULL OR scorer = $sa) AND status = 'ok' AND value IS NOT NULL
+                    WHERE name = $na AND ($sa IS NULL OR scorer = $sa) AND {OK} AND value IS NOT NULL
                     QUALIFY row_number() OVER (PARTITION BY trajectory_id ORDER BY scored_at DESC, _written_at DESC) = 1),
              rb AS (SELECT trajectory_id, value FROM rewards
-                    WHERE name = $nb AND ($sb IS NULL OR scorer = $sb) AND status = 'ok' AND value IS NOT NULL
+                    WHERE name = $nb AND ($sb IS NULL OR scorer = $sb) AND {OK} AND value IS NOT NULL
                     QUALIFY row_number() OVER (PARTITION BY trajectory_id ORDER BY scored_at DESC, _written_at DESC) = 1)
         SELECT p.group_id, ra.value, rb.value
         FROM picked p JOIN ra USING (trajectory_id) JOIN rb USING (trajectory_id)

@@ -45,6 +45,8 @@ from store.selections import (
 )
 from store.vocabulary import (
     PRODUCTION_SOURCES,
+    IngestStage,
+    IngestStatus,
     RewardStatus,
     RunStage,
     SpanSource,
@@ -68,6 +70,8 @@ __all__ = [
     "VAL_SCENARIOS",
     "CompactConfig",
     "CompactionError",
+    "IngestStage",
+    "IngestStatus",
     "Lake",
     "QueryTimeout",
     "ReadOnlyViolation",

@@ -16,6 +16,8 @@ TrajectoryStatus = Literal["ok", "error", "truncated"]
 RewardStatus = Literal["ok", "failed"]
 Split = Literal["train", "val"]
 RunStage = Literal["sft", "grpo", "eval"]
+IngestStage = Literal["assemble"]
+IngestStatus = Literal["failed", "resolved"]
 
 # Where production traffic comes from (everything but replay): what `policy_performance` and
 # the production rows of an evaluation read.
@@ -28,6 +30,7 @@ VOCABULARIES: dict[str, dict[str, tuple[str, ...]]] = {
     "rewards": {"status": get_args(RewardStatus)},
     "scenarios": {"split": get_args(Split)},
     "runs": {"stage": get_args(RunStage)},
+    "ingest_errors": {"stage": get_args(IngestStage), "status": get_args(IngestStatus)},
 }
 
 

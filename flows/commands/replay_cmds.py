@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+import store
 from flows.commands.options import LakeOption, build, configured, fail, resolve_lake
 from flows.settings import Section
 
@@ -67,7 +68,7 @@ def replay_command(
         str,
         typer.Option(
             "--scenarios",
-            help="SQL returning `scenario_id`s, e.g. SELECT scenario_id FROM scenarios WHERE split='train'",
+            help=f"SQL returning `scenario_id`s, e.g. {store.TRAIN_SCENARIOS}",
         ),
     ],
     adapter: Annotated[str | None, typer.Option(help="LoRA adapter folder to sample through.")] = None,

@@ -27,6 +27,7 @@ from ingest.assembly.rows import parse_json, raw_rows_by_trace
 from ingest.assembly.runs import agent_runs, attach_logs, span_order
 from ingest.assembly.trajectory import trajectory_row
 from store.schema import INGEST_ERRORS, REWARDS, TRAJECTORIES, WRITTEN_AT
+from store.vocabulary import IngestStage
 
 
 @dataclass
@@ -160,7 +161,9 @@ def reason_code(exc: BaseException) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", type(exc).__name__).lower()
 
 
-def failure_row(trace_id: str, stage: str, exc: BaseException, span_count: int | None) -> dict[str, Any]:
+def failure_row(
+    trace_id: str, stage: IngestStage, exc: BaseException, span_count: int | None
+) -> dict[str, Any]:
     """An `ingest_errors` row: a short reason code, then the message and where in our code, and when."""
     frames = traceback.extract_tb(exc.__traceback__)[-3:]
     where = " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(frames))

@@ -110,7 +110,7 @@ def trace_attributes(lake: Lake, trace_ids: Iterable[str]) -> dict[str, list[str
         con.register("__wanted", pa.table({"trace_id": pa.array(wanted, pa.string())}))
         rows = con.execute(
             "SELECT trace_id, attributes FROM spans "
-            "WHERE source = 'langfuse' AND trace_id IN (SELECT trace_id FROM __wanted)"
+            f"WHERE {store.equals('source', 'langfuse')} AND trace_id IN (SELECT trace_id FROM __wanted)"
         ).fetchall()
     finally:
         con.close()

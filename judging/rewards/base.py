@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import store
+
 RewardValue = float | dict[str, float]
 RewardFn = Callable[[dict[str, Any], dict[str, Any] | None], RewardValue]
 
@@ -41,7 +43,7 @@ class RewardScope:
 
 # Rewards that compare with the scenario's expected outcome can score replays of scenarios that have one.
 EXPECTED_OUTCOME = RewardScope(
-    "source = 'replay' AND expected IS NOT NULL AND expected <> ''",
+    f"{store.equals('source', 'replay')} AND expected IS NOT NULL AND expected <> ''",
     "replayed trajectories of scenarios with an expected outcome",
 )
 

@@ -10,7 +10,8 @@ Public surface (the CLI and the Prefect flows call these):
 - `ruler_score_group(trajectories, JudgeConfig(...)) -> GroupVerdict`: RULER on one group
 - `scenario_scores(lake, reward, group_ids)`, `compare(reward, candidate, baseline) -> Comparison`,
   `evaluation_table(stages)`, `production_success(lake, reward)`, `record_evaluation`:
-  evaluation statistics (bootstrap CIs, paired differences, a run's learning curve)
+  evaluation statistics (bootstrap CIs, paired differences, a run's learning curve);
+  `evaluate_policies(lake, measure, candidate=..., baseline=...)`: the evaluation procedure
 - `reward_stats(lake, reward, group_ids) -> RewardStats`: a round's reward over its groups
 """
 
@@ -27,6 +28,7 @@ from judging.errors import (
     RewardSpecError,
     SqlRewardError,
 )
+from judging.evaluate import Evaluation, Measured, NothingScored, evaluate_policies
 from judging.evaluation import (
     Comparison,
     Difference,
@@ -69,6 +71,7 @@ __all__ = [
     "Comparison",
     "ConfigValueError",
     "Difference",
+    "Evaluation",
     "GroupVerdict",
     "JudgeCallError",
     "JudgeConfig",
@@ -76,6 +79,8 @@ __all__ = [
     "JudgeUnreachableError",
     "JudgeVerdict",
     "JudgingError",
+    "Measured",
+    "NothingScored",
     "PolicyScore",
     "ProgrammaticReward",
     "RewardInputError",
@@ -97,6 +102,7 @@ __all__ = [
     "combine_values",
     "combined_scorer",
     "compare",
+    "evaluate_policies",
     "evaluate_reward",
     "evaluation_table",
     "from_function",

@@ -30,7 +30,7 @@ import duckdb
 import store
 from training.advantages import AdvantageReport, ScaleRewards, compute_advantages
 from training.errors import MissingTokenData, SelectionError, TokenDataMismatch
-from training.lineage import Lineage, digest_ids, selection_snapshot, versions_read
+from training.lineage import Lineage, selection_snapshot
 from training.replay.rollout.render import parse_tools, template_messages
 
 TRUNCATED_FINISH_REASONS = frozenset({"length", "max_tokens"})
@@ -99,14 +99,7 @@ def select_sft(lake: store.Lake | str, sql: str, *, as_of: Mapping[str, int] | N
         )
     if not rows:
         raise _empty(sql, "trajectories with an assistant message")
-    ids = [r["trajectory_id"] for r in rows]
-    lineage = Lineage(
-        sql=sql,
-        trajectory_count=len(ids),
-        trajectory_ids_digest=digest_ids(ids),
-        lake=lake.url(),
-        table_versions=versions_read(snapshot),
-    )
+    lineage = Lineage.of(sql, [r["trajectory_id"] for r in rows], lake, snapshot)
     return SFTSelection(rows=rows, lineage=lineage)
 
 
@@ -335,13 +328,11 @@ def select_grpo(
         example.advantage = adv
     if not has_reward:
         scorers = sorted({r["scorer"] for r in kept if r["scorer"]})
-    ids = [e.trajectory_id for e in examples]
-    lineage = Lineage(
-        sql=sql,
-        trajectory_count=len(ids),
-        trajectory_ids_digest=digest_ids(ids),
-        lake=lake.url(),
-        table_versions=versions_read(snapshot),
+    lineage = Lineage.of(
+        sql,
+        [e.trajectory_id for e in examples],
+        lake,
+        snapshot,
         reward_name=reward_name if not has_reward else "reward",
         reward_scorers=scorers,
     )

@@ -35,6 +35,20 @@ class Lineage:
     reward_name: str | None = None
     reward_scorers: list[str] = field(default_factory=list)
 
+    @classmethod
+    def of(
+        cls, sql: str, ids: Sequence[str], lake: store.Lake, snapshot: store.Snapshot, **reward: Any
+    ) -> Lineage:
+        """The lineage of the rows `ids` that `sql` selected from `snapshot` of `lake`."""
+        return cls(
+            sql=sql,
+            trajectory_count=len(ids),
+            trajectory_ids_digest=digest_ids(ids),
+            lake=lake.url(),
+            table_versions=versions_read(snapshot),
+            **reward,
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -9,6 +9,7 @@ these options imports TRL, which every other command can do without.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 from typing import Annotated, Any
@@ -111,6 +112,29 @@ def print_result(result: Any) -> None:
     typer.echo(f"publish it: trajlake publish {result.adapter_dir} --name NAME")
 
 
+def run_stage(
+    stage: str,
+    values: dict[str, Any],
+    output: Path,
+    overrides: list[str] | None,
+    as_of: list[str] | None,
+    lake: str | None,
+    train: Callable[[Any, Any, dict[str, int] | None], Any],
+) -> None:
+    """One training command: its lake, config and snapshot checked before `train(lake, config, as_of)`
+    runs; a training error is one line and exit 1."""
+    from training.errors import TrainingError
+
+    the_lake = resolve_lake(lake)
+    config = stage_config(f"train.{stage}", values, output, overrides)
+    versions = as_of_versions(as_of, stage, the_lake)
+    try:
+        result = train(the_lake, config, versions)
+    except TrainingError as exc:
+        raise fail(str(exc)) from None
+    print_result(result)
+
+
 def train_sft_command(
     sft: dict,
     base_model: BaseModelOption,
@@ -128,17 +152,12 @@ def train_sft_command(
     lake: LakeOption = None,
 ) -> None:
     """Fine-tune a LoRA adapter on selected conversations (assistant tokens only)."""
-    from training.errors import TrainingError
     from training.sft import train_sft
 
-    the_lake = resolve_lake(lake)
-    config = stage_config("train.sft", sft, output, overrides)
-    versions = as_of_versions(as_of, "sft", the_lake)
-    try:
-        result = train_sft(the_lake, sql, base_model, output, config, resume=resume, as_of=versions)
-    except TrainingError as exc:
-        raise fail(str(exc)) from None
-    print_result(result)
+    def train(the_lake: Any, config: Any, versions: dict[str, int] | None) -> Any:
+        return train_sft(the_lake, sql, base_model, output, config, resume=resume, as_of=versions)
+
+    run_stage("sft", sft, output, overrides, as_of, lake, train)
 
 
 def train_grpo_command(
@@ -163,29 +182,16 @@ def train_grpo_command(
     lake: LakeOption = None,
 ) -> None:
     """Train (or continue) a LoRA adapter with GRPO on stored, scored groups."""
-    from training.errors import TrainingError
     from training.grpo import train_grpo
     from training.registry import resolve_adapter
 
-    the_lake = resolve_lake(lake)
-    config = stage_config("train.grpo", {**grpo, "reward_name": reward}, output, overrides)
-    versions = as_of_versions(as_of, "grpo", the_lake)
-    try:
-        if adapter is not None and not Path(adapter).exists():
-            adapter = resolve_adapter(the_lake, adapter)["path"]
-        result = train_grpo(
-            the_lake,
-            sql,
-            base_model,
-            adapter,
-            output,
-            config,
-            resume=resume,
-            as_of=versions,
-        )
-    except TrainingError as exc:
-        raise fail(str(exc)) from None
-    print_result(result)
+    def train(the_lake: Any, config: Any, versions: dict[str, int] | None) -> Any:
+        start = adapter
+        if start is not None and not Path(start).exists():
+            start = resolve_adapter(the_lake, start)["path"]
+        return train_grpo(the_lake, sql, base_model, start, output, config, resume=resume, as_of=versions)
+
+    run_stage("grpo", {**grpo, "reward_name": reward}, output, overrides, as_of, lake, train)
 
 
 app = typer.Typer(add_completion=False)  # joins `trajlake train` on first use

@@ -70,49 +70,31 @@ def evaluate_adapter(
         incumbent = None
     spec = evaluation_reward(config)
     group_size = config.evaluate.group_size or None
-    scored: dict[str | None, tuple[str, dict[str, float]]] = {}
-    reward_name = spec
 
-    def evaluated(path: str | None) -> tuple[str, dict[str, float]]:
-        nonlocal reward_name
-        if path not in scored:
-            replayed = replay_policy(
-                config, path, config.select.evaluate, run="eval", seed=0, group_size=group_size
-            )
-            reward_name = score_reward(config, spec, replayed["group_ids"])["reward"]
-            scenario_scores = judging.scenario_scores(lake, reward_name, replayed["group_ids"])
-            scored[path] = (replayed["policy"], scenario_scores)
-        return scored[path]
-
-    baseline_label = f"{name}:v{incumbent['version']}" if incumbent else BASE
-    labelled = [(label, path) for label, path in stages or []]
-    labelled = labelled or [
-        (baseline_label, incumbent["path"] if incumbent else None),
-        ("candidate", adapter),
-    ]
-    if incumbent and all(path != incumbent["path"] for _, path in labelled):
-        labelled.append((baseline_label, incumbent["path"]))
-    for _, path in labelled:
-        evaluated(path)
-    candidate, baseline = evaluated(adapter), evaluated(incumbent["path"] if incumbent else None)
-    if not candidate[1] or not baseline[1]:
-        raise StageError(
-            "select.evaluate", f"no val scenario was scored with `{reward_name}`; are there val scenarios?"
+    def measure(path: str | None) -> judging.Measured:
+        replayed = replay_policy(
+            config, path, config.select.evaluate, run="eval", seed=0, group_size=group_size
         )
-    comparison = judging.compare(reward_name, candidate, baseline)
-    references = REFERENCES if stages else (baseline_label,)
-    table = judging.evaluation_table(
-        [(label, *scored[path]) for label, path in labelled], references=references
-    )
-    table += judging.production_success(lake, config.evaluate.production_reward)
-    run_id = judging.record_evaluation(lake, comparison, table, adapter=name)
-    return {
-        "candidate": adapter,
-        "baseline": baseline_label,
-        "comparison": comparison.to_dict(),
-        "table": [row.to_dict() for row in table],
-        "eval_run_id": run_id,
-    }
+        reward = score_reward(config, spec, replayed["group_ids"])["reward"]
+        return judging.Measured(
+            replayed["policy"], reward, judging.scenario_scores(lake, reward, replayed["group_ids"])
+        )
+
+    baseline = (f"{name}:v{incumbent['version']}", incumbent["path"]) if incumbent else (BASE, None)
+    try:
+        evaluation = judging.evaluate_policies(
+            lake,
+            measure,
+            candidate=adapter,
+            baseline=baseline,
+            stages=stages or (),
+            references=REFERENCES if stages else (),
+            production_reward=config.evaluate.production_reward,
+            adapter=name,
+        )
+    except judging.NothingScored as exc:
+        raise StageError("select.evaluate", str(exc)) from None
+    return evaluation.to_dict()
 
 
 def gate_of(evaluation: dict[str, Any], forced: bool) -> Any:

@@ -107,3 +107,48 @@ def test_a_policys_interval_does_not_depend_on_the_order_its_scores_were_read() 
     (row,) = evaluation_table([("sft", "m+a", graded)])
     (again,) = evaluation_table([("sft", "m+a", rotated)])
     assert row.ci == again.ci
+
+
+# --- the procedure ---------------------------------------------------------------------------------
+
+
+def test_the_procedure_measures_each_policy_once_and_always_shows_the_baseline(lake: store.Lake) -> None:
+    from judging import Measured, evaluate_policies
+
+    measured: list[str | None] = []
+    by_path = {None: BASE, "sft/adapter": SFT, "grpo-1/adapter": GRPO, "prod/adapter": SFT}
+
+    def measure(path: str | None) -> Measured:
+        measured.append(path)
+        return Measured(path or "model", "exact_match", by_path[path])
+
+    stages = [("base", None), ("sft", "sft/adapter"), ("grpo-1", "grpo-1/adapter")]
+    found = evaluate_policies(
+        lake,
+        measure,
+        candidate="grpo-1/adapter",
+        baseline=("calc:v3", "prod/adapter"),
+        stages=stages,
+        references=("base", "sft"),
+        adapter="calc",
+    )
+    assert measured == [None, "sft/adapter", "grpo-1/adapter", "prod/adapter"]  # once each
+    assert [row.stage for row in found.table] == ["base", "sft", "grpo-1", "calc:v3"]  # baseline joins
+    assert found.comparison.candidate.policy == "grpo-1/adapter"
+    assert found.comparison.baseline.policy == "prod/adapter"
+    assert found.comparison.difference == pytest.approx(0.4)  # GRPO solves 8 of the 20 odd ones more
+    assert found.table[2].difference("sft").mean == pytest.approx(0.4)
+    with store.connect(lake, read_only=True) as con:
+        steps = con.execute(f"SELECT count(*) FROM runs WHERE run_id = '{found.run_id}'").fetchone()[0]
+    assert steps == 2 + 4  # candidate, baseline, then the table
+
+
+def test_nothing_scored_is_refused_before_anything_is_recorded(lake: store.Lake) -> None:
+    from judging import Measured, NothingScored, evaluate_policies
+
+    def measure(path: str | None) -> Measured:
+        return Measured(path or "model", "exact_match", {} if path else BASE)
+
+    with pytest.raises(NothingScored, match="no val scenario was scored with `exact_match`"):
+        evaluate_policies(lake, measure, candidate="a/adapter", baseline=("base", None))
+    assert not lake.has_table("runs")

@@ -287,7 +287,20 @@ def test_cli_train_sft_then_grpo_then_publish(tiny_model: Path, tmp_path: Path) 
     ]
     sft = runner.invoke(
         app,
-        ["train", "sft", "-o", str(tmp_path / "sft"), "--max-length", "128", "--batch-size", "2", *common],
+        # the rows are replays, which the default SFT selection (production conversations) leaves out
+        [
+            "train",
+            "sft",
+            "-o",
+            str(tmp_path / "sft"),
+            "--max-length",
+            "128",
+            "--batch-size",
+            "2",
+            *common,
+            "--sql",
+            "SELECT trajectory_id FROM trajectories",
+        ],
     )
     assert sft.exit_code == 0, sft.output
     assert f"adapter: {tmp_path / 'sft' / 'adapter'}" in sft.output

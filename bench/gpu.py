@@ -43,7 +43,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.grpo_agent import GROUP_SIZE, run, table_rows  # noqa: E402
+from bench.grpo_agent import GROUP_SIZE, run, sync, table_rows  # noqa: E402
 
 PEAK_BF16 = {"H100": 989.4e12, "H200": 989.4e12, "A100": 312e12}  # dense, SXM
 
@@ -286,13 +286,6 @@ def profile_packed_step(args: argparse.Namespace, work: Path, tiny: Path) -> Non
         trainer.compute_loss(trainer.model, dict(steps[0])).backward()
         sync()
     print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=15), flush=True)
-
-
-def sync() -> None:
-    import torch
-
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
 
 
 # --- main --------------------------------------------------------------------------------------------

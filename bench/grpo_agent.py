@@ -15,14 +15,13 @@ The model is a Qwen2 with the width of a 0.5B-class model (hidden 896, MLP 4864,
 stays within minutes (every layer costs the same, so the ratios hold). Vocabulary: the tiny
 tokenizer's 1,024 tokens, or `--vocab` (151,936 is Qwen2's) for a real LM head's cost.
 
-Every implementation gets the same tensors: the batch `StoredGroupsGRPOTrainer` builds from
-the stored rows of one group, fed to stock `GRPOTrainer.compute_loss` (unpacked, as it
-forwards every row whole), and to trajlake's with `tree_packing` off and on. A step is
-loss + backward + AdamW step on the LoRA weights; the round-start pass is the no-grad
-logprob pass over every row (`ROUND_START_BATCH_FACTOR` x the batch size per forward).
-Each group is one step; the first is a warm-up. Tokens are the rows' real tokens (prompt + completion), the same count for every row of
-the table, so tokens/s compare the work done for the user. Peak memory: the GPU's peak
-allocation, or on a CPU the peak resident set above where the measurement started.
+Every implementation gets the same tensors (the batch `StoredGroupsGRPOTrainer` builds from
+one group's rows) through stock `GRPOTrainer.compute_loss` (every row forwarded whole) and
+trajlake's with `tree_packing` off and on. A step: loss + backward + AdamW on the LoRA
+weights; the round-start pass: the no-grad logprob pass over every row (`ROUND_START_BATCH_FACTOR`
+x the batch size per forward). A group is a step, the first a warm-up. Tokens: the rows' real
+tokens (prompt + completion), the same for every row, so tokens/s compare work done for the user. Peak memory: the GPU's peak allocation (on a
+CPU: the peak resident set above the start).
 """
 
 from __future__ import annotations
@@ -356,7 +355,6 @@ def table_rows(
 
 def print_table(args: argparse.Namespace) -> None:
     """bench/grpo_agent.py's rows, printed with the ratios against stock TRL from the same run."""
-
     import torch
     from rich.console import Console
     from rich.table import Table

@@ -48,62 +48,18 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 import store  # noqa: E402
-from bench.train_workload import TOOLS, chat_form, conversation, grpo_lake, make_groups  # noqa: E402
+from bench.train_stock import grpo_stock, sft_stock  # noqa: E402
+from bench.train_workload import (  # noqa: E402
+    TOOLS,
+    conversation,
+    cuda,
+    grpo_kwargs,
+    grpo_lake,
+    make_groups,
+    sft_kwargs,
+)
 
 # --- SFT -------------------------------------------------------------------------------------------
-
-
-def sft_stock(
-    model: str,
-    convs: list[list[dict[str, Any]]],
-    args: argparse.Namespace,
-    out: Path,
-    settings: dict[str, Any],
-) -> dict[str, float]:
-    """Stock `SFTTrainer`; `settings` overrides (empty: TRL's own defaults on this device)."""
-    from datasets import Dataset
-    from trl import SFTConfig, SFTTrainer
-
-    from training.sft_config import TrajlakeSFTConfig
-
-    ours = TrajlakeSFTConfig(output_dir=str(out))
-    dataset = Dataset.from_list([{"messages": chat_form(c), "tools": json.dumps(TOOLS)} for c in convs])
-    device = {} if cuda() else {"use_cpu": True}  # stock TRL refuses a CPU without it
-    config = SFTConfig(
-        output_dir=str(out), assistant_only_loss=True, **sft_kwargs(args), **device, **settings
-    )
-    trainer = SFTTrainer(model=model, args=config, train_dataset=dataset, peft_config=ours.lora_config())
-    metrics = trainer.train().metrics
-    tokens = max(h.get("num_tokens", 0) for h in trainer.state.log_history)
-    lengths = [len(x) for x in trainer.train_dataset["input_ids"]]
-    return {
-        "tokens": tokens,
-        "seconds": metrics["train_runtime"],
-        "packing": sum(lengths) / (len(lengths) * args.max_length) if config.packing else float("nan"),
-        "bf16": bool(config.bf16),
-        "packed": bool(config.packing),
-    }
-
-
-def cuda() -> bool:
-    import torch
-
-    return bool(torch.cuda.is_available())
-
-
-def sft_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    return dict(
-        max_steps=args.steps,
-        per_device_train_batch_size=args.batch_size,
-        learning_rate=1e-4,
-        max_length=args.max_length,
-        activation_checkpointing=False,
-        save_strategy="no",
-        logging_steps=1,
-        report_to="none",
-        disable_tqdm=True,
-        seed=0,
-    )
 
 
 def sft_ours(model: str, lake: store.Lake, args: argparse.Namespace, out: Path) -> dict[str, float]:
@@ -113,7 +69,11 @@ def sft_ours(model: str, lake: store.Lake, args: argparse.Namespace, out: Path) 
 
     config = TrajlakeSFTConfig(output_dir=str(out), **sft_kwargs(args))
     result = train_sft(
-        lake, "SELECT trajectory_id FROM trajectories WHERE source = 'otel'", model, out, config
+        lake,
+        f"SELECT trajectory_id FROM trajectories WHERE {store.equals('source', 'otel')}",
+        model,
+        out,
+        config,
     )
     row = (
         store.connect(lake)
@@ -133,82 +93,6 @@ def sft_ours(model: str, lake: store.Lake, args: argparse.Namespace, out: Path) 
 # --- GRPO ------------------------------------------------------------------------------------------
 
 
-def grpo_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    return dict(
-        max_steps=args.steps,
-        per_device_train_batch_size=args.batch_size,
-        learning_rate=1e-4,
-        activation_checkpointing=False,
-        save_strategy="no",
-        logging_steps=1,
-        report_to="none",
-        disable_tqdm=True,
-        seed=0,
-        max_completion_length=args.completion_len,
-        mask_truncated_completions=False,
-    )
-
-
-def grpo_stock(
-    model: str, groups: list[dict[str, Any]], args: argparse.Namespace, out: Path, settings: dict[str, Any]
-) -> dict[str, float]:
-    """Stock `GRPOTrainer` on the stored groups; `settings` overrides (empty: TRL's defaults here)."""
-    import os
-
-    from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
-
-    from training.grpo_config import TrajlakeGRPOConfig
-
-    os.environ["TRL_EXPERIMENTAL_SILENCE"] = "1"
-    by_id = {g["id"]: g for g in groups}
-    rewards = {}
-    for g in groups:
-        for m in g["members"]:
-            rewards[tuple(m["completion"])] = m["reward"]
-
-    def rollout(prompts: list[str], trainer: Any) -> dict[str, list]:
-        # The generation batch holds each group's prompt `group_size` times in a row.
-        seen: dict[str, int] = {}
-        out: dict[str, list] = {"prompt_ids": [], "completion_ids": [], "logprobs": []}
-        for p in prompts:
-            k = seen.get(p, 0) % args.group_size
-            seen[p] = seen.get(p, 0) + 1
-            member = by_id[p]["members"][k]
-            out["prompt_ids"].append(by_id[p]["prompt"])
-            out["completion_ids"].append(member["completion"])
-            out["logprobs"].append(member["logprobs"])
-        return out
-
-    def stored(
-        prompts: list[str], completions: list, completion_ids: list[list[int]], **kw: Any
-    ) -> list[float]:
-        return [rewards[tuple(ids)] for ids in completion_ids]
-
-    ours = TrajlakeGRPOConfig(output_dir=str(out))
-    device = {} if cuda() else {"use_cpu": True}
-    config = GRPOConfig(
-        output_dir=str(out), num_generations=args.group_size, **grpo_kwargs(args), **device, **settings
-    )
-    trainer = GRPOTrainer(
-        model=model,
-        reward_funcs=stored,
-        args=config,
-        train_dataset=Dataset.from_dict({"prompt": [g["id"] for g in groups]}),
-        peft_config=ours.lora_config(),
-        rollout_func=rollout,
-    )
-    metrics = trainer.train().metrics
-    tokens = max(h.get("num_tokens", 0) for h in trainer.state.log_history)
-    return {
-        "tokens": tokens,
-        "seconds": metrics["train_runtime"],
-        "packing": float("nan"),
-        "bf16": bool(config.bf16),
-        "packed": False,
-    }
-
-
 def grpo_ours(
     model: str, lake: store.Lake, args: argparse.Namespace, out: Path, settings: dict[str, Any]
 ) -> dict[str, float]:
@@ -218,7 +102,12 @@ def grpo_ours(
 
     config = TrajlakeGRPOConfig(output_dir=str(out), **grpo_kwargs(args), **settings)
     result = train_grpo(
-        lake, "SELECT trajectory_id FROM trajectories WHERE source = 'replay'", model, None, out, config
+        lake,
+        f"SELECT trajectory_id FROM trajectories WHERE {store.equals('source', 'replay')}",
+        model,
+        None,
+        out,
+        config,
     )
     row = (
         store.connect(lake)

@@ -89,3 +89,43 @@ def grpo_lake(lake: store.Lake, groups: list[dict[str, Any]]) -> None:
             )
     store.write(lake, "trajectories", rows)
     store.write(lake, "rewards", rewards)
+
+
+# --- the settings both sides of a comparison share ---------------------------------------------------
+
+
+def cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def sft_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    return dict(
+        max_steps=args.steps,
+        per_device_train_batch_size=args.batch_size,
+        learning_rate=1e-4,
+        max_length=args.max_length,
+        activation_checkpointing=False,
+        save_strategy="no",
+        logging_steps=1,
+        report_to="none",
+        disable_tqdm=True,
+        seed=0,
+    )
+
+
+def grpo_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    return dict(
+        max_steps=args.steps,
+        per_device_train_batch_size=args.batch_size,
+        learning_rate=1e-4,
+        activation_checkpointing=False,
+        save_strategy="no",
+        logging_steps=1,
+        report_to="none",
+        disable_tqdm=True,
+        seed=0,
+        max_completion_length=args.completion_len,
+        mask_truncated_completions=False,
+    )

@@ -145,7 +145,6 @@ path = "{lake}"
 
 [select]
 scenarios = "{well_rated}"
-replay = "SELECT scenario_id FROM scenarios WHERE split = 'train'"
 sft = "{sft}"
 
 [scenarios]

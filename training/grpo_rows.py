@@ -29,6 +29,7 @@ import store
 from training.datasets import GRPOExample
 from training.errors import SelectionError
 from training.lineage import selection_snapshot
+from training.policies import SEPARATOR, adapter_label, model_name, policy_name, record_name
 from training.run import read_run_record
 
 ROW_COLUMNS = (
@@ -77,20 +78,32 @@ def drop_equal_reward_groups(
 
 
 def policy_lineage(base_model: str, adapter: str | None, depth: int) -> list[str]:
-    """The `policy` values of `adapter` and of its `depth` nearest ancestors, newest first.
+    """The `policy` names of `adapter` and of its `depth` nearest ancestors, newest first.
 
-    A policy is what a sampler records (`<base model>+<adapter path>`, or the base model
-    alone); ancestors come from the run records' `parent` chain, which ends at the base model.
+    Names are what a sampler records (`training.policies.policy_name`). Every run record
+    holds its parent's record whole, so the ancestors are named from the records alone (an
+    ancestor folder that moved or was deleted still counts); the chain ends at the base model.
     """
     policies: list[str] = []
-    current = adapter
-    while current and len(policies) <= depth:
-        policies.append(f"{base_model}+{current}")
-        parent = (read_run_record(current) or {}).get("parent")
-        current = parent.get("adapter_dir") if isinstance(parent, dict) else None
+    if adapter:
+        policies.append(policy_name(base_model, adapter))
+        node = read_run_record(adapter)
+        while node and len(policies) <= depth:
+            parent = node.get("parent")
+            name = _ancestor_name(parent) if isinstance(parent, dict) else None
+            if name is None:
+                break
+            policies.append(f"{model_name(base_model)}{SEPARATOR}{name}")
+            node = parent
     if len(policies) <= depth:
-        policies.append(base_model)
+        policies.append(model_name(base_model))
     return policies
+
+
+def _ancestor_name(record: dict[str, Any]) -> str | None:
+    # an adapter trajlake did not train has no run id: named by its folder, when it is still there
+    folder = record.get("adapter_dir")
+    return record_name(record) or (adapter_label(str(folder)) if folder else None)
 
 
 def within_staleness(sql: str, policies: Sequence[str]) -> str:
@@ -129,7 +142,7 @@ def bound_staleness(
             ).fetchall()
             raise SelectionError(
                 f"all {total} selected trajectories were sampled more than {max_staleness} adapter versions "
-                f"before `{adapter or base_model}` (sampled by: "
+                f"before `{policies[0]}`{f' (`{adapter}`)' if adapter else ''} (sampled by: "
                 + ", ".join(f"`{p}` ({n})" for p, n in found)
                 + "); replay with the current adapter, or raise `max_staleness`",
                 sql=sql,

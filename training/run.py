@@ -153,6 +153,23 @@ def read_run_record(adapter_dir: str | os.PathLike[str]) -> dict[str, Any] | Non
     return json.loads(path.read_text())
 
 
+def parent_record(adapter: str | os.PathLike[str]) -> dict[str, Any]:
+    """What a run continuing from `adapter` keeps as its `parent`: the adapter's run record, or for
+    an adapter trajlake did not train, its folder and name (`training.policies.adapter_label`), so
+    the staleness bound still names it once the folder has moved."""
+    record = read_run_record(adapter)
+    if record is not None:
+        return record
+    from training.policies import adapter_label
+
+    return {
+        "adapter_dir": str(adapter),
+        "stages": ["external"],
+        "run_ids": [],
+        "name": adapter_label(str(adapter)),
+    }
+
+
 # Hyperparameters worth recording in the manifest (the full config stays in the checkpoints).
 RECORDED = (
     "learning_rate",

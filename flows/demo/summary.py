@@ -6,15 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 
 console = Console()
-
-
-def short_policy(policy: str) -> str:
-    """`model+/work/grpo-3/adapter` -> `grpo-3`; a model path -> its folder name; a name stays."""
-    base, _, adapter = policy.partition("+")
-    return Path(adapter).parent.name if adapter else Path(base).name
 
 
 def _interval(mean: float, ci: Any, signed: bool = False) -> str:
@@ -31,7 +25,7 @@ def print_learning(result: dict[str, Any]) -> None:
     scenarios = next((r["n"] for r in rows if r["kind"] == "val"), 0)
     table = Table(
         "stage",
-        "policy",
+        Column("policy", overflow="fold"),  # a run id tells the adapters apart: never cut it off
         "success [95% CI]",
         "n",
         "vs previous",
@@ -46,7 +40,7 @@ def print_learning(result: dict[str, Any]) -> None:
         ]
         table.add_row(
             row["stage"],
-            short_policy(row["policy"]),
+            row["policy"],
             _interval(row["mean"], row["ci"]),
             str(row["n"]),
             *cells,
@@ -66,12 +60,18 @@ def print_learning(result: dict[str, Any]) -> None:
 def print_summary(data: Any, report: Path, lake: Path, recipes: list[tuple[str, str]]) -> None:
     """Rewards per round, production before/after, the report and SQL to explore the lake."""
     table = Table(
-        "round", "policy", "trajectories", "mean reward", "std", "all-equal groups", title="Reward per round"
+        "round",
+        Column("policy", overflow="fold"),
+        "trajectories",
+        "mean reward",
+        "std",
+        "all-equal groups",
+        title="Reward per round",
     )
     for r in data.rounds:
         table.add_row(
             str(r.round),
-            short_policy(r.policy),
+            r.policy,
             str(r.trajectories),
             f"{r.mean:.3f}",
             f"{r.std:.3f}",

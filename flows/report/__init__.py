@@ -3,7 +3,6 @@ each pipeline run.
 
 - `data`: what the page shows, read from the lake's views with bounded queries;
 - `groups`: the group viewer (a group's trajectories side by side, filters in the page);
-- `names`: human names for policies stored as paths;
 - `plots`, `sampling`: the matplotlib figures and the sampler/trainer gap section;
 - `render`: the HTML.
 """

@@ -22,7 +22,6 @@ from typing import Any
 
 import store
 from flows.report.groups import GroupView, group_view
-from flows.report.names import policy_labels
 from flows.report.sampling import SamplerGapRow, gap_steps, sampler_gap_rows
 from flows.report.window import time_window
 
@@ -103,7 +102,6 @@ class ReportData:
     )  # (round, step, mean gap) per GRPO step
     production_days: list[tuple[str, str, float, int]] = field(default_factory=list)  # (day, policy, mean, n)
     groups: GroupView | None = None
-    labels: dict[str | None, str] = field(default_factory=dict)  # policy -> human name
     sql_recipes: list[tuple[str, str]] = field(default_factory=list)
     timings: list[tuple[str, float]] = field(default_factory=list)
 
@@ -197,8 +195,6 @@ def report_data(
         ).fetchall()
     ]
     groups = group_view(con, reward_name, cap=max_groups, since=since, until=until, tokenizer=tokenizer)
-    policies = [r.policy for r in rounds] + [r.policy for r in learning] + [p.policy for p in production]
-    policies += [p for _, p, _, _ in production_days] + [g.policy for g in groups.groups]
     return ReportData(
         title=title,
         reward_name=reward_name,
@@ -212,7 +208,6 @@ def report_data(
         gap_steps=gap_steps(con),
         production_days=production_days,
         groups=groups,
-        labels=policy_labels(policies),
         evaluation=evaluation,
         adapter=adapter,
         tables=tables,

@@ -9,7 +9,7 @@ hundred; `render_groups` lays each out as cards with messages, tool calls and re
 final answer, each reward with its scorer and explanation, the advantage the sample got
 (`training.advantages`, group-scaled as GRPO's default), and the sampled tokens with their
 logprobs, those sampled with p < 0.2 highlighted. Filters run in the page (buttons, or the URL:
-`#groups/filter=equal`, `#groups/scenario=<id>`, `#groups/policy=<label>`).
+`#groups/filter=equal`, `#groups/scenario=<id>`, `#groups/policy=<name>`, the name URL-encoded).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import store
-from flows.report.names import policy_labels
 from flows.report.window import time_window
 from training.advantages import compute_advantages
 
@@ -43,8 +42,7 @@ class Member:
 class Group:
     group_id: str
     scenario_id: str | None
-    policy: str
-    label: str
+    policy: str  # its name (`training.policies`), as stored
     spread: float
     equal: bool
     disagree: bool
@@ -109,9 +107,8 @@ def group_view(
         ORDER BY spread DESC, first_seen, group_id LIMIT {cap}
         """
     ).fetchall()
-    labels = policy_labels(row[2] for row in chosen)
     groups = {
-        gid: Group(gid, scenario, policy or "", labels[policy], float(spread), spread == 0, bool(dis))
+        gid: Group(gid, scenario, policy or "(base)", float(spread), spread == 0, bool(dis))
         for gid, scenario, policy, _, spread, dis in chosen
     }
     if groups:
@@ -224,7 +221,7 @@ def render_groups(view: GroupView) -> str:
     if not view.groups:
         return "<section id='groups'><h2>Groups</h2><p><em>No scored replayed groups.</em></p></section>"
     scenarios = sorted({g.scenario_id for g in view.groups if g.scenario_id})
-    policies = list(dict.fromkeys(g.label for g in view.groups))
+    policies = list(dict.fromkeys(g.policy for g in view.groups))
     options = "".join(f"<option value='{html.escape(s)}'>{html.escape(s)}</option>" for s in scenarios)
     policy_options = "".join(f"<option value='{html.escape(p)}'>{html.escape(p)}</option>" for p in policies)
     cards = []
@@ -232,9 +229,9 @@ def render_groups(view: GroupView) -> str:
         cards.append(
             f"<div class='group' id='group-{html.escape(g.group_id)}' data-rank='{rank}' "
             f"data-spread='{g.spread:.6f}' data-equal='{int(g.equal)}' data-disagree='{int(g.disagree)}' "
-            f"data-scenario='{html.escape(g.scenario_id or '')}' data-policy='{html.escape(g.label)}'>"
+            f"data-scenario='{html.escape(g.scenario_id or '')}' data-policy='{html.escape(g.policy)}'>"
             f"<h3>group <code>{html.escape(g.group_id)}</code> · scenario <code>{html.escape(g.scenario_id or '-')}</code>"
-            f" · <span title='{html.escape(g.policy)}'>{html.escape(g.label)}</span> · spread {g.spread:.3f}"
+            f" · <span class='policy'>{html.escape(g.policy)}</span> · spread {g.spread:.3f}"
             f"{' · all equal' if g.equal else ''}{' · rewards disagree' if g.disagree else ''}</h3>"
             f"<div class='members' style='grid-template-columns:repeat({max(1, len(g.members))},minmax(240px,1fr))'>"
             f"{''.join(_member_html(m, view.reward) for m in g.members)}</div></div>"
@@ -275,7 +272,9 @@ VIEWER_JS = """
     document.getElementById('shown-count').textContent = shown + ' shown';
   }
   function fromHash() {
-    const hash = decodeURIComponent(location.hash || '');
+    // URLSearchParams decodes the parameters itself: decoding the hash first would turn an
+    // encoded `+` (policy names have one) into a space
+    const hash = location.hash || '';
     if (!hash.startsWith('#groups')) return;
     const params = new URLSearchParams(hash.slice('#groups'.length).replace(/^\\//, ''));
     state.filter = params.get('filter') || 'all';

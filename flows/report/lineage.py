@@ -12,6 +12,8 @@ import json
 import re
 from typing import Any
 
+from training.policies import model_name
+
 _ID_LIST = re.compile(r"IN \(((?:'[^']*'\s*,\s*){5,}'[^']*')\)")
 
 
@@ -48,9 +50,10 @@ def lineage_section(adapter: dict[str, Any]) -> list[str]:
         f"<td><code>{html.escape(brief_sql(str(s.get('sql', ''))))}</code></td></tr>"
         for i, s in enumerate(stages)
     )
+    base = model_name(str(adapter.get("base_model")))  # named as policies name it; the path on hover
     head = (
         f"<p>Adapter <code>{html.escape(str(adapter.get('name')))}</code> v{adapter.get('version')} on "
-        f"<code>{html.escape(str(adapter.get('base_model')))}</code>, aliases "
+        f"<code title='{html.escape(str(adapter.get('base_model')))}'>{html.escape(base)}</code>, aliases "
         f"{html.escape(', '.join(adapter.get('aliases') or []) or '-')}, published "
         f"{html.escape(str(adapter.get('published_at', ''))[:19])}; trained in {len(stages)} stages.</p>"
     )

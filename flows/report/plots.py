@@ -15,6 +15,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from training.policies import SEPARATOR
+
 if TYPE_CHECKING:
     from flows.report.data import ReportData
 
@@ -29,12 +31,23 @@ def png(fig: Any) -> str:
 
 
 def short(text: str, width: int = 28) -> str:
-    return text if len(text) <= width else "…" + text[-(width - 1) :]
+    """`text` in at most `width` characters, its middle elided: a run id keeps both its stage
+    (the start) and its random part (the end), which tell two adapters apart.
+
+    >>> short("grpo-20261126T101500-1a2b3c4d", 20)
+    'grpo-2026…0-1a2b3c4d'
+    """
+    if len(text) <= width:
+        return text
+    head = (width - 1) // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
 
 
-def name(data: ReportData, policy: str | None, width: int = 28) -> str:
-    """A policy's human name (`flows.report.names`), shortened for a tick label."""
-    return short(data.labels.get(policy) or policy or "(base)", width)
+def name(policy: str | None, width: int = 28) -> str:
+    """A policy's name (`training.policies`) for a plot: the base model, and the adapter on a
+    line of its own, each at most `width` characters."""
+    base, plus, adapter = (policy or "(base)").partition(SEPARATOR)
+    return short(base, width) + (f"\n{plus}{short(adapter, width - 1)}" if plus else "")
 
 
 def slanted(ax: Any) -> None:
@@ -56,7 +69,7 @@ def plot_learning(data: ReportData) -> str | None:
     ax.errorbar(xs, means, yerr=errors, marker="o", capsize=4, color=COLORS[0], label="val success (95% CI)")
     for i, r in enumerate(r for r in data.learning if r.kind == "production" and r.adapter is None):
         color = COLORS[1 + i % (len(COLORS) - 1)]
-        ax.axhline(r.mean, color=color, linestyle="--", label=f"production: {name(data, r.policy, 24)}")
+        ax.axhline(r.mean, color=color, linestyle="--", label=f"production: {name(r.policy, 24)}")
         ax.axhspan(r.ci[0], r.ci[1], color=color, alpha=0.12)
     ax.set_xticks(xs, [r.stage for r in stages], fontsize=8)
     slanted(ax)
@@ -73,7 +86,7 @@ def plot_production(data: ReportData) -> str | None:
     if not data.production:
         return None
     fig, ax = plt.subplots(figsize=(5, 3))
-    labels = [name(data, p.policy, 22) for p in data.production]
+    labels = [name(p.policy, 22) for p in data.production]
     colors = ["#38a169" if p.adapter else "#a0aec0" for p in data.production]
     bars = ax.bar(labels, [p.mean for p in data.production], color=colors)
     ax.bar_label(bars, labels=[f"{p.mean:.3f}\n(n={p.trajectories})" for p in data.production], fontsize=8)
@@ -97,7 +110,7 @@ def plot_production_days(data: ReportData) -> str | None:
             [m for _, m in points],
             marker="o",
             color=COLORS[i % len(COLORS)],
-            label=name(data, policy, 30),
+            label=name(policy, 30),
         )
     ax.set_ylabel(f"mean `{data.production_reward}`")
     ax.set_title("Production feedback per day and policy")
@@ -143,7 +156,7 @@ def plot_rounds(data: ReportData) -> str | None:
     means = [r.mean for r in data.rounds]
     stds = [r.std for r in data.rounds]
     ax.errorbar(xs, means, yerr=stds, marker="o", capsize=4, color=COLORS[0])
-    ax.set_xticks(xs, [f"{r.round}: {name(data, r.policy, 22)}" for r in data.rounds], fontsize=8)
+    ax.set_xticks(xs, [f"{r.round}: {name(r.policy, 22)}" for r in data.rounds], fontsize=8)
     ax.set_ylabel(f"mean `{data.reward_name}`")
     ax.set_title("Reward per round (replayed groups, ±1 std)")
     ax.grid(alpha=0.3)
@@ -154,7 +167,8 @@ def plot_rounds(data: ReportData) -> str | None:
 def plot_groups(data: ReportData) -> str | None:
     if not data.group_rewards:
         return None
-    policies = list(data.group_rewards)
+    rounds = {r.policy: r.round for r in data.rounds}  # panels in round order, not name order
+    policies = sorted(data.group_rewards, key=lambda p: rounds.get(p, len(rounds) + 1))
     fig, axes = plt.subplots(
         1, len(policies), figsize=(max(6, 3.2 * len(policies)), 3.2), squeeze=False, sharey=True
     )
@@ -163,11 +177,11 @@ def plot_groups(data: ReportData) -> str | None:
         ax.boxplot(groups, showfliers=False)
         for i, values in enumerate(groups, start=1):
             ax.scatter([i] * len(values), values, s=10, alpha=0.6, color=COLORS[1])
-        ax.set_title(name(data, policy, 24), fontsize=9)
+        ax.set_title(name(policy, 24), fontsize=9)
         ax.set_xlabel("group")
         ax.set_xticks([])
     axes[0][0].set_ylabel(data.reward_name)
-    fig.suptitle("Reward distribution per group", fontsize=10)
+    fig.suptitle("Reward distribution per group", fontsize=10, y=1.06)  # above two-line titles
     return png(fig)
 
 

@@ -8,6 +8,7 @@ import json
 import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from flows.report import plots
 from flows.report.data import ReportData
@@ -22,15 +23,9 @@ class Raw(str):
     """A table cell that is already HTML (a link), not text to escape."""
 
 
-def named(data: ReportData, policy: str | None) -> Raw:
-    """A policy's human name, its stored value on hover."""
-    label = data.labels.get(policy) or policy or "(base)"
-    return Raw(f"<span title='{html.escape(policy or '')}'>{html.escape(label)}</span>")
-
-
-def viewer_link(data: ReportData, policy: str | None) -> Raw:
-    label = data.labels.get(policy) or policy or "(base)"
-    return Raw(f"<a href='#groups/policy={html.escape(label)}'>groups</a>")
+def viewer_link(policy: str | None) -> Raw:
+    """A link to the group viewer filtered to `policy`'s groups (the name URL-encoded: it has a `+`)."""
+    return Raw(f"<a href='#groups/policy={html.escape(quote(policy or '(base)', safe=''))}'>groups</a>")
 
 
 def _img(b64: str | None, alt: str) -> str:
@@ -69,7 +64,7 @@ def learning_section(data: ReportData) -> list[str]:
     """The learning curve: plot, then the table behind it (95% CIs, paired differences)."""
     against = list(dict.fromkeys(a for r in data.learning for a in r.differences))
     rows = [
-        [r.stage, named(data, r.policy), r.kind, _interval(r.mean, *r.ci), r.n]
+        [r.stage, r.policy, r.kind, _interval(r.mean, *r.ci), r.n]
         + [_interval(*r.differences[a], signed=True) if a in r.differences else "" for a in against]
         for r in data.learning
     ]
@@ -94,10 +89,7 @@ def production_section(data: ReportData) -> list[str]:
         _img(plots.plot_production(data), "production per policy"),
         _table(
             ["policy", "adapter", "version", "trajectories", f"mean {data.production_reward}"],
-            [
-                [named(data, p.policy), p.adapter, p.adapter_version, p.trajectories, p.mean]
-                for p in data.production
-            ],
+            [[p.policy, p.adapter, p.adapter_version, p.trajectories, p.mean] for p in data.production],
         ),
         _img(days, "production per day") if (days := plots.plot_production_days(data)) else "",
     ]
@@ -127,14 +119,14 @@ def render_report(data: ReportData) -> str:
             [
                 [
                     r.round,
-                    named(data, r.policy),
+                    r.policy,
                     r.trajectories,
                     r.groups,
                     r.mean,
                     r.std,
                     r.equal_groups,
                     f"{r.equal_share:.0%}",
-                    viewer_link(data, r.policy),
+                    viewer_link(r.policy),
                 ]
                 for r in data.rounds
             ],

@@ -1,5 +1,5 @@
-"""`trajlake report` on a lake of replayed groups: what the group viewer picks, names instead of
-paths, the lineage in brief, and the page as a person sees it in a real headless Chromium."""
+"""`trajlake report` on a lake of replayed groups: what the group viewer picks, policies by their
+stored names, the lineage in brief, and the page as a person sees it in a real headless Chromium."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ import store
 from flows.cli import app
 from flows.report.data import report_data
 from flows.report.lineage import brief_sql
-from flows.report.names import policy_label, policy_labels
 from tests.flows.browser import chromium, console_errors, decoded_images, screenshot_sections
 from tests.training.train_helpers import msg
 
 WORK = "/work/w"
-POLICIES = [f"{WORK}/model+{WORK}/lake/_work/grpo-{r}/adapter" for r in (1, 2)]
+# as samplers name them (`training.policies`): the model folder's name + the adapter's run id
+POLICIES = [f"model+grpo-2026112{r}T101500-1a2b3c4{r}" for r in (1, 2)]
 # per round, per scenario: `calc` of the four samples; `ruler` ranks sc-3's samples the other way
 CALC = {"sc-1": [0.0, 1.0, 1.0, 0.0], "sc-2": [1.0, 1.0, 1.0, 1.0], "sc-3": [0.0, 0.2, 0.4, 1.0]}
 
@@ -117,14 +117,6 @@ def seed(lake: store.Lake) -> None:
     )
 
 
-def test_policies_are_named_not_pathed() -> None:
-    assert policy_label(POLICIES[0]) == "model + grpo-1"
-    assert policy_label("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"  # a hub id stays
-    assert policy_label("agent-v3") == "agent-v3" and policy_label(None) == "(base)"
-    clash = policy_labels(["/a/run/adapter", "/b/run/adapter"])
-    assert len(set(clash.values())) == 2  # two folders that read alike get one more folder each
-
-
 def test_the_viewer_picks_each_kind_of_group(lake: store.Lake) -> None:
     seed(lake)
     data = report_data(lake, "calc", adapter_name="agent")
@@ -139,7 +131,8 @@ def test_the_viewer_picks_each_kind_of_group(lake: store.Lake) -> None:
     assert member.rewards[1]["explanation"] == "judge-says-g-sc-3-r1-3"
     assert member.advantage is not None and member.advantage > 1  # the best calc of its group
     assert member.tokens[1] == ("#12", pytest.approx(math.log(0.01)))
-    assert [r.policy for r in data.rounds] == POLICIES and data.labels[POLICIES[1]] == "model + grpo-2"
+    assert [r.policy for r in data.rounds] == POLICIES
+    assert {g.policy for g in view.groups} == set(POLICIES)
     assert [s for _, s, _ in data.gap_steps] == [0, 1, 2, 0, 1, 2]
 
 
@@ -180,7 +173,8 @@ def test_the_page_in_a_real_browser(report_page: Path) -> None:
         assert images and all(width > 0 and height > 0 for _, width, height in images), images
         assert console_errors(browser) == []
         body = browser.find_element("tag name", "body").text
-        assert "model + grpo-1" in body and "/_work/" not in body  # names, not paths
+        assert all(policy in body for policy in POLICIES)  # the stored names, as they are
+        assert "Adapter agent v1 on model, aliases latest" in body and WORK not in body  # no paths
         assert "IN (… 40 ids)" in body
 
         def shown() -> list[str]:
@@ -196,6 +190,10 @@ def test_the_page_in_a_real_browser(report_page: Path) -> None:
         assert browser.current_url.endswith("#groups/filter=equal")  # the state is in the URL
         browser.find_element("css selector", "button[data-filter='disagree']").click()
         assert sorted(shown()) == ["g-sc-3-r1", "g-sc-3-r2"]
+        # a round's link to its groups: the name has a `+`, which must survive the URL
+        browser.find_elements("css selector", "a[href^='#groups/policy=']")[1].click()
+        assert sorted(shown()) == ["g-sc-1-r2", "g-sc-2-r2", "g-sc-3-r2"]
+        assert browser.find_element("id", "policy-filter").get_attribute("value") == POLICIES[1]
         browser.get(report_page.as_uri() + "#groups/scenario=sc-1")  # a scenario's groups across rounds
         browser.refresh()
         assert sorted(shown()) == ["g-sc-1-r1", "g-sc-1-r2"]

@@ -174,8 +174,8 @@ def test_grpo_groups_with_advantages_and_report(lake: store.Lake) -> None:
 
 
 def test_grpo_examples_come_in_scenario_order_not_group_id_order(lake: store.Lake) -> None:
-    """Group ids hash the policy (the adapter's path): the same replay in another lake location gets
-    other ids, and the training order must not change with them."""
+    """Group ids hash the policy (the adapter's run id, random per run): the same replay by a rerun
+    of the same training gets other ids, and the training order must not change with them."""
     rows, rewards = [], []
     for gid, scenario in (("g-b", "sc-1"), ("g-a", "sc-2")):
         r, w = scored_group(gid, [1.0, 0.0])

@@ -7,7 +7,13 @@ import importlib
 
 import pytest
 
-MODULES = ["training.mismatch", "training.registry", "training.serving", "training.replay.rollout.loop"]
+MODULES = [
+    "training.mismatch",
+    "training.policies",
+    "training.registry",
+    "training.serving",
+    "training.replay.rollout.loop",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -143,14 +143,16 @@ def test_max_staleness_keeps_recent_policies(tiny_model: Path, tmp_path: Path) -
     second = train_grpo(
         lake, ALL, tiny_model, first.adapter_dir, tmp_path / "b", config(tmp_path, max_steps=1)
     )
-    assert policy_lineage(base, second.adapter_dir, 0) == [f"{base}+{second.adapter_dir}"]
-    assert policy_lineage(base, second.adapter_dir, 5) == [
-        f"{base}+{second.adapter_dir}",
-        f"{base}+{first.adapter_dir}",
-        base,
-    ]
+    # named as a sampler names them: the model folder's name, each adapter's run id
+    newest, older, name = (
+        f"{tiny_model.name}+{second.run_id}",
+        f"{tiny_model.name}+{first.run_id}",
+        tiny_model.name,
+    )
+    assert policy_lineage(base, second.adapter_dir, 0) == [newest]
+    assert policy_lineage(base, second.adapter_dir, 5) == [newest, older, name]
     # g0, g1 sampled by the first adapter, g2 by the base model; continue from the second adapter
-    policies = {"g0": f"{base}+{first.adapter_dir}", "g1": f"{base}+{first.adapter_dir}", "g2": base}
+    policies = {"g0": older, "g1": older, "g2": name}
     rows = (
         store.connect(lake)
         .sql("SELECT * EXCLUDE (_written_at) FROM trajectories")
@@ -177,7 +179,7 @@ def test_max_staleness_keeps_recent_policies(tiny_model: Path, tmp_path: Path) -
     assert (
         err.value.reason == "all_stale"
         and "max_staleness" in str(err.value)
-        and f"{first.adapter_dir}` (8)" in str(err.value)
+        and f"`{older}` (8)" in str(err.value)
     )
     assert not (tmp_path / "c").exists()
     third = train_grpo(

@@ -62,9 +62,9 @@ def test_tiny_model_groups_are_complete_and_token_exact(
     tokenizer = sampler.tokenizer
     for row in rows:
         assert (
-            row["source"] == "replay" and row["policy"] == str(tiny_model) and row["model"] == str(tiny_model)
-        )
-        assert row["group_id"] == group_id_for(row["scenario_id"], str(tiny_model), "default", 3)
+            row["source"] == "replay" and row["policy"] == tiny_model.name and row["model"] == str(tiny_model)
+        )  # the base model is named by its folder's name; the path stays in `model`
+        assert row["group_id"] == group_id_for(row["scenario_id"], tiny_model.name, "default", 3)
         assert json.loads(row["tools"]) == TOOLS
         meta = json.loads(row["metadata"])
         assert meta["backend"] == "transformers" and meta["sampling"]["max_tokens"] == 12

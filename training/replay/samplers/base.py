@@ -153,10 +153,18 @@ class Sampler(ABC):
 
     # --- what callers use ------------------------------------------------------------------
 
+    # Named once per sampler: naming an adapter without a run record reads (digests) its files.
+    _policy: str | None = None
+
     @property
     def policy(self) -> str:
-        """What produced the samples: the model, plus the adapter when there is one."""
-        return f"{self.model}+{self.adapter}" if self.adapter else self.model
+        """What produced the samples, by name rather than path (`training.policies.policy_name`):
+        the base model's name, plus the adapter's (its run id) when there is one."""
+        if self._policy is None:
+            from training.policies import policy_name
+
+            self._policy = policy_name(self.model, self.adapter)
+        return self._policy
 
     @property
     def tokenizer(self) -> Any:

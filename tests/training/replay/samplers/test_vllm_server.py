@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
+from training.policies import adapter_label
 from training.replay.errors import SamplerError
 from training.replay.rollout.openai_app import LoopbackServer
 from training.replay.samplers import make_sampler
@@ -161,7 +162,10 @@ def test_adapter_is_loaded_once_then_addressed_by_name(tiny_model: Path, tmp_pat
             again.generate([REQUEST])  # a second client: the server says "already loaded", which is fine
     assert loads == [{"lora_name": adapter_name(adapter), "lora_path": adapter}]
     assert set(models) == {adapter_name(adapter)}
-    assert again.policy == f"base-model+{adapter}"
+    # the folder is only the server's: named by its folder name and the path's digest
+    assert again.policy == f"base-model+{adapter_label(adapter)}" and again.policy.startswith(
+        "base-model+adapter-v1@"
+    )
 
 
 def test_unknown_backend(tiny_model: Path) -> None:

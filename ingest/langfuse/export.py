@@ -144,14 +144,11 @@ def _json_document(text: str) -> Iterator[tuple[int, Any | RecordProblem]]:
     pos = _skip_ws(text, 0)
     line_at = _LineCounter(text)
     if pos < len(text) and text[pos] == "{":
-        try:
-            obj, _ = decoder.raw_decode(text, pos)
-        except json.JSONDecodeError as exc:
-            yield exc.lineno, RecordProblem(exc.lineno, "invalid_json", f"{exc.msg} at column {exc.colno}")
+        decoded = _decode_at(decoder, text, pos, line_at)
+        if isinstance(decoded, RecordProblem):
+            yield decoded.line, decoded
             return
-        except RecursionError:
-            yield line_at(pos), RecordProblem(line_at(pos), "invalid_json", _TOO_DEEP)
-            return
+        obj = decoded[0]
         if _is_api_page(obj):
             # A saved API response: line numbers of items are not tracked inside it.
             for index, item in enumerate(obj["data"]):
@@ -175,14 +172,11 @@ def _json_document(text: str) -> Iterator[tuple[int, Any | RecordProblem]]:
             return
         if text[pos] == "]":
             return
-        try:
-            obj, end = decoder.raw_decode(text, pos)
-        except json.JSONDecodeError as exc:
-            yield exc.lineno, RecordProblem(exc.lineno, "invalid_json", f"{exc.msg} at column {exc.colno}")
+        decoded = _decode_at(decoder, text, pos, line_at)
+        if isinstance(decoded, RecordProblem):
+            yield decoded.line, decoded
             return
-        except RecursionError:
-            yield line_at(pos), RecordProblem(line_at(pos), "invalid_json", _TOO_DEEP)
-            return
+        obj, end = decoded
         yield line_at(pos), obj
         pos = _skip_ws(text, end)
         if pos < len(text) and text[pos] == ",":
@@ -193,6 +187,19 @@ def _json_document(text: str) -> Iterator[tuple[int, Any | RecordProblem]]:
                 RecordProblem(line_at(pos), "invalid_json", f"expected `,` or `]`, found {text[pos]!r}"),
             )
             return
+
+
+def _decode_at(
+    decoder: json.JSONDecoder, text: str, pos: int, line_at: _LineCounter
+) -> tuple[Any, int] | RecordProblem:
+    """The JSON value starting at `pos` and the offset after it, or why none can be read there
+    (which ends the document: nothing after a broken value can be trusted)."""
+    try:
+        return decoder.raw_decode(text, pos)
+    except json.JSONDecodeError as exc:
+        return RecordProblem(exc.lineno, "invalid_json", f"{exc.msg} at column {exc.colno}")
+    except RecursionError:
+        return RecordProblem(line_at(pos), "invalid_json", _TOO_DEEP)
 
 
 class _LineCounter:

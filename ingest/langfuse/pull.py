@@ -135,10 +135,11 @@ def pull_langfuse(
                         f"{report.trajectories} trajectories, {report.scores} scores, {client.stats.retries} retries",
                     )
 
+            run = _Pull(lake, config, filters, client, state, report, skipped, tick, on_checkpoint)
             if state.phase == "observations":
-                _pull_observations(lake, config, filters, client, state, report, skipped, tick, on_checkpoint)
+                _pull_observations(run)
             if state.phase == "scores":
-                _pull_scores(lake, config, filters, client, state, report, skipped, tick, on_checkpoint)
+                _pull_scores(run)
     finally:
         report.requests, report.retries = client.stats.requests, client.stats.retries
         report.waited_s = round(client.stats.waited_s, 3)
@@ -155,19 +156,31 @@ def pull_langfuse(
     return report
 
 
+@dataclass
+class _Pull:
+    """What both phases of one run (observations, then scores) read from and write to."""
+
+    lake: Lake
+    config: LangfuseConfig
+    filters: PullFilters
+    client: LangfuseClient
+    state: PullState
+    report: PullReport
+    skipped: Counter[str]
+    tick: Callable[[str], None]
+    on_checkpoint: Callable[[PullState], None] | None
+
+
 def _read_pages(
-    lake: Lake,
+    run: _Pull,
+    phase: str,
     fetch: Callable[[str | None], Page],
-    config: LangfuseConfig,
-    state: PullState,
-    report: PullReport,
-    tick: Callable[[], None],
     commit: Callable[[list[dict[str, Any]], bool, bool], None],
-    on_checkpoint: Callable[[PullState], None] | None,
 ) -> None:
-    """Read pages from the saved cursor; every `checkpoint_pages` pages, and at the end, hand
-    what was read to `commit(items, first, done)` (which writes it and sets the phase) and
+    """Read `phase`'s pages from the saved cursor; every `checkpoint_pages` pages, and at the end,
+    hand what was read to `commit(items, first, done)` (which writes it and sets the phase) and
     move the cursor, so an interrupted pull resumes from its last checkpoint."""
+    state = run.state
     buffer: list[dict[str, Any]] = []
     pages = 0
     cursor = state.cursor  # the page to read next; `state.cursor` moves only at checkpoints
@@ -177,41 +190,32 @@ def _read_pages(
             fetch,
             cursor,
             resuming=cursor is not None and cursor == state.cursor and pages == 0,
-            report=report,
+            report=run.report,
         )
         cursor = page.next_cursor
         buffer.extend(page.items)
         pages += 1
-        tick()
+        run.tick(phase)
         done = page.next_cursor is None
-        if done or pages >= config.checkpoint_pages:
+        if done or pages >= run.config.checkpoint_pages:
             commit(buffer, first, done)
             first = False
             state.cursor = page.next_cursor
             if not done or state.phase != "idle":
-                save_state(lake, state)
-            if on_checkpoint:
-                on_checkpoint(state)
+                save_state(run.lake, state)
+            if run.on_checkpoint:
+                run.on_checkpoint(state)
             buffer, pages = [], 0
         if done:
             return
 
 
-def _pull_observations(
-    lake: Lake,
-    config: LangfuseConfig,
-    filters: PullFilters,
-    client: LangfuseClient,
-    state: PullState,
-    report: PullReport,
-    skipped: Counter[str],
-    tick: Callable[[str], None],
-    on_checkpoint: Callable[[PullState], None] | None,
-) -> None:
-    filter_json = observation_filter(filters, state.window_from, state.window_to)
+def _pull_observations(run: _Pull) -> None:
+    state, report, skipped = run.state, run.report, run.skipped
+    filter_json = observation_filter(run.filters, state.window_from, state.window_to)
 
     def fetch(cursor: str | None) -> Page:
-        return client.observations_page(
+        return run.client.observations_page(
             from_start_time=state.window_from,
             to_start_time=state.window_to,
             filter_json=filter_json,
@@ -232,16 +236,16 @@ def _pull_observations(
         # The first checkpoint of a resumed run re-reads the pages whose commit was cut
         # short: their spans may be on disk without their trajectories, so every trace
         # they touch is re-assembled even where the spans are unchanged.
-        written, counts = _commit_spans(lake, rows, reassemble_all=report.resumed and first)
+        written, counts = _commit_spans(run.lake, rows, reassemble_all=report.resumed and first)
         report.spans_written += written
         if len(rows) > written:
             skipped["observation_unchanged"] += len(rows) - written
         report.traces += counts.traces
         report.trajectories += counts.trajectories
-        state.phase = "scores" if done and config.scores else ("idle" if done else "observations")
+        state.phase = "scores" if done and run.config.scores else ("idle" if done else "observations")
         state.counts["observations"] = state.counts.get("observations", 0) + len(observations)
 
-    _read_pages(lake, fetch, config, state, report, lambda: tick("observations"), commit, on_checkpoint)
+    _read_pages(run, "observations", fetch, commit)
 
 
 def _first_or_next(
@@ -277,21 +281,12 @@ def _commit_spans(
     return len(fresh), assemble_traces(lake, touched) if touched else AssembleResult()
 
 
-def _pull_scores(
-    lake: Lake,
-    config: LangfuseConfig,
-    filters: PullFilters,
-    client: LangfuseClient,
-    state: PullState,
-    report: PullReport,
-    skipped: Counter[str],
-    tick: Callable[[str], None],
-    on_checkpoint: Callable[[PullState], None] | None,
-) -> None:
-    environment = ",".join(filters.environments) or None
+def _pull_scores(run: _Pull) -> None:
+    state, report = run.state, run.report
+    environment = ",".join(run.filters.environments) or None
 
     def fetch(cursor: str | None) -> Page:
-        return client.scores_page(
+        return run.client.scores_page(
             from_timestamp=state.window_from,
             to_timestamp=state.window_to,
             environment=environment,
@@ -301,21 +296,15 @@ def _pull_scores(
 
     def commit(scores: list[dict[str, Any]], first: bool, done: bool) -> None:
         report.scores += len(scores)
-        report.rewards += _commit_scores(lake, config, filters, scores, report, skipped)
+        report.rewards += _commit_scores(run, scores)
         state.phase = "idle" if done else "scores"
         state.counts["scores"] = state.counts.get("scores", 0) + len(scores)
 
-    _read_pages(lake, fetch, config, state, report, lambda: tick("scores"), commit, on_checkpoint)
+    _read_pages(run, "scores", fetch, commit)
 
 
-def _commit_scores(
-    lake: Lake,
-    config: LangfuseConfig,
-    filters: PullFilters,
-    scores: list[dict[str, Any]],
-    report: PullReport,
-    skipped: Counter[str],
-) -> int:
+def _commit_scores(run: _Pull, scores: list[dict[str, Any]]) -> int:
+    lake, filters, report, skipped = run.lake, run.filters, run.report, run.skipped
     targets = []
     for score in scores:
         try:
@@ -349,7 +338,9 @@ def _commit_scores(
             continue
         try:
             rows.append(
-                score_to_reward(score, trajectory_id=trajectory_id, category_values=config.category_values)
+                score_to_reward(
+                    score, trajectory_id=trajectory_id, category_values=run.config.category_values
+                )
             )
         except BadRecord as exc:
             skipped[f"score_{exc.reason}"] += 1

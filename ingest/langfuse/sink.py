@@ -40,25 +40,13 @@ def drop_unchanged_spans(lake: Lake, rows: list[dict[str, Any]]) -> list[dict[st
     latest: dict[tuple[str, str], dict[str, Any]] = {}
     for row in rows:
         latest[(row["trace_id"], row["span_id"])] = row
-    if not latest or not lake.has_table("spans"):
-        return list(latest.values())
-    con = store.connect(lake)
-    try:
-        con.register(
-            "__keys",
-            pa.table(
-                {
-                    "trace_id": pa.array([k[0] for k in latest], pa.string()),
-                    "span_id": pa.array([k[1] for k in latest], pa.string()),
-                }
-            ),
-        )
-        existing = con.execute(
-            f"SELECT s.trace_id, s.span_id, {', '.join('s.' + c for c in _CONTENT)} "
-            "FROM spans s JOIN __keys k USING (trace_id, span_id)"
-        ).fetchall()
-    finally:
-        con.close()
+    existing = _select_by_keys(
+        lake,
+        "spans",
+        {"trace_id": [k[0] for k in latest], "span_id": [k[1] for k in latest]},
+        f"SELECT s.trace_id, s.span_id, {', '.join('s.' + c for c in _CONTENT)} "
+        "FROM spans s JOIN __keys k USING (trace_id, span_id)",
+    )
     known = {(r[0], r[1]): r[2:] for r in existing}
     return [
         row
@@ -82,38 +70,28 @@ def trajectory_ids_of(lake: Lake, trace_ids: Iterable[str]) -> dict[str, str]:
     A trace holding several agent runs has several trajectories; its scores go to the
     trace-level run (`trajectory_id = trace_id`) when there is one, else the first run.
     """
-    wanted = sorted(set(trace_ids))
-    if not wanted or not lake.has_table("trajectories"):
-        return {}
-    con = store.connect(lake)
-    try:
-        con.register("__wanted", pa.table({"trace_id": pa.array(wanted, pa.string())}))
-        rows = con.execute(
-            "SELECT trace_id, trajectory_id FROM trajectories "
-            "WHERE source = ? AND trace_id IN (SELECT trace_id FROM __wanted) "
-            "ORDER BY trajectory_id = trace_id, started_at DESC",
-            [TRAJECTORY_SOURCE],
-        ).fetchall()
-    finally:
-        con.close()
+    rows = _select_by_keys(
+        lake,
+        "trajectories",
+        {"trace_id": sorted(set(trace_ids))},
+        "SELECT trace_id, trajectory_id FROM trajectories "
+        "WHERE source = ? AND trace_id IN (SELECT trace_id FROM __keys) "
+        "ORDER BY trajectory_id = trace_id, started_at DESC",
+        [TRAJECTORY_SOURCE],
+    )
     # Later rows win: the trace-level run last, else the earliest run.
     return {trace_id: trajectory_id for trace_id, trajectory_id in rows}
 
 
 def trace_attributes(lake: Lake, trace_ids: Iterable[str]) -> dict[str, list[str]]:
     """trace_id -> the attribute JSON texts of its Langfuse spans (for client-side filters)."""
-    wanted = sorted(set(trace_ids))
-    if not wanted or not lake.has_table("spans"):
-        return {}
-    con = store.connect(lake)
-    try:
-        con.register("__wanted", pa.table({"trace_id": pa.array(wanted, pa.string())}))
-        rows = con.execute(
-            "SELECT trace_id, attributes FROM spans "
-            f"WHERE {store.equals('source', 'langfuse')} AND trace_id IN (SELECT trace_id FROM __wanted)"
-        ).fetchall()
-    finally:
-        con.close()
+    rows = _select_by_keys(
+        lake,
+        "spans",
+        {"trace_id": sorted(set(trace_ids))},
+        "SELECT trace_id, attributes FROM spans "
+        f"WHERE {store.equals('source', 'langfuse')} AND trace_id IN (SELECT trace_id FROM __keys)",
+    )
     out: dict[str, list[str]] = {}
     for trace_id, attributes in rows:
         out.setdefault(trace_id, []).append(attributes)
@@ -163,24 +141,28 @@ def _reward_content(row: dict[str, Any]) -> tuple[Any, ...]:
 def _existing_rewards(
     lake: Lake, keys: list[tuple[str, str, str]]
 ) -> dict[tuple[str, str, str], tuple[Any, ...]]:
-    if not keys or not lake.has_table("rewards"):
-        return {}
+    rows = _select_by_keys(
+        lake,
+        "rewards",
+        {"trajectory_id": [k[0] for k in keys], "name": [k[1] for k in keys], "scorer": [k[2] for k in keys]},
+        f"SELECT trajectory_id, name, scorer, scored_at, {', '.join(_REWARD_CONTENT)} FROM rewards "
+        "JOIN __keys USING (trajectory_id, name, scorer)",
+    )
+    return {(r[0], r[1], r[2]): r[3:] for r in rows}
+
+
+def _select_by_keys(
+    lake: Lake, table: str, keys: dict[str, list[str]], sql: str, params: list[Any] | None = None
+) -> list[tuple[Any, ...]]:
+    """The rows `sql` selects from `table` with the wanted keys registered as the table `__keys`
+    (one text column per key); none when no key is wanted or the lake has no `table` yet."""
+    if not next(iter(keys.values()), None) or not lake.has_table(table):
+        return []
     con = store.connect(lake)
     try:
         con.register(
-            "__keys",
-            pa.table(
-                {
-                    "trajectory_id": [k[0] for k in keys],
-                    "name": [k[1] for k in keys],
-                    "scorer": [k[2] for k in keys],
-                }
-            ),
+            "__keys", pa.table({name: pa.array(values, pa.string()) for name, values in keys.items()})
         )
-        rows = con.execute(
-            f"SELECT trajectory_id, name, scorer, scored_at, {', '.join(_REWARD_CONTENT)} FROM rewards "
-            "JOIN __keys USING (trajectory_id, name, scorer)"
-        ).fetchall()
+        return con.execute(sql, params).fetchall() if params else con.execute(sql).fetchall()
     finally:
         con.close()
-    return {(r[0], r[1], r[2]): r[3:] for r in rows}

@@ -223,19 +223,19 @@ class Collector:
     # --- assembling -------------------------------------------------------------------------------
 
     def _assemble_loop(self) -> None:
+        self._assembling("finding unassembled traces", self.recover_pending)
+        while not self._stop.wait(self.config.assemble_interval_s):
+            self._assembling("assembling trajectories", self.assemble_ready)
+
+    def _assembling(self, what: str, step: Callable[[], object]) -> None:
+        """One step of the assembling thread; a failure is counted and shown, never fatal to the
+        thread: the spans are in the lake, and `trajlake assemble` rebuilds what was missed."""
         try:
-            self.recover_pending()
+            step()
         except Exception as exc:
             self.stats.errors += 1
-            self.last_error = f"finding unassembled traces failed: {exc}; `trajlake assemble` rebuilds them"
-            log.exception("finding unassembled traces in %s failed", self.lake)
-        while not self._stop.wait(self.config.assemble_interval_s):
-            try:
-                self.assemble_ready()
-            except Exception as exc:
-                self.stats.errors += 1
-                self.last_error = f"assembling trajectories failed: {exc}; `trajlake assemble` rebuilds them"
-                log.exception("assembling trajectories in %s failed", self.lake)
+            self.last_error = f"{what} failed: {exc}; `trajlake assemble` rebuilds them"
+            log.exception("%s in %s failed", what, self.lake)
 
     def recover_pending(self) -> int:
         """Queue the traces whose spans are in the lake but were never assembled.

@@ -131,6 +131,14 @@ def _now_ns(received_at: datetime | None) -> int:
     return int(received_at.timestamp() * 1_000_000) * 1000
 
 
+def _resource_values(resource: Any) -> tuple[bytes, str | None]:
+    """The `resource` and `service_name` columns of every row from one OTLP resource (spans and
+    log records alike), computed once per resource."""
+    attrs = attributes_dict(resource.attributes)
+    service = attrs.get("service.name")
+    return _dumps(attrs), str(service) if service is not None else None
+
+
 def spans_from_request(
     request: ExportTraceServiceRequest, *, source: str = "otel", received_at: datetime | None = None
 ) -> Converted:
@@ -150,10 +158,7 @@ def spans_from_request(
     received_ns = _now_ns(received_at)
     latest_ns = received_ns + MAX_AHEAD_NS
     for resource_spans in request.resource_spans:
-        resource = attributes_dict(resource_spans.resource.attributes)
-        resource_json = _dumps(resource)
-        service = resource.get("service.name")
-        service = str(service) if service is not None else None
+        resource_json, service = _resource_values(resource_spans.resource)
         for scope_spans in resource_spans.scope_spans:
             scope = scope_spans.scope.name or None
             count = 0
@@ -250,9 +255,7 @@ def logs_from_request(
     received_ns = _now_ns(received_at)
     latest_ns = received_ns + MAX_AHEAD_NS
     for resource_logs in request.resource_logs:
-        resource = attributes_dict(resource_logs.resource.attributes)
-        resource_json = _dumps(resource)
-        service = resource.get("service.name")
+        resource_json, service = _resource_values(resource_logs.resource)
         for scope_logs in resource_logs.scope_logs:
             scope = scope_logs.scope.name or None
             for record in scope_logs.log_records:
@@ -293,7 +296,7 @@ def logs_from_request(
                 c["attributes"].append(_dumps(attrs))
                 c["events"].append(_NO_EVENTS)
                 c["source"].append(source)
-                c["service_name"].append(str(service) if service is not None else None)
+                c["service_name"].append(service)
                 c["scope_name"].append(scope)
                 c["resource"].append(resource_json)
     return Converted(columns.table(received_ns), rejected, reasons)

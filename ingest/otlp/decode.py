@@ -191,36 +191,30 @@ def decode_traces(
     body: bytes, content_type: str | None, content_encoding: str | None, limit: int
 ) -> ExportTraceServiceRequest:
     """An `ExportTraceServiceRequest` from an HTTP body; raises 400/413/415 errors."""
-    media = media_type(content_type)
-    return _decode(
-        ExportTraceServiceRequest(),
-        inflate(body, content_encoding, limit),
-        media,
-        "ExportTraceServiceRequest",
-    )
+    return _decode_body(ExportTraceServiceRequest(), body, content_type, content_encoding, limit)
 
 
 def decode_logs(
     body: bytes, content_type: str | None, content_encoding: str | None, limit: int
 ) -> ExportLogsServiceRequest:
     """An `ExportLogsServiceRequest` from an HTTP body; raises 400/413/415 errors."""
-    media = media_type(content_type)
-    return _decode(
-        ExportLogsServiceRequest(), inflate(body, content_encoding, limit), media, "ExportLogsServiceRequest"
-    )
+    return _decode_body(ExportLogsServiceRequest(), body, content_type, content_encoding, limit)
 
 
 def decode_metrics(
     body: bytes, content_type: str | None, content_encoding: str | None, limit: int
 ) -> ExportMetricsServiceRequest:
     """An `ExportMetricsServiceRequest` from an HTTP body; raises 400/413/415 errors."""
+    return _decode_body(ExportMetricsServiceRequest(), body, content_type, content_encoding, limit)
+
+
+def _decode_body(
+    message: M, body: bytes, content_type: str | None, content_encoding: str | None, limit: int
+) -> M:
+    """`message` filled from an HTTP body, whatever the signal: the media type is checked (415)
+    before the body is inflated (413), then parsed (400)."""
     media = media_type(content_type)
-    return _decode(
-        ExportMetricsServiceRequest(),
-        inflate(body, content_encoding, limit),
-        media,
-        "ExportMetricsServiceRequest",
-    )
+    return _decode(message, inflate(body, content_encoding, limit), media, message.DESCRIPTOR.name)
 
 
 def metric_points(request: ExportMetricsServiceRequest) -> dict[str, int]:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from ingest.assembly.normalize import HistoryMemo, LLMCall, ToolCall, normalize_span
 from ingest.assembly.normalize.genai import normalize_genai
 from ingest.assembly.normalize.langfuse import normalize_langfuse
 from ingest.assembly.normalize.openinference import normalize_openinference
 from ingest.assembly.normalize.openllmetry import normalize_openllmetry
+from ingest.assembly.normalize.types import openai_tools
 
 
 def get_span(
@@ -436,3 +439,42 @@ def test_history_memo_shares_an_answer_by_value_and_nothing_else() -> None:
     assert second.input_messages[1] is first.output_messages[0]
     assert third.input_messages[2] is not third.output_messages[0]
     assert third.input_messages[2]["content"] == "Sunny!" and third.output_messages[0]["content"] == "Sunny."
+
+
+# One LLM span and one tool span per convention: every normaliser builds its calls from the span
+# (`SpanCall`), so each keeps the span's ids and times under its own convention name.
+_ONE_OF_EACH = [
+    ("genai", {"gen_ai.operation.name": "chat", "gen_ai.input.messages": '[{"role":"user","content":"hi"}]'}),
+    ("genai", {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "weather"}),
+    ("openinference", {"openinference.span.kind": "LLM", "llm.input_messages.0.message.content": "hi"}),
+    ("openinference", {"openinference.span.kind": "TOOL", "tool.name": "weather"}),
+    ("openllmetry", {"gen_ai.prompt.0.role": "user", "gen_ai.prompt.0.content": "hi"}),
+    ("openllmetry", {"traceloop.span.kind": "tool", "traceloop.entity.name": "weather"}),
+    ("langfuse", {"langfuse.observation.type": "generation", "langfuse.observation.input": '"hi"'}),
+    ("langfuse", {"langfuse.observation.type": "tool"}),
+    ("vercel", {"ai.operationId": "ai.generateText.doGenerate", "ai.prompt.messages": '"hi"'}),
+    ("vercel", {"ai.operationId": "ai.toolCall", "ai.toolCall.name": "weather"}),
+]
+
+
+@pytest.mark.parametrize(("convention", "attributes"), _ONE_OF_EACH)
+def test_every_call_keeps_its_spans_ids_and_times(convention: str, attributes: dict[str, Any]) -> None:
+    call = normalize_span(get_span(attributes, start_time=1_000, end_time=2_000))
+    assert call is not None
+    assert (call.span_id, call.trace_id, call.convention, call.start_time, call.end_time) == (
+        "s" * 16,
+        "t" * 32,
+        convention,
+        1_000,
+        2_000,
+    )
+    if isinstance(call, LLMCall):  # content is what the messages say, never set on its own
+        assert call.has_content == bool(call.input_messages or call.output_messages)
+
+
+def test_openai_tools_keeps_the_readable_definitions_of_a_list_only() -> None:
+    weather = {"name": "weather", "parameters": {"type": "object"}}
+    assert openai_tools([weather, {"description": "no name"}, "not json"]) == [
+        {"type": "function", "function": weather}
+    ]
+    assert openai_tools({"tools": [weather]}) == openai_tools(None) == openai_tools(5) == []

@@ -40,7 +40,7 @@ from ingest.assembly.normalize.types import (
     first,
     maybe_json,
     merge_tools,
-    openai_tool,
+    openai_tools,
     strip_or_none,
     text_attr,
 )
@@ -118,8 +118,7 @@ def llm_call(
             first(attrs, *names) for names in _CALL_NAMES
         ]
     return LLMCall(
-        span["span_id"],
-        span["trace_id"],
+        span,
         convention,
         input_messages=input_messages,
         output_messages=output_messages,
@@ -133,19 +132,13 @@ def llm_call(
         response_id=get("gen_ai.response.id"),
         finish_reasons=finish_reasons,
         error=error_of(span) if "error.type" in attrs or span.get("status_code") == "ERROR" else None,
-        has_content=bool(input_messages or output_messages),
-        start_time=span.get("start_time"),
-        end_time=span.get("end_time"),
     )
 
 
 def tool_definitions(attrs: dict[str, Any]) -> list[dict[str, Any]]:
     if "gen_ai.tool.definitions" not in attrs:
         return []
-    raw = maybe_json(attrs["gen_ai.tool.definitions"])
-    if not isinstance(raw, list):
-        return []
-    return [tool for tool in (openai_tool(d) for d in raw) if tool]
+    return openai_tools(maybe_json(attrs["gen_ai.tool.definitions"]))
 
 
 def normalize_genai_llm(span: Span, *, convention: str = "genai", memo: HistoryMemo | None = None) -> LLMCall:
@@ -219,8 +212,7 @@ def normalize_genai_tool(span: Span) -> ToolCall:
     if isinstance(parameters, str):
         parameters = maybe_json(parameters)
     return ToolCall(
-        span["span_id"],
-        span["trace_id"],
+        span,
         "genai",
         name=str(name) if name is not None else None,
         call_id=strip_or_none(get("gen_ai.tool.call.id")),
@@ -229,8 +221,6 @@ def normalize_genai_tool(span: Span) -> ToolCall:
         description=get("gen_ai.tool.description"),
         parameters=parameters,
         error=error,
-        start_time=span.get("start_time"),
-        end_time=span.get("end_time"),
     )
 
 

@@ -24,7 +24,7 @@ from ingest.assembly.normalize.types import (
     first,
     make_message,
     maybe_json,
-    openai_tool,
+    openai_tools,
 )
 
 PREFIX = "langfuse.observation."
@@ -45,8 +45,7 @@ def _messages(raw: Any, default_role: str) -> tuple[list[Message], list[dict[str
     value = maybe_json(raw)
     tools: list[dict[str, Any]] = []
     if isinstance(value, dict):
-        if isinstance(value.get("tools"), list):
-            tools = [t for t in (openai_tool(d) for d in value["tools"]) if t]
+        tools = openai_tools(value.get("tools"))
         if isinstance(value.get("choices"), list):
             value = [c.get("message") for c in value["choices"] if isinstance(c, dict) and c.get("message")]
         elif "messages" in value:
@@ -90,17 +89,14 @@ def normalize_langfuse(span: Span) -> LLMCall | ToolCall | None:
     if kind in TOOL_TYPES:
         arguments = attrs.get(f"{PREFIX}input")  # JSON text as the SDK serialised it: kept verbatim
         return ToolCall(
-            span_id=span["span_id"],
-            trace_id=span["trace_id"],
-            convention="langfuse",
+            span,
+            "langfuse",
             name=span.get("name"),
             # Langfuse JSON-encodes each metadata value (`"\"call_1\""`).
             call_id=_text(first(attrs, "gen_ai.tool.call.id", f"{PREFIX}metadata.tool_call_id")),
             arguments=as_json_text(arguments),
             result=as_text(maybe_json(attrs.get(f"{PREFIX}output"))),
             error=_error(span, attrs),
-            start_time=span.get("start_time"),
-            end_time=span.get("end_time"),
         )
     if kind not in LLM_TYPES:
         return None
@@ -109,13 +105,12 @@ def normalize_langfuse(span: Span) -> LLMCall | ToolCall | None:
     params = maybe_json(attrs.get(f"{PREFIX}model.parameters"))
     params = dict(params) if isinstance(params, dict) else {}
     if not tools and isinstance(params.get("tools"), list):
-        tools = [t for t in (openai_tool(d) for d in params.pop("tools")) if t]
+        tools = openai_tools(params.pop("tools"))
     input_tokens, output_tokens = _usage(attrs)
     model = first(attrs, f"{PREFIX}model.name", "gen_ai.response.model", "gen_ai.request.model")
     return LLMCall(
-        span_id=span["span_id"],
-        trace_id=span["trace_id"],
-        convention="langfuse",
+        span,
+        "langfuse",
         input_messages=inputs,
         output_messages=outputs,
         tools=tools,
@@ -126,7 +121,4 @@ def normalize_langfuse(span: Span) -> LLMCall | ToolCall | None:
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         error=_error(span, attrs),
-        has_content=bool(inputs or outputs),
-        start_time=span.get("start_time"),
-        end_time=span.get("end_time"),
     )

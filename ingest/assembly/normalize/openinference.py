@@ -27,7 +27,7 @@ from ingest.assembly.normalize.types import (
     make_message,
     make_tool_call,
     maybe_json,
-    openai_tool,
+    openai_tools,
     strip_or_none,
 )
 
@@ -142,9 +142,8 @@ def normalize_openinference(span: Span) -> LLMCall | ToolCall | None:
     kind = str(attrs.get("openinference.span.kind", "")).upper()
     if kind == "TOOL":
         return ToolCall(
-            span_id=span["span_id"],
-            trace_id=span["trace_id"],
-            convention="openinference",
+            span,
+            "openinference",
             name=first(attrs, "tool.name", "tool_call.function.name") or span.get("name"),
             call_id=strip_or_none(first(attrs, "tool.id", "tool_call.id")),
             arguments=as_json_text(maybe_json(first(attrs, "tool_call.function.arguments", "input.value"))),
@@ -152,8 +151,6 @@ def normalize_openinference(span: Span) -> LLMCall | ToolCall | None:
             description=attrs.get("tool.description"),
             parameters=maybe_json(attrs.get("tool.parameters")),
             error=error_of(span),
-            start_time=span.get("start_time"),
-            end_time=span.get("end_time"),
         )
     if kind != "LLM":
         return None
@@ -174,17 +171,14 @@ def normalize_openinference(span: Span) -> LLMCall | ToolCall | None:
         return None
     invocation = maybe_json(attrs.get("llm.invocation_parameters"))
     params = {k: invocation[k] for k in _PARAMS if isinstance(invocation, dict) and k in invocation}
-    tools = [
-        t for t in (openai_tool(f.get("tool.json_schema")) for f in indexed(attrs, "llm.tools").values()) if t
-    ]
+    tools = openai_tools([f.get("tool.json_schema") for f in indexed(attrs, "llm.tools").values()])
     request_model = first(attrs, "llm.request.model_name")
     if request_model is None and isinstance(invocation, dict):
         request_model = invocation.get("model")
     finish = attrs.get("llm.finish_reason")
     return LLMCall(
-        span_id=span["span_id"],
-        trace_id=span["trace_id"],
-        convention="openinference",
+        span,
+        "openinference",
         input_messages=inputs,
         output_messages=outputs,
         tools=tools,
@@ -198,7 +192,4 @@ def normalize_openinference(span: Span) -> LLMCall | ToolCall | None:
         output_tokens=as_int(attrs.get("llm.token_count.completion")),
         finish_reasons=[str(finish)] if finish else [],
         error=error_of(span),
-        has_content=bool(inputs or outputs),
-        start_time=span.get("start_time"),
-        end_time=span.get("end_time"),
     )

@@ -26,7 +26,7 @@ from ingest.assembly.normalize.types import (
     make_message,
     make_tool_call,
     maybe_json,
-    openai_tool,
+    openai_tools,
     strip_or_none,
     text_attr,
 )
@@ -73,18 +73,12 @@ def _indexed_messages(attrs: dict[str, Any], prefix: str, default_role: str) -> 
 
 
 def _indexed_tools(attrs: dict[str, Any]) -> list[dict[str, Any]]:
-    tools = []
-    for fields in indexed(attrs, "llm.request.functions").values():
-        tool = openai_tool(
-            {
-                "name": fields.get("name"),
-                "description": fields.get("description"),
-                "parameters": fields.get("parameters"),
-            }
-        )
-        if tool:
-            tools.append(tool)
-    return tools
+    return openai_tools(
+        [
+            {"name": f.get("name"), "description": f.get("description"), "parameters": f.get("parameters")}
+            for f in indexed(attrs, "llm.request.functions").values()
+        ]
+    )
 
 
 def normalize_openllmetry(span: Span) -> LLMCall | ToolCall | None:
@@ -99,16 +93,13 @@ def normalize_openllmetry(span: Span) -> LLMCall | ToolCall | None:
         if isinstance(inputs, dict) and "inputs" in inputs:
             inputs = inputs["inputs"]
         return ToolCall(
-            span_id=span["span_id"],
-            trace_id=span["trace_id"],
-            convention="openllmetry",
+            span,
+            "openllmetry",
             name=attrs.get("traceloop.entity.name") or span.get("name"),
             call_id=strip_or_none(attrs.get("gen_ai.tool.call.id")),
             arguments=as_json_text(inputs),
             result=as_text(output),
             error=error_of(span),
-            start_time=span.get("start_time"),
-            end_time=span.get("end_time"),
         )
     if kind in ("workflow", "task", "agent"):
         return None

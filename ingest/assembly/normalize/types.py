@@ -26,12 +26,25 @@ Span = dict[str, Any]
 # into a direct native call, while the one `@dataclass` generates runs interpreted, through
 # `type.__call__` (6% of assembly's instructions when they were generated).
 @dataclass(slots=True, init=False)
-class LLMCall:
-    """One model invocation: what went in, what came out, and how it was asked."""
+class SpanCall:
+    """What every normalised call keeps of the span it was read from, whatever the convention:
+    the span's ids and times. `LLMCall` and `ToolCall` add what the call itself holds."""
 
     span_id: str
     trace_id: str
-    convention: str  # genai, openllmetry, openinference, langfuse
+    convention: str  # genai, openllmetry, openinference, langfuse, vercel
+    start_time: int | None  # microseconds since the epoch
+    end_time: int | None
+
+    def __init__(self, span: Span, convention: str) -> None:
+        self.span_id, self.trace_id, self.convention = span["span_id"], span["trace_id"], convention
+        self.start_time, self.end_time = span.get("start_time"), span.get("end_time")
+
+
+@dataclass(slots=True, init=False)
+class LLMCall(SpanCall):
+    """One model invocation: what went in, what came out, and how it was asked."""
+
     input_messages: list[Message]
     output_messages: list[Message]
     tools: list[dict[str, Any]]
@@ -44,16 +57,13 @@ class LLMCall:
     response_id: str | None
     finish_reasons: list[str]
     error: str | None
-    has_content: bool
+    has_content: bool  # it carries messages (in or out): derived from them
     # Content stored elsewhere (`gen_ai.input.messages.ref`, ...): the references, by what they hold.
     content_refs: dict[str, Any]
-    start_time: int | None  # microseconds since the epoch
-    end_time: int | None
 
     def __init__(
         self,
-        span_id: str,
-        trace_id: str,
+        span: Span,
         convention: str,
         input_messages: list[Message] | None = None,
         output_messages: list[Message] | None = None,
@@ -67,12 +77,10 @@ class LLMCall:
         response_id: str | None = None,
         finish_reasons: list[str] | None = None,
         error: str | None = None,
-        has_content: bool = False,
         content_refs: dict[str, Any] | None = None,
-        start_time: int | None = None,
-        end_time: int | None = None,
     ) -> None:
-        self.span_id, self.trace_id, self.convention = span_id, trace_id, convention
+        # Named, not `super()`: `slots=True` makes a new class, which the zero-argument form does not know.
+        SpanCall.__init__(self, span, convention)
         self.input_messages = [] if input_messages is None else input_messages
         self.output_messages = [] if output_messages is None else output_messages
         self.tools = [] if tools is None else tools
@@ -81,9 +89,9 @@ class LLMCall:
         self.input_tokens, self.output_tokens = input_tokens, output_tokens
         self.response_id = response_id
         self.finish_reasons = [] if finish_reasons is None else finish_reasons
-        self.error, self.has_content = error, has_content
+        self.error = error
+        self.has_content = bool(self.input_messages or self.output_messages)
         self.content_refs = {} if content_refs is None else content_refs
-        self.start_time, self.end_time = start_time, end_time
 
     @property
     def model(self) -> str | None:
@@ -92,12 +100,9 @@ class LLMCall:
 
 
 @dataclass(slots=True, init=False)
-class ToolCall:
+class ToolCall(SpanCall):
     """One tool execution: the call the model made and what the tool returned."""
 
-    span_id: str
-    trace_id: str
-    convention: str
     name: str | None
     call_id: str | None
     arguments: str | None  # JSON text
@@ -105,13 +110,10 @@ class ToolCall:
     description: str | None
     parameters: Any  # the tool's parameter schema, when the tool span declares it
     error: str | None
-    start_time: int | None  # microseconds since the epoch
-    end_time: int | None
 
     def __init__(
         self,
-        span_id: str,
-        trace_id: str,
+        span: Span,
         convention: str,
         name: str | None = None,
         call_id: str | None = None,
@@ -120,13 +122,10 @@ class ToolCall:
         description: str | None = None,
         parameters: Any = None,
         error: str | None = None,
-        start_time: int | None = None,
-        end_time: int | None = None,
     ) -> None:
-        self.span_id, self.trace_id, self.convention = span_id, trace_id, convention
+        SpanCall.__init__(self, span, convention)
         self.name, self.call_id, self.arguments, self.result = name, call_id, arguments, result
         self.description, self.parameters, self.error = description, parameters, error
-        self.start_time, self.end_time = start_time, end_time
 
     @property
     def is_error(self) -> bool:
@@ -298,6 +297,14 @@ def openai_tool(definition: Any) -> dict[str, Any] | None:
     if isinstance(parameters, dict):
         out["parameters"] = parameters
     return {"type": "function", "function": out}
+
+
+def openai_tools(definitions: Any) -> list[dict[str, Any]]:
+    """A list of tool definitions as OpenAI-style function tools (`openai_tool`), the unreadable ones
+    dropped; anything but a list declares no tools."""
+    if not isinstance(definitions, list):
+        return []
+    return [tool for tool in (openai_tool(d) for d in definitions) if tool]
 
 
 def _completeness(tool: dict[str, Any]) -> tuple[int, int, int]:

@@ -24,7 +24,7 @@ from ingest.assembly.normalize.types import (
     make_message,
     make_tool_call,
     maybe_json,
-    openai_tool,
+    openai_tools,
     strip_or_none,
     text_attr,
 )
@@ -124,22 +124,19 @@ def normalize_vercel(span: Span) -> LLMCall | ToolCall | None:
     operation = text_attr(attrs, "ai.operationId")
     if operation == TOOL_OPERATION:
         return ToolCall(
-            span_id=span["span_id"],
-            trace_id=span["trace_id"],
-            convention="vercel",
+            span,
+            "vercel",
             name=attrs.get("ai.toolCall.name"),
             call_id=strip_or_none(attrs.get("ai.toolCall.id")),
             arguments=as_json_text(attrs.get("ai.toolCall.args", attrs.get("ai.toolCall.input"))),
             result=as_text(maybe_json(attrs.get("ai.toolCall.result", attrs.get("ai.toolCall.output")))),
             error=error_of(span),
-            start_time=span.get("start_time"),
-            end_time=span.get("end_time"),
         )
     if operation not in MODEL_OPERATIONS:
         return None
     inputs = sdk_messages(attrs.get("ai.prompt.messages"))
     outputs = _answer(attrs)
-    tools = [t for t in (openai_tool(d) for d in maybe_json(attrs.get("ai.prompt.tools")) or []) if t]
+    tools = openai_tools(maybe_json(attrs.get("ai.prompt.tools")))
     finish = attrs.get("ai.response.finishReason")
     params = {
         name: attrs[f"ai.settings.{key}"]
@@ -151,9 +148,8 @@ def normalize_vercel(span: Span) -> LLMCall | ToolCall | None:
         if attrs.get(f"ai.settings.{key}") is not None
     }
     return LLMCall(
-        span_id=span["span_id"],
-        trace_id=span["trace_id"],
-        convention="vercel",
+        span,
+        "vercel",
         input_messages=inputs,
         output_messages=outputs,
         tools=tools,
@@ -170,7 +166,4 @@ def normalize_vercel(span: Span) -> LLMCall | ToolCall | None:
         response_id=first(attrs, "ai.response.id", "gen_ai.response.id"),
         finish_reasons=[str(finish)] if finish else [],
         error=error_of(span),
-        has_content=bool(inputs or outputs),
-        start_time=span.get("start_time"),
-        end_time=span.get("end_time"),
     )

@@ -223,8 +223,8 @@ def select_grpo(
     trajectories carry exactly one reward name). Groups with fewer than
     `min_group_size` scored trajectories are dropped and listed; equal-reward groups
     are kept (zero advantage) and reported. Examples come in scenario order, then group id:
-    a replay's group ids hash its policy, which names the adapter's path, so ordering by
-    them alone would make training depend on where the lake lives.
+    a replay's group ids hash its policy, which names the adapter's run (a random run id), so
+    ordering by them alone would make training depend on which run sampled them.
     """
     lake = store.Lake.of(lake)
     snapshot = selection_snapshot(lake, as_of)

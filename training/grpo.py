@@ -30,7 +30,7 @@ from training.run import (
     check_adapter_dir,
     last_checkpoint,
     load_tokenizer,
-    read_run_record,
+    parent_record,
     start_run,
     train_and_record,
 )
@@ -129,9 +129,7 @@ def train_grpo(
         started = time.perf_counter()
         trainer.store_round_start_logprobs()
         report["round_start_logprobs_s"] = round(time.perf_counter() - started, 3)  # not in train_runtime
-    parent = read_run_record(adapter) if adapter else None
-    if adapter and parent is None:
-        parent = {"adapter_dir": adapter, "stages": ["external"], "run_ids": []}
+    parent = parent_record(adapter) if adapter else None
     return train_and_record(
         trainer,
         guard,

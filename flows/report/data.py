@@ -25,6 +25,7 @@ from flows.report.groups import GroupView, group_view
 from flows.report.sampling import SamplerGapRow, gap_steps, sampler_gap_rows
 from flows.report.window import time_window
 
+REPLAYED = store.equals("t.source", "replay")
 GROUPS_PER_POLICY = 200  # the reward-distribution plot's sample of each policy's groups
 
 
@@ -143,7 +144,7 @@ def report_data(
         WITH scored AS (
             SELECT t.policy, t.group_id, t.started_at, r.value
             FROM trajectories t JOIN latest_rewards r USING (trajectory_id)
-            WHERE t.source = 'replay' AND r.name = ? {window} AND {outside_val}
+            WHERE {replayed} AND r.name = ? {window} AND {outside_val}
         ),
         per_group AS (
             SELECT policy, group_id, min(value) = max(value) AS equal FROM scored GROUP BY ALL
@@ -152,7 +153,9 @@ def report_data(
                avg(s.value) AS mean, coalesce(stddev_pop(s.value), 0) AS std,
                (SELECT count(*) FROM per_group g WHERE g.policy = s.policy AND g.equal) AS equal_groups
         FROM scored s GROUP BY s.policy ORDER BY first_seen
-        """.replace("{window}", window).replace("{outside_val}", store.OUTSIDE_VAL_SCENARIOS),
+        """.replace("{window}", window)
+        .replace("{outside_val}", store.OUTSIDE_VAL_SCENARIOS)
+        .replace("{replayed}", REPLAYED),
         [reward_name, *params],
     ).fetchall()
     rounds = [
@@ -163,7 +166,7 @@ def report_data(
         f"""
         SELECT t.policy, t.group_id, list(r.value ORDER BY r.value) AS values
         FROM trajectories t JOIN latest_rewards r USING (trajectory_id)
-        WHERE t.source = 'replay' AND r.name = ? AND t.group_id IS NOT NULL {window} AND {store.OUTSIDE_VAL_SCENARIOS}
+        WHERE {REPLAYED} AND r.name = ? AND t.group_id IS NOT NULL {window} AND {store.OUTSIDE_VAL_SCENARIOS}
         GROUP BY t.policy, t.group_id
         QUALIFY row_number() OVER (PARTITION BY t.policy ORDER BY hash(t.group_id)) <= {GROUPS_PER_POLICY}
         ORDER BY t.group_id
@@ -223,8 +226,8 @@ def default_reward(con: Any) -> str | None:
     if reward:
         return reward
     found = con.execute(
-        """SELECT r.name FROM latest_rewards r JOIN trajectories t USING (trajectory_id)
-           WHERE t.source = 'replay' GROUP BY r.name ORDER BY count(*) DESC, r.name LIMIT 1"""
+        f"""SELECT r.name FROM latest_rewards r JOIN trajectories t USING (trajectory_id)
+           WHERE {REPLAYED} GROUP BY r.name ORDER BY count(*) DESC, r.name LIMIT 1"""
     ).fetchone()
     return found[0] if found else None
 
@@ -240,7 +243,7 @@ def newest_adapter(con: Any) -> str | None:
 def learning_rows(con: Any, eval_run: str | None = None) -> tuple[list[StageRow], str]:
     """The table of an evaluation run (`runs`, stage `eval`, role `table`; default the newest) and its reward."""
     run = con.execute(
-        """SELECT run_id FROM runs WHERE stage = 'eval' AND (? IS NULL OR run_id = ?)
+        f"""SELECT run_id FROM runs WHERE {store.equals("stage", "eval")} AND (? IS NULL OR run_id = ?)
            ORDER BY "at" DESC, run_id DESC LIMIT 1""",
         [eval_run, eval_run],
     ).fetchone()

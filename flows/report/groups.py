@@ -73,7 +73,7 @@ def group_view(
         WITH v AS (
             SELECT t.group_id, t.scenario_id, t.policy, t.started_at, r.trajectory_id, r.name, r.value
             FROM trajectories t JOIN latest_rewards r USING (trajectory_id)
-            WHERE t.source = 'replay' AND t.group_id IS NOT NULL {window} AND {store.OUTSIDE_VAL_SCENARIOS}
+            WHERE {store.equals("t.source", "replay")} AND t.group_id IS NOT NULL {window} AND {store.OUTSIDE_VAL_SCENARIOS}
         ),
         tops AS (
             SELECT group_id, name, arg_max(trajectory_id, value) AS top, max(value) AS best, min(value) AS low
@@ -119,18 +119,18 @@ def group_view(
 def _fill_members(con: Any, groups: dict[str, Group], reward: str, tokenizer: Any) -> None:
     ids = list(groups)
     rows = con.execute(
-        """
+        f"""
         SELECT group_id, trajectory_id, messages, final_output, turns, status FROM trajectories
-        WHERE source = 'replay' AND group_id IN (SELECT unnest(?)) ORDER BY group_id, trajectory_id
+        WHERE {store.equals("source", "replay")} AND group_id IN (SELECT unnest(?)) ORDER BY group_id, trajectory_id
         """,
         [ids],
     ).fetchall()
     scored: dict[str, list[dict[str, Any]]] = {}
     for tid, name, scorer, value, explanation in con.execute(
-        """
+        f"""
         SELECT r.trajectory_id, r.name, r.scorer, r.value, r.explanation
         FROM latest_rewards r JOIN trajectories t USING (trajectory_id)
-        WHERE t.source = 'replay' AND t.group_id IN (SELECT unnest(?)) ORDER BY r.name
+        WHERE {store.equals("t.source", "replay")} AND t.group_id IN (SELECT unnest(?)) ORDER BY r.name
         """,
         [ids],
     ).fetchall():

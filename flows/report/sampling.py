@@ -12,8 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import store
+
 GAP = '$."sampling/sampling_logp_difference/{}"'
 RATIO = '$."sampling/importance_sampling_ratio/{}"'
+GRPO_RUNS = store.equals("stage", "grpo")
 
 
 @dataclass
@@ -43,7 +46,7 @@ def sampler_gap_rows(con: Any) -> list[SamplerGapRow]:
                arg_min({metric(GAP.format("mean"))}, step), arg_min({metric(GAP.format("max"))}, step),
                avg({metric(GAP.format("mean"))}),
                avg({metric(RATIO.format("mean"))}), min({metric(RATIO.format("min"))})
-        FROM runs WHERE stage = 'grpo' GROUP BY run_id ORDER BY min("at"), run_id
+        FROM runs WHERE {GRPO_RUNS} GROUP BY run_id ORDER BY min("at"), run_id
         """
     ).fetchall()
     return [
@@ -59,7 +62,7 @@ def gap_steps(con: Any) -> list[tuple[int, int, float]]:
         SELECT dense_rank() OVER (ORDER BY first_at, run_id) AS round, step, gap FROM (
             SELECT run_id, step, min("at") OVER (PARTITION BY run_id) AS first_at,
                    TRY_CAST(json_extract_string(metrics, '{GAP.format("mean")}') AS DOUBLE) AS gap
-            FROM runs WHERE stage = 'grpo'
+            FROM runs WHERE {GRPO_RUNS}
         ) WHERE gap IS NOT NULL ORDER BY round, step
         """
     ).fetchall()

@@ -65,3 +65,43 @@ def test_production_sql_is_written_from_the_vocabulary() -> None:
     from flows.tables import PRODUCTION_SOURCES
 
     assert PRODUCTION_SOURCES == "source IN ('otel', 'langfuse', 'import')"
+
+
+def test_sql_names_only_declared_values() -> None:
+    assert store.equals("t.source", "replay") == "t.source = 'replay'"
+    assert store.equals("status", "resolved") == "status = 'resolved'"  # ingest_errors' own vocabulary
+    with pytest.raises(ValueError, match="`replayed` is not a value of `source`"):
+        store.equals("source", "replayed")  # a typo fails where the SQL is written, not as zero rows
+
+
+def test_no_code_spells_a_vocabulary_value_in_sql() -> None:
+    import ast
+    import re
+
+    # `source = 'replay'` typed by hand in a library's SQL: it must come from `store.equals`/`one_of`.
+    # Docstrings may show SQL; the demo's printed example queries are there for a person to read.
+    pattern = re.compile(r"\b(source|status|split|stage)\s*(=|<>|!=)\s*'[a-z_]+'")
+    root = Path(__file__).resolve().parents[2]
+    found = []
+    for package in ("ingest", "store", "judging", "training", "flows"):
+        for path in sorted((root / package).rglob("*.py")):
+            if "demo" in path.parts:
+                continue
+            tree = ast.parse(path.read_text())
+            docstrings = {
+                id(node.body[0].value)
+                for node in ast.walk(tree)
+                if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                and node.body
+                and isinstance(node.body[0], ast.Expr)
+                and isinstance(node.body[0].value, ast.Constant)
+            }
+            found += [
+                f"{path.relative_to(root)}:{node.lineno}"
+                for node in ast.walk(tree)
+                if isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in docstrings
+                and pattern.search(node.value)
+            ]
+    assert not found, found

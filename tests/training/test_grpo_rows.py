@@ -103,7 +103,10 @@ def test_importance_sampling_correction(tiny_model: Path, tmp_path: Path) -> Non
         trainer = StoredGroupsGRPOTrainer(
             model=str(tiny_model),
             reward_funcs=stored_reward,
-            args=config(tmp_path / str(correct), vllm_importance_sampling_correction=correct),
+            # the trainer built by hand: `train_grpo` would take the groups' recorded temperature
+            args=config(
+                tmp_path / str(correct), vllm_importance_sampling_correction=correct, temperature=TEMPERATURE
+            ),
             train_dataset=grpo_dataset(examples),
             peft_config=config(tmp_path).lora_config(),
         )

@@ -214,3 +214,19 @@ def test_readme_configuration_table_is_the_generated_one() -> None:
     assert result.output in readme, (
         "README's configuration table is stale: paste `trajlake config --markdown`"
     )
+
+
+def test_reading_the_configuration_imports_no_training_library(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    # every command reads the file and the environment first: `trajlake collect` or `trajlake sql`
+    # must not pay for importing TRL (seconds) to learn which variables settings declare
+    code = (
+        "import sys; from flows.config import command_defaults; command_defaults('collector'); "
+        "command_defaults('lake'); print(sorted(m for m in ('trl', 'torch', 'transformers') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path
+    )
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr

@@ -7,7 +7,7 @@ import pyarrow as pa
 import store
 from ingest.lakeio import spans_of_traces
 from ingest.pending import PendingTraces
-from tests.ingest.test_assemble import agent, chat, spans_table, text
+from tests.ingest.span_rows import agent, chat, spans_table, text
 
 
 def rows(trace: str, *, root: bool) -> pa.Table:

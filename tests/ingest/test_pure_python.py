@@ -14,7 +14,11 @@ import ingest.assembly
 
 ASSEMBLER_TESTS = [
     "test_assemble.py",
+    "test_assemble_feedback.py",
+    "test_assemble_rebuild.py",
     "test_normalize.py",
+    "test_normalize_genai.py",
+    "test_normalize_libraries.py",
     "test_rows.py",
     "test_render.py",
     "test_assembly_mutations.py",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from ingest.assembly import assemble, span_dicts
-from tests.ingest.test_assemble import get_span, spans_table
+from tests.ingest.span_rows import get_span, spans_table
 
 
 def test_span_rows_are_the_same_from_a_whole_table_and_from_some_of_its_columns() -> None:

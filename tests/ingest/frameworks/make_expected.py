@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.ingest.frameworks import scripted_llm as s
+from tests.ingest.frameworks import weather_script as s
 from tests.ingest.frameworks.dump import decode
 
 HERE = Path(__file__).resolve().parent

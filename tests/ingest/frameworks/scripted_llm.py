@@ -18,16 +18,17 @@ result) is answered 500 with an OpenAI-shaped error body, on every retry.
 
 Every request the server receives is kept in `exchanges` (path, body, turn, status), so a
 recording can show what the model actually saw.
+
+The script's content (model, tool call, answer, usage) is in `weather_script.py`, the Responses
+API in `scripted_responses.py`, the loopback server (`serve_in_thread`) in `loopback.py`.
 """
 
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
 from typing import Any
 
 import uvicorn
@@ -36,67 +37,24 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-MODEL = "gpt-4o-mini-2024-07-18"
-QUESTION = "What is the weather in Paris?"
-TOOL_NAME = "get_weather"
-TOOL_DESCRIPTION = "Get the current weather for a city."
-TOOL_CALL_ID = "call_weather_paris_1"  # the id the model gives its tool call (chat and Responses)
-TOOL_ITEM_ID = "fc_weather_paris_1"  # the Responses API output item id of that call
-TOOL_ARGUMENTS = '{"city": "Paris"}'
-TOOL_RESULT = "18C and sunny in Paris"
-FINAL_ANSWER = "It is 18C and sunny in Paris."
-SYSTEM_PROMPT = "You are a weather assistant. Use the get_weather tool to answer."
-USAGE = [(40, 12), (70, 9)]  # (input, output) tokens of turn 1 (tool call) and turn 2 (answer)
-INPUT_TOKENS = sum(u[0] for u in USAGE)
-OUTPUT_TOKENS = sum(u[1] for u in USAGE)
-TOOL_ERROR_TEXT = (
-    "weather service unavailable"  # what the tool raises in a failing run (agents/corpus_common.py)
+from tests.ingest.frameworks.scripted_responses import ResponsesAPI
+from tests.ingest.frameworks.weather_script import (
+    ERROR_MESSAGE,
+    FINAL_ANSWER,
+    FINAL_CALL_ID,
+    FINAL_TOOL,
+    MODEL,
+    TOOL_ARGUMENTS,
+    TOOL_CALL_ID,
+    TOOL_NAME,
+    USAGE,
+    _chunks,
+    _has_tool_result_chat,
+    _offers_final_tool,
 )
-ERROR_MESSAGE = "The scripted model failed on purpose (failing run)."
-# Frameworks that end a run only through a `final_answer` tool (smolagents) get the answer as
-# that tool's call on turn 2, when they offer it.
-FINAL_TOOL = "final_answer"
-FINAL_CALL_ID = "call_final_answer_1"
 
 
-def _offers_final_tool(body: dict[str, Any]) -> bool:
-    for tool in body.get("tools") or []:
-        name = tool.get("name") or (tool.get("function") or {}).get("name")
-        if name == FINAL_TOOL:
-            return True
-    return False
-
-
-def _has_tool_result_chat(body: dict[str, Any]) -> bool:
-    # Frameworks that send the tool result back as plain text (smolagents: a user message
-    # "Observation: ...") are recognised by the result text itself.
-    if TOOL_RESULT in json.dumps(body.get("messages") or []):
-        return True
-    for message in body.get("messages") or []:
-        if message.get("role") in ("tool", "function"):
-            return True
-        content = message.get("content")
-        if isinstance(content, list) and any(
-            isinstance(p, dict) and p.get("type") in ("tool_result", "function_call_output") for p in content
-        ):
-            return True
-    return False
-
-
-def _has_tool_result_responses(body: dict[str, Any]) -> bool:
-    if TOOL_RESULT in json.dumps(body.get("input") or []):
-        return True
-    items = body.get("input")
-    if not isinstance(items, list):
-        return False
-    return any(isinstance(i, dict) and i.get("type") == "function_call_output" for i in items)
-
-
-def _chunks(text: str, size: int) -> list[str]:
-    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
-
-
-class ScriptedLLM:
+class ScriptedLLM(ResponsesAPI):
     """The app plus its record of exchanges; `fail="second"` makes the answer turn fail with 500."""
 
     def __init__(self, fail: str | None = None) -> None:
@@ -269,183 +227,6 @@ class ScriptedLLM:
             }
             yield f"data: {json.dumps(last)}\n\n".encode()
         yield b"data: [DONE]\n\n"
-
-    # --- Responses API
-
-    async def responses(self, request: Request) -> Response:
-        body = await request.json()
-        turn = 2 if _has_tool_result_responses(body) or not body.get("tools") else 1
-        fails = self._fails(turn)
-        number = self._record(request.url.path, body, turn, 500 if fails else 200)
-        if fails:
-            return self._error()
-        prompt, completion = USAGE[turn - 1]
-        response_id = f"resp_scripted_{number}"
-        if turn == 1:
-            item: dict[str, Any] = {
-                "type": "function_call",
-                "id": TOOL_ITEM_ID,
-                "call_id": TOOL_CALL_ID,
-                "name": TOOL_NAME,
-                "arguments": TOOL_ARGUMENTS,
-                "status": "completed",
-            }
-        else:
-            item = {
-                "type": "message",
-                "id": f"msg_scripted_{number}",
-                "role": "assistant",
-                "status": "completed",
-                "content": [{"type": "output_text", "text": FINAL_ANSWER, "annotations": [], "logprobs": []}],
-            }
-        usage = {
-            "input_tokens": prompt,
-            "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens": completion,
-            "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": prompt + completion,
-        }
-        completed = self._response_object(body, response_id, "completed", [item], usage)
-        if body.get("stream"):
-            return StreamingResponse(
-                self._responses_stream(body, response_id, item, completed), media_type="text/event-stream"
-            )
-        return JSONResponse(completed)
-
-    def _response_object(
-        self,
-        body: dict[str, Any],
-        response_id: str,
-        status: str,
-        output: list[dict[str, Any]],
-        usage: dict[str, Any] | None,
-    ) -> dict[str, Any]:
-        return {
-            "id": response_id,
-            "object": "response",
-            "created_at": int(time.time()),
-            "status": status,
-            "background": False,
-            "error": None,
-            "incomplete_details": None,
-            "instructions": body.get("instructions"),
-            "max_output_tokens": body.get("max_output_tokens"),
-            "max_tool_calls": None,
-            "model": MODEL,
-            "output": output,
-            "parallel_tool_calls": body.get("parallel_tool_calls", True),
-            "previous_response_id": body.get("previous_response_id"),
-            "reasoning": {"effort": None, "summary": None},
-            "service_tier": "default",
-            "store": body.get("store", True),
-            "temperature": body.get("temperature", 1.0),
-            "text": {"format": {"type": "text"}, "verbosity": "medium"},
-            "tool_choice": body.get("tool_choice", "auto"),
-            "tools": body.get("tools") or [],
-            "top_logprobs": 0,
-            "top_p": body.get("top_p", 1.0),
-            "truncation": body.get("truncation", "disabled"),
-            "usage": usage,
-            "user": None,
-            "metadata": body.get("metadata") or {},
-        }
-
-    async def _responses_stream(
-        self, body: dict[str, Any], response_id: str, item: dict[str, Any], completed: dict[str, Any]
-    ) -> AsyncIterator[bytes]:
-        sequence = 0
-
-        def event(kind: str, **fields: Any) -> bytes:
-            nonlocal sequence
-            payload = {"type": kind, "sequence_number": sequence, **fields}
-            sequence += 1
-            return f"event: {kind}\ndata: {json.dumps(payload)}\n\n".encode()
-
-        started = self._response_object(body, response_id, "in_progress", [], None)
-        yield event("response.created", response=started)
-        yield event("response.in_progress", response=started)
-        if item["type"] == "function_call":
-            yield event(
-                "response.output_item.added",
-                output_index=0,
-                item={**item, "arguments": "", "status": "in_progress"},
-            )
-            for piece in _chunks(TOOL_ARGUMENTS, 6):
-                yield event(
-                    "response.function_call_arguments.delta", item_id=item["id"], output_index=0, delta=piece
-                )
-            yield event(
-                "response.function_call_arguments.done",
-                item_id=item["id"],
-                output_index=0,
-                name=item["name"],
-                arguments=TOOL_ARGUMENTS,
-            )
-        else:
-            yield event(
-                "response.output_item.added",
-                output_index=0,
-                item={**item, "status": "in_progress", "content": []},
-            )
-            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-            yield event(
-                "response.content_part.added", item_id=item["id"], output_index=0, content_index=0, part=part
-            )
-            for piece in _chunks(FINAL_ANSWER, 8):
-                yield event(
-                    "response.output_text.delta",
-                    item_id=item["id"],
-                    output_index=0,
-                    content_index=0,
-                    delta=piece,
-                    logprobs=[],
-                )
-            yield event(
-                "response.output_text.done",
-                item_id=item["id"],
-                output_index=0,
-                content_index=0,
-                text=FINAL_ANSWER,
-                logprobs=[],
-            )
-            yield event(
-                "response.content_part.done",
-                item_id=item["id"],
-                output_index=0,
-                content_index=0,
-                part={**part, "text": FINAL_ANSWER},
-            )
-        yield event("response.output_item.done", output_index=0, item=item)
-        yield event("response.completed", response=completed)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextmanager
-def serve_in_thread(app: Any, port: int | None = None) -> Iterator[str]:
-    """Run an ASGI app with uvicorn on a free loopback port; yields its base URL (no trailing slash)."""
-    port = port or free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app, host="127.0.0.1", port=port, log_level="warning", lifespan="off", access_log=False
-        )
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError(f"uvicorn did not start on 127.0.0.1:{port}")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=20)
 
 
 if __name__ == "__main__":  # a manual server: python -m tests.ingest.frameworks.scripted_llm [PORT] [second]

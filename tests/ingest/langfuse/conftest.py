@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 from flows.cli import app
 from ingest.langfuse import LangfuseConfig
 from store import Lake
-from tests.ingest.langfuse.standin import StandinLangfuse, iso, seed_agent_trace, serve
+from tests.ingest.langfuse.agent_traces import seed_agent_trace
+from tests.ingest.langfuse.standin import StandinLangfuse, iso, serve
 
 # Traces start well before "now" so a default 30-minute overlap does not re-read them.
 T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=3)

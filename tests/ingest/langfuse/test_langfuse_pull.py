@@ -16,8 +16,9 @@ import pytest
 import store
 from ingest.langfuse import LangfuseUnavailable, PullFilters, pull_langfuse, read_state, scope_of
 from store import Lake
+from tests.ingest.langfuse.agent_traces import seed_agent_trace
 from tests.ingest.langfuse.conftest import cli, make_config, sql, trace_id
-from tests.ingest.langfuse.standin import StandinLangfuse, seed_agent_trace
+from tests.ingest.langfuse.standin import StandinLangfuse
 
 OBS = "/api/public/v2/observations"
 SCORES = "/api/public/v3/scores"

@@ -1,7 +1,7 @@
 """What every agent script shares: the script's constants, the endpoints from the environment, the result line.
 
 No third-party imports here: this runs inside each framework's own virtual environment.
-The constants repeat `scripted_llm.py`'s (the agents do not import the project).
+The constants repeat `weather_script.py`'s (the agents do not import the project).
 """
 
 from __future__ import annotations

@@ -26,8 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from flows.settings import ConfigError, Section, env_overrides, merge, table_at
-from flows.tables import (  # noqa: F401  (re-exported: the flow's own tables are part of the config)
-    PRODUCTION_SOURCES,
+from flows.tables import (
     EvaluateSettings,
     LakeSettings,
     PipelineSettings,
@@ -265,6 +264,11 @@ def validate(config: TrajlakeConfig) -> TrajlakeConfig:
     for key in SECTIONS:
         extra = {"output_dir": "unused"} if key in TRAINING_SECTIONS else {}
         config.build(key, **extra)
+    if config.evaluate.group_size:  # evaluation replays with its own group size: the replay checks it
+        try:
+            config.build("replay", group_size=config.evaluate.group_size)
+        except ConfigError as exc:
+            raise ConfigError("evaluate.group_size", str(exc), config.source) from None
     return config
 
 

@@ -290,10 +290,12 @@ def env_overrides(environ: Mapping[str, str], declared: Mapping[str, str] | None
             path = [p.lower() for p in name[len(ENV_PREFIX) :].split("__")]
         else:
             continue
-        try:
-            value = tomllib.loads(f"v = {raw}")["v"]
-        except tomllib.TOMLDecodeError:
-            value = raw
+        value: Any = raw  # a declared variable holds its value as written (`TRAJLAKE_LAKE=2026`: a folder)
+        if name not in declared:
+            try:
+                value = tomllib.loads(f"v = {raw}")["v"]
+            except tomllib.TOMLDecodeError:
+                pass
         node = out
         for part in path[:-1]:
             node = node.setdefault(part, {})

@@ -10,8 +10,6 @@ from typing import Any, Literal
 
 import store
 
-PRODUCTION_SOURCES = store.one_of("source", store.PRODUCTION_SOURCES)
-
 
 def _help(text: str, default: Any = None, factory: Any = None, **metadata: Any) -> Any:
     if factory is not None:
@@ -110,10 +108,8 @@ class EvaluateSettings:
     )
 
     def __post_init__(self) -> None:
-        check(
-            self,
-            ("group_size", self.group_size == 0 or self.group_size >= 2, "0 (replay.group_size) or >= 2"),
-        )
+        # 0 stands for `replay.group_size`; any other value is checked by the replay (`flows.config`)
+        check(self, ("group_size", self.group_size >= 0, ">= 0"))
 
 
 @dataclass(frozen=True)

@@ -243,7 +243,7 @@ def pending_trace_ids(lake: LakeLike, *, written_within: timedelta | None = None
             f"""
             SELECT s.trace_id FROM spans s
             LEFT JOIN (SELECT trace_id, max({WRITTEN_AT}) AS assembled_at FROM trajectories
-                       WHERE source IN ('otel', 'langfuse') GROUP BY trace_id) t USING (trace_id)
+                       WHERE {store.one_of("source", store.SPAN_SOURCES)} GROUP BY trace_id) t USING (trace_id)
             {recent}
             GROUP BY s.trace_id, t.assembled_at
             HAVING t.assembled_at IS NULL OR max(s.{WRITTEN_AT}) > t.assembled_at

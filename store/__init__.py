@@ -45,6 +45,7 @@ from store.selections import (
 )
 from store.vocabulary import (
     PRODUCTION_SOURCES,
+    SPAN_SOURCES,
     IngestStage,
     IngestStatus,
     RewardStatus,
@@ -65,6 +66,7 @@ __all__ = [
     "PRODUCTION_SOURCES",
     "PRODUCTION_TRAJECTORIES",
     "SFT_TRAJECTORIES",
+    "SPAN_SOURCES",
     "TABLES",
     "TRAIN_SCENARIOS",
     "VAL_SCENARIOS",

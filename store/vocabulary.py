@@ -19,6 +19,9 @@ RunStage = Literal["sft", "grpo", "eval"]
 IngestStage = Literal["assemble"]
 IngestStatus = Literal["failed", "resolved"]
 
+# What the collector and the Langfuse puller write spans as: the sources assembled trajectories have.
+SPAN_SOURCES: tuple[SpanSource, ...] = get_args(SpanSource)
+
 # Where production traffic comes from (everything but replay): what `policy_performance` and
 # the production rows of an evaluation read.
 PRODUCTION_SOURCES: tuple[TrajectorySource, ...] = ("otel", "langfuse", "import")

@@ -351,6 +351,13 @@ def sampled_temperature(sql: str, records: Sequence[Mapping[str, Any]]) -> float
     for rec in records:
         if rec["temperature"] is not None:
             counts[rec["temperature"]] = counts.get(rec["temperature"], 0) + 1
+    if any(t <= 0 for t in counts):
+        raise SelectionError(
+            "some selected trajectories were sampled greedily (temperature 0): a greedy group has no "
+            "spread and no sampling distribution to divide by; select groups sampled at a temperature > 0",
+            sql=sql,
+            reason="greedy_groups",
+        )
     if len(counts) > 1:
         found = ", ".join(f"{t:g} ({n} trajectories)" for t, n in sorted(counts.items()))
         raise SelectionError(

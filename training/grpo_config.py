@@ -1,7 +1,7 @@
 """Configuration of the GRPO stage: TRL's `GRPOConfig` plus the fields trajlake adds.
 
 Loss types, clipping (`epsilon`, `epsilon_high`, `delta`), KL (`beta`), importance
-sampling level, `scale_rewards`, `temperature` and every optimiser setting are TRL's.
+sampling level, `scale_rewards` and every optimiser setting are TRL's.
 trajlake adds the LoRA shape (for a fresh adapter), the reward to train on and the
 group filter. Notes on reused TRL fields:
 
@@ -30,6 +30,7 @@ trajlake's own round-level fields: `skip_equal_reward_groups` (DAPO's filter),
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from trl import GRPOConfig
 
@@ -46,6 +47,12 @@ IS_MODES: tuple[str, ...] = ("token_truncate", "token_mask", "sequence_truncate"
 @dataclass
 class TrajlakeGRPOConfig(LoraFields, CheckpointingFields, GRPOConfig):
     """`GRPOConfig` for training on stored, scored groups."""
+
+    # TRL fields the stored groups decide (the command line refuses them: they would be ignored)
+    DECIDED_BY_THE_DATA: ClassVar[dict[str, str]] = {
+        "temperature": "GRPO divides by the temperature each replay recorded with its groups",
+        "num_generations": "groups come from the lake, each with its own size",
+    }
 
     # Parameters that select the training data
     reward_name: str | None = field(

@@ -10,13 +10,13 @@ from typer.core import TyperGroup
 
 from flows.cli_options import with_options
 from flows.settings import ConfigError, Section, import_path
-from store import Lake
+from store import DEFAULT_LAKE, Lake
 
 LakeOption = Annotated[
     str | None,
     typer.Option(
         "--lake",
-        help="Lake path or URL (default: $TRAJLAKE_LAKE, then the config's lake.path, then ./lake).",
+        help=f"Lake path or URL (default: $TRAJLAKE_LAKE, then the config's lake.path, then {DEFAULT_LAKE}).",
         show_default=False,
     ),
 ]
@@ -28,7 +28,8 @@ def lake_settings() -> Any:
 
 
 def resolve_lake(lake: str | None, *, must_exist: bool = False) -> Lake:
-    """The lake named on the command line, else $TRAJLAKE_LAKE, else the config file's `lake.path`, else ./lake.
+    """The lake named on the command line, else $TRAJLAKE_LAKE, else the config file's `lake.path`, else
+    `store.DEFAULT_LAKE`.
 
     A path that is a file is refused (exit 2) for every command; commands that only read
     (`must_exist=True`) also refuse a lake that is not there, naming the path, rather than

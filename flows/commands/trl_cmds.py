@@ -55,6 +55,9 @@ def parse_overrides(pairs: list[str] | None, config_cls: type) -> dict[str, Any]
         name = name.strip().replace("-", "_")
         if not sep:
             raise fail(f"`--set {pair}` must look like name=value")
+        decided = getattr(config_cls, "DECIDED_BY_THE_DATA", {})
+        if name in decided:  # the trainer would overwrite it: accepting it would be ignoring it
+            raise fail(f"`{name}` is not a setting: {decided[name]}")
         if name not in known:
             close = difflib.get_close_matches(name, sorted(known), n=3)
             raise fail(

@@ -20,13 +20,12 @@ The story, each step a real part:
    (`calculator-agent-v1`), so `policy_performance` compares production before and after;
 5. write the HTML report and print SQL to explore the lake.
 
-The recipe, measured on one CPU core in the learn branch's research: a short SFT warm
-start (~1/3 epoch: it teaches the answer format and gives every behaviour the task
-needs, negative numbers included, some probability) and GRPO rounds on fresh slices of
-64 train scenarios x 8 samples at T = 0.8, all-equal groups skipped, warmup 5 steps (each
-round's optimiser starts fresh), on-policy groups only. A longer SFT alone gets about as
-far (the production traces it imitates are filtered to correct ones); the warm start
-leaves RL the work, which is what the demo shows.
+The recipe, measured on one CPU core in the learn branch's research: a short SFT warm start
+(~1/3 epoch: it teaches the answer format and gives every behaviour the task needs, negative
+numbers included, some probability) and GRPO rounds on fresh slices of 64 train scenarios x 8
+samples at T = 0.8, all-equal groups skipped, warmup 5 steps (each round's optimiser starts
+fresh), on-policy groups only. A longer SFT alone gets about as far (the production traces it
+imitates are filtered to correct ones); the warm start leaves RL the work, as the demo shows.
 """
 
 from __future__ import annotations
@@ -42,6 +41,7 @@ from rich.console import Console
 from flows.demo.capture import capture_production_traces
 
 console = Console()
+TEMPERATURE = 0.8  # the policy's sampling temperature: replay, evaluation and serving alike
 
 
 @dataclass(frozen=True)
@@ -159,7 +159,7 @@ group_size = {size.group_size}
 concurrency = 64
 
 [replay.sampling]
-temperature = 0.8
+temperature = {TEMPERATURE}
 max_tokens = {size.max_new_tokens}
 seed = 0
 
@@ -260,7 +260,7 @@ def demo_vllm_server(model: Path, workdir: Path, spec: DemoSize) -> Any:
     tool calls for the agent, and the demo's sampling defaults for requests that set none."""
     from training.replay.samplers.vllm_launch import VLLMServerProcess
 
-    defaults = json.dumps({"temperature": 0.8, "max_new_tokens": spec.max_new_tokens})
+    defaults = json.dumps({"temperature": TEMPERATURE, "max_new_tokens": spec.max_new_tokens})
     return VLLMServerProcess(
         model,
         log_path=workdir / "vllm-server.log",
@@ -391,7 +391,7 @@ def serve_second_batch(
     ref = f"{published['name']}:{published['version']}"
     from training.replay.samplers import SamplingParams
 
-    defaults = SamplingParams(temperature=0.8, max_tokens=spec.max_new_tokens)
+    defaults = SamplingParams(temperature=TEMPERATURE, max_tokens=spec.max_new_tokens)
     app, sampler, served = sampler_app(str(model), ref, lake=str(lake), defaults=defaults)
     with sampler:
         stats = capture_production_traces(

@@ -133,3 +133,13 @@ def test_sql_lake_only_switch_refuses_files_outside_the_lake(
     finally:
         monkeypatch.delenv("TRAJLAKE_LAKE__SQL_LAKE_ONLY")
         command_defaults.cache_clear()
+
+
+@pytest.mark.parametrize("field", ["temperature", "num_generations"])
+def test_a_grpo_field_the_groups_decide_is_refused_not_ignored(tmp_path: Path, field: str) -> None:
+    code, output = invoke(
+        "train", "grpo", "--base-model", "m", "-o", str(tmp_path / "o"), "--set", f"{field}=3",
+        "--lake", str(tmp_path / "lake"),
+    )  # fmt: skip
+    assert code == 1 and f"`{field}` is not a setting" in output
+    assert not (tmp_path / "o").exists()

@@ -56,6 +56,7 @@ def test_env_overrides_parse_toml_values() -> None:
         ("[replay.sampling]\ntemperature = 0", "replay.sampling.temperature", "must be > 0"),
         ("[replay.sampling]\ntop_p = 2.0", "replay.sampling.top_p", "in (0, 1]"),
         ("[pipeline]\nreplay_shards = 0", "pipeline.replay_shards", "must be >= 1"),
+        ("[evaluate]\ngroup_size = 1", "evaluate.group_size", "must be >= 2"),  # the replay's own check
         ("[train.sft]\nlora_r = 12", "train.sft.lora_r", "vLLM can serve"),  # checked by the library
         ("[score]\nweights = {nope = 1.0}", "score.weights.nope", "not a scored reward"),
         ("[collector]\nmax_body_mb = 0", "collector.max_body_mb", "must be positive"),
@@ -86,6 +87,9 @@ def test_the_lake_path_is_declared_once_and_read_from_one_variable(tmp_path: Pat
 
     assert LakeSettings().path == CollectorConfig().lake == store.DEFAULT_LAKE
     assert load_config(write(tmp_path, ""), environ={"TRAJLAKE_LAKE": "s3://b/l"}).lake.path == "s3://b/l"
+    assert (
+        load_config(write(tmp_path, ""), environ={"TRAJLAKE_LAKE": "2026"}).lake.path == "2026"
+    )  # as written
     with pytest.raises(ConfigError) as info:  # the derived spelling would be a second variable
         load_config(write(tmp_path, ""), environ={"TRAJLAKE_LAKE__PATH": "s3://b/l"})
     assert info.value.key == "lake.path" and "$TRAJLAKE_LAKE" in str(info.value)

@@ -152,3 +152,18 @@ def test_nothing_scored_is_refused_before_anything_is_recorded(lake: store.Lake)
     with pytest.raises(NothingScored, match="no val scenario was scored with `exact_match`"):
         evaluate_policies(lake, measure, candidate="a/adapter", baseline=("base", None))
     assert not lake.has_table("runs")
+
+
+def test_the_publish_gate_compares_the_candidate_with_the_incumbent(lake: store.Lake) -> None:
+    from judging import Measured, evaluate_policies
+
+    by_path = {"prod/adapter": SFT, "new/adapter": GRPO}
+    found = evaluate_policies(
+        lake,
+        lambda path: Measured(str(path), "exact_match", by_path[str(path)]),
+        candidate="new/adapter",
+        baseline=("calc:v3", "prod/adapter"),
+    )
+    assert [row.stage for row in found.table] == ["calc:v3", "candidate"]  # no stages: the gate's two rows
+    assert found.table[1].difference("calc:v3").mean == pytest.approx(0.4)  # paired with the baseline
+    assert found.comparison.better and found.baseline == "calc:v3"

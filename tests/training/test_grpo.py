@@ -353,3 +353,13 @@ def test_missing_adapter_folder_fails_before_work(groups_lake: store.Lake, tmp_p
         )
     assert err.value.name == "adapter" and "adapter_config.json" in str(err.value)
     assert not (tmp_path / "run").exists()
+
+
+def test_the_recorded_temperature_is_one_positive_value_or_none() -> None:
+    from training.datasets import sampled_temperature
+
+    assert sampled_temperature(ALL, [{"temperature": None}, {"temperature": None}]) is None  # config's then
+    assert sampled_temperature(ALL, [{"temperature": 0.8}, {"temperature": None}]) == 0.8
+    with pytest.raises(SelectionError) as info:  # TRL would divide the logits by zero
+        sampled_temperature(ALL, [{"temperature": 0.0}, {"temperature": 0.0}])
+    assert info.value.reason == "greedy_groups"

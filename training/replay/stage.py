@@ -95,9 +95,18 @@ class ReplayResult:
 # --- pure functions -----------------------------------------------------------------------------
 
 
-def group_id_for(scenario_id: str, policy: str, run: str, group_size: int) -> str:
-    """Deterministic group id: the same scenario, policy, run and size always give the same id."""
+def group_id_for(
+    scenario_id: str, policy: str, run: str, group_size: int, sampling: SamplingParams | None = None
+) -> str:
+    """Deterministic group id: the same scenario, policy, run, size and sampling distribution
+    always give the same id. The distribution (temperature, top-p, top-k) is part of it, so a
+    re-run after changing it samples new groups rather than reusing ones GRPO would train on at
+    the old temperature; the seed and token budget are not (a re-run resumes)."""
     key = f"{scenario_id}\x00{policy}\x00{run}\x00{group_size}"
+    distribution = (sampling.temperature, sampling.top_p, sampling.top_k) if sampling else None
+    default = SamplingParams()
+    if distribution is not None and distribution != (default.temperature, default.top_p, default.top_k):
+        key += "\x00" + json.dumps(distribution)
     return "g-" + hashlib.sha256(key.encode()).hexdigest()[:20]
 
 
@@ -207,7 +216,9 @@ async def areplay(
                 f"the scenario selection returned no scenarios: {scenarios}", reason="no_scenarios"
             )
         ids = {
-            s.scenario_id: group_id_for(s.scenario_id, sampler.policy, config.run, config.group_size)
+            s.scenario_id: group_id_for(
+                s.scenario_id, sampler.policy, config.run, config.group_size, config.sampling
+            )
             for s in chosen
         }
         done = complete_groups(lake, list(ids.values()), config.group_size, con=con)

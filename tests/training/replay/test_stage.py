@@ -64,7 +64,9 @@ def test_tiny_model_groups_are_complete_and_token_exact(
         assert (
             row["source"] == "replay" and row["policy"] == tiny_model.name and row["model"] == str(tiny_model)
         )  # the base model is named by its folder's name; the path stays in `model`
-        assert row["group_id"] == group_id_for(row["scenario_id"], tiny_model.name, "default", 3)
+        assert row["group_id"] == group_id_for(
+            row["scenario_id"], tiny_model.name, "default", 3, config.sampling
+        )
         assert json.loads(row["tools"]) == TOOLS
         meta = json.loads(row["metadata"])
         assert meta["backend"] == "transformers" and meta["sampling"]["max_tokens"] == 12
@@ -338,3 +340,12 @@ def test_each_setting_is_checked_where_it_is_declared(build: Any, name: str, mes
     with pytest.raises(ReplayError) as info:
         build()
     assert info.value.name == name and message in str(info.value)  # type: ignore[attr-defined]
+
+
+def test_a_new_sampling_distribution_samples_new_groups_and_a_new_seed_does_not() -> None:
+    def gid(**sampling: object) -> str:
+        return group_id_for("sc", "model", "round-1", 4, SamplingParams(**sampling))  # type: ignore[arg-type]
+
+    assert gid(temperature=0.8) != gid(temperature=1.0)  # else GRPO would reuse groups of the old one
+    assert gid(temperature=0.8, seed=1) == gid(temperature=0.8, seed=2)  # a re-run resumes
+    assert gid() == group_id_for("sc", "model", "round-1", 4)  # the default distribution: ids as before

@@ -17,6 +17,7 @@ Two uses:
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import uuid
@@ -137,6 +138,12 @@ def create_app(
         n = int(body.get("n") or 1)
         try:
             params = params_from(body, len(prompt_ids))
+            if episode and recorder is not None:
+                # A recorded episode samples from the replay's distribution, whatever the agent asks
+                # for: GRPO divides by the temperature the replay records with the group.
+                params = dataclasses.replace(
+                    params, temperature=defaults.temperature, top_p=defaults.top_p, top_k=defaults.top_k
+                )
             if episode and recorder is not None and body.get("seed") is None:
                 # The default seed, per episode and call (see `turn_seed`): else every episode of a group
                 # that reaches the same prompt would sample the same answer.

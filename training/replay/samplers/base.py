@@ -39,7 +39,9 @@ class SamplingParams:
     """How to sample. The same fields mean the same thing on every backend."""
 
     max_tokens: int = field(default=256, metadata={"help": "Most tokens to sample per completion."})
-    temperature: float = field(default=1.0, metadata={"help": "Softmax temperature; 0 = greedy."})
+    temperature: float = field(
+        default=1.0, metadata={"help": "Softmax temperature; 0 = greedy (a replay's groups need > 0)."}
+    )
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass (1.0 = off)."})
     top_k: int = field(default=0, metadata={"help": "Keep the k most likely tokens (0 = off)."})
     seed: int | None = field(

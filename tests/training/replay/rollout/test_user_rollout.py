@@ -112,3 +112,20 @@ def test_calls_an_episode_makes_at_once_get_different_seeds() -> None:
     assert sorted(got) == sorted(turn_seed(5, "sc-user", 1, call) for call in range(32))
     recorder.pop("episode")
     assert recorder.call_seed("episode", 5) == turn_seed(5, "episode", 0, 0)  # forgotten with the episode
+
+
+def test_a_replay_samples_at_its_own_temperature_whatever_the_agent_asks(tiny_model: Path) -> None:
+    # GRPO divides by the temperature the replay records with the group: the agent's 0.2 must not
+    # be what sampled the tokens
+    sampler = ScriptedSampler(str(tiny_model), calculator_script)
+    replay_params = SamplingParams(max_tokens=64, temperature=0.9, top_p=0.95)
+    runner = UserRollouts(
+        sampler, "tests.training.replay.rollout.user_agents:cold_agent", params=replay_params
+    )
+    try:
+        asyncio.run(runner.run_group(_scenario(), 1))
+    finally:
+        runner.close()
+    assert sampler.requests and {(r.params.temperature, r.params.top_p) for r in sampler.requests} == {
+        (0.9, 0.95)
+    }

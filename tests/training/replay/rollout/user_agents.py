@@ -92,3 +92,16 @@ async def looping_agent(client: Any, scenario: Any) -> str:
         await client.chat.completions.create(
             model="policy", messages=scenario.openai_messages(), max_tokens=8
         )
+
+
+async def cold_agent(client: Any, scenario: Any) -> str | None:
+    """An agent that sets its own sampling (temperature 0.2, top_p 0.5) on its one call."""
+    response = await client.chat.completions.create(
+        model="policy",
+        messages=scenario.openai_messages(),
+        tools=scenario.tools,
+        max_tokens=64,
+        temperature=0.2,
+        top_p=0.5,
+    )
+    return response.choices[0].message.content

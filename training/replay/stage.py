@@ -95,6 +95,11 @@ class ReplayResult:
 # --- pure functions -----------------------------------------------------------------------------
 
 
+_DEFAULTS = SamplingParams()
+#: Groups sampled at the default distribution keep the ids they had before it joined the key.
+DEFAULT_DISTRIBUTION = (_DEFAULTS.temperature, _DEFAULTS.top_p, _DEFAULTS.top_k)
+
+
 def group_id_for(
     scenario_id: str, policy: str, run: str, group_size: int, sampling: SamplingParams | None = None
 ) -> str:
@@ -104,8 +109,7 @@ def group_id_for(
     the old temperature; the seed and token budget are not (a re-run resumes)."""
     key = f"{scenario_id}\x00{policy}\x00{run}\x00{group_size}"
     distribution = (sampling.temperature, sampling.top_p, sampling.top_k) if sampling else None
-    default = SamplingParams()
-    if distribution is not None and distribution != (default.temperature, default.top_p, default.top_k):
+    if distribution is not None and distribution != DEFAULT_DISTRIBUTION:
         key += "\x00" + json.dumps(distribution)
     return "g-" + hashlib.sha256(key.encode()).hexdigest()[:20]
 

@@ -37,13 +37,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.ingest.fake_openai import serve_in_thread
 from tests.ingest.frameworks import (
     configs_openai_agents_to_smolagents,
     configs_strands_to_vercel,
     weather_script,
 )
 from tests.ingest.frameworks.corpus_config import AGENTS, HERE, Config
-from tests.ingest.frameworks.loopback import serve_in_thread
 from tests.ingest.frameworks.recorder import Recorded, Recorder
 from tests.ingest.frameworks.scripted_llm import ScriptedLLM
 

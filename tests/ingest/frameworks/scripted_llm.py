@@ -20,7 +20,7 @@ Every request the server receives is kept in `exchanges` (path, body, turn, stat
 recording can show what the model actually saw.
 
 The script's content (model, tool call, answer, usage) is in `weather_script.py`, the Responses
-API in `scripted_responses.py`, the loopback server (`serve_in_thread`) in `loopback.py`.
+API in `scripted_responses.py`; `tests.ingest.fake_openai.serve_in_thread` serves it.
 """
 
 from __future__ import annotations

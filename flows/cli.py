@@ -35,6 +35,7 @@ COMMANDS = {
     "demo": "pipeline_cmds",
     "config": "pipeline_cmds",
     "report": "report_cmds",
+    "model": "model_cmds",
 }
 
 

@@ -137,8 +137,13 @@ def pipeline_flow(
 ) -> dict[str, Any]:
     """The whole loop: ingest, scenarios, SFT, N rounds of replay -> score -> GRPO, evaluate, publish.
 
-    Each round samples with the newest adapter, so GRPO stays close to on-policy.
+    Each run is its own (`flows.stages.pipeline_run`): it continues the production adapter (or
+    the base model), learns from what is new since the last finished run, trains in its own
+    folder, and records what it trained and what the gate decided. Each round samples with
+    the newest adapter, so GRPO stays close to on-policy.
     """
+    from prefect.runtime import flow_run
+
     config = _config(config_file, lake)
     stages.base_model(config)  # no base model: stop before ingesting or training anything
     logger = get_run_logger()
@@ -151,23 +156,43 @@ def pipeline_flow(
         timings.append((name, round(time.perf_counter() - start, 2)))
         return out
 
+    run = stages.begin_pipeline_run(config, flow_run.id)
+    logger.info(
+        "pipeline run %s: starts from %s, learns from %s",
+        run.run_id,
+        run.start_adapter or "the base model",
+        f"what is new since {run.since}" if run.since else "everything selected",
+    )
     if config.pipeline.langfuse:
         timed("pull langfuse", pull_langfuse_task, config)
     timed("assemble", assemble_task, config)
     scenarios = timed("scenarios", scenarios_task, config)
-    logger.info("scenarios: %s", scenarios)
-    adapter = timed("sft", sft_task, config, 0) if config.pipeline.sft else None
-    sft_adapter, round_adapters = adapter, []
-    round_rows = []
+    run = stages.mark_data_seen(config, run)
+    learning = stages.learning_config(config, run)
+    result: dict[str, Any] = {"run": run, "rounds": [], "adapter": None, "scenarios": scenarios}
+    if not stages.scenarios_to_learn(learning):
+        run = stages.finish_pipeline_run(
+            config, run, trained=[], decision=f"nothing to learn: no train scenario new since {run.since}"
+        )
+        print(run.decision)
+        return {**result, "run": run, "report": _report(config, timed)["report"], "timings": timings}
+
+    trained: list[dict[str, Any]] = []
+    adapter = run.start_adapter_path
+    sft_adapter = None
+    if run.sft:
+        trained.append(timed("sft", sft_task, learning, run.run_id, 0, adapter))
+        adapter = sft_adapter = trained[-1]["adapter"]
+    round_adapters: list[str] = []
     for round_number in range(1, rounds + 1):
         replayed, scored = stages.sample_round(
-            config,
+            learning,
             adapter,
             round_number,
             replay=lambda *args, n=round_number: timed(f"round {n}: replay", _replay, *args),
             score=lambda *args, n=round_number: timed(f"round {n}: score", _score, *args),
         )
-        round_rows.append(
+        result["rounds"].append(
             {
                 "round": round_number,
                 "policy": replayed["policy"],
@@ -181,31 +206,46 @@ def pipeline_flow(
             }
         )
         if config.pipeline.grpo:
-            adapter = timed(
-                f"round {round_number}: grpo", grpo_task, config, adapter, round_number, replayed["group_ids"]
-            )
+            step = (learning, run.run_id, adapter, round_number, replayed["group_ids"])
+            trained.append(timed(f"round {round_number}: grpo", grpo_task, *step))
+            adapter = trained[-1]["adapter"]
             round_adapters.append(adapter)
     create_table_artifact(
-        round_rows, key="trajlake-rounds", description="Mean reward of each round's replayed groups"
+        result["rounds"], key="trajlake-rounds", description="Mean reward of each round's replayed groups"
     )
-    result: dict[str, Any] = {"rounds": round_rows, "adapter": adapter, "scenarios": scenarios}
-    if adapter:
-        curve = stages.stage_policies(sft_adapter, round_adapters) if config.evaluate.stages else None
+    published = evaluation = None
+    if trained:
+        start = (run.start_adapter, adapter_path) if (adapter_path := run.start_adapter_path) else None
+        curve = stages.stage_policies(sft_adapter, round_adapters, start) if config.evaluate.stages else None
         evaluation = timed("evaluate", evaluate_task, config, adapter, curve)
         published = timed("publish", publish_task, config, adapter, evaluation, force_publish)
         _publish_artifacts(published, evaluation)
-        result.update(evaluation=evaluation, published=published)
+        print(published["decision"])
+        result.update(evaluation=evaluation, published=published, adapter=adapter)
+    run = stages.finish_pipeline_run(
+        config,
+        run,
+        trained=trained,
+        published=published,
+        evaluation=evaluation,
+        decision=None if trained else "nothing trained: `pipeline.sft` and `pipeline.grpo` are off",
+    )
+    result.update(run=run, report=_report(config, timed)["report"], timings=timings)
+    return result
+
+
+def _report(config: TrajlakeConfig, timed: Any) -> dict[str, Any]:
+    """The lake's report after the run, linked from an artifact."""
     report = timed("report", report_task, config)
     create_markdown_artifact(
         f"## [The run's report]({Path(report['report']).resolve().as_uri()})\n\n"
-        f"`{report['report']}`: learning per stage, reward per round, sampler gap, production feedback, "
-        f"lineage, and {report['groups_shown']} of {report['groups']} groups in the group viewer.",
+        f"`{report['report']}`: the pipeline's runs and their decisions, learning per stage, reward per "
+        f"round, sampler gap, production feedback, lineage, and {report['groups_shown']} of "
+        f"{report['groups']} groups in the group viewer.",
         key="trajlake-report",
         description="The pipeline run's HTML report",
     )
-    result["report"] = report["report"]
-    result["timings"] = timings
-    return result
+    return report
 
 
 def run_pipeline(
@@ -230,8 +270,15 @@ def _publish_artifacts(published: dict[str, Any], evaluation: dict[str, Any]) ->
         key="trajlake-evaluation",
         description="Success per stage (val scenarios) and per production policy, 95% CIs, paired differences",
     )
-    lines = [f"## Adapter `{published['name']}` v{published['version']}", ""]
-    lines += [f"- **{k}**: `{v}`" for k, v in published.items() if k not in ("lineage_json", "gate")]
+    lines = [
+        f"## Adapter `{published['name']}` v{published['version']}",
+        "",
+        f"**{published['decision']}**",
+        "",
+    ]
+    lines += [
+        f"- **{k}**: `{v}`" for k, v in published.items() if k not in ("lineage_json", "gate", "decision")
+    ]
     lines += ["", "### Lineage", "", "```json", published.get("lineage_json", "{}"), "```"]
     create_markdown_artifact(
         "\n".join(lines), key="trajlake-adapter", description="Published adapter and its lineage"

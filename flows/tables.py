@@ -117,9 +117,27 @@ class PipelineSettings:
     """The loop: stage switches, rounds, the publish gate, the task runner."""
 
     langfuse: bool = _help("Pull new traces from the `[langfuse]` server before each run.", False)
-    sft: bool = _help("Run SFT before GRPO.", True)
+    sft: bool = _help("Run SFT before GRPO when a run starts from the base model.", True)
     grpo: bool = _help("Run GRPO on replayed, scored groups each round.", True)
     rounds: int = _help("Replay -> score -> GRPO rounds per pipeline run.", 1)
+    # Night after night: where each run starts and what it learns from
+    start_from: Literal["production", "base"] = _help(
+        "Where each run starts: `production` continues the adapter holding the `production` alias (its "
+        "lineage extended; the base model while none is), `base` trains from the base model (SFT on all "
+        "selected data, then GRPO).",
+        "production",
+    )
+    sft_on_production: bool = _help(
+        "When a run continues the production adapter, SFT it on the window's conversations before "
+        "GRPO (off: GRPO only; SFT runs when a run starts from the base model).",
+        False,
+    )
+    window_days: float = _help(
+        "What a run learns from: the scenarios (and, for SFT on the production adapter, the production "
+        "conversations) new since the last finished run, plus those of this many days before it "
+        "(-1: everything selected, every run).",
+        7.0,
+    )
     scenarios_per_round: int = _help(
         "Replay this many of the `select.replay` scenarios per round, a new slice each round "
         "(0: all of them every round).",
@@ -132,6 +150,11 @@ class PipelineSettings:
     )
     require_improvement: bool = _help(
         "Promote to `production` only when the paired val comparison is above zero.", True
+    )
+    latest_if_refused: bool = _help(
+        "Move `latest` to a version the gate refused too (off: `latest` and `production` move only "
+        "with a promoted version; a refused one is published under its version number alone).",
+        False,
     )
     work_dir: str = _help("Where checkpoints and adapters go (default: <lake>/_work).", "")
     task_runner: Literal["threads", "dask", "ray"] = _help("Prefect task runner.", "threads")

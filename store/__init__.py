@@ -33,6 +33,13 @@ from store.errors import (
 from store.lake import DEFAULT_LAKE, Lake
 from store.maintenance import CompactConfig, TableCompaction, compact
 from store.migrate import TableMigration, migrate
+from store.pipeline_runs import (
+    PipelineRun,
+    last_finished_run,
+    learning_since,
+    pipeline_runs,
+    record_pipeline_run,
+)
 from store.rows import new_run_id, runs_row, served_adapter_name, utc_now
 from store.schema import TABLES, TableSpec, empty_table, table_spec
 from store.selections import (
@@ -42,6 +49,8 @@ from store.selections import (
     SFT_TRAJECTORIES,
     TRAIN_SCENARIOS,
     VAL_SCENARIOS,
+    scenarios_since,
+    trajectories_since,
 )
 from store.vocabulary import (
     PRODUCTION_SOURCES,
@@ -75,6 +84,7 @@ __all__ = [
     "IngestStage",
     "IngestStatus",
     "Lake",
+    "PipelineRun",
     "QueryTimeout",
     "ReadOnlyViolation",
     "RewardStatus",
@@ -98,16 +108,22 @@ __all__ = [
     "connect",
     "empty_table",
     "equals",
+    "last_finished_run",
+    "learning_since",
     "migrate",
     "new_run_id",
     "one_of",
+    "pipeline_runs",
+    "record_pipeline_run",
     "refresh",
     "run_read_only",
     "runs_row",
     "scan",
+    "scenarios_since",
     "served_adapter_name",
     "snapshot",
     "table_spec",
+    "trajectories_since",
     "utc_now",
     "write",
 ]

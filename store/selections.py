@@ -7,6 +7,8 @@ these strings; none of them reads a val scenario for training.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from store.vocabulary import PRODUCTION_SOURCES, equals, one_of
 
 #: SQL condition over `trajectories` that keeps away from the val scenarios: their replays
@@ -25,13 +27,17 @@ PRODUCTION_TRAJECTORIES = (
     f"SELECT trajectory_id FROM trajectories WHERE {one_of('source', PRODUCTION_SOURCES)}"
 )
 
-#: The scenarios each round replays and trains on.
+#: The scenarios each round replays and trains on. A pipeline run keeps it to the scenarios new
+#: since its last finished run plus `pipeline.window_days` before (`scenarios_since`), and
+#: samples them with the policy it is training: scenarios come back with each new policy.
 TRAIN_SCENARIOS = f"SELECT scenario_id FROM scenarios WHERE {equals('split', 'train')}"
 
 #: The held-out scenarios evaluation and the publish gate replay.
 VAL_SCENARIOS = f"SELECT scenario_id FROM scenarios WHERE {equals('split', 'val')}"
 
-#: Production conversations with content, outside the val scenarios: what SFT imitates.
+#: Production conversations with content, outside the val scenarios: what SFT imitates (all of
+#: them when a pipeline run starts from the base model; only its window's when it continues
+#: the production adapter with SFT: `trajectories_since`).
 SFT_TRAJECTORIES = f"{PRODUCTION_TRAJECTORIES} AND has_content AND {OUTSIDE_VAL_SCENARIOS}"
 
 #: Replayed trajectories with token data, outside the val scenarios: what GRPO trains on.
@@ -39,3 +45,38 @@ GRPO_TRAJECTORIES = (
     f"SELECT trajectory_id FROM trajectories WHERE {equals('source', 'replay')} AND len(turns) > 0 "
     f"AND {OUTSIDE_VAL_SCENARIOS}"
 )
+
+
+def _timestamp(at: datetime) -> str:
+    if at.tzinfo is None:
+        raise ValueError(f"`{at}` has no time zone; pass an aware UTC time")
+    return f"TIMESTAMPTZ '{at.astimezone(UTC).isoformat()}'"
+
+
+def scenarios_since(selection: str, since: datetime | None) -> str:
+    """`selection` (returning `scenario_id`) kept to scenarios made at or after `since` (None: as is).
+
+    A scheduled pipeline replays what is new since its last run (plus its window), so each
+    night learns from the traffic that night brought.
+
+    >>> from datetime import datetime, UTC
+    >>> scenarios_since("SELECT scenario_id FROM scenarios", datetime(2026, 11, 26, tzinfo=UTC))
+    "SELECT scenario_id FROM (SELECT scenario_id FROM scenarios) WHERE scenario_id IN (SELECT scenario_id FROM scenarios WHERE created_at >= TIMESTAMPTZ '2026-11-26T00:00:00+00:00')"
+    """
+    if since is None:
+        return selection
+    return (
+        f"SELECT scenario_id FROM ({selection}) WHERE scenario_id IN "
+        f"(SELECT scenario_id FROM scenarios WHERE created_at >= {_timestamp(since)})"
+    )
+
+
+def trajectories_since(selection: str, since: datetime | None) -> str:
+    """`selection` (returning `trajectory_id`) kept to trajectories that started at or after `since`
+    (None: as is): the production conversations of the pipeline's window."""
+    if since is None:
+        return selection
+    return (
+        f"SELECT trajectory_id FROM ({selection}) WHERE trajectory_id IN "
+        f"(SELECT trajectory_id FROM trajectories WHERE started_at >= {_timestamp(since)})"
+    )

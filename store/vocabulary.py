@@ -15,7 +15,7 @@ TrajectorySource = Literal["otel", "langfuse", "replay", "import"]
 TrajectoryStatus = Literal["ok", "error", "truncated"]
 RewardStatus = Literal["ok", "failed"]
 Split = Literal["train", "val"]
-RunStage = Literal["sft", "grpo", "eval"]
+RunStage = Literal["sft", "grpo", "eval", "pipeline"]
 IngestStage = Literal["assemble"]
 IngestStatus = Literal["failed", "resolved"]
 

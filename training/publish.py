@@ -110,6 +110,24 @@ class EvalGate:
     def promoted(self) -> bool:
         return self.better or self.forced
 
+    def decision(self, candidate: str) -> str:
+        """The gate's decision about `candidate` in one line, with the numbers it rests on.
+
+        >>> EvalGate(0.83, 0.94, "agent:v1", -0.111, (-0.165, -0.062), 126, "exact_match").decision("v2")
+        'v2 not promoted: -0.111 [-0.165, -0.062] against agent:v1 on 126 scenarios (exact_match)'
+        """
+        if self.better:
+            verdict = "promoted"
+        elif self.forced:
+            verdict = "promoted (forced, not better)"
+        else:
+            verdict = "not promoted"
+        low, high = self.difference_ci
+        return (
+            f"{candidate} {verdict}: {self.difference:+.3f} [{low:+.3f}, {high:+.3f}] against "
+            f"{self.incumbent_name} on {self.scenarios} scenarios ({self.reward})"
+        )
+
 
 @dataclass
 class PublishedAdapter:
@@ -317,12 +335,14 @@ def _sha256(path: Path) -> str:
 
 
 def _parent_ref(lake: store.Lake, record: dict[str, Any] | None) -> str | None:
-    """`name:version` of the published adapter whose run this one continued from, if any."""
+    """`name:version` of the nearest published adapter up the run's parent chain (a pipeline run's
+    last round continues its earlier rounds, which continued the production adapter), else the
+    folder of the adapter it continued, if any."""
     parent = (record or {}).get("parent") or {}
-    run_id = parent.get("run_id")
-    if not run_id:
-        return parent.get("adapter_dir")
-    for row in adapter_rows(lake):
-        if row["run_id"] == run_id:
-            return f"{row['name']}:{row['version']}"
+    published = {row["run_id"]: f"{row['name']}:{row['version']}" for row in adapter_rows(lake)}
+    node: dict[str, Any] | None = parent
+    while node:
+        if node.get("run_id") in published:
+            return published[node["run_id"]]
+        node = node.get("parent")
     return parent.get("adapter_dir")

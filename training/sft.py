@@ -25,11 +25,14 @@ from training.checkpointing import peft_wrapping
 from training.datasets import SFTSelection, select_sft
 from training.distributed import on_writer, shared_snapshot
 from training.errors import TrainingError
+from training.lora import trainable_policy
 from training.metrics import NonFiniteLossGuard, RunsTableCallback
 from training.run import (
     CHECKPOINTS,
     TrainResult,
+    check_adapter_dir,
     load_tokenizer,
+    parent_record,
     start_run,
     train_and_record,
 )
@@ -111,6 +114,7 @@ def train_sft(
     output_dir: str | os.PathLike[str],
     config: TrajlakeSFTConfig | None = None,
     *,
+    adapter: str | os.PathLike[str] | None = None,
     resume: bool = False,
     as_of: Mapping[str, int] | None = None,
     callbacks: Sequence[Any] = (),
@@ -118,7 +122,9 @@ def train_sft(
     """Fine-tune a LoRA adapter on the conversations `sql` selects; returns where it went.
 
     The selection and configuration are checked before any model is loaded. Each logged
-    step is a row of the `runs` table (stage `sft`). With `resume=True` training continues
+    step is a row of the `runs` table (stage `sft`). `adapter`: an adapter folder to continue
+    (its run record becomes this run's parent), instead of a fresh LoRA on `base_model`.
+    With `resume=True` training continues
     from the newest checkpoint under `<output_dir>/checkpoints`. `as_of` reads the lake at
     the table versions of an earlier lineage (`training.lineage.as_of_versions`).
     """
@@ -130,22 +136,30 @@ def train_sft(
     # the config first: under torchrun / accelerate launch, making it joins the process group
     config = config or TrajlakeSFTConfig(output_dir=str(output_dir / CHECKPOINTS))
     config.output_dir = str(output_dir / CHECKPOINTS)
+    adapter = str(adapter) if adapter is not None else None
+    check_adapter_dir(adapter)
     selection = select_sft(lake, sql, as_of=shared_snapshot(lake, as_of))
     run_id = on_writer(
-        start_run, output_dir, "sft", config.run_id, resume, {"base_model": base_model, "sql": sql}
+        start_run,
+        output_dir,
+        "sft",
+        config.run_id,
+        resume,
+        {"base_model": base_model, "adapter": adapter, "sql": sql},
     )
 
     tokenizer = load_tokenizer(base_model)
     dataset = sft_dataset(selection, tokenizer)
     guard = NonFiniteLossGuard()
     runs = RunsTableCallback(lake, run_id, "sft")
-    with peft_wrapping():  # the trainer wraps the model in a fresh LoRA adapter
+    model, peft_config = trainable_policy(base_model, adapter, config, bf16=bool(config.bf16))
+    with peft_wrapping():  # the trainer wraps the model in a fresh LoRA adapter (or trains `adapter`)
         trainer = SFTTrainer(
-            model=base_model,
+            model=model,
             args=config,
             train_dataset=dataset,
             processing_class=tokenizer,
-            peft_config=config.lora_config(),
+            peft_config=peft_config,
             callbacks=[runs, guard, *callbacks],
         )
     max_length = config.max_length or 1024
@@ -166,4 +180,5 @@ def train_sft(
         lineage=selection.lineage.to_dict(),
         resume=resume,
         report=report,
+        parent=parent_record(adapter) if adapter else None,
     )

@@ -76,11 +76,19 @@ def pipeline(
     from flows.prefect_flows import run_pipeline
 
     result = run_pipeline(config, cfg.lake.path, rounds=rounds, force_publish=force_publish)
+    run = result["run"]
+    typer.echo(
+        f"pipeline run {run.run_id}: started from {run.start_adapter or 'the base model'}, learned from "
+        + (f"what is new since {run.since}" if run.since else "everything selected")
+        + f"; {run.training_steps} training steps"
+    )
     for row in result["rounds"]:
         typer.echo(f"round {row['round']}: policy {row['policy']} mean reward {row['mean_reward']:.3f}")
     if result.get("published"):
         published = result["published"]
-        typer.echo(f"published {published['name']} v{published['version']} -> {published['path']}")
+        aliases = f" ({', '.join(published['aliases'])})" if published["aliases"] else ""
+        typer.echo(f"published {published['name']} v{published['version']}{aliases} -> {published['path']}")
+    typer.echo(run.decision or "")
 
 
 def serve(

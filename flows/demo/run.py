@@ -39,9 +39,9 @@ from typing import Any
 from rich.console import Console
 
 from flows.demo.capture import capture_production_traces
+from flows.demo.serving import TEMPERATURE, demo_vllm_server, serve_second_batch
 
 console = Console()
-TEMPERATURE = 0.8  # the policy's sampling temperature: replay, evaluation and serving alike
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,7 @@ class DemoSize:
     grpo_epochs: float
     grpo_batch_size: int
     max_new_tokens: int
+    second_night_rounds: int  # GRPO rounds of the second pipeline run (on the adapter's traffic)
 
 
 SIZES = {
@@ -68,6 +69,7 @@ SIZES = {
         grpo_epochs=1.0,
         grpo_batch_size=32,
         max_new_tokens=40,
+        second_night_rounds=2,
     ),
     "small": DemoSize(
         questions=24,
@@ -79,6 +81,7 @@ SIZES = {
         grpo_epochs=1.0,
         grpo_batch_size=8,
         max_new_tokens=24,
+        second_night_rounds=1,
     ),
 }
 
@@ -205,6 +208,8 @@ name = "calculator-agent"
 rounds = {size.rounds}
 scenarios_per_round = {size.train_scenarios}
 max_workers = 2
+start_from = "production"  # each night continues the adapter in production
+window_days = 0  # and learns from the traffic that came in since the last night
 """
     )
     return path
@@ -242,38 +247,17 @@ def run_demo(
 
     stack = ExitStack()  # the vLLM server, where there is one: stopped however the demo ends
     try:
-        start = step("1/5 the tiny base model (tokenizer built here, pretrained weights shipped)")
+        start = step("1/6 the tiny base model (tokenizer built here, pretrained weights shipped)")
         model = pretrain_base_model(build_tiny_model(workdir / "tiny"), workdir / "model")
         done("base model", start)
         vllm_url = None
         if backend == "vllm":
             start = step("the base model on a vLLM server (replay, evaluation, serving)")
-            vllm_url = stack.enter_context(demo_vllm_server(model, workdir, spec))
+            vllm_url = stack.enter_context(demo_vllm_server(model, workdir, spec.max_new_tokens))
             done("vLLM server start", start)
         return _run_demo(workdir, spec, model, timings, step, done, judge_base_url, judge_model, vllm_url)
     finally:
         stack.close()
-
-
-def demo_vllm_server(model: Path, workdir: Path, spec: DemoSize) -> Any:
-    """A vLLM server of the demo's base model: fp32 (the trainer's dtype), LoRA hot-loading, Hermes
-    tool calls for the agent, and the demo's sampling defaults for requests that set none."""
-    from training.replay.samplers.vllm_launch import VLLMServerProcess
-
-    defaults = json.dumps({"temperature": TEMPERATURE, "max_new_tokens": spec.max_new_tokens})
-    return VLLMServerProcess(
-        model,
-        log_path=workdir / "vllm-server.log",
-        max_loras=8,
-        max_model_len=2048,
-        extra_args=(
-            "--enable-auto-tool-choice",
-            "--tool-call-parser",
-            "hermes",
-            "--override-generation-config",
-            defaults,
-        ),
-    )
 
 
 def _run_demo(
@@ -291,11 +275,11 @@ def _run_demo(
 
     from flows.demo.summary import print_learning, print_summary, print_timings
     from flows.prefect_flows import run_pipeline
-    from flows.report import Evaluation, report_data, write_report
+    from flows.report import report_data, write_report
 
     lake = workdir / "lake"
 
-    start = step("2/5 production agent -> OpenTelemetry -> trajlake collect -> lake")
+    start = step("2/6 production agent -> OpenTelemetry -> trajlake collect -> lake")
     captured = capture_production_traces(lake, spec.questions)
     done("production batch 1 (production LLM)", start)
     console.print(
@@ -304,47 +288,47 @@ def _run_demo(
     )
 
     start = step(
-        "3/5 Prefect pipeline: scenarios, SFT, replay/score/GRPO rounds, evaluate every stage, publish"
+        "3/6 Prefect pipeline, night 1: scenarios, SFT, replay/score/GRPO rounds, evaluate every stage, publish"
     )
     judge = (judge_base_url, judge_model) if judge_base_url and judge_model else None
     config_file = write_demo_config(workdir / "trajlake.toml", lake, model, spec, judge, vllm_url)
     result = run_pipeline(str(config_file), str(lake), rounds=spec.rounds)
-    done("pipeline flow", start)
-    print_timings(result.get("timings", []), title="Pipeline steps")
+    done("pipeline night 1", start)
+    print_timings(result.get("timings", []), title="Pipeline steps, night 1")
     print_learning(result)
 
     server = "vLLM, hot-loaded" if vllm_url else "trajlake serve-sampler"
-    start = step(f"4/5 the published adapter serves a second production batch ({server})")
+    start = step(f"4/6 the published adapter serves a second production batch ({server})")
+    published = result.get("published")
     second = (
-        serve_second_batch(lake, model, result.get("published"), spec, vllm_url=vllm_url)
-        if result.get("published")
+        serve_second_batch(lake, model, published, spec.questions, spec.max_new_tokens, vllm_url=vllm_url)
+        if published
         else None
     )
     done("production batch 2 (published adapter)", start)
 
-    start = step("5/5 report")
-    evaluation = None
-    if result.get("evaluation"):
-        comparison = result["evaluation"]["comparison"]
-        published = result.get("published") or {}
-        evaluation = Evaluation(
-            candidate=f"{published['name']}:v{published['version']}"
-            if published
-            else result["evaluation"]["candidate"],
-            candidate_reward=comparison["candidate"]["mean"],
-            baseline=result["evaluation"]["baseline"],
-            baseline_reward=comparison["baseline"]["mean"],
-            scenarios=comparison["paired_scenarios"],
-            promoted=bool(published.get("promoted")),
-        )
+    start = step(
+        "5/6 Prefect pipeline, night 2: the adapter in production continued on the traffic it served"
+    )
+    night2 = run_pipeline(str(config_file), str(lake), rounds=spec.second_night_rounds)
+    done("pipeline night 2", start)
+    print_timings(night2.get("timings", []), title="Pipeline steps, night 2")
+    print_learning(night2)
+    console.print(f"night 2: [bold]{night2['run'].decision}[/]")
+
+    start = step("6/6 report")
+    newest = night2 if night2.get("evaluation") else result
     data = report_data(
         lake,
         "calculator",
         title="trajlake demo: calculator agent",
-        evaluation=evaluation,
+        evaluation=headline(newest),
         adapter_name="calculator-agent",
         sql_recipes=SQL_RECIPES,
-        timings=[*timings, *((f"pipeline / {name}", t) for name, t in result.get("timings", []))],
+        timings=[
+            *timings,
+            *((f"night {n} / {name}", t) for n, r in ((1, result), (2, night2)) for name, t in r["timings"]),
+        ],
         tokenizer=AutoTokenizer.from_pretrained(model),  # the group viewer shows sampled tokens as text
     )
     report = write_report(workdir / "report.html", data)
@@ -357,44 +341,30 @@ def _run_demo(
         "rounds": result["rounds"],
         "adapter": result.get("adapter"),
         "evaluation": result.get("evaluation"),
-        "published": result.get("published"),
+        "published": published,
         "timings": timings,
         "pipeline_timings": result.get("timings", []),
         "captured": captured,
         "second_batch": second,
+        "night2": night2,
     }
 
 
-def serve_second_batch(
-    lake: Path,
-    model: Path,
-    published: dict[str, Any],
-    spec: DemoSize,
-    seed: int = 1,
-    vllm_url: str | None = None,
-) -> dict[str, Any]:
-    """New questions, the same instrumented agent, the published adapter as its LLM: `trajlake
-    serve-sampler`'s app serving `calculator-agent:<version>` under its served name, or the
-    vLLM server at `vllm_url` after the version is hot-loaded into it (`publish --load-into`)."""
-    from flows.sampler_server import sampler_app
+def headline(result: dict[str, Any]) -> Any:
+    """The report's headline: a pipeline run's published version against its baseline."""
+    from flows.report import Evaluation
 
-    if vllm_url:
-        from store import served_adapter_name
-        from training.serving import load_into_vllm
-
-        served = served_adapter_name(published["name"], published["version"])
-        load_into_vllm(vllm_url, served, published["path"], replaces=published["name"])
-        stats = capture_production_traces(
-            lake, spec.questions, seed=seed, llm_url=vllm_url, model=served, concurrency=16
-        )
-        return {**stats, "model": served, "success": stats["correct"] / max(1, stats["agent_runs"])}
-    ref = f"{published['name']}:{published['version']}"
-    from training.replay.samplers import SamplingParams
-
-    defaults = SamplingParams(temperature=TEMPERATURE, max_tokens=spec.max_new_tokens)
-    app, sampler, served = sampler_app(str(model), ref, lake=str(lake), defaults=defaults)
-    with sampler:
-        stats = capture_production_traces(
-            lake, spec.questions, seed=seed, llm_app=app, model=served, concurrency=16
-        )
-    return {**stats, "model": served, "success": stats["correct"] / max(1, stats["agent_runs"])}
+    if not result.get("evaluation"):
+        return None
+    comparison = result["evaluation"]["comparison"]
+    published = result.get("published") or {}
+    return Evaluation(
+        candidate=f"{published['name']}:v{published['version']}"
+        if published
+        else result["evaluation"]["candidate"],
+        candidate_reward=comparison["candidate"]["mean"],
+        baseline=result["evaluation"]["baseline"],
+        baseline_reward=comparison["baseline"]["mean"],
+        scenarios=comparison["paired_scenarios"],
+        promoted=bool(published.get("promoted")),
+    )

@@ -23,20 +23,24 @@ def print_learning(result: dict[str, Any]) -> None:
         return
     rows = evaluation["table"]
     scenarios = next((r["n"] for r in rows if r["kind"] == "val"), 0)
+    # paired with the previous stage, and with the run's starting point (its SFT or the adapter it continued)
+    compared = {d["against"] for r in rows for d in r["differences"]}
+    against = [
+        "previous",
+        *(a for a in dict.fromkeys(("sft", evaluation["baseline"])) if a in compared - {"base"}),
+    ]
     table = Table(
         "stage",
         Column("policy", overflow="fold"),  # a run id tells the adapters apart: never cut it off
         "success [95% CI]",
         "n",
-        "vs previous",
-        "vs SFT (paired)",
+        *(f"vs {a} (paired)" for a in against),
         title=f"Success: val scenarios ({scenarios}) and production feedback",
     )
     for row in rows:
         diffs = {d["against"]: d for d in row["differences"]}
         cells = [
-            _interval(diffs[a]["mean"], diffs[a]["ci"], signed=True) if a in diffs else ""
-            for a in ("previous", "sft")
+            _interval(diffs[a]["mean"], diffs[a]["ci"], signed=True) if a in diffs else "" for a in against
         ]
         table.add_row(
             row["stage"],
@@ -48,13 +52,7 @@ def print_learning(result: dict[str, Any]) -> None:
     console.print(table)
     published = result.get("published") or {}
     if published:
-        gate = published["gate"]
-        console.print(
-            f"gate: {gate['incumbent_name']} -> candidate {gate['difference']:+.3f} "
-            f"[{gate['difference_ci'][0]:+.3f}, {gate['difference_ci'][1]:+.3f}] on {gate['scenarios']} "
-            f"paired scenarios: {'promoted' if published['promoted'] else 'not promoted'} "
-            f"({published['name']} v{published['version']})"
-        )
+        console.print(f"gate: [bold]{published['decision']}[/]")
 
 
 def print_summary(data: Any, report: Path, lake: Path, recipes: list[tuple[str, str]]) -> None:

@@ -103,6 +103,7 @@ class ReportData:
     )  # (round, step, mean gap) per GRPO step
     production_days: list[tuple[str, str, float, int]] = field(default_factory=list)  # (day, policy, mean, n)
     groups: GroupView | None = None
+    pipeline_runs: list[store.PipelineRun] = field(default_factory=list)  # oldest first
     sql_recipes: list[tuple[str, str]] = field(default_factory=list)
     timings: list[tuple[str, float]] = field(default_factory=list)
 
@@ -126,7 +127,8 @@ def report_data(
 ) -> ReportData:
     """Everything the report shows, read from the lake's views with bounded queries.
 
-    `eval_run` picks the evaluation table (default: the newest), `adapter_name` and
+    `eval_run` picks the evaluation table (default: the newest pipeline run's, else the
+    newest evaluation), `adapter_name` and
     `adapter_version` the lineage shown (default: the newest version), `since`/`until`
     (ISO times) the window of replayed groups and production feedback; the group viewer
     shows at most `max_groups` groups, token ids decoded with `tokenizer` when given.
@@ -134,7 +136,9 @@ def report_data(
     con = store.connect(lake)
     window, params = time_window(since, until)
     day_window, day_params = time_window(since, until, "t.day")
-    learning, success_reward = learning_rows(con, eval_run)
+    pipeline_runs = store.pipeline_runs(lake)
+    evaluated = [run.eval_run_id for run in pipeline_runs if run.eval_run_id]
+    learning, success_reward = learning_rows(con, eval_run or (evaluated[-1] if evaluated else None))
     production = production_rows(con, production_reward)
     served = {p.policy: p.adapter for p in production}
     for row in learning:
@@ -211,6 +215,7 @@ def report_data(
         gap_steps=gap_steps(con),
         production_days=production_days,
         groups=groups,
+        pipeline_runs=pipeline_runs,
         evaluation=evaluation,
         adapter=adapter,
         tables=tables,

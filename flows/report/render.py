@@ -82,6 +82,32 @@ def learning_section(data: ReportData) -> list[str]:
     ]
 
 
+def pipeline_runs_section(data: ReportData) -> list[str]:
+    """The pipeline's runs, night after night: where each started, what it learned from and trained,
+    and what the publish gate decided, with its numbers."""
+    rows = [
+        [
+            run.started_at[:19].replace("T", " "),
+            run.start_adapter or "base model",
+            "yes" if run.sft else "no",
+            f"new since {run.since[:19].replace('T', ' ')}" if run.since else "everything selected",
+            run.training_steps,
+            run.published or "",
+            run.decision or ("did not finish" if run.status == "running" else ""),
+        ]
+        for run in data.pipeline_runs
+    ]
+    return [
+        "<h2>Pipeline runs</h2>",
+        "<p>Each run of the pipeline: the adapter it continued, the data it learned from, the optimiser "
+        "steps it trained and the publish gate's decision (paired difference on the val scenarios, "
+        "95% CI). The learning curve below is the newest run's.</p>",
+        _table(
+            ["started (UTC)", "starts from", "SFT", "learned from", "steps", "published", "decision"], rows
+        ),
+    ]
+
+
 def production_section(data: ReportData) -> list[str]:
     """Production before and after: feedback per policy, adapters attributed to their version."""
     return [
@@ -107,6 +133,8 @@ def render_report(data: ReportData) -> str:
             f"<b>{ev.baseline_reward:.3f}</b> on {ev.scenarios} val scenarios ({verdict}), as measured.</p>"
         )
         parts.append(_img(plots.plot_evaluation(data), "evaluation"))
+    if data.pipeline_runs:
+        parts += pipeline_runs_section(data)
     if data.learning:
         parts += learning_section(data)
     if data.production:

@@ -8,9 +8,16 @@ artifacts are built from them). No data logic lives here: queries and statistics
 belong to the library that owns the data.
 """
 
-from flows.stages.common import StageError, base_model, lake_of, work_dir
+from flows.stages.common import StageError, base_model, lake_of, run_dir, work_dir
 from flows.stages.evaluate import evaluate_adapter, publish_adapter, stage_policies
 from flows.stages.ingest import assemble_pending, pull_langfuse
+from flows.stages.pipeline_run import (
+    begin_pipeline_run,
+    finish_pipeline_run,
+    learning_config,
+    mark_data_seen,
+    scenarios_to_learn,
+)
 from flows.stages.replay import make_scenarios, merge_replays, merge_shards, replay_round, sample_round
 from flows.stages.report import write_pipeline_report
 from flows.stages.score import (
@@ -27,10 +34,14 @@ __all__ = [
     "StageError",
     "assemble_pending",
     "base_model",
+    "begin_pipeline_run",
     "evaluate_adapter",
+    "finish_pipeline_run",
     "finish_scoring",
     "lake_of",
+    "learning_config",
     "make_scenarios",
+    "mark_data_seen",
     "merge_replays",
     "merge_score_rows",
     "merge_shards",
@@ -38,7 +49,9 @@ __all__ = [
     "pull_langfuse",
     "replay_round",
     "rewards_to_score",
+    "run_dir",
     "sample_round",
+    "scenarios_to_learn",
     "score_reward",
     "score_round",
     "shard_groups",

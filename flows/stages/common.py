@@ -1,4 +1,4 @@
-"""What every stage resolves the same way: the lake, the base model, the working folder."""
+"""What every stage resolves the same way: the lake, the base model, the working folders."""
 
 from __future__ import annotations
 
@@ -56,3 +56,10 @@ def work_dir(config: TrajlakeConfig, *parts: str) -> Path:
             "pipeline.work_dir", f"the lake `{lake.root}` is remote: set a local folder for checkpoints"
         )
     return root.joinpath(*parts)
+
+
+def run_dir(config: TrajlakeConfig, pipeline_run: str, *parts: str) -> Path:
+    """A pipeline run's own folder of checkpoints and adapters: `<work>/<pipeline run id>/...`."""
+    if not pipeline_run:
+        raise StageError("pipeline_run", "no pipeline run id: a training stage needs its run's folder")
+    return work_dir(config, pipeline_run, *parts)

@@ -42,9 +42,14 @@ def evaluation_reward(config: TrajlakeConfig) -> str:
     return rewards[0]
 
 
-def stage_policies(sft: str | None, rounds: list[str]) -> list[tuple[str, str | None]]:
-    """The labelled policies of one pipeline run, in order: base model, SFT, each GRPO round."""
+def stage_policies(
+    sft: str | None, rounds: list[str], start: tuple[str, str] | None = None
+) -> list[tuple[str, str | None]]:
+    """The labelled policies of one pipeline run, in order: base model, the adapter it continued
+    (`start`: its `name:vN` and folder), SFT, each GRPO round."""
     stages: list[tuple[str, str | None]] = [(BASE, None)]
+    if start:
+        stages.append(start)
     if sft:
         stages.append((SFT, sft))
     stages += [(f"grpo-{i}", adapter) for i, adapter in enumerate(rounds, start=1)]
@@ -88,7 +93,7 @@ def evaluate_adapter(
             candidate=adapter,
             baseline=baseline,
             stages=stages or (),
-            references=REFERENCES if stages else (),
+            references=(*REFERENCES, baseline[0]) if stages else (),
             production_reward=config.evaluate.production_reward,
             adapter=name,
         )
@@ -119,12 +124,17 @@ def gate_of(evaluation: dict[str, Any], forced: bool) -> Any:
 def publish_adapter(
     config: TrajlakeConfig, adapter: str, evaluation: dict[str, Any], force: bool = False
 ) -> dict[str, Any]:
-    """Publish `adapter` once: `production` moves to it only when the evaluation says it is better
-    (or when forced, or `pipeline.require_improvement` is off); `latest` always does."""
+    """Publish `adapter` once: `production` and `latest` move to it only when the evaluation says it
+    is better (or when forced, or `pipeline.require_improvement` is off); a refused version is
+    published under its number alone (`latest` too with `pipeline.latest_if_refused`)."""
     from training.publish import publish
+    from training.registry import LATEST, PRODUCTION
 
     gate = gate_of(evaluation, forced=force or not config.pipeline.require_improvement)
-    aliases = ("latest", "production") if gate.promoted else ("latest",)
+    if gate.promoted:
+        aliases: tuple[str, ...] = (LATEST, PRODUCTION)
+    else:
+        aliases = (LATEST,) if config.pipeline.latest_if_refused else ()
     published = publish(
         lake_of(config),
         adapter,
@@ -138,7 +148,8 @@ def publish_adapter(
         "version": published.version,
         "path": published.path,
         "aliases": published.aliases,
-        "promoted": "production" in published.aliases,
+        "promoted": PRODUCTION in published.aliases,
+        "decision": gate.decision(f"{published.name}:v{published.version}"),
         "gate": {**asdict(gate), "better": gate.better},
         "lineage_json": json.dumps(published.manifest.get("lineage", {}), indent=1, default=str)[:20000],
     }

@@ -1,34 +1,61 @@
-"""Training stages: SFT on selected production conversations, GRPO on a round's scored groups."""
+"""Training stages: SFT on selected production conversations, GRPO on a round's scored groups.
+
+Each pipeline run trains in its own folder, `<work>/<pipeline run id>/` (`run_dir`): a
+retried flow run resumes its own checkpoints, and a new run never resumes a finished one.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from flows.config import TrajlakeConfig
-from flows.stages.common import base_model, lake_of, work_dir
+from flows.stages.common import base_model, lake_of, run_dir
 from flows.stages.score import replay_filter
 
 
-def train_sft(config: TrajlakeConfig, round_number: int = 0) -> str:
-    """SFT a LoRA adapter on the trajectories `select.sft` picks; returns its folder."""
+def train_sft(
+    config: TrajlakeConfig, pipeline_run: str, round_number: int = 0, adapter: str | None = None
+) -> dict[str, Any]:
+    """SFT a LoRA adapter (a fresh one, or `adapter` continued) on the trajectories `select.sft`
+    picks; returns the adapter folder, run id and the steps trained."""
     from training.sft import train_sft as sft
 
-    output = work_dir(config, f"sft-{round_number}")
+    output = run_dir(config, pipeline_run, f"sft-{round_number}")
     sft_config = config.build("train.sft", output_dir=str(output / "checkpoints"))
-    result = sft(lake_of(config), config.select.sft, base_model(config), output, sft_config, resume=True)
-    return result.adapter_dir
+    result = sft(
+        lake_of(config),
+        config.select.sft,
+        base_model(config),
+        output,
+        sft_config,
+        adapter=adapter,
+        resume=True,
+    )
+    return trained(result)
 
 
 def train_grpo(
-    config: TrajlakeConfig, adapter: str | None, round_number: int, group_ids: list[str] | None = None
-) -> str:
-    """GRPO on the stored, scored groups of this round (all replayed groups if none given); returns the adapter."""
+    config: TrajlakeConfig,
+    pipeline_run: str,
+    adapter: str | None,
+    round_number: int,
+    group_ids: list[str] | None = None,
+) -> dict[str, Any]:
+    """GRPO on the stored, scored groups of this round (all replayed groups if none given), continuing
+    `adapter`; returns the adapter folder, run id and the steps trained."""
     from training.grpo import train_grpo as grpo
 
     sql = f"SELECT trajectory_id FROM trajectories WHERE {replay_filter(group_ids)} AND len(turns) > 0"
-    output = work_dir(config, f"grpo-{round_number}")
+    output = run_dir(config, pipeline_run, f"grpo-{round_number}")
     grpo_config = config.build(
         "train.grpo",
         output_dir=str(output / "checkpoints"),
         reward_name=config.score.reward,
     )
     result = grpo(lake_of(config), sql, base_model(config), adapter, output, grpo_config, resume=True)
-    return result.adapter_dir
+    return trained(result)
+
+
+def trained(result: Any) -> dict[str, Any]:
+    """What the flow keeps of a `training.run.TrainResult` (JSON-able, for Prefect)."""
+    return {"adapter": result.adapter_dir, "run_id": result.run_id, "steps": result.global_step}

@@ -77,8 +77,26 @@ def create_scenarios(
             item=sql,
             reason="no_scenarios",
         )
-    store.write(lake, "scenarios", [s.to_row() for s in scenarios])
+    store.write(lake, "scenarios", keep_creation_times(lake, [s.to_row() for s in scenarios]))
     return ScenarioResult([s.scenario_id for s in scenarios], skipped, split_counts(scenarios))
+
+
+def keep_creation_times(lake: store.Lake | str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`rows` with the `created_at` of the scenarios the lake already holds: re-creating a scenario
+    (every pipeline run re-creates them all) updates it but does not make it new, so a run can tell
+    the scenarios its traffic brought (`store.scenarios_since`) from the ones it has seen."""
+    lake = store.Lake.of(lake)
+    if not lake.has_table("scenarios"):
+        return rows
+    ids = [row["scenario_id"] for row in rows]
+    with store.connect(lake, read_only=True) as con:
+        found = dict(
+            con.execute(
+                "SELECT scenario_id, created_at FROM scenarios WHERE scenario_id IN (SELECT unnest($ids))",
+                {"ids": ids},
+            ).fetchall()
+        )
+    return [{**row, "created_at": found.get(row["scenario_id"], row["created_at"])} for row in rows]
 
 
 def load_scenarios(

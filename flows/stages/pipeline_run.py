@@ -1,0 +1,123 @@
+"""A pipeline run's own record: where it starts, what it learns from, what it trained and decided.
+
+A scheduled pipeline runs night after night on one lake, so each run must know what the
+previous ones did (`store.PipelineRun` rows in `runs`):
+
+- **its own folder**: the run id is the Prefect flow run's id, so a retried flow run finds
+  its record and resumes its own checkpoints, and a new run never resumes a finished one;
+- **where it starts** (`pipeline.start_from`): the adapter holding `production` (its lineage
+  extended; SFT only with `pipeline.sft_on_production`), or the base model with SFT;
+- **what it learns from**: the scenarios new since the last finished run plus
+  `pipeline.window_days` before it (`store.scenarios_since`), replayed with the policy it
+  trains, so a scenario seen before comes back with each new policy;
+- **what it decided**: the gate's decision with its numbers, kept on the record for the
+  report and the next run.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+from typing import Any
+
+import store
+from flows.config import TrajlakeConfig
+from flows.stages.common import lake_of
+
+
+def pipeline_run_id(flow_run_id: str | None) -> str:
+    """The pipeline run's id: its flow run's (a retry keeps it), else a fresh one."""
+    return f"pipeline-{flow_run_id or uuid.uuid4()}"
+
+
+def production_adapter(config: TrajlakeConfig) -> tuple[str, str] | None:
+    """(`name:vN`, folder) of the adapter holding `production` under `publish.name`, if any."""
+    from training.errors import AdapterNotFound
+    from training.registry import PRODUCTION, resolve_adapter
+
+    name = config.build("publish").name
+    try:
+        row = resolve_adapter(lake_of(config), f"{name}:{PRODUCTION}")
+    except AdapterNotFound:
+        return None
+    return f"{name}:v{row['version']}", str(row["path"])
+
+
+def begin_pipeline_run(config: TrajlakeConfig, flow_run_id: str | None) -> store.PipelineRun:
+    """Record the run's start (or, for a retried flow run, take up its record as it began)."""
+    lake = lake_of(config)
+    run_id = pipeline_run_id(flow_run_id)
+    for earlier in store.pipeline_runs(lake):
+        if earlier.run_id == run_id:
+            return earlier
+    settings = config.pipeline
+    previous = store.last_finished_run(lake)
+    start = production_adapter(config) if settings.start_from == "production" else None
+    since = store.learning_since(previous, settings.window_days)
+    run = store.PipelineRun(
+        run_id=run_id,
+        started_at=store.utc_now().isoformat(),
+        flow_run_id=flow_run_id,
+        start_from=settings.start_from,
+        start_adapter=start[0] if start else None,
+        start_adapter_path=start[1] if start else None,
+        sft=settings.sft_on_production if start else settings.sft,
+        since=since.isoformat() if since else None,
+        previous_run=previous.run_id if previous else None,
+        table_versions={name: v.version for name, v in store.snapshot(lake).items() if v.version is not None},
+    )
+    store.record_pipeline_run(lake, run)
+    return run
+
+
+def mark_data_seen(config: TrajlakeConfig, run: store.PipelineRun) -> store.PipelineRun:
+    """After the scenarios step: what exists now is this run's data; the next run's starts after."""
+    if run.data_until:
+        return run  # a retried run keeps the line it drew
+    run = replace(run, data_until=store.utc_now().isoformat())
+    store.record_pipeline_run(lake_of(config), run)
+    return run
+
+
+def learning_config(config: TrajlakeConfig, run: store.PipelineRun) -> TrajlakeConfig:
+    """The configuration whose selections are kept to what `run` learns from: the replayed scenarios
+    to its window; SFT to its window only when it continues the production adapter (from the
+    base model, SFT reads all selected conversations)."""
+    since = run.since_time
+    select = config.select
+    sft = store.trajectories_since(select.sft, since) if run.start_adapter else select.sft
+    return config.with_values("select", replay=store.scenarios_since(select.replay, since), sft=sft)
+
+
+def scenarios_to_learn(config: TrajlakeConfig) -> int:
+    """How many scenarios the (windowed) replay selection holds."""
+    with store.connect(lake_of(config), read_only=True) as con:
+        text, _ = store.check_selection(con, config.select.replay, "scenario_id")
+        return int(con.execute(f"SELECT count(DISTINCT scenario_id) FROM ({text})").fetchone()[0])
+
+
+def finish_pipeline_run(
+    config: TrajlakeConfig,
+    run: store.PipelineRun,
+    *,
+    trained: list[dict[str, Any]],
+    published: dict[str, Any] | None = None,
+    evaluation: dict[str, Any] | None = None,
+    decision: str | None = None,
+) -> store.PipelineRun:
+    """Record the run as finished: its training runs and steps, the version it published and the
+    gate's decision (or why nothing was trained)."""
+    run = replace(
+        run,
+        status="finished",
+        finished_at=store.utc_now().isoformat(),
+        training_runs=[t["run_id"] for t in trained],
+        training_steps=sum(int(t["steps"]) for t in trained),
+        adapter=trained[-1]["adapter"] if trained else None,
+        published=f"{published['name']}:v{published['version']}" if published else None,
+        promoted=published["promoted"] if published else None,
+        decision=(published or {}).get("decision") or decision,
+        eval_run_id=(evaluation or {}).get("eval_run_id"),
+    )
+    store.record_pipeline_run(lake_of(config), run)
+    return run

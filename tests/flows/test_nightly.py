@@ -1,0 +1,187 @@
+"""The scheduled loop, night after night: every pipeline run trains on what is new, from the adapter
+in production, in its own folder, and records what the gate decided.
+
+The nights are the demo's pieces at their small size: the tiny model, the calculator agent traced
+by OpenTelemetry into the real collector, the `trajlake-pipeline` flow under a real Prefect API.
+Between nights a production batch is answered by the adapter then in production (through
+`trajlake serve-sampler`'s app), as a deployment would see it.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import store
+from flows.demo.capture import capture_production_traces
+from flows.demo.run import SIZES, write_demo_config
+from flows.demo.serving import serve_second_batch
+from training.registry import resolve_adapter
+
+NAME = "calculator-agent"
+SPEC = SIZES["small"]
+
+
+@pytest.fixture(scope="module")
+def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from flows.demo.base_model import pretrain_base_model
+    from training.tiny import build_tiny_model
+
+    root = tmp_path_factory.mktemp("nightly-model")
+    return pretrain_base_model(build_tiny_model(root / "tiny"), root / "model")
+
+
+def serve_production_batch(lake: Path, model: Path, seed: int) -> dict[str, Any]:
+    """A production batch answered by the adapter holding `production`, as production would."""
+    row = resolve_adapter(lake, f"{NAME}:production")
+    published = {"name": NAME, "version": row["version"]}
+    return serve_second_batch(lake, model, published, SPEC.questions, SPEC.max_new_tokens, seed=seed)
+
+
+def at(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_three_nights_each_train_from_production_on_what_is_new(
+    tmp_path: Path, demo_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flows.prefect_flows import run_pipeline
+
+    # every night's candidate goes to production, so each night continues the previous one
+    monkeypatch.setenv("TRAJLAKE_PIPELINE__REQUIRE_IMPROVEMENT", "false")
+    lake = tmp_path / "lake"
+    config = write_demo_config(tmp_path / "trajlake.toml", lake, demo_model, SPEC, None)
+    capture_production_traces(lake, SPEC.questions)  # the production LLM's traffic
+    results = []
+    for night in range(1, 4):
+        if night > 1:
+            served = serve_production_batch(lake, demo_model, seed=night)
+            assert served["model"] == f"{NAME}-v{night - 1}"
+        results.append(run_pipeline(str(config), str(lake), rounds=1))
+
+    runs = store.pipeline_runs(lake)
+    assert [r.run_id for r in runs] == [r["run"].run_id for r in results]
+    assert len({r.run_id for r in runs}) == len({r.flow_run_id for r in runs}) == 3
+    assert all(r.status == "finished" for r in runs)
+
+    # where each night started: the base model with SFT, then the adapter in production, GRPO only
+    assert [(r.start_adapter, r.sft) for r in runs] == [
+        (None, True),
+        (f"{NAME}:v1", False),
+        (f"{NAME}:v2", False),
+    ]
+    # each night trained new steps, in its own runs, written while it ran
+    con = store.connect(lake)
+    seen: set[str] = set()
+    for run in runs:
+        assert run.training_steps > 0 and run.training_runs
+        assert not seen & set(run.training_runs)  # no night resumes another's finished runs
+        seen |= set(run.training_runs)
+        written = con.execute(
+            "SELECT min(at), max(at), count(*) FROM runs WHERE run_id IN (SELECT unnest($ids))",
+            {"ids": run.training_runs},
+        ).fetchone()
+        assert written[2] > 0
+        assert at(run.started_at) <= written[0] and written[1] <= at(run.finished_at)
+        assert f"/{run.run_id}/" in run.adapter  # its own folder
+
+    # what each later night learned from: the scenarios its night's traffic brought (window 0)
+    for earlier, later, result in zip(runs, runs[1:], results[1:], strict=False):
+        assert later.since == earlier.data_until and later.previous_run == earlier.run_id
+        created = con.execute(
+            """SELECT min(s.created_at), count(*) FROM trajectories t JOIN scenarios s USING (scenario_id)
+               WHERE t.source = 'replay' AND t.policy = ? AND json_extract_string(t.metadata, '$.run') = 'round-1'""",
+            [result["rounds"][0]["policy"]],
+        ).fetchone()
+        assert created[1] > 0 and created[0] >= at(earlier.data_until)
+
+    # lineage: v2 continued v1 and v3 continued v2, and each carries its ancestors' runs
+    rows = {v: resolve_adapter(lake, f"{NAME}:{v}") for v in (1, 2, 3)}
+    assert [rows[v]["parent"] for v in (1, 2, 3)] == [None, f"{NAME}:1", f"{NAME}:2"]
+    manifests = {v: json.loads((Path(rows[v]["path"]) / "manifest.json").read_text()) for v in rows}
+    for v in (2, 3):
+        assert set(manifests[v - 1]["run_ids"]) < set(manifests[v]["run_ids"])
+    assert resolve_adapter(lake, f"{NAME}:production")["version"] == 3
+
+    # the gate's decisions are recorded with their numbers, and the report shows them all
+    for night, (run, result) in enumerate(zip(runs, results, strict=True), start=1):
+        assert run.published == f"{NAME}:v{night}" and run.promoted
+        assert run.decision == result["published"]["decision"]
+        baseline = "base" if night == 1 else f"{NAME}:v{night - 1}"
+        assert run.decision.startswith(f"{NAME}:v{night} promoted")
+        assert f"against {baseline} on " in run.decision
+    page = Path(results[-1]["report"]).read_text()
+    assert "Pipeline runs" in page and all(r.decision in page for r in runs)
+    # production feedback per version: the production LLM, then v1 and v2 as they served
+    performance = con.execute(
+        "SELECT policy, adapter_version, sum(trajectories) FROM policy_performance "
+        "WHERE name = 'user_feedback' GROUP BY ALL ORDER BY min(first_seen)"
+    ).fetchall()
+    assert performance == [
+        ("production-llm-1", None, SPEC.questions),
+        (f"{NAME}-v1", 1, SPEC.questions),
+        (f"{NAME}-v2", 2, SPEC.questions),
+    ]
+    assert f"{NAME}-v1" in page and f"{NAME}-v2" in page
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_a_night_without_new_traffic_trains_nothing_and_says_so(tmp_path: Path, demo_model: Path) -> None:
+    from flows.prefect_flows import run_pipeline
+
+    lake = tmp_path / "lake"
+    config = write_demo_config(tmp_path / "trajlake.toml", lake, demo_model, SPEC, None)
+    capture_production_traces(lake, SPEC.questions)
+    first = run_pipeline(str(config), str(lake), rounds=1)
+    second = run_pipeline(str(config), str(lake), rounds=1)  # window 0 and no new traffic
+    assert first["run"].training_steps > 0
+    run = second["run"]
+    assert run.status == "finished" and run.training_steps == 0 and run.published is None
+    assert run.decision == f"nothing to learn: no train scenario new since {first['run'].data_until}"
+    assert len(store.connect(lake).execute("SELECT * FROM adapters").fetchall()) == 1
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_each_trigger_of_the_served_deployment_trains_its_own_run(
+    tmp_path: Path, demo_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.deployments import run_deployment
+
+    from flows.config import load_config
+    from flows.deployments import serve_deployments
+
+    # the flow runs in the runner's subprocess, which reads these from its environment
+    monkeypatch.setenv("TRAJLAKE_PIPELINE__WINDOW_DAYS", "-1")  # both triggers learn from everything
+    monkeypatch.setenv("TRAJLAKE_PIPELINE__REQUIRE_IMPROVEMENT", "false")
+    monkeypatch.setenv("TRAJLAKE_PIPELINE__SFT", "false")  # GRPO on the base model: the shortest run
+    lake = tmp_path / "lake"
+    config = write_demo_config(tmp_path / "trajlake.toml", lake, demo_model, SPEC, None)
+    capture_production_traces(lake, SPEC.questions)
+    settings = load_config(config).with_lake(str(lake))
+    serve_deployments(settings, str(config), run_once=True)  # registers the deployments
+
+    triggered = []
+    for _ in range(2):
+        flow_run = run_deployment("trajlake-pipeline/nightly-pipeline", timeout=0)
+        serve_deployments(settings, str(config), run_once=True)  # the runner runs what is due
+        triggered.append(str(flow_run.id))
+
+    async def states() -> list[str]:
+        async with get_client() as client:
+            return [(await client.read_flow_run(run_id)).state.type.value for run_id in triggered]
+
+    assert asyncio.run(states()) == ["COMPLETED", "COMPLETED"]
+    runs = store.pipeline_runs(lake)
+    assert [r.flow_run_id for r in runs] == triggered
+    assert all(r.status == "finished" and r.training_steps > 0 for r in runs)
+    assert not set(runs[0].training_runs) & set(runs[1].training_runs)
+    assert [r.published for r in runs] == [f"{NAME}:v1", f"{NAME}:v2"]
+    assert runs[1].start_adapter == f"{NAME}:v1"  # the second trigger continued the first's adapter

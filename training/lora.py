@@ -97,8 +97,12 @@ class LoraFields:
 def trainable_policy(
     base_model: str, adapter: str | None, lora: LoraFields, *, bf16: bool
 ) -> tuple[Any, Any]:
-    """The model to train and the PEFT config to pass TRL: the base model's name and a new
-    adapter's config, or, continuing from `adapter`, that adapter loaded trainable (and None)."""
+    """The model to train and the PEFT config to pass TRL: the base model (a known name resolved to
+    its fetched folder, `training.models`) and a new adapter's config, or, continuing from
+    `adapter`, that adapter loaded trainable (and None)."""
+    from training.models import resolve_model
+
+    base_model = resolve_model(base_model)
     if adapter is None:
         return base_model, lora.lora_config()
     import torch

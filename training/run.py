@@ -71,11 +71,19 @@ def start_run(
 
 
 def load_tokenizer(base_model: str) -> Any:
+    """The base model's tokenizer (a known model name is its fetched folder, `training.models`), with
+    a pad token and the chat template every use renders with (`chat_template_for`): the trainers
+    save it beside the adapter, so the adapter travels with the template it was trained on."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(base_model)
+    from training.models import resolve_model
+    from training.replay.rollout.templates import chat_template_for
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(base_model))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    if tokenizer.chat_template:
+        tokenizer.chat_template = chat_template_for(tokenizer)
     return tokenizer
 
 

@@ -3,10 +3,10 @@
 The shape follows `trl/scripts/sft.py`: select rows (I/O), build the dataset, hand it to
 `SFTTrainer` with a PEFT `LoraConfig`, save. trajlake adds three things around it:
 
-1. Tokenisation with the training chat template (TRL's `{% generation %}` version of the
-   model's template), tools rendered from the stored JSON and tool-call arguments as
-   objects, so the loss covers exactly the assistant tokens (`assistant_masks`). Rows go
-   to TRL pre-tokenised; packing, truncation and labels stay TRL's.
+1. Tokenisation the way replay builds a conversation (`ChatRenderer.conversation_ids`, with
+   the one chat template replay and serving use), tools rendered from the stored JSON and
+   tool-call arguments as objects, so the loss covers exactly the tokens a policy samples
+   (`assistant_masks`). Rows go to TRL pre-tokenised; packing, truncation and labels stay TRL's.
 2. Bookkeeping: a `runs` row per logged step, a non-finite loss guard, checkpoints under
    `<output_dir>/checkpoints` and resume from the newest one (`training.run`).
 3. A run record (`trajlake_run.json`, written last) beside the adapter in
@@ -27,6 +27,7 @@ from training.distributed import on_writer, shared_snapshot
 from training.errors import TrainingError
 from training.lora import trainable_policy
 from training.metrics import NonFiniteLossGuard, RunsTableCallback
+from training.replay.rollout.render import ChatRenderer
 from training.run import (
     CHECKPOINTS,
     TrainResult,
@@ -41,45 +42,26 @@ from training.sft_config import TrajlakeSFTConfig
 # --- dataset ------------------------------------------------------------------------------------
 
 
-def training_chat_template(tokenizer: Any) -> str:
-    """The tokenizer's template with `{% generation %}` markers (TRL's training version when needed)."""
-    from trl.chat_template_utils import get_training_chat_template, has_generation_markers
-
-    if has_generation_markers(tokenizer.chat_template):
-        return tokenizer.chat_template
-    template = get_training_chat_template(tokenizer)
-    if template is None:
-        raise TrainingError(
-            "the base model's chat template has no `{% generation %}` markers and TRL has no training version "
-            "of it, so assistant tokens cannot be told apart; add the markers to its chat template"
-        )
-    return template
-
-
 def tokenize_conversations(rows: Sequence[dict[str, Any]], tokenizer: Any) -> dict[str, list[list[int]]]:
-    """Token ids and assistant masks of each conversation (1 = assistant token, trained on).
+    """Token ids and assistant masks of each conversation (1 = a token a policy samples, trained on).
 
-    Rows without a single assistant token after templating are an error naming the trajectory.
+    The ids are what a replay of the conversation would hold and the mask is exactly the
+    sampled tokens (each assistant turn through its EOS; `ChatRenderer.conversation_ids`),
+    rendered with the one template every use shares (`chat_template_for`). Rows without a
+    single assistant token are an error naming the trajectory.
     """
-    template = training_chat_template(tokenizer)
+    renderer = ChatRenderer(tokenizer)
     input_ids: list[list[int]] = []
     masks: list[list[int]] = []
     for row in rows:
-        out = tokenizer.apply_chat_template(
-            row["messages"],
-            tools=row.get("tools"),
-            chat_template=template,
-            tokenize=True,
-            return_dict=True,
-            return_assistant_tokens_mask=True,
-        )
-        if 1 not in out["assistant_masks"]:
+        ids, mask = renderer.conversation_ids(row["messages"], row.get("tools"))
+        if 1 not in mask:
             raise TrainingError(
                 f"trajectory `{row.get('trajectory_id')}` has no assistant tokens after templating; "
                 "check that its assistant messages have content or tool calls"
             )
-        input_ids.append(list(out["input_ids"]))
-        masks.append(list(out["assistant_masks"]))
+        input_ids.append(ids)
+        masks.append(mask)
     return {"input_ids": input_ids, "assistant_masks": masks}
 
 

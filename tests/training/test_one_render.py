@@ -8,10 +8,12 @@ import store
 from tests.training.helpers import make_trajectory
 from training.datasets import select_sft
 from training.replay.rollout.render import ChatRenderer, parse_tools
+from training.sft import tokenize_conversations
 
 # A template that renders what the stock Qwen one leaves out (names on every role), so any
 # difference between the two paths shows up in the ids.
 NAMED_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n<tools>{{ tools | tojson }}</tools><|im_end|>\n{% endif %}"
     "{% for m in messages %}<|im_start|>{{ m.role }}{% if m.name %} ({{ m.name }}){% endif %}\n"
     "{{ m.content }}{% for c in m.tool_calls or [] %}<tool_call>{{ c.function.name }} "
     "{{ c.function.arguments | tojson }}</tool_call>{% endfor %}<|im_end|>\n{% endfor %}"
@@ -30,14 +32,13 @@ def test_sft_and_replay_render_a_stored_conversation_to_the_same_ids(
     assert stored["messages"][0]["role"] == "system" and any(m["role"] == "tool" for m in stored["messages"])
 
     (sft_row,) = select_sft(lake, "SELECT trajectory_id FROM trajectories").rows
-    renderer = ChatRenderer(__import__("transformers").AutoTokenizer.from_pretrained(tiny_model))
-    for template in (None, NAMED_TEMPLATE):
+    tokenizer = __import__("transformers").AutoTokenizer.from_pretrained(tiny_model)
+    for template in (None, NAMED_TEMPLATE):  # (a template that renders tools is used as it is)
         if template:
-            renderer.tokenizer.chat_template = template
+            tokenizer.chat_template = template
+        renderer = ChatRenderer(tokenizer)
         tools = parse_tools(stored["tools"])
-        sft_ids = renderer.tokenizer.apply_chat_template(
-            sft_row["messages"], tools=sft_row["tools"], tokenize=False
-        )
+        (sft_ids,) = tokenize_conversations([sft_row], tokenizer)["input_ids"]
         replay_text = renderer.render(stored["messages"], tools, add_generation_prompt=False)
-        assert renderer.encode(sft_ids) == renderer.encode(replay_text)
+        assert sft_ids == renderer.encode(replay_text)
     assert "(alice)" in replay_text

@@ -4,6 +4,8 @@ Only two things are ever tokenised: the scenario's prompt prefix (once, at the s
 rollout) and the text the template puts after an assistant turn that called tools (the tool
 results and the next assistant header). Sampled tokens are never decoded and re-encoded, so
 every turn's prompt is exactly the previous prompt + the sampled ids + the suffix ids.
+SFT builds a stored conversation's ids the same way (`ChatRenderer.conversation_ids`), so it
+trains exactly the tokens a policy samples.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 from typing import Any
 
 from training.replay.errors import RolloutError
+from training.replay.rollout.templates import chat_template_for, check_renders_tools
 
 _DUMMY = [{"role": "user", "content": "."}, {"role": "assistant", "content": "."}]
 
@@ -70,17 +73,41 @@ def parse_tools(tools: str | list | None) -> list[dict] | None:
 
 
 class ChatRenderer:
-    """Token-level rendering with one tokenizer's chat template."""
+    """Token-level rendering with the chat template `templates.chat_template_for` picks for a tokenizer
+    (its own, or the tool-aware ChatML one when its own ignores tools): replay, evaluation,
+    `serve-sampler` and SFT all render through here."""
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
         self.eos_token: str = tokenizer.eos_token
         self.eos_token_id: int = tokenizer.eos_token_id
+        self._template: str | None = None
+        self._checked_tools = False
+
+    @property
+    def chat_template(self) -> str:
+        """The template every rendering uses (chosen once, on first use)."""
+        if self._template is None:
+            self._template = chat_template_for(self.tokenizer)
+        return self._template
 
     def render(self, messages: list[dict], tools: list[dict] | None, *, add_generation_prompt: bool) -> str:
+        """Lake message structs (and tool definitions) -> the template's text."""
+        return self.render_chat(
+            template_messages(messages), tools, add_generation_prompt=add_generation_prompt
+        )
+
+    def render_chat(
+        self, messages: list[dict], tools: list[dict] | None, *, add_generation_prompt: bool
+    ) -> str:
+        """Messages already in template form (`template_messages`) -> the template's text."""
+        if tools and not self._checked_tools:
+            check_renders_tools(self.tokenizer, self.chat_template, tools)
+            self._checked_tools = True
         return self.tokenizer.apply_chat_template(
-            template_messages(messages),
+            messages,
             tools=tools,
+            chat_template=self.chat_template,
             tokenize=False,
             add_generation_prompt=add_generation_prompt,
         )
@@ -118,3 +145,42 @@ class ChatRenderer:
 
     def tool_suffix_ids(self, tool_messages: list[dict]) -> list[int]:
         return self.encode(self.tool_suffix_text(tool_messages))
+
+    def conversation_ids(self, messages: list[dict], tools: list[dict] | None) -> tuple[list[int], list[int]]:
+        """A whole conversation (template-form messages) as replay would hold it, and which ids were sampled.
+
+        The ids are built the way a rollout builds them: the prompt up to each assistant
+        turn's generation prompt, then that turn's text through its EOS (what a policy
+        samples, mask 1), then the template text up to the next generation prompt (tool
+        results, the next header: mask 0), each piece tokenised on its own. So SFT trains
+        exactly the tokens a policy samples: not the newline after the assistant header
+        (part of the prompt) nor the one after EOS (template text replay adds after a turn).
+
+        A template that rewrites earlier turns when a later one is added (not prefix-
+        preserving) cannot be replayed token-exactly either, and is refused.
+        """
+        full = self.render_chat(messages, tools, add_generation_prompt=False)
+        ids: list[int] = []
+        mask: list[int] = []
+        done = 0  # characters of `full` already tokenised
+        for i, message in enumerate(messages):
+            if message["role"] != "assistant":
+                continue
+            prompt = self.render_chat(messages[:i], tools, add_generation_prompt=True)
+            end = full.find(self.eos_token, len(prompt))
+            if not full.startswith(prompt) or len(prompt) < done or end < 0:
+                raise RolloutError(
+                    f"the chat template does not render assistant turn {i} after its own generation prompt "
+                    f"(prompt ends {prompt[-60:]!r}, conversation has {full[len(prompt) - 60 : len(prompt) + 60]!r}); "
+                    "such a template cannot be trained token-exactly; use a prefix-preserving one",
+                    scenario_id="*",
+                    turn=i,
+                    reason="template_not_prefix_preserving",
+                )
+            context = self.encode(full[done : len(prompt)])
+            sampled = self.encode(full[len(prompt) : end + len(self.eos_token)])
+            ids += context + sampled
+            mask += [0] * len(context) + [1] * len(sampled)
+            done = end + len(self.eos_token)
+        tail = self.encode(full[done:])
+        return ids + tail, mask + [0] * len(tail)

@@ -174,7 +174,9 @@ class Sampler(ABC):
         if self._tokenizer is None:
             from transformers import AutoTokenizer
 
-            self._tokenizer = AutoTokenizer.from_pretrained(self.tokenizer_path)
+            from training.models import resolve_model
+
+            self._tokenizer = AutoTokenizer.from_pretrained(resolve_model(self.tokenizer_path))
         return self._tokenizer
 
     def generate(self, requests: Sequence[SampleRequest]) -> list[list[Completion]]:

@@ -69,6 +69,8 @@ class TransformersSampler(Sampler):
             import torch
             from transformers import AutoModelForCausalLM
 
+            from training.models import resolve_model
+
             device = self.device_name or ("cuda" if torch.cuda.is_available() else "cpu")
             dtype = (
                 getattr(torch, self.dtype_name)
@@ -77,7 +79,7 @@ class TransformersSampler(Sampler):
             )
             try:
                 with LOADING:
-                    model = AutoModelForCausalLM.from_pretrained(self.model, dtype=dtype)
+                    model = AutoModelForCausalLM.from_pretrained(resolve_model(self.model), dtype=dtype)
             except OSError as exc:
                 raise SamplerError(
                     f"cannot load model `{self.model}`: {exc}; pass a local model folder "

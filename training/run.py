@@ -228,6 +228,8 @@ def train_and_record(
 ) -> TrainResult:
     """Train (from the newest checkpoint when resuming), stop on a non-finite loss, save the
     adapter, then write the run record beside it, last."""
+    from training.replay.rollout.templates import template_identity
+
     checkpoint = last_checkpoint(output_dir) if resume else None
     output = trainer.train(resume_from_checkpoint=checkpoint)
     raise_non_finite(guard, output_dir)
@@ -241,7 +243,8 @@ def train_and_record(
         base_model=base_model,
         global_step=int(trainer.state.global_step),
         metrics=dict(output.metrics),
-        lineage=lineage,
+        # the chat template it was trained with (saved beside it): part of what the adapter is
+        lineage={**lineage, "chat_template": template_identity(trainer.processing_class.chat_template)},
         hyperparameters=hyperparameters(config),
         parent=parent,
         report={**report, "resumed_from": checkpoint},

@@ -13,6 +13,8 @@ MODULES = [
     "training.registry",
     "training.serving",
     "training.replay.rollout.loop",
+    "training.replay.rollout.templates",
+    "training.models",
 ]
 
 

@@ -8,6 +8,7 @@ temporary models folder, and the converted model is loaded once per module.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -282,6 +283,10 @@ def test_one_sft_step_by_name(lake: store.Lake, by_name: str, tmp_path: Path, to
     assert record["base_model"] == NAME  # the name, not this machine's path
     saved = (Path(result.adapter_dir) / "chat_template.jinja").read_text()
     assert saved == tokenizer.chat_template  # the tool-aware template travels with the adapter
+    assert record["lineage"]["chat_template"] == {  # and is named in its lineage
+        "name": "trajlake-tool-chatml",
+        "sha256": hashlib.sha256(saved.encode()).hexdigest(),
+    }
 
 
 def test_one_grpo_step_by_name(lake: store.Lake, by_name: str, smollm2: Path, tmp_path: Path) -> None:

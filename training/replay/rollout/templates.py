@@ -26,12 +26,14 @@ replay records as sampled are the same tokens.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
 from training.replay.errors import ReplayError
 
 CHATML_EOS = "<|im_end|>"
+TOOL_CHATML_NAME = "trajlake-tool-chatml"
 _PROBE_USER = "What is 2 + 3?"
 _PROBE_MESSAGES = [{"role": "user", "content": _PROBE_USER}]
 _PROBE_TOOLS = [
@@ -118,6 +120,19 @@ def tool_chatml_template(default_system: str | None = None) -> str:
     True
     """
     return _TOOL_CHATML.replace("__DEFAULT_SYSTEM__", json.dumps(default_system))
+
+
+def template_identity(template: str | None) -> dict[str, str | None]:
+    """What the lineage records of the template an adapter was trained with: its name
+    (`trajlake-tool-chatml` for the tool-aware one, else `model`: the model's own) and sha256.
+
+    >>> template_identity(tool_chatml_template(None))["name"]
+    'trajlake-tool-chatml'
+    """
+    if template is None:
+        return {"name": None, "sha256": None}
+    name = TOOL_CHATML_NAME if template.startswith(_TOOL_CHATML[:40]) else "model"
+    return {"name": name, "sha256": hashlib.sha256(template.encode()).hexdigest()}
 
 
 def render(tokenizer: Any, template: str, messages: list[dict], tools: list[dict] | None = None) -> str:

@@ -78,7 +78,9 @@ def test_small_demo_runs_the_whole_loop(tmp_path: Path, monkeypatch: pytest.Monk
     # replayed groups carry token data and are scored
     groups = con.execute(
         """SELECT count(DISTINCT group_id), min(len(turns)), bool_and(len(turns[1].logprobs) = len(turns[1].completion_token_ids))
-           FROM trajectories WHERE source = 'replay' AND json_extract_string(metadata, '$.run') = 'round-1'"""
+           FROM trajectories WHERE source = 'replay' AND json_extract_string(metadata, '$.run') = 'round-1'
+           AND policy = ?""",
+        [result["rounds"][0]["policy"]],  # night 1's round
     ).fetchone()
     assert groups[0] == result["rounds"][0]["groups"] > 0
     assert groups[1] >= 1 and groups[2]
@@ -90,20 +92,44 @@ def test_small_demo_runs_the_whole_loop(tmp_path: Path, monkeypatch: pytest.Monk
     stages = {row[0] for row in con.execute("SELECT DISTINCT stage FROM runs").fetchall()}
     assert {"sft", "grpo", "eval"} <= stages
     adapter = con.execute(
-        "SELECT name, version, aliases, data FROM adapters WHERE name = 'calculator-agent'"
+        "SELECT name, version, aliases, data FROM adapters WHERE name = 'calculator-agent' AND version = 1"
     ).fetchone()
-    assert adapter is not None and "latest" in adapter[2]
+    # `latest` and `production` move only with a version the gate promoted
+    expected = ["latest", "production"] if result["published"]["promoted"] else []
+    assert adapter is not None and sorted(adapter[2]) == expected
     assert json.loads(adapter[3])  # lineage
     evaluation = result["evaluation"]
     comparison = evaluation["comparison"]
     assert evaluation["baseline"] == "base" and comparison["paired_scenarios"] > 0
 
-    # evaluated once, published once: one replay and one scoring per policy of the learning curve
-    # (base model = the baseline, SFT, the round's adapter = the candidate)
-    assert [name for name, _, _ in calls] == ["replay_policy", "score_reward"] * 3 + ["publish"]
-    sft = str(Path(result["lake"]) / "_work" / "sft-0" / "adapter")
-    assert [args[1] for name, args, _ in calls if name == "replay_policy"] == [None, sft, result["adapter"]]
-    assert con.execute("SELECT count(DISTINCT run_id) FROM runs WHERE stage = 'eval'").fetchone()[0] == 1
+    # each night evaluated once, published once: one replay and one scoring per policy of the
+    # learning curve (base model = the baseline, SFT, the round's adapter = the candidate); the
+    # small demo's first night is not promoted, so its second starts from the base model again
+    nights = store.pipeline_runs(lake)
+    assert [(n.start_adapter, n.sft, n.status) for n in nights] == [(None, True, "finished")] * 2
+    night = ["replay_policy", "score_reward"] * 3 + ["publish"]
+    assert [name for name, _, _ in calls[:7]] == night
+    sft = str(Path(result["lake"]) / "_work" / nights[0].run_id / "sft-0" / "adapter")
+    replayed = [args[1] for name, args, _ in calls if name == "replay_policy"]
+    assert replayed[:3] == [None, sft, result["adapter"]]
+    # the second night learns from the well-rated ones of the 24 conversations the adapter served:
+    # a small, unseeded batch may bring no new train scenario, and then the night says so
+    if nights[1].training_steps:
+        assert [name for name, _, _ in calls[7:]] == night
+        assert replayed[3:] == [
+            None,
+            str(Path(nights[1].adapter).parents[1] / "sft-0" / "adapter"),
+            nights[1].adapter,
+        ]
+    else:
+        assert calls[7:] == [] and nights[1].decision.startswith(
+            "nothing to learn: no train scenario new since"
+        )
+    evaluations = 2 if nights[1].training_steps else 1
+    assert (
+        con.execute("SELECT count(DISTINCT run_id) FROM runs WHERE stage = 'eval'").fetchone()[0]
+        == evaluations
+    )
     table = evaluation["table"]
     assert [(r["stage"], r["kind"]) for r in table] == [
         ("base", "val"),
@@ -116,10 +142,12 @@ def test_small_demo_runs_the_whole_loop(tmp_path: Path, monkeypatch: pytest.Monk
     manifest = json.loads((Path(result["published"]["path"]) / "manifest.json").read_text())
     assert manifest["eval"]["table"] == json.loads(json.dumps(table))  # the manifest carries the table
 
-    # the report shows the measured numbers; Prefect has the artifacts
+    # the report shows the newest night's measured numbers and both nights' decisions
     page = Path(result["report"]).read_text()
-    candidate, baseline = comparison["candidate"]["mean"], comparison["baseline"]["mean"]
+    newest = (result["night2"].get("evaluation") or evaluation)["comparison"]
+    candidate, baseline = newest["candidate"]["mean"], newest["baseline"]["mean"]
     assert f"{candidate:.3f}" in page and f"{baseline:.3f}" in page
+    assert "Pipeline runs" in page and all(n.decision and n.decision in page for n in nights)
     # evaluation, learning curve, production before/after, rewards per round, gap per step, groups
     assert page.count("data:image/png;base64,") == 6
     assert "Learning: success per stage" in page and "calculator-agent-v1" in page
@@ -129,7 +157,7 @@ def test_small_demo_runs_the_whole_loop(tmp_path: Path, monkeypatch: pytest.Monk
         for name, path in (("demo", Path(result["report"])), ("pipeline", pipeline_report)):
             browser.get(path.as_uri())
             headings = {h.text for h in browser.find_elements("css selector", "h2")}
-            assert {"Reward per round", "Groups", "Adapter lineage"} <= headings, name
+            assert {"Pipeline runs", "Reward per round", "Groups", "Adapter lineage"} <= headings, name
             assert all(w > 0 and h > 0 for _, w, h in decoded_images(browser)), name
             assert console_errors(browser) == [], name
             cards = browser.find_elements("css selector", "#groups .group")
@@ -139,8 +167,9 @@ def test_small_demo_runs_the_whole_loop(tmp_path: Path, monkeypatch: pytest.Monk
     assert [name for name, _ in result["timings"]] == [
         "base model",
         "production batch 1 (production LLM)",
-        "pipeline flow",
+        "pipeline night 1",
         "production batch 2 (published adapter)",
+        "pipeline night 2",
         "report",
     ]
     steps = [name for name, _ in result["pipeline_timings"]]

@@ -24,6 +24,7 @@ from training.registry import resolve_adapter
 
 NAME = "calculator-agent"
 SPEC = SIZES["small"]
+EVERY_CONVERSATION = "SELECT trajectory_id FROM trajectories WHERE source = 'otel' AND has_content"
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +53,11 @@ def test_three_nights_each_train_from_production_on_what_is_new(
 ) -> None:
     from flows.prefect_flows import run_pipeline
 
-    # every night's candidate goes to production, so each night continues the previous one
+    # every night's candidate goes to production, so each night continues the previous one; every
+    # conversation with content gives a scenario (the demo takes only well-rated ones: a small batch
+    # served by a weak adapter may have none), so each night's traffic brings train scenarios
     monkeypatch.setenv("TRAJLAKE_PIPELINE__REQUIRE_IMPROVEMENT", "false")
+    monkeypatch.setenv("TRAJLAKE_SELECT__SCENARIOS", EVERY_CONVERSATION)
     lake = tmp_path / "lake"
     config = write_demo_config(tmp_path / "trajlake.toml", lake, demo_model, SPEC, None)
     capture_production_traces(lake, SPEC.questions)  # the production LLM's traffic
@@ -83,7 +87,7 @@ def test_three_nights_each_train_from_production_on_what_is_new(
         assert not seen & set(run.training_runs)  # no night resumes another's finished runs
         seen |= set(run.training_runs)
         written = con.execute(
-            "SELECT min(at), max(at), count(*) FROM runs WHERE run_id IN (SELECT unnest($ids))",
+            'SELECT min("at"), max("at"), count(*) FROM runs WHERE run_id IN (SELECT unnest($ids))',
             {"ids": run.training_runs},
         ).fetchone()
         assert written[2] > 0
@@ -102,7 +106,8 @@ def test_three_nights_each_train_from_production_on_what_is_new(
 
     # lineage: v2 continued v1 and v3 continued v2, and each carries its ancestors' runs
     rows = {v: resolve_adapter(lake, f"{NAME}:{v}") for v in (1, 2, 3)}
-    assert [rows[v]["parent"] for v in (1, 2, 3)] == [None, f"{NAME}:1", f"{NAME}:2"]
+    assert rows[1]["parent"].endswith(f"/{runs[0].run_id}/sft-0/adapter")  # night 1's own SFT stage
+    assert [rows[v]["parent"] for v in (2, 3)] == [f"{NAME}:1", f"{NAME}:2"]
     manifests = {v: json.loads((Path(rows[v]["path"]) / "manifest.json").read_text()) for v in rows}
     for v in (2, 3):
         assert set(manifests[v - 1]["run_ids"]) < set(manifests[v]["run_ids"])

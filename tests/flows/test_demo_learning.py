@@ -52,7 +52,8 @@ def test_grpo_rounds_lift_the_sft_warm_start(tiny_model: Path, tmp_path: Path) -
         reward = score_reward(config, "exact_match", replayed["group_ids"])["reward"]
         return replayed["policy"], judging.scenario_scores(lake, reward, replayed["group_ids"])
 
-    adapter = stages.train_sft(config, 0)
+    run = "pipeline-demo-learning"  # the run's own folder under the lake's work dir
+    adapter = stages.train_sft(config, run, 0)["adapter"]
     sft = val_success(adapter)
     useless = []
     for round_number in range(1, size.rounds + 1):
@@ -60,7 +61,7 @@ def test_grpo_rounds_lift_the_sft_warm_start(tiny_model: Path, tmp_path: Path) -
         stages.score_reward(config, "flows.demo.task:calculator_reward", replayed["group_ids"])
         stats = stages.finish_scoring(config, replayed["group_ids"])
         useless.append(stats["equal_groups"] / replayed["groups"])
-        adapter = stages.train_grpo(config, adapter, round_number, replayed["group_ids"])
+        adapter = stages.train_grpo(config, run, adapter, round_number, replayed["group_ids"])["adapter"]
     final = val_success(adapter)
 
     sft_row, final_row = judging.evaluation_table([("sft", *sft), ("grpo", *final)], references=("sft",))

@@ -218,7 +218,9 @@ def pipeline_flow(
         start = (run.start_adapter, adapter_path) if (adapter_path := run.start_adapter_path) else None
         curve = stages.stage_policies(sft_adapter, round_adapters, start) if config.evaluate.stages else None
         evaluation = timed("evaluate", evaluate_task, config, adapter, curve)
-        published = timed("publish", publish_task, config, adapter, evaluation, force_publish)
+        published = timed(
+            "publish", publish_task, config, adapter, evaluation, force_publish, stages.origin_of(run)
+        )
         _publish_artifacts(published, evaluation)
         print(published["decision"])
         result.update(evaluation=evaluation, published=published, adapter=adapter)

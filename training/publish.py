@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -217,11 +217,14 @@ def publish(
     aliases: Sequence[str] = (LATEST,),
     base_model: str | None = None,
     gate: EvalGate | None = None,
+    origin: Mapping[str, Any] | None = None,
 ) -> PublishedAdapter:
     """Publish a trained adapter folder as the next version of `config.name`.
 
     With `production` among `aliases` and a `gate`, the gate must have promoted the
-    candidate (or been forced). Every check runs before anything is written.
+    candidate (or been forced). `origin`: how the version came about (a pipeline run: its
+    id, whether it started from the production adapter or the base model, the data window),
+    kept in the manifest and the row's metrics. Every check runs before anything is written.
     """
     lake = store.Lake.of(lake)
     config = config or PublishConfig()
@@ -266,6 +269,7 @@ def publish(
         gate=gate,
         parent=parent,
     )
+    manifest["origin"] = dict(origin or {})
     with fs.open(f"{path}/{MANIFEST}", "w") as f:
         f.write(json.dumps(manifest, indent=2, sort_keys=True, default=str))
 
@@ -280,7 +284,12 @@ def publish(
         "run_id": (record or {}).get("run_id"),
         "data": json.dumps(manifest["lineage"], default=str),
         "metrics": json.dumps(
-            {"eval": manifest["eval"], "training": manifest["training_metrics"]}, default=str
+            {
+                "eval": manifest["eval"],
+                "training": manifest["training_metrics"],
+                "origin": manifest["origin"],
+            },
+            default=str,
         ),
         "published_at": store.utc_now(),
         "aliases": list(dict.fromkeys(aliases)),

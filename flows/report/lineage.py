@@ -37,6 +37,18 @@ def _versions(table_versions: Any) -> str:
     )
 
 
+def _origin(adapter: dict[str, Any]) -> str:
+    """`, by pipeline run X from Y` when a pipeline run published the version."""
+    metrics = adapter.get("metrics") if isinstance(adapter.get("metrics"), dict) else {}
+    origin = metrics.get("origin") or {}
+    if not origin.get("pipeline_run"):
+        return ""
+    return (
+        f", by pipeline run <code>{html.escape(str(origin['pipeline_run']))}</code> starting from "
+        f"<code>{html.escape(str(origin.get('started_from')))}</code>"
+    )
+
+
 def lineage_section(adapter: dict[str, Any]) -> list[str]:
     """Heading, a summary line, one row per training stage, and the raw record folded."""
     stages = adapter.get("data") if isinstance(adapter.get("data"), list) else []
@@ -55,7 +67,8 @@ def lineage_section(adapter: dict[str, Any]) -> list[str]:
         f"<p>Adapter <code>{html.escape(str(adapter.get('name')))}</code> v{adapter.get('version')} on "
         f"<code title='{html.escape(str(adapter.get('base_model')))}'>{html.escape(base)}</code>, aliases "
         f"{html.escape(', '.join(adapter.get('aliases') or []) or '-')}, published "
-        f"{html.escape(str(adapter.get('published_at', ''))[:19])}; trained in {len(stages)} stages.</p>"
+        f"{html.escape(str(adapter.get('published_at', ''))[:19])}; trained in {len(stages)} stages"
+        f"{_origin(adapter)}.</p>"
     )
     raw = json.dumps({k: v for k, v in adapter.items() if k != "_written_at"}, indent=1, default=str)
     return [

@@ -16,6 +16,7 @@ from flows.stages.pipeline_run import (
     finish_pipeline_run,
     learning_config,
     mark_data_seen,
+    origin_of,
     scenarios_to_learn,
 )
 from flows.stages.replay import make_scenarios, merge_replays, merge_shards, replay_round, sample_round
@@ -45,6 +46,7 @@ __all__ = [
     "merge_replays",
     "merge_score_rows",
     "merge_shards",
+    "origin_of",
     "publish_adapter",
     "pull_langfuse",
     "replay_round",

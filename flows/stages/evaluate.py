@@ -122,7 +122,11 @@ def gate_of(evaluation: dict[str, Any], forced: bool) -> Any:
 
 
 def publish_adapter(
-    config: TrajlakeConfig, adapter: str, evaluation: dict[str, Any], force: bool = False
+    config: TrajlakeConfig,
+    adapter: str,
+    evaluation: dict[str, Any],
+    force: bool = False,
+    origin: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Publish `adapter` once: `production` and `latest` move to it only when the evaluation says it
     is better (or when forced, or `pipeline.require_improvement` is off); a refused version is
@@ -142,6 +146,7 @@ def publish_adapter(
         aliases=aliases,
         base_model=base_model(config),
         gate=gate,
+        origin=origin,
     )
     return {
         "name": published.name,

@@ -89,6 +89,17 @@ def learning_config(config: TrajlakeConfig, run: store.PipelineRun) -> TrajlakeC
     return config.with_values("select", replay=store.scenarios_since(select.replay, since), sft=sft)
 
 
+def origin_of(run: store.PipelineRun) -> dict[str, Any]:
+    """What a version published by `run` records of how it came about (`training.publish`'s origin)."""
+    return {
+        "pipeline_run": run.run_id,
+        "start_from": run.start_from,
+        "started_from": run.start_adapter or "base model",
+        "sft": run.sft,
+        "learned_since": run.since,
+    }
+
+
 def scenarios_to_learn(config: TrajlakeConfig) -> int:
     """How many scenarios the (windowed) replay selection holds."""
     with store.connect(lake_of(config), read_only=True) as con:

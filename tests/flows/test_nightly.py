@@ -111,6 +111,12 @@ def test_three_nights_each_train_from_production_on_what_is_new(
     manifests = {v: json.loads((Path(rows[v]["path"]) / "manifest.json").read_text()) for v in rows}
     for v in (2, 3):
         assert set(manifests[v - 1]["run_ids"]) < set(manifests[v]["run_ids"])
+    # and each says which run made it, from where
+    assert [(m["origin"]["pipeline_run"], m["origin"]["started_from"]) for m in manifests.values()] == [
+        (runs[0].run_id, "base model"),
+        (runs[1].run_id, f"{NAME}:v1"),
+        (runs[2].run_id, f"{NAME}:v2"),
+    ]
     assert resolve_adapter(lake, f"{NAME}:production")["version"] == 3
 
     # the gate's decisions are recorded with their numbers, and the report shows them all

@@ -196,3 +196,27 @@ def test_each_trigger_of_the_served_deployment_trains_its_own_run(
     assert not set(runs[0].training_runs) & set(runs[1].training_runs)
     assert [r.published for r in runs] == [f"{NAME}:v1", f"{NAME}:v2"]
     assert runs[1].start_adapter == f"{NAME}:v1"  # the second trigger continued the first's adapter
+
+
+def test_a_retried_flow_run_takes_up_its_own_record_and_folder(tmp_path: Path, demo_model: Path) -> None:
+    from flows import stages
+    from flows.config import load_config
+
+    lake = tmp_path / "lake"
+    capture_production_traces(lake, SPEC.questions)
+    config = load_config(write_demo_config(tmp_path / "t.toml", lake, demo_model, SPEC, None)).with_lake(
+        str(lake)
+    )
+    first = stages.begin_pipeline_run(config, "flow-run-1")
+    assert stages.begin_pipeline_run(config, "flow-run-1") == first  # a retry: the run as it began
+    other = stages.begin_pipeline_run(config, "flow-run-2")
+    assert other.run_id != first.run_id
+    assert [r.run_id for r in store.pipeline_runs(lake)] == [first.run_id, other.run_id]
+
+    stages.make_scenarios(config)
+    trained = stages.train_sft(config, first.run_id)
+    retried = stages.train_sft(config, first.run_id)  # resumes its own run, in its own folder
+    assert (retried["run_id"], retried["adapter"]) == (trained["run_id"], trained["adapter"])
+    fresh = stages.train_sft(config, other.run_id)  # another flow run never resumes it
+    assert fresh["run_id"] != trained["run_id"] and fresh["adapter"] != trained["adapter"]
+    assert fresh["steps"] > 0

@@ -29,6 +29,13 @@ def _prefect_defaults(home: Path) -> None:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 
 
+def _cpu_defaults() -> None:
+    """OpenMP waits passively unless the user chose otherwise: set before torch loads (its OpenMP
+    reads it once). Busy-waiting threads made a decode step many times slower on a loaded CPU
+    (README: Performance)."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
 def quiet_libraries() -> None:
     """Keep the terminal for trajlake's own progress: no library deprecation noise or weight-loading bars."""
     import warnings
@@ -126,13 +133,24 @@ def demo(
             "started by the demo; needs vLLM installed: `.ci/vllm-env`)."
         ),
     ] = "transformers",
+    model: Annotated[
+        str,
+        typer.Option(
+            help="Base model: tiny (built here, the default), smollm2-135m-instruct (fetched once, "
+            "`trajlake model fetch`), or a model folder or hub id; a real model runs the real-model sizes."
+        ),
+    ] = "tiny",
 ) -> None:
-    """The whole loop, offline, on a tiny local model: traces -> lake -> replay -> score -> SFT/GRPO ->
-    evaluate every stage -> publish -> the adapter serves production (each step timed)."""
-    from flows.demo.run import SIZES, run_demo
+    """The whole loop, offline, on a tiny local model (or `--model`): traces -> lake -> replay -> score ->
+    SFT/GRPO -> evaluate every stage -> publish -> the adapter serves production (each step timed);
+    every number printed is also written to `<workdir>/summary.json`."""
+    from flows.demo.run import run_demo, sizes_for
 
-    if size not in SIZES:
-        raise fail(f"unknown --size `{size}`; choose from {', '.join(SIZES)}", 2)
+    if not model:
+        raise fail("--model is empty; name `tiny`, `smollm2-135m-instruct`, a model folder or a hub id", 2)
+    sizes = sizes_for(model)
+    if size not in sizes:
+        raise fail(f"unknown --size `{size}`; choose from {', '.join(sizes)}", 2)
     if backend not in ("transformers", "vllm"):
         raise fail(f"unknown --backend `{backend}`; choose transformers or vllm", 2)
     if backend == "vllm" and importlib.util.find_spec("vllm") is None:
@@ -141,6 +159,16 @@ def demo(
             "`.venv-vllm/bin/trajlake demo --backend vllm` (README: vLLM)",
             2,
         )
+    if model != "tiny" and "/" not in model and not Path(model).exists():
+        from training.models import KNOWN_MODELS
+
+        if model not in KNOWN_MODELS:
+            raise fail(
+                f"unknown --model `{model}`: not a folder, a hub id (owner/name) or a known name "
+                f"({', '.join(['tiny', *KNOWN_MODELS])})",
+                2,
+            )
+    _cpu_defaults()
     _prefect_defaults(workdir.absolute() / ".prefect")
     quiet_libraries()
     run_demo(
@@ -149,6 +177,7 @@ def demo(
         judge_base_url=judge_base_url or None,
         judge_model=judge_model or None,
         backend=backend,
+        model=model,
     )
 
 

@@ -98,6 +98,7 @@ def capture_production_traces(
     model: str | None = None,
     concurrency: int = 1,
     llm_url: str | None = None,
+    task: str = "simple",
 ) -> dict[str, Any]:
     """Run the instrumented agent against the production LLM, through `trajlake collect`.
 
@@ -106,6 +107,7 @@ def capture_production_traces(
     serves `model` instead.
     `concurrency` agents run at once, as users would (a served model batches their calls);
     the stand-in is run one at a time, so its seeded mistakes land on the same questions.
+    `task`: which questions (`flows.demo.task.TASKS`).
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -114,6 +116,7 @@ def capture_production_traces(
     from flows.demo import agent, teacher
 
     stats: dict[str, Any] = {}
+    asked = make_questions(questions, seed=seed, task=task)
     app, collector = collector_app(lake)
     model = model or teacher.TEACHER_MODEL
     with ExitStack() as servers:
@@ -135,16 +138,15 @@ def capture_production_traces(
                 return run
 
             with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-                runs = list(pool.map(answer, make_questions(questions, seed=seed)))
+                runs = list(pool.map(answer, asked))
             provider.force_flush()
             logger_provider.force_flush()
         finally:
             uninstrument()
             provider.shutdown()
             logger_provider.shutdown()
+        stats["model"] = model
         stats["agent_runs"] = len(runs)
-        stats["correct"] = sum(
-            r.answer == q.answer for r, q in zip(runs, make_questions(questions, seed=seed), strict=True)
-        )
+        stats["correct"] = sum(r.answer == q.answer for r, q in zip(runs, asked, strict=True))
         stats.update(finish_collection(collector))
     return stats

@@ -3,7 +3,8 @@
 The story, each step a real part:
 
 1. build the tiny local model (the policy we will improve): its tokenizer is built here, its
-   pretrained weights ship with trajlake (`flows/demo/base_model.py`);
+   pretrained weights ship with trajlake (`flows/demo/base_model.py`); or, with `--model`, a
+   real base model (`smollm2-135m-instruct`, fetched once) on the real-model sizes;
 2. start `trajlake collect` (the real OTLP/HTTP collector) and a scripted stand-in for the
    hosted production LLM, and run the calculator agent, instrumented with
    OpenTelemetry's OpenAI instrumentation, on a batch of questions: its spans reach the
@@ -18,7 +19,10 @@ The story, each step a real part:
 4. serve the published adapter with `trajlake serve-sampler`'s app and run the same
    instrumented agent on a second batch of questions: its traces name the adapter version
    (`calculator-agent-v1`), so `policy_performance` compares production before and after;
-5. write the HTML report and print SQL to explore the lake.
+5. run the pipeline a second night, as the schedule would: it continues the adapter in
+   production on the traffic it served;
+6. write the HTML report, print SQL to explore the lake, and write `summary.json` (every
+   number printed, machine-readable: `flows.demo.summary.demo_summary`).
 
 The recipe, measured on one CPU core in the learn branch's research: a short SFT warm start
 (~1/3 epoch: it teaches the answer format and gives every behaviour the task needs, negative
@@ -30,189 +34,41 @@ imitates are filtered to correct ones); the warm start leaves RL the work, as th
 
 from __future__ import annotations
 
-import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from flows.demo.capture import capture_production_traces
-from flows.demo.serving import TEMPERATURE, demo_vllm_server, serve_second_batch
+from flows.demo.config import (  # noqa: F401 (re-exported: the demo's tests and callers import them here)
+    REAL_SIZES,
+    SIZES,
+    SQL_RECIPES,
+    TINY_MODEL,
+    DemoSize,
+    sizes_for,
+    write_demo_config,
+)
+from flows.demo.serving import demo_vllm_server, serve_second_batch
 
 console = Console()
 
 
-@dataclass(frozen=True)
-class DemoSize:
-    questions: int  # production agent runs (per batch)
-    train_scenarios: int  # scenarios replayed per round (a new slice of the train split each round)
-    rounds: int  # replay -> score -> GRPO rounds
-    group_size: int
-    eval_group_size: int  # samples per val scenario
-    sft_epochs: float
-    grpo_epochs: float
-    grpo_batch_size: int
-    max_new_tokens: int
-    second_night_rounds: int  # GRPO rounds of the second pipeline run (on the adapter's traffic)
+class Steps:
+    """The demo's steps: each announced, timed and kept in order (`timings`)."""
 
+    def __init__(self) -> None:
+        self.began = time.perf_counter()
+        self.timings: list[tuple[str, float]] = []
 
-SIZES = {
-    "full": DemoSize(
-        questions=300,
-        train_scenarios=64,
-        rounds=5,
-        group_size=8,
-        eval_group_size=4,
-        sft_epochs=0.35,
-        grpo_epochs=1.0,
-        grpo_batch_size=32,
-        max_new_tokens=40,
-        second_night_rounds=2,
-    ),
-    "small": DemoSize(
-        questions=24,
-        train_scenarios=6,
-        rounds=1,
-        group_size=2,
-        eval_group_size=2,
-        sft_epochs=1.0,
-        grpo_epochs=1.0,
-        grpo_batch_size=8,
-        max_new_tokens=24,
-        second_night_rounds=1,
-    ),
-}
+    def step(self, name: str) -> float:
+        console.rule(f"[bold]{name}")
+        return time.perf_counter()
 
-SQL_RECIPES = [
-    (
-        "Production trajectories with their model and tool use",
-        "SELECT trajectory_id, model, len(messages) AS messages, input_tokens, output_tokens FROM trajectories WHERE source = 'otel' LIMIT 5",
-    ),
-    (
-        "Every message of one trajectory, in order",
-        "SELECT position, role, name, content, tool_calls FROM messages WHERE trajectory_id = (SELECT min(trajectory_id) FROM trajectories WHERE source = 'otel') ORDER BY position",
-    ),
-    (
-        "User feedback from production",
-        "SELECT name, scorer, avg(value) AS mean, count(*) AS n FROM rewards GROUP BY ALL",
-    ),
-    (
-        "Reward per round (policy)",
-        "SELECT t.policy, avg(r.value) AS mean_reward, count(*) AS n FROM trajectories t JOIN latest_rewards r USING (trajectory_id) WHERE t.source = 'replay' GROUP BY ALL ORDER BY min(t.started_at)",
-    ),
-    (
-        "Groups GRPO learns from (unequal rewards)",
-        "SELECT * FROM groups WHERE NOT all_equal ORDER BY std DESC LIMIT 10",
-    ),
-    (
-        "Token data of a replayed trajectory",
-        "SELECT trajectory_id, len(turns) AS turns, len(turns[1].completion_token_ids) AS completion_tokens, turns[1].finish_reason FROM trajectories WHERE source = 'replay' LIMIT 5",
-    ),
-    (
-        "Published adapters and their lineage",
-        "SELECT name, version, aliases, stages, data FROM adapters ORDER BY version",
-    ),
-]
-
-
-def write_demo_config(
-    path: Path,
-    lake: Path,
-    model: Path,
-    size: DemoSize,
-    judge: tuple[str, str] | None,
-    vllm_url: str | None = None,
-) -> Path:
-    """The demo's `trajlake.toml` (also a worked example of the configuration).
-
-    With `vllm_url`, replay and evaluation sample from that vLLM server, and GRPO corrects
-    the sampler/trainer mismatch with truncated importance sampling.
-    """
-    well_rated = (
-        "SELECT trajectory_id FROM trajectories WHERE source = 'otel' AND has_content AND trajectory_id IN "
-        "(SELECT trajectory_id FROM latest_rewards WHERE name = 'user_feedback' AND value >= 1)"
-    )
-    # SFT never sees the conversations the val scenarios were cut from
-    sft = f"{well_rated} AND trajectory_id NOT IN (SELECT source_trajectory_id FROM scenarios WHERE split = 'val')"
-    rewards = ["flows.demo.task:calculator_reward", "exact_match", "tool_success"]
-    judge_table = ""
-    if judge:
-        rewards.append("ruler")
-        judge_table = f'\n[judge]\nmodel = "{judge[1]}"\nbase_url = "{judge[0]}"\n'
-    path.write_text(
-        f"""# Written by `trajlake demo`.
-[lake]
-path = "{lake}"
-
-[select]
-scenarios = "{well_rated}"
-sft = "{sft}"
-
-[scenarios]
-val_fraction = 0.25
-
-[sampler]
-model = "{model}"
-{f'backend = "vllm-server"{chr(10)}base_url = "{vllm_url}"' if vllm_url else ""}
-
-[replay]
-group_size = {size.group_size}
-concurrency = 64
-
-[replay.sampling]
-temperature = {TEMPERATURE}
-max_tokens = {size.max_new_tokens}
-seed = 0
-
-[replay.limits]
-max_turns = 3
-
-[tools]
-tool = ["flows.demo.task:calculator"]
-recorded = false
-
-[score]
-rewards = {json.dumps(rewards)}
-reward = "calculator"  # graded (0.2 call, 0.5 right call, 1 right answer): GRPO's signal
-{judge_table}
-[evaluate]
-reward = "exact_match"  # success: the final answer is the expected number, as the user judged
-group_size = {size.eval_group_size}
-production_reward = "user_feedback"
-
-[train.sft]
-num_train_epochs = {size.sft_epochs}
-learning_rate = 1e-2
-per_device_train_batch_size = 8
-seed = 0
-activation_checkpointing = false
-
-[train.grpo]
-loss_type = "dapo"
-beta = 0.0
-learning_rate = 1e-3  # with warmup and all-equal groups skipped; 3e-3 collapsed, 5e-4 learned slower
-num_train_epochs = {size.grpo_epochs}
-per_device_train_batch_size = {size.grpo_batch_size}
-warmup_steps = 5  # each round's optimiser starts fresh: Adam's first sign-like steps knocked val success down
-max_staleness = 0
-seed = 0
-activation_checkpointing = false
-{"vllm_importance_sampling_correction = true  # vLLM's kernels are not the trainer's" if vllm_url else ""}
-
-[publish]
-name = "calculator-agent"
-
-[pipeline]
-rounds = {size.rounds}
-scenarios_per_round = {size.train_scenarios}
-max_workers = 2
-start_from = "production"  # each night continues the adapter in production
-window_days = 0  # and learns from the traffic that came in since the last night
-"""
-    )
-    return path
+    def done(self, name: str, started: float) -> None:
+        self.timings.append((name, time.perf_counter() - started))
+        console.print(f"[dim]{name}: {self.timings[-1][1]:.1f} s[/]")
 
 
 def run_demo(
@@ -221,52 +77,81 @@ def run_demo(
     judge_base_url: str | None = None,
     judge_model: str | None = None,
     backend: str = "transformers",
+    model: str = TINY_MODEL,
 ) -> dict[str, Any]:
-    """Run every stage on `workdir` and return what was measured (also written to the report).
+    """Run every stage on `workdir` and return what was measured (also written to the report and
+    to `<workdir>/summary.json`).
 
+    `model`: `tiny` (the default: built here, its weights shipped) or a real base model, a known
+    name (`smollm2-135m-instruct`: fetched and converted once when missing) or a model folder
+    or hub id; a real model gets the real-model sizes and the mixed task (`flows.demo.config`).
     `backend="vllm"` starts a real vLLM server of the base model (vLLM must be importable:
     `.ci/vllm-env`): replay and evaluation sample from it, and the published adapter is
     hot-loaded into it to serve the second production batch.
     """
     from contextlib import ExitStack
 
-    from flows.demo.base_model import pretrain_base_model
-    from training.tiny import build_tiny_model
-
-    spec = SIZES[size]
+    sizes = sizes_for(model)
+    if size not in sizes:
+        raise ValueError(f"unknown demo size `{size}`; choose from {', '.join(sizes)}")
+    spec = sizes[size]
     workdir = workdir.absolute()
-    timings: list[tuple[str, float]] = []
-
-    def step(name: str) -> float:
-        console.rule(f"[bold]{name}")
-        return time.perf_counter()
-
-    def done(name: str, started: float) -> None:
-        timings.append((name, time.perf_counter() - started))
-        console.print(f"[dim]{name}: {timings[-1][1]:.1f} s[/]")
-
+    steps = Steps()
     stack = ExitStack()  # the vLLM server, where there is one: stopped however the demo ends
     try:
-        start = step("1/6 the tiny base model (tokenizer built here, pretrained weights shipped)")
-        model = pretrain_base_model(build_tiny_model(workdir / "tiny"), workdir / "model")
-        done("base model", start)
+        if model == TINY_MODEL:
+            from flows.demo.base_model import pretrain_base_model
+            from training.tiny import build_tiny_model
+
+            start = steps.step("1/6 the tiny base model (tokenizer built here, pretrained weights shipped)")
+            folder = pretrain_base_model(build_tiny_model(workdir / "tiny"), workdir / "model")
+            name = str(folder)
+        else:
+            start = steps.step(f"1/6 the base model: {model}")
+            folder, name = _real_model(model), model
+            console.print(f"{model}: {folder}")
+        steps.done("base model", start)
         vllm_url = None
         if backend == "vllm":
-            start = step("the base model on a vLLM server (replay, evaluation, serving)")
-            vllm_url = stack.enter_context(demo_vllm_server(model, workdir, spec.max_new_tokens))
-            done("vLLM server start", start)
-        return _run_demo(workdir, spec, model, timings, step, done, judge_base_url, judge_model, vllm_url)
+            start = steps.step("the base model on a vLLM server (replay, evaluation, serving)")
+            vllm_url = stack.enter_context(demo_vllm_server(folder, workdir, spec.max_new_tokens))
+            steps.done("vLLM server start", start)
+            name = str(folder)  # the server serves the base model under its folder's path
+        result = _run_demo(workdir, spec, name, folder, steps, judge_base_url, judge_model, vllm_url)
     finally:
         stack.close()
+    from flows.demo.summary import demo_summary, write_summary
+
+    summary = demo_summary(
+        model=model,
+        backend=backend,
+        task=spec.task,
+        nights=[result["night1"], result["night2"]],
+        captured=result["captured"],
+        second=result["second_batch"],
+        timings=steps.timings,
+        total_s=time.perf_counter() - steps.began,
+    )
+    result["summary"] = str(write_summary(workdir / "summary.json", summary))
+    console.print(f"Summary: [bold]{result['summary']}[/]")
+    return result
+
+
+def _real_model(model: str) -> Path:
+    """A real base model's folder: a known name fetched (and converted) once, else the folder or hub id."""
+    from training.models import KNOWN_MODELS, fetch_model
+
+    if model in KNOWN_MODELS:
+        return fetch_model(model)
+    return Path(model)
 
 
 def _run_demo(
     workdir: Path,
     spec: DemoSize,
-    model: Path,
-    timings: list[tuple[str, float]],
-    step: Any,
-    done: Any,
+    model: str,
+    folder: Path,
+    steps: Steps,
     judge_base_url: str | None,
     judge_model: str | None,
     vllm_url: str | None,
@@ -278,9 +163,10 @@ def _run_demo(
     from flows.report import report_data, write_report
 
     lake = workdir / "lake"
+    step, done, timings = steps.step, steps.done, steps.timings
 
     start = step("2/6 production agent -> OpenTelemetry -> trajlake collect -> lake")
-    captured = capture_production_traces(lake, spec.questions)
+    captured = capture_production_traces(lake, spec.questions, task=spec.task)
     done("production batch 1 (production LLM)", start)
     console.print(
         f"agent runs: {captured['agent_runs']}, correct answers: {captured['correct']}, "
@@ -301,7 +187,9 @@ def _run_demo(
     start = step(f"4/6 the published adapter serves a second production batch ({server})")
     published = result.get("published")
     second = (
-        serve_second_batch(lake, model, published, spec.questions, spec.max_new_tokens, vllm_url=vllm_url)
+        serve_second_batch(
+            lake, model, published, spec.questions, spec.max_new_tokens, vllm_url=vllm_url, task=spec.task
+        )
         if published
         else None
     )
@@ -329,7 +217,7 @@ def _run_demo(
             *timings,
             *((f"night {n} / {name}", t) for n, r in ((1, result), (2, night2)) for name, t in r["timings"]),
         ],
-        tokenizer=AutoTokenizer.from_pretrained(model),  # the group viewer shows sampled tokens as text
+        tokenizer=AutoTokenizer.from_pretrained(folder),  # the group viewer shows sampled tokens as text
     )
     report = write_report(workdir / "report.html", data)
     done("report", start)
@@ -346,6 +234,7 @@ def _run_demo(
         "pipeline_timings": result.get("timings", []),
         "captured": captured,
         "second_batch": second,
+        "night1": result,
         "night2": night2,
     }
 

@@ -41,6 +41,7 @@ def serve_second_batch(
     max_new_tokens: int,
     seed: int = 1,
     vllm_url: str | None = None,
+    task: str = "simple",
 ) -> dict[str, Any]:
     """New questions, the same instrumented agent, the published adapter as its LLM: `trajlake
     serve-sampler`'s app serving `calculator-agent:<version>` under its served name, or the
@@ -54,7 +55,7 @@ def serve_second_batch(
         served = served_adapter_name(published["name"], published["version"])
         load_into_vllm(vllm_url, served, published["path"], replaces=published["name"])
         stats = capture_production_traces(
-            lake, questions, seed=seed, llm_url=vllm_url, model=served, concurrency=16
+            lake, questions, seed=seed, llm_url=vllm_url, model=served, concurrency=16, task=task
         )
         return {**stats, "model": served, "success": stats["correct"] / max(1, stats["agent_runs"])}
     ref = f"{published['name']}:{published['version']}"
@@ -64,6 +65,6 @@ def serve_second_batch(
     app, sampler, served = sampler_app(str(model), ref, lake=str(lake), defaults=defaults)
     with sampler:
         stats = capture_production_traces(
-            lake, questions, seed=seed, llm_app=app, model=served, concurrency=16
+            lake, questions, seed=seed, llm_app=app, model=served, concurrency=16, task=task
         )
     return {**stats, "model": served, "success": stats["correct"] / max(1, stats["agent_runs"])}

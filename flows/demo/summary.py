@@ -99,3 +99,114 @@ def print_timings(timings: list[tuple[str, float]], title: str = "Demo steps") -
         table.add_row(name, f"{seconds:.1f}")
     table.add_row("total", f"{sum(t for _, t in timings):.1f}")
     console.print(table)
+
+
+# --- summary.json ----------------------------------------------------------------------------------
+
+
+def _stage(row: dict[str, Any]) -> dict[str, Any]:
+    """One evaluation-table row as summary.json has it: `success` is the row's mean."""
+    return {
+        "stage": row["stage"],
+        "policy": row["policy"],
+        "success": row["mean"],
+        "ci": list(row["ci"]),
+        "n": row["n"],
+        "differences": [
+            {"against": d["against"], "mean": d["mean"], "ci": list(d["ci"]), "n": d["paired_scenarios"]}
+            for d in row["differences"]
+        ],
+    }
+
+
+def _difference(row: dict[str, Any] | None, against: str) -> dict[str, Any] | None:
+    diff = next((d for d in (row or {}).get("differences", []) if d["against"] == against), None)
+    return {"mean": diff["mean"], "ci": list(diff["ci"]), "n": diff["paired_scenarios"]} if diff else None
+
+
+def night_summary(night: int, result: dict[str, Any]) -> dict[str, Any]:
+    """What one pipeline run measured and decided: its stages on the val scenarios (base, sft,
+    grpo-N, or the adapter it continued), the production policies' rows, the gate's decision."""
+    evaluation = result.get("evaluation") or {}
+    table = evaluation.get("table") or []
+    val = [row for row in table if row["kind"] == "val"]
+    published = result.get("published") or {}
+    run = result.get("run")
+    comparison = evaluation.get("comparison")
+    return {
+        "night": night,
+        "run_id": getattr(run, "run_id", None),
+        "start": getattr(run, "start_adapter", None) or "base",
+        "training_steps": getattr(run, "training_steps", 0),
+        "adapter": f"{published['name']}:{published['version']}" if published else None,
+        "promoted": bool(published.get("promoted")),
+        "decision": published.get("decision") or getattr(run, "decision", None),
+        "stages": [_stage(row) for row in val],
+        "production": [_stage(row) for row in table if row["kind"] == "production"],
+        "candidate_minus_baseline": {
+            "baseline": evaluation["baseline"],
+            "mean": comparison["difference"],
+            "ci": list(comparison["difference_ci"]),
+            "n": comparison["paired_scenarios"],
+        }
+        if comparison
+        else None,
+        "rounds": [
+            {k: r[k] for k in ("round", "policy", "groups", "mean_reward", "equal_reward_groups")}
+            for r in result.get("rounds", [])
+        ],
+        "wall_s": {name: round(seconds, 1) for name, seconds in result.get("timings", [])},
+    }
+
+
+def demo_summary(
+    *,
+    model: str,
+    backend: str,
+    task: str,
+    nights: list[dict[str, Any]],
+    captured: dict[str, Any],
+    second: dict[str, Any] | None,
+    timings: list[tuple[str, float]],
+    total_s: float,
+) -> dict[str, Any]:
+    """summary.json: the numbers the console and the report print, machine-readable.
+
+    The top-level `adapter`, `stages` and `final_minus_sft` are night 1's (the run that starts
+    from the base model); `nights` holds both pipeline runs. `production.before` is the
+    production LLM's success on its own traffic (user feedback), `after` the published
+    adapter's on the batch it served.
+    """
+    first = [night_summary(i, result) for i, result in enumerate(nights, start=1)]
+    night1 = first[0]
+    val = [row for row in (nights[0].get("evaluation") or {}).get("table", []) if row["kind"] == "val"]
+    teacher = next((row for row in night1["production"] if row["policy"] == captured.get("model")), None)
+    before = teacher["success"] if teacher else captured["correct"] / max(1, captured["agent_runs"])
+    return {
+        "model": model,
+        "backend": backend,
+        "task": task,
+        "adapter": night1["adapter"],
+        "stages": night1["stages"],
+        "final_minus_sft": _difference(val[-1] if val else None, "sft"),
+        "production": {
+            "before": before,
+            "before_policy": captured.get("model"),
+            "before_n": captured["agent_runs"],
+            "after": second["success"] if second else None,
+            "after_policy": second["model"] if second else None,
+            "after_n": second["agent_runs"] if second else 0,
+        },
+        "nights": first,
+        "wall_s": {"total": round(total_s, 1), **{name: round(seconds, 1) for name, seconds in timings}},
+    }
+
+
+def write_summary(path: Path, summary: dict[str, Any]) -> Path:
+    """Write summary.json whole (a temporary file renamed into place: never a half-written one)."""
+    import json
+
+    partial = path.with_suffix(".json.partial")
+    partial.write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    partial.replace(path)
+    return path

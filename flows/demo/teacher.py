@@ -4,7 +4,8 @@ The demo's production agent needs a competent model, and this machine can reach 
 so this server plays one over the real chat-completions protocol on loopback: for a
 user question it calls the right calculator tool, and after the tool result it answers
 with the number. A configurable share of answers is wrong, like a real model's, so the
-lake holds failures too (and user feedback that says so).
+lake holds failures too (and user feedback that says so); on word problems it also misreads
+a share of them into the wrong expression (`Question.misread`), as a hurried model would.
 """
 
 from __future__ import annotations
@@ -25,8 +26,13 @@ from flows.demo.task import parse_question
 TEACHER_MODEL = "production-llm-1"
 
 
-def reply(messages: list[dict[str, Any]], rng: random.Random, error_rate: float) -> dict[str, Any]:
-    """The assistant message (and finish reason) the production model gives next."""
+def reply(
+    messages: list[dict[str, Any]], rng: random.Random, error_rate: float, misread_rate: float = 0.0
+) -> dict[str, Any]:
+    """The assistant message (and finish reason) the production model gives next.
+
+    `misread_rate`: the share of word problems whose expression it gets wrong (a draw is taken
+    only for a word problem, so the simple task's seeded mistakes stay where they were)."""
     last = messages[-1]
     if last.get("role") == "tool":
         answer = str(last.get("content", "")).strip()
@@ -41,10 +47,13 @@ def reply(messages: list[dict[str, Any]], rng: random.Random, error_rate: float)
             "message": {"role": "assistant", "content": "I can only do arithmetic."},
             "finish_reason": "stop",
         }
+    expression = question.expression
+    if question.misread is not None and rng.random() < misread_rate:
+        expression = question.misread
     call = {
         "id": f"call_{uuid.UUID(int=rng.getrandbits(128)).hex[:12]}",
         "type": "function",
-        "function": {"name": "calculator", "arguments": json.dumps({"expression": question.expression})},
+        "function": {"name": "calculator", "arguments": json.dumps({"expression": expression})},
     }
     return {
         "message": {"role": "assistant", "content": None, "tool_calls": [call]},
@@ -52,7 +61,7 @@ def reply(messages: list[dict[str, Any]], rng: random.Random, error_rate: float)
     }
 
 
-def create_app(seed: int = 0, error_rate: float = 0.15) -> Starlette:
+def create_app(seed: int = 0, error_rate: float = 0.15, misread_rate: float = 0.35) -> Starlette:
     """The ASGI app: `POST /v1/chat/completions` and `GET /v1/models`."""
     rng = random.Random(seed)
 
@@ -63,7 +72,7 @@ def create_app(seed: int = 0, error_rate: float = 0.15) -> Starlette:
             return JSONResponse(
                 {"error": {"message": "`messages` is required", "type": "invalid_request_error"}}, 400
             )
-        choice = reply(messages, rng, error_rate)
+        choice = reply(messages, rng, error_rate, misread_rate)
         prompt_tokens = sum(len(str(m.get("content") or "").split()) + 4 for m in messages)
         completion_tokens = len(json.dumps(choice["message"]).split())
         return JSONResponse(

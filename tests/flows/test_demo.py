@@ -177,3 +177,49 @@ def test_small_demo_runs_the_whole_loop(tmp_path: Path, monkeypatch: pytest.Monk
     assert {"round 1: replay", "round 1: score", "round 1: grpo"} <= set(steps)
     keys = asyncio.run(_artifact_keys())
     assert {"trajlake-rounds", "trajlake-evaluation", "trajlake-adapter", "trajlake-report"} <= keys
+    check_summary(result)
+
+
+def check_summary(result: dict) -> None:
+    """summary.json holds the numbers the run returned (and the console printed), night by night."""
+    path = Path(result["summary"])
+    summary = json.loads(path.read_text())
+    assert path == Path(result["lake"]).parent / "summary.json"
+    assert (summary["model"], summary["backend"], summary["task"]) == ("tiny", "transformers", "simple")
+    published = result["published"]
+    assert summary["adapter"] == f"calculator-agent:{published['version']}"
+    val = [row for row in result["evaluation"]["table"] if row["kind"] == "val"]
+    assert [(s["stage"], s["policy"], s["success"], s["ci"], s["n"]) for s in summary["stages"]] == [
+        (r["stage"], r["policy"], r["mean"], list(r["ci"]), r["n"]) for r in val
+    ]
+    assert [s["stage"] for s in summary["stages"]] == ["base", "sft", "grpo-1"]
+    final_vs_sft = next(d for d in val[-1]["differences"] if d["against"] == "sft")
+    assert summary["final_minus_sft"] == {
+        "mean": final_vs_sft["mean"],
+        "ci": list(final_vs_sft["ci"]),
+        "n": final_vs_sft["paired_scenarios"],
+    }
+    captured, second = result["captured"], result["second_batch"]
+    assert summary["production"]["before"] == pytest.approx(captured["correct"] / captured["agent_runs"])
+    assert summary["production"]["before_policy"] == "production-llm-1"
+    assert (summary["production"]["after"], summary["production"]["after_n"]) == (second["success"], 24)
+    assert summary["production"]["after_policy"] == "calculator-agent-v1"
+    # both nights, each with its gate's decision as the run recorded it
+    nights = summary["nights"]
+    assert [n["night"] for n in nights] == [1, 2]
+    assert nights[0]["decision"] == published["decision"] == result["night1"]["run"].decision
+    assert nights[1]["decision"] == result["night2"]["run"].decision
+    assert nights[0]["stages"] == summary["stages"] and nights[0]["start"] == "base"
+    assert nights[1]["run_id"] == result["night2"]["run"].run_id != nights[0]["run_id"]
+    second_val = [
+        r for r in (result["night2"].get("evaluation") or {}).get("table", []) if r["kind"] == "val"
+    ]
+    assert [(s["stage"], s["success"]) for s in nights[1]["stages"]] == [
+        (r["stage"], r["mean"]) for r in second_val
+    ]
+    # every demo step's wall time, and the total at least their sum
+    steps = dict(result["timings"])
+    assert set(summary["wall_s"]) == {"total", *steps}
+    assert all(summary["wall_s"][name] == round(seconds, 1) for name, seconds in steps.items())
+    assert summary["wall_s"]["total"] >= round(sum(steps.values()), 1) - 0.1
+    assert "night 1" not in summary["wall_s"] and nights[0]["wall_s"]["sft"] > 0

@@ -33,7 +33,10 @@ def site_without_lake(folder: Path) -> Path:
 
 
 def test_the_gpu_script_runs_without_the_lake_libraries(tmp_path: Path) -> None:
-    site = site_without_lake(tmp_path / "site")
+    # named `site-packages`: under `-S` a virtualenv's python keeps the base interpreter's prefix
+    # (site.py is what switches it), so dill, which pickles modules below a prefix or in a
+    # `site-packages` folder by reference, would otherwise try to pickle pyarrow by value
+    site = site_without_lake(tmp_path / "site-packages")
     out = tmp_path / "out"
     program = f"""
 import importlib.util, json, runpy, sys

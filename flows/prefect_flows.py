@@ -145,7 +145,7 @@ def pipeline_flow(
     from prefect.runtime import flow_run
 
     config = _config(config_file, lake)
-    stages.base_model(config)  # no base model: stop before ingesting or training anything
+    stages.loadable_base_model(config)  # no base model: stop before ingesting or training anything
     logger = get_run_logger()
     rounds = rounds or config.pipeline.rounds
     timings: list[tuple[str, float]] = []  # wall seconds of each step, for the caller to show

@@ -28,6 +28,7 @@ from training.run import (
     CHECKPOINTS,
     TrainResult,
     check_adapter_dir,
+    check_base_model,
     last_checkpoint,
     load_tokenizer,
     parent_record,
@@ -89,6 +90,7 @@ def train_grpo(
     if config.skip_equal_reward_groups:
         examples, skipped_equal = drop_equal_reward_groups(examples, selection.report.equal_reward_groups)
     config, batch_note = fit_batch_to_rows(config, len(examples))
+    check_base_model(base_model)  # after the data checks, before the run writes a file
     run_id = on_writer(
         start_run,
         output_dir,

@@ -70,6 +70,27 @@ def start_run(
     return run_id
 
 
+def check_base_model(base_model: str) -> None:
+    """Refuse a base model that cannot be loaded, before a run writes anything: one line naming it
+    (transformers' own error is a page of traceback, after the run folder exists)."""
+    from transformers import AutoConfig
+
+    from training.models import resolve_model
+
+    try:
+        AutoConfig.from_pretrained(resolve_model(base_model))
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, TrainingError):
+            raise
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BadHyperparameter(
+            f"base model `{base_model}` cannot be loaded ({reason[:200]}); name a model folder holding "
+            "config.json and its weights, a hub id in the local cache, or a name `trajlake model list` knows",
+            name="base_model",
+            value=base_model,
+        ) from None
+
+
 def load_tokenizer(base_model: str) -> Any:
     """The base model's tokenizer (a known model name is its fetched folder, `training.models`), with
     a pad token and the chat template every use renders with (`chat_template_for`): the trainers

@@ -32,6 +32,7 @@ from training.run import (
     CHECKPOINTS,
     TrainResult,
     check_adapter_dir,
+    check_base_model,
     load_tokenizer,
     parent_record,
     start_run,
@@ -121,6 +122,7 @@ def train_sft(
     adapter = str(adapter) if adapter is not None else None
     check_adapter_dir(adapter)
     selection = select_sft(lake, sql, as_of=shared_snapshot(lake, as_of))
+    check_base_model(base_model)  # after the data checks, before the run writes a file
     run_id = on_writer(
         start_run,
         output_dir,

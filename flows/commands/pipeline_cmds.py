@@ -79,6 +79,12 @@ def pipeline(
 ) -> None:
     """Run the whole loop once as a Prefect flow."""
     cfg = _configure(config, lake)
+    from flows.stages.common import StageError, loadable_base_model
+
+    try:
+        loadable_base_model(cfg)
+    except StageError as exc:
+        raise fail(str(exc), 2) from None
     quiet_libraries()
     from flows.prefect_flows import run_pipeline
 

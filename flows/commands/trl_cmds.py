@@ -126,13 +126,15 @@ def run_stage(
 ) -> None:
     """One training command: its lake, config and snapshot checked before `train(lake, config, as_of)`
     runs; a training error is one line and exit 1."""
-    from training.errors import TrainingError
+    from training.errors import BadHyperparameter, TrainingError
 
     the_lake = resolve_lake(lake)
     config = stage_config(f"train.{stage}", values, output, overrides)
     versions = as_of_versions(as_of, stage, the_lake)
     try:
         result = train(the_lake, config, versions)
+    except BadHyperparameter as exc:  # bad input (a base model that does not load, ...): exit 2
+        raise fail(str(exc), 2) from None
     except TrainingError as exc:
         raise fail(str(exc)) from None
     print_result(result)

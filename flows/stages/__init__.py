@@ -8,7 +8,7 @@ artifacts are built from them). No data logic lives here: queries and statistics
 belong to the library that owns the data.
 """
 
-from flows.stages.common import StageError, base_model, lake_of, run_dir, work_dir
+from flows.stages.common import StageError, base_model, lake_of, loadable_base_model, run_dir, work_dir
 from flows.stages.evaluate import evaluate_adapter, publish_adapter, stage_policies
 from flows.stages.ingest import assemble_pending, pull_langfuse
 from flows.stages.pipeline_run import (
@@ -41,6 +41,7 @@ __all__ = [
     "finish_scoring",
     "lake_of",
     "learning_config",
+    "loadable_base_model",
     "make_scenarios",
     "mark_data_seen",
     "merge_replays",

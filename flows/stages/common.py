@@ -39,6 +39,19 @@ def base_model(config: TrajlakeConfig) -> str:
     return str(model)
 
 
+def loadable_base_model(config: TrajlakeConfig) -> str:
+    """`base_model`, checked to load before a run ingests, rewrites or trains anything."""
+    from training.errors import TrainingError
+    from training.run import check_base_model
+
+    model = base_model(config)
+    try:
+        check_base_model(model)
+    except TrainingError as exc:
+        raise StageError("sampler.model", str(exc)) from None
+    return model
+
+
 def sampler_for(config: TrajlakeConfig, adapter: str | None) -> Any:
     """The configured sampler on the base model, sampling through `adapter` (None: the base model)."""
     return config.build("sampler").build(adapter, model=base_model(config))

@@ -143,3 +143,22 @@ def test_a_grpo_field_the_groups_decide_is_refused_not_ignored(tmp_path: Path, f
     )  # fmt: skip
     assert code == 1 and f"`{field}` is not a setting" in output
     assert not (tmp_path / "o").exists()
+
+
+def test_a_base_model_that_does_not_load_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    lake = tmp_path / "lake"
+    store.write(str(lake), "trajectories", [{**make_traj(i), "has_content": True} for i in range(3)])
+    missing = str(tmp_path / "no-such-model")
+    code, output = invoke(
+        "train", "sft", "--base-model", missing, "-o", str(tmp_path / "o"), "--lake", str(lake)
+    )
+    assert code == 2 and f"base model `{missing}` cannot be loaded" in output
+    assert len(output.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()  # no run folder, no run.json left behind
+
+    # the pipeline refuses it before it rewrites scenarios or trains anything
+    config = tmp_path / "trajlake.toml"
+    config.write_text(f'[sampler]\nmodel = "{missing}"\n')
+    code, output = invoke("pipeline", "--config", str(config), "--lake", str(lake))
+    assert code == 2 and "`sampler.model`" in output and f"`{missing}` cannot be loaded" in output
+    assert not store.Lake(str(lake)).has_table("scenarios")

@@ -350,3 +350,43 @@ def test_cli_train_sft_then_grpo_then_publish(tiny_model: Path, tmp_path: Path) 
     )
     assert empty.exit_code == 1 and "matched no" in empty.output
     assert not (tmp_path / "bad").exists()
+
+
+@pytest.mark.parametrize("latest_if_refused", [False, True])
+def test_the_pipeline_moves_latest_only_with_a_promoted_version_unless_asked(  # type: ignore[no-untyped-def]
+    trained, tiny_model: Path, tmp_path: Path, latest_if_refused: bool
+) -> None:
+    from flows.config import load_config
+    from flows.stages.evaluate import publish_adapter
+
+    lake, grpo, _ = trained
+    name = f"nightly-{str(latest_if_refused).lower()}"
+    path = tmp_path / "trajlake.toml"
+    path.write_text(
+        f'[lake]\npath = "{lake.root}"\n[sampler]\nmodel = "{tiny_model}"\n[publish]\nname = "{name}"\n'
+        f"[pipeline]\nlatest_if_refused = {str(latest_if_refused).lower()}\n"
+    )
+    config = load_config(path, environ={})
+
+    def evaluation(difference: float, ci: tuple[float, float]) -> dict:
+        comparison = {
+            "candidate": {"mean": 0.5 + difference},
+            "baseline": {"mean": 0.5},
+            "difference": difference,
+            "difference_ci": list(ci),
+            "paired_scenarios": 12,
+            "reward": "r",
+        }
+        return {"comparison": comparison, "baseline": "base", "table": [], "eval_run_id": "eval-x"}
+
+    better = publish_adapter(config, grpo.adapter_dir, evaluation(0.2, (0.1, 0.3)))
+    assert better["aliases"] == ["latest", "production"] and better["promoted"]
+    assert (
+        better["decision"] == f"{name}:v1 promoted: +0.200 [+0.100, +0.300] against base on 12 scenarios (r)"
+    )
+    worse = publish_adapter(config, grpo.adapter_dir, evaluation(-0.1, (-0.2, 0.05)))
+    assert not worse["promoted"]
+    assert worse["decision"].startswith(f"{name}:v2 not promoted: -0.100 [-0.200, +0.050]")
+    assert worse["aliases"] == (["latest"] if latest_if_refused else [])
+    assert resolve_adapter(lake, f"{name}:production")["version"] == 1  # production stays on v1
+    assert resolve_adapter(lake, f"{name}:latest")["version"] == (2 if latest_if_refused else 1)

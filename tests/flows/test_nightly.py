@@ -220,3 +220,31 @@ def test_a_retried_flow_run_takes_up_its_own_record_and_folder(tmp_path: Path, d
     fresh = stages.train_sft(config, other.run_id)  # another flow run never resumes it
     assert fresh["run_id"] != trained["run_id"] and fresh["adapter"] != trained["adapter"]
     assert fresh["steps"] > 0
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_sft_on_production_continues_the_production_adapter_on_the_new_conversations(
+    tmp_path: Path, demo_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flows.prefect_flows import run_pipeline
+    from training.run import read_run_record
+
+    monkeypatch.setenv("TRAJLAKE_PIPELINE__REQUIRE_IMPROVEMENT", "false")
+    monkeypatch.setenv("TRAJLAKE_SELECT__SCENARIOS", EVERY_CONVERSATION)
+    lake = tmp_path / "lake"
+    config = write_demo_config(tmp_path / "trajlake.toml", lake, demo_model, SPEC, None)
+    capture_production_traces(lake, SPEC.questions)
+    first = run_pipeline(str(config), str(lake), rounds=1)["run"]
+    capture_production_traces(lake, SPEC.questions, seed=7)  # the next day's conversations
+    monkeypatch.setenv("TRAJLAKE_PIPELINE__SFT_ON_PRODUCTION", "true")
+    second = run_pipeline(str(config), str(lake), rounds=1)["run"]
+
+    assert (second.start_adapter, second.sft) == (f"{NAME}:v1", True)
+    sft = read_run_record(Path(second.adapter).parents[1] / "sft-0" / "adapter")
+    assert sft is not None and sft["parent"]["run_id"] == resolve_adapter(lake, f"{NAME}:1")["run_id"]
+    # it imitated only the conversations that came in since the first night
+    assert (
+        f"started_at >= TIMESTAMPTZ '{datetime.fromisoformat(first.data_until).isoformat()}'"
+        in sft["lineage"]["sql"]
+    )
+    assert second.training_runs[0] == sft["run_id"] and len(second.training_runs) == 2

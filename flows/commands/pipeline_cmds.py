@@ -29,13 +29,6 @@ def _prefect_defaults(home: Path) -> None:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 
 
-def _cpu_defaults() -> None:
-    """OpenMP waits passively unless the user chose otherwise: set before torch loads (its OpenMP
-    reads it once). Busy-waiting threads made a decode step many times slower on a loaded CPU
-    (README: Performance)."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-
 def quiet_libraries() -> None:
     """Keep the terminal for trajlake's own progress: no library deprecation noise or weight-loading bars."""
     import warnings
@@ -174,7 +167,6 @@ def demo(
                 f"({', '.join(['tiny', *KNOWN_MODELS])})",
                 2,
             )
-    _cpu_defaults()
     _prefect_defaults(workdir.absolute() / ".prefect")
     quiet_libraries()
     run_demo(

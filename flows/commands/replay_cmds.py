@@ -31,7 +31,7 @@ def scenarios_create(
     from training.replay import ScenarioError, create_scenarios
 
     try:
-        result = create_scenarios(resolve_lake(lake), sql, build("scenarios", scenarios))
+        result = create_scenarios(resolve_lake(lake, must_exist=True), sql, build("scenarios", scenarios))
     except ScenarioError as exc:
         raise fail(str(exc)) from None
     typer.echo(f"wrote {len(result.scenario_ids)} scenarios ({_splits(result.splits)})")
@@ -82,6 +82,7 @@ def replay_command(
     from training.replay import ReplayError
     from training.replay import replay as run_replay
 
+    the_lake = resolve_lake(lake, must_exist=True)  # before a model is loaded
     try:
         sampler_config = build("sampler", sampler)
         if not sampler_config.model:
@@ -90,7 +91,7 @@ def replay_command(
             )
         with sampler_config.build(adapter) as model:
             result = run_replay(
-                resolve_lake(lake),
+                the_lake,
                 scenarios,
                 model,
                 build("replay", replay),

@@ -113,7 +113,7 @@ def score(
         )
     if run.get("name") and len(specs) + (sql_reward is not None) > 1:
         raise fail("--name applies to a single reward; run one `trajlake score` per named reward", 2)
-    target = resolve_lake(lake)
+    target = resolve_lake(lake, must_exist=True)
     config = build(SCORE_RUN, run)
     judge_config = None
     if "ruler" in specs:
@@ -160,7 +160,9 @@ def combine(
         if not sep or not key.strip():
             raise fail(f"--weight `{item}`: expected name=number, e.g. ruler=0.7", 2)
     try:
-        summary = judging.combine(resolve_lake(lake), weights, name, where=where, normalize=normalize)
+        summary = judging.combine(
+            resolve_lake(lake, must_exist=True), weights, name, where=where, normalize=normalize
+        )
     except judging.JudgingError as exc:
         raise fail(str(exc)) from None
     failed = ", ".join(f"{k} x{v}" for k, v in sorted(summary.failed.items())) or "none"
@@ -182,7 +184,7 @@ def agreement(
     import judging
 
     try:
-        report = judging.agreement(resolve_lake(lake), a, b, where=where)
+        report = judging.agreement(resolve_lake(lake, must_exist=True), a, b, where=where)
     except judging.JudgingError as exc:
         raise fail(str(exc)) from None
     if fmt == "json":

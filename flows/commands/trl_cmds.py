@@ -128,8 +128,8 @@ def run_stage(
     runs; a training error is one line and exit 1."""
     from training.errors import BadHyperparameter, TrainingError
 
-    the_lake = resolve_lake(lake)
     config = stage_config(f"train.{stage}", values, output, overrides)
+    the_lake = resolve_lake(lake, must_exist=True)  # training reads what the lake holds
     versions = as_of_versions(as_of, stage, the_lake)
     try:
         result = train(the_lake, config, versions)

@@ -56,7 +56,20 @@ def test_a_lake_path_that_is_a_file_is_refused_by_every_command(command: list[st
         assert code == 2 and "is a file; a lake is a directory" in output, output
 
 
-@pytest.mark.parametrize("command", [["sql", "SELECT count(*) FROM trajectories"], ["tables"], ["assemble"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["sql", "SELECT count(*) FROM trajectories"],
+        ["tables"],
+        ["assemble"],
+        # the stages that read what the lake holds: an empty selection or "0 reward rows" would hide the typo
+        ["scenarios", "create", "--sql", "SELECT trajectory_id FROM trajectories"],
+        ["replay", "--scenarios", "SELECT scenario_id FROM scenarios", "--model", "m"],
+        ["score", "--reward", "exact_match"],
+        ["train", "sft", "--base-model", "m", "-o", "out"],
+        ["train", "grpo", "--base-model", "m", "-o", "out", "--reward", "r"],
+    ],
+)
 def test_reading_a_lake_that_is_not_there_names_the_path(command: list[str], tmp_path: Path) -> None:
     missing = tmp_path / "typo"
     code, output = invoke(*command, "--lake", str(missing))

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+import store
 from flows.cli import app
 from flows.config import SECTIONS, command_defaults, describe, load_config
 from flows.settings import ConfigError, env_overrides
@@ -176,6 +177,7 @@ def test_a_toml_key_an_environment_variable_and_an_option_reach_the_same_field(
 
     monkeypatch.setattr(training.replay, "create_scenarios", create)
     monkeypatch.chdir(tmp_path)
+    store.write(str(tmp_path / "l"), "runs", [{"run_id": "r", "step": 0, "stage": "sft"}])  # a lake to read
     monkeypatch.setenv("TRAJLAKE_CONFIG", write(tmp_path, "[scenarios]\nval_fraction = 0.3\nturn = 1\n"))
     args = [
         "scenarios",

@@ -15,6 +15,7 @@ import store
 from flows.cli import app
 from tests.judging.fake_judge import FakeJudge, JudgeServer
 from tests.judging.helpers import make_scenario, write_groups
+from tests.store.helpers import make_traj
 
 runner = CliRunner()
 
@@ -70,7 +71,10 @@ def test_ruler_and_programmatic_rewards_side_by_side_in_sql(lake, judge_server):
     assert "pairwise agreement" in out and "g001" in out
 
 
-def test_cli_errors_are_one_clear_line(lake):
+def test_cli_errors_are_one_clear_line(lake, tmp_path):
+    missing = runner.invoke(app, ["score", "--lake", str(tmp_path / "typo"), "--reward", "exact_match"])
+    assert missing.exit_code == 2 and "no lake at" in missing.output  # not "0 reward rows"
+    store.write(lake, "trajectories", [make_traj(0)])
     result = runner.invoke(app, ["score", "--lake", lake.root, "--reward", "exact"])
     assert result.exit_code == 1 and "reward `exact`" in result.output and "exact_match" in result.output
     result = runner.invoke(app, ["score", "--lake", lake.root, "--reward", "ruler"])

@@ -253,8 +253,10 @@ def test_cli_scenarios_replay_and_sql_show_complete_groups(lake: store.Lake, tin
 
 def test_cli_errors_are_clear(lake: store.Lake, tiny_model: Path) -> None:
     from flows.cli import app
+    from tests.store.helpers import make_traj
 
     runner = CliRunner()
+    store.write(lake, "trajectories", [make_traj(0)])  # a lake, but no scenario in it
     out = runner.invoke(
         app,
         [

@@ -22,10 +22,12 @@ from typing import Any
 
 import store
 from flows.report.groups import GroupView, group_view
+from flows.report.production import Conversation, TrafficRow, newest_conversations, production_traffic
 from flows.report.sampling import SamplerGapRow, gap_steps, sampler_gap_rows
 from flows.report.window import time_window
 
 REPLAYED = store.equals("t.source", "replay")
+PIPELINE_ROUND = "json_extract_string(t.metadata, '$.run') LIKE 'round-%'"  # flows.stages.replay's run names
 GROUPS_PER_POLICY = 200  # the reward-distribution plot's sample of each policy's groups
 
 
@@ -104,6 +106,9 @@ class ReportData:
     production_days: list[tuple[str, str, float, int]] = field(default_factory=list)  # (day, policy, mean, n)
     groups: GroupView | None = None
     pipeline_runs: list[store.PipelineRun] = field(default_factory=list)  # oldest first
+    traffic: list[TrafficRow] = field(default_factory=list)  # every production trajectory, per day
+    traffic_left_out: int = 0
+    conversations: list[Conversation] = field(default_factory=list)  # the newest production ones
     sql_recipes: list[tuple[str, str]] = field(default_factory=list)
     timings: list[tuple[str, float]] = field(default_factory=list)
 
@@ -139,6 +144,8 @@ def report_data(
     pipeline_runs = store.pipeline_runs(lake)
     evaluated = [run.eval_run_id for run in pipeline_runs if run.eval_run_id]
     learning, success_reward = learning_rows(con, eval_run or (evaluated[-1] if evaluated else None))
+    # a lake the pipeline runs on: its rounds are the pipeline's (an ad-hoc replay is not a round)
+    rounds_only = f"AND {PIPELINE_ROUND}" if pipeline_runs else ""
     production = production_rows(con, production_reward)
     served = {p.policy: p.adapter for p in production}
     for row in learning:
@@ -148,7 +155,7 @@ def report_data(
         WITH scored AS (
             SELECT t.policy, t.group_id, t.started_at, r.value
             FROM trajectories t JOIN latest_rewards r USING (trajectory_id)
-            WHERE {replayed} AND r.name = ? {window} AND {outside_val}
+            WHERE {replayed} AND r.name = ? {window} AND {outside_val} {rounds_only}
         ),
         per_group AS (
             SELECT policy, group_id, min(value) = max(value) AS equal FROM scored GROUP BY ALL
@@ -158,6 +165,7 @@ def report_data(
                (SELECT count(*) FROM per_group g WHERE g.policy = s.policy AND g.equal) AS equal_groups
         FROM scored s GROUP BY s.policy ORDER BY first_seen
         """.replace("{window}", window)
+        .replace("{rounds_only}", rounds_only)
         .replace("{outside_val}", store.OUTSIDE_VAL_SCENARIOS)
         .replace("{replayed}", REPLAYED),
         [reward_name, *params],
@@ -171,6 +179,7 @@ def report_data(
         SELECT t.policy, t.group_id, list(r.value ORDER BY r.value) AS values
         FROM trajectories t JOIN latest_rewards r USING (trajectory_id)
         WHERE {REPLAYED} AND r.name = ? AND t.group_id IS NOT NULL {window} AND {store.OUTSIDE_VAL_SCENARIOS}
+            {rounds_only}
         GROUP BY t.policy, t.group_id
         QUALIFY row_number() OVER (PARTITION BY t.policy ORDER BY hash(t.group_id)) <= {GROUPS_PER_POLICY}
         ORDER BY t.group_id
@@ -201,6 +210,7 @@ def report_data(
             [production_reward, *day_params],
         ).fetchall()
     ]
+    traffic, traffic_left_out = production_traffic(con, production_reward)
     groups = group_view(con, reward_name, cap=max_groups, since=since, until=until, tokenizer=tokenizer)
     return ReportData(
         title=title,
@@ -216,6 +226,9 @@ def report_data(
         production_days=production_days,
         groups=groups,
         pipeline_runs=pipeline_runs,
+        traffic=traffic,
+        traffic_left_out=traffic_left_out,
+        conversations=newest_conversations(con, production_reward),
         evaluation=evaluation,
         adapter=adapter,
         tables=tables,

@@ -14,6 +14,7 @@ from flows.report import plots
 from flows.report.data import ReportData
 from flows.report.groups import VIEWER_CSS, render_groups
 from flows.report.lineage import lineage_section
+from flows.report.production import production_traffic_section
 from flows.report.sampling import sampler_gap_table
 
 # --- rendering ---------------------------------------------------------------------------
@@ -139,6 +140,10 @@ def render_report(data: ReportData) -> str:
         parts += learning_section(data)
     if data.production:
         parts += production_section(data)
+    if data.traffic:
+        parts += production_traffic_section(
+            data.traffic, data.traffic_left_out, data.conversations, data.production_reward
+        )
     parts.append("<h2>Reward per round</h2>")
     parts.append(_img(plots.plot_rounds(data), "reward per round"))
     parts.append(

@@ -153,3 +153,75 @@ def test_learning_curve_and_production_before_after(lake: store.Lake) -> None:
     assert "Learning: success per stage" in page and "Production before and after" in page
     assert len(re.findall(r'src="data:image/png;base64,[A-Za-z0-9+/=]{100,}"', page)) == 2  # no rounds here
     assert "0.900 [" in page and "+0.400 [" in page  # grpo-1's success and its lift over SFT, with CIs
+
+
+def test_production_traffic_counts_every_production_trajectory_rated_or_not(lake: store.Lake) -> None:
+    now = store.utc_now()
+
+    def conversation(tid: str, source: str, question: str) -> dict:
+        return {
+            "trajectory_id": tid,
+            "source": source,
+            "model": "prod-llm",
+            "started_at": now,
+            "messages": [{"role": "user", "content": question}, {"role": "assistant", "content": "4"}],
+            "final_output": "4",
+        }
+
+    store.write(
+        lake,
+        "trajectories",
+        [conversation(f"o{i}", "otel", f"What is {i} + 2?") for i in range(3)]
+        + [conversation(f"i{i}", "import", "An <b>imported</b> question") for i in range(2)],
+    )
+    store.write(
+        lake,
+        "rewards",
+        [
+            {
+                "trajectory_id": "o0",
+                "name": "user_feedback",
+                "scorer": "user",
+                "value": 1.0,
+                "scored_at": now,
+            },
+            {
+                "trajectory_id": "o1",
+                "name": "user_feedback",
+                "scorer": "user",
+                "value": 0.0,
+                "scored_at": now,
+            },
+        ],
+    )
+    data = report_data(lake, "exact_match")
+    day = now.strftime("%Y-%m-%d")
+    assert [(r.source, r.policy, r.day, r.trajectories, r.rated, r.mean) for r in data.traffic] == [
+        ("import", "prod-llm", day, 2, 0, None),  # imported conversations have no feedback and still count
+        ("otel", "prod-llm", day, 3, 2, 0.5),
+    ]
+    assert len(data.conversations) == 5 and {c.source for c in data.conversations} == {"otel", "import"}
+    page = render_report(data)
+    assert "Production traffic" in page and "What is 2 + 2?" in page
+    assert "An &lt;b&gt;imported&lt;/b&gt; question" in page  # escaped, never markup
+
+
+def test_an_ad_hoc_replay_is_not_a_round_of_the_pipeline(lake: store.Lake) -> None:
+    seed_rounds(lake)  # two replays by policy, without the pipeline's run names
+    assert len(report_data(lake, "exact_match").rounds) == 2  # a lake trained by hand: its replays
+    now = store.utc_now()
+    store.record_pipeline_run(lake, store.PipelineRun("pipeline-1", now.isoformat(), status="finished"))
+    rows = [
+        {"trajectory_id": f"r{i}", "source": "replay", "started_at": now, "group_id": "round-g", "policy": "p1",
+         "metadata": '{"run": "round-1"}'}
+        for i in range(2)
+    ]  # fmt: skip
+    store.write(lake, "trajectories", rows)
+    store.write(
+        lake,
+        "rewards",
+        [{"trajectory_id": r["trajectory_id"], "name": "exact_match", "scorer": "f@1", "value": 1.0,
+          "scored_at": now} for r in rows],
+    )  # fmt: skip
+    # with pipeline runs, the rounds are theirs; the earlier ad-hoc replays are not "rounds 1 and 2"
+    assert [(r.round, r.policy) for r in report_data(lake, "exact_match").rounds] == [(1, "p1")]

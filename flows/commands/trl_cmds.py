@@ -99,6 +99,14 @@ def as_of_versions(values: list[str] | None, stage: str, lake: Any) -> dict[str,
             versions.update(of_lineage(stage_lineage(lake, value, stage)))
         except AdapterNotFound as exc:
             raise fail(str(exc), 2) from None
+    current = store.snapshot(lake)
+    for table, version in versions.items():
+        if table not in current:
+            raise fail(f"--as-of `{table}`: not a table of the lake; its tables: {', '.join(current)}", 2)
+        newest = current[table].version
+        if newest is None or version > newest:
+            have = f"versions 0..{newest}" if newest is not None else "no version yet"
+            raise fail(f"--as-of `{table}={version}`: the table has {have}", 2)
     return versions
 
 

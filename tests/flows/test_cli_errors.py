@@ -175,3 +175,23 @@ def test_a_base_model_that_does_not_load_is_one_line_and_writes_nothing(tmp_path
     code, output = invoke("pipeline", "--config", str(config), "--lake", str(lake))
     assert code == 2 and "`sampler.model`" in output and f"`{missing}` cannot be loaded" in output
     assert not store.Lake(str(lake)).has_table("scenarios")
+
+
+def test_as_of_a_version_the_lake_does_not_have_is_one_line(tmp_path: Path) -> None:
+    lake = tmp_path / "lake"
+    store.write(str(lake), "trajectories", [{**make_traj(0), "has_content": True}])
+    for as_of, says in (("trajectories=9999", "the table has versions 0.."), ("nope=1", "not a table")):
+        code, output = invoke(
+            "train",
+            "sft",
+            "--base-model",
+            "m",
+            "-o",
+            str(tmp_path / "o"),
+            "--as-of",
+            as_of,
+            "--lake",
+            str(lake),
+        )
+        assert code == 2 and f"--as-of `{as_of.split('=')[0]}" in output and says in output, output
+        assert len(output.strip().splitlines()) == 1 and not (tmp_path / "o").exists()

@@ -25,7 +25,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from flows.settings import ConfigError, Section, env_overrides, merge, table_at
+from flows.settings import ConfigError, Section, derived_variable, env_overrides, merge, table_at
 from flows.tables import (
     EvaluateSettings,
     LakeSettings,
@@ -257,6 +257,29 @@ def command_defaults(key: str) -> dict[str, Any]:
     """Values of table `key` from the file and environment in effect, for a command's options (cached)."""
     data, source = read_sources(None, os.environ)
     return parse_table(data, key, os.environ, source)
+
+
+def setting_in_effect(key: str, environ: Mapping[str, str] | None = None) -> tuple[Any, str]:
+    """The value a command uses for `key` (`select.scenarios`) when no option gives it, and where it
+    comes from: the environment beats the file, the file beats the declared default.
+
+    Commands whose options stand for a configuration key (`scenarios create --sql` for
+    `[select] scenarios`) take this value when the option is left out.
+    """
+    environ = os.environ if environ is None else environ
+    table, _, name = key.rpartition(".")
+    setting = next(s for s in SECTIONS[table].settings if s.name == name)
+    if environ is os.environ:
+        values = command_defaults(table)
+    else:
+        data, source = read_sources(None, environ)
+        values = parse_table(data, table, environ, source)
+    if name not in values:
+        return setting.default, "default"
+    variable = setting.variable or derived_variable(key)
+    if variable in environ:
+        return values[name], f"${variable}"
+    return values[name], environ.get("TRAJLAKE_CONFIG") or DEFAULT_CONFIG_FILE
 
 
 def validate(config: TrajlakeConfig) -> TrajlakeConfig:

@@ -19,16 +19,21 @@ scenarios_app = typer.Typer(
 def scenarios_create(
     scenarios: dict,
     sql: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--sql",
-            help="SQL returning `trajectory_id`s, e.g. SELECT trajectory_id FROM trajectories WHERE ...",
+            help="SQL returning `trajectory_id`s (default: `\\[select] scenarios` of trajlake.toml or "
+            "$TRAJLAKE_SELECT__SCENARIOS, else every production trajectory).",
+            show_default=False,
         ),
-    ],
+    ] = None,
     lake: LakeOption = None,
 ) -> None:
     """Cut scenarios (prompt prefix, tools, expected outcome, recorded tool results) from selected trajectories."""
+    from flows.config import setting_in_effect
     from training.replay import ScenarioError, create_scenarios
+
+    sql = sql or setting_in_effect("select.scenarios")[0]
 
     try:
         result = create_scenarios(resolve_lake(lake, must_exist=True), sql, build("scenarios", scenarios))

@@ -90,7 +90,8 @@ def score(
             "--reward",
             "-r",
             help="`ruler`, a built-in (exact_match, normalized_match, valid_json, "
-            "tool_success, turn_penalty, length_penalty) or `package.module:function`. Repeatable.",
+            "tool_success, turn_penalty, length_penalty) or `package.module:function`. Repeatable "
+            "(default: `\\[score] rewards` of trajlake.toml, unless --sql-reward is given).",
         ),
     ] = None,
     sql_reward: Annotated[
@@ -105,8 +106,10 @@ def score(
 ) -> None:
     """Score trajectories with RULER, programmatic or SQL rewards; idempotent and resumable."""
     import judging
+    from flows.config import setting_in_effect
 
-    specs = list(reward or [])
+    configured_rewards = [] if sql_reward is not None else list(setting_in_effect("score.rewards")[0])
+    specs = list(reward or configured_rewards)
     if not specs and sql_reward is None:
         raise fail(
             "give at least one --reward (ruler, a built-in, or package.module:function) or --sql-reward", 2

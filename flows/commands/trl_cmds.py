@@ -153,19 +153,24 @@ def train_sft_command(
     base_model: BaseModelOption,
     output: OutputOption,
     sql: Annotated[
-        str,
+        str | None,
         typer.Option(
             help="SQL returning the `trajectory_id`s to learn from (their conversations + tools); default: "
-            "production conversations with content outside the val scenarios."
+            "`\\[select] sft` of trajlake.toml or $TRAJLAKE_SELECT__SFT, else production conversations with "
+            "content outside the val scenarios.",
+            show_default=False,
         ),
-    ] = store.SFT_TRAJECTORIES,
+    ] = None,
     resume: ResumeOption = False,
     as_of: AsOfOption = None,
     overrides: SetOption = None,
     lake: LakeOption = None,
 ) -> None:
     """Fine-tune a LoRA adapter on selected conversations (assistant tokens only)."""
+    from flows.config import setting_in_effect
     from training.sft import train_sft
+
+    sql = sql or setting_in_effect("select.sft")[0]
 
     def train(the_lake: Any, config: Any, versions: dict[str, int] | None) -> Any:
         return train_sft(the_lake, sql, base_model, output, config, resume=resume, as_of=versions)
@@ -188,7 +193,14 @@ def train_grpo_command(
         str | None,
         typer.Option(help="Adapter to continue from: a folder, or a registry ref name[:version|:alias]."),
     ] = None,
-    reward: Annotated[str | None, typer.Option(help="Reward name (rewards.name) to train on.")] = None,
+    reward: Annotated[
+        str | None,
+        typer.Option(
+            help="Reward name (rewards.name) to train on (default: `\\[score] reward` of trajlake.toml or "
+            "$TRAJLAKE_SCORE__REWARD, else exact_match).",
+            show_default=False,
+        ),
+    ] = None,
     resume: ResumeOption = False,
     as_of: AsOfOption = None,
     overrides: SetOption = None,
@@ -204,6 +216,10 @@ def train_grpo_command(
             start = resolve_adapter(the_lake, start)["path"]
         return train_grpo(the_lake, sql, base_model, start, output, config, resume=resume, as_of=versions)
 
+    if reward is None:
+        from flows.config import setting_in_effect
+
+        reward = setting_in_effect("score.reward")[0]
     run_stage("grpo", {**grpo, "reward_name": reward}, output, overrides, as_of, lake, train)
 
 

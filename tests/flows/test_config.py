@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -236,3 +237,80 @@ def test_reading_the_configuration_imports_no_training_library(tmp_path: Path) -
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path
     )
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def test_commands_take_what_the_configuration_says_when_an_option_is_left_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One rule for every command: option > environment > trajlake.toml > declared default."""
+    import training.replay
+    from flows.config import setting_in_effect
+
+    config = write(
+        tmp_path,
+        "[select]\nscenarios = \"SELECT trajectory_id FROM trajectories WHERE model = 'm1'\"\n"
+        "sft = \"SELECT trajectory_id FROM trajectories WHERE model = 'm2'\"\n"
+        '[score]\nrewards = ["valid_json"]\nreward = "valid_json"\n',
+    )
+    environ = {"TRAJLAKE_CONFIG": config}
+    assert setting_in_effect("select.scenarios", environ) == (
+        "SELECT trajectory_id FROM trajectories WHERE model = 'm1'",
+        config,
+    )
+    assert setting_in_effect("score.reward", {**environ, "TRAJLAKE_SCORE__REWARD": "x"}) == (
+        "x",
+        "$TRAJLAKE_SCORE__REWARD",
+    )
+    assert setting_in_effect("select.replay", environ) == (store.TRAIN_SCENARIOS, "default")
+
+    lake = tmp_path / "lake"
+    store.write(str(lake), "runs", [{"run_id": "r", "step": 0, "stage": "sft"}])
+    seen: list[str] = []
+
+    def create(lake: object, sql: str, config: object) -> object:
+        seen.append(sql)
+        return training.replay.ScenarioResult(["s"], splits={"train": 1})
+
+    monkeypatch.setattr(training.replay, "create_scenarios", create)
+    monkeypatch.setenv("TRAJLAKE_CONFIG", config)
+    command_defaults.cache_clear()
+    try:
+        result = CliRunner().invoke(app, ["scenarios", "create", "--lake", str(lake)])
+        assert result.exit_code == 0, result.output
+        assert seen == ["SELECT trajectory_id FROM trajectories WHERE model = 'm1'"]  # not "Missing --sql"
+        result = CliRunner().invoke(app, ["scenarios", "create", "--sql", "SELECT 1", "--lake", str(lake)])
+        assert seen[-1] == "SELECT 1"  # the option beats the file
+        # `score` without --reward scores `[score] rewards`: valid_json over a lake with no replay yet
+        result = CliRunner().invoke(app, ["score", "--lake", str(lake), "--no-progress", "--format", "json"])
+        assert result.exit_code == 0, result.output
+        assert [s["reward"] for s in json.loads(result.output)] == ["valid_json"]
+    finally:
+        command_defaults.cache_clear()
+
+
+def test_train_commands_take_the_configured_selection_and_reward(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_model: Path
+) -> None:
+    from tests.training.train_helpers import stored_groups
+
+    lake = tmp_path / "lake"
+    rows, rewards = stored_groups(str(tiny_model), groups=2, size=4)
+    store.write(str(lake), "trajectories", rows)
+    store.write(str(lake), "rewards", rewards)
+    config = write(
+        tmp_path,
+        '[select]\nsft = "SELECT trajectory_id FROM trajectories WHERE false"\n[score]\nreward = "configured"\n',
+    )
+    monkeypatch.setenv("TRAJLAKE_CONFIG", config)
+    command_defaults.cache_clear()
+    try:
+        common = ["--base-model", str(tiny_model), "--lake", str(lake)]
+        sft = CliRunner().invoke(app, ["train", "sft", "-o", str(tmp_path / "sft"), *common])
+        grpo = CliRunner().invoke(app, ["train", "grpo", "-o", str(tmp_path / "grpo"), *common])
+    finally:
+        command_defaults.cache_clear()
+    # each read the file's value: SFT's selection (matching nothing), GRPO's reward (scored nowhere)
+    assert sft.exit_code != 0 and "WHERE false" in sft.output, sft.output
+    assert grpo.exit_code != 0 and "`configured`" in grpo.output and "reward_name" not in grpo.output, (
+        grpo.output
+    )

@@ -32,6 +32,7 @@ class DemoSize:
     grpo_batch_size: int
     max_new_tokens: int
     second_night_rounds: int  # GRPO rounds of the second pipeline run (on the adapter's traffic)
+    served_questions: int = 0  # agent runs the published adapter serves (0: `questions`)
     # the real model's: the tiny model's demo keeps these defaults
     task: str = "simple"  # the questions (`flows.demo.task.TASKS`)
     sft_learning_rate: float = 1e-2
@@ -79,19 +80,20 @@ SIZES = {
 REAL_SIZES = {
     "full": DemoSize(
         questions=300,
-        train_scenarios=32,
-        rounds=3,
+        train_scenarios=24,
+        rounds=2,
         group_size=8,
         eval_group_size=2,
         sft_epochs=1.0,
-        sft_max_steps=12,
+        sft_max_steps=8,
         grpo_epochs=1.0,
         grpo_batch_size=16,
-        max_new_tokens=64,  # a Hermes tool call of a word problem's expression is ~35 SmolLM2 tokens
+        max_new_tokens=48,  # a Hermes tool call of a word problem's expression is <= 40 SmolLM2 tokens
         second_night_rounds=1,
+        served_questions=80,
         task="mixed",
         sft_learning_rate=5e-4,
-        grpo_learning_rate=3e-4,
+        grpo_learning_rate=5e-4,
         grpo_warmup_steps=2,
         grpo_activation_checkpointing=True,
     ),
@@ -105,7 +107,7 @@ REAL_SIZES = {
         sft_max_steps=2,
         grpo_epochs=1.0,
         grpo_batch_size=8,
-        max_new_tokens=64,
+        max_new_tokens=48,
         second_night_rounds=1,
         task="mixed",
         sft_learning_rate=5e-4,

@@ -188,7 +188,13 @@ def _run_demo(
     published = result.get("published")
     second = (
         serve_second_batch(
-            lake, model, published, spec.questions, spec.max_new_tokens, vllm_url=vllm_url, task=spec.task
+            lake,
+            model,
+            published,
+            spec.served_questions or spec.questions,
+            spec.max_new_tokens,
+            vllm_url=vllm_url,
+            task=spec.task,
         )
         if published
         else None

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from flows.commands.options import LakeOption, fail
-from flows.config import describe, load_config
+from flows.config import load_config
 from flows.settings import ConfigError
 
 ConfigOption = Annotated[
@@ -180,17 +180,38 @@ def demo(
 
 
 def config_reference(
-    markdown: Annotated[bool, typer.Option("--markdown", help="As the README's table.")] = False,
+    config: ConfigOption = None,
+    markdown: Annotated[
+        bool, typer.Option("--markdown", help="Every key with its declared default, as the README's table.")
+    ] = False,
+    check: Annotated[
+        bool, typer.Option("--check", help="Also build every table, as a command would, and say what fails.")
+    ] = False,
 ) -> None:
-    """Print every configuration key with its default and meaning (derived from the libraries' declarations)."""
+    """Print every configuration key with the value in effect and where it came from (the environment,
+    trajlake.toml or the default), and its meaning."""
+    from flows.effective import described, in_effect
+
     if markdown:
         typer.echo("| key | default | meaning |\n| --- | --- | --- |")
-    else:
+        for row in described():
+            typer.echo(f"| `{row.key}` | `{row.default}` | {row.help} |")
+        return
+    environ = {**os.environ, "TRAJLAKE_CONFIG": config} if config else os.environ
+    try:
+        rows = in_effect(environ)
+    except ConfigError as exc:
+        raise fail(str(exc), 2) from None
+    for row in rows:
+        typer.echo(f"{row.key} = {row.value}    ({row.source})\n    {row.help}")
+    if check:
         from ingest.assembly import BUILD
 
-        typer.echo(f"# the assembler runs: {BUILD}")
-    for key, default, text in describe():
-        typer.echo(f"| `{key}` | `{default}` | {text} |" if markdown else f"{key} = {default}\n    {text}")
+        try:
+            load_config(config)
+        except ConfigError as exc:
+            raise fail(str(exc), 2) from None
+        typer.echo(f"# the configuration is valid; the assembler runs: {BUILD}")
 
 
 app = typer.Typer(add_completion=False)  # its commands join `trajlake` on first use (flows.cli)

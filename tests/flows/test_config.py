@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -314,3 +315,41 @@ def test_train_commands_take_the_configured_selection_and_reward(
     assert grpo.exit_code != 0 and "`configured`" in grpo.output and "reward_name" not in grpo.output, (
         grpo.output
     )
+
+
+def test_config_shows_each_value_in_effect_and_where_it_came_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    config = write(tmp_path, '[replay]\ngroup_size = 8\n[publish]\nname = "calc"\n[score]\nreward = "x"\n')
+    monkeypatch.setenv("TRAJLAKE_SCORE__REWARD", "combined")  # the environment beats the file
+    result = CliRunner().invoke(app, ["config", "--config", config])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert "replay.group_size = 8    (" + config + ")" in lines
+    assert "publish.name = 'calc'    (" + config + ")" in lines
+    assert "score.reward = 'combined'    ($TRAJLAKE_SCORE__REWARD)" in lines
+    assert "replay.concurrency = 8    (default)" in lines
+    bad = write(tmp_path, "[replay]\ngroup_size = 1\n")
+    checked = CliRunner().invoke(app, ["config", "--config", bad, "--check"])
+    assert checked.exit_code == 2 and "replay.group_size" in checked.output
+
+
+def test_config_reads_its_key_list_from_a_cache_without_importing_the_trainers(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    program = (
+        "import sys; from flows.effective import in_effect; rows = in_effect(); "
+        "print(len(rows), sorted(m for m in ('trl', 'torch', 'transformers', 'peft') if m in sys.modules))"
+    )
+
+    def run() -> str:
+        return subprocess.run(
+            [sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True, cwd=tmp_path
+        ).stdout.strip()
+
+    first, second = run(), run()  # the first describes the libraries (and imports them) and caches
+    assert first.split()[0] == second.split()[0] and int(second.split()[0]) > 100
+    assert second.endswith("[]"), second  # the second imports none of them

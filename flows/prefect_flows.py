@@ -171,9 +171,7 @@ def pipeline_flow(
     learning = stages.learning_config(config, run)
     result: dict[str, Any] = {"run": run, "rounds": [], "adapter": None, "scenarios": scenarios}
     if not stages.scenarios_to_learn(learning):
-        run = stages.finish_pipeline_run(
-            config, run, trained=[], decision=f"nothing to learn: no train scenario new since {run.since}"
-        )
+        run = stages.finish_pipeline_run(config, run, trained=[], decision=stages.nothing_to_learn(run))
         print(run.decision)
         return {**result, "run": run, "report": _report(config, timed)["report"], "timings": timings}
 

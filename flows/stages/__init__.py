@@ -16,6 +16,7 @@ from flows.stages.pipeline_run import (
     finish_pipeline_run,
     learning_config,
     mark_data_seen,
+    nothing_to_learn,
     origin_of,
     scenarios_to_learn,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "merge_replays",
     "merge_score_rows",
     "merge_shards",
+    "nothing_to_learn",
     "origin_of",
     "publish_adapter",
     "pull_langfuse",

@@ -100,6 +100,13 @@ def origin_of(run: store.PipelineRun) -> dict[str, Any]:
     }
 
 
+def nothing_to_learn(run: store.PipelineRun) -> str:
+    """Why a run trained nothing when its replay selection is empty."""
+    if run.since:
+        return f"nothing to learn: no train scenario new since {run.since}"
+    return "nothing to learn: `select.replay` selects no scenario"
+
+
 def scenarios_to_learn(config: TrajlakeConfig) -> int:
     """How many scenarios the (windowed) replay selection holds."""
     with store.connect(lake_of(config), read_only=True) as con:

@@ -111,7 +111,8 @@ def scenarios_to_learn(config: TrajlakeConfig) -> int:
     """How many scenarios the (windowed) replay selection holds."""
     with store.connect(lake_of(config), read_only=True) as con:
         text, _ = store.check_selection(con, config.select.replay, "scenario_id")
-        return int(con.execute(f"SELECT count(DISTINCT scenario_id) FROM ({text})").fetchone()[0])
+        (count,) = con.execute(f"SELECT count(DISTINCT scenario_id) FROM ({text})").fetchone() or (0,)
+        return int(count)
 
 
 def finish_pipeline_run(

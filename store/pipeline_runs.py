@@ -14,6 +14,7 @@ written and read.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -76,12 +77,12 @@ class PipelineRun:
         return cls(**{k: v for k, v in json.loads(metrics).items() if k in known})
 
 
-def record_pipeline_run(lake: Lake | str, run: PipelineRun) -> None:
+def record_pipeline_run(lake: Lake | str | os.PathLike[str], run: PipelineRun) -> None:
     """Write (or rewrite) the run's row: one row per pipeline run, its latest state."""
     write(lake, "runs", [run.to_row()])
 
 
-def pipeline_runs(lake: Lake | str) -> list[PipelineRun]:
+def pipeline_runs(lake: Lake | str | os.PathLike[str]) -> list[PipelineRun]:
     """Every recorded pipeline run, oldest first."""
     lake = Lake.of(lake)
     if not lake.has_table("runs"):
@@ -93,7 +94,7 @@ def pipeline_runs(lake: Lake | str) -> list[PipelineRun]:
     return sorted((PipelineRun.from_metrics(m) for (m,) in rows), key=lambda r: (r.started_at, r.run_id))
 
 
-def last_finished_run(lake: Lake | str, *, excluding: str | None = None) -> PipelineRun | None:
+def last_finished_run(lake: Lake | str | os.PathLike[str], *, excluding: str | None = None) -> PipelineRun | None:
     """The newest finished pipeline run (other than `excluding`), if any."""
     finished = [r for r in pipeline_runs(lake) if r.status == "finished" and r.run_id != excluding]
     return finished[-1] if finished else None

@@ -15,19 +15,30 @@ from typing import Any, Literal, get_args, get_origin
 from flows.settings import Section, coerce, is_callable_type, merge
 
 
-def cli_parameters(section: Section) -> list[inspect.Parameter]:
-    """Typer options for a section's settings (nested sections included); all default to None (= not given)."""
+def cli_parameters(
+    section: Section, in_effect: Mapping[str, tuple[Any, str]] | None = None
+) -> list[inspect.Parameter]:
+    """Typer options for a section's settings (nested sections included); all default to None (= not given).
+
+    `in_effect`: TOML key -> (value, where from) of the keys the file or the environment set; the
+    help shows that value, which is what the command uses when the option is left out.
+    """
     import typer
     from rich.markup import escape
 
+    in_effect = in_effect or {}
     params = []
     for setting in [*section.settings, *(s for child in section.children for s in child.settings)]:
         option_type = cli_type(setting.type)
         if option_type is None or setting.name in section.cli_exclude:
             continue  # a dict or other shape with no flag form: TOML only
-        shown = (
-            "" if setting.default in (None, "", (), []) or setting.env else f" [default: {setting.default}]"
-        )
+        if setting.key in in_effect and not setting.env:
+            value, source = in_effect[setting.key]
+            shown = f" [in effect: {value}, from {source}]"
+        elif setting.default in (None, "", (), []) or setting.env:
+            shown = ""
+        else:
+            shown = f" [default: {setting.default}]"
         flags = setting.flag.split()  # the long spelling, then any short ones ("--group-size -g")
         if option_type is bool:
             flags = [f"{flags[0]}/--no-{flags[0].removeprefix('--')}", *flags[1:]]
@@ -96,7 +107,10 @@ def with_options(
         for name, p in signature.parameters.items()
         if name not in sections
     ]
-    derived = {key: cli_parameters(section) for key, section in sections.items()}
+    derived = {
+        key: cli_parameters(section, shown_in_effect(section, values_for))
+        for key, section in sections.items()
+    }
 
     def run(*args: Any, **kwargs: Any) -> Any:
         for key, section in sections.items():
@@ -110,3 +124,32 @@ def with_options(
     run.__name__, run.__doc__ = command.__name__, command.__doc__
     run.__annotations__ = {p.name: p.annotation for p in [*kept, *extra]}
     return run
+
+
+def shown_in_effect(
+    section: Section, values_for: Callable[[Section], dict[str, Any]]
+) -> dict[str, tuple[Any, str]]:
+    """TOML key -> (value, source) of what the file and environment set in `section` (and its
+    sub-tables), for the help; a configuration that does not read leaves the declared defaults."""
+    import os
+
+    from flows.settings import ConfigError, derived_variable
+
+    try:
+        values = values_for(section)
+    except (ConfigError, SystemExit, Exception):  # the command itself reports a bad file
+        return {}
+    shown: dict[str, tuple[Any, str]] = {}
+    config_file = os.environ.get("TRAJLAKE_CONFIG") or "trajlake.toml"
+    for setting in [*section.settings, *(s for child in section.children for s in child.settings)]:
+        node: Any = values
+        for part in setting.key[len(section.key) + 1 :].split("."):
+            node = node.get(part, _MISSING) if isinstance(node, Mapping) else _MISSING
+        if node is _MISSING:
+            continue
+        variable = setting.variable or derived_variable(setting.key)
+        shown[setting.key] = (node, f"${variable}" if variable in os.environ else config_file)
+    return shown
+
+
+_MISSING = object()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -353,3 +354,29 @@ def test_config_reads_its_key_list_from_a_cache_without_importing_the_trainers(t
     first, second = run(), run()  # the first describes the libraries (and imports them) and caches
     assert first.split()[0] == second.split()[0] and int(second.split()[0]) > 100
     assert second.endswith("[]"), second  # the second imports none of them
+
+
+def test_help_shows_the_value_the_command_will_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import typer
+
+    from flows.commands.options import configured
+    from flows.commands.replay_cmds import replay_command, scenarios_create
+
+    config = write(tmp_path, "[replay]\ngroup_size = 8\n[scenarios]\nval_fraction = 0.25\n")
+    monkeypatch.setenv("TRAJLAKE_CONFIG", config)
+    monkeypatch.setenv("TRAJLAKE_REPLAY__RUN", "nightly")
+    monkeypatch.setenv("COLUMNS", "200")
+    command_defaults.cache_clear()
+    try:  # the options are derived when a command's module loads: once per `trajlake` process
+        app_ = typer.Typer()
+        app_.command("replay")(configured(replay_command, replay="replay", sampler="sampler", tools="tools"))
+        app_.command("create")(configured(scenarios_create, scenarios="scenarios"))
+        replay_help = CliRunner().invoke(app_, ["replay", "--help"]).output
+        create_help = CliRunner().invoke(app_, ["create", "--help"]).output
+    finally:
+        command_defaults.cache_clear()
+    flat = re.sub(r"[│\s]+", "", replay_help + create_help)  # wrapped lines and the box's borders away
+    assert f"[ineffect:8,from{config}]" in flat  # the file's, not the declared 4
+    assert "[ineffect:nightly,from$TRAJLAKE_REPLAY__RUN]" in flat
+    assert f"[ineffect:0.25,from{config}]" in flat  # not 0.1
+    assert "[default:8]" in flat  # replay.concurrency: nothing set it, the declared default shows

@@ -23,6 +23,7 @@ import random
 import re
 from dataclasses import dataclass
 
+from judging import needs_expected
 from training.tiny import TOOLS as TINY_MODEL_TOOLS
 
 SYSTEM_PROMPT = "You are a careful math assistant. Use the calculator tool when needed."
@@ -162,6 +163,7 @@ def parse_question(text: str) -> Question | None:
     return None
 
 
+@needs_expected  # it compares with the scenario's expected number: production traces have none
 def calculator_reward(trajectory: dict, scenario: dict | None) -> float:
     """The demo's training reward, graded so GRPO sees a signal before answers are right.
 

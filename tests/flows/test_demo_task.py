@@ -161,3 +161,24 @@ def test_the_task_docstring_examples_run() -> None:
 
     result = doctest.testmod(flows.demo.task)
     assert result.attempted >= 3 and result.failed == 0
+
+
+def test_scoring_production_traces_with_the_demo_reward_leaves_them_out(tmp_path: Path) -> None:
+    """The demo's reward compares with a scenario's expected number: scoring production traces
+    (which have none) writes no failed `no_expected` rows, every run again."""
+    import json
+
+    from typer.testing import CliRunner
+
+    import store
+    from flows.cli import app
+    from tests.store.helpers import make_traj
+
+    lake = tmp_path / "lake"
+    store.write(str(lake), "trajectories", [make_traj(i) for i in range(5)])
+    args = ["score", "--reward", "flows.demo.task:calculator_reward", "--lake", str(lake), "--format", "json"]
+    result = CliRunner().invoke(app, [*args, "--no-progress"])
+    assert result.exit_code == 0, result.output
+    [summary] = json.loads(result.output)
+    assert summary["rows_written"] == 0 and not summary.get("failures")
+    assert store.connect(str(lake)).execute("SELECT count(*) FROM rewards").fetchone()[0] == 0

@@ -4,7 +4,8 @@ Imports nothing else of trajlake. Public surface:
 
 - `write(lake, table, data)`: validate and commit, one row per key (`store.writer`);
 - `connect(lake)`, `refresh`, `run_read_only`, `scan(lake, table)`: SQL and polars over a
-  snapshot; `snapshot(lake, versions)`: table versions, for lineage and time travel;
+  snapshot, on connections that cannot open a file; `query_lake`: `trajlake sql`'s user SQL
+  (local files readable where the kernel forbids it to write: `store.sandbox`); `snapshot(lake, versions)`: table versions, for lineage and time travel;
 - `compact(lake)`: OPTIMIZE + Z-order + VACUUM (`store.maintenance`); `migrate(lake)`:
   the Parquet-files release to Delta (`store.migrate`);
 - `TABLES`, `table_spec`, `empty_table`: the schemas (`store.schema`); `Lake`;
@@ -17,7 +18,6 @@ from store.catalog import (
     check_selection,
     connect,
     refresh,
-    run_read_only,
     scan,
     snapshot,
 )
@@ -40,6 +40,7 @@ from store.pipeline_runs import (
     pipeline_runs,
     record_pipeline_run,
 )
+from store.readonly import run_read_only
 from store.rows import new_run_id, runs_row, served_adapter_name, utc_now
 from store.schema import TABLES, TableSpec, empty_table, table_spec
 from store.selections import (
@@ -52,6 +53,7 @@ from store.selections import (
     scenarios_since,
     trajectories_since,
 )
+from store.user_sql import QueryResult, query_lake
 from store.vocabulary import (
     PRODUCTION_SOURCES,
     SPAN_SOURCES,
@@ -85,6 +87,7 @@ __all__ = [
     "IngestStatus",
     "Lake",
     "PipelineRun",
+    "QueryResult",
     "QueryTimeout",
     "ReadOnlyViolation",
     "RewardStatus",
@@ -114,6 +117,7 @@ __all__ = [
     "new_run_id",
     "one_of",
     "pipeline_runs",
+    "query_lake",
     "record_pipeline_run",
     "refresh",
     "run_read_only",

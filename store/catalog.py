@@ -1,13 +1,22 @@
 """SQL over the lake: a DuckDB connection with one view per table over a snapshot of its Delta table.
 
 Every table is a Delta table, so its current files hold exactly one row per key: a view
-is DuckDB's own Parquet reader over the file list of one table version (hive partitions,
-files unioned by column name so files older than a new column read it as null), as fast
-as plain Parquet and without deduplication. A snapshot pins a version of every table, so
-a query sees one consistent state of the lake while writers commit and `compact`
-rewrites files (replaced files stay on disk until a vacuum, after the retention period).
-Lineage pins the versions a training run read; `connect(lake, snapshot=...)` reads them
-again.
+is an Arrow dataset over the file list of one table version (hive partitions, the
+schema's columns, so files older than a new column read it as null), without
+deduplication. A snapshot pins a version of every table, so a query sees one consistent
+state of the lake while writers commit and `compact` rewrites files (replaced files stay
+on disk until a vacuum, after the retention period). Lineage pins the versions a training
+run read; `connect(lake, snapshot=...)` reads them again.
+
+Why Arrow datasets and not DuckDB's own Parquet reader: a connection whose SQL could
+open a file could write one. DuckDB has one gate for every file, URL and extension it
+opens (`OpenerFileSystem`, checked against `enable_external_access` and
+`allowed_directories`), and it does not tell reading from writing: a folder it may read
+it may also `COPY ... TO`. So DuckDB gets no file at all: pyarrow reads the tables and
+hands DuckDB the rows, and every connection has `enable_external_access = false` with
+nothing allowed. Whatever a statement is, wherever the grammar lets it nest, it cannot
+open, create or replace a file. Point lookups of whole rows cost more this way
+(pyarrow reads a row group's columns before DuckDB filters them; README: Security).
 
 Derived views:
 
@@ -28,8 +37,8 @@ are user SQL over these views that picks rows by id; `table_stats` reads each ta
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Mapping
+import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -38,13 +47,17 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
+from pyarrow.fs import FSSpecHandler, LocalFileSystem, PyFileSystem
 
-from store.errors import QueryTimeout, ReadOnlyViolation, SelectionError
+from store.errors import ReadOnlyViolation, SelectionError
 from store.lake import Lake
+
+# `run_read_only` and `check_read_only` lived here; `store.readonly` holds them now.
+from store.readonly import check_read_only as check_read_only
+from store.readonly import run_read_only as run_read_only
 from store.schema import PARTITION_COLUMN, TABLES, WRITTEN_AT, TableSpec, table_spec
 from store.vocabulary import PRODUCTION_SOURCES, one_of
-
-_READ_ONLY_STATEMENTS = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 
 
 @dataclass(frozen=True)
@@ -93,22 +106,6 @@ def _quote(name: str) -> str:
 
 def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
-
-
-def table_view_sql(spec: TableSpec, files: tuple[str, ...], con: duckdb.DuckDBPyConnection) -> str:
-    """The view of one table version: its files read by DuckDB, in the schema's types and order."""
-    empty = con.from_arrow(spec.schema.empty_table())
-    types = list(zip(empty.columns, map(str, empty.types), strict=True))
-    cols = ", ".join(_quote(c) for c, _ in types)
-    typed = "SELECT " + ", ".join(f"CAST(NULL AS {t}) AS {_quote(c)}" for c, t in types) + " WHERE false"
-    if not files:
-        return typed
-    urls = ", ".join(_literal(path) for path in files)
-    # The typed empty row set keeps columns no file has yet (additive evolution) in the schema's types.
-    return (
-        f"SELECT {cols} FROM ({typed} UNION ALL BY NAME SELECT * FROM read_parquet([{urls}], "
-        f"hive_partitioning={str(spec.partitioned).lower()}, union_by_name=true))"
-    )
 
 
 DERIVED_VIEWS = {
@@ -161,6 +158,69 @@ GROUP_STATS_MACRO = """
 """
 
 
+class LakeDataset(ds.FileSystemDataset):
+    """A table version's files as pyarrow reads them, in the schema's types, for DuckDB to scan.
+
+    DuckDB asks `scanner(columns=..., filter=...)` with its projection and filters pushed
+    down. Files that delta-rs's MERGE wrote carry `string_view` columns, which pyarrow's
+    dataset filter cannot evaluate (`equal(string, string_view)`, no `array_filter` kernel
+    for views), so the columns are read, cast to the schema's types, and filtered then.
+    DuckDB does not filter again what it pushed down: a filter naming a column this class
+    failed to read raises (`No match for FieldRef`), it never lets rows through.
+    """
+
+    def scanner(self, columns: list[str] | None = None, filter: Any = None, **kwargs: Any) -> ds.Scanner:
+        wanted = list(columns) if columns is not None else self.schema.names
+        if filter is None:
+            base = ds.FileSystemDataset.scanner(self, columns=wanted, **kwargs)
+            return ds.Scanner.from_batches(_cast(base), schema=base.projected_schema)
+        # The filter's columns, found by name in its text (string literals removed first); a
+        # column too many costs a read, one too few raises.
+        text = re.sub(r'"(?:[^"\\]|\\.)*"', "", str(filter))
+        named = [n for n in self.schema.names if n not in wanted and re.search(rf"\b{re.escape(n)}\b", text)]
+        base = ds.FileSystemDataset.scanner(self, columns=wanted + named, **kwargs)
+        return ds.Scanner.from_batches(
+            _cast(base), schema=base.projected_schema, filter=filter, columns=wanted
+        )
+
+
+def _cast(scanner: ds.Scanner) -> Iterator[pa.RecordBatch]:
+    target = scanner.projected_schema
+    for batch in scanner.to_batches():
+        yield batch.cast(target)
+
+
+def table_dataset(lake: Lake, spec: TableSpec, files: tuple[str, ...]) -> ds.Dataset:
+    """One table version as an Arrow dataset in the schema's columns and types: what its view reads.
+
+    The files are read by pyarrow (a remote lake's through its fsspec file system) when a
+    query scans them, not listed or opened here; the partition column comes from the hive
+    path (`dt=2026-01-31/part-0.parquet`), a column a file lacks reads as null.
+    """
+    if not files:
+        return ds.dataset(spec.schema.empty_table())
+    fmt = ds.ParquetFileFormat()
+    if lake.is_local:
+        filesystem: Any = LocalFileSystem()
+        base = lake.url(spec.name)
+        paths = [f.removeprefix("file://") for f in files]
+    else:
+        filesystem, base = PyFileSystem(FSSpecHandler(lake.fs)), lake.fs_path(spec.name)
+        paths = [f.split("://", 1)[-1] for f in files]
+    hive = (
+        ds.partitioning(pa.schema([spec.schema.field(PARTITION_COLUMN)]), flavor="hive")
+        if spec.partitioned
+        else None
+    )
+    fragments = [
+        fmt.make_fragment(
+            path, filesystem, partition_expression=hive.parse(path.removeprefix(base)) if hive else None
+        )
+        for path in paths
+    ]
+    return LakeDataset(fragments, spec.schema, fmt, filesystem)
+
+
 def connect(
     lake: Lake | str | os.PathLike[str],
     *,
@@ -168,52 +228,54 @@ def connect(
     snapshot: Snapshot | None = None,
     memory_limit: str | None = None,
 ) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with the lake's views.
+    """An in-memory DuckDB connection with the lake's views, that cannot open any file.
 
     The views read a snapshot: every table's version when `connect` (or `refresh`) ran,
     or the `snapshot` given (`store.snapshot(lake, versions)` for time travel). Data
     committed later is seen after `refresh(con, lake)` or on a new connection;
-    connections are cheap, so take a new one per unit of work. `read_only=True` also
-    locks the connection against writing files, attaching databases and loading
-    extensions (see `run_read_only`). A lake with `sql_lake_only` set gives connections
-    that read no file outside its tables (`confine_to_lake`). `memory_limit` (`"4GB"`) bounds
-    a connection that serves user SQL: past it a query fails instead of spilling to disk.
+    connections are cheap, so take a new one per unit of work.
+
+    No SQL on the connection reads or writes a file, URL or extension: the tables come in
+    as Arrow datasets and DuckDB's external access is off (module docstring), so user SQL
+    (selections, `--sql-reward`, scenario queries) can run on any connection.
+    `read_only=True` (a connection that serves user SQL) also keeps DuckDB's own temporary
+    files off (a query past the memory fails instead of spilling), loads no extension, and
+    locks the settings so none of this can be changed back. `memory_limit` (`"4GB"`)
+    bounds it. `trajlake sql`'s reading of local files is `store.user_sql`'s business.
     """
-    lake = Lake.of(lake)
+    return open_connection(
+        Lake.of(lake), read_only=read_only, pinned=snapshot, memory_limit=memory_limit, local_files=False
+    )
+
+
+def open_connection(
+    lake: Lake,
+    *,
+    read_only: bool,
+    pinned: Snapshot | None,
+    memory_limit: str | None,
+    local_files: bool,
+) -> duckdb.DuckDBPyConnection:
+    """`connect`'s body. `local_files=True` leaves DuckDB's file access on (it reads local
+    files and could write them): only for a thread the kernel forbids to write, as
+    `store.user_sql` opens it."""
     con = duckdb.connect(config={"autoinstall_known_extensions": False})
-    if not lake.is_local:
-        con.register_filesystem(lake.fs)
-    refresh(con, lake, snapshot)
+    refresh(con, lake, pinned)
     for name, sql in DERIVED_VIEWS.items():
         con.execute(f'CREATE OR REPLACE VIEW "{name}" AS {sql}')
     con.execute(GROUP_STATS_MACRO)
-    if read_only:
-        # Defence in depth behind the statement check in `run_read_only`: no extension can be
-        # loaded, and the settings (including these) cannot be changed back.
+    if read_only or local_files:
         con.execute("SET autoload_known_extensions = false")
-    if memory_limit:
         con.execute("SET temp_directory = ''")
+    if memory_limit:
         con.execute(f"SET memory_limit = {_literal(memory_limit)}")
-    if lake.sql_lake_only:
-        confine_to_lake(con, lake)
-    if read_only:
+    if not local_files:
+        # After the views: from here on no path opens, not even one under the lake
+        # (`allowed_directories` stays empty; what it allows it allows for writing too).
+        con.execute("SET enable_external_access = false")
+    if read_only or local_files:
         con.execute("SET lock_configuration = true")
     return con
-
-
-def confine_to_lake(con: duckdb.DuckDBPyConnection, lake: Lake) -> None:
-    """Let SQL on `con` read the lake's tables and nothing else, for good.
-
-    DuckDB's `enable_external_access = false` stops every file, URL and extension access
-    (`read_csv('/etc/passwd')`, `read_blob`, `glob('/home/**')`, `COPY`, `ATTACH`) except
-    under `allowed_directories`, here each table's folder (an S3 lake: the table prefixes
-    of its own bucket, so the collector's credentials read no other bucket or prefix).
-    Once disabled it cannot be enabled again on that connection, and the allowed list
-    cannot change. Data registered explicitly (`con.register`) still works.
-    """
-    dirs = ", ".join(_literal(d) for d in lake.table_dirs())
-    con.execute(f"SET allowed_directories = [{dirs}]")
-    con.execute("SET enable_external_access = false")
 
 
 def refresh(
@@ -224,88 +286,8 @@ def refresh(
     current = pinned or snapshot(lake)
     for spec in TABLES.values():
         files = current[spec.name].files if spec.name in current else ()
-        con.execute(f'CREATE OR REPLACE VIEW "{spec.name}" AS {table_view_sql(spec, files, con)}')
+        con.register(spec.name, table_dataset(lake, spec, files))
     return current
-
-
-def explained_statement(query: str) -> str:
-    """The statement an `EXPLAIN` statement explains, found with DuckDB's own tokenizer.
-
-    Comments anywhere (`/* c */ EXPLAIN ANALYZE COPY ...`, a `-- c` line first) are tokens
-    of their own and skipped; `ANALYZE`/`ANALYSE` and a parenthesised option list
-    (`EXPLAIN (ANALYZE, FORMAT json) ...`) are stepped over. Empty when nothing follows.
-    """
-    every = duckdb.tokenize(query)
-    end_of = {
-        start: end for (start, _), (end, _) in zip(every, [*every[1:], (len(query), None)], strict=True)
-    }
-    tokens = [start for start, kind in every if kind != duckdb.token_type.comment]
-
-    def word(i: int) -> str:
-        return query[tokens[i] : end_of[tokens[i]]].strip().upper() if i < len(tokens) else ""
-
-    i = 1  # tokens[0] is EXPLAIN
-    if word(i) in ("ANALYZE", "ANALYSE"):
-        i += 1
-    elif word(i) == "(":
-        depth = 0
-        while i < len(tokens):
-            depth += word(i).count("(") - word(i).count(")")
-            i += 1
-            if depth <= 0:
-                break
-    return query[tokens[i] :] if i < len(tokens) else ""
-
-
-def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
-    """Raise `ReadOnlyViolation` unless every statement in `sql` only reads.
-
-    Statement types come from DuckDB's parser, never from our reading of the text. An
-    `EXPLAIN` must explain a read-only statement too: `EXPLAIN ANALYZE` runs what it
-    explains (`EXPLAIN ANALYZE COPY ... TO 'file'` writes the file).
-    """
-    for statement in con.extract_statements(sql):
-        if statement.type not in _READ_ONLY_STATEMENTS:
-            raise ReadOnlyViolation(statement.type.name, statement.query)
-        if statement.type == duckdb.StatementType.EXPLAIN:
-            inner = explained_statement(statement.query)
-            if not inner.strip():
-                raise ReadOnlyViolation("EXPLAIN", statement.query)
-            check_read_only(con, inner)
-
-
-def run_read_only(
-    con: duckdb.DuckDBPyConnection, sql: str, *, timeout_s: float | None = None
-) -> tuple[list[str], list[tuple[Any, ...]]]:
-    """Run user SQL that may only read; (columns, rows) of the last statement.
-
-    Every statement is checked before any runs. Statements run through `execute`, whose
-    errors carry DuckDB's `LINE n: ...` pointer to the offending position. Past `timeout_s`
-    the query is interrupted and `QueryTimeout` raised.
-    """
-    check_read_only(con, sql)
-    columns: list[str] = []
-    rows: list[tuple[Any, ...]] = []
-    timer = threading.Timer(timeout_s, con.interrupt) if timeout_s else None
-    if timer is not None:
-        timer.daemon = True
-        timer.start()
-    try:
-        for statement in con.extract_statements(sql):
-            cursor = con.execute(statement.query)
-            rows = cursor.fetchall()
-            columns = [d[0] for d in cursor.description or []]
-    except duckdb.InterruptException:
-        raise QueryTimeout(
-            f"the query ran past its limit of {timeout_s:g} s (`lake.sql_timeout_s`)"
-        ) from None
-    finally:
-        if timer is not None:
-            # Joined, not only cancelled: a thread still winding down while the interpreter
-            # exits (a CLI error path) aborted the process in DuckDB's C++ unwinding.
-            timer.cancel()
-            timer.join()
-    return columns, rows
 
 
 def scan(lake: Lake | str | os.PathLike[str], table: str, version: int | None = None) -> pl.LazyFrame:

@@ -23,9 +23,9 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import duckdb
 import pyarrow as pa
 
-from store.catalog import table_view_sql
 from store.lake import Lake
 from store.schema import TABLES, WRITTEN_AT, TableSpec
 from store.writer import write
@@ -34,6 +34,30 @@ LEGACY_DIR = "_legacy"
 # File names of the Parquet-files release; Delta's own files look nothing like them.
 LEGACY_FILE = re.compile(r"^(?:part|compact)-\d{20}-[0-9a-f]{16}\.parquet$")
 OLD_BOOKKEEPING = ("_compaction",)
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def table_view_sql(spec: TableSpec, files: tuple[str, ...], con: duckdb.DuckDBPyConnection) -> str:
+    """The old files read by DuckDB, in the schema's types and order (columns a file lacks as null)."""
+    empty = con.from_arrow(spec.schema.empty_table())
+    types = list(zip(empty.columns, map(str, empty.types), strict=True))
+    cols = ", ".join(_quote(c) for c, _ in types)
+    typed = "SELECT " + ", ".join(f"CAST(NULL AS {t}) AS {_quote(c)}" for c, t in types) + " WHERE false"
+    if not files:
+        return typed
+    urls = ", ".join(_literal(path) for path in files)
+    # The typed empty row set keeps columns no file has yet (additive evolution) in the schema's types.
+    return (
+        f"SELECT {cols} FROM ({typed} UNION ALL BY NAME SELECT * FROM read_parquet([{urls}], "
+        f"hive_partitioning={str(spec.partitioned).lower()}, union_by_name=true))"
+    )
 
 
 @dataclass
@@ -56,8 +80,6 @@ def legacy_files(lake: Lake, table: str) -> list[str]:
 
 def current_rows(lake: Lake, spec: TableSpec, files: list[str]) -> tuple[int, Iterator[pa.RecordBatch]]:
     """(rows read, the newest row per key) of the old files, in the table's schema."""
-    import duckdb
-
     con = duckdb.connect()
     if not lake.is_local:
         con.register_filesystem(lake.fs)

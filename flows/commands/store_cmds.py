@@ -16,8 +16,9 @@ from rich.table import Table
 
 from flows.commands.options import LakeOption, build, configured, fail, lake_settings, resolve_lake
 from flows.settings import Section
-from store import QueryTimeout, ReadOnlyViolation, StoreError, connect, run_read_only
+from store import QueryTimeout, ReadOnlyViolation, StoreError, query_lake
 from store.catalog import table_stats
+from store.user_sql import local_files_problem
 
 
 def _plain(value: Any) -> Any:
@@ -71,12 +72,22 @@ def sql(
     the_lake = resolve_lake(lake, must_exist=True)
     limits = lake_settings()
     try:
-        con = connect(the_lake, read_only=True, memory_limit=limits.sql_memory_limit or None)
-        columns, rows = run_read_only(con, query, timeout_s=limits.sql_timeout_s or None)
+        result = query_lake(
+            the_lake,
+            query,
+            timeout_s=limits.sql_timeout_s or None,
+            memory_limit=limits.sql_memory_limit or None,
+        )
     except (ReadOnlyViolation, QueryTimeout) as exc:
         raise fail(str(exc), 2) from None
     except duckdb.PermissionException as exc:
-        raise fail(f"{exc}\n(`lake.sql_lake_only` is on: SQL may read the lake's tables only)", 2) from None
+        raise fail(f"{exc}\n({local_files_problem(the_lake) or 'no file may be opened'})", 2) from None
+    except duckdb.IOException as exc:
+        if "Permission denied" not in str(exc):
+            raise fail(str(exc)) from None
+        raise fail(
+            f"{exc}\n(`trajlake sql` is read-only: it cannot write, create or remove a file)", 2
+        ) from None
     except duckdb.Error as exc:
         # DuckDB's message already carries the query position (`LINE 1: ... ^`).
         raise fail(str(exc)) from None
@@ -84,7 +95,7 @@ def sql(
         raise fail(f"cannot query the lake: {exc}") from None
     except Exception as exc:  # never a traceback for a user's query
         raise fail(f"{type(exc).__name__}: {exc}") from None
-    print_rows(columns, rows, fmt)
+    print_rows(result.columns, result.rows, fmt)
 
 
 def tables(lake: LakeOption = None) -> None:

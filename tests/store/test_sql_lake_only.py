@@ -1,8 +1,11 @@
-"""`Lake.sql_lake_only`: SQL that reads the lake's tables and nothing else (issue 13, #9).
+"""`Lake.sql_lake_only`: SQL that reads the lake's tables and nothing else (issue 13, #9; issue 45).
 
-Without it `trajlake sql` reads any local file (`read_csv('/etc/passwd')`, `read_blob`,
-`glob('/home/**')`); with it, DuckDB's external access is off except under the table
-folders, for a local lake and for an S3 lake (no other bucket, no other prefix).
+Library connections (`store.connect`: selections, `--sql-reward`, scenario queries) never
+open a file: the tables come in as Arrow datasets and DuckDB's external access is off with
+nothing allowed, not even the table folders (what DuckDB may read it may also write).
+`trajlake sql` (`store.query_lake`) reads local files too, on a thread the kernel forbids
+to write (Landlock), unless `sql_lake_only` is on: then it reads the tables only, for a
+local lake and for an S3 lake (no other bucket, no other prefix).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import duckdb
 import pytest
 
 import store
+from store.sandbox import write_sandbox_problem
 from tests.conftest import s3_lake_at
 from tests.store.helpers import make_traj
 
@@ -25,6 +29,7 @@ OUTSIDE = [
     "SELECT * FROM glob('{home}/**')",
     "SELECT * FROM read_csv('{lake}/../outside.csv')",  # out of the lake by `..`
     "SELECT * FROM read_text('{lake}/_spool/anything')",  # in the lake folder, not a table
+    "SELECT count(*) FROM read_parquet('{lake}/trajectories/**/*.parquet')",  # a table, by path
     "SELECT * FROM read_parquet('https://example.com/x.parquet')",
 ]
 
@@ -37,13 +42,22 @@ def filled(lake: store.Lake, tmp_path: Path) -> store.Lake:
 
 
 def query(lake: store.Lake, sql: str) -> list[tuple]:  # type: ignore[type-arg]
-    with store.connect(lake, read_only=True) as con:
-        return store.run_read_only(con, sql)[1]
+    return store.query_lake(lake, sql).rows
 
 
+@pytest.mark.skipif(write_sandbox_problem() is not None, reason="no write sandbox (Landlock) here")
 def test_without_the_switch_sql_reads_local_files(filled: store.Lake, tmp_path: Path) -> None:
     # The user's own shell: reading a local CSV next to the lake is a feature.
     assert query(filled, f"SELECT * FROM read_csv('{tmp_path / 'outside.csv'}')") == [("hunter2",)]
+
+
+def test_library_connections_read_no_file_with_or_without_the_switch(
+    filled: store.Lake, tmp_path: Path
+) -> None:
+    for lake in (filled, store.Lake(filled.root, sql_lake_only=True)):
+        for read_only in (True, False):
+            with store.connect(lake, read_only=read_only) as con, pytest.raises(duckdb.PermissionException):
+                con.execute(f"SELECT * FROM read_csv('{tmp_path / 'outside.csv'}')").fetchall()
 
 
 @pytest.mark.parametrize("sql", OUTSIDE)
@@ -60,17 +74,13 @@ def test_with_the_switch_every_view_still_reads(filled: store.Lake) -> None:
     confined = store.Lake(filled.root, sql_lake_only=True)
     assert query(confined, "SELECT count(*) FROM trajectories") == [(3,)]
     assert query(confined, "SELECT count(*) > 0 FROM messages") == [(True,)]
-    # Its own files, by path, too (`read_parquet` of a table's folder is a table read).
-    assert query(
-        confined, f"SELECT count(*) FROM read_parquet('{filled.root}/trajectories/**/*.parquet')"
-    ) == [(3,)]
     with store.connect(confined) as con:
-        # The switch cannot be undone on the connection, nor the allowed folders widened.
+        # File access cannot be turned back on, nor a folder allowed.
         for statement in ("SET enable_external_access = true", "SET allowed_directories = ['/']"):
             with pytest.raises(duckdb.Error):
                 con.execute(statement)
         store.write(filled, "trajectories", [make_traj(9)])
-        store.refresh(con, confined)  # a newer snapshot's files are still the lake's
+        store.refresh(con, confined)  # a newer snapshot is handed over as data, not as paths
         assert con.execute("SELECT count(*) FROM trajectories").fetchall() == [(4,)]
 
 
@@ -88,7 +98,9 @@ def test_an_s3_lake_reads_its_tables_and_no_other_bucket(s3_endpoint: str) -> No
     ):
         with pytest.raises(duckdb.Error, match=r"disabled by configuration|Permission"):
             query(confined, sql)
-    # Unconfined, the same credentials read the other bucket: the switch is what stops it.
-    assert query(lake, f"SELECT count(*) FROM read_parquet('{other.root}/trajectories/**/*.parquet')") == [
-        (5,)
-    ]
+    # Without the switch the tables still come from the lake alone, and the sandbox that lets
+    # `trajlake sql` read local files has no network: no other bucket either way.
+    for sql in (f"SELECT count(*) FROM read_parquet('{other.root}/trajectories/**/*.parquet')",):
+        with pytest.raises(duckdb.Error):
+            query(lake, sql)
+    assert query(lake, "SELECT count(*) FROM trajectories") == [(3,)]

@@ -1,5 +1,6 @@
 """User SQL cannot write: every trick an outside tester (and we) could think of, refused by the
 read-only connection, on a plain lake and with `sql_lake_only`, and nothing on disk changes.
+The generated corpus of every statement type in every place is `test_sql_corpus.py`.
 
 Statement types come from DuckDB's parser (`extract_statements`) and its tokenizer finds
 what an EXPLAIN explains, so comments in front of `EXPLAIN ANALYZE COPY` change nothing.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import duckdb
 import pytest
 from typer.testing import CliRunner
 
@@ -49,6 +51,23 @@ INSIDE_THE_LAKE = [
     "-- c\nEXPLAIN ANALYZE COPY (SELECT * FROM trajectories UNION ALL SELECT * FROM trajectories) "
     "TO '{data_file}' (FORMAT parquet)",
     "COPY (SELECT 1 AS x) TO '{lake}/trajectories/injected.parquet' (FORMAT parquet)",
+]
+
+
+# Statements nested where DuckDB's grammar lets one sit (issue 45): the statement check sees a
+# SELECT; the connection is what refuses (no file access, or a kernel that forbids writing).
+NESTED = [
+    "WITH a AS (COPY (SELECT * FROM read_csv('/etc/passwd')) TO '{out}') SELECT 42",
+    "WITH a AS MATERIALIZED (COPY (SELECT 42 AS x) TO '{out}') SELECT * FROM a",
+    "WITH a AS (COPY (SELECT 1 AS x) TO '{data_file}' (FORMAT parquet)) SELECT 42",
+    "WITH a AS (COPY (SELECT 1 AS p) TO '{dir}' (PARTITION_BY (p))) SELECT 42",
+    "SELECT * FROM (WITH a AS (COPY (SELECT 42 AS x) TO '{out}') SELECT 1)",
+    "SELECT (SELECT count(*) FROM (WITH a AS (COPY (SELECT 42 AS x) TO '{out}') SELECT 1))",
+    "PREPARE p AS COPY (SELECT 42 AS x) TO '{out}'; EXECUTE p",
+    "PREPARE p AS WITH a AS (COPY (SELECT 42 AS x) TO '{out}') SELECT 1; EXECUTE p",
+    "SELECT * FROM query('COPY (SELECT 42 AS x) TO ''{out}''')",
+    "SELECT * FROM query('WITH a AS (COPY (SELECT 42 AS x) TO ''{out}'') SELECT 1')",
+    "EXPLAIN ANALYZE WITH a AS (COPY (SELECT 42 AS x) TO '{out}') SELECT 42",
 ]
 
 
@@ -100,6 +119,31 @@ def test_trajlake_sql_refuses_every_write(
     assert _files(Path(filled.root)) == before
     with store.connect(filled, read_only=True) as con:
         assert con.execute("SELECT count(*) FROM trajectories").fetchone() == (4,)
+
+
+@pytest.mark.parametrize("lake_only", [False, True])
+@pytest.mark.parametrize("sql", NESTED)
+def test_nested_writes_are_impossible(filled: store.Lake, tmp_path: Path, sql: str, lake_only: bool) -> None:
+    data_file = next((Path(filled.root) / "trajectories").rglob("*.parquet"))
+    text = sql.format(out=tmp_path / "out.csv", dir=tmp_path / "parts", data_file=data_file)
+    (tmp_path / "trajlake.toml").write_text(f"[lake]\nsql_lake_only = {str(lake_only).lower()}\n")
+    before = _files(Path(filled.root))
+    result = CliRunner().invoke(
+        app,
+        ["sql", "--lake", filled.root, "--", text],
+        env={"TRAJLAKE_CONFIG": str(tmp_path / "trajlake.toml")},
+    )
+    assert result.exit_code in (1, 2) and "Traceback" not in result.output, result.output
+    assert not (tmp_path / "out.csv").exists() and not (tmp_path / "parts").exists()
+    assert _files(Path(filled.root)) == before
+    # The library's connections refuse it too, with no statement check in front.
+    with store.connect(filled, read_only=True) as con:
+        for statement in con.extract_statements(text):
+            try:
+                con.execute(statement.query).fetchall()
+            except duckdb.Error:
+                pass
+    assert not (tmp_path / "out.csv").exists() and _files(Path(filled.root)) == before
 
 
 @pytest.mark.parametrize(

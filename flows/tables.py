@@ -157,6 +157,11 @@ class PipelineSettings:
         False,
     )
     work_dir: str = _help("Where checkpoints and adapters go (default: <lake>/_work).", "")
+    keep_checkpoints: bool = _help(
+        "Keep a finished run's training checkpoints (optimizer states; off: deleted when the run "
+        "finishes, its adapters kept, so nightly runs do not fill the disk).",
+        False,
+    )
     task_runner: Literal["threads", "dask", "ray"] = _help("Prefect task runner.", "threads")
     max_workers: int = _help(
         "Threads of the thread-pool task runner; worker processes of a local Dask cluster.", 4

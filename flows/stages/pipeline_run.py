@@ -16,8 +16,10 @@ previous ones did (`store.PipelineRun` rows in `runs`):
 
 from __future__ import annotations
 
+import shutil
 import uuid
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import store
@@ -139,4 +141,15 @@ def finish_pipeline_run(
         eval_run_id=(evaluation or {}).get("eval_run_id"),
     )
     store.record_pipeline_run(lake_of(config), run)
+    if not config.pipeline.keep_checkpoints:
+        drop_checkpoints(trained)
     return run
+
+
+def drop_checkpoints(trained: list[dict[str, Any]]) -> None:
+    """Delete a finished run's training checkpoints (no resume needs them any more); the adapters
+    stay, since lineage names them."""
+    from training.run import CHECKPOINTS
+
+    for stage in trained:
+        shutil.rmtree(Path(stage["adapter"]).parent / CHECKPOINTS, ignore_errors=True)

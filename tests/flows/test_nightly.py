@@ -93,6 +93,9 @@ def test_three_nights_each_train_from_production_on_what_is_new(
         assert written[2] > 0
         assert at(run.started_at) <= written[0] and written[1] <= at(run.finished_at)
         assert f"/{run.run_id}/" in run.adapter  # its own folder
+        folder = Path(run.adapter).parents[1]  # a finished run keeps its adapters, not its optimizer states
+        assert (Path(run.adapter) / "adapter_config.json").exists()
+        assert not list(folder.glob("*/checkpoints")), list(folder.glob("*/checkpoints"))
 
     # what each later night learned from: the scenarios its night's traffic brought (window 0)
     for earlier, later, result in zip(runs, runs[1:], results[1:], strict=False):
@@ -237,7 +240,13 @@ def test_sft_on_production_continues_the_production_adapter_on_the_new_conversat
     first = run_pipeline(str(config), str(lake), rounds=1)["run"]
     capture_production_traces(lake, SPEC.questions, seed=7)  # the next day's conversations
     monkeypatch.setenv("TRAJLAKE_PIPELINE__SFT_ON_PRODUCTION", "true")
+    monkeypatch.setenv("TRAJLAKE_PIPELINE__KEEP_CHECKPOINTS", "true")
     second = run_pipeline(str(config), str(lake), rounds=1)["run"]
+    kept = Path(second.adapter).parents[1]
+    assert list(kept.glob("sft-0/checkpoints/checkpoint-*")) and list(
+        kept.glob("grpo-1/checkpoints/checkpoint-*")
+    )
+    assert not list(Path(first.adapter).parents[1].glob("*/checkpoints"))  # the first night kept none
 
     assert (second.start_adapter, second.sft) == (f"{NAME}:v1", True)
     sft = read_run_record(Path(second.adapter).parents[1] / "sft-0" / "adapter")

@@ -208,10 +208,42 @@ def read_sources(
             data = tomllib.loads(file.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError("(syntax)", str(exc), source) from None
+        data = relative_to_file(data, file)
     overrides = env_overrides(environ, declared_variables())
     if overrides:
         source = f"{source} + environment"
     return merge(data, overrides), source
+
+
+def relative_to_file(data: dict[str, Any], file: Path) -> dict[str, Any]:
+    """`data` with each path setting written `./x` or `../x` made absolute against `file`'s folder:
+    a configuration and the lake or model beside it can be copied or moved together.
+
+    Only explicitly relative values move (a bare `name` may be a hub id, `s3://` a bucket), and
+    only in tables the file has; the training tables (TRL's, slow to import) declare no path.
+    """
+    out = dict(data)
+    for key, section in SECTIONS.items():
+        if key in TRAINING_SECTIONS:
+            continue
+        present, table = _table(out, key)
+        if not present or not isinstance(table, dict):
+            continue
+        for setting in section.settings:
+            value = table.get(setting.name)
+            if setting.is_path and isinstance(value, str) and value.startswith(("./", "../")):
+                table[setting.name] = str((file.parent / value).resolve())
+    return out
+
+
+def _table(data: dict[str, Any], key: str) -> tuple[bool, Any]:
+    node: Any = data
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False, None
+        node[part] = dict(node[part]) if isinstance(node[part], dict) else node[part]
+        node = node[part]
+    return True, node
 
 
 @cache

@@ -58,6 +58,7 @@ class Setting:
     env: str | None = None  # a secret: the default environment variable that holds it
     flag: str = ""  # CLI spelling, e.g. "--lr"
     variable: str | None = None  # the override variable it declares instead of TRAJLAKE_<TABLE>__<KEY>
+    is_path: bool = False  # a local path: `./x` or `../x` in a config file is relative to that file
 
     @property
     def toml_key(self) -> str:
@@ -101,6 +102,7 @@ class Section:
                     help=first_sentence(f.metadata.get("help", "")),
                     env=f.metadata.get("env"),
                     variable=f.metadata.get("variable"),
+                    is_path=bool(f.metadata.get("path")),
                     flag=self.flags.get(f.name) or prefix + f.name.replace("_", "-"),
                 )
             )

@@ -34,7 +34,9 @@ def check(table: Any, *rules: tuple[str, bool, str]) -> None:
 
 @dataclass(frozen=True)
 class LakeSettings:
-    path: str = _help("Lake directory or object-store URL.", store.DEFAULT_LAKE, variable="TRAJLAKE_LAKE")
+    path: str = _help(
+        "Lake directory or object-store URL.", store.DEFAULT_LAKE, variable="TRAJLAKE_LAKE", path=True
+    )
     sql_lake_only: bool = _help(
         "SQL may read the lake's tables and nothing else: no local file, other bucket or URL "
         "(DuckDB external access off). Always on under `trajlake serve`.",
@@ -156,7 +158,7 @@ class PipelineSettings:
         "with a promoted version; a refused one is published under its version number alone).",
         False,
     )
-    work_dir: str = _help("Where checkpoints and adapters go (default: <lake>/_work).", "")
+    work_dir: str = _help("Where checkpoints and adapters go (default: <lake>/_work).", "", path=True)
     keep_checkpoints: bool = _help(
         "Keep a finished run's training checkpoints (optimizer states; off: deleted when the run "
         "finishes, its adapters kept, so nightly runs do not fill the disk).",

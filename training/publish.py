@@ -47,7 +47,7 @@ class PublishConfig:
 
     name: str = field(default="agent", metadata={"help": "Adapter name in the registry."})
     registry: str | None = field(
-        default=None, metadata={"help": "Registry path or URL (default: <lake>/_registry)."}
+        default=None, metadata={"help": "Registry path or URL (default: <lake>/_registry).", "path": True}
     )
     max_lora_rank: int = field(default=16, metadata={"help": "The serving vLLM's --max-lora-rank."})
     load_into: list[str] | str | None = field(

@@ -169,7 +169,9 @@ def write_demo_config(
     """The demo's `trajlake.toml` (also a worked example of the configuration).
 
     With `vllm_url`, replay and evaluation sample from that vLLM server, and GRPO corrects
-    the sampler/trainer mismatch with truncated importance sampling.
+    the sampler/trainer mismatch with truncated importance sampling. The lake and the model
+    are written relative to the file (`./lake`) when they lie beside it, so a copied workdir
+    reads and writes its own lake (the vLLM server's model keeps the name it is served under).
     """
     well_rated = (
         "SELECT trajectory_id FROM trajectories WHERE source = 'otel' AND has_content AND trajectory_id IN "
@@ -185,7 +187,7 @@ def write_demo_config(
     path.write_text(
         f"""# Written by `trajlake demo`.
 [lake]
-path = "{lake}"
+path = "{beside(path, lake)}"
 
 [select]
 scenarios = "{well_rated}"
@@ -195,7 +197,7 @@ sft = "{sft}"
 val_fraction = {size.val_fraction}
 
 [sampler]
-model = "{model}"
+model = "{model if vllm_url else beside(path, model)}"
 {f'backend = "vllm-server"{chr(10)}base_url = "{vllm_url}"' if vllm_url else ""}
 
 [replay]
@@ -254,3 +256,15 @@ window_days = 0  # and learns from the traffic that came in since the last night
 """
     )
     return path
+
+
+def beside(config: Path, target: Path | str) -> str:
+    """`target` as the config file at `config` should name it: `./x` when it lies in the file's
+    folder (read back relative to the file), else as given (a folder elsewhere, a model name).
+
+    >>> beside(Path("/w/trajlake.toml"), Path("/w/lake")), beside(Path("/w/t.toml"), "smollm2-135m-instruct")
+    ('./lake', 'smollm2-135m-instruct')
+    """
+    if isinstance(target, Path) and target.is_relative_to(config.parent):
+        return f"./{target.relative_to(config.parent).as_posix()}"
+    return str(target)

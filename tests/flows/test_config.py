@@ -380,3 +380,31 @@ def test_help_shows_the_value_the_command_will_use(tmp_path: Path, monkeypatch: 
     assert "[ineffect:nightly,from$TRAJLAKE_REPLAY__RUN]" in flat
     assert f"[ineffect:0.25,from{config}]" in flat  # not 0.1
     assert "[default:8]" in flat  # replay.concurrency: nothing set it, the declared default shows
+
+
+def test_a_copied_demo_workdir_reads_and_writes_its_own_lake(tmp_path: Path) -> None:
+    import shutil
+
+    from flows.demo.config import SIZES, write_demo_config
+
+    first = tmp_path / "demo"
+    (first / "model").mkdir(parents=True)
+    write_demo_config(first / "trajlake.toml", first / "lake", first / "model", SIZES["small"], None)
+    text = (first / "trajlake.toml").read_text()
+    assert str(first) not in text  # no absolute path of the original workdir in the file
+    copy = tmp_path / "copy"
+    shutil.copytree(first, copy)
+    config = load_config(copy / "trajlake.toml", environ={})
+    assert config.lake.path == str((copy / "lake").resolve())
+    assert config.build("sampler").model == str((copy / "model").resolve())
+
+    # relative to the file, whatever the working folder; bare names and URLs stay as written
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "etc").mkdir()
+    other = write(
+        tmp_path / "elsewhere", '[lake]\npath = "s3://bucket/lake"\n[sampler]\nmodel = "Org/Model"\n'
+    )
+    config = load_config(other, environ={})
+    assert (config.lake.path, config.build("sampler").model) == ("s3://bucket/lake", "Org/Model")
+    nested = write(tmp_path / "etc", '[lake]\npath = "../lakes/main"\n')
+    assert load_config(nested, environ={}).lake.path == str((tmp_path / "lakes" / "main").resolve())

@@ -38,7 +38,8 @@ class SamplerConfig:
         default="",
         metadata={
             "help": "Base model folder or hub id (the served base model's name for vllm-server); "
-            "required: nothing samples or trains without one."
+            "required: nothing samples or trains without one.",
+            "path": True,
         },
     )
     tokenizer: str | None = field(default=None, metadata={"help": "Tokenizer folder (default: the model)."})

@@ -18,12 +18,14 @@ class MalformedPayload(IngestError, ValueError):
 
     status = 400
 
-    def __init__(self, what: str, detail: str, *, path: str | None = None) -> None:
+    def __init__(
+        self, what: str, detail: str, *, path: str | None = None, fix: str = "fix the sender"
+    ) -> None:
         self.what = what
         self.detail = detail
         self.path = path
         where = f" at `{path}`" if path else ""
-        super().__init__(f"malformed {what}{where}: {detail}; nothing was written, fix the sender")
+        super().__init__(f"malformed {what}{where}: {detail}; nothing was written, {fix}")
 
 
 class PayloadTooLarge(IngestError, ValueError):

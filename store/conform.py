@@ -99,6 +99,11 @@ def _check_unknown(spec: TableSpec, names: Iterable[str]) -> None:
         )
 
 
+# Number columns every door must keep finite: a reward of NaN or inf, from a score over HTTP,
+# a Langfuse pull, an imported file or a scorer, is refused here whoever wrote it.
+FINITE: dict[str, tuple[str, ...]] = {"rewards": ("value",)}
+
+
 def conform_batch(spec: TableSpec, batch: pa.RecordBatch, row_offset: int = 0) -> pa.RecordBatch:
     """Validate `batch` against `spec` and return it in the table's exact schema.
 
@@ -140,6 +145,18 @@ def conform_batch(spec: TableSpec, batch: pa.RecordBatch, row_offset: int = 0) -
                     row_offset + row,
                     "unknown_value",
                     f"`{target.name}` = {column[row].as_py()!r} is not one of {', '.join(allowed)}",
+                )
+        if target.name in FINITE.get(spec.name, ()) and target.name in names:
+            bad = pc.invert(pc.is_finite(column.fill_null(0.0)))
+            if pc.any(bad).as_py():
+                row = pc.index(bad, True).as_py()
+                raise SchemaViolation(
+                    spec.name,
+                    target.name,
+                    row_offset + row,
+                    "not_finite",
+                    f"`{target.name}` = {column[row].as_py()!r}; it must be a finite number (NaN and "
+                    "infinity would poison every mean over it)",
                 )
         if target.name in spec.not_null and column.null_count:
             row = pc.index(pc.is_null(column), True).as_py()

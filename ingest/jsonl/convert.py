@@ -6,7 +6,7 @@ or a list of `{"type": "text", "text": ...}` parts; assistant `tool_calls` as
 `{"id", "type": "function", "function": {"name", "arguments"}}`; tool messages'
 `tool_call_id` and `name`), and optionally `tools` (tool definitions), `id`, `model`,
 `agent_name`, `user_id`, `session_id`, `started_at` (ISO 8601), `metadata` (an object) and
-`feedback` (a number: the conversation's `user_feedback`). Anything else is an error naming
+`feedback` (a finite number: the conversation's `user_feedback`). Anything else is an error naming
 the field; a line never half-converts.
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from datetime import UTC, datetime
 from typing import Any
 
@@ -120,6 +121,8 @@ def convert(obj: Any, imported_at: datetime) -> tuple[dict[str, Any], dict[str, 
     feedback = obj.get("feedback")
     if feedback is not None and (isinstance(feedback, bool) or not isinstance(feedback, (int, float))):
         raise LineError("`feedback` must be a number")
+    if feedback is not None and not math.isfinite(feedback):  # NaN or inf would poison every mean
+        raise LineError(f"`feedback` is {feedback!r}; rewards must be finite numbers")
     tid = trajectory_id(obj)
     final = next(
         (m["content"] for m in reversed(messages) if m["role"] == "assistant" and m["content"]), None

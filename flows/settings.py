@@ -164,7 +164,7 @@ class Section:
 # --- types ----------------------------------------------------------------------------------------
 
 
-_SENTENCE_END = re.compile(r"(?<=[a-z0-9)`'\]])\. (?=[A-Z`])")
+_SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)(?<=[a-z0-9)`'\]])\. (?=[A-Z`])")
 
 
 def first_sentence(text: str) -> str:
@@ -172,6 +172,8 @@ def first_sentence(text: str) -> str:
 
     >>> first_sentence("Overrides `num_train_epochs`. If set to a positive number, ...")
     'Overrides `num_train_epochs`.'
+    >>> first_sentence("Model name (e.g. `o3`, or a served one). More.")
+    'Model name (e.g. `o3`, or a served one).'
     """
     text = " ".join(text.split())
     match = _SENTENCE_END.search(text)

@@ -246,7 +246,8 @@ def select_grpo(
                 raise SelectionError(
                     "the selected trajectories carry "
                     + (
-                        f"several reward names ({', '.join(f'`{n}`' for n in names)}); pass `reward_name`"
+                        f"several reward names ({', '.join(f'`{n}`' for n in names)}); choose one: "
+                        "`reward_name` (`trajlake train grpo --reward`, `[score] reward`)"
                         if names
                         else "no rewards; score them first (`trajlake score`)"
                     ),

@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 import store
 from training.distributed import is_writer
@@ -145,3 +146,19 @@ class NonFiniteLossGuard(TrainerCallback):
             control.should_training_stop = True
             control.should_save = False
         return control
+
+
+class BarOnly(ProgressCallback):
+    """transformers' progress bar without the raw `{'loss': ...}` lines it writes under it: every
+    logged step is a `runs` row, and the stage prints its own summary."""
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+        return None
+
+
+def without_raw_log_lines(trainer: Any) -> None:
+    """The trainer with `BarOnly` for its progress (transformers prints the raw lines from
+    `ProgressCallback.on_log`, or from `PrinterCallback` when the bar is off)."""
+    trainer.remove_callback(PrinterCallback)
+    if trainer.pop_callback(ProgressCallback) is not None:
+        trainer.add_callback(BarOnly)

@@ -22,6 +22,7 @@ from typing import Any
 import store
 from training.distributed import is_writer, wait_for_writer
 from training.errors import BadHyperparameter, NonFiniteLoss, TrainingError
+from training.metrics import without_raw_log_lines
 
 CHECKPOINTS = "checkpoints"
 ADAPTER = "adapter"
@@ -252,6 +253,7 @@ def train_and_record(
     from training.replay.rollout.templates import template_identity
 
     checkpoint = last_checkpoint(output_dir) if resume else None
+    without_raw_log_lines(trainer)
     output = trainer.train(resume_from_checkpoint=checkpoint)
     raise_non_finite(guard, output_dir)
     adapter_dir = output_dir / ADAPTER

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import re
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -95,7 +97,45 @@ class LazyGroup(TyperGroup):
         if name not in self.lazy:
             return super().get_command(ctx, name)
         command = typer.main.get_command(import_path(self.lazy[name]))
-        return command.get_command(ctx, name) if isinstance(command, TyperGroup) else command
+        return reflow_help(command.get_command(ctx, name) if isinstance(command, TyperGroup) else command)
+
+
+def reflow(text: str | None) -> str | None:
+    r"""`text` with the line breaks inside its paragraphs taken out: the terminal wraps help to its
+    own width, and a docstring's source line breaks would otherwise cut sentences in two.
+
+    >>> reflow("Serve a model.\n\nA published adapter answers as\n`<name>-v<version>`.")
+    'Serve a model.\n\nA published adapter answers as `<name>-v<version>`.'
+    """
+    if not text:
+        return text
+    paragraphs = re.split(r"\n\s*\n", inspect.cleandoc(text))
+    return "\n\n".join(" ".join(line.strip() for line in p.splitlines()) for p in paragraphs)
+
+
+def reflow_help(command: Any) -> Any:
+    """A command (and a group's subcommands, and their options) with reflowed help."""
+    command.help = reflow(command.help)
+    for param in getattr(command, "params", []):
+        if getattr(param, "help", None):
+            param.help = reflow(param.help)
+    for sub in getattr(command, "commands", {}).values():
+        reflow_help(sub)
+    return command
+
+
+def quiet_libraries() -> None:
+    """Keep the terminal for trajlake's own progress: no library deprecation noise or weight-loading bars."""
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"(torch|transformers|trl|peft)\b.*")
+    import datasets
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    datasets.disable_progress_bars()
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:

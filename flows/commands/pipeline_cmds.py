@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from flows.commands.options import LakeOption, fail
+from flows.commands.options import LakeOption, fail, quiet_libraries
 from flows.config import load_config
 from flows.settings import ConfigError
 
@@ -27,20 +27,6 @@ def _prefect_defaults(home: Path) -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-
-
-def quiet_libraries() -> None:
-    """Keep the terminal for trajlake's own progress: no library deprecation noise or weight-loading bars."""
-    import warnings
-
-    warnings.filterwarnings("ignore", category=FutureWarning)
-    warnings.filterwarnings("ignore", category=UserWarning, module=r"(torch|transformers|trl|peft)\b.*")
-    import datasets
-    import transformers
-
-    transformers.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    datasets.disable_progress_bars()
 
 
 def _configure(config: str | None, lake: str | None) -> Any:

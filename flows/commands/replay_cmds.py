@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 import store
-from flows.commands.options import LakeOption, build, configured, fail, resolve_lake
+from flows.commands.options import LakeOption, build, configured, fail, quiet_libraries, resolve_lake
 from flows.settings import Section
 
 scenarios_app = typer.Typer(
@@ -88,6 +88,7 @@ def replay_command(
     from training.replay import replay as run_replay
 
     the_lake = resolve_lake(lake, must_exist=True)  # before a model is loaded
+    quiet_libraries()
     try:
         sampler_config = build("sampler", sampler)
         if not sampler_config.model:

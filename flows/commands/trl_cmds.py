@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import typer
 
 import store
-from flows.commands.options import LakeOption, build, configured, fail, resolve_lake
+from flows.commands.options import LakeOption, build, configured, fail, quiet_libraries, resolve_lake
 
 SetOption = Annotated[
     list[str] | None,
@@ -138,6 +138,7 @@ def run_stage(
 
     config = stage_config(f"train.{stage}", values, output, overrides)
     the_lake = resolve_lake(lake, must_exist=True)  # training reads what the lake holds
+    quiet_libraries()  # the trainer's own progress and trajlake's summary, not the libraries' bars
     versions = as_of_versions(as_of, stage, the_lake)
     try:
         result = train(the_lake, config, versions)
@@ -197,7 +198,7 @@ def train_grpo_command(
         str | None,
         typer.Option(
             help="Reward name (rewards.name) to train on (default: `\\[score] reward` of trajlake.toml or "
-            "$TRAJLAKE_SCORE__REWARD, else exact_match).",
+            "$TRAJLAKE_SCORE__REWARD, else the groups' only reward).",
             show_default=False,
         ),
     ] = None,
@@ -216,10 +217,11 @@ def train_grpo_command(
             start = resolve_adapter(the_lake, start)["path"]
         return train_grpo(the_lake, sql, base_model, start, output, config, resume=resume, as_of=versions)
 
-    if reward is None:
+    if reward is None:  # the configured one; with none configured, the groups' only reward
         from flows.config import setting_in_effect
 
-        reward = setting_in_effect("score.reward")[0]
+        configured, source = setting_in_effect("score.reward")
+        reward = None if source == "default" else configured
     run_stage("grpo", {**grpo, "reward_name": reward}, output, overrides, as_of, lake, train)
 
 

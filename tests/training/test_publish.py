@@ -304,6 +304,7 @@ def test_cli_train_sft_then_grpo_then_publish(tiny_model: Path, tmp_path: Path) 
     )
     assert sft.exit_code == 0, sft.output
     assert f"adapter: {tmp_path / 'sft' / 'adapter'}" in sft.output
+    assert "{'loss'" not in sft.output  # the runs table and trajlake's summary, not TRL's raw dicts
     grpo = runner.invoke(
         app,
         [
@@ -321,6 +322,7 @@ def test_cli_train_sft_then_grpo_then_publish(tiny_model: Path, tmp_path: Path) 
         ],
     )
     assert grpo.exit_code == 0, grpo.output
+    assert "{'loss'" not in grpo.output and "{'train_runtime'" not in grpo.output
     out = runner.invoke(
         app,
         ["publish", str(tmp_path / "grpo" / "adapter"), "--name", "cli", "--production", "--lake", lake.root],

@@ -61,3 +61,16 @@ def test_every_bracketed_word_of_the_help_texts_is_shown(path: tuple[str, ...], 
         if flat(token) not in shown
     ]
     assert not missing, f"`trajlake {' '.join(path)} --help` lost {missing}"
+
+
+def test_help_prose_is_not_cut_where_its_source_lines_end() -> None:
+    from flows.settings import first_sentence
+
+    result = CliRunner().invoke(app, ["serve-sampler", "--help"], env={"COLUMNS": "240"})
+    assert result.exit_code == 0
+    # one paragraph, wrapped by the terminal only: the docstring's line breaks are gone
+    assert "A published adapter answers as `<name>-v<version>`, so production traces" in result.output
+    assert (
+        first_sentence("Judge model (e.g. `o3`, or a served one). More.")
+        == "Judge model (e.g. `o3`, or a served one)."
+    )

@@ -72,6 +72,20 @@ def parse_tools(tools: str | list | None) -> list[dict] | None:
     return list(tools) or None
 
 
+def canonical_tools(tools: list[dict] | None) -> list[dict] | None:
+    """Tool definitions with every object's keys in sorted order, as the lake stores them.
+
+    A chat template's `tojson` writes keys in the order it is given, and a client (an agent
+    calling `serve-sampler`) sends its own order: without this the policy is served a prompt it
+    was never trained on (SmolLM2 trained on the lake's order called `calculator` with its JSON
+    schema as the arguments when served the OpenAI SDK's order).
+
+    >>> canonical_tools([{"type": "function", "function": {"name": "f", "description": "d"}}])
+    [{'function': {'description': 'd', 'name': 'f'}, 'type': 'function'}]
+    """
+    return json.loads(json.dumps(tools, sort_keys=True)) if tools else tools
+
+
 class ChatRenderer:
     """Token-level rendering with the chat template `templates.chat_template_for` picks for a tokenizer
     (its own, or the tool-aware ChatML one when its own ignores tools): replay, evaluation,
@@ -101,6 +115,7 @@ class ChatRenderer:
         self, messages: list[dict], tools: list[dict] | None, *, add_generation_prompt: bool
     ) -> str:
         """Messages already in template form (`template_messages`) -> the template's text."""
+        tools = canonical_tools(tools)
         if tools and not self._checked_tools:
             check_renders_tools(self.tokenizer, self.chat_template, tools)
             self._checked_tools = True

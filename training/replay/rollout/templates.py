@@ -72,7 +72,7 @@ _TOOL_CHATML = r"""{#- trajlake's tool-aware ChatML (Hermes-style tools) for mod
     {%- endif %}
     {{- "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
     {%- for tool in tools %}
-        {{- '\n' + (tool | tojson) }}
+        {{- '\n' + (tool | tojson(sort_keys=True)) }}
     {%- endfor %}
     {{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
 {%- elif system %}

@@ -81,7 +81,7 @@ REAL_SIZES = {
     "full": DemoSize(
         questions=300,
         train_scenarios=24,
-        rounds=2,
+        rounds=3,
         group_size=8,
         eval_group_size=2,
         sft_epochs=1.0,

@@ -65,9 +65,11 @@ class _Line:
 
 
 def _read(paths: Sequence[str | os.PathLike[str]], max_line_bytes: int) -> list[_Line]:
+    """Every line converted; an id twice in one file is an error, and so is an id in two files
+    with different conversations (the same conversation in two files is kept once)."""
     now = store.utc_now()
     lines: list[_Line] = []
-    seen: dict[str, str] = {}
+    seen: dict[str, _Line] = {}
     for path in paths:
         for number, obj in read_lines(path, max_line_bytes):
             where = f"{path}:{number}"
@@ -75,17 +77,22 @@ def _read(paths: Sequence[str | os.PathLike[str]], max_line_bytes: int) -> list[
                 row, reward = convert(obj, now)
             except LineError as exc:
                 raise MalformedPayload("conversation", str(exc), path=where, fix=FIX) from None
-            tid = row["trajectory_id"]
-            if tid in seen:
+            line = _Line(where, row, reward, obj.get("started_at") is not None)
+            earlier = seen.get(row["trajectory_id"])
+            if earlier is None:
+                seen[row["trajectory_id"]] = line
+                lines.append(line)
+            elif earlier.where.rsplit(":", 1)[0] == str(path) or (earlier.row, earlier.reward) != (
+                row,
+                reward,
+            ):
                 raise MalformedPayload(
                     "conversation",
-                    f"trajectory `{tid}` is also at {seen[tid]}; each `id` (or conversation, without "
-                    "one) may appear once per import",
+                    f"trajectory `{row['trajectory_id']}` is also at {earlier.where}; each `id` (or "
+                    "conversation, without one) may appear once per file, and alike in every file",
                     path=where,
                     fix=FIX,
                 )
-            seen[tid] = where
-            lines.append(_Line(where, row, reward, obj.get("started_at") is not None))
     return lines
 
 

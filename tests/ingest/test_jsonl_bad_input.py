@@ -59,7 +59,7 @@ def test_nesting_just_over_the_limit_is_refused_at_the_limit_accepted(
     lake: store.Lake, tmp_path: Path
 ) -> None:
     inner = {"k": None}
-    for _ in range(MAX_DEPTH - 3):  # the line, its metadata and the chain: exactly MAX_DEPTH levels
+    for _ in range(MAX_DEPTH - 2):  # the line and the chain under `metadata`: exactly MAX_DEPTH levels
         inner = {"k": inner}
     ok = {**GOOD, "metadata": inner}
     over = {**OTHER, "metadata": {"k": inner}}
@@ -186,3 +186,21 @@ def test_a_reimport_that_changes_nothing_commits_nothing_and_says_so(
     more = ingest(lake, str(path))
     assert "imported 1 conversations" in more.output and "3 already there" in more.output, more.output
     assert versions(lake)["trajectories"] == (before["trajectories"] or 0) + 1
+
+
+def test_an_id_in_two_files_is_kept_once_when_alike_and_refused_when_not(
+    lake: store.Lake, tmp_path: Path
+) -> None:
+    one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
+    one.write_text(json.dumps(GOOD) + "\n")
+    two.write_text(json.dumps(OTHER) + "\n" + json.dumps(GOOD) + "\n")
+    result = ingest(lake, str(one), str(two))
+    assert result.exit_code == 0 and "imported 2 conversations" in result.output, result.output
+    other = tmp_path / "three.jsonl"
+    other.write_text(json.dumps({**GOOD, "messages": [{"role": "user", "content": "not the same"}]}) + "\n")
+    fresh = store.Lake(str(tmp_path / "fresh"))
+    result = ingest(fresh, str(one), str(other))
+    assert result.exit_code == 2 and f"{other}:1" in result.output and f"{one}:1" in result.output, (
+        result.output
+    )
+    assert not fresh.has_table("trajectories")

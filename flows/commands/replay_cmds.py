@@ -135,6 +135,7 @@ def serve_sampler(
     host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
     lake: LakeOption = None,
+    limits: dict | None = None,
 ) -> None:
     """Serve a model over an OpenAI/vLLM-compatible API (token-id prompts, n, logprobs) on CPU or GPU.
 
@@ -142,6 +143,8 @@ def serve_sampler(
     then works against it, and so do OpenAI SDK agents. A published adapter answers as
     `<name>-v<version>`, so production traces of agents using it are attributed to that
     version (`policy_performance`). The sampling options are the defaults of requests that set none.
+    A request past a limit (`n`, `max_tokens`, prompt or body size) is answered 400, one naming a
+    model this server does not serve 404; SIGTERM stops it within seconds, requests in flight or not.
     """
     import uvicorn
 
@@ -155,12 +158,17 @@ def serve_sampler(
             lake=resolve_lake(lake) if adapter and not Path(adapter).exists() else None,
             served_name=served_name,
             defaults=build(REQUEST_DEFAULTS, defaults),
+            limits=build(REQUEST_LIMITS, limits or {}),
         )
     except (FileNotFoundError, AdapterNotFound) as exc:
         raise fail(str(exc)) from None
     typer.echo(f"serving {sampler.policy} as `{name}` on http://{host}:{port}/v1")
     with sampler:
-        uvicorn.run(app, host=host, port=port, log_level="warning")
+        # In-flight requests get SHUTDOWN_GRACE_S after SIGTERM, then are cancelled: without a
+        # bound uvicorn waits for them, and a long generation kept the server up.
+        uvicorn.run(
+            app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=SHUTDOWN_GRACE_S
+        )
 
 
 def tiny_model(
@@ -175,11 +183,16 @@ def tiny_model(
 
 # The sampling parameters `serve-sampler` applies to requests that set none: the sampler's own fields.
 REQUEST_DEFAULTS = Section("serve-sampler", "training.replay.samplers.base:SamplingParams")
+# What one request may ask for: `--max-n`, `--max-tokens-limit`, `--max-prompt-chars`, `--max-body-bytes`.
+REQUEST_LIMITS = Section(
+    "serve-sampler.limits", "flows.sampler_server:RequestLimits", flags={"max_tokens": "--max-tokens-limit"}
+)
+SHUTDOWN_GRACE_S = 3
 
 app = typer.Typer(add_completion=False)  # its commands join `trajlake` on first use (flows.cli)
 scenarios_app.command("create")(configured(scenarios_create, scenarios="scenarios"))
 scenarios_app.command("load")(configured(scenarios_load, scenarios="scenarios"))
 app.add_typer(scenarios_app, name="scenarios")
 app.command("replay")(configured(replay_command, replay="replay", sampler="sampler", tools="tools"))
-app.command("serve-sampler")(configured(serve_sampler, defaults=REQUEST_DEFAULTS))
+app.command("serve-sampler")(configured(serve_sampler, defaults=REQUEST_DEFAULTS, limits=REQUEST_LIMITS))
 app.command("tiny-model", hidden=True)(tiny_model)

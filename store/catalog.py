@@ -164,9 +164,11 @@ class LakeDataset(ds.FileSystemDataset):
     DuckDB asks `scanner(columns=..., filter=...)` with its projection and filters pushed
     down. Files that delta-rs's MERGE wrote carry `string_view` columns, which pyarrow's
     dataset filter cannot evaluate (`equal(string, string_view)`, no `array_filter` kernel
-    for views), so the columns are read, cast to the schema's types, and filtered then.
-    DuckDB does not filter again what it pushed down: a filter naming a column this class
-    failed to read raises (`No match for FieldRef`), it never lets rows through.
+    for views), so columns are read, cast to the schema's types, and filtered then. A file
+    is first read in the filter's columns only, and its other columns only when a row of
+    it matches: a point lookup reads one file's rows whole, not every file's. DuckDB does
+    not filter again what it pushed down: a filter naming a column this class failed to
+    read raises (`No match for FieldRef`), it never lets rows through.
     """
 
     def scanner(self, columns: list[str] | None = None, filter: Any = None, **kwargs: Any) -> ds.Scanner:
@@ -177,11 +179,18 @@ class LakeDataset(ds.FileSystemDataset):
         # The filter's columns, found by name in its text (string literals removed first); a
         # column too many costs a read, one too few raises.
         text = re.sub(r'"(?:[^"\\]|\\.)*"', "", str(filter))
-        named = [n for n in self.schema.names if n not in wanted and re.search(rf"\b{re.escape(n)}\b", text)]
-        base = ds.FileSystemDataset.scanner(self, columns=wanted + named, **kwargs)
-        return ds.Scanner.from_batches(
-            _cast(base), schema=base.projected_schema, filter=filter, columns=wanted
-        )
+        named = [n for n in self.schema.names if re.search(rf"\b{re.escape(n)}\b", text)]
+        read = wanted + [n for n in named if n not in wanted]
+        schema = pa.schema([self.schema.field(n) for n in read])
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            for fragment in self.get_fragments():
+                probe = ds.Scanner.from_fragment(fragment, schema=self.schema, columns=named)
+                matched = ds.Scanner.from_batches(_cast(probe), schema=probe.projected_schema, filter=filter)
+                if matched.count_rows():
+                    yield from _cast(ds.Scanner.from_fragment(fragment, schema=self.schema, columns=read))
+
+        return ds.Scanner.from_batches(batches(), schema=schema, filter=filter, columns=wanted)
 
 
 def _cast(scanner: ds.Scanner) -> Iterator[pa.RecordBatch]:

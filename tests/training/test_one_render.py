@@ -7,7 +7,7 @@ from pathlib import Path
 import store
 from tests.training.helpers import make_trajectory
 from training.datasets import select_sft
-from training.replay.rollout.render import ChatRenderer, parse_tools, template_messages
+from training.replay.rollout.render import ChatRenderer, canonical_tools, parse_tools, template_messages
 from training.sft import tokenize_conversations
 
 # A template that renders what the stock Qwen one leaves out (names on every role), so any
@@ -59,7 +59,7 @@ def test_sft_no_longer_trains_the_template_newlines_replay_never_samples(tiny_mo
     ids, mask = out["input_ids"][0], out["assistant_masks"][0]
     trl = tokenizer.apply_chat_template(
         chat["messages"],
-        tools=chat["tools"],
+        tools=canonical_tools(chat["tools"]),  # rendered in the lake's key order, as SFT and replay do
         chat_template=get_training_chat_template(tokenizer),
         tokenize=True,
         return_dict=True,

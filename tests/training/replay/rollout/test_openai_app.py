@@ -15,6 +15,7 @@ from tests.training.helpers import TOOLS, ScriptedSampler, calculator_script
 from training.replay.rollout.episodes import Recorder
 from training.replay.rollout.loop import turn_seed
 from training.replay.rollout.openai_app import EPISODE_HEADER, create_app
+from training.replay.rollout.render import canonical_tools
 from training.replay.samplers import make_sampler
 from training.replay.samplers.base import Sampler, SamplingParams
 
@@ -55,7 +56,7 @@ def test_chat_completions_with_sdk_n_logprobs_and_token_ids(tiny_sampler: Sample
     prompt_ids = response.model_extra["prompt_token_ids"]
     rendered = tiny_sampler.tokenizer.apply_chat_template(
         [{"role": "user", "content": "What is 2 + 2?"}],
-        tools=TOOLS,
+        tools=canonical_tools(TOOLS),  # the app renders a client's tools in the lake's key order
         tokenize=False,
         add_generation_prompt=True,
     )

@@ -43,6 +43,19 @@ def serve_production_batch(lake: Path, model: Path, seed: int) -> dict[str, Any]
     return serve_second_batch(lake, model, published, SPEC.questions, SPEC.max_new_tokens, seed=seed)
 
 
+def promoting_lake(tmp_path: Path, model: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """A lake with the production LLM's traffic and the demo's config, where every night's candidate
+    goes to production (so each night continues the previous one) and every conversation with
+    content gives a scenario (the demo takes only well-rated ones, and a small batch served by a
+    weak adapter may have none), so each night's traffic brings train scenarios."""
+    monkeypatch.setenv("TRAJLAKE_PIPELINE__REQUIRE_IMPROVEMENT", "false")
+    monkeypatch.setenv("TRAJLAKE_SELECT__SCENARIOS", EVERY_CONVERSATION)
+    lake = tmp_path / "lake"
+    config = write_demo_config(tmp_path / "trajlake.toml", lake, model, SPEC, None)
+    capture_production_traces(lake, SPEC.questions)
+    return lake, config
+
+
 def at(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
@@ -53,14 +66,7 @@ def test_three_nights_each_train_from_production_on_what_is_new(
 ) -> None:
     from flows.prefect_flows import run_pipeline
 
-    # every night's candidate goes to production, so each night continues the previous one; every
-    # conversation with content gives a scenario (the demo takes only well-rated ones: a small batch
-    # served by a weak adapter may have none), so each night's traffic brings train scenarios
-    monkeypatch.setenv("TRAJLAKE_PIPELINE__REQUIRE_IMPROVEMENT", "false")
-    monkeypatch.setenv("TRAJLAKE_SELECT__SCENARIOS", EVERY_CONVERSATION)
-    lake = tmp_path / "lake"
-    config = write_demo_config(tmp_path / "trajlake.toml", lake, demo_model, SPEC, None)
-    capture_production_traces(lake, SPEC.questions)  # the production LLM's traffic
+    lake, config = promoting_lake(tmp_path, demo_model, monkeypatch)
     results = []
     for night in range(1, 4):
         if night > 1:
@@ -232,11 +238,7 @@ def test_sft_on_production_continues_the_production_adapter_on_the_new_conversat
     from flows.prefect_flows import run_pipeline
     from training.run import read_run_record
 
-    monkeypatch.setenv("TRAJLAKE_PIPELINE__REQUIRE_IMPROVEMENT", "false")
-    monkeypatch.setenv("TRAJLAKE_SELECT__SCENARIOS", EVERY_CONVERSATION)
-    lake = tmp_path / "lake"
-    config = write_demo_config(tmp_path / "trajlake.toml", lake, demo_model, SPEC, None)
-    capture_production_traces(lake, SPEC.questions)
+    lake, config = promoting_lake(tmp_path, demo_model, monkeypatch)
     first = run_pipeline(str(config), str(lake), rounds=1)["run"]
     capture_production_traces(lake, SPEC.questions, seed=7)  # the next day's conversations
     monkeypatch.setenv("TRAJLAKE_PIPELINE__SFT_ON_PRODUCTION", "true")

@@ -216,34 +216,21 @@ def read_sources(
 
 
 def relative_to_file(data: dict[str, Any], file: Path) -> dict[str, Any]:
-    """`data` with each path setting written `./x` or `../x` made absolute against `file`'s folder:
-    a configuration and the lake or model beside it can be copied or moved together.
+    """`data` (just parsed from `file`) with each path setting written `./x` or `../x` made absolute
+    against `file`'s folder: a configuration and the lake or model beside it move together.
 
     Only explicitly relative values move (a bare `name` may be a hub id, `s3://` a bucket), and
     only in tables the file has; the training tables (TRL's, slow to import) declare no path.
     """
-    out = dict(data)
     for key, section in SECTIONS.items():
-        if key in TRAINING_SECTIONS:
-            continue
-        present, table = _table(out, key)
-        if not present or not isinstance(table, dict):
+        table = {} if key in TRAINING_SECTIONS else table_at(data, key, str(file))
+        if not table:
             continue
         for setting in section.settings:
             value = table.get(setting.name)
             if setting.is_path and isinstance(value, str) and value.startswith(("./", "../")):
-                table[setting.name] = str((file.parent / value).resolve())
-    return out
-
-
-def _table(data: dict[str, Any], key: str) -> tuple[bool, Any]:
-    node: Any = data
-    for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return False, None
-        node[part] = dict(node[part]) if isinstance(node[part], dict) else node[part]
-        node = node[part]
-    return True, node
+                table[setting.name] = str((file.parent / value).resolve())  # type: ignore[index]
+    return data
 
 
 @cache

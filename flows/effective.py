@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from flows.config import DEFAULT_CONFIG_FILE, declared_variables, read_sources
-from flows.settings import derived_variable
+from flows.settings import derived_variable, table_at
 
 PACKAGES = ("flows", "training", "judging", "ingest", "store")  # trajlake's own, whose files key the cache
 LIBRARIES = ("trl", "transformers", "peft", "torch", "trajlake")
@@ -96,12 +96,10 @@ def described(*, refresh: bool = False) -> list[Described]:
 
 
 def _lookup(data: Mapping[str, Any], key: str) -> tuple[bool, Any]:
-    node: Any = data
-    for part in key.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return False, None
-        node = node[part]
-    return True, node
+    """Whether `key` is set in parsed TOML `data`, and its value."""
+    table, _, name = key.rpartition(".")
+    found = table_at(data, table, "trajlake.toml")
+    return name in found, found.get(name)
 
 
 def in_effect(environ: Mapping[str, str] | None = None) -> list[InEffect]:

@@ -94,11 +94,9 @@ def pipeline_runs(lake: Lake | str | os.PathLike[str]) -> list[PipelineRun]:
     return sorted((PipelineRun.from_metrics(m) for (m,) in rows), key=lambda r: (r.started_at, r.run_id))
 
 
-def last_finished_run(
-    lake: Lake | str | os.PathLike[str], *, excluding: str | None = None
-) -> PipelineRun | None:
-    """The newest finished pipeline run (other than `excluding`), if any."""
-    finished = [r for r in pipeline_runs(lake) if r.status == "finished" and r.run_id != excluding]
+def last_finished_run(lake: Lake | str | os.PathLike[str]) -> PipelineRun | None:
+    """The newest finished pipeline run, if any."""
+    finished = [r for r in pipeline_runs(lake) if r.status == "finished"]
     return finished[-1] if finished else None
 
 

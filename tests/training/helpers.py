@@ -123,3 +123,16 @@ def make_trajectory(trajectory_id: str, **overrides: Any) -> dict[str, Any]:
     }
     row.update(overrides)
     return row
+
+
+def openai_message(message: dict[str, Any]) -> dict[str, Any]:
+    """A lake message as an OpenAI client sends it (tool-call arguments as JSON text)."""
+    out: dict[str, Any] = {"role": message["role"], "content": message["content"] or ""}
+    if message["tool_call_id"]:
+        out["tool_call_id"] = message["tool_call_id"]
+    if message["tool_calls"]:
+        out["tool_calls"] = [
+            {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+            for c in message["tool_calls"]
+        ]
+    return out

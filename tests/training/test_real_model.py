@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +21,12 @@ from typer.testing import CliRunner
 
 import store
 from flows.cli import app
-from tests.training.helpers import TOOLS, ScriptedSampler, calculator_script, make_trajectory
+from tests.training.helpers import TOOLS, ScriptedSampler, calculator_script, make_trajectory, openai_message
 from tests.training.train_helpers import stored_groups
 from training.datasets import select_sft
 from training.grpo import train_grpo
 from training.grpo_config import TrajlakeGRPOConfig
-from training.models import MANIFEST, MODELS_ENV, fetch_model, resolve_model
+from training.models import MANIFEST, MODELS_ENV, resolve_model
 from training.replay.rollout.loop import AgentLoop, RolloutLimits
 from training.replay.rollout.openai_app import create_app
 from training.replay.rollout.render import ChatRenderer, parse_tools, template_messages
@@ -51,21 +50,6 @@ pytestmark = pytest.mark.realmodel
 NAME = "smollm2-135m-instruct"
 ALL = "SELECT trajectory_id FROM trajectories"
 SMOLLM_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
-
-
-@pytest.fixture(scope="session")
-def models_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A models folder holding the converted SmolLM2 (fetched and converted once per session)."""
-    root = tmp_path_factory.mktemp("models")
-    started = time.perf_counter()
-    fetch_model(NAME, root)
-    (root / "convert_s.txt").write_text(f"{time.perf_counter() - started:.1f}")
-    return root
-
-
-@pytest.fixture(scope="session")
-def smollm2(models_root: Path) -> Path:
-    return models_root / NAME
 
 
 @pytest.fixture
@@ -186,19 +170,6 @@ def test_multi_turn_rollout_is_token_exact_and_sft_trains_exactly_the_sampled_to
         row["messages"], tools=TOOLS, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
     )
     assert list(trl["input_ids"]) == ids and list(trl["assistant_masks"]) == mask
-
-
-def openai_message(message: dict[str, Any]) -> dict[str, Any]:
-    """A lake message as an OpenAI client sends it (tool-call arguments as JSON text)."""
-    out: dict[str, Any] = {"role": message["role"], "content": message["content"] or ""}
-    if message["tool_call_id"]:
-        out["tool_call_id"] = message["tool_call_id"]
-    if message["tool_calls"]:
-        out["tool_calls"] = [
-            {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
-            for c in message["tool_calls"]
-        ]
-    return out
 
 
 def test_replay_sft_and_serving_render_a_stored_conversation_to_the_same_ids(

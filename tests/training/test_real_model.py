@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from typer.testing import CliRunner
 import store
 from flows.cli import app
 from tests.training.helpers import TOOLS, ScriptedSampler, calculator_script, make_trajectory, openai_message
-from tests.training.train_helpers import stored_groups
+from tests.training.train_helpers import check_parity_with_stock, parity_trainers, stored_groups
 from training.datasets import select_sft
 from training.grpo import train_grpo
 from training.grpo_config import TrajlakeGRPOConfig
@@ -42,7 +43,7 @@ from training.replay.samplers import make_sampler
 from training.replay.samplers.base import SampleRequest, SamplingParams
 from training.replay.scenarios import Scenario, normalize_message
 from training.run import load_tokenizer
-from training.sft import tokenize_conversations, train_sft
+from training.sft import sft_dataset, tokenize_conversations, train_sft
 from training.sft_config import TrajlakeSFTConfig
 
 pytestmark = pytest.mark.realmodel
@@ -283,3 +284,74 @@ def test_one_grpo_step_by_name(lake: store.Lake, by_name: str, smollm2: Path, tm
         store.connect(lake).sql(f"SELECT metrics FROM runs WHERE run_id = '{result.run_id}'").fetchall()
     )
     assert torch.isfinite(torch.tensor(json.loads(metrics[0])["loss"]))
+
+
+# --- one step each against stock TRL ---------------------------------------------------------------
+
+
+def test_sft_trains_what_stock_trl_trains_from_the_same_conversations(
+    lake: store.Lake, smollm2: Path, tokenizer: Any, tmp_path: Path
+) -> None:
+    """Stock `SFTTrainer` on the conversations as messages and tools (`assistant_only_loss`, the
+    same template) builds the ids and masks trajlake pre-tokenises, and one batch gives both
+    trainers the same loss and LoRA gradients."""
+    from datasets import Dataset
+    from trl import SFTTrainer
+
+    store.write(lake, "trajectories", [make_trajectory(f"t{i}") for i in range(2)])
+    selection = select_sft(lake, ALL)
+    conversations = [{"messages": row["messages"], "tools": json.dumps(TOOLS)} for row in selection.rows]
+    config = TrajlakeSFTConfig(
+        output_dir=str(tmp_path / "ckpt"),
+        per_device_train_batch_size=2,
+        max_length=512,
+        seed=0,
+        activation_checkpointing=False,
+        report_to="none",
+    )
+    trainers = {}
+    for name, dataset, args in (
+        ("trajlake", sft_dataset(selection, tokenizer), config),
+        ("stock", Dataset.from_list(conversations), replace(config, assistant_only_loss=True)),
+    ):
+        trainers[name] = SFTTrainer(
+            model=str(smollm2),
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            peft_config=config.lora_config(),
+        )
+    ours, stock = trainers["trajlake"], trainers["stock"]
+    assert ours.train_dataset["input_ids"] == stock.train_dataset["input_ids"]
+    # TRL folds the assistant masks into the labels (-100 where no loss is taken)
+    assert ours.train_dataset["labels"] == stock.train_dataset["labels"]
+
+    torch.manual_seed(1)
+    for (n1, p1), (n2, p2) in zip(ours.model.named_parameters(), stock.model.named_parameters(), strict=True):
+        assert n1 == n2
+        if "lora_B" in n1:  # non-zero, identical adapters: the gradients reach every LoRA matrix
+            with torch.no_grad():
+                p1.copy_(torch.randn_like(p1) * 0.01)
+                p2.copy_(p1)
+    losses, grads = {}, {}
+    for name, trainer in trainers.items():
+        batch = trainer.data_collator([trainer.train_dataset[i] for i in range(2)])
+        trainer.model.train()
+        loss = trainer.compute_loss(trainer.model, batch)
+        loss.backward()
+        losses[name] = loss.item()
+        grads[name] = {n: p.grad for n, p in trainer.model.named_parameters() if p.grad is not None}
+    assert losses["trajlake"] == pytest.approx(losses["stock"], rel=1e-6)
+    assert grads["trajlake"].keys() == grads["stock"].keys() and len(grads["stock"]) == 2 * 30 * 7
+    for name, grad in grads["trajlake"].items():
+        torch.testing.assert_close(grad, grads["stock"][name], rtol=1e-5, atol=1e-7, msg=name)
+
+
+def test_grpo_loss_and_gradients_equal_stock_trl_on_smollm2(smollm2: Path, tmp_path: Path) -> None:
+    lake = store.Lake(str(tmp_path / "lake"))
+    rows, rewards = stored_groups(
+        str(smollm2), groups=1, size=4, temperature=0.7, multi_turn=True, vocab=49_152
+    )
+    store.write(lake, "trajectories", rows)
+    store.write(lake, "rewards", rewards)
+    check_parity_with_stock(*parity_trainers(lake, str(smollm2), tmp_path, 0.7), "dapo", rtol=1e-5)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import store
@@ -139,3 +140,113 @@ def stored_groups(
             rows.append(traj(tid, group_id=f"g{g}", scenario_id=f"s{g}", turns=turns, metadata=sampling))
             rewards.append(reward(tid, float((k + g) % 3) / 2, group_id=f"g{g}"))
     return rows, rewards
+
+
+# --- parity with stock TRL (the tiny model's tests and the real model's share it) ------------------
+
+
+def parity_trainers(lake: Any, model: str, tmp: Path, temperature: float) -> tuple[Any, Any, Any]:
+    """trajlake's GRPO trainer and stock TRL's on the same stored groups, config and LoRA weights.
+
+    Same LoRA init (TRL seeds before wrapping), but the adapters are made non-trivial and
+    identical, so the ratio, clipping and KL terms all matter.
+    """
+    import torch
+    from trl import GRPOTrainer
+
+    from training.datasets import select_grpo
+    from training.grpo import StoredGroupsGRPOTrainer, grpo_dataset, stored_reward
+    from training.grpo_config import TrajlakeGRPOConfig
+
+    selection = select_grpo(lake, "SELECT trajectory_id FROM trajectories")
+    dataset = grpo_dataset(selection.examples)
+    assert selection.temperature == temperature  # as the groups recorded it; `train_grpo` uses it so
+    cfg = TrajlakeGRPOConfig(
+        output_dir=str(tmp / "ckpt"),
+        per_device_train_batch_size=4,
+        max_steps=2,
+        learning_rate=5e-3,
+        activation_checkpointing=False,
+        save_strategy="no",
+        seed=0,
+        disable_tqdm=True,
+        beta=0.05,
+        temperature=selection.temperature,
+    )
+    lora = cfg.lora_config()
+    ours = StoredGroupsGRPOTrainer(
+        model=model, reward_funcs=stored_reward, args=cfg, train_dataset=dataset, peft_config=lora
+    )
+    stock = GRPOTrainer(
+        model=model, reward_funcs=stored_reward, args=cfg, train_dataset=dataset, peft_config=lora
+    )
+    for trainer in (ours, stock):
+        trainer.current_gradient_accumulation_steps = 1  # set by the training loop, which these calls bypass
+    torch.manual_seed(1)
+    for (n1, p1), (n2, p2) in zip(ours.model.named_parameters(), stock.model.named_parameters(), strict=True):
+        assert n1 == n2
+        if "lora_B" in n1:
+            with torch.no_grad():
+                p1.copy_(torch.randn_like(p1) * 0.05)
+                p2.copy_(p1)
+    return ours, stock, dataset
+
+
+def loss_and_grads(
+    trainer: Any, batch: dict, loss_type: str, backward: bool = True
+) -> tuple[float, dict[str, Any]]:
+    trainer.loss_type = loss_type
+    trainer.model.train()
+    trainer.model.zero_grad()
+    loss = trainer.compute_loss(trainer.model, batch)
+    if not backward:  # adapters disabled: nothing trainable to differentiate
+        return loss.item(), {}
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
+    trainer.model.zero_grad()
+    return loss.item(), grads
+
+
+def check_parity_with_stock(
+    ours: Any, stock: Any, dataset: Any, loss_type: str, *, rtol: float = 1e-6
+) -> None:
+    """One batch of stored groups through both trainers: the same loss and gradients (to `rtol`:
+    float32 summation order differs between the two forwards, more so over a real model's 30
+    layers); and the stored logprobs line up token by token with the model's own (stock TRL's
+    on-policy path)."""
+    import math
+
+    import pytest
+
+    rows = [dataset[i] for i in range(4)]
+    ours.model.train()
+    batch = ours._generate_and_score_completions(rows)
+    assert set(batch) >= {
+        "prompt_ids",
+        "completion_ids",
+        "tool_mask",
+        "advantages",
+        "old_per_token_logps",
+        "ref_per_token_logps",
+    }
+
+    # 1. Same tensors through both trainers' loss: identical loss and gradients.
+    our_loss, our_grads = loss_and_grads(ours, batch, loss_type)
+    stock_loss, stock_grads = loss_and_grads(stock, dict(batch), loss_type)
+    assert math.isfinite(our_loss)
+    assert our_loss == pytest.approx(stock_loss, rel=rtol, abs=1e-7), (our_loss, stock_loss)
+    assert our_grads.keys() == stock_grads.keys() and our_grads
+    for name, grad in our_grads.items():
+        expected = stock_grads[name]
+        error = ((grad - expected).norm() / expected.norm()).item()
+        assert error <= 10 * rtol, f"{name}: relative error {error:.2e}"
+
+    # 2. Stored logprobs are the sampler's (here: the base model at the sampling temperature).
+    # With adapters disabled, stock TRL's on-policy path (no old logps: ratio exactly 1) must give
+    # the loss our batch gives through the stored logprobs, which proves they line up token by token.
+    on_policy = {k: v for k, v in batch.items() if k != "old_per_token_logps"}
+    with ours.model.disable_adapter():
+        ours_base, _ = loss_and_grads(ours, batch, loss_type, backward=False)
+    with stock.model.disable_adapter():
+        stock_base, _ = loss_and_grads(stock, on_policy, loss_type, backward=False)
+    assert ours_base == pytest.approx(stock_base, rel=1e-4, abs=1e-5)

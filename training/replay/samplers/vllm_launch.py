@@ -156,6 +156,8 @@ class VLLMServerProcess:
 
     def start(self) -> str:
         """Start the server and wait until `/health` answers; returns its base URL."""
+        if self.log_path:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab") if self.log_path else None  # noqa: SIM115 (closed in stop)
         self._process = subprocess.Popen(
             self.command,

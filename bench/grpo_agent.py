@@ -14,6 +14,8 @@ The model is a Qwen2 with the width of a 0.5B-class model (hidden 896, MLP 4864,
 2 key-value heads) and random weights; on a CPU only `--layers` of its 24 layers, so a run
 stays within minutes (every layer costs the same, so the ratios hold). Vocabulary: the tiny
 tokenizer's 1,024 tokens, or `--vocab` (151,936 is Qwen2's) for a real LM head's cost.
+`--model smollm2-135m-instruct` (or any model folder) measures a real model whole instead: its
+30 layers, tied embeddings and 49,152-token LM head (token ids drawn from its first 1,024).
 
 Every implementation gets the same tensors (the batch `StoredGroupsGRPOTrainer` builds from
 one group's rows) through stock `GRPOTrainer.compute_loss` (every row forwarded whole) and
@@ -293,9 +295,14 @@ def run(
     import torch
     from transformers import AutoConfig
 
-    model = work / "wide"
-    if not (model / "config.json").exists():
-        wide_model(model, args.layers, args.vocab, tiny, getattr(args, "width", None))
+    if getattr(args, "model", None):
+        from training.models import resolve_model
+
+        model = Path(resolve_model(args.model))
+    else:
+        model = work / "wide"
+        if not (model / "config.json").exists():
+            wide_model(model, args.layers, args.vocab, tiny, getattr(args, "width", None))
     cuda = torch.cuda.is_available()
     vocab = AutoConfig.from_pretrained(model).vocab_size
     rows = agent_groups(args.groups, args.prompt_len, min(vocab, 1024), seed=0)
@@ -372,9 +379,10 @@ def print_table(args: argparse.Namespace) -> None:
         if torch.cuda.is_available()
         else f"CPU {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
     )
+    shape = args.model or f"Qwen2 0.5B width x {args.layers} layers"
     table = Table(
         title=f"GRPO on agent-shaped groups: {args.groups} groups x G=8, prompts ~{args.prompt_len} tokens, "
-        f"Qwen2 0.5B width x {args.layers} layers, {'bf16' if torch.cuda.is_available() else 'fp32'}, {device}"
+        f"{shape}, {'bf16' if torch.cuda.is_available() else 'fp32'}, {device}"
     )
     cells = table_rows(results, None, None)
     columns = [c for c in cells[0] if c != "step MFU"]
@@ -388,6 +396,11 @@ def print_table(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--model",
+        help="A real model instead (a folder, hub id or known name: `smollm2-135m-instruct`, fetched with "
+        "`trajlake model fetch`); --layers and --vocab are then its own.",
     )
     parser.add_argument("--layers", type=int, default=2, help="Layers of the 0.5B-width model.")
     parser.add_argument("--vocab", type=int, help="Vocabulary size (default: the tiny tokenizer's).")

@@ -28,6 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 import store
+from training.models import resolve_model
 from training.replay.rollout.loop import RolloutLimits
 from training.replay.rollout.render import ChatRenderer
 from training.replay.samplers import SamplingParams, make_sampler
@@ -147,7 +148,9 @@ def main() -> None:
     )
     parser.add_argument("--dtype", default=None, help="vLLM's dtype (default: the trainer's).")
     parser.add_argument(
-        "--model", default=None, help="Model folder (default: the tiny model, built if needed)."
+        "--model",
+        default=None,
+        help="Model folder, hub id or known name (`smollm2-135m-instruct`; default: the tiny model, built if needed).",
     )
     parser.add_argument(
         "--torch-threads",
@@ -162,7 +165,7 @@ def main() -> None:
 
         torch.set_num_threads(args.torch_threads)
 
-    model = args.model or str(tiny_model_path())
+    model = resolve_model(args.model) if args.model else str(tiny_model_path())
     work = Path(tempfile.mkdtemp(prefix="trajlake-bench-replay-"))
     lake = store.Lake(str(work / "lake"))
     load_scenarios(lake, _scenarios_file(work / "scenarios.jsonl", args.scenarios))

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import os
 
-import typer
-
+from flows.commands import command_app
 from flows.commands.options import LazyGroup
 
 COMMANDS = {
@@ -45,13 +44,12 @@ class TrajlakeGroup(LazyGroup):
     lazy = {name: f"flows.commands.{module}:app" for name, module in COMMANDS.items()}
 
 
-app = typer.Typer(
+app = command_app(
     name="trajlake",
     cls=TrajlakeGroup,
     help="Production agent traces -> trajectory lake -> replay, scoring, SFT/GRPO LoRA adapters.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
 )
 
 

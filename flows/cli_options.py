@@ -24,7 +24,6 @@ def cli_parameters(
     help shows that value, which is what the command uses when the option is left out.
     """
     import typer
-    from rich.markup import escape
 
     in_effect = in_effect or {}
     params = []
@@ -42,8 +41,7 @@ def cli_parameters(
         flags = setting.flag.split()  # the long spelling, then any short ones ("--group-size -g")
         if option_type is bool:
             flags = [f"{flags[0]}/--no-{flags[0].removeprefix('--')}", *flags[1:]]
-        # escaped: typer's help goes through rich's markup, which drops `[replay]` or `[default: 8]` as tags
-        info = typer.Option(*flags, help=escape(setting.help + shown), envvar=setting.env, show_default=False)
+        info = typer.Option(*flags, help=setting.help + shown, envvar=setting.env, show_default=False)
         params.append(
             inspect.Parameter(
                 param_name(setting.flag),

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from flows.commands import command_app
 from flows.commands.options import LakeOption, build, configured, fail, resolve_lake
 
 
@@ -75,6 +76,6 @@ def assemble(
     typer.echo(f"assembled {result.summary()} in {resolved.root}")
 
 
-app = typer.Typer(add_completion=False)  # its commands join `trajlake` on first use (flows.cli)
+app = command_app()  # its commands join `trajlake` on first use (flows.cli)
 app.command("collect")(configured(collect, collector="collector"))
 app.command("assemble")(assemble)

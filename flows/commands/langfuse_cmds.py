@@ -14,10 +14,11 @@ from typing import Annotated, Any
 
 import typer
 
+from flows.commands import command_app
 from flows.commands.import_cmds import jsonl
 from flows.commands.options import LakeOption, build, configured, fail, resolve_lake
 
-ingest_app = typer.Typer(
+ingest_app = command_app(
     name="ingest",
     help="Bring traces in from other systems (Langfuse) and conversations from files (JSONL).",
     no_args_is_help=True,
@@ -103,7 +104,7 @@ def langfuse(
     _print(summary, as_json)
 
 
-app = typer.Typer(add_completion=False)  # its commands join `trajlake` on first use (flows.cli)
+app = command_app()  # its commands join `trajlake` on first use (flows.cli)
 ingest_app.command("jsonl")(jsonl)
 ingest_app.command("langfuse")(configured(langfuse, server="langfuse", filters="langfuse.filters"))
 app.add_typer(ingest_app, name="ingest")

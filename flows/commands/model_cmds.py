@@ -7,9 +7,10 @@ from typing import Annotated
 
 import typer
 
+from flows.commands import command_app
 from flows.commands.options import fail
 
-model_app = typer.Typer(
+model_app = command_app(
     help="Base models trajlake knows by name: fetch (download + convert once), list.", no_args_is_help=True
 )
 
@@ -57,7 +58,7 @@ def list_models(
         typer.echo(f"{name}\t{recipe.licence}\t{recipe.source}\t{where}")
 
 
-app = typer.Typer(add_completion=False)  # its commands join `trajlake` on first use (flows.cli)
+app = command_app()  # its commands join `trajlake` on first use (flows.cli)
 model_app.command("fetch")(fetch)
 model_app.command("list")(list_models)
 app.add_typer(model_app, name="model")

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from flows.commands import command_app
 from flows.commands.options import LakeOption, fail, quiet_libraries
 from flows.config import load_config
 from flows.settings import ConfigError
@@ -201,7 +202,7 @@ def config_reference(
         typer.echo("# the configuration is valid: every table builds")
 
 
-app = typer.Typer(add_completion=False)  # its commands join `trajlake` on first use (flows.cli)
+app = command_app()  # its commands join `trajlake` on first use (flows.cli)
 app.command("pipeline")(pipeline)
 app.command("serve")(serve)
 app.command("demo")(demo)

@@ -8,10 +8,11 @@ from typing import Annotated
 import typer
 
 import store
+from flows.commands import command_app
 from flows.commands.options import LakeOption, build, configured, fail, quiet_libraries, resolve_lake
 from flows.settings import Section
 
-scenarios_app = typer.Typer(
+scenarios_app = command_app(
     help="Make replayable scenarios from trajectories, or load them from JSONL.", no_args_is_help=True
 )
 
@@ -22,7 +23,7 @@ def scenarios_create(
         str | None,
         typer.Option(
             "--sql",
-            help="SQL returning `trajectory_id`s (default: `\\[select] scenarios` of trajlake.toml or "
+            help="SQL returning `trajectory_id`s (default: `[select] scenarios` of trajlake.toml or "
             "$TRAJLAKE_SELECT__SCENARIOS, else every production trajectory).",
             show_default=False,
         ),
@@ -189,7 +190,7 @@ REQUEST_LIMITS = Section(
 )
 SHUTDOWN_GRACE_S = 3
 
-app = typer.Typer(add_completion=False)  # its commands join `trajlake` on first use (flows.cli)
+app = command_app()  # its commands join `trajlake` on first use (flows.cli)
 scenarios_app.command("create")(configured(scenarios_create, scenarios="scenarios"))
 scenarios_app.command("load")(configured(scenarios_load, scenarios="scenarios"))
 app.add_typer(scenarios_app, name="scenarios")

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from flows.commands import command_app
 from flows.commands.options import LakeOption, fail, resolve_lake
 from store import StoreError
 
@@ -66,5 +67,5 @@ def report(
     )
 
 
-app = typer.Typer(add_completion=False)  # its commands join `trajlake` on first use (flows.cli)
+app = command_app()  # its commands join `trajlake` on first use (flows.cli)
 app.command("report")(report)

@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from flows.commands import command_app
 from flows.commands.options import LakeOption, build, configured, fail, resolve_lake
 from flows.settings import Section
 
@@ -91,7 +92,7 @@ def score(
             "-r",
             help="`ruler`, a built-in (exact_match, normalized_match, valid_json, "
             "tool_success, turn_penalty, length_penalty) or `package.module:function`. Repeatable "
-            "(default: `\\[score] rewards` of trajlake.toml, unless --sql-reward is given).",
+            "(default: `[score] rewards` of trajlake.toml, unless --sql-reward is given).",
         ),
     ] = None,
     sql_reward: Annotated[
@@ -224,7 +225,7 @@ def agreement(
         console.print(f"no group has two or more trajectories scored by both `{a}` and `{b}`")
 
 
-app = typer.Typer(add_completion=False)  # its commands join `trajlake` on first use (flows.cli)
+app = command_app()  # its commands join `trajlake` on first use (flows.cli)
 app.command("score")(configured(score, run=SCORE_RUN, judge="judge"))
 app.command("combine")(combine)
 app.command("agreement")(agreement)

@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from flows.commands import command_app
 from flows.commands.options import LakeOption, build, configured, fail, lake_settings, resolve_lake
 from flows.settings import Section
 from store import QueryTimeout, ReadOnlyViolation, StoreError, query_lake
@@ -176,7 +177,7 @@ def migrate_cmd(lake: LakeOption = None) -> None:
 # `trajlake compact`'s options: `store.CompactConfig`'s fields (command line only).
 COMPACTION = Section("compact", "store.maintenance:CompactConfig", flags={"tables": "--table -t"})
 
-app = typer.Typer(add_completion=False)  # its commands join `trajlake` on first use (flows.cli)
+app = command_app()  # its commands join `trajlake` on first use (flows.cli)
 app.command("sql")(sql)
 app.command("tables")(tables)
 app.command("compact")(configured(compact_cmd, compaction=COMPACTION))

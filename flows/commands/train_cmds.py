@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 import store
+from flows.commands import command_app
 from flows.commands.options import LakeOption, LazyGroup, build, configured, fail, resolve_lake
 
 
@@ -16,7 +17,7 @@ class TrainGroup(LazyGroup):
     lazy = {"sft": "flows.commands.trl_cmds:app", "grpo": "flows.commands.trl_cmds:app"}
 
 
-train_app = typer.Typer(
+train_app = command_app(
     cls=TrainGroup,
     help="Train LoRA adapters on the lake: SFT on conversations, GRPO on scored groups.",
     no_args_is_help=True,
@@ -122,6 +123,6 @@ def _evaluate(
         raise fail(str(exc), 2) from None
 
 
-app = typer.Typer(add_completion=False)  # its commands join `trajlake` on first use (flows.cli)
+app = command_app()  # its commands join `trajlake` on first use (flows.cli)
 app.add_typer(train_app, name="train")
 app.command("publish")(configured(publish_command, publish="publish"))

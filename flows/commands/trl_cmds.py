@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import typer
 
 import store
+from flows.commands import command_app
 from flows.commands.options import LakeOption, build, configured, fail, quiet_libraries, resolve_lake
 
 SetOption = Annotated[
@@ -157,7 +158,7 @@ def train_sft_command(
         str | None,
         typer.Option(
             help="SQL returning the `trajectory_id`s to learn from (their conversations + tools); default: "
-            "`\\[select] sft` of trajlake.toml or $TRAJLAKE_SELECT__SFT, else production conversations with "
+            "`[select] sft` of trajlake.toml or $TRAJLAKE_SELECT__SFT, else production conversations with "
             "content outside the val scenarios.",
             show_default=False,
         ),
@@ -197,7 +198,7 @@ def train_grpo_command(
     reward: Annotated[
         str | None,
         typer.Option(
-            help="Reward name (rewards.name) to train on (default: `\\[score] reward` of trajlake.toml or "
+            help="Reward name (rewards.name) to train on (default: `[score] reward` of trajlake.toml or "
             "$TRAJLAKE_SCORE__REWARD, else the groups' only reward).",
             show_default=False,
         ),
@@ -225,6 +226,6 @@ def train_grpo_command(
     run_stage("grpo", {**grpo, "reward_name": reward}, output, overrides, as_of, lake, train)
 
 
-app = typer.Typer(add_completion=False)  # joins `trajlake train` on first use
+app = command_app()  # joins `trajlake train` on first use
 app.command("sft")(configured(train_sft_command, sft="train.sft"))
 app.command("grpo")(configured(train_grpo_command, grpo="train.grpo"))

@@ -357,8 +357,8 @@ def test_config_reads_its_key_list_from_a_cache_without_importing_the_trainers(t
 
 
 def test_help_shows_the_value_the_command_will_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import typer
 
+    from flows.commands import command_app
     from flows.commands.options import configured
     from flows.commands.replay_cmds import replay_command, scenarios_create
 
@@ -368,7 +368,7 @@ def test_help_shows_the_value_the_command_will_use(tmp_path: Path, monkeypatch: 
     monkeypatch.setenv("COLUMNS", "200")
     command_defaults.cache_clear()
     try:  # the options are derived when a command's module loads: once per `trajlake` process
-        app_ = typer.Typer()
+        app_ = command_app()
         app_.command("replay")(configured(replay_command, replay="replay", sampler="sampler", tools="tools"))
         app_.command("create")(configured(scenarios_create, scenarios="scenarios"))
         replay_help = CliRunner().invoke(app_, ["replay", "--help"]).output

@@ -66,11 +66,26 @@ def test_every_bracketed_word_of_the_help_texts_is_shown(path: tuple[str, ...], 
 def test_help_prose_is_not_cut_where_its_source_lines_end() -> None:
     from flows.settings import first_sentence
 
-    result = CliRunner().invoke(app, ["serve-sampler", "--help"], env={"COLUMNS": "240"})
+    result = CliRunner().invoke(app, ["serve-sampler", "--help"], env={"COLUMNS": "80"}, terminal_width=80)
     assert result.exit_code == 0
-    # one paragraph, wrapped by the terminal only: the docstring's line breaks are gone
-    assert "A published adapter answers as `<name>-v<version>`, so production traces" in result.output
+    # one paragraph, filled to the width: the docstring's own line breaks are gone
+    assert "  published adapter answers as `<name>-v<version>`, so production traces of\n" in result.output
     assert (
         first_sentence("Judge model (e.g. `o3`, or a served one). More.")
         == "Judge model (e.g. `o3`, or a served one)."
     )
+
+
+@pytest.mark.parametrize(("path", "command"), ALL, ids=[" ".join(p) or "trajlake" for p, _ in ALL])
+def test_help_reads_whole_at_80_columns(path: tuple[str, ...], command: Any) -> None:
+    """Lines within 80 columns, no option name cut short, `--help` without a type beside it."""
+    result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "80"}, terminal_width=80)
+    assert result.exit_code == 0, result.output
+    # past 80 only an option's flags alone on their line (click does not break a flag)
+    long = [line for line in result.output.splitlines() if len(line) > 80]
+    assert all(re.fullmatch(r"  --[\w-]+( / --[\w-]+)?", line) for line in long), long
+    flags = [
+        o for p in command.params if not getattr(p, "hidden", False) for o in p.opts if o.startswith("-")
+    ]
+    assert all(re.search(rf"(^|[\s,/]){re.escape(flag)}([\s,/]|$)", result.output, re.M) for flag in flags)
+    assert re.search(r"^  --help\s+Show this message and exit\.$", result.output, re.M)

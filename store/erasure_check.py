@@ -29,7 +29,8 @@ from store.schema import TABLES
 SKIPPED_DIRS = ("_erasure",)
 
 
-def _pattern(needles: Sequence[str]) -> re.Pattern[bytes] | None:
+def needle_pattern(needles: Sequence[str]) -> re.Pattern[bytes] | None:
+    """One regular expression finding any of `needles` in bytes (None when there are none)."""
     # Longest first, so that an id that is a prefix of another never hides it.
     escaped = [re.escape(n.encode()) for n in sorted(set(needles), key=len, reverse=True) if n]
     return re.compile(b"|".join(escaped)) if escaped else None
@@ -45,7 +46,7 @@ def _decoded(lake: Lake, path: str) -> bytes:
 def files_holding(lake: Lake, needles: Sequence[str], paths: Iterable[str] | None = None) -> list[str]:
     """The files (fsspec paths) among `paths` (default: every file under the lake) holding any
     of `needles`: Parquet decoded, everything else as bytes."""
-    pattern = _pattern(needles)
+    pattern = needle_pattern(needles)
     if pattern is None:
         return []
     found = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -282,3 +283,40 @@ def test_bad_selections_exit_2_and_erase_nothing(
     result = runner.invoke(app, ["forget", *args, "--yes", "--lake", full_lake.root])
     assert result.exit_code == 2 and message in result.output
     assert files_holding(full_lake, [USER])
+
+
+KILLED_MIDWAY = """
+import os, signal, sys
+from store import Lake
+from store.erasure import ErasureSelection, plan_erasure
+from store.erasure_apply import delete_rows, save_pending
+
+lake = Lake(sys.argv[1])
+plan = plan_erasure(lake, ErasureSelection("user_id", sys.argv[2]))
+save_pending(lake, plan)
+delete_rows(lake, plan.targets["rewards"])
+delete_rows(lake, plan.targets["trajectories"])  # the roots are gone: a new plan could not find the spans
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_forget_killed_midway_is_finished_by_the_next_run(full_lake: store.Lake) -> None:
+    import subprocess
+    import sys
+
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_MIDWAY, full_lake.root, USER],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert killed.returncode == -9, killed.stderr
+    assert files_holding(full_lake, [USER, SECRET])  # spans, old versions, spool, cache still hold them
+
+    again = runner.invoke(app, ["forget", "--user-id", USER, "--yes", "--lake", full_lake.root])
+    assert again.exit_code == 0, again.output
+    assert "finished the interrupted erasure" in again.output
+    assert files_holding(full_lake, [USER, SECRET, f"traj-{USER}", f"replay-{USER}"]) == []
+    assert not list(Path(full_lake.root, "_erasure").glob("*.json"))
+    con = store.connect(full_lake)
+    assert con.sql("SELECT count(*) FROM erasures WHERE verified").fetchall()[0][0] == 1

@@ -26,7 +26,7 @@ import store
 from ingest.otlp.collector import default_spool_root
 from ingest.otlp.spool.erase import erase_from_spools
 from judging.ruler.cache import JudgeCache
-from store.erasure import ErasurePlan, ErasureSelection, plan_erasure
+from store.erasure import ErasurePlan, ErasureSelection, RetentionConfig, plan_erasure
 from store.erasure_apply import TableErasure, apply_plan, drop_pending, pending_plans, save_pending
 from store.erasure_check import verify_erased
 from store.errors import StoreError
@@ -137,3 +137,15 @@ def audit_row(report: ErasureReport) -> dict[str, Any]:
 def finish_pending(lake: store.Lake, **options: Any) -> list[ErasureReport]:
     """Finish the erasures a killed `forget` left (their saved plans)."""
     return [carry_out(lake, erasure, **options) for erasure in pending_plans(lake)]
+
+
+def apply_retention(lake: store.Lake, retention: RetentionConfig, **options: Any) -> ErasureReport | None:
+    """Erase production data older than `retention.production_days` (None: nothing to erase)."""
+    cutoff = retention.cutoff(store.utc_now())
+    if cutoff is None:
+        return None
+    finish_pending(lake, **options)
+    erasure, _ = plan(
+        lake, ErasureSelection("older_than", cutoff.isoformat()), reason="retention", requested_by="retention"
+    )
+    return None if erasure.empty else carry_out(lake, erasure, **options)

@@ -320,3 +320,32 @@ def test_forget_killed_midway_is_finished_by_the_next_run(full_lake: store.Lake)
     assert not list(Path(full_lake.root, "_erasure").glob("*.json"))
     con = store.connect(full_lake)
     assert con.sql("SELECT count(*) FROM erasures WHERE verified").fetchall()[0][0] == 1
+
+
+def test_retention_erases_old_production_data_and_keeps_recent(lake: store.Lake) -> None:
+    from flows.stages.forget import apply_retention
+    from store.erasure import RetentionConfig
+
+    now = store.utc_now()
+    old, recent = now - timedelta(days=40), now - timedelta(days=2)
+    rows = [
+        {**_conversation(f"user-{i}", i, 0), "started_at": when, "trajectory_id": f"traj-{i}"}
+        for i, when in ((1, old), (2, recent))
+    ]
+    store.write(lake, "trajectories", rows)
+    spans = [
+        {**_span("user-1", 1, 0), "start_time": old},
+        {**_span("user-3", 3, 7), "start_time": old},
+        {**_span("user-2", 2, 0), "start_time": recent},
+    ]
+    store.write(lake, "spans", spans)
+
+    report = apply_retention(lake, RetentionConfig(production_days=30))
+    assert report is not None and report.verified
+    con = store.connect(lake)
+    assert con.sql("SELECT trajectory_id FROM trajectories").fetchall() == [("traj-2",)]
+    # the span of a trace that never assembled ages out as well
+    assert con.sql("SELECT trace_id FROM spans").fetchall() == [(_trace(2, 0),)]
+    assert con.sql("SELECT reason, selection_kind FROM erasures").fetchall() == [("retention", "older_than")]
+    assert files_holding(lake, ["user-1", "user-3", _trace(1, 0), _trace(3, 7)]) == []
+    assert apply_retention(lake, RetentionConfig(production_days=0)) is None

@@ -89,5 +89,53 @@ def mark_adapters(lake: store.Lake | str, rows: Sequence[dict[str, Any]], erasur
     return [f"{r['name']}:{r['version']}" for r in rows]
 
 
-def is_marked(row: dict[str, Any]) -> bool:
-    return bool(row.get("trained_on_erased_data"))
+def record_lineages(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The lineage of every stage along a run record's parent chain."""
+    out = []
+    node: dict[str, Any] | None = record
+    while isinstance(node, dict):
+        lineage = node.get("lineage")
+        if isinstance(lineage, dict) and lineage.get("sql"):
+            out.append(lineage)
+        node = node.get("parent")
+    return out
+
+
+def erasure_marks(record: dict[str, Any]) -> list[str]:
+    """The erasures that marked a run record or any run it continued."""
+    marks: set[str] = set()
+    node: dict[str, Any] | None = record
+    while isinstance(node, dict):
+        marks |= set(node.get("erasures") or [])
+        node = node.get("parent")
+    return sorted(marks)
+
+
+def mark_run_records(lake: store.Lake, trajectory_ids: Sequence[str], erasure_id: str) -> list[str]:
+    """Mark the run records of unpublished adapters under the lake (`_work`, `--output-dir`s
+    inside it, registry copies) whose training selections returned an erased trajectory, so
+    that publishing them is refused; returns their folders. Local lakes only."""
+    from pathlib import Path
+
+    from training.run import RUN_RECORD
+
+    if not trajectory_ids or not lake.is_local:
+        return []
+    erased = pa.table({"v": pa.array(sorted(set(trajectory_ids)), pa.string())})
+    marked = []
+    for path in sorted(Path(lake.root).rglob(RUN_RECORD)):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(record, dict) or not any(
+            saw_erased(lake, e, erased) for e in record_lineages(record)
+        ):
+            continue
+        record["trained_on_erased_data"] = True
+        record["erasures"] = sorted({*(record.get("erasures") or []), erasure_id})
+        temp = path.with_suffix(".json.tmp")
+        temp.write_text(json.dumps(record, indent=2, sort_keys=True, default=str))
+        temp.replace(path)
+        marked.append(str(path.parent))
+    return marked

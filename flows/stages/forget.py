@@ -30,7 +30,7 @@ from store.erasure import ErasurePlan, ErasureSelection, RetentionConfig, plan_e
 from store.erasure_apply import TableErasure, apply_plan, drop_pending, pending_plans, save_pending
 from store.erasure_check import verify_erased
 from store.errors import StoreError
-from training.erasure import adapters_trained_on, mark_adapters
+from training.erasure import adapters_trained_on, mark_adapters, mark_run_records
 
 
 class ErasureIncomplete(StoreError):
@@ -46,6 +46,7 @@ class ErasureReport:
     spool_rows: int = 0
     cache_entries: int = 0
     adapters: list[str] = field(default_factory=list)
+    run_records: list[str] = field(default_factory=list)  # unpublished adapters' folders marked
     verified: bool = False
 
     @property
@@ -96,6 +97,7 @@ def carry_out(
     step("adapters")
     trained = adapters_trained_on(lake, erasure.targets["trajectories"].values)
     report.adapters = mark_adapters(lake, trained, erasure.erasure_id)
+    report.run_records = mark_run_records(lake, erasure.targets["trajectories"].values, erasure.erasure_id)
     step("judge cache")
     report.cache_entries = JudgeCache(lake).forget(erasure.needles)
     report.tables = apply_plan(lake, erasure, on_table=lambda t: step(f"`{t}`"))
@@ -128,7 +130,13 @@ def audit_row(report: ErasureReport) -> dict[str, Any]:
         "rows": json.dumps({t.table: t.rows_deleted for t in report.tables}),
         "files_rewritten": report.files_rewritten,
         "bytes_written": report.bytes_written,
-        "derived": json.dumps({"spool_rows": report.spool_rows, "judge_cache_entries": report.cache_entries}),
+        "derived": json.dumps(
+            {
+                "spool_rows": report.spool_rows,
+                "judge_cache_entries": report.cache_entries,
+                "unpublished_adapters_marked": len(report.run_records),
+            }
+        ),
         "adapters": report.adapters,
         "verified": report.verified,
     }

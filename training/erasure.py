@@ -22,7 +22,7 @@ import pyarrow as pa
 
 import store
 from store.errors import StoreError
-from training.lineage import as_of_versions
+from training.lineage import RUN_RECORD, as_of_versions
 from training.registry import adapter_rows
 
 
@@ -116,8 +116,6 @@ def mark_run_records(lake: store.Lake, trajectory_ids: Sequence[str], erasure_id
     inside it, registry copies) whose training selections returned an erased trajectory, so
     that publishing them is refused; returns their folders. Local lakes only."""
     from pathlib import Path
-
-    from training.run import RUN_RECORD
 
     if not trajectory_ids or not lake.is_local:
         return []

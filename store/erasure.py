@@ -34,10 +34,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from store.catalog import Snapshot, check_selection, connect, snapshot
+from store.catalog import Snapshot, check_selection, connect, snapshot, table_version
 from store.errors import SelectionError
 from store.lake import Lake
 from store.rows import utc_now
+from store.schema import WRITTEN_AT
 from store.vocabulary import PRODUCTION_SOURCES, ErasureReason, SelectionKind, one_of
 
 # Tables in the order an erasure rewrites them: derived rows first, the conversations last,
@@ -265,6 +266,29 @@ def locate(lake: Lake, snap: Snapshot, target: TableTarget) -> None:
             target.rows += rows
             target.files.append(fragment.path.removeprefix("file://").removeprefix(prefix))
     target.bytes = sum(lake.fs.size(lake.fs_path(target.table, f)) for f in target.files)
+
+
+def newest_write(lake: Lake, target: TableTarget) -> datetime | None:
+    """The newest `_written_at` among the current rows of `target.values` (None: no row left).
+
+    An erasure's MERGE is bounded by it (`t._written_at <= ...`): the rows it deletes are all
+    that old, and the bound lets Delta's conflict check rule out files other writers add
+    meanwhile by their statistics, so a busy collector does not make the MERGE lose every race."""
+    current = table_version(lake, target.table)
+    if current.version is None or not current.files or not target.values:
+        return None
+    dataset = ds.dataset(list(current.files), format="parquet", filesystem=None if lake.is_local else lake.fs)
+    wanted = pa.array(target.values, pa.string())
+    newest = None
+    for fragment in dataset.get_fragments():
+        # Read and compare as `string`: delta-rs writes `string_view`, which filters have no kernel for.
+        rows = fragment.to_table(columns=[target.column, WRITTEN_AT])
+        keys = pc.cast(rows.column(target.column), pa.string())
+        stamps = rows.column(WRITTEN_AT).filter(pc.fill_null(pc.is_in(keys, value_set=wanted), False))
+        if len(stamps):
+            found = pc.max(stamps).as_py()
+            newest = found if newest is None or found > newest else newest
+    return newest
 
 
 def plan_summary(plan: ErasurePlan) -> dict[str, Any]:

@@ -30,14 +30,15 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC
 from typing import Any
 
 import pyarrow as pa
 
-from store.erasure import ERASED_TABLES, ErasurePlan, TableTarget
+from store.erasure import ERASED_TABLES, ErasurePlan, TableTarget, newest_write
 from store.errors import StoreError
 from store.lake import Lake
-from store.schema import table_spec
+from store.schema import WRITTEN_AT, table_spec
 from store.writer import open_table, retried
 
 PENDING_DIR = "_erasure"
@@ -100,15 +101,16 @@ def delete_rows(lake: Lake, target: TableTarget) -> TableErasure:
     if not lake.has_table(target.table):
         return outcome
     spec = table_spec(target.table)
-    if target.values:
+    newest = newest_write(lake, target)
+    if newest is not None:  # None: no row of these keys is left (a re-run)
         keys = pa.table({target.column: pa.array(target.values, pa.string())})
+        bound = newest.astimezone(UTC).isoformat().replace("+00:00", "Z")
+        predicate = f"t.{WRITTEN_AT} <= '{bound}' AND t.{target.column} = s.{target.column}"
 
         def merge() -> dict[str, Any]:
             table = open_table(lake, spec)
             return (
-                table.merge(
-                    keys, f"t.{target.column} = s.{target.column}", source_alias="s", target_alias="t"
-                )
+                table.merge(keys, predicate, source_alias="s", target_alias="t")
                 .when_matched_delete()
                 .execute()
             )
@@ -158,12 +160,15 @@ def purge_history(lake: Lake, table: str, outcome: TableErasure | None = None) -
         return outcome
     uri = lake.table_uri(table)
     log_before = set(_log_files(lake, table))
-    delta = DeltaTable(uri, storage_options=lake.delta_options)
-    delta.alter.set_table_properties({LOG_RETENTION: "interval 0 seconds"})
+
+    def set_log_retention(value: str) -> None:
+        DeltaTable(uri, storage_options=lake.delta_options).alter.set_table_properties({LOG_RETENTION: value})
+
+    retried(lambda: set_log_retention("interval 0 seconds"), _gave_up(table))
     delta = DeltaTable(uri, storage_options=lake.delta_options)
     delta.create_checkpoint()
     delta.cleanup_metadata()
-    delta.alter.set_table_properties({LOG_RETENTION: DEFAULT_LOG_RETENTION})
+    retried(lambda: set_log_retention(DEFAULT_LOG_RETENTION), _gave_up(table))
     outcome.log_files_removed = len(log_before - set(_log_files(lake, table)))
     delta = DeltaTable(uri, storage_options=lake.delta_options)
     removed = delta.vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False)

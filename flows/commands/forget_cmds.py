@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -100,5 +101,32 @@ def forget(
     )
 
 
+def retrain(
+    adapter: Annotated[str, typer.Argument(help="The adapter: NAME, NAME:VERSION or NAME:ALIAS.")],
+    output_dir: Annotated[
+        Path, typer.Option("--output-dir", "-o", help="Where the stages' adapter folders go.")
+    ] = Path("retrained"),
+    base_model: Annotated[
+        str | None, typer.Option("--base-model", help="Base model (default: the adapter's).")
+    ] = None,
+    lake: LakeOption = None,
+) -> None:
+    """Train an adapter again on the current tables: its recorded stages (selection SQL,
+    hyperparameters) from the base model, e.g. after `trajlake forget` marked it."""
+    from training.errors import TrainingError
+    from training.retrain import retrain as run_stages
+
+    the_lake = resolve_lake(lake, must_exist=True)
+    try:
+        result = run_stages(the_lake, adapter, output_dir, base_model=base_model)
+    except TrainingError as exc:
+        raise fail(str(exc)) from None
+    typer.echo(
+        f"retrained {adapter} ({' -> '.join(result.stages)}) on the current tables: {result.adapter_dir}; "
+        f"publish it with `trajlake publish {result.adapter_dir}`"
+    )
+
+
 app = typer.Typer(add_completion=False)  # its commands join `trajlake` on first use (flows.cli)
 app.command("forget")(forget)
+app.command("retrain")(retrain)

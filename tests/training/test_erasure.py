@@ -71,3 +71,29 @@ def test_forget_marks_published_and_unpublished_adapters_that_saw_the_user(
     warning = "".join(erased_data_warning(resolve_adapter(lake, "everyone:1")))
     assert "Trained on erased data" in warning and "trajlake retrain everyone:1" in warning
     assert erased_data_warning(resolve_adapter(lake, "others:1")) == []
+
+
+def test_retrain_runs_the_recorded_stages_without_the_erased_rows(tiny_model: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    lake = store.Lake(str(tmp_path / "lake"))
+    rows, _ = stored_groups(str(tiny_model), groups=2, size=2, multi_turn=False)
+    for row in rows:
+        row["user_id"] = "erased-user" if row["trajectory_id"].startswith("g0") else "kept-user"
+    store.write(lake, "trajectories", rows)
+    adapter = _sft(lake, tiny_model, "SELECT trajectory_id FROM trajectories", tmp_path / "sft")
+    publish(lake, adapter, PublishConfig(name="agent"))
+    carry_out(lake, plan(lake, ErasureSelection("user_id", "erased-user"))[0])
+
+    result = CliRunner().invoke(
+        app, ["retrain", "agent:1", "-o", str(tmp_path / "again"), "--lake", lake.root]
+    )
+    assert result.exit_code == 0, result.output
+    record = read_run_record(tmp_path / "again" / "1-sft" / "adapter")
+    assert record["stage"] == "sft" and record["lineage"]["sql"] == "SELECT trajectory_id FROM trajectories"
+    assert record["lineage"]["trajectory_count"] == 2  # the kept user's two conversations only
+    assert record["hyperparameters"]["max_steps"] == 1 and not record.get("trained_on_erased_data")
+    published = publish(lake, str(tmp_path / "again" / "1-sft" / "adapter"), PublishConfig(name="agent"))
+    assert not resolve_adapter(lake, f"agent:{published.version}")["trained_on_erased_data"]

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from flows.commands import command_app
 from flows.commands.options import LakeOption, fail, resolve_lake
 from flows.commands.store_cmds import print_rows
 from store import SelectionError, StoreError
@@ -127,6 +128,6 @@ def retrain(
     )
 
 
-app = typer.Typer(add_completion=False)  # its commands join `trajlake` on first use (flows.cli)
+app = command_app()  # its commands join `trajlake` on first use (flows.cli)
 app.command("forget")(forget)
 app.command("retrain")(retrain)

@@ -349,3 +349,11 @@ def test_retention_erases_old_production_data_and_keeps_recent(lake: store.Lake)
     assert con.sql("SELECT reason, selection_kind FROM erasures").fetchall() == [("retention", "older_than")]
     assert files_holding(lake, ["user-1", "user-3", _trace(1, 0), _trace(3, 7)]) == []
     assert apply_retention(lake, RetentionConfig(production_days=0)) is None
+
+
+def test_compact_after_forget_keeps_working(full_lake: store.Lake) -> None:
+    done = runner.invoke(app, ["forget", "--user-id", USER, "--yes", "--lake", full_lake.root])
+    assert done.exit_code == 0, done.output
+    compacted = runner.invoke(app, ["compact", "--lake", full_lake.root])
+    assert compacted.exit_code == 0, compacted.output
+    assert files_holding(full_lake, [USER, SECRET]) == []

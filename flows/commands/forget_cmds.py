@@ -44,7 +44,7 @@ def forget(
     lake: LakeOption = None,
 ) -> None:
     """Erase a user's, session's or trace's conversations (or a SQL selection) from every copy in the lake."""
-    from flows.stages.forget import ErasureIncomplete, carry_out, finish_pending, plan
+    from flows.stages.forget import ErasureIncomplete, carry_out, derived_counts, finish_pending, plan
 
     chosen = {
         k: v
@@ -78,10 +78,12 @@ def forget(
         [(t, summary["rows"][t], summary["files"][t]) for t in summary["rows"]],
         "table",
     )
+    derived = derived_counts(the_lake, erasure)
     console.print(
-        f"derived data: judge cache entries and spool rows of these conversations; adapters trained on them: {', '.join(adapters) or 'none'}"
+        f"derived data: {derived['judge_cache_entries']} judge cache entries, {derived['spool_rows']} rows in "
+        f"collectors' spools; adapters trained on these conversations: {', '.join(adapters) or 'none'}"
     )
-    if erasure.empty:
+    if erasure.empty and not derived["spool_rows"]:
         console.print("nothing in the lake matches; nothing to erase")
         return
     if not yes:

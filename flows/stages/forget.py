@@ -24,7 +24,7 @@ from typing import Any
 
 import store
 from ingest.otlp.collector import default_spool_root
-from ingest.otlp.spool.erase import erase_from_spools
+from ingest.otlp.spool.erase import count_in_spools, erase_from_spools
 from judging.ruler.cache import JudgeCache
 from store.erasure import ErasurePlan, ErasureSelection, RetentionConfig, plan_erasure
 from store.erasure_apply import TableErasure, apply_plan, drop_pending, pending_plans, save_pending
@@ -67,6 +67,26 @@ def plan(
     return erasure, [f"{r['name']}:{r['version']}" for r in adapters]
 
 
+def spool_mentions(erasure: ErasurePlan) -> list[str]:
+    """Values a spool row may name the erased user or session by (spans not in the lake yet)."""
+    if erasure.selection_kind not in ("user_id", "session_id"):
+        return []
+    return [n for n in erasure.needles if n not in erasure.targets["spans"].values]
+
+
+def derived_counts(lake: store.Lake, erasure: ErasurePlan) -> dict[str, int]:
+    """What a dry run lists besides the tables' rows: spool rows and judge cache entries."""
+    spool = 0
+    if lake.is_local:
+        spool = count_in_spools(
+            default_spool_root(lake), erasure.targets["spans"].values, spool_mentions(erasure)
+        )
+    return {
+        "spool_rows": spool,
+        "judge_cache_entries": JudgeCache(lake).forget(erasure.needles, dry_run=True),
+    }
+
+
 def carry_out(
     lake: store.Lake,
     erasure: ErasurePlan,
@@ -80,11 +100,10 @@ def carry_out(
     save_pending(lake, erasure)
     if lake.is_local:
         step("spools")
-        mentions = [n for n in erasure.needles if n not in erasure.targets["spans"].values]
         spools = erase_from_spools(
             default_spool_root(lake),
             erasure.targets["spans"].values,
-            mentions if erasure.selection_kind in ("user_id", "session_id") else (),
+            spool_mentions(erasure),
             wait_s=spool_wait_s,
         )
         if spools.waiting:

@@ -89,10 +89,10 @@ class JudgeCache:
             # An object-store PUT is atomic: readers see the old object or the new one.
             self.lake.fs.pipe_file(path, payload.encode())
 
-    def forget(self, needles: Sequence[str]) -> int:
+    def forget(self, needles: Sequence[str], *, dry_run: bool = False) -> int:
         """Delete every entry (and claim) that mentions one of `needles` (trajectory or group
         ids of erased conversations: a verdict quotes its trajectories' ids and explanations
-        about their content); returns the entries deleted."""
+        about their content); returns the entries deleted (`dry_run`: that would be)."""
         from store.erasure_check import needle_pattern
 
         pattern = needle_pattern(needles)
@@ -102,7 +102,8 @@ class JudgeCache:
         deleted = 0
         for path in self.lake.fs.find(root):
             if pattern.search(self.lake.fs.cat_file(path)):
-                self.lake.fs.rm(path)
+                if not dry_run:
+                    self.lake.fs.rm(path)
                 deleted += str(path).endswith(".json")
         return deleted
 

@@ -239,6 +239,7 @@ def test_forget_user_leaves_no_copy_anywhere_and_keeps_everyone_else(full_lake: 
     dry = runner.invoke(app, ["forget", "--user-id", USER, "--lake", lake.root])
     assert dry.exit_code == 0, dry.output
     assert "dry run" in dry.output and "all-users:1" in dry.output
+    assert "1 judge cache entries, 1 rows in collectors' spools" in dry.output
     assert files_holding(lake, needles)  # a dry run changes nothing
 
     done = runner.invoke(

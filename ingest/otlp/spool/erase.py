@@ -103,6 +103,18 @@ def rewrite_segment(path: Path, trace_ids: pa.Array, mentions: tuple[str, ...] =
     return removed
 
 
+def count_in_spools(root: Path, trace_ids: Iterable[str], mentions: Iterable[str] = ()) -> int:
+    """Rows of `trace_ids` (or mentioning `mentions`) in every spool under `root` (a dry run)."""
+    wanted = pa.array(sorted(set(trace_ids)), pa.string())
+    quoted = tuple(json.dumps(m) for m in mentions)
+    return sum(
+        count_in_segment(segment, wanted, quoted)
+        for directory in spool_dirs(root)
+        for segment in segments_of(directory)
+        if segment.exists()
+    )
+
+
 def erase_from_spools(
     root: Path,
     trace_ids: Iterable[str],

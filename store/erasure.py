@@ -102,6 +102,10 @@ class ErasurePlan:
     requested_at: str  # ISO time
     targets: dict[str, TableTarget] = field(default_factory=dict)
     needles: list[str] = field(default_factory=list)
+    # Found before anything is erased (their lineage versions still exist), filled by the
+    # caller that knows adapters: `name:version` rows and run-record paths to mark.
+    adapters: list[str] | None = None
+    run_records: list[str] | None = None
 
     @property
     def rows(self) -> dict[str, int]:

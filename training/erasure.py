@@ -73,8 +73,12 @@ def adapters_trained_on(lake: store.Lake | str, trajectory_ids: Sequence[str]) -
     ]
 
 
-def mark_adapters(lake: store.Lake | str, rows: Sequence[dict[str, Any]], erasure_id: str) -> list[str]:
-    """Mark `rows` trained_on_erased_data (one commit); returns their `name:version`."""
+def mark_adapters(lake: store.Lake | str, refs: Sequence[str], erasure_id: str) -> list[str]:
+    """Mark the adapters `refs` (`name:version`) trained_on_erased_data in one commit; returns
+    the refs still in the table. Marking twice changes nothing (a resumed erasure)."""
+    from training.registry import resolve_adapter
+
+    rows = [resolve_adapter(lake, ref) for ref in refs]
     if not rows:
         return []
     marked = [
@@ -111,25 +115,37 @@ def erasure_marks(record: dict[str, Any]) -> list[str]:
     return sorted(marks)
 
 
-def mark_run_records(lake: store.Lake, trajectory_ids: Sequence[str], erasure_id: str) -> list[str]:
-    """Mark the run records of unpublished adapters under the lake (`_work`, `--output-dir`s
-    inside it, registry copies) whose training selections returned an erased trajectory, so
-    that publishing them is refused; returns their folders. Local lakes only."""
+def run_records_trained_on(lake: store.Lake, trajectory_ids: Sequence[str]) -> list[str]:
+    """The run records of adapters under the lake (`_work`, `--output-dir`s inside it, registry
+    copies), published or not, whose training selections returned an erased trajectory.
+    Local lakes only."""
     from pathlib import Path
 
     if not trajectory_ids or not lake.is_local:
         return []
     erased = pa.table({"v": pa.array(sorted(set(trajectory_ids)), pa.string())})
-    marked = []
+    found = []
     for path in sorted(Path(lake.root).rglob(RUN_RECORD)):
         try:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if not isinstance(record, dict) or not any(
-            saw_erased(lake, e, erased) for e in record_lineages(record)
-        ):
+        if isinstance(record, dict) and any(saw_erased(lake, e, erased) for e in record_lineages(record)):
+            found.append(str(path))
+    return found
+
+
+def mark_run_records(paths: Sequence[str], erasure_id: str) -> list[str]:
+    """Mark the run records at `paths` trained_on_erased_data, so that publishing their adapters
+    is refused; returns the adapter folders marked."""
+    from pathlib import Path
+
+    marked = []
+    for name in paths:
+        path = Path(name)
+        if not path.exists():
             continue
+        record = json.loads(path.read_text())
         record["trained_on_erased_data"] = True
         record["erasures"] = sorted({*(record.get("erasures") or []), erasure_id})
         temp = path.with_suffix(".json.tmp")

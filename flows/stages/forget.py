@@ -30,7 +30,12 @@ from store.erasure import ErasurePlan, ErasureSelection, RetentionConfig, plan_e
 from store.erasure_apply import TableErasure, apply_plan, drop_pending, pending_plans, save_pending
 from store.erasure_check import verify_erased
 from store.errors import StoreError
-from training.erasure import adapters_trained_on, mark_adapters, mark_run_records
+from training.erasure import (
+    adapters_trained_on,
+    mark_adapters,
+    mark_run_records,
+    run_records_trained_on,
+)
 
 
 class ErasureIncomplete(StoreError):
@@ -63,8 +68,10 @@ def plan(
 ) -> tuple[ErasurePlan, list[str]]:
     """The plan of `selection` and the adapters it would mark (a dry run: nothing changes)."""
     erasure = plan_erasure(lake, selection, reason=reason, requested_by=requested_by)  # type: ignore[arg-type]
-    adapters = adapters_trained_on(lake, erasure.targets["trajectories"].values)
-    return erasure, [f"{r['name']}:{r['version']}" for r in adapters]
+    erased = erasure.targets["trajectories"].values
+    erasure.adapters = [f"{r['name']}:{r['version']}" for r in adapters_trained_on(lake, erased)]
+    erasure.run_records = run_records_trained_on(lake, erased)
+    return erasure, erasure.adapters
 
 
 def spool_mentions(erasure: ErasurePlan) -> list[str]:
@@ -97,6 +104,15 @@ def carry_out(
     """Erase everything `erasure` names, check the lake, record the audit row."""
     step = on_step or (lambda _: None)
     report = ErasureReport(erasure)
+    if erasure.adapters is None or erasure.run_records is None:
+        # Before anything is erased: the versions their lineage read still exist. Kept in the
+        # saved plan, so a resumed erasure marks the same ones.
+        step("adapters")
+        erasure.adapters = [
+            f"{r['name']}:{r['version']}"
+            for r in adapters_trained_on(lake, erasure.targets["trajectories"].values)
+        ]
+        erasure.run_records = run_records_trained_on(lake, erasure.targets["trajectories"].values)
     save_pending(lake, erasure)
     if lake.is_local:
         step("spools")
@@ -113,10 +129,9 @@ def carry_out(
                 f"{busy}; nothing was erased from the lake; rerun `trajlake forget` once they have flushed"
             )
         report.spool_rows = spools.rows_removed
-    step("adapters")
-    trained = adapters_trained_on(lake, erasure.targets["trajectories"].values)
-    report.adapters = mark_adapters(lake, trained, erasure.erasure_id)
-    report.run_records = mark_run_records(lake, erasure.targets["trajectories"].values, erasure.erasure_id)
+    step("marking adapters")
+    report.adapters = mark_adapters(lake, erasure.adapters, erasure.erasure_id)
+    report.run_records = mark_run_records(erasure.run_records, erasure.erasure_id)
     step("judge cache")
     report.cache_entries = JudgeCache(lake).forget(erasure.needles)
     report.tables = apply_plan(lake, erasure, on_table=lambda t: step(f"`{t}`"))

@@ -358,3 +358,33 @@ def test_compact_after_forget_keeps_working(full_lake: store.Lake) -> None:
     compacted = runner.invoke(app, ["compact", "--lake", full_lake.root])
     assert compacted.exit_code == 0, compacted.output
     assert files_holding(full_lake, [USER, SECRET]) == []
+
+
+def test_the_scheduled_ingest_flow_applies_retention(
+    lake: store.Lake, tmp_path: Path, prefect_api: None
+) -> None:
+    from flows.prefect_flows import ingest_flow
+
+    now = store.utc_now()
+    store.write(
+        lake,
+        "trajectories",
+        [
+            {
+                **_conversation("user-old", 1, 0),
+                "trajectory_id": "old",
+                "started_at": now - timedelta(days=10),
+            },
+            {
+                **_conversation("user-new", 2, 0),
+                "trajectory_id": "new",
+                "started_at": now - timedelta(hours=1),
+            },
+        ],
+    )
+    config = tmp_path / "trajlake.toml"
+    config.write_text("[retention]\nproduction_days = 7\n")
+    counts = ingest_flow(config_file=str(config), lake=lake.root)
+    assert counts["retention_erased_trajectories"] == 1
+    assert store.connect(lake).sql("SELECT trajectory_id FROM trajectories").fetchall() == [("new",)]
+    assert files_holding(lake, ["user-old"]) == []

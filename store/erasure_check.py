@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from store.catalog import snapshot
@@ -29,39 +30,62 @@ from store.schema import TABLES
 SKIPPED_DIRS = ("_erasure",)
 
 
-def needle_pattern(needles: Sequence[str]) -> re.Pattern[bytes] | None:
-    """One regular expression finding any of `needles` in bytes (None when there are none)."""
-    # Longest first, so that an id that is a prefix of another never hides it.
-    escaped = [re.escape(n.encode()) for n in sorted(set(needles), key=len, reverse=True) if n]
-    return re.compile(b"|".join(escaped)) if escaped else None
+# Turns a file's bytes into text where its values can be searched (a compressed or binary
+# format), by file name suffix: Parquet here; other packages add their own (the spool's).
+Decoder = Callable[[bytes], bytes]
 
 
-def _decoded(lake: Lake, path: str) -> bytes:
+def needle_pattern(needles: Sequence[str], *, whole_values: bool = False) -> re.Pattern[bytes] | None:
+    """One regular expression finding any of `needles` in bytes (None when there are none).
+
+    `whole_values`: match a needle only as a whole JSON string value (`"u-12"`, not the `u-12`
+    inside `u-123` or inside someone's message): ids are searched so, in files where every
+    value is JSON text (logs, caches) or decoded to it.
+    """
+    texts = sorted({json.dumps(n) if whole_values else n for n in needles if n}, key=len, reverse=True)
+    # Longest first, so that a needle that is a prefix of another never hides it.
+    return re.compile(b"|".join(re.escape(t.encode()) for t in texts)) if texts else None
+
+
+def parquet_as_json(data: bytes) -> bytes:
     """A Parquet file's values as JSON text (compressed pages hide them from a byte search)."""
-    with lake.fs.open(path, "rb") as handle:
-        table = pq.read_table(handle)
-    return json.dumps(table.to_pylist(), default=str, ensure_ascii=False).encode()
+    table = pq.read_table(pa.BufferReader(data))
+    return json.dumps(table.to_pylist(), default=str).encode()
 
 
-def files_holding(lake: Lake, needles: Sequence[str], paths: Iterable[str] | None = None) -> list[str]:
+DECODERS: dict[str, Decoder] = {".parquet": parquet_as_json}
+
+
+def files_holding(
+    lake: Lake,
+    needles: Sequence[str],
+    paths: Iterable[str] | None = None,
+    *,
+    whole_values: bool = False,
+    decoders: Mapping[str, Decoder] | None = None,
+) -> list[str]:
     """The files (fsspec paths) among `paths` (default: every file under the lake) holding any
-    of `needles`: Parquet decoded, everything else as bytes."""
-    pattern = needle_pattern(needles)
+    of `needles`: Parquet (and what `decoders` name by suffix) decoded to JSON text, every
+    other file as its bytes. `whole_values`: see `needle_pattern`."""
+    pattern = needle_pattern(needles, whole_values=whole_values)
     if pattern is None:
         return []
+    known = {**DECODERS, **(decoders or {})}
     found = []
     for path in paths if paths is not None else lake.fs.find(lake.fs_path()):
         path = str(path)
         if any(f"/{d}/" in path for d in SKIPPED_DIRS):
             continue
-        data = _decoded(lake, path) if path.endswith(".parquet") else lake.fs.cat_file(path)
-        if pattern.search(data):
+        data = lake.fs.cat_file(path)
+        decode = next((d for suffix, d in known.items() if path.endswith(suffix)), None)
+        if pattern.search(decode(data) if decode else data):
             found.append(path)
     return found
 
 
-def verify_erased(lake: Lake, plan: ErasurePlan) -> list[str]:
-    """What still holds erased data after `plan` was carried out (empty: nothing)."""
+def verify_erased(lake: Lake, plan: ErasurePlan, decoders: Mapping[str, Decoder] | None = None) -> list[str]:
+    """What still holds erased data after `plan` was carried out (empty: nothing). Ids are
+    searched as whole values; `decoders`: the formats other packages keep under the lake."""
     snap = snapshot(lake)
     problems = []
     current = set()
@@ -78,7 +102,8 @@ def verify_erased(lake: Lake, plan: ErasurePlan) -> list[str]:
         if under_table in plan.targets and "/_delta_log/" not in path and _local(path) in current:
             continue  # checked by key above
         others.append(path)
-    problems += [f"`{p}` holds erased values" for p in files_holding(lake, plan.needles, others)]
+    leftovers = files_holding(lake, plan.needles, others, whole_values=True, decoders=decoders)
+    problems += [f"`{p}` holds erased values" for p in leftovers]
     return problems
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import store
 from ingest.otlp.collector import default_spool_root
-from ingest.otlp.spool.erase import count_in_spools, erase_from_spools
+from ingest.otlp.spool.erase import count_in_spools, erase_from_spools, segment_as_json
 from judging.ruler.cache import JudgeCache
 from store.erasure import ErasurePlan, ErasureSelection, RetentionConfig, plan_erasure
 from store.erasure_apply import TableErasure, apply_plan, drop_pending, pending_plans, save_pending
@@ -136,7 +136,7 @@ def carry_out(
     report.cache_entries = JudgeCache(lake).forget(erasure.needles)
     report.tables = apply_plan(lake, erasure, on_table=lambda t: step(f"`{t}`"))
     step("checking every file")
-    problems = verify_erased(lake, erasure)
+    problems = verify_erased(lake, erasure, decoders={".wal": segment_as_json})
     if problems:
         raise ErasureIncomplete(
             f"erasure `{erasure.erasure_id}` is not complete: "

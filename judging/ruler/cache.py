@@ -95,7 +95,7 @@ class JudgeCache:
         about their content); returns the entries deleted (`dry_run`: that would be)."""
         from store.erasure_check import needle_pattern
 
-        pattern = needle_pattern(needles)
+        pattern = needle_pattern(needles, whole_values=True)  # as the entry's JSON quotes them
         root = self.lake.fs_path(*CACHE_DIR)
         if pattern is None or not self.lake.fs.exists(root):
             return 0

@@ -276,6 +276,8 @@ def test_time_travel_before_an_erasure_says_the_data_is_gone(full_lake: store.La
         (["--user-id", "a", "--session-id", "b"], "exactly one"),
         ([], "exactly one"),
         (["--where", "no_such_column = 1"], "--where"),
+        (["--where", "true; DELETE FROM trajectories"], "--where"),
+        (["--user-id", " "], "is empty"),
     ],
 )
 def test_bad_selections_exit_2_and_erase_nothing(

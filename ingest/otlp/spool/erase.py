@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 
 from ingest.errors import SpoolBusy
 from ingest.otlp.spool.ownership import lock_directory
-from ingest.otlp.spool.records import decode_table, encode_table, frame, read_segment
+from ingest.otlp.spool.records import decode_table, encode_table, frame, read_segment, split_records
 
 
 @dataclass
@@ -113,6 +113,14 @@ def count_in_spools(root: Path, trace_ids: Iterable[str], mentions: Iterable[str
         for segment in segments_of(directory)
         if segment.exists()
     )
+
+
+def segment_as_json(data: bytes) -> bytes:
+    """A spool segment's rows as JSON text, for searching erased values in it (Arrow IPC keeps
+    strings raw, but not quoted as whole values)."""
+    records, _, _ = split_records(memoryview(data))
+    rows = [row for record in records for row in decode_table(record).to_pylist()]
+    return json.dumps(rows, default=str).encode()
 
 
 def erase_from_spools(

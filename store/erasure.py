@@ -219,7 +219,10 @@ def _selected(con: duckdb.DuckDBPyConnection, selection: ErasureSelection) -> pa
                 sql=selection.value,
                 reason=exc.reason,
             ) from None
-        return con.sql(text).to_arrow_table()
+        # Only ids the table holds: a condition that smuggles in a UNION selects no other ids.
+        return con.sql(
+            f"SELECT t.trajectory_id, t.trace_id FROM trajectories t SEMI JOIN ({text}) s USING (trajectory_id)"
+        ).to_arrow_table()
     if selection.kind == "older_than":
         sql = f"{columns} WHERE {one_of('source', PRODUCTION_SOURCES)} AND started_at < $v::TIMESTAMPTZ"
     else:

@@ -390,3 +390,11 @@ def test_the_scheduled_ingest_flow_applies_retention(
     assert counts["retention_erased_trajectories"] == 1
     assert store.connect(lake).sql("SELECT trajectory_id FROM trajectories").fetchall() == [("new",)]
     assert files_holding(lake, ["user-old"]) == []
+
+
+def test_a_where_condition_selects_only_trajectories_the_lake_holds(full_lake: store.Lake) -> None:
+    from store.erasure import ErasureSelection, plan_erasure
+
+    smuggled = f"user_id = '{USER}') UNION SELECT 'not-a-trajectory', 'x' FROM (SELECT 1"
+    erasure = plan_erasure(full_lake, ErasureSelection("where", smuggled))
+    assert erasure.rows["trajectories"] == 6 and "not-a-trajectory" not in erasure.needles

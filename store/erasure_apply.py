@@ -28,6 +28,7 @@ audit row is written, so a `forget` killed at any point is finished by the next 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC
@@ -47,6 +48,9 @@ DEFAULT_LOG_RETENTION = "interval 30 days"  # Delta's default, restored after a 
 # Files no commit names are vacuumed only past this age: a younger one may be a writer's
 # file about to be committed (deleting it would lose rows that writer acknowledged).
 UNCOMMITTED_GRACE_HOURS = 1
+# Between the deletes and the vacuum: a query that opened the previous versions a moment
+# before reads their files meanwhile (a longer one can still fail, and succeeds when rerun).
+READER_GRACE_S = 2.0
 
 
 @dataclass
@@ -198,9 +202,14 @@ def earliest_version(lake: Lake, table: str) -> int | None:
 
 
 def apply_plan(
-    lake: Lake, plan: ErasurePlan, *, on_table: Callable[[str], None] | None = None
+    lake: Lake,
+    plan: ErasurePlan,
+    *,
+    reader_grace_s: float = READER_GRACE_S,
+    on_table: Callable[[str], None] | None = None,
 ) -> list[TableErasure]:
-    """Delete the plan's rows table by table, then purge each table's history."""
+    """Delete the plan's rows from every table, wait `reader_grace_s`, then purge each table's
+    history (the wait lets queries that opened the previous versions read their files)."""
     outcomes = []
     for name in ERASED_TABLES:
         target = plan.targets.get(name)
@@ -208,6 +217,8 @@ def apply_plan(
             continue
         if on_table is not None:
             on_table(name)
-        outcome = delete_rows(lake, target)
-        outcomes.append(purge_history(lake, name, outcome))
-    return outcomes
+        outcomes.append(delete_rows(lake, target))
+    if on_table is not None:
+        on_table("history")
+    time.sleep(reader_grace_s)
+    return [purge_history(lake, outcome.table, outcome) for outcome in outcomes]

@@ -37,6 +37,8 @@ COMMANDS = {
     "config": "pipeline_cmds",
     "report": "report_cmds",
     "model": "model_cmds",
+    "forget": "forget_cmds",
+    "retrain": "forget_cmds",
 }
 
 

@@ -93,6 +93,7 @@ SECTIONS: dict[str, Section] = {
     s.key: s
     for s in (
         Section("lake", "flows.tables:LakeSettings"),
+        Section("retention", "store.erasure:RetentionConfig"),
         Section(
             "collector",
             "ingest.otlp.config:CollectorConfig",

@@ -72,6 +72,7 @@ _local = {"cache_policy": NO_CACHE}
 
 pull_langfuse_task = task(stages.pull_langfuse, name="pull-langfuse", **_network)
 assemble_task = task(stages.assemble_pending, name="assemble", **_local)
+retention_task = task(stages.apply_retention, name="retention", **_local)
 scenarios_task = task(stages.make_scenarios, name="scenarios", **_local)
 replay_task = task(stages.replay_round, name="replay", **_local)
 score_reward_task = task(stages.score_reward, name="score", **_network)
@@ -94,6 +95,7 @@ def ingest_flow(config_file: str | None = None, lake: str | None = None) -> dict
     if config.pipeline.langfuse:
         counts["langfuse_trajectories"] = pull_langfuse_task(config)
     counts["assembled_trajectories"] = assemble_task(config)
+    counts["retention_erased_trajectories"] = retention_task(config)
     create_table_artifact([{"stage": k, "rows": v} for k, v in counts.items()], key="trajlake-ingest")
     return counts
 

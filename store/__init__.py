@@ -24,6 +24,7 @@ from store.catalog import (
 from store.conform import conform_batch
 from store.errors import (
     CompactionError,
+    DataErased,
     QueryTimeout,
     ReadOnlyViolation,
     SchemaViolation,
@@ -83,6 +84,7 @@ __all__ = [
     "VAL_SCENARIOS",
     "CompactConfig",
     "CompactionError",
+    "DataErased",
     "IngestStage",
     "IngestStatus",
     "Lake",

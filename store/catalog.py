@@ -50,7 +50,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from pyarrow.fs import FSSpecHandler, LocalFileSystem, PyFileSystem
 
-from store.errors import ReadOnlyViolation, SelectionError
+from store.errors import DataErased, ReadOnlyViolation, SelectionError
 from store.lake import Lake
 
 # `run_read_only` and `check_read_only` lived here; `store.readonly` holds them now.
@@ -85,6 +85,11 @@ def table_version(lake: Lake, table: str, version: int | None = None) -> TableVe
         delta = DeltaTable(lake.table_uri(table), version=version, storage_options=lake.delta_options)
     except TableNotFoundError:
         if version is not None:
+            from store.erasure_apply import earliest_version
+
+            earliest = earliest_version(lake, table)
+            if earliest is not None and version < earliest:
+                raise DataErased(table, version, earliest) from None
             raise
         return TableVersion(table, None, None)
     current = delta.version()

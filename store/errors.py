@@ -67,3 +67,20 @@ class SelectionError(StoreError, ValueError):
         self.sql = sql
         self.reason = reason  # snake_case code: empty_sql, not_read_only, bad_sql, missing_column
         super().__init__(message)
+
+
+class DataErased(StoreError, LookupError):
+    """A table version read by time travel is gone: `forget` or retention erased the history
+    before it (the `erasures` table says when and why)."""
+
+    def __init__(self, table: str, version: int, earliest: int | None) -> None:
+        self.table = table
+        self.version = version
+        self.earliest = earliest
+        oldest = (
+            f"the oldest readable version is {earliest}" if earliest is not None else "no version is left"
+        )
+        super().__init__(
+            f"version {version} of `{table}` is gone: its data was erased (`trajlake forget` or retention, "
+            f"see the `erasures` table); {oldest}"
+        )

@@ -24,6 +24,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from store.erasure_apply import earliest_version
 from store.errors import CompactionError
 from store.lake import Lake
 from store.schema import PARTITION_COLUMN, TABLES, table_spec
@@ -114,6 +115,9 @@ def compact_table(
         outcome.files_removed += int(metrics.get("numFilesRemoved", 0))
         outcome.files_added += int(metrics.get("numFilesAdded", 0))
     if config.vacuum:
+        # Versions before an erasure's purge (`store.erasure_apply`) cannot be kept: they are gone.
+        oldest = earliest_version(lake, table) or 0
+        keep_versions = [v for v in keep_versions if v >= oldest]
         removed = DeltaTable(uri, storage_options=lake.delta_options).vacuum(
             retention_hours=config.retention_hours,
             dry_run=False,

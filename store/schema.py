@@ -254,6 +254,10 @@ ADAPTERS = TableSpec(
         pa.field("metrics", pa.string()),  # JSON
         pa.field("published_at", TIMESTAMP),
         pa.field("aliases", pa.list_(pa.string())),
+        # Set by `trajlake forget` / retention when rows this adapter was trained on were
+        # erased (its weights still encode them); `erasures` names the `erasures` rows.
+        pa.field("trained_on_erased_data", pa.bool_()),
+        pa.field("erasures", pa.list_(pa.string())),
     ),
 )
 
@@ -287,9 +291,42 @@ INGEST_ERRORS = TableSpec(
     ),
 )
 
+# The audit of `trajlake forget` and retention: who erased what selection when, and how much.
+# Never the erased values: a selection is kept as its kind and a sha256 digest of its value.
+ERASURES = TableSpec(
+    name="erasures",
+    key=("erasure_id",),
+    required=("reason", "requested_at"),
+    schema=_schema(
+        pa.field("erasure_id", pa.string()),
+        pa.field("reason", pa.string()),  # store.vocabulary.ErasureReason
+        pa.field("requested_by", pa.string()),
+        pa.field("requested_at", TIMESTAMP),
+        pa.field("finished_at", TIMESTAMP),
+        pa.field("selection_kind", pa.string()),  # user_id, session_id, trace_id, where, older_than
+        pa.field("selection_digest", pa.string()),  # sha256:<hex> of the selection's value
+        pa.field("rows", pa.string()),  # JSON: table -> rows erased
+        pa.field("files_rewritten", pa.int64()),
+        pa.field("bytes_written", pa.int64()),
+        pa.field("derived", pa.string()),  # JSON: spool records, judge cache entries, ...
+        pa.field("adapters", pa.list_(pa.string())),  # `name:version` marked trained_on_erased_data
+        pa.field("verified", pa.bool_()),  # every file under the lake was checked afterwards
+    ),
+)
+
 TABLES: dict[str, TableSpec] = {
     spec.name: spec
-    for spec in (SPANS, TRAJECTORIES, REWARDS, SCENARIOS, RUNS, ADAPTERS, WATERMARKS, INGEST_ERRORS)
+    for spec in (
+        SPANS,
+        TRAJECTORIES,
+        REWARDS,
+        SCENARIOS,
+        RUNS,
+        ADAPTERS,
+        WATERMARKS,
+        INGEST_ERRORS,
+        ERASURES,
+    )
 }
 
 

@@ -18,6 +18,8 @@ Split = Literal["train", "val"]
 RunStage = Literal["sft", "grpo", "eval", "pipeline"]
 IngestStage = Literal["assemble"]
 IngestStatus = Literal["failed", "resolved"]
+ErasureReason = Literal["forget", "retention"]
+SelectionKind = Literal["user_id", "session_id", "trace_id", "where", "older_than"]
 
 # What the collector and the Langfuse puller write spans as: the sources assembled trajectories have.
 SPAN_SOURCES: tuple[SpanSource, ...] = get_args(SpanSource)
@@ -34,6 +36,7 @@ VOCABULARIES: dict[str, dict[str, tuple[str, ...]]] = {
     "scenarios": {"split": get_args(Split)},
     "runs": {"stage": get_args(RunStage)},
     "ingest_errors": {"stage": get_args(IngestStage), "status": get_args(IngestStatus)},
+    "erasures": {"reason": get_args(ErasureReason), "selection_kind": get_args(SelectionKind)},
 }
 
 

@@ -70,6 +70,13 @@ class PublishConfig:
     hub_token: str | None = field(
         default=None, metadata={"help": "Hugging Face token for the upload.", "env": "HF_TOKEN"}
     )
+    allow_erased_data: bool = field(
+        default=False,
+        metadata={
+            "help": "Publish an adapter trained on rows erased since (`trajlake forget`, retention), "
+            "marked `trained_on_erased_data`; without it such an adapter is refused."
+        },
+    )
 
     def __post_init__(self) -> None:
         if not NAME_PATTERN.match(self.name):
@@ -248,6 +255,13 @@ def publish(
         raise refuse_promotion(name, gate)
 
     rows = adapter_rows(lake, name)
+    erasures = erased_data_marks(lake, record)
+    if erasures and not config.allow_erased_data:
+        raise PublishError(
+            f"`{folder}` was trained on rows erased since (erasures {', '.join(erasures)}): its weights may "
+            "still encode them; nothing was published. Retrain it on the current tables (`trajlake retrain`), "
+            "or publish it marked trained_on_erased_data with `allow_erased_data` (`--allow-erased-data`)"
+        )
     root = registry_url(lake, config.registry)
     fs, root_path = fsspec.core.url_to_fs(root)
     version, path = claim_version(fs, root_path, name, max((r["version"] for r in rows), default=0) + 1)
@@ -293,6 +307,8 @@ def publish(
         ),
         "published_at": store.utc_now(),
         "aliases": list(dict.fromkeys(aliases)),
+        "trained_on_erased_data": bool(erasures),
+        "erasures": erasures,
     }
     store.write(lake, "adapters", [new_row, *moved])  # one commit: aliases move atomically
     published = PublishedAdapter(
@@ -341,6 +357,21 @@ def _sha256(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def erased_data_marks(lake: store.Lake, record: dict[str, Any] | None) -> list[str]:
+    """Erasures of data this adapter was trained on: marks on its run record's chain and on the
+    published adapter it continued."""
+    from training.erasure import erasure_marks
+
+    marks = set(erasure_marks(record or {}))
+    parent = _parent_ref(lake, record)
+    if parent and ":" in parent:
+        name, _, version = parent.rpartition(":")
+        for row in adapter_rows(lake, name):
+            if str(row["version"]) == version and row.get("trained_on_erased_data"):
+                marks |= set(row.get("erasures") or [])
+    return sorted(marks)
 
 
 def _parent_ref(lake: store.Lake, record: dict[str, Any] | None) -> str | None:

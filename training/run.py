@@ -22,12 +22,12 @@ from typing import Any
 import store
 from training.distributed import is_writer, wait_for_writer
 from training.errors import BadHyperparameter, NonFiniteLoss, TrainingError
+from training.lineage import RUN_RECORD
 from training.metrics import without_raw_log_lines
 
 CHECKPOINTS = "checkpoints"
 ADAPTER = "adapter"
 RUN_STATE = "run.json"
-RUN_RECORD = "trajlake_run.json"
 
 
 # --- the run folder ---------------------------------------------------------------------------------

@@ -74,7 +74,22 @@ def lineage_section(adapter: dict[str, Any]) -> list[str]:
     return [
         "<h2 id='lineage'>Adapter lineage</h2>",
         head,
+        *erased_data_warning(adapter),
         "<table><thead><tr><th>#</th><th>stage</th><th>reward</th><th>scorers</th><th>trajectories</th>"
         f"<th>table versions read</th><th>selection</th></tr></thead><tbody>{rows}</tbody></table>",
         f"<details><summary>The raw lineage record</summary><pre>{html.escape(raw)}</pre></details>",
+    ]
+
+
+def erased_data_warning(adapter: dict[str, Any]) -> list[str]:
+    """A warning paragraph when the adapter was trained on rows erased since (`trajlake forget`,
+    retention): its weights may still encode them."""
+    if not adapter.get("trained_on_erased_data"):
+        return []
+    erasures = ", ".join(f"<code>{html.escape(str(e))}</code>" for e in adapter.get("erasures") or [])
+    return [
+        "<p class='warning' id='trained-on-erased-data'><strong>Trained on erased data</strong>: rows this "
+        f"adapter was trained on were erased since (erasures {erasures or '-'}); its weights may still "
+        f"encode them. Retrain without them: <code>trajlake retrain {html.escape(str(adapter.get('name')))}:"
+        f"{adapter.get('version')}</code>.</p>"
     ]

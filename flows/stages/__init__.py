@@ -10,7 +10,7 @@ belong to the library that owns the data.
 
 from flows.stages.common import StageError, base_model, lake_of, loadable_base_model, run_dir, work_dir
 from flows.stages.evaluate import evaluate_adapter, publish_adapter, stage_policies
-from flows.stages.ingest import assemble_pending, pull_langfuse
+from flows.stages.ingest import apply_retention, assemble_pending, pull_langfuse
 from flows.stages.pipeline_run import (
     begin_pipeline_run,
     finish_pipeline_run,
@@ -34,6 +34,7 @@ from flows.stages.train import train_grpo, train_sft
 
 __all__ = [
     "StageError",
+    "apply_retention",
     "assemble_pending",
     "base_model",
     "begin_pipeline_run",

@@ -26,3 +26,12 @@ def assemble_pending(config: TrajlakeConfig) -> int:
 
     lake = lake_of(config)
     return assemble_traces(lake, pending_trace_ids(lake)).trajectories
+
+
+def apply_retention(config: TrajlakeConfig) -> int:
+    """Erase production data past `[retention] production_days` (as `trajlake forget` does);
+    returns the trajectories erased."""
+    from flows.stages.forget import apply_retention as retain
+
+    report = retain(lake_of(config), config.build("retention"))
+    return 0 if report is None else sum(t.rows_deleted for t in report.tables if t.table == "trajectories")

@@ -25,6 +25,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from store import Lake
@@ -87,6 +88,24 @@ class JudgeCache:
         else:
             # An object-store PUT is atomic: readers see the old object or the new one.
             self.lake.fs.pipe_file(path, payload.encode())
+
+    def forget(self, needles: Sequence[str], *, dry_run: bool = False) -> int:
+        """Delete every entry (and claim) that mentions one of `needles` (trajectory or group
+        ids of erased conversations: a verdict quotes its trajectories' ids and explanations
+        about their content); returns the entries deleted (`dry_run`: that would be)."""
+        from store.erasure_check import needle_pattern
+
+        pattern = needle_pattern(needles, whole_values=True)  # as the entry's JSON quotes them
+        root = self.lake.fs_path(*CACHE_DIR)
+        if pattern is None or not self.lake.fs.exists(root):
+            return 0
+        deleted = 0
+        for path in self.lake.fs.find(root):
+            if pattern.search(self.lake.fs.cat_file(path)):
+                if not dry_run:
+                    self.lake.fs.rm(path)
+                deleted += str(path).endswith(".json")
+        return deleted
 
     def __len__(self) -> int:
         root = self.lake.fs_path(*CACHE_DIR)

@@ -125,6 +125,7 @@ def test_plain_delta_readers_see_exactly_the_views(lake: store.Lake) -> None:
         "ingest_errors",
         [{"trace_id": "a" * 32, "stage": "assemble", "status": "failed", "occurred_at": T0}],
     )
+    store.write(lake, "erasures", [{"erasure_id": "e", "reason": "forget", "requested_at": T0}])
 
     def check() -> None:
         con = store.connect(lake)

@@ -56,7 +56,14 @@ def decode_table(payload: Payload) -> pa.Table:
 def read_segment(path: Path) -> tuple[list[memoryview], int]:
     """The complete records of a segment (views of its bytes) and the byte offset where valid
     data ends."""
-    data = memoryview(path.read_bytes())
+    records, offset, size = split_records(memoryview(path.read_bytes()))
+    if offset != size:
+        log.warning("spool segment %s: ignoring %d bytes of torn tail", path, size - offset)
+    return records, offset
+
+
+def split_records(data: memoryview) -> tuple[list[memoryview], int, int]:
+    """The complete records in a segment's bytes, where valid data ends, and the bytes' length."""
     records: list[memoryview] = []
     offset = 0
     while offset + HEADER.size <= len(data):
@@ -67,6 +74,4 @@ def read_segment(path: Path) -> tuple[list[memoryview], int]:
             break  # a torn tail: this request was never acknowledged
         records.append(data[start:end])
         offset = end
-    if offset != len(data):
-        log.warning("spool segment %s: ignoring %d bytes of torn tail", path, len(data) - offset)
-    return records, offset
+    return records, offset, len(data)

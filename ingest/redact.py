@@ -103,6 +103,7 @@ def prefilter_hits(column: pa.Array, config: RedactionConfig) -> pa.BooleanArray
     each one marks every value it touches (a match running over a value boundary is a
     false alarm, never a miss: a real match it hides is a value it touches).
     """
+    offset_type: type[np.signedinteger[Any]]
     if pa.types.is_large_string(column.type):
         offset_type = np.int64
     else:

@@ -136,9 +136,9 @@ def reward_stats(lake: store.Lake | str, reward: str, group_ids: list[str] | Non
             WHERE r.name = $reward AND {store.equals("t.source", "replay")} {within("t")}
             """,
             {"reward": reward},
-        ).fetchone()
+        ).fetchall()[0]
         (equal,) = con.execute(
             f"SELECT count(*) FROM groups g WHERE name = $reward AND all_equal {within('g')}",
             {"reward": reward},
-        ).fetchone()
+        ).fetchall()[0]
     return RewardStats(reward, float(mean or 0.0), float(std or 0.0), int(scored), int(equal))

@@ -163,7 +163,7 @@ GROUP_STATS_MACRO = """
 """
 
 
-class LakeDataset(ds.FileSystemDataset):
+class LakeDataset(ds.FileSystemDataset):  # type: ignore[misc]  # pyarrow ships no type stubs
     """A table version's files as pyarrow reads them, in the schema's types, for DuckDB to scan.
 
     DuckDB asks `scanner(columns=..., filter=...)` with its projection and filters pushed

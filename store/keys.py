@@ -47,7 +47,8 @@ def key_hashes(keys: pa.Table) -> np.ndarray:
     """One 64-bit hash per row of the key columns (the same function for writes and files)."""
     if not keys.num_rows:
         return np.empty(0, np.uint64)
-    return pl.from_arrow(keys).hash_rows(seed=0).to_numpy()
+    hashes: np.ndarray = pl.DataFrame(keys).hash_rows(seed=0).to_numpy()
+    return hashes
 
 
 def scope(

@@ -105,12 +105,10 @@ def compact_table(
                 return optimizer.z_order(spec.cluster_by, **options)
             return optimizer.compact(**options)
 
-        metrics, _ = retried(
-            rewrite,
-            lambda attempts, exc, where=partition or "(table)": CompactionError(
-                table, where, f"lost {attempts} races with writers ({exc})"
-            ),
-        )
+        def give_up(attempts: int, exc: Exception, where: str = partition or "(table)") -> CompactionError:
+            return CompactionError(table, where, f"lost {attempts} races with writers ({exc})")
+
+        metrics, _ = retried(rewrite, give_up)
         outcome.partitions += 1
         outcome.files_removed += int(metrics.get("numFilesRemoved", 0))
         outcome.files_added += int(metrics.get("numFilesAdded", 0))

@@ -104,7 +104,7 @@ def stats_columns(spec: TableSpec) -> list[str]:
     statistics prune nothing."""
 
     def text(kind: pa.DataType) -> bool:
-        return pa.types.is_string(kind) or pa.types.is_large_string(kind)
+        return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind))
 
     return [
         f.name

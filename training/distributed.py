@@ -56,7 +56,7 @@ def shared_snapshot(lake: store.Lake, as_of: Mapping[str, int] | None) -> Mappin
     versions: dict[str, int] | None = None
     if is_writer():
         snapshot = selection_snapshot(lake)
-        versions = {t: int(snapshot[t].version) for t in READ_TABLES if snapshot[t].version is not None}
+        versions = {t: v for t in READ_TABLES if (v := snapshot[t].version) is not None}
     return from_writer(versions)
 
 

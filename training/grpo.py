@@ -75,9 +75,7 @@ def train_grpo(
         lake,
         sql,
         reward_name=config.reward_name,
-        scale_rewards=config.scale_rewards
-        if isinstance(config.scale_rewards, str)
-        else ("group" if config.scale_rewards else "none"),
+        scale_rewards=config.reward_scaling,
         min_group_size=config.min_group_size,
         as_of=as_of,
     )

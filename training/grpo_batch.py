@@ -20,11 +20,12 @@ def rows_as_tensors(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def padded(
-    values: Sequence[Any], dtype: torch.dtype, fill: float, side: str, multiple: int | None
+    values: Sequence[Any], dtype: torch.dtype, fill: int | float, side: str, multiple: int | None
 ) -> torch.Tensor:
     """Ragged rows (lists or tensors) as one tensor, padded with `fill` on `side`."""
     rows = [torch.as_tensor(v, dtype=dtype) for v in values]
-    return pad(rows, padding_value=fill, padding_side=side, pad_to_multiple_of=multiple)
+    # TRL annotates an int fill; it goes to `torch.full`, which takes any scalar
+    return pad(rows, padding_value=fill, padding_side=side, pad_to_multiple_of=multiple)  # type: ignore[arg-type]
 
 
 def pad_rows(

@@ -30,11 +30,11 @@ trajlake's own round-level fields: `skip_equal_reward_groups` (DAPO's filter),
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, cast
 
 from trl import GRPOConfig
 
-from training.advantages import SCALE_REWARDS
+from training.advantages import SCALE_REWARDS, ScaleRewards
 from training.checkpointing import CheckpointingFields
 from training.device import bf16_supported, claim_cpu
 from training.errors import BadHyperparameter
@@ -45,7 +45,7 @@ IS_MODES: tuple[str, ...] = ("token_truncate", "token_mask", "sequence_truncate"
 
 
 @dataclass
-class TrajlakeGRPOConfig(LoraFields, CheckpointingFields, GRPOConfig):
+class TrajlakeGRPOConfig(LoraFields, CheckpointingFields, GRPOConfig):  # type: ignore[misc]  # bool | None: unset means "on" (CheckpointingFields)
     """`GRPOConfig` for training on stored, scored groups."""
 
     # TRL fields the stored groups decide (the command line refuses them: they would be ignored)
@@ -191,3 +191,10 @@ class TrajlakeGRPOConfig(LoraFields, CheckpointingFields, GRPOConfig):
             )
         claim_cpu(self)  # several processes on CPUs: one data-parallel run (training.distributed)
         super().__post_init__()
+
+    @property
+    def reward_scaling(self) -> ScaleRewards:
+        """`scale_rewards` as one of `SCALE_REWARDS` (TRL also takes True for group, False for none)."""
+        if isinstance(self.scale_rewards, str):
+            return cast(ScaleRewards, self.scale_rewards)  # checked in __post_init__
+        return "group" if self.scale_rewards else "none"

@@ -133,8 +133,8 @@ def bound_staleness(
     policies = policy_lineage(base_model, adapter, max_staleness)
     narrowed = within_staleness(sql, policies)
     with store.connect(lake, read_only=True, snapshot=selection_snapshot(lake, as_of)) as con:
-        total = con.execute(f"SELECT count(*) FROM ({sql.strip().rstrip(';')})").fetchone()[0]
-        fresh = con.execute(f"SELECT count(*) FROM ({narrowed})").fetchone()[0]
+        total = con.execute(f"SELECT count(*) FROM ({sql.strip().rstrip(';')})").fetchall()[0][0]
+        fresh = con.execute(f"SELECT count(*) FROM ({narrowed})").fetchall()[0][0]
         if total and not fresh:
             found = con.execute(
                 "SELECT policy, count(*) FROM trajectories WHERE trajectory_id IN "

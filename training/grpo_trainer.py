@@ -37,7 +37,7 @@ initial copy TRL keeps as the `ref` adapter when continuing from it.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from trl import GRPOTrainer
@@ -46,6 +46,9 @@ from trl.trainer.utils import RepeatSampler, nanstd, use_adapter
 from training.grpo_batch import GroupedRepeatSampler, pad_rows, padded, rows_as_tensors
 from training.mismatch import gap_from_totals, importance_weights, sampler_gap_totals, weighted_advantages
 from training.tree_pack import TreePack, attention_mask_for, pack_rows, unpack
+
+if TYPE_CHECKING:
+    from training.grpo_config import TrajlakeGRPOConfig
 
 # The round-start pass keeps no activations for a backward pass, so it batches this many
 # times wider than a training step for the same memory.
@@ -72,10 +75,16 @@ class StoredGroupsGRPOTrainer(GRPOTrainer):
     """`GRPOTrainer` that trains on stored, scored groups instead of sampling new ones."""
 
     _gap_batch: dict[str, Any] | None = None  # the batch whose loss is being computed (gap metric)
+    # What `train_grpo` always passes (TRL types them for every trainer: TrainingArguments, optionals)
+    args: TrajlakeGRPOConfig
+    model: Any
+    train_dataset: Any
+    processing_class: Any
+    pad_to_multiple_of: int | None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.data_collator = rows_as_tensors
+        self.data_collator = rows_as_tensors  # type: ignore[assignment]  # rows stay rows: `stored_batch` pads them
 
     def _get_train_sampler(self, dataset: Any = None) -> RepeatSampler:
         # One pass over the rows per epoch, group by group; each generation batch is yielded
@@ -87,7 +96,8 @@ class StoredGroupsGRPOTrainer(GRPOTrainer):
             data_source=dataset,
             mini_repeat_count=1,
             batch_size=self.args.generation_batch_size,
-            repeat_count=self.num_iterations * self.args.steps_per_generation,
+            # never None once GRPOConfig.__post_init__ has run
+            repeat_count=self.num_iterations * self.args.steps_per_generation,  # type: ignore[operator]
             shuffle=self.shuffle_dataset,
             seed=self.args.seed,
         )
@@ -213,17 +223,17 @@ class StoredGroupsGRPOTrainer(GRPOTrainer):
             )
             for start in range(0, input_ids.size(0), size)
         ]
-        if any(pack is None or pack.nodes == 0 for pack in packs):
+        packed = [pack for pack in packs if pack is not None and pack.nodes > 0]
+        if len(packed) < len(packs):
             return None  # rows it cannot pack, or nothing scored at all (every row masked): stock TRL's way
         logps, entropies = [], []
-        for pack in packs:
-            assert pack is not None
+        for pack in packed:
             outputs = self.packed_forward(model, pack, implementation)
             logps.append(unpack(outputs.log_probs, pack))
             if compute_entropy:
                 entropies.append(unpack(outputs.entropy, pack))
         if model.training:
-            saved = 1.0 - sum(p.nodes for p in packs) / max(1, sum(p.row_tokens for p in packs))  # type: ignore[union-attr]
+            saved = 1.0 - sum(p.nodes for p in packed) / max(1, sum(p.row_tokens for p in packed))
             self._metrics["train"]["tree_packing/saved_token_share"].append(saved)
         return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
 

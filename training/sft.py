@@ -149,7 +149,7 @@ def train_sft(
     max_length = config.max_length or 1024
     report = {
         "conversations": len(selection.rows),
-        "packed_rows": len(trainer.train_dataset),
+        "packed_rows": len(trainer.train_dataset),  # type: ignore[arg-type]  # SFTTrainer made a Dataset
         "packing_bin_fill": packing_efficiency(trainer.train_dataset, max_length) if config.packing else None,
         "padding_free": bool(getattr(trainer, "padding_free", False)),
     }

@@ -19,7 +19,7 @@ from training.lora import LoraFields
 
 
 @dataclass
-class TrajlakeSFTConfig(LoraFields, CheckpointingFields, SFTConfig):
+class TrajlakeSFTConfig(LoraFields, CheckpointingFields, SFTConfig):  # type: ignore[misc]  # bool | None: unset means "on" (CheckpointingFields)
     """`SFTConfig` with trajlake's LoRA fields and defaults suited to training on lake conversations.
 
     Defaults that differ from TRL's: bf16 only where the hardware does it natively;

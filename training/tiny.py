@@ -28,6 +28,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any, cast
 
 from training.errors import TinyModelError
 
@@ -88,14 +89,18 @@ _PHRASES = [
 ]
 
 
-def _render(messages: list[dict], tools: list[dict] | None) -> str:
+def _render(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
     """Render a conversation with the real chat template (jinja, as transformers does)."""
     from transformers.utils.chat_template_utils import render_jinja_template
 
-    rendered, _ = render_jinja_template(
-        conversations=[messages], tools=tools, chat_template=chat_template(), add_generation_prompt=False
+    # transformers annotates `-> str`; it returns (rendered conversations, assistant masks)
+    rendered, _ = render_jinja_template(  # type: ignore[str-unpack]
+        conversations=[messages],
+        tools=list(tools) if tools else None,
+        chat_template=chat_template(),
+        add_generation_prompt=False,
     )
-    return rendered[0]
+    return str(rendered[0])
 
 
 def chat_template() -> str:
@@ -115,20 +120,20 @@ def training_corpus(seed: int = 0, conversations: int = 600) -> list[str]:
         a, b = rng.randint(0, 999), rng.randint(0, 99)
         op = rng.choice(ops)
         expression = f"{a} {op} {b}"
-        value = {"+": a + b, "-": a - b, "*": a * b}[op]
+        value: int | str = {"+": a + b, "-": a - b, "*": a * b}[op]
         question = rng.choice(
             [f"What is {expression}?", f"Compute {expression}.", f"Please calculate {expression} for me."]
         )
         system = {"role": "system", "content": rng.choice(_PHRASES[:2])}
         if i % 3 == 0:
-            messages = [
+            messages: list[dict[str, Any]] = [
                 system,
                 {"role": "user", "content": question},
                 {"role": "assistant", "content": str(value)},
             ]
             texts.append(_render(messages, None))
             continue
-        call = {"name": "calculator", "arguments": {"expression": expression}}
+        call: dict[str, Any] = {"name": "calculator", "arguments": {"expression": expression}}
         if i % 3 == 2:
             call = {"name": "lookup", "arguments": {"query": rng.choice(_PHRASES[10:])}}
             value = rng.choice(_PHRASES[12:])
@@ -197,7 +202,7 @@ def _build(path: Path, seed: int) -> None:
     config_path.write_text(json.dumps(tok_config, indent=2, sort_keys=True))
 
     eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
-    pad_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN)
+    pad_id = cast(int, tokenizer.convert_tokens_to_ids(PAD_TOKEN))  # one token in, one id out
     config = Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=64,

@@ -58,7 +58,7 @@ def spans_from_sdk(
     """`spans` rows (without `_written_at`/`dt`) for SDK spans, as their OTLP export would give."""
     columns = _Columns()
     c = columns.cols
-    resources: dict[int, tuple[str, str | None]] = {}  # one JSON text per Resource object
+    resources: dict[int, tuple[bytes, str | None]] = {}  # one JSON text per Resource object
     rejected = 0
     reasons: list[str] = []
     received_ns = _now_ns(received_at)
@@ -85,10 +85,8 @@ def spans_from_sdk(
         if known is None:
             attributes = _attributes(resource.attributes)
             service = attributes.get("service.name")
-            known = resources[id(resource)] = (
-                _dumps(attributes),
-                str(service) if service is not None else None,
-            )
+            known = (_dumps(attributes), str(service) if service is not None else None)
+            resources[id(resource)] = known
         c["trace_id"].append(f"{context.trace_id:032x}")
         c["span_id"].append(f"{context.span_id:016x}")
         parent = span.parent

@@ -170,7 +170,7 @@ def slice_selection(lake: store.Lake | str, sql: str, size: int, index: int) -> 
     with store.connect(lake, read_only=True) as con:
         try:
             text, _ = store.check_selection(con, sql, "scenario_id")
-            total = con.execute(f"SELECT count(DISTINCT scenario_id) FROM ({text})").fetchone()[0]
+            total = con.execute(f"SELECT count(DISTINCT scenario_id) FROM ({text})").fetchall()[0][0]
         except store.SelectionError as exc:
             raise ScenarioError(str(exc), item=sql, reason=exc.reason) from exc
     if total <= size:

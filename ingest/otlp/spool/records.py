@@ -11,6 +11,7 @@ import logging
 import struct
 import zlib
 from pathlib import Path
+from typing import TypeAlias
 
 import pyarrow as pa
 
@@ -22,7 +23,7 @@ HEADER = struct.Struct("<4sQI")
 
 # A payload is any bytes-like object: the spool writes Arrow buffers and reads records back as
 # views of the segment's bytes, so a record's megabytes are never copied on either side.
-Payload = bytes | memoryview | pa.Buffer
+Payload: TypeAlias = bytes | memoryview | pa.Buffer
 
 
 def header(payload: Payload) -> bytes:

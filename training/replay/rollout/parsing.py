@@ -76,7 +76,8 @@ def canonical_arguments(arguments: str | dict) -> str:
     """Arguments as canonical JSON (sorted keys, no spaces): the key recorded results are matched by."""
     if isinstance(arguments, str):
         try:
-            arguments = json.loads(arguments)
+            parsed = json.loads(arguments)
         except json.JSONDecodeError:
             return arguments.strip()
+        return json.dumps(parsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -88,7 +88,7 @@ class UserRollouts:
         return openai.AsyncOpenAI(
             base_url="http://rollout/v1",
             api_key="trajlake",
-            http_client=http,
+            http_client=http,  # type: ignore[arg-type]  # some openai builds annotate a vendored httpx
             default_headers={EPISODE_HEADER: episode_id},
             max_retries=0,
         )

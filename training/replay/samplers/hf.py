@@ -57,8 +57,8 @@ class TransformersSampler(Sampler):
         # generate() is not re-entrant on one model; the micro-batcher already serialises, direct callers may not.
         self._lock = threading.Lock()
 
-    @property  # type: ignore[override]
-    def dtype(self) -> str:
+    @property
+    def dtype(self) -> str:  # type: ignore[override]  # the base's field, loaded lazily here
         """The loaded model's precision (loads it)."""
         return str(self._load().dtype).removeprefix("torch.")
 
@@ -87,7 +87,7 @@ class TransformersSampler(Sampler):
                     backend=self.backend,
                     reason="model_not_found",
                 ) from exc
-            self._model = model.to(device).eval()
+            self._model = model.to(device).eval()  # type: ignore[arg-type]  # transformers' stub wants a model
             self._cache_kwarg = cache_kwarg(self._model)
         return self._model
 

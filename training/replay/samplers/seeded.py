@@ -82,7 +82,7 @@ class SeededSampling(LogitsProcessor):
             )
         self._steps.append(chosen_logprobs)
         only_picked = torch.full_like(scores, float("-inf"))
-        return only_picked.scatter_(-1, picked[:, None], 0.0)
+        return only_picked.scatter_(-1, picked[:, None], 0.0)  # type: ignore[return-value]  # HF's signature
 
     @property
     def logprobs(self) -> list[list[float]]:

@@ -70,7 +70,7 @@ def sft_ours(model: str, lake: store.Lake, args: argparse.Namespace, out: Path) 
     config = TrajlakeSFTConfig(output_dir=str(out), **sft_kwargs(args))
     result = train_sft(
         lake,
-        f"SELECT trajectory_id FROM trajectories WHERE {store.equals('source', 'otel')}",
+        f"SELECT trajectory_id FROM trajectories WHERE {store.equals('source', 'otel', table='trajectories')}",
         model,
         out,
         config,
@@ -103,7 +103,7 @@ def grpo_ours(
     config = TrajlakeGRPOConfig(output_dir=str(out), **grpo_kwargs(args), **settings)
     result = train_grpo(
         lake,
-        f"SELECT trajectory_id FROM trajectories WHERE {store.equals('source', 'replay')}",
+        f"SELECT trajectory_id FROM trajectories WHERE {store.equals('source', 'replay', table='trajectories')}",
         model,
         None,
         out,

@@ -57,7 +57,7 @@ class AssembleResult:
     def summary(self) -> str:
         failed = (
             f"; {self.failed:,} traces failed to assemble (their spans are kept; see "
-            f"`SELECT * FROM ingest_errors WHERE {store.equals('status', 'failed')}`)"
+            f"`SELECT * FROM ingest_errors WHERE {store.equals('status', 'failed', table='ingest_errors')}`)"
             if self.failed
             else ""
         )
@@ -189,7 +189,7 @@ def _resolve_failures(lake: store.Lake, assembled: list[str]) -> None:
         con.register("__assembled", pa.table({"trace_id": pa.array(assembled, pa.string())}))
         failed = con.sql(
             "SELECT * EXCLUDE (_written_at) FROM ingest_errors "
-            f"WHERE {store.equals('status', 'failed')} AND {store.equals('stage', 'assemble')} "
+            f"WHERE {store.equals('status', 'failed', table='ingest_errors')} AND {store.equals('stage', 'assemble', table='ingest_errors')} "
             "AND trace_id IN (SELECT trace_id FROM __assembled)"
         ).to_arrow_table()
     if failed.num_rows:
@@ -243,7 +243,7 @@ def pending_trace_ids(lake: LakeLike, *, written_within: timedelta | None = None
             f"""
             SELECT s.trace_id FROM spans s
             LEFT JOIN (SELECT trace_id, max({WRITTEN_AT}) AS assembled_at FROM trajectories
-                       WHERE {store.one_of("source", store.SPAN_SOURCES)} GROUP BY trace_id) t USING (trace_id)
+                       WHERE {store.one_of("source", store.SPAN_SOURCES, table="trajectories")} GROUP BY trace_id) t USING (trace_id)
             {recent}
             GROUP BY s.trace_id, t.assembled_at
             HAVING t.assembled_at IS NULL OR max(s.{WRITTEN_AT}) > t.assembled_at

@@ -24,7 +24,7 @@ from statistics import median
 import store
 from judging.select import candidates_sql, run_checked, where_clause
 
-OK = store.equals("status", "ok")
+OK = store.equals("status", "ok", table="rewards")
 
 
 @dataclass

@@ -92,7 +92,7 @@ def combine(
              picked AS (SELECT trajectory_id, group_id FROM candidates {where_clause(where)}),
              ok AS (SELECT trajectory_id, name, value, scorer FROM latest_rewards WHERE name IN (SELECT unnest($names))),
              bad AS (SELECT DISTINCT trajectory_id, name FROM rewards
-                     WHERE name IN (SELECT unnest($names)) AND {store.equals("status", "failed")})
+                     WHERE name IN (SELECT unnest($names)) AND {store.equals("status", "failed", table="rewards")})
         SELECT p.trajectory_id, p.group_id,
                list({{'name': ok.name, 'value': ok.value, 'scorer': ok.scorer}}) FILTER (WHERE ok.name IS NOT NULL) AS ok,
                (SELECT list(b.name) FROM bad b WHERE b.trajectory_id = p.trajectory_id) AS bad

@@ -133,7 +133,7 @@ def reward_stats(lake: store.Lake | str, reward: str, group_ids: list[str] | Non
             f"""
             SELECT avg(r.value), coalesce(stddev_pop(r.value), 0), count(*)
             FROM trajectories t JOIN latest_rewards r USING (trajectory_id)
-            WHERE r.name = $reward AND {store.equals("t.source", "replay")} {within("t")}
+            WHERE r.name = $reward AND {store.equals("t.source", "replay", table="trajectories")} {within("t")}
             """,
             {"reward": reward},
         ).fetchall()[0]

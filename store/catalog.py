@@ -154,7 +154,7 @@ DERIVED_VIEWS = {
              LEFT JOIN adapters a ON coalesce(t.policy, t.model) = a.name || '-v' || CAST(a.version AS VARCHAR)
         WHERE {production} AND coalesce(t.policy, t.model) IS NOT NULL
         GROUP BY ALL
-    """.replace("{production}", one_of("t.source", PRODUCTION_SOURCES)),
+    """.replace("{production}", one_of("t.source", PRODUCTION_SOURCES, table="trajectories")),
 }
 
 GROUP_STATS_MACRO = """

@@ -89,7 +89,7 @@ def pipeline_runs(lake: Lake | str | os.PathLike[str]) -> list[PipelineRun]:
         return []
     with connect(lake, read_only=True) as con:
         rows = con.execute(
-            f"SELECT metrics FROM runs WHERE {equals('stage', STAGE)} ORDER BY run_id"
+            f"SELECT metrics FROM runs WHERE {equals('stage', STAGE, table='runs')} ORDER BY run_id"
         ).fetchall()
     return sorted((PipelineRun.from_metrics(m) for (m,) in rows), key=lambda r: (r.started_at, r.run_id))
 

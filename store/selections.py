@@ -17,23 +17,21 @@ from store.vocabulary import PRODUCTION_SOURCES, equals, one_of
 #: default ever trains on what evaluation measures. (`NOT IN` over a NULL would drop every
 #: row: both sides are kept free of NULLs.)
 OUTSIDE_VAL_SCENARIOS = (
-    f"coalesce(scenario_id, '') NOT IN (SELECT scenario_id FROM scenarios WHERE {equals('split', 'val')}) "
+    f"coalesce(scenario_id, '') NOT IN (SELECT scenario_id FROM scenarios WHERE {equals('split', 'val', table='scenarios')}) "
     "AND trajectory_id NOT IN (SELECT source_trajectory_id FROM scenarios "
-    f"WHERE {equals('split', 'val')} AND source_trajectory_id IS NOT NULL)"
+    f"WHERE {equals('split', 'val', table='scenarios')} AND source_trajectory_id IS NOT NULL)"
 )
 
 #: Production traffic (collected, pulled or imported): what scenarios are cut from.
-PRODUCTION_TRAJECTORIES = (
-    f"SELECT trajectory_id FROM trajectories WHERE {one_of('source', PRODUCTION_SOURCES)}"
-)
+PRODUCTION_TRAJECTORIES = f"SELECT trajectory_id FROM trajectories WHERE {one_of('source', PRODUCTION_SOURCES, table='trajectories')}"
 
 #: The scenarios each round replays and trains on. A pipeline run keeps it to the scenarios new
 #: since its last finished run plus `pipeline.window_days` before (`scenarios_since`), and
 #: samples them with the policy it is training: scenarios come back with each new policy.
-TRAIN_SCENARIOS = f"SELECT scenario_id FROM scenarios WHERE {equals('split', 'train')}"
+TRAIN_SCENARIOS = f"SELECT scenario_id FROM scenarios WHERE {equals('split', 'train', table='scenarios')}"
 
 #: The held-out scenarios evaluation and the publish gate replay.
-VAL_SCENARIOS = f"SELECT scenario_id FROM scenarios WHERE {equals('split', 'val')}"
+VAL_SCENARIOS = f"SELECT scenario_id FROM scenarios WHERE {equals('split', 'val', table='scenarios')}"
 
 #: Production conversations with content, outside the val scenarios: what SFT imitates (all of
 #: them when a pipeline run starts from the base model; only its window's when it continues
@@ -42,7 +40,7 @@ SFT_TRAJECTORIES = f"{PRODUCTION_TRAJECTORIES} AND has_content AND {OUTSIDE_VAL_
 
 #: Replayed trajectories with token data, outside the val scenarios: what GRPO trains on.
 GRPO_TRAJECTORIES = (
-    f"SELECT trajectory_id FROM trajectories WHERE {equals('source', 'replay')} AND len(turns) > 0 "
+    f"SELECT trajectory_id FROM trajectories WHERE {equals('source', 'replay', table='trajectories')} AND len(turns) > 0 "
     f"AND {OUTSIDE_VAL_SCENARIOS}"
 )
 

@@ -40,26 +40,48 @@ VOCABULARIES: dict[str, dict[str, tuple[str, ...]]] = {
 }
 
 
-def one_of(column: str, values: tuple[str, ...]) -> str:
-    """SQL true where `column` holds one of `values`.
+def vocabulary(table: str, column: str) -> tuple[str, ...]:
+    """The values `table.column` may hold.
 
-    >>> one_of("t.source", PRODUCTION_SOURCES)
+    >>> vocabulary("scenarios", "split")
+    ('train', 'val')
+    """
+    if table not in VOCABULARIES:
+        raise ValueError(f"`{table}` has no code columns; tables that do: {', '.join(VOCABULARIES)}")
+    columns = VOCABULARIES[table]
+    if column not in columns:
+        raise ValueError(
+            f"`{table}.{column}` has no vocabulary; {table}'s code columns: {', '.join(columns)}"
+        )
+    return columns[column]
+
+
+def _checked(table: str, column: str, values: tuple[str, ...]) -> None:
+    name = column.rsplit(".", 1)[-1]  # `t.source`: the alias the SQL gives the table
+    allowed = vocabulary(table, name)
+    for value in values:
+        if value not in allowed:
+            raise ValueError(
+                f"`{value}` is not a value of `{table}.{name}`; its vocabulary: {', '.join(allowed)}"
+            )
+
+
+def one_of(column: str, values: tuple[str, ...], *, table: str) -> str:
+    """SQL true where `column` (of `table`) holds one of `values`, each a value of its vocabulary.
+
+    >>> one_of("t.source", PRODUCTION_SOURCES, table="trajectories")
     "t.source IN ('otel', 'langfuse', 'import')"
     """
+    _checked(table, column, values)
     return f"{column} IN ({', '.join(repr(v) for v in values)})"
 
 
-def equals(column: str, value: str) -> str:
-    """SQL true where `column` holds `value`, which must be a value of that column's vocabulary:
-    a misspelt value fails where the SQL is written, not as an empty result.
+def equals(column: str, value: str, *, table: str) -> str:
+    """SQL true where `column` (of `table`) holds `value`, which must be a value of that column's
+    vocabulary: a misspelt value fails where the SQL is written, not as an empty result.
 
-    >>> equals("t.source", "replay")
+    >>> equals("t.source", "replay", table="trajectories")
     "t.source = 'replay'"
     """
-    name = column.rsplit(".", 1)[-1]
-    allowed = {v for columns in VOCABULARIES.values() for v in columns.get(name, ())}
-    if value not in allowed:
-        raise ValueError(
-            f"`{value}` is not a value of `{name}`; its vocabulary: {', '.join(sorted(allowed))}"
-        )
+    _checked(table, column, (value,))
     return f"{column} = {value!r}"

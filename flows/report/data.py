@@ -26,7 +26,7 @@ from flows.report.production import Conversation, TrafficRow, newest_conversatio
 from flows.report.sampling import SamplerGapRow, gap_steps, sampler_gap_rows
 from flows.report.window import time_window
 
-REPLAYED = store.equals("t.source", "replay")
+REPLAYED = store.equals("t.source", "replay", table="trajectories")
 PIPELINE_ROUND = "json_extract_string(t.metadata, '$.run') LIKE 'round-%'"  # flows.stages.replay's run names
 GROUPS_PER_POLICY = 200  # the reward-distribution plot's sample of each policy's groups
 
@@ -261,7 +261,7 @@ def newest_adapter(con: Any) -> str | None:
 def learning_rows(con: Any, eval_run: str | None = None) -> tuple[list[StageRow], str]:
     """The table of an evaluation run (`runs`, stage `eval`, role `table`; default the newest) and its reward."""
     run = con.execute(
-        f"""SELECT run_id FROM runs WHERE {store.equals("stage", "eval")} AND (? IS NULL OR run_id = ?)
+        f"""SELECT run_id FROM runs WHERE {store.equals("stage", "eval", table="runs")} AND (? IS NULL OR run_id = ?)
            ORDER BY "at" DESC, run_id DESC LIMIT 1""",
         [eval_run, eval_run],
     ).fetchone()

@@ -16,7 +16,7 @@ from typing import Any
 
 import store
 
-PRODUCTION = store.one_of("t.source", store.PRODUCTION_SOURCES)
+PRODUCTION = store.one_of("t.source", store.PRODUCTION_SOURCES, table="trajectories")
 MAX_ROWS = 200  # (source, policy, day) rows shown; the rest are counted in a note
 SAMPLE = 8  # newest conversations shown
 

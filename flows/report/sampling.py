@@ -16,7 +16,7 @@ import store
 
 GAP = '$."sampling/sampling_logp_difference/{}"'
 RATIO = '$."sampling/importance_sampling_ratio/{}"'
-GRPO_RUNS = store.equals("stage", "grpo")
+GRPO_RUNS = store.equals("stage", "grpo", table="runs")
 
 
 @dataclass

@@ -36,7 +36,7 @@ def merge_score_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def replay_filter(group_ids: list[str] | None) -> str:
     """The `--where` of a scoring run over replayed groups (all of them when `group_ids` is None)."""
-    where = store.equals("source", "replay")
+    where = store.equals("source", "replay", table="trajectories")
     if group_ids:
         quoted = ", ".join("'" + g.replace("'", "''") + "'" for g in group_ids)
         where += f" AND group_id IN ({quoted})"

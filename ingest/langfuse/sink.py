@@ -90,7 +90,7 @@ def trace_attributes(lake: Lake, trace_ids: Iterable[str]) -> dict[str, list[str
         "spans",
         {"trace_id": sorted(set(trace_ids))},
         "SELECT trace_id, attributes FROM spans "
-        f"WHERE {store.equals('source', 'langfuse')} AND trace_id IN (SELECT trace_id FROM __keys)",
+        f"WHERE {store.equals('source', 'langfuse', table='spans')} AND trace_id IN (SELECT trace_id FROM __keys)",
     )
     out: dict[str, list[str]] = {}
     for trace_id, attributes in rows:

@@ -43,7 +43,7 @@ class RewardScope:
 
 # Rewards that compare with the scenario's expected outcome can score replays of scenarios that have one.
 EXPECTED_OUTCOME = RewardScope(
-    f"{store.equals('source', 'replay')} AND expected IS NOT NULL AND expected <> ''",
+    f"{store.equals('source', 'replay', table='trajectories')} AND expected IS NOT NULL AND expected <> ''",
     "replayed trajectories of scenarios with an expected outcome",
 )
 

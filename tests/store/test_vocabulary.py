@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import get_args
 
@@ -66,10 +67,29 @@ def test_production_sql_is_written_from_the_vocabulary() -> None:
 
 
 def test_sql_names_only_declared_values() -> None:
-    assert store.equals("t.source", "replay") == "t.source = 'replay'"
-    assert store.equals("status", "resolved") == "status = 'resolved'"  # ingest_errors' own vocabulary
-    with pytest.raises(ValueError, match="`replayed` is not a value of `source`"):
-        store.equals("source", "replayed")  # a typo fails where the SQL is written, not as zero rows
+    assert store.equals("t.source", "replay", table="trajectories") == "t.source = 'replay'"
+    assert store.equals("status", "resolved", table="ingest_errors") == "status = 'resolved'"
+    with pytest.raises(ValueError, match=re.escape("`replayed` is not a value of `trajectories.source`")):
+        store.equals("source", "replayed", table="trajectories")  # a typo fails where the SQL is written
+
+
+def test_a_value_is_checked_against_its_own_tables_vocabulary() -> None:
+    # `replay` is a trajectory source, never a span source; `resolved` an ingest error's status only
+    with pytest.raises(
+        ValueError,
+        match=re.escape("`replay` is not a value of `spans.source`; its vocabulary: otel, langfuse"),
+    ):
+        store.equals("s.source", "replay", table="spans")
+    with pytest.raises(ValueError, match=re.escape("`resolved` is not a value of `rewards.status`")):
+        store.equals("status", "resolved", table="rewards")
+    with pytest.raises(ValueError, match=re.escape("`scenarios.source` has no vocabulary")):
+        store.equals("source", "replay", table="scenarios")
+
+
+def test_one_of_checks_every_value() -> None:
+    assert store.one_of("source", store.SPAN_SOURCES, table="spans") == "source IN ('otel', 'langfuse')"
+    with pytest.raises(ValueError, match=re.escape("`import` is not a value of `spans.source`")):
+        store.one_of("source", store.PRODUCTION_SOURCES, table="spans")
 
 
 def test_no_code_spells_a_vocabulary_value_in_sql() -> None:

@@ -178,7 +178,7 @@ def complete_groups(
         con.register("wanted", _ids_table(group_ids))
         rows = con.sql(
             "SELECT t.group_id FROM trajectories t JOIN wanted w ON t.group_id = w.group_id "
-            f"WHERE {store.equals('t.source', 'replay')} GROUP BY t.group_id HAVING count(*) >= {int(group_size)}"
+            f"WHERE {store.equals('t.source', 'replay', table='trajectories')} GROUP BY t.group_id HAVING count(*) >= {int(group_size)}"
         ).fetchall()
         con.unregister("wanted")
     finally:

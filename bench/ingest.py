@@ -24,7 +24,6 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,6 +41,7 @@ from rich.table import Table  # noqa: E402
 
 import ingest.assembly  # noqa: E402
 from bench.otlp_workload import SPANS_PER_REQUEST, make_bodies  # noqa: E402
+from flows.background import free_port  # noqa: E402
 
 # --- 1 and 2: without HTTP ---------------------------------------------------------------------------
 
@@ -122,12 +122,6 @@ def bench_assembly(bodies: list[bytes]) -> dict[str, float]:
 
 
 # --- 3 and 4: over HTTP ---------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def client_worker(url: str, bodies: list[bytes], deadline: float, rate: float | None, out: Any) -> None:

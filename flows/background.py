@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from types import TracebackType
@@ -10,12 +9,9 @@ from typing import Any
 
 import uvicorn
 
+from training.replay.samplers.vllm_launch import free_port
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago on `host`."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+__all__ = ["BackgroundServer", "free_port"]
 
 
 class BackgroundServer:

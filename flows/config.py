@@ -142,10 +142,6 @@ SECTIONS: dict[str, Section] = {
 TRAINING_SECTIONS = ("train.sft", "train.grpo")  # TRL configs: need an output folder to be built
 
 
-def section(key: str) -> Section:
-    return SECTIONS[key]
-
-
 # --- loading --------------------------------------------------------------------------------------
 
 
@@ -313,12 +309,6 @@ def validate(config: TrajlakeConfig) -> TrajlakeConfig:
         except ConfigError as exc:
             raise ConfigError("evaluate.group_size", str(exc), config.source) from None
     return config
-
-
-def config_file_present(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether a configuration file applies (`$TRAJLAKE_CONFIG`, or `./trajlake.toml`)."""
-    environ = os.environ if environ is None else environ
-    return bool(environ.get("TRAJLAKE_CONFIG")) or Path(DEFAULT_CONFIG_FILE).exists()
 
 
 def describe() -> list[tuple[str, str, str]]:

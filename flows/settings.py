@@ -9,7 +9,7 @@ user sets there. Everything else is derived:
 
 - TOML: `[replay] group_size = 8` is checked against the field's type;
 - environment: `TRAJLAKE_REPLAY__GROUP_SIZE=8` (double underscore between levels);
-- CLI: `trajlake replay --group-size 8` (`flows.cli_options` builds the options);
+- CLI: `trajlake replay --group-size 8` (`flows.settings_cli` builds the options);
 - `trajlake config`: every key, its default and its help.
 
 Precedence: CLI option > environment > TOML file > the declared default. Secrets (a

@@ -76,11 +76,6 @@ def _scoped(pattern: str) -> str:
     return f"(?i:{pattern[4:]})" if pattern.startswith("(?i)") else f"(?:{pattern})"
 
 
-def any_rule_pattern(rules: list[tuple[str, str, str]]) -> str:
-    """One RE2 alternation matching wherever any rule would: a single pass finds the rows to fix."""
-    return "|".join(_scoped(pattern) for _, pattern, _ in rules)
-
-
 def _prefilter(config: RedactionConfig) -> str:
     rules = config.rules()
     return "|".join([SECRET_PREFILTER, *(_scoped(p) for _, p, _ in rules[len(SECRET_RULES) :])])

@@ -29,7 +29,7 @@ from judging.errors import (
     SqlRewardError,
 )
 from judging.evaluate import Evaluation, Measured, NothingScored, evaluate_policies
-from judging.evaluation import (
+from judging.evaluation_stats import (
     Comparison,
     Difference,
     PolicyScore,

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import store
 from judging.errors import JudgingError
-from judging.evaluation import (
+from judging.evaluation_stats import (
     Comparison,
     StageScore,
     compare,

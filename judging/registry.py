@@ -33,7 +33,7 @@ from judging.rewards import (
     valid_json_reward,
 )
 from judging.rewards.base import RewardFn, RewardScope, scope_of, version_of
-from judging.trajectory import Scenario, Trajectory
+from judging.trajectory import ScenarioRow, Trajectory
 
 BUILTIN_REWARDS: dict[str, RewardFn] = {
     "exact_match": exact_match_reward,
@@ -77,7 +77,7 @@ class ProgrammaticReward:
         """What it can score when a run selects nothing itself (None: any trajectory)."""
         return scope_of(self.fn)
 
-    def __call__(self, trajectory: Trajectory, scenario: Scenario | None) -> Any:
+    def __call__(self, trajectory: Trajectory, scenario: ScenarioRow | None) -> Any:
         return self.fn(trajectory, scenario)
 
 
@@ -156,7 +156,7 @@ def _check_value(name: str, value: Any) -> RewardOutcome:
 
 
 def evaluate_reward(
-    reward: ProgrammaticReward, trajectory: Trajectory, scenario: Scenario | None
+    reward: ProgrammaticReward, trajectory: Trajectory, scenario: ScenarioRow | None
 ) -> list[RewardOutcome]:
     """Run one reward on one trajectory. Never raises: failures come back as failed outcomes."""
     try:

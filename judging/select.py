@@ -159,7 +159,7 @@ def load_groups(
     return groups
 
 
-def load_scenarios(con: duckdb.DuckDBPyConnection, scenario_ids: set[str]) -> dict[str, dict[str, Any]]:
+def scenarios_by_id(con: duckdb.DuckDBPyConnection, scenario_ids: set[str]) -> dict[str, dict[str, Any]]:
     """Scenario rows by id (only those asked for)."""
     if not scenario_ids:
         return {}

@@ -38,8 +38,8 @@ from judging.select import (
     DONE,
     candidates_sql,
     count_trajectories,
-    load_scenarios,
     run_checked,
+    scenarios_by_id,
     stream_trajectories,
     where_clause,
 )
@@ -121,7 +121,7 @@ def _score_function(
         try:
             while batch := list(itertools.islice(stream, 2048)):
                 wanted = {t["scenario_id"] for t in batch if t.get("scenario_id")} - scenarios.keys()
-                scenarios.update(load_scenarios(scenario_con, wanted))
+                scenarios.update(scenarios_by_id(scenario_con, wanted))
                 scored_at = store.utc_now()
                 out = []
                 for traj in batch:

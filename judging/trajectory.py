@@ -22,7 +22,7 @@ from typing import Any
 from judging.errors import RewardInputError
 
 Trajectory = dict[str, Any]
-Scenario = dict[str, Any]
+ScenarioRow = dict[str, Any]
 
 # Keys of an `expected` JSON object that hold the expected final answer, in order of preference.
 ANSWER_KEYS = ("answer", "output", "final_output", "expected")
@@ -44,7 +44,7 @@ def final_answer(trajectory: Trajectory) -> str | None:
     return None
 
 
-def parse_expected(scenario: Scenario | None) -> Any:
+def parse_expected(scenario: ScenarioRow | None) -> Any:
     """The scenario's `expected` JSON, parsed; raises `RewardInputError(no_expected)` when absent."""
     raw = (scenario or {}).get("expected")
     if raw is None or raw == "":
@@ -62,7 +62,7 @@ def parse_expected(scenario: Scenario | None) -> Any:
         return raw
 
 
-def expected_answer(scenario: Scenario | None) -> Any:
+def expected_answer(scenario: ScenarioRow | None) -> Any:
     """The expected final answer: `expected` itself, or its `answer`/`output`/... key when it is an object.
 
     A list means "any of these answers is correct".

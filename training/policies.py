@@ -33,6 +33,8 @@ SEPARATOR = "+"  # between the base model's name and the adapter's
 # The files that make an adapter what it is (PEFT's names); tokenizer files do not change it.
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
 DIGEST_CHARS = 8
+# The run record an adapter trajlake trained carries in its folder (written by `training.run`).
+RUN_RECORD = "trajlake_run.json"
 
 
 def is_path(text: str) -> bool:
@@ -116,8 +118,6 @@ def policy_name(model: str, adapter: str | None = None) -> str:
 
 
 def _run_record(folder: Path) -> dict[str, Any] | None:
-    from training.run import RUN_RECORD  # training.run imports store: only when an adapter is named
-
     path = folder / RUN_RECORD
     if not path.is_file():
         return None

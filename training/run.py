@@ -24,6 +24,7 @@ from training.distributed import is_writer, wait_for_writer
 from training.errors import BadHyperparameter, NonFiniteLoss, TrainingError
 from training.lineage import RUN_RECORD
 from training.metrics import without_raw_log_lines
+from training.policies import RUN_RECORD, adapter_label
 
 CHECKPOINTS = "checkpoints"
 ADAPTER = "adapter"
@@ -190,8 +191,6 @@ def parent_record(adapter: str | os.PathLike[str]) -> dict[str, Any]:
     record = read_run_record(adapter)
     if record is not None:
         return record
-    from training.policies import adapter_label
-
     return {
         "adapter_dir": str(adapter),
         "stages": ["external"],

@@ -10,8 +10,8 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from flows.cli_options import with_options
 from flows.settings import ConfigError, Section, import_path
+from flows.settings_cli import with_options
 from store import DEFAULT_LAKE, Lake
 
 LakeOption = Annotated[

@@ -247,13 +247,13 @@ def _run_demo(
 
 def headline(result: dict[str, Any]) -> Any:
     """The report's headline: a pipeline run's published version against its baseline."""
-    from flows.report import Evaluation
+    from flows.report import PublishedComparison
 
     if not result.get("evaluation"):
         return None
     comparison = result["evaluation"]["comparison"]
     published = result.get("published") or {}
-    return Evaluation(
+    return PublishedComparison(
         candidate=f"{published['name']}:v{published['version']}"
         if published
         else result["evaluation"]["candidate"],

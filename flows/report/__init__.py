@@ -7,10 +7,17 @@ each pipeline run.
 - `render`: the HTML.
 """
 
-from flows.report.data import Evaluation, ReportData, report_data
+from flows.report.data import PublishedComparison, ReportData, report_data
 from flows.report.render import render_report, write_report
 
-__all__ = ["Evaluation", "ReportData", "build_report", "render_report", "report_data", "write_report"]
+__all__ = [
+    "PublishedComparison",
+    "ReportData",
+    "build_report",
+    "render_report",
+    "report_data",
+    "write_report",
+]
 
 
 def build_report(

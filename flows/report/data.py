@@ -50,7 +50,7 @@ class RoundRewards:
 
 
 @dataclass
-class Evaluation:
+class PublishedComparison:
     """Val-scenario reward of the published adapter and of what it was compared with."""
 
     candidate: str
@@ -97,7 +97,7 @@ class ReportData:
     rounds: list[RoundRewards] = field(default_factory=list)
     group_rewards: dict[str, list[list[float]]] = field(default_factory=dict)  # policy -> groups -> values
     sampler_gap: list[SamplerGapRow] = field(default_factory=list)  # per GRPO round
-    evaluation: Evaluation | None = None
+    evaluation: PublishedComparison | None = None
     adapter: dict[str, Any] | None = None  # the adapters-table row, lineage JSON parsed
     tables: list[tuple[str, int]] = field(default_factory=list)
     gap_steps: list[tuple[int, int, float]] = field(
@@ -118,7 +118,7 @@ def report_data(
     reward_name: str,
     *,
     title: str = "trajlake pipeline report",
-    evaluation: Evaluation | None = None,
+    evaluation: PublishedComparison | None = None,
     adapter_name: str | None = None,
     sql_recipes: list[tuple[str, str]] | None = None,
     timings: list[tuple[str, float]] | None = None,

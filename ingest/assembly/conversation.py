@@ -47,15 +47,6 @@ def message_key(message: Message) -> Key:
     return (role, (message.get("content") or "").strip())
 
 
-def _common_prefix(a: list[Key], b: list[Key]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 @dataclass(slots=True, init=False)  # the `__init__`s are written out: see `LLMCall`
 class _Entry:
     message: Message

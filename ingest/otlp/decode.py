@@ -13,7 +13,6 @@ errors that map to the specification's answers (400, 413, 415). Two traps handle
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 import zlib
 from typing import Any, TypeVar
@@ -234,7 +233,3 @@ def encode_response(message: Message, media: str) -> bytes:
     if media == PROTOBUF:
         return message.SerializeToString()
     return json.dumps(json_format.MessageToDict(message)).encode()
-
-
-def b16(raw: bytes) -> str:
-    return binascii.hexlify(raw).decode("ascii")

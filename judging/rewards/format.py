@@ -14,13 +14,13 @@ import json
 import re
 
 from judging.rewards.base import reward_version
-from judging.trajectory import Scenario, Trajectory, final_answer
+from judging.trajectory import ScenarioRow, Trajectory, final_answer
 
 _FENCE = re.compile(r"^\s*```(?:json)?\s*\n(.*)\n\s*```\s*$", re.DOTALL)
 
 
 @reward_version("1")
-def valid_json_reward(trajectory: Trajectory, scenario: Scenario | None) -> float:
+def valid_json_reward(trajectory: Trajectory, scenario: ScenarioRow | None) -> float:
     """1.0 when the final answer is a JSON object or array (a single ```json fence is allowed), else 0.0.
 
     Bare scalars (`3`, `"x"`) do not count: an agent asked for JSON output means structure.

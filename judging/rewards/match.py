@@ -15,7 +15,7 @@ import unicodedata
 from typing import Any
 
 from judging.rewards.base import needs_expected, reward_version
-from judging.trajectory import Scenario, Trajectory, expected_answer, final_answer
+from judging.trajectory import ScenarioRow, Trajectory, expected_answer, final_answer
 
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -39,7 +39,7 @@ def _candidates(expected: Any) -> list[str]:
 
 @needs_expected
 @reward_version("1")
-def exact_match_reward(trajectory: Trajectory, scenario: Scenario | None) -> float:
+def exact_match_reward(trajectory: Trajectory, scenario: ScenarioRow | None) -> float:
     """1.0 when the final answer equals the expected answer (or one of a list of them) exactly, else 0.0.
 
     Only surrounding whitespace is ignored. A trajectory with no final answer scores 0.0.
@@ -51,7 +51,7 @@ def exact_match_reward(trajectory: Trajectory, scenario: Scenario | None) -> flo
 
 @needs_expected
 @reward_version("1")
-def normalized_match_reward(trajectory: Trajectory, scenario: Scenario | None) -> float:
+def normalized_match_reward(trajectory: Trajectory, scenario: ScenarioRow | None) -> float:
     """1.0 when the normalised final answer equals a normalised expected answer (see `normalize_answer`)."""
     answer = final_answer(trajectory)
     expected = {normalize_answer(e) for e in _candidates(expected_answer(scenario))}

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from judging.errors import ConfigValueError
 from judging.rewards.base import RewardFn, reward_version
-from judging.trajectory import Scenario, Trajectory, assistant_turns, output_tokens
+from judging.trajectory import ScenarioRow, Trajectory, assistant_turns, output_tokens
 
 
 def _linear_penalty(amount: float, free: float, limit: float) -> float:
@@ -29,7 +29,7 @@ def get_turn_penalty_reward(free_turns: int = 4, max_turns: int = 16) -> RewardF
         raise ConfigValueError("max_turns", (free_turns, max_turns), "0 <= free_turns < max_turns")
 
     @reward_version(f"1-free{free_turns}-max{max_turns}")
-    def turn_penalty_reward(trajectory: Trajectory, scenario: Scenario | None) -> float:
+    def turn_penalty_reward(trajectory: Trajectory, scenario: ScenarioRow | None) -> float:
         return _linear_penalty(assistant_turns(trajectory), free_turns, max_turns)
 
     return turn_penalty_reward
@@ -41,7 +41,7 @@ def get_length_penalty_reward(free_tokens: int = 1024, max_tokens: int = 4096) -
         raise ConfigValueError("max_tokens", (free_tokens, max_tokens), "0 <= free_tokens < max_tokens")
 
     @reward_version(f"1-free{free_tokens}-max{max_tokens}")
-    def length_penalty_reward(trajectory: Trajectory, scenario: Scenario | None) -> float:
+    def length_penalty_reward(trajectory: Trajectory, scenario: ScenarioRow | None) -> float:
         return _linear_penalty(output_tokens(trajectory), free_tokens, max_tokens)
 
     return length_penalty_reward

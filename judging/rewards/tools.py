@@ -9,11 +9,11 @@
 from __future__ import annotations
 
 from judging.rewards.base import reward_version
-from judging.trajectory import Scenario, Trajectory, tool_calls, tool_results
+from judging.trajectory import ScenarioRow, Trajectory, tool_calls, tool_results
 
 
 @reward_version("1")
-def tool_success_reward(trajectory: Trajectory, scenario: Scenario | None) -> float:
+def tool_success_reward(trajectory: Trajectory, scenario: ScenarioRow | None) -> float:
     """Share of tool calls whose result did not fail (`is_error`); 1.0 when no tool was called.
 
     A call without any result message counts as failed: the agent never got an answer.

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 import store
-from flows.report import Evaluation, render_report, report_data, write_report
+from flows.report import PublishedComparison, render_report, report_data, write_report
 
 
 def seed_rounds(lake: store.Lake) -> None:
@@ -64,7 +64,7 @@ def test_report_data_per_round_from_the_lake(lake: store.Lake) -> None:
 
 def test_render_embeds_plots_and_measured_evaluation(lake: store.Lake, tmp_path) -> None:
     seed_rounds(lake)
-    evaluation = Evaluation("agent:v1", 0.75, "base model", 0.25, 8, True)
+    evaluation = PublishedComparison("agent:v1", 0.75, "base model", 0.25, 8, True)
     data = report_data(lake, "exact_match", evaluation=evaluation, sql_recipes=[("Rounds", "SELECT 1")])
     page = render_report(data)
     assert len(re.findall(r'src="data:image/png;base64,[A-Za-z0-9+/=]{100,}"', page)) == 3
@@ -81,7 +81,7 @@ def test_empty_lake_renders_without_plots(lake: store.Lake) -> None:
 
 def seed_learning(lake: store.Lake) -> None:
     """An evaluation run (base, SFT, one round; production as reference) and feedback before/after."""
-    from judging.evaluation import compare, evaluation_table, production_success, record_evaluation
+    from judging.evaluation_stats import compare, evaluation_table, production_success, record_evaluation
 
     ids = [f"s{i}" for i in range(20)]
     base = dict.fromkeys(ids, 0.0)

@@ -9,7 +9,6 @@ gives the final answer. Usage numbers are fixed so tests can check the sums.
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +19,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+
+from flows.background import free_port
 
 MODEL = "gpt-4o-mini-2024-07-18"
 TOOL_CALL_ID = "call_weather_1"
@@ -79,12 +80,6 @@ async def chat_completions(request: Request) -> JSONResponse:
 
 def create_app() -> Starlette:
     return Starlette(routes=[Route("/v1/chat/completions", chat_completions, methods=["POST"])])
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextmanager

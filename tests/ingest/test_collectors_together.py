@@ -19,9 +19,9 @@ import httpx
 import pytest
 
 import store
+from flows.background import free_port
 from store import CompactConfig, compact
 from tests.conftest import s3_lake_at
-from tests.ingest.fake_openai import free_port
 from tests.ingest.test_durability import random_request, start
 
 SECONDS = 8

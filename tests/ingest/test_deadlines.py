@@ -19,8 +19,8 @@ import time
 
 import pytest
 
+from flows.background import free_port
 from store import Lake
-from tests.ingest.fake_openai import free_port
 from tests.ingest.test_durability import start
 
 pytestmark = pytest.mark.reliability

@@ -22,10 +22,10 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 import store
+from flows.background import free_port
 from ingest.otlp.spool import HEADER, MAGIC, Spool, decode_table, encode_table, read_segment
 from store import Lake
 from tests.ingest.conftest import STARTED, sql, wait_for
-from tests.ingest.fake_openai import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from flows.background import free_port
 from ingest.errors import ConfigError
 from ingest.otlp.config import CollectorConfig, is_loopback
-from tests.ingest.fake_openai import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 OPEN = "anyone who can reach the port can write to the lake"

@@ -23,8 +23,8 @@ import pytest
 from bench.collector_memory import ALLOCATOR_ENV, load, stalled_client, wait_idle
 from bench.ingest import rss_mb
 from bench.otlp_workload import make_bodies
+from flows.background import free_port
 from store import Lake
-from tests.ingest.fake_openai import free_port
 from tests.ingest.test_durability import start
 
 pytestmark = [

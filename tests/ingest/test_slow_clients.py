@@ -25,11 +25,11 @@ import uvicorn
 from bench.collector_memory import mutate, wait_idle
 from bench.ingest import rss_mb
 from bench.otlp_workload import make_bodies
+from flows.background import free_port
 from ingest.otlp.app import create_app
 from ingest.otlp.server import server_config
 from store import Lake
 from tests.ingest.conftest import make_config, wait_for
-from tests.ingest.fake_openai import free_port
 from tests.ingest.test_durability import start
 
 pytestmark = pytest.mark.reliability

@@ -18,7 +18,7 @@ MODULES = [
     "judging.ruler.parse",
     "judging.combine",
     "judging.agreement",
-    "judging.evaluation",
+    "judging.evaluation_stats",
 ]
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 import store
-from judging.evaluation import (
+from judging.evaluation_stats import (
     bootstrap_ci,
     compare,
     evaluation_table,

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,13 +21,8 @@ import pytest
 
 from training.replay.errors import SamplerError
 from training.replay.samplers import SamplerConfig, SampleRequest, SamplingParams
+from training.replay.samplers.vllm_launch import free_port
 from training.replay.samplers.vllm_server import VLLMServerSampler
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_until_up(url: str, process: subprocess.Popen, timeout_s: float = 120.0) -> None:

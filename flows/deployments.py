@@ -3,7 +3,9 @@
 Two deployments: `trajlake-ingest` (hourly by default: Langfuse pull and assembly) and
 `trajlake-pipeline` (nightly by default: scenarios, SFT, replay/score/GRPO rounds,
 evaluation, publishing). Both take only JSON-able parameters (the config file path and
-lake), so the same deployments can run on a Prefect work pool elsewhere.
+lake), so the same deployments can run on a Prefect work pool elsewhere. Their runs take SQL
+from whoever triggers them, so the parameters force `lake.sql_lake_only` on: the flow run, a
+process of its own, gets it as an argument.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ def deployment_specs(config: TrajlakeConfig, config_file: str | None) -> list[De
     parameters = {
         "config_file": str(Path(config_file).absolute()) if config_file else None,
         "lake": config.lake.path,
+        "sql_lake_only": True,
     }
     tz = config.schedules.timezone
     return [

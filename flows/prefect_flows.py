@@ -27,8 +27,9 @@ from flows import stages
 from flows.config import TrajlakeConfig, load_config
 
 
-def _config(config_file: str | None, lake: str | None) -> TrajlakeConfig:
-    return load_config(config_file).with_lake(lake)
+def _config(config_file: str | None, lake: str | None, sql_lake_only: bool = False) -> TrajlakeConfig:
+    config = load_config(config_file).with_lake(lake)
+    return config.with_values("lake", sql_lake_only=True) if sql_lake_only else config
 
 
 def task_runner(config: TrajlakeConfig) -> Any:
@@ -88,9 +89,14 @@ report_task = task(stages.write_pipeline_report, name="report", **_local)
 
 
 @flow(name="trajlake-ingest", log_prints=True)
-def ingest_flow(config_file: str | None = None, lake: str | None = None) -> dict[str, int]:
-    """Pull new traces from Langfuse (when configured) and assemble pending traces."""
-    config = _config(config_file, lake)
+def ingest_flow(
+    config_file: str | None = None, lake: str | None = None, sql_lake_only: bool = False
+) -> dict[str, int]:
+    """Pull new traces from Langfuse (when configured) and assemble pending traces.
+
+    `sql_lake_only` forces `lake.sql_lake_only` on whatever the config says (`trajlake serve`'s runs).
+    """
+    config = _config(config_file, lake, sql_lake_only)
     counts = {"langfuse_trajectories": 0}
     if config.pipeline.langfuse:
         counts["langfuse_trajectories"] = pull_langfuse_task(config)
@@ -136,17 +142,19 @@ def pipeline_flow(
     lake: str | None = None,
     rounds: int | None = None,
     force_publish: bool = False,
+    sql_lake_only: bool = False,
 ) -> dict[str, Any]:
     """The whole loop: ingest, scenarios, SFT, N rounds of replay -> score -> GRPO, evaluate, publish.
 
     Each run is its own (`flows.stages.pipeline_run`): it continues the production adapter (or
     the base model), learns from what is new since the last finished run, trains in its own
     folder, and records what it trained and what the gate decided. Each round samples with
-    the newest adapter, so GRPO stays close to on-policy.
+    the newest adapter, so GRPO stays close to on-policy. `sql_lake_only` forces
+    `lake.sql_lake_only` on whatever the config says (`trajlake serve`'s runs).
     """
     from prefect.runtime import flow_run
 
-    config = _config(config_file, lake)
+    config = _config(config_file, lake, sql_lake_only)
     stages.loadable_base_model(config)  # no base model: stop before ingesting or training anything
     logger = get_run_logger()
     rounds = rounds or config.pipeline.rounds

@@ -34,16 +34,20 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any, Literal, get_args, get_origin
 
+from store.errors import SettingError
+
 ENV_PREFIX = "TRAJLAKE_"
 
 
-class ConfigError(ValueError):
-    """A configuration key is unknown, mistyped or out of range. Nothing has run."""
+class ConfigError(SettingError):
+    """A configuration key is unknown, mistyped or out of range. Nothing has run.
+
+    `field` is the full TOML key (`replay.sampling.temperature`), `source` where the value came from.
+    """
 
     def __init__(self, key: str, detail: str, source: str) -> None:
-        self.key = key
+        super().__init__(f"bad configuration `{key}` ({source}): {detail}", field=key)
         self.source = source
-        super().__init__(f"bad configuration `{key}` ({source}): {detail}")
 
 
 @dataclass(frozen=True)
@@ -157,7 +161,7 @@ class Section:
         try:
             return self.cls(**{**kwargs, **extra})
         except (ValueError, TypeError) as exc:
-            name = getattr(exc, "name", None) or getattr(exc, "field", None) or getattr(exc, "key", None)
+            name = exc.field if isinstance(exc, SettingError) else None
             raise ConfigError(f"{self.key}.{name}" if name else self.key, str(exc), source) from None
 
 

@@ -17,19 +17,12 @@ def _help(text: str, default: Any = None, factory: Any = None, **metadata: Any) 
     return field(default=default, metadata={"help": text, **metadata})
 
 
-class SettingError(ValueError):
-    """A flow setting is out of range; `name` is its key within the table."""
-
-    def __init__(self, name: str, detail: str) -> None:
-        super().__init__(detail)
-        self.name = name
-
-
 def check(table: Any, *rules: tuple[str, bool, str]) -> None:
-    """Raise `SettingError` for the first `(field, holds, what is allowed)` that does not hold."""
+    """Raise `store.SettingError` for the first `(field, holds, what is allowed)` that does not hold."""
     for name, holds, allowed in rules:
         if not holds:
-            raise SettingError(name, f"must be {allowed}, got {getattr(table, name)!r}")
+            value = getattr(table, name)
+            raise store.SettingError(f"must be {allowed}, got {value!r}", field=name, value=value)
 
 
 @dataclass(frozen=True)
@@ -83,8 +76,8 @@ class ScoreSettings:
     def __post_init__(self) -> None:
         for name in self.weights:
             if name not in (*self.rewards, "ruler"):
-                raise SettingError(
-                    f"weights.{name}", f"not a scored reward; rewards: {', '.join(self.rewards)}"
+                raise store.SettingError(
+                    f"not a scored reward; rewards: {', '.join(self.rewards)}", field=f"weights.{name}"
                 )
 
 

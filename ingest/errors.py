@@ -6,6 +6,8 @@ collector turns any of them into the right response without a table of special c
 
 from __future__ import annotations
 
+from store.errors import SettingError
+
 
 class IngestError(Exception):
     """Base class for every error raised by `ingest`."""
@@ -80,13 +82,11 @@ class Overloaded(IngestError, RuntimeError):
         )
 
 
-class ConfigError(IngestError, ValueError):
-    """An invalid combination of collector settings."""
+class CollectorSettingError(IngestError, SettingError):
+    """An invalid collector setting or combination of them."""
 
-    def __init__(self, name: str, value: object, detail: str) -> None:
-        self.name = name
-        self.value = value
-        super().__init__(f"`{name}` = {value!r}: {detail}")
+    def __init__(self, field: str, value: object, detail: str) -> None:
+        SettingError.__init__(self, f"`{field}` = {value!r}: {detail}", field=field, value=value)
 
 
 class InstrumentError(IngestError, ValueError):

@@ -11,6 +11,8 @@ Two kinds of failure exist here and they are kept apart on purpose:
 
 from __future__ import annotations
 
+from store.errors import SettingError
+
 
 class JudgingError(Exception):
     """Base class for every error raised by `judging`."""
@@ -85,13 +87,13 @@ class JudgeConfigError(JudgingError):
         )
 
 
-class ConfigValueError(JudgingError, ValueError):
+class ConfigValueError(JudgingError, SettingError):
     """A configuration field holds a value outside what it allows."""
 
     def __init__(self, field: str, value: object, allowed: str) -> None:
-        self.field = field
-        self.value = value
-        super().__init__(f"`{field}` = {value!r} is not allowed: {allowed}")
+        SettingError.__init__(
+            self, f"`{field}` = {value!r} is not allowed: {allowed}", field=field, value=value
+        )
 
 
 class JudgeUnreachableError(JudgingError, ConnectionError):

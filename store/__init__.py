@@ -25,13 +25,15 @@ from store.conform import conform_batch
 from store.errors import (
     CompactionError,
     DataErased,
+    LakeUnusable,
     QueryTimeout,
     ReadOnlyViolation,
     SchemaViolation,
     SelectionError,
+    SettingError,
     StoreError,
 )
-from store.lake import DEFAULT_LAKE, Lake
+from store.lake import DEFAULT_LAKE, Lake, open_lake
 from store.maintenance import CompactConfig, TableCompaction, compact
 from store.migrate import TableMigration, migrate
 from store.pipeline_runs import (
@@ -88,6 +90,7 @@ __all__ = [
     "IngestStage",
     "IngestStatus",
     "Lake",
+    "LakeUnusable",
     "PipelineRun",
     "QueryResult",
     "QueryTimeout",
@@ -96,6 +99,7 @@ __all__ = [
     "RunStage",
     "SchemaViolation",
     "SelectionError",
+    "SettingError",
     "Snapshot",
     "SpanSource",
     "Split",
@@ -118,6 +122,7 @@ __all__ = [
     "migrate",
     "new_run_id",
     "one_of",
+    "open_lake",
     "pipeline_runs",
     "query_lake",
     "record_pipeline_run",

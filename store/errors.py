@@ -7,6 +7,22 @@ class StoreError(Exception):
     """Base class for every error raised by `store`."""
 
 
+class SettingError(ValueError):
+    """A setting holds a value outside what it allows; nothing has run.
+
+    The one base of every package's configuration errors (training's `BadHyperparameter`,
+    replay's `ReplaySetupError`, judging's `ConfigValueError`, the collector's
+    `CollectorSettingError`, a flow table's check), so `flows.settings` names the failing TOML
+    key from `field` alone. `field` is the field's name in the dataclass that declares it
+    (dotted for a nested one: `sampling.temperature`); None when no one field is at fault.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None, value: object = None) -> None:
+        super().__init__(message)
+        self.field = field
+        self.value = value
+
+
 class SchemaViolation(StoreError, ValueError):
     """Data offered to a table does not match the table's schema. Nothing was written."""
 
@@ -28,6 +44,14 @@ class SchemaViolation(StoreError, ValueError):
         if row is not None:
             where += f" at row {row}"
         super().__init__(f"{where}: {detail}; nothing was written")
+
+
+class LakeUnusable(StoreError, ValueError):
+    """The path given as a lake is not one (a file, or nothing where a lake must exist). Nothing was read."""
+
+    def __init__(self, root: str, detail: str) -> None:
+        self.root = root
+        super().__init__(detail)
 
 
 class QueryTimeout(StoreError, TimeoutError):

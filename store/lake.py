@@ -20,6 +20,7 @@ from typing import Any
 
 import fsspec
 
+from store.errors import LakeUnusable
 from store.schema import TABLES, table_spec
 
 DEFAULT_LAKE = "./lake"
@@ -141,3 +142,13 @@ class Lake:
 
     def __str__(self) -> str:
         return self.root
+
+
+def open_lake(root: str, *, sql_lake_only: bool = False, must_exist: bool = False) -> Lake:
+    """The lake at `root`, checked (`Lake.problem`): how commands and flow stages open the lake
+    they were configured with. Raises `LakeUnusable` naming the path."""
+    lake = Lake(root, sql_lake_only=sql_lake_only)
+    problem = lake.problem(must_exist=must_exist)
+    if problem is not None:
+        raise LakeUnusable(lake.root, problem)
+    return lake

@@ -85,19 +85,19 @@ def compute_advantages(
     if scale_rewards not in SCALE_REWARDS:
         raise BadHyperparameter(
             f"`scale_rewards` must be one of {', '.join(SCALE_REWARDS)}; got `{scale_rewards}`",
-            name="scale_rewards",
+            field="scale_rewards",
             value=scale_rewards,
         )
     if not eps > 0:
         raise BadHyperparameter(
             f"`eps` must be positive (it keeps equal-reward groups finite); got `{eps}`",
-            name="eps",
+            field="eps",
             value=eps,
         )
     if len(group_ids) != len(rewards):
         raise BadHyperparameter(
             f"`group_ids` and `rewards` differ in length ({len(group_ids)} vs {len(rewards)})",
-            name="rewards",
+            field="rewards",
             value=len(rewards),
         )
     bad = [i for i, r in enumerate(rewards) if r is None or not math.isfinite(r)]
@@ -105,7 +105,7 @@ def compute_advantages(
         raise BadHyperparameter(
             f"reward of trajectory #{bad[0]} in group `{group_ids[bad[0]]}` is `{rewards[bad[0]]}`; "
             "rewards must be finite numbers (failed scores are filtered out by the selection)",
-            name="rewards",
+            field="rewards",
             value=rewards[bad[0]],
         )
     if not rewards:

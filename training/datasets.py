@@ -41,10 +41,7 @@ TRUNCATED_FINISH_REASONS = frozenset({"length", "max_tokens"})
 
 def _selected(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[str], bool]:
     """Run the user's query (read-only) and return its columns and whether it carries a `reward`."""
-    try:
-        _, columns = store.check_selection(con, sql, "trajectory_id")
-    except store.SelectionError as exc:
-        raise SelectionError(str(exc), sql=sql, reason=exc.reason) from exc
+    _, columns = store.check_selection(con, sql, "trajectory_id")
     return columns, "reward" in columns
 
 

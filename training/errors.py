@@ -7,6 +7,9 @@ starts, so a bad selection or hyperparameter never leaves a half-written run beh
 
 from __future__ import annotations
 
+from store.errors import SelectionError as _StoreSelectionError
+from store.errors import SettingError
+
 
 class TrainingError(Exception):
     """Base class of everything the training package raises on purpose."""
@@ -15,13 +18,9 @@ class TrainingError(Exception):
 # --- datasets (selection from the lake) -------------------------------------------------------
 
 
-class SelectionError(TrainingError, ValueError):
-    """The selection SQL returned nothing usable (no rows, missing columns, bad SQL)."""
-
-    def __init__(self, message: str, *, sql: str, reason: str) -> None:
-        super().__init__(message)
-        self.sql = sql
-        self.reason = reason  # snake_case code: empty_selection, missing_column, bad_sql, ...
+# The selection SQL returned nothing usable (no rows, missing columns, bad SQL): `store.SelectionError`,
+# the one class every package raises for a selection (reason codes: empty_selection, missing_column, ...).
+SelectionError = _StoreSelectionError
 
 
 class MissingTokenData(TrainingError, ValueError):
@@ -45,13 +44,8 @@ class TokenDataMismatch(TrainingError, ValueError):
 # --- configuration ------------------------------------------------------------------------------
 
 
-class BadHyperparameter(TrainingError, ValueError):
+class BadHyperparameter(TrainingError, SettingError):
     """A training or publishing setting is outside what trajlake (or vLLM) accepts."""
-
-    def __init__(self, message: str, *, name: str, value: object) -> None:
-        super().__init__(message)
-        self.name = name
-        self.value = value
 
 
 # --- running ------------------------------------------------------------------------------------

@@ -137,47 +137,47 @@ class TrajlakeGRPOConfig(LoraFields, CheckpointingFields, GRPOConfig):  # type: 
         if self.loss_type not in LOSS_TYPES:
             raise BadHyperparameter(
                 f"`loss_type` = `{self.loss_type}` is not one of TRL's: {', '.join(LOSS_TYPES)}",
-                name="loss_type",
+                field="loss_type",
                 value=self.loss_type,
             )
         if self.scale_rewards not in SCALE_REWARDS and self.scale_rewards not in (True, False):
             raise BadHyperparameter(
                 f"`scale_rewards` must be one of {', '.join(SCALE_REWARDS)}; got `{self.scale_rewards}`",
-                name="scale_rewards",
+                field="scale_rewards",
                 value=self.scale_rewards,
             )
         for name in ("learning_rate", "temperature"):
             if getattr(self, name) <= 0:
                 raise BadHyperparameter(
                     f"`{name}` must be positive; got {getattr(self, name)}",
-                    name=name,
+                    field=name,
                     value=getattr(self, name),
                 )
         if self.epsilon <= 0 or (self.epsilon_high is not None and self.epsilon_high <= 0):
             raise BadHyperparameter(
-                f"`epsilon` must be positive; got {self.epsilon}", name="epsilon", value=self.epsilon
+                f"`epsilon` must be positive; got {self.epsilon}", field="epsilon", value=self.epsilon
             )
         if self.beta < 0:
             raise BadHyperparameter(
-                f"`beta` (KL weight) must be >= 0; got {self.beta}", name="beta", value=self.beta
+                f"`beta` (KL weight) must be >= 0; got {self.beta}", field="beta", value=self.beta
             )
         if self.max_staleness is not None and self.max_staleness < 0:
             raise BadHyperparameter(
                 f"`max_staleness` must be >= 0 (or None for no bound); got {self.max_staleness}",
-                name="max_staleness",
+                field="max_staleness",
                 value=self.max_staleness,
             )
         if self.vllm_importance_sampling_mode not in IS_MODES:
             raise BadHyperparameter(
                 f"`vllm_importance_sampling_mode` = `{self.vllm_importance_sampling_mode}` is not one of "
                 f"{', '.join(IS_MODES)}",
-                name="vllm_importance_sampling_mode",
+                field="vllm_importance_sampling_mode",
                 value=self.vllm_importance_sampling_mode,
             )
         if self.min_group_size < 2:
             raise BadHyperparameter(
                 f"`min_group_size` must be >= 2 (GRPO compares samples); got {self.min_group_size}",
-                name="min_group_size",
+                field="min_group_size",
                 value=self.min_group_size,
             )
         self.num_generations = 2
@@ -186,7 +186,7 @@ class TrajlakeGRPOConfig(LoraFields, CheckpointingFields, GRPOConfig):  # type: 
             raise BadHyperparameter(
                 f"`per_device_train_batch_size` x `steps_per_generation` must be even "
                 f"({self.per_device_train_batch_size} x {steps}); TRL needs whole pairs per generation batch",
-                name="per_device_train_batch_size",
+                field="per_device_train_batch_size",
                 value=self.per_device_train_batch_size,
             )
         claim_cpu(self)  # several processes on CPUs: one data-parallel run (training.distributed)

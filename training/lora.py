@@ -54,19 +54,19 @@ class LoraFields:
         if self.lora_r not in VLLM_LORA_RANKS:
             raise BadHyperparameter(
                 f"`lora_r` = {self.lora_r} is not a rank vLLM can serve; pick one of {', '.join(map(str, VLLM_LORA_RANKS))}",
-                name="lora_r",
+                field="lora_r",
                 value=self.lora_r,
             )
         if self.lora_alpha <= 0:
             raise BadHyperparameter(
                 f"`lora_alpha` must be positive; got {self.lora_alpha}",
-                name="lora_alpha",
+                field="lora_alpha",
                 value=self.lora_alpha,
             )
         if not 0.0 <= self.lora_dropout < 1.0:
             raise BadHyperparameter(
                 f"`lora_dropout` must be in [0, 1); got {self.lora_dropout}",
-                name="lora_dropout",
+                field="lora_dropout",
                 value=self.lora_dropout,
             )
 

@@ -82,7 +82,7 @@ class PublishConfig:
         if not NAME_PATTERN.match(self.name):
             raise BadHyperparameter(
                 f"adapter name `{self.name}` must be 1-100 letters, digits, `.`, `_` or `-`",
-                name="name",
+                field="name",
                 value=self.name,
             )
         if self.push_to_hub is not None:
@@ -240,7 +240,7 @@ def publish(
     bad_alias = [a for a in aliases if not NAME_PATTERN.match(a) or a.isdigit()]
     if bad_alias:
         raise BadHyperparameter(
-            f"alias `{bad_alias[0]}` is not a valid alias name", name="aliases", value=bad_alias[0]
+            f"alias `{bad_alias[0]}` is not a valid alias name", field="aliases", value=bad_alias[0]
         )
     check_vllm_compatible(folder, max_lora_rank=config.max_lora_rank)
     record = read_run_record(folder)

@@ -88,7 +88,7 @@ def check_base_model(base_model: str) -> None:
         raise BadHyperparameter(
             f"base model `{base_model}` cannot be loaded ({reason[:200]}); name a model folder holding "
             "config.json and its weights, a hub id in the local cache, or a name `trajlake model list` knows",
-            name="base_model",
+            field="base_model",
             value=base_model,
         ) from None
 
@@ -283,6 +283,6 @@ def check_adapter_dir(adapter: str | None) -> None:
         raise BadHyperparameter(
             f"`{adapter}` is not a PEFT adapter folder (no adapter_config.json); pass the `adapter/` folder of "
             "an SFT run, or omit it to start a fresh adapter",
-            name="adapter",
+            field="adapter",
             value=adapter,
         )

@@ -135,12 +135,12 @@ def check_hub_arguments(repo: str, token: str | None) -> None:
     """Refuse a hub upload that cannot work before anything is published."""
     if not HUB_REPO.match(repo):
         raise BadHyperparameter(
-            f"hub repo `{repo}` must look like `owner/name`", name="push_to_hub", value=repo
+            f"hub repo `{repo}` must look like `owner/name`", field="push_to_hub", value=repo
         )
     if not token:
         raise BadHyperparameter(
             f"pushing to `{repo}` needs a Hugging Face token; set HF_TOKEN (the CLI reads it) or pass `hub_token`",
-            name="hub_token",
+            field="hub_token",
             value=None,
         )
 

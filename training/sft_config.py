@@ -52,13 +52,13 @@ class TrajlakeSFTConfig(LoraFields, CheckpointingFields, SFTConfig):  # type: ig
         if self.learning_rate <= 0:
             raise BadHyperparameter(
                 f"`learning_rate` must be positive; got {self.learning_rate}",
-                name="learning_rate",
+                field="learning_rate",
                 value=self.learning_rate,
             )
         if self.max_length is not None and self.max_length < 8:
             raise BadHyperparameter(
                 f"`max_length` = {self.max_length} leaves no room for a conversation",
-                name="max_length",
+                field="max_length",
                 value=self.max_length,
             )
         claim_cpu(self)  # several processes on CPUs: one data-parallel run (training.distributed)

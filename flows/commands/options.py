@@ -12,7 +12,7 @@ from typer.core import TyperGroup
 
 from flows.settings import ConfigError, Section, import_path
 from flows.settings_cli import with_options
-from store import DEFAULT_LAKE, Lake
+from store import DEFAULT_LAKE, Lake, LakeUnusable, open_lake
 
 LakeOption = Annotated[
     str | None,
@@ -38,11 +38,10 @@ def resolve_lake(lake: str | None, *, must_exist: bool = False) -> Lake:
     report zero rows of an empty one.
     """
     settings = lake_settings()
-    resolved = Lake(lake or settings.path, sql_lake_only=settings.sql_lake_only)
-    problem = resolved.problem(must_exist=must_exist)
-    if problem is not None:
-        raise fail(problem, 2)
-    return resolved
+    try:
+        return open_lake(lake or settings.path, sql_lake_only=settings.sql_lake_only, must_exist=must_exist)
+    except LakeUnusable as exc:
+        raise fail(str(exc), 2) from None
 
 
 def values_for(key: str) -> dict[str, Any]:

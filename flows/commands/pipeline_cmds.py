@@ -92,10 +92,9 @@ def serve(
     """Register the ingest and pipeline deployments with their schedules and serve them.
 
     Deployment runs take SQL from whoever triggers them (their parameters, the config), so
-    their SQL may read only the lake's tables (`lake.sql_lake_only`, forced on here for
-    the flow runs this process starts).
+    their SQL may read only the lake's tables (`lake.sql_lake_only`, forced on by the
+    deployments' `sql_lake_only` parameter for every flow run they start).
     """
-    os.environ["TRAJLAKE_LAKE__SQL_LAKE_ONLY"] = "true"
     cfg = _configure(config, lake)
     from flows.deployments import serve_deployments
 

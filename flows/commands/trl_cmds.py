@@ -145,7 +145,7 @@ def run_stage(
         result = train(the_lake, config, versions)
     except BadHyperparameter as exc:  # bad input (a base model that does not load, ...): exit 2
         raise fail(str(exc), 2) from None
-    except TrainingError as exc:
+    except (TrainingError, store.SelectionError) as exc:
         raise fail(str(exc)) from None
     print_result(result)
 

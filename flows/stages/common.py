@@ -9,17 +9,20 @@ import store
 from flows.config import TrajlakeConfig
 
 
-class StageError(ValueError):
-    """A stage cannot run with this configuration or lake state; names the key or table at fault."""
+class StageError(store.SettingError):
+    """A stage cannot run with this configuration or lake state; `field` names the key at fault."""
 
     def __init__(self, key: str, detail: str) -> None:
-        self.key = key
-        super().__init__(f"`{key}`: {detail}")
+        super().__init__(f"`{key}`: {detail}", field=key)
 
 
 def lake_of(config: TrajlakeConfig) -> store.Lake:
+    """The configured lake, checked as every command checks its `--lake` (`store.open_lake`)."""
     settings = config.lake
-    return store.Lake(settings.path, sql_lake_only=settings.sql_lake_only)
+    try:
+        return store.open_lake(settings.path, sql_lake_only=settings.sql_lake_only)
+    except store.LakeUnusable as exc:
+        raise StageError("lake.path", str(exc)) from None
 
 
 def base_model(config: TrajlakeConfig) -> str:

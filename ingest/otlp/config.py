@@ -10,7 +10,7 @@ import ipaddress
 from dataclasses import dataclass, field
 
 import store
-from ingest.errors import ConfigError
+from ingest.errors import CollectorSettingError
 from ingest.redact import RedactionConfig
 
 MIB = 1024 * 1024
@@ -112,15 +112,15 @@ class CollectorConfig:
         for name in ("bearer_token", "langfuse_public_key", "langfuse_secret_key"):
             _check_credential(name, getattr(self, name))
         if bool(self.langfuse_public_key) != bool(self.langfuse_secret_key):
-            raise ConfigError(
+            raise CollectorSettingError(
                 "langfuse_public_key", self.langfuse_public_key, "set both Langfuse keys or neither"
             )
         for name in ("max_body_mb", "max_pending_mb", "flush_mb"):
             if getattr(self, name) <= 0:
-                raise ConfigError(name, getattr(self, name), "must be positive")
+                raise CollectorSettingError(name, getattr(self, name), "must be positive")
         for name in ("flush_seconds", "idle_timeout_s", "request_timeout_s"):
             if getattr(self, name) <= 0:
-                raise ConfigError(name, getattr(self, name), "timeouts must be positive")
+                raise CollectorSettingError(name, getattr(self, name), "timeouts must be positive")
 
     @property
     def auth(self) -> bool:
@@ -169,10 +169,10 @@ def _check_credential(name: str, value: str | None) -> None:
     if value is None:
         return
     if not value.strip():
-        raise ConfigError(
+        raise CollectorSettingError(
             name, value, "an empty credential would turn authentication off; give one, or leave it unset"
         )
     if name == "bearer_token" and value != value.strip():
         # Bearer headers are compared stripped, so such a token could never match: refuse it
         # without echoing the secret.
-        raise ConfigError(name, "<hidden>", "has leading or trailing whitespace (a stray newline?)")
+        raise CollectorSettingError(name, "<hidden>", "has leading or trailing whitespace (a stray newline?)")

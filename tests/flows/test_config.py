@@ -73,14 +73,14 @@ def test_env_overrides_parse_toml_values() -> None:
 def test_bad_configuration_names_the_key(tmp_path: Path, text: str, key: str, evidence: str) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(write(tmp_path, text), environ={})
-    assert info.value.key == key
+    assert info.value.field == key
     assert evidence in str(info.value)
 
 
 def test_bad_environment_override_names_the_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(write(tmp_path, ""), environ={"TRAJLAKE_REPLAY__SAMPLING__TEMPERATURE": "0"})
-    assert info.value.key == "replay.sampling.temperature"
+    assert info.value.field == "replay.sampling.temperature"
     assert "environment" in info.value.source
 
 
@@ -96,7 +96,7 @@ def test_the_lake_path_is_declared_once_and_read_from_one_variable(tmp_path: Pat
     )  # as written
     with pytest.raises(ConfigError) as info:  # the derived spelling would be a second variable
         load_config(write(tmp_path, ""), environ={"TRAJLAKE_LAKE__PATH": "s3://b/l"})
-    assert info.value.key == "lake.path" and "$TRAJLAKE_LAKE" in str(info.value)
+    assert info.value.field == "lake.path" and "$TRAJLAKE_LAKE" in str(info.value)
 
 
 def test_sampling_settings_are_the_samplers_own(tmp_path: Path) -> None:
@@ -135,7 +135,7 @@ def test_the_base_model_has_no_fallback(tmp_path: Path) -> None:
 
     with pytest.raises(StageError) as info:
         base_model(load_config(write(tmp_path, ""), environ={}))
-    assert info.value.key == "sampler.model"  # not a tiny stand-in model, trained and published
+    assert info.value.field == "sampler.model"  # not a tiny stand-in model, trained and published
     assert base_model(load_config(write(tmp_path, '[sampler]\nmodel = "org/m"\n'), environ={})) == "org/m"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,18 @@ def test_specs_follow_the_configuration(tmp_path: Path) -> None:
         ("trajlake-pipeline", "30 2 * * 1", "Europe/Paris"),
     ]
     assert all(s.parameters["config_file"] == str(path.absolute()) for s in specs)
+    # triggered runs take SQL from whoever triggers them: lake tables only, passed as a flow argument
+    assert all(s.parameters["sql_lake_only"] is True for s in specs)
+
+
+def test_a_served_run_reads_only_lake_tables_whatever_the_config_says(tmp_path: Path) -> None:
+    from flows.prefect_flows import _config
+
+    path = tmp_path / "trajlake.toml"
+    path.write_text("[lake]\nsql_lake_only = false\n")
+    assert _config(str(path), str(tmp_path / "lake")).lake.sql_lake_only is False
+    served = _config(str(path), str(tmp_path / "lake"), sql_lake_only=True)
+    assert served.lake.sql_lake_only is True and served.lake.path == str(tmp_path / "lake")
 
 
 @pytest.mark.usefixtures("prefect_api")
@@ -36,6 +49,7 @@ def test_serve_registers_scheduled_deployments(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert "trajlake-ingest/hourly-ingest" in result.output
+    assert "TRAJLAKE_LAKE__SQL_LAKE_ONLY" not in os.environ  # the setting travels as a flow parameter
 
     from prefect.client.orchestration import get_client
 
@@ -46,6 +60,7 @@ def test_serve_registers_scheduled_deployments(tmp_path: Path) -> None:
                 deployment = await client.read_deployment_by_name(name)
                 out[name] = [s.schedule.cron for s in deployment.schedules]
                 assert deployment.parameters["lake"] == str(tmp_path / "lake")
+                assert deployment.parameters["sql_lake_only"] is True
             return out
 
     assert asyncio.run(schedules()) == {

@@ -170,11 +170,11 @@ def test_health_reports_counters(collector) -> None:  # type: ignore[no-untyped-
 
 
 def test_config_rejects_half_a_langfuse_key_pair_and_non_positive_limits() -> None:
-    from ingest.errors import ConfigError
+    from ingest.errors import CollectorSettingError
     from ingest.otlp.config import CollectorConfig
 
-    with pytest.raises(ConfigError, match="both Langfuse keys") as info:
+    with pytest.raises(CollectorSettingError, match="both Langfuse keys") as info:
         CollectorConfig(langfuse_public_key="pk-lf-1")
-    assert info.value.name == "langfuse_public_key"
-    with pytest.raises(ConfigError, match="must be positive"):
+    assert info.value.field == "langfuse_public_key"
+    with pytest.raises(CollectorSettingError, match="must be positive"):
         CollectorConfig(max_body_mb=0)

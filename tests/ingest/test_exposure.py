@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from flows.background import free_port
-from ingest.errors import ConfigError
+from ingest.errors import CollectorSettingError
 from ingest.otlp.config import CollectorConfig, is_loopback
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,7 +67,7 @@ def test_an_empty_credential_is_refused_in_one_line(
 
 
 def test_a_token_with_surrounding_whitespace_is_refused_without_echoing_it() -> None:
-    with pytest.raises(ConfigError, match="leading or trailing whitespace") as refused:
+    with pytest.raises(CollectorSettingError, match="leading or trailing whitespace") as refused:
         CollectorConfig(bearer_token="s3cret\n")
     assert "s3cret" not in str(refused.value)
 

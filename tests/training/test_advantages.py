@@ -71,7 +71,7 @@ def test_is_equal_reward_group() -> None:
 def test_bad_settings_are_named(kwargs: dict, name: str) -> None:
     with pytest.raises(BadHyperparameter) as err:
         compute_advantages(["a", "a"], [0.0, 1.0], **kwargs)
-    assert err.value.name == name
+    assert err.value.field == name
     assert f"`{name}`" in str(err.value)
 
 

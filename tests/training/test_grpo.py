@@ -250,7 +250,7 @@ def test_empty_selection_fails_before_work(lake: store.Lake, tmp_path: Path) -> 
 def test_bad_hyperparameters(tmp_path: Path, kw: dict, name: str) -> None:
     with pytest.raises(BadHyperparameter) as err:
         config(tmp_path, **kw)
-    assert err.value.name == name and f"`{name}`" in str(err.value)
+    assert err.value.field == name and f"`{name}`" in str(err.value)
 
 
 def test_resume_grpo_from_checkpoint(groups_lake: store.Lake, tiny_model: Path, tmp_path: Path) -> None:
@@ -287,7 +287,7 @@ def test_missing_adapter_folder_fails_before_work(groups_lake: store.Lake, tmp_p
         train_grpo(
             groups_lake, ALL, tmp_path / "no-model", tmp_path / "nope", tmp_path / "run", config(tmp_path)
         )
-    assert err.value.name == "adapter" and "adapter_config.json" in str(err.value)
+    assert err.value.field == "adapter" and "adapter_config.json" in str(err.value)
     assert not (tmp_path / "run").exists()
 
 

@@ -244,10 +244,10 @@ def test_hub_arguments_are_checked_before_publishing(trained) -> None:  # type: 
     lake, _, _ = trained
     with pytest.raises(BadHyperparameter) as err:
         PublishConfig(name="hub", push_to_hub="me/agent", hub_token=None)
-    assert err.value.name == "hub_token" and "HF_TOKEN" in str(err.value)
+    assert err.value.field == "hub_token" and "HF_TOKEN" in str(err.value)
     with pytest.raises(BadHyperparameter) as err:
         PublishConfig(name="hub", push_to_hub="not a repo", hub_token="hf_x")
-    assert err.value.name == "push_to_hub"
+    assert err.value.field == "push_to_hub"
     with pytest.raises(AdapterNotFound):
         resolve_adapter(lake, "hub")
 

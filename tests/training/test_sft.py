@@ -115,7 +115,7 @@ def test_errors_before_any_work(lake: store.Lake, tmp_path: Path) -> None:
 def test_bad_hyperparameters(tmp_path: Path, kw: dict, name: str) -> None:
     with pytest.raises(BadHyperparameter) as err:
         config(tmp_path, **kw)
-    assert err.value.name == name
+    assert err.value.field == name
 
 
 KILLED_RUN = textwrap.dedent(

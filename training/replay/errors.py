@@ -7,6 +7,8 @@ offending item in backticks and says what to do next.
 
 from __future__ import annotations
 
+from store.errors import SettingError
+
 
 class ReplayError(Exception):
     """Base class of everything the replay stage raises on purpose."""
@@ -16,12 +18,13 @@ class ReplayError(Exception):
         self.reason = reason
 
 
-class ReplaySetupError(ReplayError, ValueError):
+class ReplaySetupError(ReplayError, SettingError):
     """The replay stage was misconfigured or selected nothing to replay (`bad_config`, `no_scenarios`)."""
 
-    def __init__(self, message: str, *, reason: str, name: str | None = None) -> None:
-        super().__init__(message, reason=reason)
-        self.name = name  # the refused setting, when a setting was refused
+    def __init__(self, message: str, *, reason: str, field: str | None = None) -> None:
+        ReplayError.__init__(self, message, reason=reason)
+        self.field = field  # the refused setting, when a setting was refused
+        self.value = None
 
 
 class ScenarioError(ReplayError, ValueError):
@@ -40,12 +43,13 @@ class SamplerError(ReplayError, RuntimeError):
         self.backend = backend
 
 
-class BadSamplingParams(SamplerError, ValueError):
+class BadSamplingParams(SamplerError, SettingError):
     """A sampling parameter is out of range (`temperature < 0`, `top_p` outside (0, 1], ...)."""
 
-    def __init__(self, message: str, *, name: str) -> None:
-        super().__init__(message, backend="*", reason="bad_params")
-        self.name = name  # the first refused parameter
+    def __init__(self, message: str, *, field: str) -> None:
+        SamplerError.__init__(self, message, backend="*", reason="bad_params")
+        self.field = field  # the first refused parameter
+        self.value = None
 
 
 class ToolSourceError(ReplayError, ValueError):

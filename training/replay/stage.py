@@ -65,14 +65,14 @@ class ReplayConfig:
         ):
             if not ok:
                 raise ReplaySetupError(
-                    f"`{name}` must be {allowed}, got {getattr(self, name)}", reason="bad_config", name=name
+                    f"`{name}` must be {allowed}, got {getattr(self, name)}", reason="bad_config", field=name
                 )
         if self.sampling.temperature == 0:
             raise ReplaySetupError(
                 "`temperature` must be > 0: a greedy group is one sample repeated, with no spread for "
                 "GRPO to learn from",
                 reason="bad_config",
-                name="sampling.temperature",
+                field="sampling.temperature",
             )
 
 

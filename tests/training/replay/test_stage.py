@@ -341,7 +341,7 @@ def test_each_setting_is_checked_where_it_is_declared(build: Any, name: str, mes
 
     with pytest.raises(ReplayError) as info:
         build()
-    assert info.value.name == name and message in str(info.value)  # type: ignore[attr-defined]
+    assert info.value.field == name and message in str(info.value)  # type: ignore[attr-defined]
 
 
 def test_a_new_sampling_distribution_samples_new_groups_and_a_new_seed_does_not() -> None:

@@ -51,7 +51,7 @@ class RolloutLimits:
         for name in ("max_turns", "max_total_tokens"):
             if getattr(self, name) < 1:
                 raise ReplaySetupError(
-                    f"`{name}` must be >= 1, got {getattr(self, name)}", reason="bad_config", name=name
+                    f"`{name}` must be >= 1, got {getattr(self, name)}", reason="bad_config", field=name
                 )
 
 

@@ -66,7 +66,7 @@ class SamplingParams:
         ]
         if problems:
             raise BadSamplingParams(
-                "bad sampling parameters: " + "; ".join(text for _, text in problems), name=problems[0][0]
+                "bad sampling parameters: " + "; ".join(text for _, text in problems), field=problems[0][0]
             )
 
     def with_max_tokens(self, max_tokens: int) -> SamplingParams:

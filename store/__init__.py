@@ -53,6 +53,7 @@ from store.selections import (
     SFT_TRAJECTORIES,
     TRAIN_SCENARIOS,
     VAL_SCENARIOS,
+    grpo_trajectories_of,
     scenarios_since,
     trajectories_since,
 )
@@ -117,6 +118,7 @@ __all__ = [
     "connect",
     "empty_table",
     "equals",
+    "grpo_trajectories_of",
     "last_finished_run",
     "learning_since",
     "migrate",

@@ -45,6 +45,19 @@ GRPO_TRAJECTORIES = (
 )
 
 
+def grpo_trajectories_of(group_ids: list[str] | None) -> str:
+    """`GRPO_TRAJECTORIES` kept to the groups `group_ids` (a round's; None: every replayed group),
+    so a round trains on what it sampled and never on a val scenario.
+
+    >>> grpo_trajectories_of(["g'1"]).endswith("AND group_id IN ('g''1')")
+    True
+    """
+    if not group_ids:
+        return GRPO_TRAJECTORIES
+    quoted = ", ".join("'" + g.replace("'", "''") + "'" for g in group_ids)
+    return f"{GRPO_TRAJECTORIES} AND group_id IN ({quoted})"
+
+
 def _timestamp(at: datetime) -> str:
     if at.tzinfo is None:
         raise ValueError(f"`{at}` has no time zone; pass an aware UTC time")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -64,8 +65,10 @@ def train_grpo(
     base_model = str(base_model)
     adapter = str(adapter) if adapter is not None else None
     output_dir = Path(output_dir)
-    config = config or TrajlakeGRPOConfig(output_dir=str(output_dir / CHECKPOINTS))
-    config.output_dir = str(output_dir / CHECKPOINTS)
+    # the caller's config stays as given: this run's output folder and temperature go on a copy
+    checkpoints = str(output_dir / CHECKPOINTS)
+    config = copy.deepcopy(config) if config is not None else TrajlakeGRPOConfig(output_dir=checkpoints)
+    config.output_dir = checkpoints
     check_adapter_dir(adapter)
     as_of = shared_snapshot(lake, as_of)  # every rank selects from the same table versions
     stale = 0

@@ -9,7 +9,8 @@ group filter. Notes on reused TRL fields:
   taken at it, so `train_grpo` sets it to the temperature each replay recorded with its
   groups (this field's value stands only for rows that recorded none).
 - `num_generations` is not used to form groups (groups come from the lake, each with
-  its own size); it only has to divide the generation batch, so it is fixed to 2.
+  its own size); it only has to divide the generation batch, so it is 2, and any other
+  value is refused rather than silently replaced.
 - `mask_truncated_completions` defaults to True here: a completion cut at the token
   limit has no meaningful end, so its tokens are masked out of the loss.
 - `vllm_importance_sampling_correction` (TRL's name; here for any sampler) defaults to
@@ -180,7 +181,14 @@ class TrajlakeGRPOConfig(LoraFields, CheckpointingFields, GRPOConfig):  # type: 
                 field="min_group_size",
                 value=self.min_group_size,
             )
-        self.num_generations = 2
+        if self.num_generations not in (None, 2):
+            raise BadHyperparameter(
+                f"`num_generations` = {self.num_generations} cannot apply: "
+                f"{self.DECIDED_BY_THE_DATA['num_generations']}; leave it at 2",
+                field="num_generations",
+                value=self.num_generations,
+            )
+        self.num_generations = 2  # None: TRL would take its own default (8), which must divide the batch
         steps = self.steps_per_generation or self.gradient_accumulation_steps
         if self.generation_batch_size is None and (self.per_device_train_batch_size * steps) % 2:
             raise BadHyperparameter(

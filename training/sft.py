@@ -15,6 +15,7 @@ The shape follows `trl/scripts/sft.py`: select rows (I/O), build the dataset, ha
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -117,8 +118,10 @@ def train_sft(
     base_model = str(base_model)
     output_dir = Path(output_dir)
     # the config first: under torchrun / accelerate launch, making it joins the process group
-    config = config or TrajlakeSFTConfig(output_dir=str(output_dir / CHECKPOINTS))
-    config.output_dir = str(output_dir / CHECKPOINTS)
+    # the caller's config stays as given: this run's output folder goes on a copy
+    checkpoints = str(output_dir / CHECKPOINTS)
+    config = copy.deepcopy(config) if config is not None else TrajlakeSFTConfig(output_dir=checkpoints)
+    config.output_dir = checkpoints
     adapter = str(adapter) if adapter is not None else None
     check_adapter_dir(adapter)
     selection = select_sft(lake, sql, as_of=shared_snapshot(lake, as_of))

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import store
 from flows.config import TrajlakeConfig
 from flows.stages.common import base_model, lake_of, run_dir
-from flows.stages.score import replay_filter
 
 
 def train_sft(
@@ -45,7 +45,7 @@ def train_grpo(
     `adapter`; returns the adapter folder, run id and the steps trained."""
     from training.grpo import train_grpo as grpo
 
-    sql = f"SELECT trajectory_id FROM trajectories WHERE {replay_filter(group_ids)} AND len(turns) > 0"
+    sql = store.grpo_trajectories_of(group_ids)  # the round's groups, outside the val scenarios
     output = run_dir(config, pipeline_run, f"grpo-{round_number}")
     grpo_config = config.build(
         "train.grpo",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -103,8 +104,12 @@ def test_grpo_divides_by_the_temperature_the_groups_recorded(
 ) -> None:
     # The config's temperature (TRL's default, 1.0) is not what the groups were sampled at (0.7):
     # the recorded one is used, so the first step's policy logprobs are the stored ones.
-    run = train_grpo(groups_lake, ALL, tiny_model, None, tmp_path / "run", config(tmp_path, max_steps=1))
+    given = config(tmp_path, max_steps=1)
+    before = copy.deepcopy(given)
+    run = train_grpo(groups_lake, ALL, tiny_model, None, tmp_path / "run", given)
     assert run.report["temperature"] == TEMPERATURE
+    # the run's temperature and output folder went on a copy: the caller's config is as it was given
+    assert given == before and given.temperature == 1.0 and given.output_dir == str(tmp_path / "ckpt")
     with store.connect(groups_lake) as con:
         (metrics,) = con.execute(f"SELECT metrics FROM runs WHERE run_id = '{run.run_id}'").fetchone()
     assert json.loads(metrics)["sampling/sampling_logp_difference/mean"] < 1e-4
@@ -245,6 +250,8 @@ def test_empty_selection_fails_before_work(lake: store.Lake, tmp_path: Path) -> 
         ({"learning_rate": 0.0}, "learning_rate"),
         ({"per_device_train_batch_size": 3}, "per_device_train_batch_size"),
         ({"min_group_size": 1}, "min_group_size"),
+        # groups come from the lake: a group size here would be ignored, so it is refused
+        ({"num_generations": 4}, "num_generations"),
     ],
 )
 def test_bad_hyperparameters(tmp_path: Path, kw: dict, name: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import signal
@@ -76,8 +77,11 @@ def test_padded_batches_by_default(tmp_path: Path) -> None:
 
 def test_train_sft_end_to_end(lake: store.Lake, tiny_model: Path, tmp_path: Path) -> None:
     store.write(lake, "trajectories", [add_call("t1"), *conversations(11)])
-    result = train_sft(lake, ALL, tiny_model, tmp_path / "run", config(tmp_path, packing=True))
+    given = config(tmp_path, packing=True)
+    before = copy.deepcopy(given)
+    result = train_sft(lake, ALL, tiny_model, tmp_path / "run", given)
     assert result.stage == "sft" and result.global_step == 3
+    assert given == before and given.output_dir == str(tmp_path / "ckpt")  # the run's folder went on a copy
     assert result.report["conversations"] == 12 and result.report["packed_rows"] < 12  # packing merged rows
     assert result.report["padding_free"] and 0 < result.report["packing_bin_fill"] <= 1
     adapter = Path(result.adapter_dir)

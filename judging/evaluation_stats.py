@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 
 import store
+from store.metrics import ROLE, EvaluationRole, EvaluationTableRow
 
 CONFIDENCE = 0.95
 RESAMPLES = 4000
@@ -242,12 +243,14 @@ def record_evaluation(
     and 1, then one step per row of `table`); returns the run id."""
     run_id = store.new_run_id("eval")
     rows = []
-    for step, (role, score) in enumerate(
-        (("candidate", comparison.candidate), ("baseline", comparison.baseline))
-    ):
+    compared: tuple[tuple[EvaluationRole, PolicyScore], ...] = (
+        ("candidate", comparison.candidate),
+        ("baseline", comparison.baseline),
+    )
+    for step, (role, score) in enumerate(compared):
         metrics = {
             **context,
-            "role": role,
+            ROLE: role,
             "policy": score.policy,
             "reward": comparison.reward,
             "mean_reward": score.mean,
@@ -259,25 +262,21 @@ def record_evaluation(
         }
         rows.append(store.runs_row(run_id, step, "eval", metrics))
     for step, row in enumerate(table, start=2):
-        metrics = {**context, "role": "table", "reward": comparison.reward, **table_metrics(row)}
+        metrics = {**context, ROLE: "table", "reward": comparison.reward, **table_metrics(row)}
         rows.append(store.runs_row(run_id, step, "eval", metrics))
     store.write(lake, "runs", rows)
     return run_id
 
 
 def table_metrics(row: StageScore) -> dict[str, Any]:
-    """A table row as flat `runs` metrics (`diff_<against>`, `diff_<against>_ci_low`, ...)."""
-    out: dict[str, Any] = {
-        "stage": row.stage,
-        "policy": row.policy,
-        "kind": row.kind,
-        "mean_reward": row.mean,
-        "ci_low": row.ci[0],
-        "ci_high": row.ci[1],
-        "n": row.n,
-    }
-    for d in row.differences:
-        out[f"diff_{d.against}"] = d.mean
-        out[f"diff_{d.against}_ci_low"] = d.ci[0]
-        out[f"diff_{d.against}_ci_high"] = d.ci[1]
-    return out
+    """A table row as flat `runs` metrics, in the shape `store.metrics.EvaluationTableRow` declares."""
+    return EvaluationTableRow(
+        stage=row.stage,
+        policy=row.policy,
+        kind=row.kind,
+        mean_reward=row.mean,
+        ci_low=row.ci[0],
+        ci_high=row.ci[1],
+        n=row.n,
+        differences={d.against: (d.mean, d.ci[0], d.ci[1]) for d in row.differences},
+    ).to_metrics()

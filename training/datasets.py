@@ -28,6 +28,7 @@ from typing import Any
 import duckdb
 
 import store
+from store.documents import sampling_temperature_sql
 from training.advantages import AdvantageReport, ScaleRewards, compute_advantages
 from training.errors import MissingTokenData, SelectionError, TokenDataMismatch
 from training.lineage import Lineage, selection_snapshot
@@ -265,8 +266,7 @@ def select_grpo(
              r AS ({reward_sql})
         SELECT t.trajectory_id, coalesce(t.group_id, t.trajectory_id) AS group_id, t.turns, r.reward,
                {"NULL" if has_reward else "r.scorer"} AS scorer,
-               TRY_CAST(json_extract(TRY_CAST(t.metadata AS JSON), '$.sampling.temperature') AS DOUBLE)
-                 AS temperature
+               {sampling_temperature_sql("t.metadata")} AS temperature
         FROM trajectories t JOIN sel USING (trajectory_id) JOIN r USING (trajectory_id)
         WHERE r.reward IS NOT NULL
         ORDER BY t.scenario_id NULLS LAST, group_id, t.trajectory_id

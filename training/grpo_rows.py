@@ -26,10 +26,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import store
+from store.policy_names import join_policy
 from training.datasets import GRPOExample
 from training.errors import SelectionError
 from training.lineage import selection_snapshot
-from training.policies import SEPARATOR, adapter_label, model_name, policy_name, record_name
+from training.policies import adapter_label, model_name, policy_name, record_name
 from training.run import read_run_record
 
 ROW_COLUMNS = (
@@ -93,7 +94,7 @@ def policy_lineage(base_model: str, adapter: str | None, depth: int) -> list[str
             name = _ancestor_name(parent) if isinstance(parent, dict) else None
             if name is None:
                 break
-            policies.append(f"{model_name(base_model)}{SEPARATOR}{name}")
+            policies.append(join_policy(model_name(base_model), name))
             node = parent
     if len(policies) <= depth:
         policies.append(model_name(base_model))

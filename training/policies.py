@@ -17,7 +17,7 @@ would show temporary folders. So a policy is named by what it is:
   a copy anywhere has the same name; one this machine cannot read (a URL, a path only a
   remote server sees) is named by its folder name and a digest of the path as given.
 
-A policy with an adapter is `<base model name>+<adapter name>`. The paths remain with every
+A policy with an adapter is `<base model name>+<adapter name>` (the format: `store.policy_names`). The paths remain with every
 trajectory: `model` holds the base model as given and `metadata.adapter` the adapter path.
 """
 
@@ -29,7 +29,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-SEPARATOR = "+"  # between the base model's name and the adapter's
+from store.policy_names import join_policy
+
 # The files that make an adapter what it is (PEFT's names); tokenizer files do not change it.
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
 DIGEST_CHARS = 8
@@ -114,7 +115,7 @@ def policy_name(model: str, adapter: str | None = None) -> str:
     'Qwen/Qwen2.5-0.5B-Instruct'
     """
     base = model_name(model)
-    return f"{base}{SEPARATOR}{adapter_label(adapter)}" if adapter else base
+    return join_policy(base, adapter_label(adapter) if adapter else None)
 
 
 def _run_record(folder: Path) -> dict[str, Any] | None:

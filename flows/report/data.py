@@ -25,9 +25,11 @@ from flows.report.groups import GroupView, group_view
 from flows.report.production import Conversation, TrafficRow, newest_conversations, production_traffic
 from flows.report.sampling import SamplerGapRow, gap_steps, sampler_gap_rows
 from flows.report.window import time_window
+from store.documents import replay_run_sql
+from store.metrics import EvaluationTableRow, is_table_row
 
 REPLAYED = store.equals("t.source", "replay", table="trajectories")
-PIPELINE_ROUND = "json_extract_string(t.metadata, '$.run') LIKE 'round-%'"  # flows.stages.replay's run names
+PIPELINE_ROUND = f"{replay_run_sql('t.metadata')} LIKE 'round-%'"  # flows.stages.replay's run names
 GROUPS_PER_POLICY = 200  # the reward-distribution plot's sample of each policy's groups
 
 
@@ -274,22 +276,16 @@ def learning_rows(con: Any, eval_run: str | None = None) -> tuple[list[StageRow]
         ).fetchall()
     ]
     rows = []
-    for m in (m for m in metrics if m.get("role") == "table"):
-        against = [
-            k[len("diff_") :] for k in m if k.startswith("diff_") and not k.endswith(("_ci_low", "_ci_high"))
-        ]
+    for row in (EvaluationTableRow.from_metrics(m) for m in metrics if is_table_row(m)):
         rows.append(
             StageRow(
-                stage=m["stage"],
-                policy=m["policy"],
-                kind=m["kind"],
-                mean=float(m["mean_reward"]),
-                ci=(float(m["ci_low"]), float(m["ci_high"])),
-                n=int(m["n"]),
-                differences={
-                    a: (float(m[f"diff_{a}"]), float(m[f"diff_{a}_ci_low"]), float(m[f"diff_{a}_ci_high"]))
-                    for a in against
-                },
+                stage=row.stage,
+                policy=row.policy,
+                kind=row.kind,
+                mean=row.mean_reward,
+                ci=(row.ci_low, row.ci_high),
+                n=row.n,
+                differences=row.differences,
             )
         )
     return rows, str(metrics[0].get("reward", "")) if metrics else ""

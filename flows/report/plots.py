@@ -15,7 +15,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from training.policies import SEPARATOR
+from store.policy_names import SEPARATOR, split_policy
 
 if TYPE_CHECKING:
     from flows.report.data import ReportData
@@ -46,8 +46,9 @@ def short(text: str, width: int = 28) -> str:
 def name(policy: str | None, width: int = 28) -> str:
     """A policy's name (`training.policies`) for a plot: the base model, and the adapter on a
     line of its own, each at most `width` characters."""
-    base, plus, adapter = (policy or "(base)").partition(SEPARATOR)
-    return short(base, width) + (f"\n{plus}{short(adapter, width - 1)}" if plus else "")
+    parts = split_policy(policy or "(base)")
+    adapter = f"\n{SEPARATOR}{short(parts.adapter, width - 1)}" if parts.adapter is not None else ""
+    return short(parts.base, width) + adapter
 
 
 def slanted(ax: Any) -> None:

@@ -13,9 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import store
+from store.metrics import (
+    IMPORTANCE_RATIO_MEAN,
+    IMPORTANCE_RATIO_MIN,
+    SAMPLER_GAP_MAX,
+    SAMPLER_GAP_MEAN,
+    metric_sql,
+)
 
-GAP = '$."sampling/sampling_logp_difference/{}"'
-RATIO = '$."sampling/importance_sampling_ratio/{}"'
 GRPO_RUNS = store.equals("stage", "grpo", table="runs")
 
 
@@ -36,16 +41,13 @@ class SamplerGapRow:
 
 def sampler_gap_rows(con: Any) -> list[SamplerGapRow]:
     """Every GRPO run in `runs`, oldest first."""
-
-    def metric(path: str) -> str:
-        return f"TRY_CAST(json_extract_string(metrics, '{path}') AS DOUBLE)"
-
+    gap, gap_max = metric_sql(SAMPLER_GAP_MEAN), metric_sql(SAMPLER_GAP_MAX)
     found = con.execute(
         f"""
         SELECT run_id, count(*) AS steps,
-               arg_min({metric(GAP.format("mean"))}, step), arg_min({metric(GAP.format("max"))}, step),
-               avg({metric(GAP.format("mean"))}),
-               avg({metric(RATIO.format("mean"))}), min({metric(RATIO.format("min"))})
+               arg_min({gap}, step), arg_min({gap_max}, step),
+               avg({gap}),
+               avg({metric_sql(IMPORTANCE_RATIO_MEAN)}), min({metric_sql(IMPORTANCE_RATIO_MIN)})
         FROM runs WHERE {GRPO_RUNS} GROUP BY run_id ORDER BY min("at"), run_id
         """
     ).fetchall()
@@ -61,7 +63,7 @@ def gap_steps(con: Any) -> list[tuple[int, int, float]]:
         f"""
         SELECT dense_rank() OVER (ORDER BY first_at, run_id) AS round, step, gap FROM (
             SELECT run_id, step, min("at") OVER (PARTITION BY run_id) AS first_at,
-                   TRY_CAST(json_extract_string(metrics, '{GAP.format("mean")}') AS DOUBLE) AS gap
+                   {metric_sql(SAMPLER_GAP_MEAN)} AS gap
             FROM runs WHERE {GRPO_RUNS}
         ) WHERE gap IS NOT NULL ORDER BY round, step
         """

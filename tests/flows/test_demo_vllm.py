@@ -11,6 +11,7 @@ import pytest
 
 import store
 from flows.demo.run import run_demo
+from store.metrics import IMPORTANCE_RATIO_MEAN, SAMPLER_GAP_MEAN
 from training.models import MODELS_ENV, fetch_model
 
 pytestmark = pytest.mark.vllm
@@ -55,8 +56,8 @@ def check_the_vllm_demo(result: dict, workdir: Path) -> None:
     metrics = [
         json.loads(m) for (m,) in con.execute("SELECT metrics FROM runs WHERE stage = 'grpo'").fetchall()
     ]
-    assert metrics and all("sampling/importance_sampling_ratio/mean" in m for m in metrics)
-    assert all(m["sampling/sampling_logp_difference/mean"] < 1e-3 for m in metrics[:1])
+    assert metrics and all(IMPORTANCE_RATIO_MEAN in m for m in metrics)
+    assert all(m[SAMPLER_GAP_MEAN] < 1e-3 for m in metrics[:1])
     report = Path(result["report"]).read_text()
     for section in (
         "Learning: success per stage",

@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 from transformers import TrainerCallback
 
 import store
+from store.metrics import SAMPLER_GAP_MEAN
 from tests.training.train_helpers import (
     check_parity_with_stock,
     parity_trainers,
@@ -112,7 +113,7 @@ def test_grpo_divides_by_the_temperature_the_groups_recorded(
     assert given == before and given.temperature == 1.0 and given.output_dir == str(tmp_path / "ckpt")
     with store.connect(groups_lake) as con:
         (metrics,) = con.execute(f"SELECT metrics FROM runs WHERE run_id = '{run.run_id}'").fetchone()
-    assert json.loads(metrics)["sampling/sampling_logp_difference/mean"] < 1e-4
+    assert json.loads(metrics)[SAMPLER_GAP_MEAN] < 1e-4
 
 
 def test_groups_sampled_at_different_temperatures_are_refused(lake: store.Lake, tmp_path: Path) -> None:

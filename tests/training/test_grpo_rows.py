@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import store
+from store.metrics import IMPORTANCE_RATIO_MEAN, SAMPLER_GAP_MAX, SAMPLER_GAP_MEAN
 from tests.training.test_grpo import ALL, TEMPERATURE, config
 from tests.training.train_helpers import stored_groups
 from training.datasets import select_grpo
@@ -78,19 +79,17 @@ def test_sampler_gap_is_written_to_runs_every_step(tiny_model: Path, tmp_path: P
     drifted = train_grpo(drifted_lake, ALL, tiny_model, None, tmp_path / "b", config(tmp_path))
     assert "round_start_logprobs_s" not in drifted.report  # measured on the loss's own pass: no extra one
     first, second = run_metrics(on_policy_lake, on_policy.run_id)
-    assert (
-        first["sampling/sampling_logp_difference/mean"] < 1e-4
-    )  # fp32 sampler = the trainer, before updates
-    assert second["sampling/sampling_logp_difference/mean"] > 1e-3  # then what the first update moved
+    assert first[SAMPLER_GAP_MEAN] < 1e-4  # fp32 sampler = the trainer, before updates
+    assert second[SAMPLER_GAP_MEAN] > 1e-3  # then what the first update moved
     first, second = run_metrics(drifted_lake, drifted.run_id)
-    assert first["sampling/sampling_logp_difference/mean"] == pytest.approx(0.5, abs=1e-3)
-    assert first["sampling/sampling_logp_difference/max"] == pytest.approx(0.5, abs=1e-3)
-    assert second["sampling/sampling_logp_difference/mean"] == pytest.approx(0.5, abs=0.2)
-    assert "sampling/importance_sampling_ratio/mean" not in first  # measured, not corrected
+    assert first[SAMPLER_GAP_MEAN] == pytest.approx(0.5, abs=1e-3)
+    assert first[SAMPLER_GAP_MAX] == pytest.approx(0.5, abs=1e-3)
+    assert second[SAMPLER_GAP_MEAN] == pytest.approx(0.5, abs=0.2)
+    assert IMPORTANCE_RATIO_MEAN not in first  # measured, not corrected
     silent = train_grpo(
         drifted_lake, ALL, tiny_model, None, tmp_path / "c", config(tmp_path, measure_sampler_gap=False)
     )
-    assert "sampling/sampling_logp_difference/mean" not in run_metrics(drifted_lake, silent.run_id)[0]
+    assert SAMPLER_GAP_MEAN not in run_metrics(drifted_lake, silent.run_id)[0]
 
 
 def test_importance_sampling_correction(tiny_model: Path, tmp_path: Path) -> None:

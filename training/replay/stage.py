@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import store
+from store.documents import REPLAY_RUN, REPLAY_SAMPLING, REPLAY_SPLIT, SamplingRecord
 from training.replay.errors import ReplaySetupError
 from training.replay.rollout.loop import AgentLoop, Episode, RolloutLimits
 from training.replay.rollout.tools import ToolSource, make_tools
@@ -74,6 +75,18 @@ class ReplayConfig:
                 reason="bad_config",
                 field="sampling.temperature",
             )
+
+
+def sampling_record(params: SamplingParams) -> SamplingRecord:
+    """What a replayed trajectory records of how it was sampled (`metadata.sampling`)."""
+    return SamplingRecord(
+        max_tokens=params.max_tokens,
+        temperature=params.temperature,
+        top_p=params.top_p,
+        top_k=params.top_k,
+        seed=params.seed,
+        stop_token_ids=tuple(params.stop_token_ids),
+    )
 
 
 @dataclass
@@ -145,20 +158,20 @@ def episode_row(
         "has_content": True,
         "metadata": json.dumps(
             {
-                "run": config.run,
+                REPLAY_RUN: config.run,
                 "index": index,
                 "group_size": config.group_size,
                 "backend": sampler.backend,
                 "dtype": sampler.dtype,
                 "adapter": sampler.adapter,
-                "sampling": config.sampling.to_dict(),
+                REPLAY_SAMPLING: sampling_record(config.sampling).to_dict(),
                 "limits": dataclasses.asdict(config.limits),
                 "tools": tools,
                 "finish_reason": episode.finish_reason,
                 "error": episode.error,
                 "tool_calls": episode.tool_calls,
                 "tool_errors": episode.tool_errors,
-                "split": scenario.split,
+                REPLAY_SPLIT: scenario.split,
                 "source_trajectory_id": scenario.source_trajectory_id,
                 "expected": scenario.expected,
             }

@@ -77,17 +77,6 @@ class SamplingParams:
         """The same parameters with another seed."""
         return dataclasses.replace(self, seed=seed)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly form, stored in trajectory metadata."""
-        return {
-            "max_tokens": self.max_tokens,
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "top_k": self.top_k,
-            "seed": self.seed,
-            "stop_token_ids": list(self.stop_token_ids),
-        }
-
 
 @dataclass(frozen=True)
 class SampleRequest:

@@ -1,0 +1,121 @@
+"""What `runs.metrics` holds, per kind of run, declared once: its writers and readers import the
+names and the shapes from here, so a renamed metric is one edit and a type checker finds its uses.
+
+- GRPO steps (stage `grpo`): TRL's logged metrics plus trajlake's comparison of the trainer's
+  logprobs of the stored tokens with the sampler's (`SAMPLER_GAP_*`) and, with importance
+  sampling correction on, the truncated ratios (`IMPORTANCE_RATIO_*`). Written by
+  `training.grpo_trainer`, read by the report (`flows.report.sampling`).
+- Evaluation runs (stage `eval`): step 0 the candidate, step 1 the baseline, then one step per
+  row of the learning table (`EvaluationTableRow`, role `table`), each paired difference with
+  another row as flat `diff_<against>`, `diff_<against>_ci_low`, `diff_<against>_ci_high`
+  keys. Written by `judging.evaluation_stats`, read by the report (`flows.report.data`).
+
+Readers in SQL take a metric with `metric_sql`, the one place a `runs.metrics` JSON path is spelt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+# --- GRPO steps ---------------------------------------------------------------------------------
+
+#: Mean |trainer - sampler| logprob of the stored tokens the step's loss counted.
+SAMPLER_GAP_MEAN = "sampling/sampling_logp_difference/mean"
+#: Largest |trainer - sampler| logprob of those tokens.
+SAMPLER_GAP_MAX = "sampling/sampling_logp_difference/max"
+#: The truncated importance-sampling ratios pi_old / pi_sampler of the step's tokens.
+IMPORTANCE_RATIO_MIN = "sampling/importance_sampling_ratio/min"
+IMPORTANCE_RATIO_MEAN = "sampling/importance_sampling_ratio/mean"
+IMPORTANCE_RATIO_MAX = "sampling/importance_sampling_ratio/max"
+
+GRPO_METRICS: tuple[str, ...] = (
+    SAMPLER_GAP_MEAN,
+    SAMPLER_GAP_MAX,
+    IMPORTANCE_RATIO_MIN,
+    IMPORTANCE_RATIO_MEAN,
+    IMPORTANCE_RATIO_MAX,
+)
+
+
+def metric_sql(name: str, column: str = "metrics") -> str:
+    """DuckDB expression: metric `name` of a `runs.metrics` document as a DOUBLE (NULL where absent).
+
+    >>> metric_sql(SAMPLER_GAP_MEAN)
+    'TRY_CAST(json_extract_string(metrics, \\'$."sampling/sampling_logp_difference/mean"\\') AS DOUBLE)'
+    """
+    return f"TRY_CAST(json_extract_string({column}, '$.\"{name}\"') AS DOUBLE)"
+
+
+# --- evaluation runs ----------------------------------------------------------------------------
+
+#: What an evaluation run's step is: the compared pair, then the rows of the learning table.
+EvaluationRole = Literal["candidate", "baseline", "table"]
+ROLE = "role"
+DIFF_PREFIX = "diff_"
+_CI_SUFFIXES = ("_ci_low", "_ci_high")
+
+
+@dataclass(frozen=True)
+class EvaluationTableRow:
+    """One row of an evaluation's learning table as `runs.metrics` holds it (role `table`)."""
+
+    stage: str
+    policy: str
+    kind: str  # "val" or "production"
+    mean_reward: float
+    ci_low: float
+    ci_high: float
+    n: int
+    #: against (another row's stage) -> (mean difference, ci low, ci high)
+    differences: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+
+    def to_metrics(self) -> dict[str, Any]:
+        """The flat metrics of this row (without the run's context: reward, role)."""
+        out: dict[str, Any] = {
+            "stage": self.stage,
+            "policy": self.policy,
+            "kind": self.kind,
+            "mean_reward": self.mean_reward,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
+            "n": self.n,
+        }
+        for against, (mean, low, high) in self.differences.items():
+            out[f"{DIFF_PREFIX}{against}"] = mean
+            out[f"{DIFF_PREFIX}{against}_ci_low"] = low
+            out[f"{DIFF_PREFIX}{against}_ci_high"] = high
+        return out
+
+    @classmethod
+    def from_metrics(cls, metrics: Mapping[str, Any]) -> EvaluationTableRow:
+        """The row `to_metrics` wrote (a `runs.metrics` document of role `table`)."""
+        against = [
+            key[len(DIFF_PREFIX) :]
+            for key in metrics
+            if key.startswith(DIFF_PREFIX) and not key.endswith(_CI_SUFFIXES)
+        ]
+        return cls(
+            stage=str(metrics["stage"]),
+            policy=str(metrics["policy"]),
+            kind=str(metrics["kind"]),
+            mean_reward=float(metrics["mean_reward"]),
+            ci_low=float(metrics["ci_low"]),
+            ci_high=float(metrics["ci_high"]),
+            n=int(metrics["n"]),
+            differences={
+                a: (
+                    float(metrics[f"{DIFF_PREFIX}{a}"]),
+                    float(metrics[f"{DIFF_PREFIX}{a}_ci_low"]),
+                    float(metrics[f"{DIFF_PREFIX}{a}_ci_high"]),
+                )
+                for a in against
+            },
+        )
+
+
+def is_table_row(metrics: Mapping[str, Any]) -> bool:
+    """Whether an evaluation run's step is a row of its learning table."""
+    role: EvaluationRole = "table"
+    return metrics.get(ROLE) == role

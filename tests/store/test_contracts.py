@@ -1,0 +1,98 @@
+"""Every lake shape another package reads or writes is declared in `store` (issue 47): no JSON path
+into a lake document and no `runs.metrics` name is typed outside its declaring module."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from store.documents import SamplingRecord, metadata_sql
+from store.metrics import DIFF_PREFIX, GRPO_METRICS, EvaluationTableRow, is_table_row
+from store.policy_names import join_policy, split_policy
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("ingest", "judging", "training", "flows")
+JSON_PATH = re.compile(r"\$\.[\w\"]")
+# The trainer runs where no lake library is installed (bench/gpu.py; tests/training/test_gpu_script.py),
+# so it cannot import `store`: it logs the GRPO metrics under TRL's names, and the tests that read
+# them back (tests/training/test_grpo_rows.py) do so through `store.metrics`.
+STORE_FREE = {ROOT / "training" / "grpo_trainer.py"}
+
+
+def _strings(tree: ast.AST) -> list[tuple[int, str]]:
+    """Every string constant of a module (f-string parts included), docstrings left out."""
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+    ]
+
+
+def _offences(path: Path, root: Path = ROOT) -> list[str]:
+    found = []
+    for line, text in _strings(ast.parse(path.read_text())):
+        where = f"{path.relative_to(root)}:{line}"
+        if JSON_PATH.search(text):
+            found.append(f"{where}: JSON path in {text[:60]!r}")
+        if path not in STORE_FREE and (text in GRPO_METRICS or text.startswith(DIFF_PREFIX)):
+            found.append(f"{where}: metric name {text!r}")
+    return found
+
+
+def test_no_json_path_or_metric_name_outside_store() -> None:
+    found = [
+        o for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py")) for o in _offences(path)
+    ]
+    assert found == [], "declare these in store (store.documents, store.metrics):\n" + "\n".join(found)
+
+
+def test_the_walk_finds_what_it_looks_for(tmp_path: Path) -> None:
+    # the check above would pass on a walk that never matches: show it matching
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        '"""A docstring may say $.sampling."""\n'
+        "SQL = \"json_extract_string(m, '$.run')\"\n"
+        'GAP = "sampling/sampling_logp_difference/mean"\n'
+        'DIFF = f"diff_{1}"\n'
+    )
+    assert [o.split(": ", 1)[1] for o in _offences(sample, tmp_path)] == [
+        "JSON path in \"json_extract_string(m, '$.run')\"",
+        "metric name 'sampling/sampling_logp_difference/mean'",
+        "metric name 'diff_'",
+    ]
+
+
+def test_an_evaluation_row_reads_back_as_written() -> None:
+    row = EvaluationTableRow("grpo-2", "m+grpo", "val", 0.7, 0.6, 0.8, 32, {"sft": (0.1, 0.02, 0.18)})
+    metrics = {"role": "table", "reward": "exact_match", **row.to_metrics()}
+    assert metrics["diff_sft"] == 0.1 and metrics["diff_sft_ci_high"] == 0.18
+    assert is_table_row(metrics) and EvaluationTableRow.from_metrics(metrics) == row
+    assert not is_table_row({"role": "candidate"})
+
+
+def test_the_sampling_record_and_its_sql() -> None:
+    record = SamplingRecord(
+        max_tokens=64, temperature=0.7, top_p=1.0, top_k=0, seed=None, stop_token_ids=(2,)
+    )
+    assert record.to_dict()["stop_token_ids"] == [2]
+    assert metadata_sql("sampling", "temperature", cast="DOUBLE").endswith(
+        "'$.sampling.temperature') AS DOUBLE)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("base", "adapter"), [("org/model", "grpo-1"), ("tiny", None), ("tiny", "lora@ab12")]
+)
+def test_a_policy_name_splits_back_into_its_parts(base: str, adapter: str | None) -> None:
+    assert split_policy(join_policy(base, adapter)) == (base, adapter)

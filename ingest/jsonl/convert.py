@@ -18,6 +18,8 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
+from store.messages import lake_message, lake_tool_call
+
 ROLES = frozenset({"system", "user", "assistant", "tool"})
 KNOWN = frozenset(
     {
@@ -60,11 +62,11 @@ def _tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
             raise LineError(f"`{where}.tool_calls[{k}]` needs `function.name`")
         arguments = function.get("arguments", "")
         out.append(
-            {
-                "id": str(call.get("id") or f"call_{k}"),
-                "name": function["name"],
-                "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
-            }
+            lake_tool_call(
+                str(call.get("id") or f"call_{k}"),
+                function["name"],
+                arguments if isinstance(arguments, str) else json.dumps(arguments),
+            )
         )
     return out
 
@@ -77,14 +79,13 @@ def message(raw: Any, index: int) -> dict[str, Any]:
     role = raw.get("role")
     if role not in ROLES:
         raise LineError(f"`{where}.role` is {role!r}; expected one of {', '.join(sorted(ROLES))}")
-    return {
-        "role": role,
-        "content": _text(raw.get("content"), where),
-        "name": raw.get("name"),
-        "tool_call_id": raw.get("tool_call_id"),
-        "tool_calls": _tool_calls(raw.get("tool_calls"), where),
-        "is_error": None,
-    }
+    return lake_message(
+        role,
+        _text(raw.get("content"), where),
+        name=raw.get("name"),
+        tool_call_id=raw.get("tool_call_id"),
+        tool_calls=_tool_calls(raw.get("tool_calls"), where),
+    )
 
 
 def trajectory_id(obj: dict[str, Any]) -> str:

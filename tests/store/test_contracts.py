@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from store.documents import SamplingRecord, metadata_sql
+from store.messages import lake_message, lake_tool_call
 from store.metrics import DIFF_PREFIX, GRPO_METRICS, EvaluationTableRow, is_table_row
 from store.policy_names import join_policy, split_policy
+from store.schema import MESSAGE, TOOL_CALL
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("ingest", "judging", "training", "flows")
@@ -89,6 +91,18 @@ def test_the_sampling_record_and_its_sql() -> None:
     assert metadata_sql("sampling", "temperature", cast="DOUBLE").endswith(
         "'$.sampling.temperature') AS DOUBLE)"
     )
+
+
+def test_one_message_shape_the_schema_declares() -> None:
+    from ingest.assembly.normalize.types import make_message, make_tool_call
+
+    fields = [f.name for f in MESSAGE]
+    assert list(lake_message("user", "Hi")) == fields
+    assert list(lake_tool_call("c1", "add", "{}")) == [f.name for f in TOOL_CALL]
+    call = lake_tool_call("c1", "add", '{"a":1}')
+    # the assembler's compiled builder: the same struct, framework roles mapped
+    assert make_message("human", "Hi", tool_calls=[call]) == lake_message("user", "Hi", tool_calls=[call])
+    assert make_tool_call(" c1", "add", {"a": 1}) == call
 
 
 @pytest.mark.parametrize(

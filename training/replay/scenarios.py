@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import store
+from store.messages import lake_message, lake_tool_call
 from training.replay.errors import ScenarioError
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -143,18 +144,18 @@ def normalize_message(message: dict[str, Any]) -> dict[str, Any]:
         arguments = fn.get("arguments")
         if not isinstance(arguments, str):
             arguments = json.dumps(arguments if arguments is not None else {})
-        calls.append({"id": call.get("id"), "name": fn.get("name"), "arguments": arguments})
+        calls.append(lake_tool_call(call.get("id"), fn.get("name"), arguments))
     content = message.get("content")
     if isinstance(content, list):  # OpenAI content parts: keep the text parts
         content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return {
-        "role": message.get("role"),
-        "content": content,
-        "name": message.get("name"),
-        "tool_call_id": message.get("tool_call_id"),
-        "tool_calls": calls,
-        "is_error": message.get("is_error"),
-    }
+    return lake_message(
+        message.get("role"),
+        content,
+        name=message.get("name"),
+        tool_call_id=message.get("tool_call_id"),
+        tool_calls=calls,
+        is_error=message.get("is_error"),
+    )
 
 
 def recorded_tool_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -156,7 +156,11 @@ def make_message(
     tool_calls: list[dict[str, Any]] | None = None,
     is_error: bool | None = None,
 ) -> Message:
-    """A message dict in the lake's struct shape (framework-only roles mapped to the model's)."""
+    """A message dict in the lake's struct shape (framework-only roles mapped to the model's).
+
+    `store.messages.lake_message` built inline: this module is compiled (mypyc) and runs per
+    message of every chat span, where a call into interpreted code would cost; a test holds
+    the two to the same shape (tests/store/test_contracts.py)."""
     return {
         "role": ROLE_ALIASES.get(role, role),
         "content": content,

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from store.messages import lake_message, lake_tool_call
 from training.replay.errors import ReplaySetupError, RolloutError
 from training.replay.rollout.parsing import ParsedToolCall, parse_assistant_text
 from training.replay.rollout.render import ChatRenderer
@@ -77,18 +78,6 @@ class Episode:
     @property
     def input_tokens(self) -> int:
         return len(self.turns[0]["prompt_token_ids"]) if self.turns else 0
-
-
-def message(role: str, content: str | None, **extra: Any) -> dict[str, Any]:
-    """A lake MESSAGE struct with every field present."""
-    return {
-        "role": role,
-        "content": content,
-        "name": extra.get("name"),
-        "tool_call_id": extra.get("tool_call_id"),
-        "tool_calls": extra.get("tool_calls") or [],
-        "is_error": extra.get("is_error"),
-    }
 
 
 def turn_record(prompt_ids: list[int], completion: Completion) -> dict[str, Any]:
@@ -193,30 +182,26 @@ class AgentLoop:
                 ids[:-1] if stopped and ids and ids[-1] == self.renderer.eos_token_id else ids
             )
             if not stopped:  # cut off mid-answer: keep what was said, do not run half a tool call
-                episode.messages.append(message("assistant", text))
+                episode.messages.append(lake_message("assistant", text))
                 episode.status, episode.finish_reason = "truncated", "length"
                 return
             parsed = parse_assistant_text(text)
             if not parsed.tool_calls:
-                episode.messages.append(message("assistant", parsed.content))
+                episode.messages.append(lake_message("assistant", parsed.content))
                 episode.final_output = parsed.content
                 return
             calls = [
-                {
-                    "id": f"call_{turn}_{k}",
-                    "name": call.name,
-                    "arguments": call.arguments if call.ok else call.raw,
-                }
+                lake_tool_call(f"call_{turn}_{k}", call.name, call.arguments if call.ok else call.raw)
                 for k, call in enumerate(parsed.tool_calls)
             ]
-            episode.messages.append(message("assistant", parsed.content, tool_calls=calls))
+            episode.messages.append(lake_message("assistant", parsed.content, tool_calls=calls))
             results = await asyncio.gather(*(self._call(call, scenario) for call in parsed.tool_calls))
             tool_messages = []
             for call, record, result in zip(parsed.tool_calls, calls, results, strict=True):
                 episode.tool_calls += 1
                 episode.tool_errors += result.is_error
                 tool_messages.append(
-                    message(
+                    lake_message(
                         "tool",
                         result.content,
                         name=call.name or None,

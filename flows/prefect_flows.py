@@ -229,9 +229,10 @@ def pipeline_flow(
         published = timed(
             "publish", publish_task, config, adapter, evaluation, force_publish, stages.origin_of(run)
         )
-        _publish_artifacts(published, evaluation)
+        _publish_artifacts(published, evaluation.to_dict())
         print(published["decision"])
-        result.update(evaluation=evaluation, published=published, adapter=adapter)
+        # the flow's result is JSON-able (Prefect persists it; the demo reads it)
+        result.update(evaluation=evaluation.to_dict(), published=published, adapter=adapter)
     run = stages.finish_pipeline_run(
         config,
         run,

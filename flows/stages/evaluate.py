@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flows.config import TrajlakeConfig
 from flows.stages.common import StageError, base_model, lake_of
 from flows.stages.replay import replay_policy
 from flows.stages.score import score_reward
+
+if TYPE_CHECKING:
+    import judging
 
 BASE = "base"
 SFT = "sft"
@@ -58,7 +61,7 @@ def stage_policies(
 
 def evaluate_adapter(
     config: TrajlakeConfig, adapter: str, stages: list[tuple[str, str | None]] | None = None
-) -> dict[str, Any]:
+) -> judging.Evaluation:
     """Val success of `adapter` against the production adapter (or the base model), paired by scenario;
     with `stages`, every one of them too (the learning curve), each policy replayed once."""
     import judging
@@ -99,32 +102,32 @@ def evaluate_adapter(
         )
     except judging.NothingScored as exc:
         raise StageError("select.evaluate", str(exc)) from None
-    return evaluation.to_dict()
+    return evaluation
 
 
-def gate_of(evaluation: dict[str, Any], forced: bool) -> Any:
+def gate_of(evaluation: judging.Evaluation, forced: bool) -> Any:
     """The publish gate (`training.publish.EvalGate`) of an `evaluate_adapter` result."""
     from training.publish import EvalGate
 
-    comparison = evaluation["comparison"]
+    comparison = evaluation.comparison
     return EvalGate(
-        candidate=comparison["candidate"]["mean"],
-        incumbent=comparison["baseline"]["mean"],
-        incumbent_name=evaluation["baseline"],
-        difference=comparison["difference"],
-        difference_ci=tuple(comparison["difference_ci"]),
-        scenarios=comparison["paired_scenarios"],
-        reward=comparison["reward"],
+        candidate=comparison.candidate.mean,
+        incumbent=comparison.baseline.mean,
+        incumbent_name=evaluation.baseline,
+        difference=comparison.difference,
+        difference_ci=comparison.difference_ci,
+        scenarios=comparison.paired_scenarios,
+        reward=comparison.reward,
         forced=forced,
-        table=evaluation["table"],
-        eval_run_id=evaluation["eval_run_id"],
+        table=[row.to_dict() for row in evaluation.table],
+        eval_run_id=evaluation.run_id,
     )
 
 
 def publish_adapter(
     config: TrajlakeConfig,
     adapter: str,
-    evaluation: dict[str, Any],
+    evaluation: judging.Evaluation,
     force: bool = False,
     origin: dict[str, Any] | None = None,
 ) -> dict[str, Any]:

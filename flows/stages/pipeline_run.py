@@ -20,11 +20,14 @@ import shutil
 import uuid
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import store
 from flows.config import TrajlakeConfig
 from flows.stages.common import lake_of
+
+if TYPE_CHECKING:
+    import judging
 
 
 def pipeline_run_id(flow_run_id: str | None) -> str:
@@ -123,7 +126,7 @@ def finish_pipeline_run(
     *,
     trained: list[dict[str, Any]],
     published: dict[str, Any] | None = None,
-    evaluation: dict[str, Any] | None = None,
+    evaluation: judging.Evaluation | None = None,
     decision: str | None = None,
 ) -> store.PipelineRun:
     """Record the run as finished: its training runs and steps, the version it published and the
@@ -138,7 +141,7 @@ def finish_pipeline_run(
         published=f"{published['name']}:v{published['version']}" if published else None,
         promoted=published["promoted"] if published else None,
         decision=(published or {}).get("decision") or decision,
-        eval_run_id=(evaluation or {}).get("eval_run_id"),
+        eval_run_id=evaluation.run_id if evaluation else None,
     )
     store.record_pipeline_run(lake_of(config), run)
     if not config.pipeline.keep_checkpoints:

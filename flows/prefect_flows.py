@@ -106,7 +106,9 @@ def ingest_flow(
     return counts
 
 
-def _replay(config: TrajlakeConfig, adapter: str | None, round_number: int, draw: int = 0) -> dict[str, Any]:
+def _replay(
+    config: TrajlakeConfig, adapter: str | None, round_number: int, draw: int = 0
+) -> stages.PolicyReplay:
     """A round's replay: one task, or `pipeline.replay_shards` tasks by scenario (on the runner's
     workers), their results merged."""
     shards = config.pipeline.replay_shards
@@ -203,18 +205,18 @@ def pipeline_flow(
         result["rounds"].append(
             {
                 "round": round_number,
-                "policy": replayed["policy"],
-                "groups": replayed["groups"],
-                "trajectories": replayed["trajectories"],
+                "policy": replayed.policy,
+                "groups": replayed.groups,
+                "trajectories": replayed.trajectories,
                 "mean_reward": scored["mean"],
                 "std_reward": scored["std"],
                 "equal_reward_groups": scored["equal_groups"],
-                "useless_share": scored["equal_groups"] / max(1, replayed["groups"]),
-                "extra_draws": replayed.get("draws", 0),
+                "useless_share": scored["equal_groups"] / max(1, replayed.groups),
+                "extra_draws": replayed.draws,
             }
         )
         if config.pipeline.grpo:
-            step = (learning, run.run_id, adapter, round_number, replayed["group_ids"])
+            step = (learning, run.run_id, adapter, round_number, replayed.group_ids)
             trained.append(timed(f"round {round_number}: grpo", grpo_task, *step))
             adapter = trained[-1]["adapter"]
             round_adapters.append(adapter)

@@ -20,7 +20,7 @@ from flows.stages.pipeline_run import (
     origin_of,
     scenarios_to_learn,
 )
-from flows.stages.replay import make_scenarios, merge_replays, merge_shards, replay_round, sample_round
+from flows.stages.replay import PolicyReplay, make_scenarios, merge_shards, replay_round, sample_round
 from flows.stages.report import write_pipeline_report
 from flows.stages.score import (
     finish_scoring,
@@ -33,6 +33,7 @@ from flows.stages.score import (
 from flows.stages.train import train_grpo, train_sft
 
 __all__ = [
+    "PolicyReplay",
     "StageError",
     "apply_retention",
     "assemble_pending",
@@ -46,7 +47,6 @@ __all__ = [
     "loadable_base_model",
     "make_scenarios",
     "mark_data_seen",
-    "merge_replays",
     "merge_score_rows",
     "merge_shards",
     "nothing_to_learn",

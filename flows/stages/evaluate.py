@@ -83,9 +83,9 @@ def evaluate_adapter(
         replayed = replay_policy(
             config, path, config.select.evaluate, run="eval", seed=0, group_size=group_size
         )
-        reward = score_reward(config, spec, replayed["group_ids"])["reward"]
+        reward = score_reward(config, spec, replayed.group_ids)["reward"]
         return judging.Measured(
-            replayed["policy"], reward, judging.scenario_scores(lake, reward, replayed["group_ids"])
+            replayed.policy, reward, judging.scenario_scores(lake, reward, replayed.group_ids)
         )
 
     baseline = (f"{name}:v{incumbent['version']}", incumbent["path"]) if incumbent else (BASE, None)

@@ -10,6 +10,37 @@ from flows.config import TrajlakeConfig
 from flows.stages.common import StageError, lake_of, sampler_for
 
 
+@dataclasses.dataclass(frozen=True)
+class PolicyReplay:
+    """What one replay of a policy sampled: a round (its shards and dynamic-sampling draws merged)
+    or an evaluation's replay of the val scenarios."""
+
+    policy: str
+    group_ids: list[str]
+    trajectories: int
+    generated_tokens: int
+    failed: int
+    seconds: float
+    draws: int = 0  # further dynamic-sampling draws merged into the round
+
+    @property
+    def groups(self) -> int:
+        return len(self.group_ids)
+
+    def merged(self, more: PolicyReplay, *, extra_draw: bool) -> PolicyReplay:
+        """This replay and `more` as one: their groups together, their counts summed (`extra_draw`:
+        `more` was a further dynamic-sampling draw, not another shard of the same one)."""
+        return PolicyReplay(
+            policy=self.policy,
+            group_ids=[*self.group_ids, *more.group_ids],
+            trajectories=self.trajectories + more.trajectories,
+            generated_tokens=self.generated_tokens + more.generated_tokens,
+            failed=self.failed + more.failed,
+            seconds=self.seconds + more.seconds,
+            draws=self.draws + 1 if extra_draw else self.draws,
+        )
+
+
 def make_scenarios(config: TrajlakeConfig) -> dict[str, int]:
     """Scenarios from the trajectories `select.scenarios` picks (idempotent: same ids, same split)."""
     from training.replay import create_scenarios
@@ -37,7 +68,7 @@ def replay_policy(
     run: str,
     seed: int,
     group_size: int | None = None,
-) -> dict[str, Any]:
+) -> PolicyReplay:
     """Group-sample `scenarios` with the base model or `adapter` (`group_size`: instead of the
     configured one); resumable (complete groups are skipped)."""
     from training.replay import replay
@@ -59,15 +90,14 @@ def replay_policy(
     if not group_ids:
         failure = f": {result.failed[0][1]}" if result.failed else ""
         raise StageError("select.replay", f"no group was sampled{failure}")
-    return {
-        "policy": policy,
-        "group_ids": group_ids,
-        "groups": len(group_ids),
-        "trajectories": len(group_ids) * replay_config.group_size,
-        "generated_tokens": result.generated_tokens,
-        "failed": len(result.failed),
-        "seconds": round(result.elapsed_s, 2),
-    }
+    return PolicyReplay(
+        policy=policy,
+        group_ids=group_ids,
+        trajectories=len(group_ids) * replay_config.group_size,
+        generated_tokens=result.generated_tokens,
+        failed=len(result.failed),
+        seconds=round(result.elapsed_s, 2),
+    )
 
 
 def round_scenarios(config: TrajlakeConfig, round_number: int, draw: int = 0) -> str:
@@ -86,7 +116,7 @@ def replay_round(
     draw: int = 0,
     shard: int = 0,
     shards: int = 1,
-) -> dict[str, Any]:
+) -> PolicyReplay:
     """One round's group sampling of the train scenarios with the current policy (`draw` > 0: a dynamic-
     sampling draw of further scenarios for the same round; `shard` of `shards`: that share of its
     scenarios). Seeds and group ids come from the scenario, so shards sample what one task would."""
@@ -100,26 +130,15 @@ def replay_round(
     return replay_policy(config, adapter, scenarios, run=run, seed=seed)
 
 
-def merge_shards(results: list[dict[str, Any]]) -> dict[str, Any]:
+def merge_shards(results: list[PolicyReplay]) -> PolicyReplay:
     """A round's replay result from its shards' (their groups together; a shard with none is fine)."""
-    sampled = [r for r in results if r.get("groups")]
+    sampled = [r for r in results if r.groups]
     if not sampled:
         raise StageError("select.replay", "no group was sampled in any shard")
-    merged = dict(sampled[0])
+    merged = sampled[0]
     for more in sampled[1:]:
-        merged = {**merge_replays(merged, more), "draws": merged.get("draws", 0)}
+        merged = merged.merged(more, extra_draw=False)
     return merged
-
-
-def merge_replays(first: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
-    """One round's replay result from two draws (their groups together)."""
-    summed = ("groups", "trajectories", "generated_tokens", "failed", "seconds")
-    return {
-        **first,
-        "group_ids": [*first["group_ids"], *more["group_ids"]],
-        **{k: first[k] + more[k] for k in summed},
-        "draws": first.get("draws", 0) + 1,
-    }
 
 
 def sample_round(
@@ -127,9 +146,9 @@ def sample_round(
     adapter: str | None,
     round_number: int,
     *,
-    replay: Callable[..., dict[str, Any]] = replay_round,
+    replay: Callable[..., PolicyReplay] = replay_round,
     score: Callable[[TrajlakeConfig, list[str]], dict[str, Any]] | None = None,
-) -> tuple[dict[str, Any], dict[str, Any]]:
+) -> tuple[PolicyReplay, dict[str, Any]]:
     """One round's groups, replayed and scored: (replay result, score stats of all its groups).
 
     Dynamic sampling (DAPO), bounded: while fewer than `pipeline.scenarios_per_round` (or
@@ -141,11 +160,11 @@ def sample_round(
 
     score = score or score_round
     replayed = replay(config, adapter, round_number)
-    scored = score(config, replayed["group_ids"])
-    wanted = config.pipeline.scenarios_per_round or replayed["groups"]
+    scored = score(config, replayed.group_ids)
+    wanted = config.pipeline.scenarios_per_round or replayed.groups
     for draw in range(1, config.pipeline.dynamic_sampling_draws + 1):
-        if replayed["groups"] - scored["equal_groups"] >= wanted:
+        if replayed.groups - scored["equal_groups"] >= wanted:
             break
-        replayed = merge_replays(replayed, replay(config, adapter, round_number, draw))
-        scored = score(config, replayed["group_ids"])
+        replayed = replayed.merged(replay(config, adapter, round_number, draw), extra_draw=True)
+        scored = score(config, replayed.group_ids)
     return replayed, scored

@@ -49,8 +49,8 @@ def test_grpo_rounds_lift_the_sft_warm_start(tiny_model: Path, tmp_path: Path) -
         replayed = replay_policy(
             config, adapter, config.select.evaluate, run="eval", seed=0, group_size=size.eval_group_size
         )
-        reward = score_reward(config, "exact_match", replayed["group_ids"])["reward"]
-        return replayed["policy"], judging.scenario_scores(lake, reward, replayed["group_ids"])
+        reward = score_reward(config, "exact_match", replayed.group_ids)["reward"]
+        return replayed.policy, judging.scenario_scores(lake, reward, replayed.group_ids)
 
     run = "pipeline-demo-learning"  # the run's own folder under the lake's work dir
     adapter = stages.train_sft(config, run, 0)["adapter"]
@@ -58,10 +58,10 @@ def test_grpo_rounds_lift_the_sft_warm_start(tiny_model: Path, tmp_path: Path) -
     useless = []
     for round_number in range(1, size.rounds + 1):
         replayed = stages.replay_round(config, adapter, round_number)
-        stages.score_reward(config, "flows.demo.task:calculator_reward", replayed["group_ids"])
-        stats = stages.finish_scoring(config, replayed["group_ids"])
-        useless.append(stats["equal_groups"] / replayed["groups"])
-        adapter = stages.train_grpo(config, run, adapter, round_number, replayed["group_ids"])["adapter"]
+        stages.score_reward(config, "flows.demo.task:calculator_reward", replayed.group_ids)
+        stats = stages.finish_scoring(config, replayed.group_ids)
+        useless.append(stats["equal_groups"] / replayed.groups)
+        adapter = stages.train_grpo(config, run, adapter, round_number, replayed.group_ids)["adapter"]
     final = val_success(adapter)
 
     sft_row, final_row = judging.evaluation_table([("sft", *sft), ("grpo", *final)], references=("sft",))

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from flows.config import TrajlakeConfig, load_config
-from flows.stages import sample_round
+from flows.stages import PolicyReplay, sample_round
 
 
 def config(tmp_path: Path, draws: int, per_round: int = 4) -> TrajlakeConfig:
@@ -27,18 +27,10 @@ class FakeRound:
 
     def replay(
         self, config: TrajlakeConfig, adapter: str | None, round_number: int, draw: int = 0
-    ) -> dict[str, Any]:
+    ) -> PolicyReplay:
         self.draws.append(draw)
         ids = [f"r{round_number}-d{draw}-g{i}" for i in range(4)]
-        return {
-            "policy": "p",
-            "group_ids": ids,
-            "groups": 4,
-            "trajectories": 8,
-            "generated_tokens": 10,
-            "failed": 0,
-            "seconds": 1.0,
-        }
+        return PolicyReplay("p", ids, trajectories=8, generated_tokens=10, failed=0, seconds=1.0)
 
     def score(self, config: TrajlakeConfig, group_ids: list[str]) -> dict[str, Any]:
         draws = sorted({int(g.split("-d")[1].split("-")[0]) for g in group_ids})
@@ -64,10 +56,8 @@ def test_extra_draws_until_enough_groups_are_informative(
         config(tmp_path, draws), "adapter", 3, replay=fake.replay, score=fake.score
     )
     assert fake.draws == expected_draws
-    assert replayed["groups"] == 4 * len(expected_draws) == len(replayed["group_ids"])
-    assert replayed.get("draws", 0) == len(expected_draws) - 1 and replayed["trajectories"] == 8 * len(
-        expected_draws
-    )
+    assert replayed.groups == 4 * len(expected_draws) == len(replayed.group_ids)
+    assert replayed.draws == len(expected_draws) - 1 and replayed.trajectories == 8 * len(expected_draws)
     assert scored["equal_groups"] == equal  # the stats cover every draw's groups
 
 

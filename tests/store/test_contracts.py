@@ -59,6 +59,70 @@ def test_no_json_path_or_metric_name_outside_store() -> None:
     assert found == [], "declare these in store (store.documents, store.metrics):\n" + "\n".join(found)
 
 
+def _imports(package: str) -> dict[str, set[str]]:
+    """module -> the modules of `package` it imports, at module level or inside a function
+    (an import under `TYPE_CHECKING` is for annotations and runs nothing)."""
+    paths = {
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in (ROOT / package).rglob("*.py")
+    }
+    graph: dict[str, set[str]] = {module: set() for module in paths}
+    for module, path in paths.items():
+        tree = ast.parse(path.read_text())
+        skipped = {
+            id(child)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for child in ast.walk(node)
+        }
+        for node in ast.walk(tree):
+            if id(node) in skipped:
+                continue
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                targets = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                continue
+            # a module importing its own package's __init__ is how a package exposes names, not a loop
+            graph[module] |= {
+                t for t in targets if t in paths and t != module and not module.startswith(t + ".")
+            }
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import loop of `graph` (empty when there is none), by depth-first search."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> list[str]:
+        state[module] = 1
+        path.append(module)
+        for target in sorted(graph[module]):
+            if state.get(target) == 1:
+                return [*path[path.index(target) :], target]
+            if target not in state and (found := visit(target)):
+                return found
+        state[module] = 2
+        path.pop()
+        return []
+
+    for module in sorted(graph):
+        if module not in state and (found := visit(module)):
+            return found
+    return []
+
+
+@pytest.mark.parametrize("package", ["store", *PACKAGES])
+def test_no_import_cycle_inside_a_package(package: str) -> None:
+    assert _cycle(_imports(package)) == []
+
+
+def test_the_cycle_search_finds_a_loop() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+
+
 def test_the_walk_finds_what_it_looks_for(tmp_path: Path) -> None:
     # the check above would pass on a walk that never matches: show it matching
     sample = tmp_path / "sample.py"

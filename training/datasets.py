@@ -29,8 +29,9 @@ import duckdb
 
 import store
 from store.documents import sampling_temperature_sql
+from store.errors import SelectionError
 from training.advantages import AdvantageReport, ScaleRewards, compute_advantages
-from training.errors import MissingTokenData, SelectionError, TokenDataMismatch
+from training.errors import MissingTokenData, TokenDataMismatch
 from training.lineage import Lineage, selection_snapshot
 from training.replay.rollout.render import parse_tools, template_messages
 

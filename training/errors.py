@@ -7,20 +7,12 @@ starts, so a bad selection or hyperparameter never leaves a half-written run beh
 
 from __future__ import annotations
 
-from store.errors import SelectionError as _StoreSelectionError
-from store.errors import SettingError
-
 
 class TrainingError(Exception):
     """Base class of everything the training package raises on purpose."""
 
 
 # --- datasets (selection from the lake) -------------------------------------------------------
-
-
-# The selection SQL returned nothing usable (no rows, missing columns, bad SQL): `store.SelectionError`,
-# the one class every package raises for a selection (reason codes: empty_selection, missing_column, ...).
-SelectionError = _StoreSelectionError
 
 
 class MissingTokenData(TrainingError, ValueError):
@@ -44,8 +36,18 @@ class TokenDataMismatch(TrainingError, ValueError):
 # --- configuration ------------------------------------------------------------------------------
 
 
-class BadHyperparameter(TrainingError, SettingError):
-    """A training or publishing setting is outside what trajlake (or vLLM) accepts."""
+class BadHyperparameter(TrainingError, ValueError):
+    """A training or publishing setting is outside what trajlake (or vLLM) accepts.
+
+    Carries `field` and `value` as `store.SettingError` does; it cannot derive from it because
+    the config modules that raise it load without any lake library (bench/gpu.py,
+    tests/training/test_gpu_script.py), and importing `store` loads them.
+    """
+
+    def __init__(self, message: str, *, field: str, value: object = None) -> None:
+        super().__init__(message)
+        self.field = field
+        self.value = value
 
 
 # --- running ------------------------------------------------------------------------------------

@@ -26,9 +26,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import store
+from store.errors import SelectionError
 from store.policy_names import join_policy
 from training.datasets import GRPOExample
-from training.errors import SelectionError
 from training.lineage import selection_snapshot
 from training.policies import adapter_label, model_name, policy_name, record_name
 from training.run import read_run_record

@@ -7,9 +7,10 @@ import json
 import pytest
 
 import store
+from store.errors import SelectionError
 from tests.training.train_helpers import msg, reward, traj, turn
 from training.datasets import flatten_turns, select_grpo, select_sft
-from training.errors import MissingTokenData, SelectionError, TokenDataMismatch
+from training.errors import MissingTokenData, TokenDataMismatch
 from training.lineage import as_of_versions, digest_ids
 
 ALL = "SELECT trajectory_id FROM trajectories"

@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 from transformers import TrainerCallback
 
 import store
+from store.errors import SelectionError
 from store.metrics import SAMPLER_GAP_MEAN
 from tests.training.train_helpers import (
     check_parity_with_stock,
@@ -21,7 +22,7 @@ from tests.training.train_helpers import (
     traj,
     turn,
 )
-from training.errors import BadHyperparameter, MissingTokenData, NonFiniteLoss, SelectionError
+from training.errors import BadHyperparameter, MissingTokenData, NonFiniteLoss
 from training.grpo import train_grpo
 from training.grpo_config import LOSS_TYPES, TrajlakeGRPOConfig
 

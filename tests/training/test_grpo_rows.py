@@ -10,11 +10,11 @@ import pytest
 import torch
 
 import store
+from store.errors import SelectionError
 from store.metrics import IMPORTANCE_RATIO_MEAN, SAMPLER_GAP_MAX, SAMPLER_GAP_MEAN
 from tests.training.test_grpo import ALL, TEMPERATURE, config
 from tests.training.train_helpers import stored_groups
 from training.datasets import select_grpo
-from training.errors import SelectionError
 from training.grpo import StoredGroupsGRPOTrainer, grpo_dataset, stored_reward, train_grpo
 from training.grpo_batch import GroupedRepeatSampler
 from training.grpo_rows import fit_batch_to_rows, policy_lineage, within_staleness

@@ -16,10 +16,11 @@ import pytest
 from safetensors.torch import load_file
 
 import store
+from store.errors import SelectionError
 from tests.training.test_datasets import add_call
 from tests.training.train_helpers import msg, traj
 from training.datasets import select_sft
-from training.errors import BadHyperparameter, SelectionError, TrainingError
+from training.errors import BadHyperparameter, TrainingError
 from training.run import last_checkpoint, load_tokenizer
 from training.sft import tokenize_conversations, train_sft
 from training.sft_config import TrajlakeSFTConfig

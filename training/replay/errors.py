@@ -7,8 +7,6 @@ offending item in backticks and says what to do next.
 
 from __future__ import annotations
 
-from store.errors import SettingError
-
 
 class ReplayError(Exception):
     """Base class of everything the replay stage raises on purpose."""
@@ -18,13 +16,16 @@ class ReplayError(Exception):
         self.reason = reason
 
 
-class ReplaySetupError(ReplayError, SettingError):
-    """The replay stage was misconfigured or selected nothing to replay (`bad_config`, `no_scenarios`)."""
+class ReplaySetupError(ReplayError, ValueError):
+    """The replay stage was misconfigured or selected nothing to replay (`bad_config`, `no_scenarios`).
+
+    `field` names the refused setting, as `store.SettingError` does (the samplers and the rollout
+    loop load without any lake library, so replay's errors cannot derive from it).
+    """
 
     def __init__(self, message: str, *, reason: str, field: str | None = None) -> None:
-        ReplayError.__init__(self, message, reason=reason)
-        self.field = field  # the refused setting, when a setting was refused
-        self.value = None
+        super().__init__(message, reason=reason)
+        self.field = field
 
 
 class ScenarioError(ReplayError, ValueError):
@@ -43,13 +44,13 @@ class SamplerError(ReplayError, RuntimeError):
         self.backend = backend
 
 
-class BadSamplingParams(SamplerError, SettingError):
-    """A sampling parameter is out of range (`temperature < 0`, `top_p` outside (0, 1], ...)."""
+class BadSamplingParams(SamplerError, ValueError):
+    """A sampling parameter is out of range (`temperature < 0`, `top_p` outside (0, 1], ...);
+    `field` names the first refused one (as `store.SettingError` does)."""
 
     def __init__(self, message: str, *, field: str) -> None:
-        SamplerError.__init__(self, message, backend="*", reason="bad_params")
-        self.field = field  # the first refused parameter
-        self.value = None
+        super().__init__(message, backend="*", reason="bad_params")
+        self.field = field
 
 
 class ToolSourceError(ReplayError, ValueError):

@@ -56,17 +56,12 @@ def test_default_selections_never_read_a_val_scenario(lake: store.Lake, tiny_mod
     assert grpo == {tid for tid, _, _ in rows} - val_replays
     # a pipeline round's GRPO selection (its groups, val ones included) keeps the same guard
     with store.connect(lake, read_only=True) as con:
-        groups = [
-            g for (g,) in con.execute("SELECT DISTINCT group_id FROM trajectories WHERE group_id IS NOT NULL")
-        ]
-        in_groups = {
-            t
-            for (t,) in con.execute(
-                "SELECT trajectory_id FROM trajectories WHERE group_id IN (SELECT unnest(?))", [groups[:3]]
-            )
-        }
-    assert _ids(lake, store.grpo_trajectories_of(groups[:3])) == in_groups - val_replays
-    assert _ids(lake, store.grpo_trajectories_of(groups)) == grpo
+        group_of = dict(con.execute("SELECT trajectory_id, group_id FROM trajectories").fetchall())
+    val_group = next(group_of[t] for t in sorted(val_replays))
+    train_group = next(group_of[t] for t in sorted(grpo))
+    in_groups = {t for t, g in group_of.items() if g in (val_group, train_group)}
+    assert _ids(lake, store.grpo_trajectories_of([val_group, train_group])) == in_groups - val_replays
+    assert _ids(lake, store.grpo_trajectories_of(None)) == grpo
     sft = _ids(lake, Selections().sft)
     assert sft == {f"prod-{i}" for i in range(12)} - cut_from_val
 

@@ -360,6 +360,8 @@ def test_the_pipeline_moves_latest_only_with_a_promoted_version_unless_asked(  #
 ) -> None:
     from flows.config import load_config
     from flows.stages.evaluate import publish_adapter
+    from judging import Evaluation
+    from judging.evaluation_stats import Comparison, PolicyScore
 
     lake, grpo, _ = trained
     name = f"nightly-{str(latest_if_refused).lower()}"
@@ -370,16 +372,18 @@ def test_the_pipeline_moves_latest_only_with_a_promoted_version_unless_asked(  #
     )
     config = load_config(path, environ={})
 
-    def evaluation(difference: float, ci: tuple[float, float]) -> dict:
-        comparison = {
-            "candidate": {"mean": 0.5 + difference},
-            "baseline": {"mean": 0.5},
-            "difference": difference,
-            "difference_ci": list(ci),
-            "paired_scenarios": 12,
-            "reward": "r",
-        }
-        return {"comparison": comparison, "baseline": "base", "table": [], "eval_run_id": "eval-x"}
+    def evaluation(difference: float, ci: tuple[float, float]) -> Evaluation:
+        comparison = Comparison(
+            reward="r",
+            candidate=PolicyScore("candidate", 0.5 + difference, (0.4, 0.9), 12),
+            baseline=PolicyScore("base", 0.5, (0.4, 0.6), 12),
+            difference=difference,
+            difference_ci=ci,
+            paired_scenarios=12,
+        )
+        return Evaluation(
+            candidate="adapter", baseline="base", comparison=comparison, table=[], run_id="eval-x"
+        )
 
     better = publish_adapter(config, grpo.adapter_dir, evaluation(0.2, (0.1, 0.3)))
     assert better["aliases"] == ["latest", "production"] and better["promoted"]

@@ -224,7 +224,7 @@ def _selected(con: duckdb.DuckDBPyConnection, selection: ErasureSelection) -> pa
             f"SELECT t.trajectory_id, t.trace_id FROM trajectories t SEMI JOIN ({text}) s USING (trajectory_id)"
         ).to_arrow_table()
     if selection.kind == "older_than":
-        sql = f"{columns} WHERE {one_of('source', PRODUCTION_SOURCES)} AND started_at < $v::TIMESTAMPTZ"
+        sql = f"{columns} WHERE {one_of('source', PRODUCTION_SOURCES, table='trajectories')} AND started_at < $v::TIMESTAMPTZ"
     else:
         sql = f"{columns} WHERE {selection.kind} = $v"
     return con.sql(sql, params={"v": selection.value}).to_arrow_table()

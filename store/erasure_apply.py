@@ -36,6 +36,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from store.delta_log import log_files
 from store.erasure import ERASED_TABLES, ErasurePlan, TableTarget, newest_write
 from store.errors import StoreError
 from store.lake import Lake
@@ -113,11 +114,12 @@ def delete_rows(lake: Lake, target: TableTarget) -> TableErasure:
 
         def merge() -> dict[str, Any]:
             table = open_table(lake, spec)
-            return (
+            result: dict[str, Any] = (
                 table.merge(keys, predicate, source_alias="s", target_alias="t")
                 .when_matched_delete()
                 .execute()
             )
+            return result
 
         metrics, _ = retried(merge, _gave_up(target.table))
         outcome.rows_deleted += int(metrics.get("num_target_rows_deleted", 0))
@@ -127,7 +129,8 @@ def delete_rows(lake: Lake, target: TableTarget) -> TableErasure:
         predicate = f"{target.before_column} < '{target.before}'"
 
         def delete() -> dict[str, Any]:
-            return open_table(lake, spec).delete(predicate)
+            result: dict[str, Any] = open_table(lake, spec).delete(predicate)
+            return result
 
         metrics, _ = retried(delete, _gave_up(target.table))
         outcome.rows_deleted += int(metrics.get("num_deleted_rows", 0))
@@ -163,7 +166,7 @@ def purge_history(lake: Lake, table: str, outcome: TableErasure | None = None) -
     if not lake.has_table(table):
         return outcome
     uri = lake.table_uri(table)
-    log_before = set(_log_files(lake, table))
+    log_before = set(log_files(lake, table))
 
     def set_log_retention(value: str) -> None:
         DeltaTable(uri, storage_options=lake.delta_options).alter.set_table_properties({LOG_RETENTION: value})
@@ -173,7 +176,7 @@ def purge_history(lake: Lake, table: str, outcome: TableErasure | None = None) -
     delta.create_checkpoint()
     delta.cleanup_metadata()
     retried(lambda: set_log_retention(DEFAULT_LOG_RETENTION), _gave_up(table))
-    outcome.log_files_removed = len(log_before - set(_log_files(lake, table)))
+    outcome.log_files_removed = len(log_before - set(log_files(lake, table)))
     delta = DeltaTable(uri, storage_options=lake.delta_options)
     removed = delta.vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False)
     removed += DeltaTable(uri, storage_options=lake.delta_options).vacuum(
@@ -182,23 +185,6 @@ def purge_history(lake: Lake, table: str, outcome: TableErasure | None = None) -
     outcome.files_vacuumed = len(set(removed))
     outcome.version = DeltaTable(uri, storage_options=lake.delta_options).version()
     return outcome
-
-
-def _log_files(lake: Lake, table: str) -> list[str]:
-    root = lake.fs_path(table, "_delta_log")
-    return lake.fs.ls(root, detail=False) if lake.fs.exists(root) else []
-
-
-def earliest_version(lake: Lake, table: str) -> int | None:
-    """The oldest version of `table` that can still be read (its log starts there after an
-    erasure purged the history before it); None for a table without a log."""
-    versions = []
-    for path in _log_files(lake, table):
-        name = os.path.basename(str(path))
-        head = name.split(".", 1)[0]
-        if head.isdigit() and (name.endswith(".json") or ".checkpoint." in name):
-            versions.append(int(head))
-    return min(versions) if versions else None
 
 
 def apply_plan(

@@ -30,12 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from store.policy_names import join_policy
+from training.lineage import RUN_RECORD
 
 # The files that make an adapter what it is (PEFT's names); tokenizer files do not change it.
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
 DIGEST_CHARS = 8
-# The run record an adapter trajlake trained carries in its folder (written by `training.run`).
-RUN_RECORD = "trajlake_run.json"
 
 
 def is_path(text: str) -> bool:

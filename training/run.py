@@ -24,7 +24,7 @@ from training.distributed import is_writer, wait_for_writer
 from training.errors import BadHyperparameter, NonFiniteLoss, TrainingError
 from training.lineage import RUN_RECORD
 from training.metrics import without_raw_log_lines
-from training.policies import RUN_RECORD, adapter_label
+from training.policies import adapter_label
 
 CHECKPOINTS = "checkpoints"
 ADAPTER = "adapter"

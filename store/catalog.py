@@ -50,6 +50,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from pyarrow.fs import FSSpecHandler, LocalFileSystem, PyFileSystem
 
+from store.delta_log import earliest_version
 from store.errors import DataErased, ReadOnlyViolation, SelectionError
 from store.lake import Lake
 
@@ -85,8 +86,6 @@ def table_version(lake: Lake, table: str, version: int | None = None) -> TableVe
         delta = DeltaTable(lake.table_uri(table), version=version, storage_options=lake.delta_options)
     except TableNotFoundError:
         if version is not None:
-            from store.erasure_apply import earliest_version
-
             earliest = earliest_version(lake, table)
             if earliest is not None and version < earliest:
                 raise DataErased(table, version, earliest) from None

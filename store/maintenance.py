@@ -24,7 +24,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from store.erasure_apply import earliest_version
+from store.delta_log import earliest_version
 from store.errors import CompactionError
 from store.lake import Lake
 from store.schema import PARTITION_COLUMN, TABLES, table_spec

@@ -1,0 +1,27 @@
+"""A table's Delta log as files: which versions it still holds. Below the catalog and the
+erasure code, which both ask (`DataErased` for a purged version; the purge itself)."""
+
+from __future__ import annotations
+
+import os
+
+from store.lake import Lake
+
+
+def log_files(lake: Lake, table: str) -> list[str]:
+    """The paths in `table`'s `_delta_log` folder (none for a table not written yet)."""
+    root = lake.fs_path(table, "_delta_log")
+    found: list[str] = lake.fs.ls(root, detail=False) if lake.fs.exists(root) else []
+    return found
+
+
+def earliest_version(lake: Lake, table: str) -> int | None:
+    """The oldest version of `table` that can still be read (its log starts there after an
+    erasure purged the history before it); None for a table without a log."""
+    versions = []
+    for path in log_files(lake, table):
+        name = os.path.basename(str(path))
+        head = name.split(".", 1)[0]
+        if head.isdigit() and (name.endswith(".json") or ".checkpoint." in name):
+            versions.append(int(head))
+    return min(versions) if versions else None

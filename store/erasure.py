@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from store.catalog import Snapshot, check_selection, connect, snapshot, table_version
-from store.errors import SelectionError
+from store.errors import SelectionError, SettingError
 from store.lake import Lake
 from store.rows import utc_now
 from store.schema import WRITTEN_AT
@@ -139,7 +139,11 @@ class RetentionConfig:
 
     def __post_init__(self) -> None:
         if self.production_days < 0:
-            raise ValueError(f"`retention.production_days` must be >= 0, got {self.production_days}")
+            raise SettingError(
+                f"`retention.production_days` must be >= 0, got {self.production_days}",
+                field="production_days",
+                value=self.production_days,
+            )
 
     def cutoff(self, now: datetime) -> datetime | None:
         """The time before which production data goes; None when kept forever."""

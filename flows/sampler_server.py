@@ -74,8 +74,11 @@ def sampler_app(
     Close the sampler when done (`with sampler:`)."""
     from training.replay.rollout.openai_app import create_app
     from training.replay.samplers import make_sampler
+    from training.serving import check_adapter_files
 
     path, name = served_adapter(adapter, lake=lake, served_name=served_name)
+    if path is not None:
+        check_adapter_files(path)  # a truncated file is refused now, not on the first request
     sampler = make_sampler("transformers", model, adapter=path)
     app = create_app(
         sampler,
@@ -133,7 +136,7 @@ def _text_size(value: Any) -> int:
 def request_problem(body: Any, limits: RequestLimits, models: set[str]) -> tuple[int, str] | None:
     """(status, message) refusing one completion request's body, or None when it may run."""
     if not isinstance(body, dict):
-        return None  # the app's own check answers a body that is not an object
+        return 400, f"the request body must be a JSON object, got {type(body).__name__}"
     model = body.get("model")
     if model not in (None, "") and str(model) not in models:
         return 404, f"The model `{model}` does not exist (served: {', '.join(sorted(models))})."

@@ -124,7 +124,7 @@ SECTIONS: dict[str, Section] = {
         Section("serve_sampler", "training.replay.samplers.base:SamplingParams"),
         Section(
             "serve_sampler.limits",
-            "flows.sampler_server:RequestLimits",
+            "training.replay.rollout.request_limits:RequestLimits",
             flags={"max_tokens": "--max-tokens-limit"},
         ),
         Section(

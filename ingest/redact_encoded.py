@@ -27,6 +27,7 @@ import binascii
 import functools
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -88,12 +89,15 @@ def redact_encoded(values: pa.Array, redact: Callable[[pa.Array], pa.Array]) -> 
     return pa.array(texts, type=values.type)
 
 
+@dataclass(frozen=True)
 class _Run:
     """One encoded run of a value: where it lies, its decoded text, and how to encode a
     redacted version of that text the same way."""
 
-    def __init__(self, start: int, end: int, decoded: str, encode: Callable[[str], str]) -> None:
-        self.start, self.end, self.decoded, self.encode = start, end, decoded, encode
+    start: int
+    end: int
+    decoded: str
+    encode: Callable[[str], str]
 
 
 def _encoded_runs(text: str) -> list[_Run]:
@@ -101,7 +105,7 @@ def _encoded_runs(text: str) -> list[_Run]:
     percent-encoded run is decoded one level deeper, from the run's decoded text."""
     runs = []
     if "%" in text:
-        runs += [run for match in _compiled(PERCENT_RUN).finditer(text) if (run := _percent_run(match))]
+        runs += [_percent_run(match) for match in _compiled(PERCENT_RUN).finditer(text)]
     percent = [(run.start, run.end) for run in runs]
     runs += [
         run
@@ -111,7 +115,7 @@ def _encoded_runs(text: str) -> list[_Run]:
     return runs
 
 
-def _percent_run(match: Any) -> _Run | None:
+def _percent_run(match: Any) -> _Run:
     """A percent-encoded run decoded byte for byte (Latin-1: one character per byte, so a
     position in the decoded text is a position in the run's units, and bytes that are not
     UTF-8 still decode). `+` is a space in form encoding, where spaces are never `%20`."""
@@ -123,8 +127,6 @@ def _percent_run(match: Any) -> _Run | None:
         for unit in units
     ]
     decoded = "".join(chars)
-    if all(len(unit) == 1 for unit in units):
-        return None
 
     def encode(redacted: str) -> str:
         # The text around the change keeps its original units; the change is encoded anew.

@@ -157,7 +157,15 @@ def guarded(app: Any, limits: RequestLimits, models: set[str] | None) -> Any:
             return
         status: list[int] = []
 
+        replayed = False
+
         async def replay() -> dict[str, Any]:
+            # The body once; after it, the client's own messages: vLLM waits on them for a
+            # disconnect, and answering the body again would spin its event loop.
+            nonlocal replayed
+            if replayed:
+                return await receive()  # type: ignore[no-any-return]
+            replayed = True
             return {"type": "http.request", "body": raw, "more_body": False}
 
         async def watch(message: dict[str, Any]) -> None:

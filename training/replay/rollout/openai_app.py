@@ -299,13 +299,6 @@ def create_app(
 
         if not (Path(path) / "adapter_config.json").exists():
             return _error(404, f"no LoRA adapter at `{path}` (adapter_config.json missing)", "NotFoundError")
-        from training.errors import AdapterNotServable
-        from training.serving import check_adapter_files
-
-        try:
-            check_adapter_files(path)
-        except AdapterNotServable as exc:
-            return _error(400, str(exc))
         loaded[name] = path
         return PlainTextResponse(f"Success: LoRA adapter '{name}' added successfully.")
 

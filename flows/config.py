@@ -120,6 +120,14 @@ SECTIONS: dict[str, Section] = {
         Section("sampler", "training.replay.samplers:SamplerConfig"),
         Section("replay", "training.replay.stage:ReplayConfig", flags={"group_size": "--group-size -g"}),
         Section("tools", "training.replay.rollout.tools:ToolsConfig", flags={"recorded": "--recorded-tools"}),
+        # `trajlake serve-sampler`: the sampling parameters of requests that set none, and
+        # what one request may ask for (`--max-n`, `--max-tokens-limit`, ...).
+        Section("serve_sampler", "training.replay.samplers.base:SamplingParams"),
+        Section(
+            "serve_sampler.limits",
+            "training.replay.rollout.request_limits:RequestLimits",
+            flags={"max_tokens": "--max-tokens-limit"},
+        ),
         Section(
             "judge",
             "judging.config:JudgeConfig",

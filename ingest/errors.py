@@ -6,6 +6,8 @@ collector turns any of them into the right response without a table of special c
 
 from __future__ import annotations
 
+import errno
+
 from store.errors import SettingError
 
 
@@ -72,12 +74,46 @@ class Overloaded(IngestError, RuntimeError):
 
     status = 503
 
-    def __init__(self, pending_bytes: int, limit: int, retry_after: int) -> None:
+    def __init__(self, pending_bytes: int, limit: int, retry_after: int, cause: str | None = None) -> None:
         self.pending_bytes = pending_bytes
         self.limit = limit
         self.retry_after = retry_after
+        self.cause = cause
+        because = f" because {cause}" if cause else ""
         super().__init__(
-            f"collector is behind: {pending_bytes} bytes wait to be written (limit {limit}); "
+            f"collector is behind: {pending_bytes} bytes wait to be written (limit {limit}){because}; "
+            f"retry after {retry_after}s"
+        )
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """Whether `error` says the disk is full: an OSError's errno, or delta-rs's message,
+    which carries the OS error only as text (`No space left on device (os error 28)`)."""
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(error)
+    return any(f"(os error {code})" in text for code in (errno.ENOSPC, errno.EDQUOT))
+
+
+def describe_write_error(error: BaseException, where: str) -> str:
+    """What went wrong writing under `where`, a full disk said as such (not as `[Errno 28]`)."""
+    if is_disk_full(error):
+        return f"the disk is full: no space left on the device of `{where}` (ENOSPC)"
+    return f"writing to `{where}` failed ({type(error).__name__}: {str(error)[:200]})"
+
+
+class SpoolWriteFailed(IngestError, RuntimeError):
+    """The spool could not store a request durably (the disk is full, the directory is
+    gone): nothing of it was acknowledged, so the client retries: 503."""
+
+    status = 503
+
+    def __init__(self, directory: str, error: OSError, retry_after: int) -> None:
+        self.directory = directory
+        self.errno = error.errno
+        self.retry_after = retry_after
+        super().__init__(
+            f"{describe_write_error(error, directory)}; nothing from this request was stored, "
             f"retry after {retry_after}s"
         )
 
@@ -128,10 +164,12 @@ class LakeUnavailable(IngestError, RuntimeError):
     def __init__(self, lake: str, error: BaseException, retry_after: int) -> None:
         self.lake = lake
         self.retry_after = retry_after
-        super().__init__(
-            f"could not write to the lake `{lake}` ({type(error).__name__}: {str(error)[:200]}); "
-            f"nothing was stored, retry after {retry_after}s"
+        cause = (
+            describe_write_error(error, lake)
+            if is_disk_full(error)
+            else f"could not write to the lake `{lake}` ({type(error).__name__}: {str(error)[:200]})"
         )
+        super().__init__(f"{cause}; nothing was stored, retry after {retry_after}s")
 
 
 class RequestTimeout(IngestError, TimeoutError):

@@ -11,8 +11,12 @@ Replacements never contain quotes or backslashes, so JSON text stays valid JSON.
 Last, bare random strings with no label (an AWS secret access key pasted alone): exactly
 40 base64-alphabet characters standing alone, mixing cases and digits, not hex, with high
 Shannon entropy (`redact_rules.looks_random`, where the trade against ids is explained).
+A run that is base64 of text is not one (the encoded pass below has read it).
 That check is Python, so it runs only on the rows the prefilter sends to the rules (any
 run of 40 such characters is a prefilter hit): rows of ordinary text never reach it.
+Before the rules, secrets behind percent-encoding or base64 (`ingest.redact_encoded`):
+the encoded runs of the prefilter's rows are decoded, redacted by the same rules, and
+written back encoded.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import re2
 
+from ingest.redact_encoded import is_base64_text, redact_encoded
 from ingest.redact_rules import (
     BASE64_RUN,
     EMAIL_RULE,
@@ -44,6 +49,9 @@ from store.schema import ID_COLUMNS
 # table, top level or nested (message content, tool-call arguments), is redacted. The same
 # set is the only string columns whose min/max values the Delta log keeps (`store.writer`).
 NOT_FREE_TEXT = ID_COLUMNS
+# How many encodings deep a secret is looked for: a base64 blob passed as a URL parameter
+# is two (percent-encoding, then base64).
+MAX_DECODE_DEPTH = 2
 # A JSON escape whose letter would otherwise start a run (`\nKEY`: the key after a line break).
 _ESCAPE_LETTERS = "nrtbf"
 # What may lie between two lines of a base64 block: a line break, raw or JSON-escaped.
@@ -131,18 +139,29 @@ def redact_column(
     """
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
-    if hits is None:
-        hits = prefilter_hits(column, config)
-    if pc.any(hits).as_py():
-        subset = column.filter(hits)
-        for _, pattern, replacement in config.rules():
-            subset = pc.replace_substring_regex(subset, pattern=pattern, replacement=replacement)
-        column = pc.replace_with_mask(column, hits, _redact_random(subset))
+    column = _redact_secrets(column, config, hits, depth=0)
     if config.function is not None:
         fn = config.function
         values = [None if v is None else fn(v) for v in column.to_pylist()]
         column = pa.array(values, type=pa.string())
     return column
+
+
+def _redact_secrets(column: pa.Array, config: RedactionConfig, hits: pa.Array | None, depth: int) -> pa.Array:
+    """Encoded text (decoded, and redacted by this same function one level deeper), then
+    the rules, then bare random strings, on the prefilter's rows only. Encoded text goes
+    first so that a rule matching part of it (`?key=` and the first line of a wrapped
+    base64 block) does not leave the rest undecodable."""
+    if hits is None:
+        hits = prefilter_hits(column, config)
+    if not pc.any(hits).as_py():
+        return column
+    subset = column.filter(hits)
+    if depth < MAX_DECODE_DEPTH:
+        subset = redact_encoded(subset, lambda decoded: _redact_secrets(decoded, config, None, depth + 1))
+    for _, pattern, replacement in config.rules():
+        subset = pc.replace_substring_regex(subset, pattern=pattern, replacement=replacement)
+    return pc.replace_with_mask(column, hits, _redact_random(subset))
 
 
 def _redact_random(values: pa.Array) -> pa.Array:
@@ -173,7 +192,7 @@ def _random_replaced(value: str, run: Any) -> str:
         previous = (end, len(token))
         if continues_block or len(token) != RANDOM_LENGTH or value[end : end + 1] == "=":
             continue  # longer (data, not a key), or base64 padding follows: a longer datum
-        if looks_random(token):
+        if looks_random(token) and not is_base64_text(token):
             parts += [value[at:start], RANDOM_REPLACEMENT]
             at = end
     return "".join([*parts, value[at:]]) if parts else value

@@ -107,7 +107,13 @@ SECRET_RULES: tuple[tuple[str, str, str], ...] = (
     ("jwt", r"\beyJ[A-Za-z0-9_\-]{4,}\.eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*", "[REDACTED:jwt]"),
     # SendGridDetector, AzureStorageKeyDetector, NpmDetector, PypiTokenDetector, SquareOAuthDetector.
     ("sendgrid_key", r"\bSG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}", "[REDACTED:api_key]"),
-    ("azure_storage_key", r"(AccountKey=)[A-Za-z0-9+/=]{88}", r"\1[REDACTED]"),
+    # Azure connection strings (storage `AccountKey=`, Service Bus and Event Hubs
+    # `SharedAccessKey=`): the whole value, whatever its length, slashes JSON-escaped or not.
+    (
+        "azure_storage_key",
+        r"(?i)((?:Account|SharedAccess)Key\s*=\s*)(?:[A-Za-z0-9+/=]|\\+/)+",
+        r"\1[REDACTED]",
+    ),
     ("npm_token", r"\bnpm_[A-Za-z0-9]{36}", "[REDACTED:npm_token]"),
     ("pypi_token", r"\bpypi-AgE[A-Za-z0-9_\-]{70,}", "[REDACTED:pypi_token]"),
     ("square_oauth", r"\bsq0csp-[0-9A-Za-z_\-]{43}", "[REDACTED:api_key]"),
@@ -130,9 +136,14 @@ SECRET_RULES: tuple[tuple[str, str, str], ...] = (
         rf"(?i)([?&][A-Za-z0-9_.\-]*(?:{_KEYWORDS})=)[^&#\s\"'\\<>]+",
         r"\1[REDACTED]",
     ),
-    # Authorization header values in free text. `Token` (Django REST, many APIs) only
+    # Authorization header values in free text (`Bearer+...`: form-encoded, `+` for the
+    # space). `Token` (Django REST, many APIs) only
     # case-sensitive and long, so the English word is left alone.
-    ("bearer_token", r"(?i)\b(bearer)\s+[A-Za-z0-9\-._~+/]{8,}=*", r"\1 [REDACTED]"),
+    (
+        "bearer_token",
+        r"(?i)\b(bearer)(?:\s+|\+)[A-Za-z0-9\-._~+/]{8,}=*",
+        r"\1 [REDACTED]",
+    ),
     # Basic credentials are base64 (a multiple of 4 characters), which most words are not.
     (
         "basic_auth",
@@ -200,6 +211,38 @@ PHONE_RULE = (
     "[REDACTED:phone]",
 )
 
+# --- secrets behind an encoding (`ingest.redact_encoded`) ----------------------------------
+
+# A percent-encoded byte: a URL-encoded PEM block, a connection string or a header in a
+# query string hides the punctuation the rules look for (`%3A%2F%2F`, `%20`).
+PERCENT_ESCAPE = r"%[0-9A-Fa-f]{2}"
+_BASE64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+# The bytes of text a secret is written in: printable ASCII, tab and line breaks.
+_TEXT_BYTES = frozenset({0x09, 0x0A, 0x0D, *range(0x20, 0x7F)})
+# How many aligned 4-character groups of base64 a secret must fill to be looked for:
+# any 14 bytes of text fill 4 groups wherever they start. Random ids fill 4 groups of
+# text-like characters about once in a thousand, hex digests once in ten thousand,
+# identifiers and words almost never (none in 5 MB of Python source).
+BASE64_TEXT_GROUPS = 4
+
+
+def _base64_text_group() -> str:
+    """One 4-character base64 group that can decode to 3 bytes of text: each position
+    carries 6 bits of the bytes, so text (bytes 0x09-0x7E) allows only some characters
+    at the first three positions (the first: `C`, `D`, `I`-`Z`, `a`-`f`)."""
+    first = {b >> 2 for b in _TEXT_BYTES}
+    second = {((a & 3) << 4) | (b >> 4) for a in _TEXT_BYTES for b in _TEXT_BYTES}
+    third = {((a & 15) << 2) | (b >> 6) for a in _TEXT_BYTES for b in _TEXT_BYTES}
+    classes = ["[" + "".join(_BASE64[i] for i in sorted(p)) + "]" for p in (first, second, third)]
+    # `+` and `/` only ever land in the last position; JSON may escape the slash.
+    return "".join(classes) + r"(?:[A-Za-z0-9+]|\\*/)"
+
+
+# Where base64 may hide text long enough to hold a secret: BASE64_TEXT_GROUPS groups in a
+# row that may each decode to text. Images and other binary data rarely look like that
+# for long; those that do are rejected by the decoder on their first bytes.
+BASE64_TEXT = f"(?:{_base64_text_group()}){{{BASE64_TEXT_GROUPS}}}"
+
 # A cheap superset of where the secret rules can match, mostly literals (which RE2 scans
 # several times faster than the full rules): rows it misses cannot hold a secret the
 # rules would find, rows it hits get the full rules. Secret-named fields need the closing
@@ -207,10 +250,10 @@ PHONE_RULE = (
 # chat span does not send it down the slow path. `tests/ingest/test_redact_corpus.py`
 # checks that every rule's corpus entry passes the prefilter.
 SECRET_PREFILTER = (
-    rf"-----BEGIN |:{_URL_SLASHES}[^/\s:@\"\\]*:{_PASSWORD_CHAR}+@|(?i:bearer|basic)\s|Token\s"
+    rf"-----BEGIN |:{_URL_SLASHES}[^/\s:@\"\\]*:{_PASSWORD_CHAR}+@|(?i:bearer|basic)[\s+]|Token\s"
     r"|sk-|pk-|rk-|[rs]k_live_|[rs]k_test_|A3T|ABIA|ACCA|AKIA|ASIA|(?i:aws)"
     r"|gh[pousr]_|github_pat_|gl(?:pat|dt|ft|soat|rt|cbt|ptt)-|xox[abposr]-|hooks\.slack\.com|AIza|eyJ"
-    r"|SG\.|AccountKey=|npm_|pypi-|sq0csp-|hf_"
+    r"|SG\.|(?i:AccountKey|SharedAccessKey)\s*=|npm_|pypi-|sq0csp-|hf_"
     # One alternation for the three context rules: a secret word ending a JSON key (its
     # quote, escaped or not), a URL parameter or an assignment (its `=` or `:`).
     rf"|(?i:(?:{SECRET_NAMES}|{_KEYWORDS}|{_ASSIGNED})(?:\\*\"|\s*[:=]))"
@@ -218,4 +261,6 @@ SECRET_PREFILTER = (
     # Unbounded on purpose: the scan runs over many values laid end to end, where a
     # boundary test would see the next value's first character.
     rf"|{BASE64_RUN}"
+    # Encoded text the rules cannot read as written (`ingest.redact_encoded` decodes it).
+    rf"|{PERCENT_ESCAPE}|{BASE64_TEXT}"
 )

@@ -99,7 +99,8 @@ def langfuse(
             pull = pull_langfuse(target, config, build("langfuse.filters", filters), show_progress=progress)
             summary = pull.summary()
     except LangfuseIngestError as exc:
-        raise fail(str(exc)) from None
+        # A file that cannot be imported is bad input (2); a server that fails is not (1).
+        raise fail(str(exc), 2 if isinstance(exc, ValueError | FileNotFoundError) else 1) from None
     summary["lake"] = target.root
     _print(summary, as_json)
 

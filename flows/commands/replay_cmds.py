@@ -10,7 +10,6 @@ import typer
 import store
 from flows.commands import command_app
 from flows.commands.options import LakeOption, build, configured, fail, quiet_libraries, resolve_lake
-from flows.settings import Section
 
 scenarios_app = command_app(
     help="Make replayable scenarios from trajectories, or load them from JSONL.", no_args_is_help=True
@@ -150,7 +149,7 @@ def serve_sampler(
     import uvicorn
 
     from flows.sampler_server import sampler_app
-    from training.errors import AdapterNotFound
+    from training.errors import AdapterNotFound, AdapterNotServable
 
     try:
         app, sampler, name = sampler_app(
@@ -161,8 +160,8 @@ def serve_sampler(
             defaults=build(REQUEST_DEFAULTS, defaults),
             limits=build(REQUEST_LIMITS, limits or {}),
         )
-    except (FileNotFoundError, AdapterNotFound) as exc:
-        raise fail(str(exc)) from None
+    except (FileNotFoundError, AdapterNotFound, AdapterNotServable) as exc:
+        raise fail(str(exc), 2) from None
     typer.echo(f"serving {sampler.policy} as `{name}` on http://{host}:{port}/v1")
     with sampler:
         # In-flight requests get SHUTDOWN_GRACE_S after SIGTERM, then are cancelled: without a
@@ -182,12 +181,10 @@ def tiny_model(
     typer.echo(str(build_tiny_model(path, seed=seed)))
 
 
-# The sampling parameters `serve-sampler` applies to requests that set none: the sampler's own fields.
-REQUEST_DEFAULTS = Section("serve-sampler", "training.replay.samplers.base:SamplingParams")
-# What one request may ask for: `--max-n`, `--max-tokens-limit`, `--max-prompt-chars`, `--max-body-bytes`.
-REQUEST_LIMITS = Section(
-    "serve-sampler.limits", "flows.sampler_server:RequestLimits", flags={"max_tokens": "--max-tokens-limit"}
-)
+# The sampling parameters `serve-sampler` applies to requests that set none (the sampler's own
+# fields), and what one request may ask for: `[serve_sampler]` and `[serve_sampler.limits]`.
+REQUEST_DEFAULTS = "serve_sampler"
+REQUEST_LIMITS = "serve_sampler.limits"
 SHUTDOWN_GRACE_S = 3
 
 app = command_app()  # its commands join `trajlake` on first use (flows.cli)

@@ -13,6 +13,7 @@ from ingest.langfuse.client import LangfuseClient, retry_after_seconds
 from ingest.langfuse.config import LangfuseConfig, PullFilters, scope_of
 from ingest.langfuse.errors import (
     ExportNotFound,
+    ExportUnreadable,
     InvalidLangfuseConfig,
     LangfuseAuthError,
     LangfuseIngestError,
@@ -32,6 +33,7 @@ from ingest.scores import DEFAULT_CATEGORY_VALUES, map_category, score_to_reward
 __all__ = [
     "DEFAULT_CATEGORY_VALUES",
     "ExportNotFound",
+    "ExportUnreadable",
     "ImportReport",
     "InvalidLangfuseConfig",
     "LangfuseAuthError",

@@ -127,6 +127,16 @@ class MalformedExport(LangfuseIngestError, ValueError):
         )
 
 
+class ExportUnreadable(LangfuseIngestError, ValueError):
+    """An export file cannot be read within the import's bounds (a compression bomb, a line
+    or document over the size limit, an archive of several files); nothing is written."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"cannot import `{path}`: {reason}; nothing was written")
+
+
 class ExportNotFound(LangfuseIngestError, FileNotFoundError):
     """The export path does not exist or is not a readable file."""
 

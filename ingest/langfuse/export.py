@@ -9,7 +9,9 @@ Accepted records (mixed freely in one file):
 - **scores**, v3 (`subject`, typed `value`) or v1 (`traceId`, `stringValue`).
 
 File layouts: JSONL (one record per line), a JSON array of records, a single JSON
-object, or a saved API response `{"data": [...], "meta": {...}}`.
+object, or a saved API response `{"data": [...], "meta": {...}}`; any of them gzip-compressed
+or alone in a zip, read within bounds (`ingest.langfuse.source`: a compression bomb, an
+over-long line or an over-large document is refused, `ExportUnreadable`, nothing written).
 
 **Malformed records reject the file.** The whole file is read and checked first;
 every problem is reported with its line number (up to the first 10 shown, all in
@@ -25,9 +27,12 @@ the same rows under the same keys: the views show no duplicates.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import time
+import zipfile
+import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,8 +42,9 @@ import orjson
 
 import store
 from ingest.lakeio import assemble_traces
-from ingest.langfuse.errors import ExportNotFound, MalformedExport, RecordProblem
+from ingest.langfuse.errors import ExportNotFound, ExportUnreadable, MalformedExport, RecordProblem
 from ingest.langfuse.sink import trajectory_ids_of, write_rewards
+from ingest.langfuse.source import open_export
 from ingest.langfuse.spans import ObservationError, observation_to_span, to_trace_id, trace_to_spans
 from ingest.records import BadRecord
 from ingest.redact import redact_rows
@@ -87,36 +93,51 @@ def classify_record(record: Any) -> str:
 
 
 def iter_records(path: Path) -> Iterator[tuple[int, Any | RecordProblem]]:
-    """(line number, decoded record or a `RecordProblem`) for every record of an export."""
-    with path.open("rb") as handle:  # bytes: a line that is not UTF-8 is that line's problem
-        head = handle.read(1 << 16).decode("utf-8", errors="replace")
-        handle.seek(0)
-        first = head.lstrip()[:1]
-        if first == "[" or (first == "{" and _is_single_document(head)):
-            raw = handle.read()
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                at = raw.count(b"\n", 0, exc.start) + 1
-                yield at, RecordProblem(at, "invalid_utf8", f"byte {exc.start} of the file: {exc.reason}")
+    """(line number, decoded record or a `RecordProblem`) for every record of an export:
+    plain, gzip or a zip of one file, read within `ingest.langfuse.source`'s bounds
+    (`ExportUnreadable` past one)."""
+    try:
+        with open_export(path) as stream:
+            head = stream.handle.read(1 << 16)
+        with open_export(path) as stream:  # opened again: a zip member cannot rewind
+            first = head.decode("utf-8", errors="replace").lstrip()[:1]
+            if first == "[" or (first == "{" and _is_single_document(head.decode("utf-8", errors="replace"))):
+                yield from _document_records(stream.read_document(b""))
                 return
-            yield from _json_document(text)
-            return
-        for number, raw_line in enumerate(handle, start=1):
-            data = raw_line.strip()
-            if not data:
-                continue
-            try:
-                record = orjson.loads(data)
-            except orjson.JSONDecodeError as exc:
-                reason = "invalid_utf8" if "UTF-8" in exc.msg else "invalid_json"
-                yield number, RecordProblem(number, reason, f"{exc.msg} at column {exc.colno}")
-                continue
-            if _is_api_page(record):  # a saved API response per line (`{"data": [...], "meta": ...}`)
-                for item in record["data"]:
-                    yield number, item
-            else:
-                yield number, record
+            for number, raw_line in stream.lines():
+                yield from _line_records(number, raw_line)
+    except (EOFError, zlib.error, zipfile.BadZipFile, gzip.BadGzipFile) as exc:
+        raise ExportUnreadable(str(path), f"its compressed data is damaged ({exc})") from None
+
+
+def _document_records(raw: bytes) -> Iterator[tuple[int, Any | RecordProblem]]:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        at = raw.count(b"\n", 0, exc.start) + 1
+        yield at, RecordProblem(at, "invalid_utf8", f"byte {exc.start} of the file: {exc.reason}")
+        return
+    yield from _json_document(text)
+
+
+def _line_records(number: int, raw_line: bytes) -> Iterator[tuple[int, Any | RecordProblem]]:
+    data = raw_line.strip()
+    if not data:
+        return
+    try:
+        record = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        reason = "invalid_utf8" if "UTF-8" in exc.msg else "invalid_json"
+        detail = (
+            _TOO_DEEP if "recursion" in exc.msg or "depth" in exc.msg else f"{exc.msg} at column {exc.colno}"
+        )
+        yield number, RecordProblem(number, reason, detail)
+        return
+    if _is_api_page(record):  # a saved API response per line (`{"data": [...], "meta": ...}`)
+        for item in record["data"]:
+            yield number, item
+    else:
+        yield number, record
 
 
 _TOO_DEEP = "nested too deep to read (no export nests more than a few dozen levels)"
@@ -260,7 +281,8 @@ def import_langfuse_export(
             if progress is not None and report.records % 1000 == 0:
                 progress.update(progress.task_ids[0], completed=report.records)
             if isinstance(record, RecordProblem):
-                problems.append(record)
+                if len(problems) < MAX_PROBLEMS:  # a file of garbage lines costs no more memory
+                    problems.append(record)
                 continue
             kind = classify_record(record)
             try:
@@ -287,6 +309,12 @@ def import_langfuse_export(
             except BadRecord as exc:  # an observation's or a score's
                 if len(problems) < MAX_PROBLEMS:
                     problems.append(RecordProblem(line, exc.reason, exc.detail))
+                continue
+            except (orjson.JSONEncodeError, RecursionError):
+                # Readable, but nested deeper than its values can be stored as JSON text
+                # (orjson writes 254 levels): the record's problem, not a traceback.
+                if len(problems) < MAX_PROBLEMS:
+                    problems.append(RecordProblem(line, "invalid_json", _TOO_DEEP))
                 continue
             report.observations += len(rows)
             trace_ids.update(row["trace_id"] for row in rows)

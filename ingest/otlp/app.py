@@ -34,7 +34,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 import store
-from ingest.errors import IngestError, LakeUnavailable, MalformedPayload, Overloaded
+from ingest.errors import IngestError, LakeUnavailable, MalformedPayload
 from ingest.otlp.collector import Collector
 from ingest.otlp.config import CollectorConfig
 from ingest.otlp.convert import Converted, logs_from_request, spans_from_request
@@ -99,13 +99,7 @@ def create_app(config: CollectorConfig, collector: Collector | None = None) -> S
                 raise
             except (ValueError, TypeError, OverflowError, RecursionError, pa.ArrowException) as exc:
                 raise MalformedPayload("OTLP request", f"could not convert: {exc}") from None
-            try:
-                await runtime.accept(converted.table)
-            except OSError as exc:
-                log.error("spool write failed: %s", exc)
-                raise Overloaded(
-                    runtime.spool.pending_bytes, config.max_pending_bytes, config.retry_after_s
-                ) from None
+            await runtime.accept(converted.table)
         except IngestError as exc:
             runtime.stats.errors += 1
             return error_response(exc, media)
@@ -189,7 +183,9 @@ def create_app(config: CollectorConfig, collector: Collector | None = None) -> S
         return Response(encode_response(ExportMetricsServiceResponse(), media), media_type=media)
 
     async def health(request: Request) -> Response:
-        return JSONResponse(runtime.health())
+        # 503 while writes fail, so a readiness probe sends traffic to a replica that can store it.
+        health = runtime.health()
+        return JSONResponse(health, status_code=503 if health["status"] == "failing" else 200)
 
     async def projects(request: Request) -> Response:
         # What `Langfuse().auth_check()` reads: one project, when the keys are right.

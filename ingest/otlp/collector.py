@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 import store
-from ingest.errors import Overloaded, RedactionFailed
+from ingest.errors import Overloaded, RedactionFailed, SpoolWriteFailed, describe_write_error
 from ingest.lakeio import assemble_traces, pending_trace_ids
 from ingest.otlp.config import CollectorConfig
 from ingest.otlp.memory import allocators, release_memory, rss_mb
@@ -86,6 +86,10 @@ class Collector:
         self._threads: list[threading.Thread] = []
         self._flush_lock = threading.Lock()
         self.last_error: str | None = None
+        # What fails right now, by operation (`spool`: accepting requests, `flush`: writing
+        # the spool to the lake): /health reports it and it clears when the operation next
+        # succeeds (space came back), unlike `last_error`'s one-off failures.
+        self.failing: dict[str, str] = {}
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -121,19 +125,47 @@ class Collector:
     def check_capacity(self) -> None:
         pending = self.spool.pending_bytes
         if pending > self.config.max_pending_bytes:
-            raise Overloaded(pending, self.config.max_pending_bytes, self.config.retry_after_s)
+            raise Overloaded(
+                pending, self.config.max_pending_bytes, self.config.retry_after_s, self.failing.get("flush")
+            )
 
     async def accept(self, table: pa.Table) -> None:
-        """Durably spool rows, redacted; returns once they are fsynced."""
+        """Durably spool rows, redacted; returns once they are fsynced. A spool that cannot
+        write (a full disk) raises `SpoolWriteFailed`, saying why."""
         if table.num_rows:
-            await asyncio.wrap_future(self.spool.append(table))
+            try:
+                await asyncio.wrap_future(self.spool.append(table))
+            except OSError as exc:
+                raise self._spool_failed(exc) from None
+            self._recovered("spool")
         self.stats.rows_accepted += table.num_rows
 
     def submit(self, table: pa.Table) -> None:
         """`accept` for a caller off the event loop (the in-process exporter): blocks until fsynced."""
         if table.num_rows:
-            self.spool.append(table).result()
+            try:
+                self.spool.append(table).result()
+            except OSError as exc:
+                raise self._spool_failed(exc) from None
+            self._recovered("spool")
         self.stats.rows_accepted += table.num_rows
+
+    def _spool_failed(self, error: OSError) -> SpoolWriteFailed:
+        failure = SpoolWriteFailed(str(self.spool.directory), error, self.config.retry_after_s)
+        self._failed(
+            "spool", f"spooling requests fails: {describe_write_error(error, str(self.spool.directory))}"
+        )
+        log.error("spool write failed: %s", error)
+        return failure
+
+    def _failed(self, operation: str, message: str) -> None:
+        self.failing[operation] = message
+        self.last_error = message
+
+    def _recovered(self, operation: str) -> None:
+        message = self.failing.pop(operation, None)
+        if message is not None and self.last_error == message:
+            self.last_error = None
 
     def _encode(self, tables: list[pa.Table]) -> pa.Buffer:
         """One spool record for the requests of a group commit: redacted together, in one pass."""
@@ -154,13 +186,17 @@ class Collector:
             self._sealed.clear()
             try:
                 flushed = self.flush_sealed()
+                self._recovered("flush")
                 if busy and not flushed and not self.spool.pending_bytes:
                     release_memory()  # load is over: hand freed buffers back to the system
                 busy = bool(flushed) or bool(self.spool.pending_bytes)
             except Exception as exc:
                 # The segment stays in the spool and is retried; nothing acknowledged is lost.
                 self.stats.errors += 1
-                self.last_error = f"flushing the spool failed: {exc}; retrying"
+                cause = describe_write_error(exc, self.lake.root)
+                self._failed(
+                    "flush", f"writing the spool to the lake fails: {cause}; the spans wait in the spool"
+                )
                 log.exception("flushing the spool to %s failed; will retry", self.lake)
                 self._stop.wait(1.0)
 
@@ -265,7 +301,8 @@ class Collector:
         credentials configured it leaves out the lake's path, which is not the probe's business."""
         warning = self.config.exposure_warning
         return {
-            "status": "ok",
+            "status": "failing" if self.failing else "ok",
+            "failing": sorted(self.failing.values()),
             "last_error": self.last_error,
             **({} if self.config.auth else {"lake": self.lake.root}),
             "auth": self.config.auth,

@@ -227,7 +227,8 @@ class Spool:
                 chunks.append(header(payload))
                 chunks.append(payload)
             if self._file is None:
-                self._reopen()
+                with self._rotate_lock:  # the OS's own error (a full disk) if it still fails
+                    self._open_new()
             fd = self._file
             if fd is None:
                 raise OSError(f"spool directory {self.directory} is not writable")

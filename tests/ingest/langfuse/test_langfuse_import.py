@@ -150,13 +150,13 @@ def test_malformed_json_array_reports_the_line(tmp_path: Path, lake: Lake) -> No
 
 def test_bad_file_through_the_cli(tmp_path: Path, lake: Lake) -> None:
     missing = cli("ingest", "langfuse", "--file", str(tmp_path / "nope.jsonl"), "--lake", lake.root)
-    assert missing.exit_code == 1 and "does not exist" in missing.output
+    assert missing.exit_code == 2 and "does not exist" in missing.output  # bad input: 2
     path = tmp_path / "bad.jsonl"
     path.write_text(
         '{"id": "x", "traceId": "t", "type": "SPAN", "startTime": "2026-08-01T10:00:00Z"}\nnot json\n'
     )
     result = cli("ingest", "langfuse", "--file", str(path), "--lake", lake.root, "--no-progress")
-    assert result.exit_code == 1 and "line 2: invalid_json" in result.output
+    assert result.exit_code == 2 and "line 2: invalid_json" in result.output
     with pytest.raises(ExportNotFound):
         import_langfuse_export(lake, tmp_path)
 

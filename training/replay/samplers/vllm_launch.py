@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 
 from training.replay.errors import SamplerError
+from training.replay.rollout.request_limits import RequestLimits, limits_environment
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -86,6 +87,10 @@ def server_command(
         "--logprobs-mode",
         "processed_logprobs",
         "--enable-prefix-caching",
+        # The request limits `serve-sampler` applies, in front of vLLM's own app: 400 past
+        # `n`, `max_tokens`, prompt or body size (`$TRAJLAKE_REQUEST_LIMITS`, `server_environment`).
+        "--middleware",
+        "training.replay.rollout.request_limits.VLLMRequestLimits",
     ]
     scheduler = scheduler_options(max_model_len)
     if scheduler.get("enable_chunked_prefill") is False:
@@ -115,9 +120,14 @@ def serving_chat_template(model: str) -> str | None:
     return chosen if chosen != own else None
 
 
-def server_environment(kv_cache_gib: int = 1) -> dict[str, str]:
-    """The environment a vLLM server needs for trajlake: runtime LoRA loading on, a bounded CPU KV cache."""
+def server_environment(kv_cache_gib: int = 1, limits: RequestLimits | None = None) -> dict[str, str]:
+    """The environment a vLLM server needs for trajlake: runtime LoRA loading on, a bounded CPU
+    KV cache, the request limits its middleware applies (`RequestLimits`' defaults when None),
+    and trajlake importable by that middleware."""
     env = dict(os.environ)
+    env.update(limits_environment(limits or RequestLimits()))
+    root = str(Path(__file__).resolve().parents[3])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
     # vLLM sizes its CPU KV cache from the machine and refuses to start on a small one without this.
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
@@ -135,9 +145,11 @@ class VLLMServerProcess:
         *,
         log_path: str | os.PathLike[str] | None = None,
         start_timeout_s: float = 300.0,
+        limits: RequestLimits | None = None,
         **options: object,
     ) -> None:
         self.model = str(model)
+        self.limits = limits
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(log_path) if log_path else None
@@ -161,7 +173,7 @@ class VLLMServerProcess:
         self._log = open(self.log_path, "ab") if self.log_path else None  # noqa: SIM115 (closed in stop)
         self._process = subprocess.Popen(
             self.command,
-            env=server_environment(),
+            env=server_environment(limits=self.limits),
             stdout=self._log or subprocess.DEVNULL,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -1,0 +1,176 @@
+"""`trajlake serve-sampler` under hostile input (issue 45 item 5): an adapter whose files are
+cut short or corrupt is refused when it is loaded, the request limits come from
+trajlake.toml like every other setting, and the server's memory stays bounded while it
+refuses abusive requests."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+from starlette.testclient import TestClient
+from typer.testing import CliRunner
+
+from flows.cli import app as cli_app
+from flows.sampler_server import sampler_app
+from training.errors import AdapterNotServable
+from training.replay.samplers import SamplingParams
+from training.sft_config import TrajlakeSFTConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def adapter(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh (untrained) LoRA on the tiny model, saved as training saves one."""
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    folder = tmp_path_factory.mktemp("adapter") / "adapter"
+    lora = TrajlakeSFTConfig(output_dir=str(folder.parent / "unused")).lora_config()
+    get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model), lora).save_pretrained(folder)
+    return folder
+
+
+def damaged(adapter: Path, tmp_path: Path, how: str) -> Path:
+    """A copy of `adapter` with one file damaged `how`."""
+    copy = tmp_path / f"adapter-{how}"
+    shutil.copytree(adapter, copy)
+    weights = copy / "adapter_model.safetensors"
+    data = weights.read_bytes()
+    if how == "truncated":  # a copy cut short: the header promises more bytes than there are
+        weights.write_bytes(data[: len(data) // 2])
+    elif how == "garbage":  # not safetensors at all
+        weights.write_bytes(b"\xff" * 64 + data[64:])
+    elif how == "empty":
+        weights.write_bytes(b"")
+    elif how == "config":
+        (copy / "adapter_config.json").write_text('{"r": 16, ')
+    return copy
+
+
+@pytest.mark.parametrize("how", ["truncated", "garbage", "empty", "config"])
+def test_a_damaged_adapter_is_refused_at_load_by_the_cli_and_by_hot_loading(
+    tiny_model: Path, adapter: Path, tmp_path: Path, how: str
+) -> None:
+    bad = damaged(adapter, tmp_path, how)
+    damaged_file = "adapter_config.json" if how == "config" else "adapter_model.safetensors"
+    with pytest.raises(AdapterNotServable, match=damaged_file) as refused:
+        sampler_app(str(tiny_model), str(bad))
+    assert refused.value.path == str(bad)
+
+    result = CliRunner().invoke(cli_app, ["serve-sampler", "--model", str(tiny_model), "--adapter", str(bad)])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: the adapter") and damaged_file in lines[0], lines
+
+    # Hot-loaded into a running server: 400, and the server keeps serving what it served.
+    app, sampler, name = sampler_app(str(tiny_model), defaults=SamplingParams(max_tokens=2))
+    with sampler, TestClient(app) as client:
+        answer = client.post("/v1/load_lora_adapter", json={"lora_name": "bad", "lora_path": str(bad)})
+        assert answer.status_code == 400 and damaged_file in answer.json()["error"]["message"]
+        body = {"model": "bad", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        assert client.post("/v1/chat/completions", json=body).status_code == 404
+        assert client.post("/v1/chat/completions", json={**body, "model": name}).status_code == 200
+
+
+def test_the_intact_adapter_still_loads(tiny_model: Path, adapter: Path) -> None:
+    app, sampler, name = sampler_app(str(tiny_model), str(adapter), defaults=SamplingParams(max_tokens=2))
+    with sampler, TestClient(app) as client:
+        body = {"model": name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        assert client.post("/v1/chat/completions", json=body).status_code == 200
+
+
+@pytest.fixture
+def server_from_toml(tiny_model: Path, tmp_path: Path) -> Iterator[tuple[str, int]]:
+    """`trajlake serve-sampler` run where a trajlake.toml sets its limits; (url, pid)."""
+    (tmp_path / "trajlake.toml").write_text(
+        "[serve_sampler.limits]\nmax_n = 3\nmax_tokens = 32\nmax_prompt_chars = 20000\n"
+        "max_body_bytes = 1048576\n"
+    )
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", "serve-sampler", "--model", str(tiny_model), "--port", str(port)],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        yield url, server.pid
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_limits_come_from_trajlake_toml_and_memory_stays_bounded_under_abuse(
+    tiny_model: Path, server_from_toml: tuple[str, int]
+) -> None:
+    url, pid = server_from_toml
+    process = psutil.Process(pid)
+    chat = {"model": str(tiny_model), "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    assert httpx.post(f"{url}/v1/chat/completions", json=chat, timeout=60).status_code == 200
+    before = process.memory_info().rss
+
+    def big_body() -> Iterator[bytes]:  # 64 MiB streamed: read no further than the 1 MiB limit
+        yield b'{"model": "m", "prompt": "'
+        for _ in range(1024):
+            yield b"x" * 65536
+
+    abusive = [
+        ({**chat, "n": 1_000_000}, "from 1 to 3"),  # trajlake.toml's max_n, not the default 64
+        ({**chat, "n": 4}, "from 1 to 3"),
+        ({**chat, "max_tokens": 1_000_000_000}, "from 1 to 32"),
+        ({**chat, "messages": [{"role": "user", "content": "x" * 30_000}]}, "the limit is 20,000"),
+        (json.loads("[" * 50 + "]" * 50), "must be a JSON object"),  # was a 500
+        ({**chat, "model": "../../etc"}, "does not exist"),
+    ]
+
+    def send(case: tuple[object, str]) -> tuple[int, str]:
+        body, _ = case
+        answer = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60)
+        return answer.status_code, answer.text
+
+    with ThreadPoolExecutor(8) as pool:
+        for _ in range(5):
+            for (status, text), (_, words) in zip(pool.map(send, abusive), abusive, strict=True):
+                assert status in (400, 404) and words in text, text
+            streamed = [
+                pool.submit(
+                    httpx.post,
+                    f"{url}/v1/completions",
+                    content=big_body(),
+                    timeout=60,
+                    headers={"content-type": "application/json"},
+                )
+                for _ in range(4)
+            ]
+            for future in streamed:
+                answer = future.result()
+                assert answer.status_code == 400 and "1,048,576 bytes" in answer.text
+    grown_mb = (process.memory_info().rss - before) / 2**20
+    # Refused requests hold nothing: 20 bodies of 64 MiB and 5 requests for a million
+    # completions later, the server has grown by less than a few bodies' limits.
+    assert grown_mb < 64, f"RSS grew by {grown_mb:.0f} MiB"
+    assert httpx.post(f"{url}/v1/chat/completions", json=chat, timeout=60).status_code == 200

@@ -118,7 +118,7 @@ def test_unreadable_langfuse_exports_are_errors_with_the_line(
     code, output = invoke(
         "ingest", "langfuse", "--file", str(path), "--lake", str(tmp_path / "lake"), "--no-progress"
     )
-    assert code == 1 and needle in output, output
+    assert code == 2 and needle in output, output  # a bad file is the user's input: exit 2
     assert "nothing written" in output
 
 

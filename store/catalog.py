@@ -162,6 +162,15 @@ GROUP_STATS_MACRO = """
 """
 
 
+# DuckDB pulls a filtered scan's batches through `LakeDataset.scanner`'s Python generator, which
+# pyarrow runs on a thread of its IO pool, and the generator's own file reads need that pool
+# too. With pyarrow's default of 8 threads, 8 such scans at once (4 threads each joining two
+# views) held every thread while waiting on reads that had none left: the queries hung for
+# good. A pool far larger than any number of concurrent scans always leaves threads for the
+# reads (idle threads cost nothing).
+pa.set_io_thread_count(max(pa.io_thread_count(), 256))
+
+
 class LakeDataset(ds.FileSystemDataset):  # type: ignore[misc]  # pyarrow ships no type stubs
     """A table version's files as pyarrow reads them, in the schema's types, for DuckDB to scan.
 

@@ -16,6 +16,7 @@ from store.errors import SelectionError
 from store.metrics import SAMPLER_GAP_MEAN
 from tests.training.train_helpers import (
     check_parity_with_stock,
+    grpo_test_config,
     parity_trainers,
     reward,
     stored_groups,
@@ -31,18 +32,7 @@ TEMPERATURE = 0.7
 
 
 def config(tmp_path: Path, **kw: object) -> TrajlakeGRPOConfig:
-    defaults: dict = dict(
-        output_dir=str(tmp_path / "ckpt"),
-        per_device_train_batch_size=4,
-        max_steps=2,
-        learning_rate=5e-3,
-        activation_checkpointing=False,
-        save_strategy="no",
-        seed=0,
-        disable_tqdm=True,
-    )
-    defaults.update(kw)
-    return TrajlakeGRPOConfig(**defaults)
+    return grpo_test_config(tmp_path, **kw)
 
 
 @pytest.fixture(scope="module")

@@ -145,6 +145,23 @@ def stored_groups(
 # --- parity with stock TRL (the tiny model's tests and the real model's share it) ------------------
 
 
+def grpo_test_config(tmp: Path, **overrides: Any) -> Any:
+    """A small, quiet GRPO config for tests: 2 steps of 4 rows, no checkpoints, no tqdm."""
+    from training.grpo_config import TrajlakeGRPOConfig
+
+    settings: dict[str, Any] = dict(
+        output_dir=str(tmp / "ckpt"),
+        per_device_train_batch_size=4,
+        max_steps=2,
+        learning_rate=5e-3,
+        activation_checkpointing=False,
+        save_strategy="no",
+        seed=0,
+        disable_tqdm=True,
+    )
+    return TrajlakeGRPOConfig(**{**settings, **overrides})
+
+
 def parity_trainers(lake: Any, model: str, tmp: Path, temperature: float) -> tuple[Any, Any, Any]:
     """trajlake's GRPO trainer and stock TRL's on the same stored groups, config and LoRA weights.
 
@@ -156,23 +173,11 @@ def parity_trainers(lake: Any, model: str, tmp: Path, temperature: float) -> tup
 
     from training.datasets import select_grpo
     from training.grpo import StoredGroupsGRPOTrainer, grpo_dataset, stored_reward
-    from training.grpo_config import TrajlakeGRPOConfig
 
     selection = select_grpo(lake, "SELECT trajectory_id FROM trajectories")
     dataset = grpo_dataset(selection.examples)
     assert selection.temperature == temperature  # as the groups recorded it; `train_grpo` uses it so
-    cfg = TrajlakeGRPOConfig(
-        output_dir=str(tmp / "ckpt"),
-        per_device_train_batch_size=4,
-        max_steps=2,
-        learning_rate=5e-3,
-        activation_checkpointing=False,
-        save_strategy="no",
-        seed=0,
-        disable_tqdm=True,
-        beta=0.05,
-        temperature=selection.temperature,
-    )
+    cfg = grpo_test_config(tmp, beta=0.05, temperature=selection.temperature)
     lora = cfg.lora_config()
     ours = StoredGroupsGRPOTrainer(
         model=model, reward_funcs=stored_reward, args=cfg, train_dataset=dataset, peft_config=lora

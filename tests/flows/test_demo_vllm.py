@@ -37,8 +37,12 @@ def test_the_small_demo_runs_on_vllm_with_smollm2(tmp_path: Path, monkeypatch: p
     summary = json.loads(Path(result["summary"]).read_text())
     assert (summary["model"], summary["backend"]) == (SMOLLM2, "vllm")
     assert [s["stage"] for s in summary["stages"]] == ["base", "sft", "grpo-1"]
-    # SmolLM2's own template ignores tools: the server renders chat requests with trajlake's
-    assert "chat_template.jinja" in (tmp_path / "demo" / "vllm-server.log").read_text()
+    # SmolLM2's own template ignores tools: the demo's server renders chat requests with trajlake's
+    from flows.demo.serving import demo_vllm_server
+
+    server = demo_vllm_server(tmp_path / "models" / SMOLLM2, tmp_path / "probe", 48)
+    template = server.command[server.command.index("--chat-template") + 1]
+    assert "<tool_call>" in Path(template).read_text()
 
 
 def check_the_vllm_demo(result: dict, workdir: Path) -> None:

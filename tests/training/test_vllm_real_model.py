@@ -87,13 +87,8 @@ def random_adapter(base: Path, folder: Path, tokenizer: Any) -> Path:
     return folder
 
 
-def peft_logprobs(base: Path, adapter: Path, prompt: list[int], completion: list[int]) -> torch.Tensor:
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM
-
-    model = PeftModel.from_pretrained(
-        AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), adapter
-    )
+def token_logprobs(model: Any, prompt: list[int], completion: list[int]) -> torch.Tensor:
+    """`model`'s logprobs of the completion's tokens after the prompt."""
     ids = torch.tensor([prompt + completion])
     with torch.no_grad():
         logits = model.eval()(ids).logits[0, len(prompt) - 1 : -1]
@@ -139,15 +134,14 @@ def test_a_published_adapter_hot_loads_and_its_logprobs_are_pefts(
     choice = body["choices"][0]
     completion = choice["token_ids"]
     vllm_logprobs = torch.tensor([t["logprob"] for t in choice["logprobs"]["content"]])
-    expected = peft_logprobs(smollm2, adapter, prompt, completion)
-    assert torch.allclose(vllm_logprobs, expected, atol=LOGPROB_TOLERANCE["float32"])
-    # not the base model's: the adapter is what answered
+    from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    with torch.no_grad():
-        plain = AutoModelForCausalLM.from_pretrained(smollm2, dtype=torch.float32).eval()
-        logits = plain(torch.tensor([prompt + completion])).logits[0, len(prompt) - 1 : -1]
-        base = torch.log_softmax(logits, -1).gather(-1, torch.tensor(completion)[:, None])[:, 0]
+    plain = AutoModelForCausalLM.from_pretrained(smollm2, dtype=torch.float32)
+    base = token_logprobs(plain, prompt, completion)  # before the adapter wraps the same model
+    expected = token_logprobs(PeftModel.from_pretrained(plain, adapter), prompt, completion)
+    assert torch.allclose(vllm_logprobs, expected, atol=LOGPROB_TOLERANCE["float32"])
+    # not the base model's: the adapter is what answered
     assert not torch.allclose(vllm_logprobs, base, atol=LOGPROB_TOLERANCE["float32"])
 
     # `trajlake serve-sampler --adapter smol:1` shows the adapter the same prompt for the same request

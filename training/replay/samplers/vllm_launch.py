@@ -108,16 +108,18 @@ def server_command(
 
 def serving_chat_template(model: str) -> str | None:
     """The chat template a server of `model` must render chat requests with when it is not the
-    model's own: trajlake's tool-aware one for a model whose template ignores tools (as replay,
-    SFT and evaluation render its conversations, `training.run.load_tokenizer`); None otherwise."""
+    model's own: trajlake's tool-aware one for a model whose template ignores tools (the choice
+    replay, SFT and evaluation render its conversations with, `chat_template_for`); None otherwise."""
     from transformers import AutoTokenizer
 
     from training.models import resolve_model
-    from training.run import load_tokenizer
+    from training.replay.rollout.templates import chat_template_for
 
-    own = AutoTokenizer.from_pretrained(resolve_model(model)).chat_template
-    chosen = load_tokenizer(model).chat_template
-    return chosen if chosen != own else None
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(model))
+    if not tokenizer.chat_template:
+        return None
+    chosen = chat_template_for(tokenizer)
+    return chosen if chosen != tokenizer.chat_template else None
 
 
 def server_environment(kv_cache_gib: int = 1, limits: RequestLimits | None = None) -> dict[str, str]:

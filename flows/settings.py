@@ -161,9 +161,7 @@ class Section:
         try:
             return self.cls(**{**kwargs, **extra})
         except (ValueError, TypeError) as exc:
-            # `store.SettingError`'s `field`; training's and replay's config errors carry the same
-            # attribute without the base (they load where no lake library does)
-            name = getattr(exc, "field", None)
+            name = exc.field if isinstance(exc, SettingError) else None
             raise ConfigError(f"{self.key}.{name}" if name else self.key, str(exc), source) from None
 
 

@@ -15,133 +15,20 @@ Imports nothing else of trajlake. Public surface:
   each kind of `runs.metrics` (`store.metrics`), the policy name (`store.policy_names`);
   `open_lake` (the checked way to open a configured lake) and `SettingError` (the base of
   configuration errors, with the failing `field`).
+
+The surface is declared once, in `store/__init__.pyi`, for the type checker and for
+`lazy_loader` (scientific-python's SPEC 1). Where the lake's libraries are installed, all of it
+loads with `import store`, as a plain package would (a first `store.write` from an atexit hook
+could no longer import them); where they are not (the GPU machine: bench/gpu.py), each name
+loads on first use, so the trainers and their errors use the declarations (`store.metrics`,
+`store.errors`) and a lake function fails with the missing library's ImportError.
 """
 
-from store.catalog import (
-    Snapshot,
-    TableVersion,
-    check_selection,
-    connect,
-    refresh,
-    scan,
-    snapshot,
-)
-from store.conform import conform_batch
-from store.errors import (
-    CompactionError,
-    DataErased,
-    LakeUnusable,
-    QueryTimeout,
-    ReadOnlyViolation,
-    SchemaViolation,
-    SelectionError,
-    SettingError,
-    StoreError,
-)
-from store.lake import DEFAULT_LAKE, Lake, open_lake
-from store.maintenance import CompactConfig, TableCompaction, compact
-from store.migrate import TableMigration, migrate
-from store.pipeline_runs import (
-    PipelineRun,
-    last_finished_run,
-    learning_since,
-    pipeline_runs,
-    record_pipeline_run,
-)
-from store.readonly import run_read_only
-from store.rows import new_run_id, runs_row, served_adapter_name, utc_now
-from store.schema import TABLES, TableSpec, empty_table, table_spec
-from store.selections import (
-    GRPO_TRAJECTORIES,
-    OUTSIDE_VAL_SCENARIOS,
-    PRODUCTION_TRAJECTORIES,
-    SFT_TRAJECTORIES,
-    TRAIN_SCENARIOS,
-    VAL_SCENARIOS,
-    grpo_trajectories_of,
-    scenarios_since,
-    trajectories_since,
-)
-from store.user_sql import QueryResult, query_lake
-from store.vocabulary import (
-    PRODUCTION_SOURCES,
-    SPAN_SOURCES,
-    IngestStage,
-    IngestStatus,
-    RewardStatus,
-    RunStage,
-    SpanSource,
-    Split,
-    TrajectorySource,
-    TrajectoryStatus,
-    equals,
-    one_of,
-)
-from store.writer import WriteResult, write
+import importlib.util
 
-__all__ = [
-    "DEFAULT_LAKE",
-    "GRPO_TRAJECTORIES",
-    "OUTSIDE_VAL_SCENARIOS",
-    "PRODUCTION_SOURCES",
-    "PRODUCTION_TRAJECTORIES",
-    "SFT_TRAJECTORIES",
-    "SPAN_SOURCES",
-    "TABLES",
-    "TRAIN_SCENARIOS",
-    "VAL_SCENARIOS",
-    "CompactConfig",
-    "CompactionError",
-    "DataErased",
-    "IngestStage",
-    "IngestStatus",
-    "Lake",
-    "LakeUnusable",
-    "PipelineRun",
-    "QueryResult",
-    "QueryTimeout",
-    "ReadOnlyViolation",
-    "RewardStatus",
-    "RunStage",
-    "SchemaViolation",
-    "SelectionError",
-    "SettingError",
-    "Snapshot",
-    "SpanSource",
-    "Split",
-    "StoreError",
-    "TableCompaction",
-    "TableMigration",
-    "TableSpec",
-    "TableVersion",
-    "TrajectorySource",
-    "TrajectoryStatus",
-    "WriteResult",
-    "check_selection",
-    "compact",
-    "conform_batch",
-    "connect",
-    "empty_table",
-    "equals",
-    "grpo_trajectories_of",
-    "last_finished_run",
-    "learning_since",
-    "migrate",
-    "new_run_id",
-    "one_of",
-    "open_lake",
-    "pipeline_runs",
-    "query_lake",
-    "record_pipeline_run",
-    "refresh",
-    "run_read_only",
-    "runs_row",
-    "scan",
-    "scenarios_since",
-    "served_adapter_name",
-    "snapshot",
-    "table_spec",
-    "trajectories_since",
-    "utc_now",
-    "write",
-]
+import lazy_loader
+
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)
+
+if importlib.util.find_spec("deltalake") is not None:
+    globals().update({name: __getattr__(name) for name in __all__})

@@ -10,14 +10,17 @@ class StoreError(Exception):
 class SettingError(ValueError):
     """A setting holds a value outside what it allows; nothing has run.
 
-    The base of the configuration errors of every package that may import `store` (judging's
-    `ConfigValueError`, the collector's `CollectorSettingError`, a flow table's check, flows'
-    `ConfigError` and `StageError`); training's `BadHyperparameter` and replay's
-    `ReplaySetupError`/`BadSamplingParams` carry the same `field` without the base, since the
-    modules raising them load where no lake library is installed. `flows.settings` names the
-    failing TOML key from `field` alone. `field` is the field's name in the dataclass that
-    declares it (dotted for a nested one: `sampling.temperature`); None when no one field is at fault.
+    The base of the configuration errors of every package (judging's `ConfigValueError`, the
+    collector's `CollectorSettingError`, a flow table's check, flows' `ConfigError` and
+    `StageError`, training's `BadHyperparameter`, replay's `ReplaySetupError` and
+    `BadSamplingParams`). `flows.settings` names the failing TOML key from `field` alone.
+    `field` is the field's name in the dataclass that declares it (dotted for a nested one:
+    `sampling.temperature`); None when no one field is at fault.
     """
+
+    # also the values of a subclass whose other base's __init__ runs instead (replay's errors)
+    field: str | None = None
+    value: object = None
 
     def __init__(self, message: str, *, field: str | None = None, value: object = None) -> None:
         super().__init__(message)

@@ -7,6 +7,8 @@ starts, so a bad selection or hyperparameter never leaves a half-written run beh
 
 from __future__ import annotations
 
+from store.errors import SettingError
+
 
 class TrainingError(Exception):
     """Base class of everything the training package raises on purpose."""
@@ -36,18 +38,11 @@ class TokenDataMismatch(TrainingError, ValueError):
 # --- configuration ------------------------------------------------------------------------------
 
 
-class BadHyperparameter(TrainingError, ValueError):
-    """A training or publishing setting is outside what trajlake (or vLLM) accepts.
-
-    Carries `field` and `value` as `store.SettingError` does; it cannot derive from it because
-    the config modules that raise it load without any lake library (bench/gpu.py,
-    tests/training/test_gpu_script.py), and importing `store` loads them.
-    """
+class BadHyperparameter(TrainingError, SettingError):
+    """A training or publishing setting is outside what trajlake (or vLLM) accepts; `field` names it."""
 
     def __init__(self, message: str, *, field: str, value: object = None) -> None:
-        super().__init__(message)
-        self.field = field
-        self.value = value
+        super().__init__(message, field=field, value=value)
 
 
 # --- running ------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """The GRPO trainer for stored, scored groups: TRL's `GRPOTrainer` with two things changed
-and one added. Imports no lake library: `training.grpo` selects the rows and records the run.
+and one added. Imports no lake library (only `store.metrics`' names, which load without one):
+`training.grpo` selects the rows and records the run.
 
 TRL's trainer generates completions online and scores them with reward functions.
 trajlake's groups were sampled earlier (replay, with token ids and logprobs) and scored
@@ -43,6 +44,13 @@ import torch
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler, nanstd, use_adapter
 
+from store.metrics import (
+    IMPORTANCE_RATIO_MAX,
+    IMPORTANCE_RATIO_MEAN,
+    IMPORTANCE_RATIO_MIN,
+    SAMPLER_GAP_MAX,
+    SAMPLER_GAP_MEAN,
+)
 from training.grpo_batch import GroupedRepeatSampler, pad_rows, padded, rows_as_tensors
 from training.mismatch import gap_from_totals, importance_weights, sampler_gap_totals, weighted_advantages
 from training.tree_pack import TreePack, attention_mask_for, pack_rows, unpack
@@ -193,8 +201,8 @@ class StoredGroupsGRPOTrainer(GRPOTrainer):
                 out[0].detach(), sampled, batch["completion_mask"] * batch["tool_mask"]
             )
             mean_gap, max_gap = gap_from_totals(self.accelerator.gather(totals[None]))  # every rank's tokens
-            self._metrics["train"]["sampling/sampling_logp_difference/mean"].append(mean_gap)
-            self._metrics["train"]["sampling/sampling_logp_difference/max"].append(max_gap)
+            self._metrics["train"][SAMPLER_GAP_MEAN].append(mean_gap)
+            self._metrics["train"][SAMPLER_GAP_MAX].append(max_gap)
         return out
 
     def packed_logps_and_entropies(
@@ -323,9 +331,9 @@ class StoredGroupsGRPOTrainer(GRPOTrainer):
         batch["old_per_token_logps"] = trainer_logps
         kept = weights.expand_as(trainer_logps)[mask.bool()] if mask.any() else weights.flatten()
         metrics = self._metrics[mode]
-        metrics["sampling/importance_sampling_ratio/min"].append(kept.min().item())
-        metrics["sampling/importance_sampling_ratio/mean"].append(kept.mean().item())
-        metrics["sampling/importance_sampling_ratio/max"].append(kept.max().item())
+        metrics[IMPORTANCE_RATIO_MIN].append(kept.min().item())
+        metrics[IMPORTANCE_RATIO_MEAN].append(kept.mean().item())
+        metrics[IMPORTANCE_RATIO_MAX].append(kept.max().item())
 
     @torch.no_grad()
     def current_logps(

@@ -7,6 +7,8 @@ offending item in backticks and says what to do next.
 
 from __future__ import annotations
 
+from store.errors import SettingError
+
 
 class ReplayError(Exception):
     """Base class of everything the replay stage raises on purpose."""
@@ -16,15 +18,12 @@ class ReplayError(Exception):
         self.reason = reason
 
 
-class ReplaySetupError(ReplayError, ValueError):
-    """The replay stage was misconfigured or selected nothing to replay (`bad_config`, `no_scenarios`).
-
-    `field` names the refused setting, as `store.SettingError` does (the samplers and the rollout
-    loop load without any lake library, so replay's errors cannot derive from it).
-    """
+class ReplaySetupError(ReplayError, SettingError):
+    """The replay stage was misconfigured or selected nothing to replay (`bad_config`, `no_scenarios`);
+    `field` names the refused setting (None when no one setting is at fault)."""
 
     def __init__(self, message: str, *, reason: str, field: str | None = None) -> None:
-        super().__init__(message, reason=reason)
+        ReplayError.__init__(self, message, reason=reason)
         self.field = field
 
 
@@ -44,12 +43,12 @@ class SamplerError(ReplayError, RuntimeError):
         self.backend = backend
 
 
-class BadSamplingParams(SamplerError, ValueError):
+class BadSamplingParams(SamplerError, SettingError):
     """A sampling parameter is out of range (`temperature < 0`, `top_p` outside (0, 1], ...);
-    `field` names the first refused one (as `store.SettingError` does)."""
+    `field` names the first refused one."""
 
     def __init__(self, message: str, *, field: str) -> None:
-        super().__init__(message, backend="*", reason="bad_params")
+        SamplerError.__init__(self, message, backend="*", reason="bad_params")
         self.field = field
 
 

@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 
 import store
 from flows.cli import app
+from store.messages import from_openai
 from tests.training.helpers import TOOLS, ScriptedSampler, calculator_script, make_trajectory, openai_message
 from tests.training.train_helpers import check_parity_with_stock, parity_trainers, stored_groups
 from training.datasets import select_sft
@@ -41,7 +42,7 @@ from training.replay.rollout.templates import (
 from training.replay.rollout.tools import CallableTools
 from training.replay.samplers import make_sampler
 from training.replay.samplers.base import SampleRequest, SamplingParams
-from training.replay.scenarios import Scenario, normalize_message
+from training.replay.scenarios import Scenario
 from training.run import load_tokenizer
 from training.sft import sft_dataset, tokenize_conversations, train_sft
 from training.sft_config import TrajlakeSFTConfig
@@ -105,7 +106,7 @@ def test_smollm_template_ignores_tools_and_gets_the_tool_aware_one(tokenizer: An
     assert chosen != own.chat_template and not ignores_tools(own, chosen)
     assert chat_template_for(tokenizer) == chosen == tokenizer.chat_template  # what load_tokenizer gives
     text = ChatRenderer(own).render(
-        [normalize_message({"role": "user", "content": "Hi"})], TOOLS, add_generation_prompt=True
+        [from_openai({"role": "user", "content": "Hi"})], TOOLS, add_generation_prompt=True
     )
     assert (
         text.startswith(f"<|im_start|>system\n{SMOLLM_SYSTEM}\n\n# Tools\n")
@@ -120,7 +121,7 @@ def test_a_template_that_ignores_tools_and_is_not_chatml_refuses_tools(smollm2: 
     other = AutoTokenizer.from_pretrained(smollm2)
     other.chat_template = "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
     renderer = ChatRenderer(other)
-    user = [normalize_message({"role": "user", "content": "Hi"})]
+    user = [from_openai({"role": "user", "content": "Hi"})]
     assert renderer.render(user, None, add_generation_prompt=False) == "[user] Hi\n"  # kept as it is
     with pytest.raises(ChatTemplateError) as err:
         renderer.render(user, TOOLS, add_generation_prompt=False)
@@ -136,7 +137,7 @@ def _episode(smollm2: Path) -> Any:
     loop = AgentLoop(sampler, tools, params=SamplingParams(max_tokens=64), limits=RolloutLimits())
     scenario = Scenario(
         scenario_id="sc-real",
-        messages=[normalize_message({"role": "user", "content": "What is 12 * 7?"})],
+        messages=[from_openai({"role": "user", "content": "What is 12 * 7?"})],
         tools=TOOLS,
         metadata={},
     )
@@ -209,7 +210,7 @@ def test_sampled_logprobs_are_the_models_own(smollm2: Path, by_name: str, tokeni
     from transformers import AutoModelForCausalLM
 
     prompt = ChatRenderer(tokenizer).prompt_ids(
-        [normalize_message({"role": "user", "content": "What is 17 + 25?"})], TOOLS
+        [from_openai({"role": "user", "content": "What is 17 + 25?"})], TOOLS
     )
     params = SamplingParams(max_tokens=8, temperature=0.7, seed=3)
     with make_sampler("transformers", by_name) as sampler:  # the name works where a model is asked for

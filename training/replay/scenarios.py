@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import store
-from store.messages import lake_message, lake_tool_call
+from store.messages import from_openai
 from training.replay.errors import ScenarioError
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -83,7 +83,7 @@ class Scenario:
         """Back from a `scenarios` row (as DuckDB/Arrow return it)."""
         return cls(
             scenario_id=row["scenario_id"],
-            messages=[normalize_message(m) for m in row["messages"] or []],
+            messages=[from_openai(m) for m in row["messages"] or []],
             tools=_loads(row.get("tools")),
             expected=_loads(row.get("expected")),
             split=row.get("split") or "train",
@@ -136,28 +136,6 @@ def assign_split(key: str, val_fraction: float, salt: str = "") -> str:
     return "val" if int(digest[:8], 16) / 0xFFFFFFFF < val_fraction else "train"
 
 
-def normalize_message(message: dict[str, Any]) -> dict[str, Any]:
-    """Any OpenAI-style or lake message dict -> the lake's MESSAGE struct (every field present)."""
-    calls = []
-    for call in message.get("tool_calls") or []:
-        fn = call.get("function") or call
-        arguments = fn.get("arguments")
-        if not isinstance(arguments, str):
-            arguments = json.dumps(arguments if arguments is not None else {})
-        calls.append(lake_tool_call(call.get("id"), fn.get("name"), arguments))
-    content = message.get("content")
-    if isinstance(content, list):  # OpenAI content parts: keep the text parts
-        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return lake_message(
-        message.get("role"),
-        content,
-        name=message.get("name"),
-        tool_call_id=message.get("tool_call_id"),
-        tool_calls=calls,
-        is_error=message.get("is_error"),
-    )
-
-
 def recorded_tool_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Every tool call in a conversation paired with its result (by `tool_call_id`, else by order)."""
     results_by_id = {
@@ -198,7 +176,7 @@ def prompt_prefix(messages: list[dict[str, Any]], turn: int = 0) -> list[dict[st
 def scenario_from_trajectory(row: dict[str, Any], *, turn: int = 0, val_fraction: float = 0.1) -> Scenario:
     """Cut a scenario from a trajectory row; raises `ScenarioError` (with a reason code) when it cannot."""
     trajectory_id = row["trajectory_id"]
-    messages = [normalize_message(m) for m in row.get("messages") or []]
+    messages = [from_openai(m) for m in row.get("messages") or []]
     if not messages:
         raise ScenarioError(
             f"trajectory `{trajectory_id}` has no messages", item=trajectory_id, reason="no_messages"
@@ -261,7 +239,7 @@ def scenario_from_json(obj: Any, *, where: str, val_fraction: float = 0.1) -> Sc
                 item=where,
                 reason="bad_role",
             )
-    normalized = [normalize_message(m) for m in messages]
+    normalized = [from_openai(m) for m in messages]
     tools = obj.get("tools")
     if tools is not None and not isinstance(tools, list):
         raise ScenarioError(

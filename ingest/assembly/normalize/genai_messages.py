@@ -20,6 +20,7 @@ from ingest.assembly.normalize.types import (
     make_tool_call,
     maybe_json,
     strip_or_none,
+    text_or_none,
 )
 
 
@@ -138,7 +139,9 @@ def _convert_item(item: dict[str, Any], default_role: str) -> list[Message]:
 
 
 def messages_from_openai(raw: Any) -> list[Message]:
-    """OpenAI chat messages (`{role, content, tool_calls, tool_call_id}`) as lake messages."""
+    """OpenAI chat messages (`{role, content, tool_calls, tool_call_id}`, JSON text, a list or one)
+    as lake messages: each item by `store.messages.from_openai`'s rule (this is its compiled twin,
+    held to it by tests/ingest/test_message_rules.py)."""
     raw = maybe_json(raw)
     if isinstance(raw, dict):
         raw = [raw]
@@ -157,11 +160,12 @@ def messages_from_openai(raw: Any) -> list[Message]:
             make_message(
                 str(item.get("role") or "user"),
                 as_text(item.get("content")),
-                name=item.get("name"),
+                name=text_or_none(item.get("name")),
                 tool_call_id=strip_or_none(
                     item.get("tool_call_id") or (item.get("id") if item.get("role") == "tool" else None)
                 ),
                 tool_calls=calls,
+                is_error=is_error if isinstance(is_error := item.get("is_error"), bool) else None,
             )
         )
     return out

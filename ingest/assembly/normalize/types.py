@@ -16,6 +16,8 @@ from typing import Any
 
 import orjson
 
+from store.messages import ROLE_ALIASES as LAKE_ROLE_ALIASES
+
 Message = dict[str, Any]
 # A `spans` row with `attributes` as a dict, `events` as a list of dicts, and `start_time` /
 # `end_time` as microseconds since the epoch (`ingest.assembly.span_dicts`).
@@ -135,16 +137,8 @@ class ToolCall(SpanCall):
 # --- helpers shared by the normalisers ---------------------------------------------------
 
 
-# Framework roles as the model API received them: smolagents sends its `tool-call` steps as
-# assistant turns and `tool-response` steps as user turns; LangChain says human/ai; Gemini, model.
-ROLE_ALIASES = {
-    "tool-call": "assistant",
-    "tool-response": "user",
-    "human": "user",
-    "ai": "assistant",
-    "model": "assistant",
-    "developer": "system",
-}
+# The lake's rule (store.messages), as a dict the compiled code knows the type of.
+ROLE_ALIASES: dict[str, str] = dict(LAKE_ROLE_ALIASES)
 
 
 def make_message(
@@ -158,9 +152,9 @@ def make_message(
 ) -> Message:
     """A message dict in the lake's struct shape (framework-only roles mapped to the model's).
 
-    `store.messages.lake_message` built inline: this module is compiled (mypyc) and runs per
-    message of every chat span, where a call into interpreted code would cost; a test holds
-    the two to the same shape (tests/store/test_contracts.py)."""
+    The compiled twin of `store.messages.lake_message`: this module runs per message of every
+    chat span, where a call into interpreted code would cost; tests/ingest/test_message_rules.py
+    holds the two to the same output."""
     return {
         "role": ROLE_ALIASES.get(role, role),
         "content": content,
@@ -171,13 +165,19 @@ def make_message(
     }
 
 
-def make_tool_call(call_id: str | None, name: str | None, arguments: Any) -> dict[str, Any]:
-    return {"id": strip_or_none(call_id), "name": name, "arguments": as_json_text(arguments)}
+def make_tool_call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
+    """A tool call in the lake's struct shape, its id trimmed, its name text and its arguments
+    JSON text (the compiled twin of the lake's rule in `store.messages.from_openai`)."""
+    return {"id": strip_or_none(call_id), "name": text_or_none(name), "arguments": as_json_text(arguments)}
+
+
+def text_or_none(value: Any) -> str | None:
+    """A name as text (a number too), or None (the compiled twin of `store.messages.text_or_none`)."""
+    return value if value is None or isinstance(value, str) else str(value)
 
 
 def strip_or_none(value: Any) -> str | None:
-    """An id as text, or None when absent. The registry's own example has a stray leading space in
-    a tool-call id; google-adk writes `<not specified>` when it has none."""
+    """An id as text, or None when absent (the compiled twin of `store.messages.an_id`)."""
     if value is None:
         return None
     text = str(value).strip()
@@ -187,7 +187,8 @@ def strip_or_none(value: Any) -> str | None:
 
 
 def as_json_text(value: Any) -> str | None:
-    """Strings are kept exactly as produced (arguments are the model's own text); the rest is dumped."""
+    """Strings are kept exactly as produced (arguments are the model's own text); the rest is dumped
+    (the compiled twin of `store.messages.json_text`)."""
     if value is None:
         return None
     if isinstance(value, str):
@@ -199,7 +200,8 @@ def as_json_text(value: Any) -> str | None:
 
 
 def as_text(value: Any) -> str | None:
-    """Message content as text: strings stay, lists of text parts are joined, the rest is JSON."""
+    """Message content as text: strings stay, lists of text parts are joined, the rest is JSON
+    (the compiled twin of `store.messages.content_text`)."""
     if value is None:
         return None
     if isinstance(value, str):

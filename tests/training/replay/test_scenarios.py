@@ -154,10 +154,10 @@ def test_load_jsonl(lake: store.Lake, tmp_path: Path) -> None:
         lake, "SELECT scenario_id FROM scenarios WHERE split = 'val' AND scenario_id = 'custom-1'"
     )[0]
     assert custom.messages[1]["tool_calls"] == [
-        {"id": "a", "name": "calculator", "arguments": '{"expression": "2 * 3"}'}
+        {"id": "a", "name": "calculator", "arguments": '{"expression":"2 * 3"}'}  # the lake's JSON text
     ]
     assert custom.recorded_tools[0]["content"] == "6"
-    assert custom.openai_messages()[1]["tool_calls"][0]["function"]["arguments"] == '{"expression": "2 * 3"}'
+    assert custom.openai_messages()[1]["tool_calls"][0]["function"]["arguments"] == '{"expression":"2 * 3"}'
     # Loading the same file again changes nothing (content-addressed ids).
     assert load_scenarios(lake, path).scenario_ids == result.scenario_ids
     assert len(_scenario_rows(lake)) == 2

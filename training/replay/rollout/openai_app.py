@@ -29,12 +29,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
+from store.messages import from_openai
 from training.replay.errors import SamplerError
 from training.replay.rollout.episodes import RecordedCall, Recorder
 from training.replay.rollout.parsing import parse_assistant_text
 from training.replay.rollout.render import ChatRenderer, parse_tools
 from training.replay.samplers.base import Sampler, SampleRequest, SamplingParams
-from training.replay.scenarios import normalize_message
 
 EPISODE_HEADER = "x-trajlake-episode"
 
@@ -121,7 +121,7 @@ def create_app(
             return _error(
                 400, f"episode `{episode}` reached its limit of {recorder.limit} model calls (max_turns)"
             )
-        lake_messages = [normalize_message(m) for m in messages]
+        lake_messages = [from_openai(m) for m in messages]
         tools = parse_tools(body.get("tools"))
         tools = (
             [t if "function" in t else {"type": "function", "function": t} for t in tools] if tools else None
@@ -192,7 +192,7 @@ def create_app(
                 }
             choices.append(choice)
             if i == 0 and episode and recorder is not None:
-                assistant = normalize_message(choice["message"])
+                assistant = from_openai(choice["message"])
                 recorder.add(
                     episode,
                     RecordedCall(

@@ -9,17 +9,18 @@ from pathlib import Path
 
 import pytest
 
+from store.messages import from_openai
 from tests.training.helpers import TOOLS, ScriptedSampler, calculator_script
 from training.replay.rollout.loop import AgentLoop, RolloutLimits, turn_seed
 from training.replay.rollout.tools import CallableTools, ChainTools, RecordedTools, make_tools
 from training.replay.samplers.base import SamplingParams
-from training.replay.scenarios import Scenario, normalize_message
+from training.replay.scenarios import Scenario
 
 
 def _scenario(recorded: list[dict] | None = None) -> Scenario:
     return Scenario(
         scenario_id="sc-test",
-        messages=[normalize_message({"role": "user", "content": "What is 12 * 7?"})],
+        messages=[from_openai({"role": "user", "content": "What is 12 * 7?"})],
         tools=TOOLS,
         metadata={"recorded_tools": recorded or []},
     )

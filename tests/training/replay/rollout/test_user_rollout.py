@@ -8,21 +8,22 @@ from pathlib import Path
 
 import pytest
 
+from store.messages import from_openai
 from tests.training.helpers import TOOLS, ScriptedSampler, calculator_script
 from training.replay.errors import ToolSourceError
 from training.replay.rollout.episodes import Recorder
 from training.replay.rollout.loop import RolloutLimits, turn_seed
 from training.replay.rollout.user import UserRollouts
 from training.replay.samplers.base import SamplingParams
-from training.replay.scenarios import Scenario, normalize_message
+from training.replay.scenarios import Scenario
 
 
 def _scenario() -> Scenario:
     return Scenario(
         scenario_id="sc-user",
         messages=[
-            normalize_message({"role": "system", "content": "You are a careful math assistant."}),
-            normalize_message({"role": "user", "content": "What is 12 * 7?"}),
+            from_openai({"role": "system", "content": "You are a careful math assistant."}),
+            from_openai({"role": "user", "content": "What is 12 * 7?"}),
         ],
         tools=TOOLS,
     )

@@ -17,14 +17,6 @@ def _help(text: str, default: Any = None, factory: Any = None, **metadata: Any) 
     return field(default=default, metadata={"help": text, **metadata})
 
 
-def check(table: Any, *rules: tuple[str, bool, str]) -> None:
-    """Raise `store.SettingError` for the first `(field, holds, what is allowed)` that does not hold."""
-    for name, holds, allowed in rules:
-        if not holds:
-            value = getattr(table, name)
-            raise store.SettingError(f"must be {allowed}, got {value!r}", field=name, value=value)
-
-
 @dataclass(frozen=True)
 class LakeSettings:
     path: str = _help(
@@ -104,7 +96,7 @@ class EvaluateSettings:
 
     def __post_init__(self) -> None:
         # 0 stands for `replay.group_size`; any other value is checked by the replay (`flows.config`)
-        check(self, ("group_size", self.group_size >= 0, ">= 0"))
+        store.check_settings(self, ("group_size", self.group_size >= 0, ">= 0"))
 
 
 @dataclass(frozen=True)
@@ -173,7 +165,7 @@ class PipelineSettings:
     )
 
     def __post_init__(self) -> None:
-        check(
+        store.check_settings(
             self,
             ("rounds", self.rounds >= 1, ">= 1"),
             ("scenarios_per_round", self.scenarios_per_round >= 0, ">= 0"),

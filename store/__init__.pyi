@@ -20,7 +20,9 @@ from .errors import (
     SchemaViolation as SchemaViolation,
     SelectionError as SelectionError,
     SettingError as SettingError,
+    SettingRule as SettingRule,
     StoreError as StoreError,
+    check_settings as check_settings,
 )
 from .lake import (
     DEFAULT_LAKE as DEFAULT_LAKE,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class StoreError(Exception):
     """Base class for every error raised by `store`."""
@@ -26,6 +28,34 @@ class SettingError(ValueError):
         super().__init__(message)
         self.field = field
         self.value = value
+
+
+#: One check of a setting: (its field, dotted for a nested one; whether its value is allowed;
+#: what is allowed, as the message says it: ">= 1", "one of a, b").
+SettingRule = tuple[str, bool, str]
+
+
+def check_settings(
+    settings: object, *rules: SettingRule, error: Callable[..., SettingError] = SettingError
+) -> None:
+    """The one way a settings dataclass checks itself (in `__post_init__`): raise `error` (a
+    `SettingError`, called with the message, `field` and `value`) for the first rule that does
+    not hold, saying "`field` must be <allowed>, got <value>".
+
+    >>> class Replay:
+    ...     group_size = 1
+    >>> try:
+    ...     check_settings(Replay(), ("group_size", Replay.group_size >= 2, ">= 2"))
+    ... except SettingError as error:
+    ...     print(error.field, "|", error)
+    group_size | `group_size` must be >= 2, got 1
+    """
+    for name, holds, allowed in rules:
+        if not holds:
+            value: object = settings
+            for part in name.split("."):
+                value = getattr(value, part)
+            raise error(f"`{name}` must be {allowed}, got {value!r}", field=name, value=value)
 
 
 class SchemaViolation(StoreError, ValueError):

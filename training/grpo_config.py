@@ -35,6 +35,7 @@ from typing import ClassVar, cast
 
 from trl import GRPOConfig
 
+from store.errors import check_settings
 from training.advantages import SCALE_REWARDS, ScaleRewards
 from training.checkpointing import CheckpointingFields
 from training.device import bf16_supported, claim_cpu
@@ -135,68 +136,49 @@ class TrajlakeGRPOConfig(LoraFields, CheckpointingFields, GRPOConfig):  # type: 
         self.resolve_checkpointing()
         if self.bf16 is None and not self.fp16:
             self.bf16 = bf16_supported()  # TRL defaults to bf16, which CPUs and older GPUs reject
-        if self.loss_type not in LOSS_TYPES:
-            raise BadHyperparameter(
-                f"`loss_type` = `{self.loss_type}` is not one of TRL's: {', '.join(LOSS_TYPES)}",
-                field="loss_type",
-                value=self.loss_type,
-            )
-        if self.scale_rewards not in SCALE_REWARDS and self.scale_rewards not in (True, False):
-            raise BadHyperparameter(
-                f"`scale_rewards` must be one of {', '.join(SCALE_REWARDS)}; got `{self.scale_rewards}`",
-                field="scale_rewards",
-                value=self.scale_rewards,
-            )
-        for name in ("learning_rate", "temperature"):
-            if getattr(self, name) <= 0:
-                raise BadHyperparameter(
-                    f"`{name}` must be positive; got {getattr(self, name)}",
-                    field=name,
-                    value=getattr(self, name),
-                )
-        if self.epsilon <= 0 or (self.epsilon_high is not None and self.epsilon_high <= 0):
-            raise BadHyperparameter(
-                f"`epsilon` must be positive; got {self.epsilon}", field="epsilon", value=self.epsilon
-            )
-        if self.beta < 0:
-            raise BadHyperparameter(
-                f"`beta` (KL weight) must be >= 0; got {self.beta}", field="beta", value=self.beta
-            )
-        if self.max_staleness is not None and self.max_staleness < 0:
-            raise BadHyperparameter(
-                f"`max_staleness` must be >= 0 (or None for no bound); got {self.max_staleness}",
-                field="max_staleness",
-                value=self.max_staleness,
-            )
-        if self.vllm_importance_sampling_mode not in IS_MODES:
-            raise BadHyperparameter(
-                f"`vllm_importance_sampling_mode` = `{self.vllm_importance_sampling_mode}` is not one of "
-                f"{', '.join(IS_MODES)}",
-                field="vllm_importance_sampling_mode",
-                value=self.vllm_importance_sampling_mode,
-            )
-        if self.min_group_size < 2:
-            raise BadHyperparameter(
-                f"`min_group_size` must be >= 2 (GRPO compares samples); got {self.min_group_size}",
-                field="min_group_size",
-                value=self.min_group_size,
-            )
-        if self.num_generations not in (None, 2):
-            raise BadHyperparameter(
-                f"`num_generations` = {self.num_generations} cannot apply: "
-                f"{self.DECIDED_BY_THE_DATA['num_generations']}; leave it at 2",
-                field="num_generations",
-                value=self.num_generations,
-            )
-        self.num_generations = 2  # None: TRL would take its own default (8), which must divide the batch
         steps = self.steps_per_generation or self.gradient_accumulation_steps
-        if self.generation_batch_size is None and (self.per_device_train_batch_size * steps) % 2:
-            raise BadHyperparameter(
-                f"`per_device_train_batch_size` x `steps_per_generation` must be even "
-                f"({self.per_device_train_batch_size} x {steps}); TRL needs whole pairs per generation batch",
-                field="per_device_train_batch_size",
-                value=self.per_device_train_batch_size,
-            )
+        check_settings(
+            self,
+            ("loss_type", self.loss_type in LOSS_TYPES, f"one of TRL's: {', '.join(LOSS_TYPES)}"),
+            (
+                "scale_rewards",
+                self.scale_rewards in SCALE_REWARDS or self.scale_rewards in (True, False),
+                f"one of {', '.join(SCALE_REWARDS)}",
+            ),
+            ("learning_rate", self.learning_rate > 0, "positive"),
+            ("temperature", self.temperature > 0, "positive"),
+            ("epsilon", self.epsilon > 0, "positive"),
+            (
+                "epsilon_high",
+                self.epsilon_high is None or self.epsilon_high > 0,
+                "positive (or None: `epsilon`)",
+            ),
+            ("beta", self.beta >= 0, ">= 0 (the KL weight)"),
+            (
+                "max_staleness",
+                self.max_staleness is None or self.max_staleness >= 0,
+                ">= 0 (or None: no bound)",
+            ),
+            (
+                "vllm_importance_sampling_mode",
+                self.vllm_importance_sampling_mode in IS_MODES,
+                f"one of {', '.join(IS_MODES)}",
+            ),
+            ("min_group_size", self.min_group_size >= 2, ">= 2 (GRPO compares samples)"),
+            (
+                "num_generations",
+                self.num_generations in (None, 2),
+                f"2 (left at it): {self.DECIDED_BY_THE_DATA['num_generations']}",
+            ),
+            (
+                "per_device_train_batch_size",
+                self.generation_batch_size is not None or (self.per_device_train_batch_size * steps) % 2 == 0,
+                f"such that it x `steps_per_generation` ({steps}) is even: TRL needs whole pairs per "
+                "generation batch",
+            ),
+            error=BadHyperparameter,
+        )
+        self.num_generations = 2  # None: TRL would take its own default (8), which must divide the batch
         claim_cpu(self)  # several processes on CPUs: one data-parallel run (training.distributed)
         super().__post_init__()
 

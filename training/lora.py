@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from store.errors import check_settings
 from training.errors import BadHyperparameter
 
 # vLLM's `--max-lora-rank` accepts exactly these values (vllm/config/lora.py).
@@ -51,24 +52,17 @@ class LoraFields:
 
     def check_lora(self) -> None:
         """Reject adapter shapes vLLM would refuse, before any work starts."""
-        if self.lora_r not in VLLM_LORA_RANKS:
-            raise BadHyperparameter(
-                f"`lora_r` = {self.lora_r} is not a rank vLLM can serve; pick one of {', '.join(map(str, VLLM_LORA_RANKS))}",
-                field="lora_r",
-                value=self.lora_r,
-            )
-        if self.lora_alpha <= 0:
-            raise BadHyperparameter(
-                f"`lora_alpha` must be positive; got {self.lora_alpha}",
-                field="lora_alpha",
-                value=self.lora_alpha,
-            )
-        if not 0.0 <= self.lora_dropout < 1.0:
-            raise BadHyperparameter(
-                f"`lora_dropout` must be in [0, 1); got {self.lora_dropout}",
-                field="lora_dropout",
-                value=self.lora_dropout,
-            )
+        check_settings(
+            self,
+            (
+                "lora_r",
+                self.lora_r in VLLM_LORA_RANKS,
+                f"a rank vLLM can serve: one of {', '.join(map(str, VLLM_LORA_RANKS))}",
+            ),
+            ("lora_alpha", self.lora_alpha > 0, "positive"),
+            ("lora_dropout", 0.0 <= self.lora_dropout < 1.0, "in [0, 1)"),
+            error=BadHyperparameter,
+        )
 
     def lora_config(self) -> Any:
         """The PEFT `LoraConfig`: bias none, no DoRA, no modules_to_save, default init (all vLLM-compatible)."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from trl import SFTConfig
 
+from store.errors import check_settings
 from training.checkpointing import CheckpointingFields
 from training.device import bf16_supported, claim_cpu
 from training.errors import BadHyperparameter
@@ -49,17 +50,11 @@ class TrajlakeSFTConfig(LoraFields, CheckpointingFields, SFTConfig):  # type: ig
         self.resolve_checkpointing()
         if self.bf16 is None and not self.fp16:
             self.bf16 = bf16_supported()  # TRL defaults to bf16, which CPUs and older GPUs reject
-        if self.learning_rate <= 0:
-            raise BadHyperparameter(
-                f"`learning_rate` must be positive; got {self.learning_rate}",
-                field="learning_rate",
-                value=self.learning_rate,
-            )
-        if self.max_length is not None and self.max_length < 8:
-            raise BadHyperparameter(
-                f"`max_length` = {self.max_length} leaves no room for a conversation",
-                field="max_length",
-                value=self.max_length,
-            )
+        check_settings(
+            self,
+            ("learning_rate", self.learning_rate > 0, "positive"),
+            ("max_length", self.max_length is None or self.max_length >= 8, ">= 8 (room for a conversation)"),
+            error=BadHyperparameter,
+        )
         claim_cpu(self)  # several processes on CPUs: one data-parallel run (training.distributed)
         super().__post_init__()

@@ -22,9 +22,9 @@ class ReplaySetupError(ReplayError, SettingError):
     """The replay stage was misconfigured or selected nothing to replay (`bad_config`, `no_scenarios`);
     `field` names the refused setting (None when no one setting is at fault)."""
 
-    def __init__(self, message: str, *, reason: str, field: str | None = None) -> None:
+    def __init__(self, message: str, *, reason: str, field: str | None = None, value: object = None) -> None:
         ReplayError.__init__(self, message, reason=reason)
-        self.field = field
+        self.field, self.value = field, value
 
 
 class ScenarioError(ReplayError, ValueError):
@@ -47,9 +47,9 @@ class BadSamplingParams(SamplerError, SettingError):
     """A sampling parameter is out of range (`temperature < 0`, `top_p` outside (0, 1], ...);
     `field` names the first refused one."""
 
-    def __init__(self, message: str, *, field: str) -> None:
+    def __init__(self, message: str, *, field: str, value: object = None) -> None:
         SamplerError.__init__(self, message, backend="*", reason="bad_params")
-        self.field = field
+        self.field, self.value = field, value
 
 
 class ToolSourceError(ReplayError, ValueError):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import hashlib
 import json
 import time
@@ -59,22 +60,15 @@ class ReplayConfig:
     flush_groups: int = field(default=16, metadata={"help": "Complete groups gathered per lake write."})
 
     def __post_init__(self) -> None:
-        for name, ok, allowed in (
+        store.check_settings(
+            self,
             ("group_size", self.group_size >= 2, ">= 2: GRPO compares the samples of a group"),
             ("concurrency", self.concurrency >= 1, ">= 1"),
             ("flush_groups", self.flush_groups >= 1, ">= 1"),
-        ):
-            if not ok:
-                raise ReplaySetupError(
-                    f"`{name}` must be {allowed}, got {getattr(self, name)}", reason="bad_config", field=name
-                )
-        if self.sampling.temperature == 0:
-            raise ReplaySetupError(
-                "`temperature` must be > 0: a greedy group is one sample repeated, with no spread for "
-                "GRPO to learn from",
-                reason="bad_config",
-                field="sampling.temperature",
-            )
+            # a greedy group is one sample repeated, with no spread for GRPO to learn from
+            ("sampling.temperature", self.sampling.temperature > 0, "> 0 (a greedy group has no spread)"),
+            error=functools.partial(ReplaySetupError, reason="bad_config"),
+        )
 
 
 def sampling_record(params: SamplingParams) -> SamplingRecord:

@@ -22,12 +22,14 @@ group less diverse than it looks.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from store.errors import check_settings
 from store.messages import lake_message, lake_tool_call
 from training.replay.errors import ReplaySetupError, RolloutError
 from training.replay.rollout.parsing import ParsedToolCall, parse_assistant_text
@@ -49,11 +51,12 @@ class RolloutLimits:
     )
 
     def __post_init__(self) -> None:
-        for name in ("max_turns", "max_total_tokens"):
-            if getattr(self, name) < 1:
-                raise ReplaySetupError(
-                    f"`{name}` must be >= 1, got {getattr(self, name)}", reason="bad_config", field=name
-                )
+        check_settings(
+            self,
+            ("max_turns", self.max_turns >= 1, ">= 1"),
+            ("max_total_tokens", self.max_total_tokens >= 1, ">= 1"),
+            error=functools.partial(ReplaySetupError, reason="bad_config"),
+        )
 
 
 @dataclass

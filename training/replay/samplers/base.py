@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from store.errors import check_settings
+
 FinishReason = Literal["stop", "length"]
 
 #: How far a sampler's logprob may be from the trainer's float32 recomputation of the same
@@ -54,20 +56,14 @@ class SamplingParams:
     def __post_init__(self) -> None:
         from training.replay.errors import BadSamplingParams
 
-        problems = [
-            (name, f"`{name}` must be {allowed}, got {getattr(self, name)}")
-            for name, ok, allowed in (
-                ("max_tokens", self.max_tokens >= 1, ">= 1"),
-                ("temperature", self.temperature >= 0, ">= 0"),
-                ("top_p", 0 < self.top_p <= 1, "in (0, 1]"),
-                ("top_k", self.top_k >= 0, ">= 0"),
-            )
-            if not ok
-        ]
-        if problems:
-            raise BadSamplingParams(
-                "bad sampling parameters: " + "; ".join(text for _, text in problems), field=problems[0][0]
-            )
+        check_settings(
+            self,
+            ("max_tokens", self.max_tokens >= 1, ">= 1"),
+            ("temperature", self.temperature >= 0, ">= 0"),
+            ("top_p", 0 < self.top_p <= 1, "in (0, 1]"),
+            ("top_k", self.top_k >= 0, ">= 0"),
+            error=BadSamplingParams,
+        )
 
     def with_max_tokens(self, max_tokens: int) -> SamplingParams:
         """The same parameters with another token budget."""

@@ -121,8 +121,8 @@ class SpoolWriteFailed(IngestError, RuntimeError):
 class CollectorSettingError(IngestError, SettingError):
     """An invalid collector setting or combination of them."""
 
-    def __init__(self, field: str, value: object, detail: str) -> None:
-        SettingError.__init__(self, f"`{field}` = {value!r}: {detail}", field=field, value=value)
+    def __init__(self, message: str, *, field: str, value: object = None) -> None:
+        SettingError.__init__(self, message, field=field, value=value)
 
 
 class InstrumentError(IngestError, ValueError):

@@ -63,12 +63,18 @@ def combine_values(values: dict[str, float], weights: dict[str, float], normaliz
 
 def _check_weights(weights: dict[str, float]) -> None:
     if not weights:
-        raise ConfigValueError("weights", weights, "at least one `name: weight` pair")
+        raise ConfigValueError(
+            "`weights` must hold at least one `name: weight` pair", field="weights", value=weights
+        )
     for name, weight in weights.items():
         if not isinstance(weight, (int, float)) or not math.isfinite(weight):
-            raise ConfigValueError(f"weights.{name}", weight, "a finite number")
+            raise ConfigValueError(
+                f"`weights.{name}` must be a finite number, got {weight!r}",
+                field=f"weights.{name}",
+                value=weight,
+            )
     if sum(abs(w) for w in weights.values()) == 0:
-        raise ConfigValueError("weights", weights, "weights that are not all zero")
+        raise ConfigValueError("`weights` must not all be zero", field="weights", value=weights)
 
 
 def combine(

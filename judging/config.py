@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from judging.errors import ConfigValueError
+from store.errors import check_settings
 
 StructuredOutput = Literal["auto", "json_schema", "json_object", "none"]
 
@@ -82,19 +83,23 @@ class JudgeConfig:
     use_cache: bool = _help("Reuse cached verdicts for identical (judge, rubric, group) inputs.", True)
 
     def __post_init__(self) -> None:
-        if self.structured_output not in ("auto", "json_schema", "json_object", "none"):
-            raise ConfigValueError(
-                "structured_output", self.structured_output, "auto, json_schema, json_object, none"
-            )
-        for name in ("concurrency", "max_attempts", "max_context_tokens", "max_message_chars"):
-            if getattr(self, name) < 1:
-                raise ConfigValueError(name, getattr(self, name), "a positive integer")
-        if self.timeout_s <= 0 or self.backoff_s < 0 or self.chars_per_token <= 0:
-            raise ConfigValueError(
-                "timeout_s/backoff_s/chars_per_token", (self.timeout_s, self.backoff_s), "> 0"
-            )
-        if not self.model:
-            raise ConfigValueError("model", self.model, "a judge model name")
+        check_settings(
+            self,
+            (
+                "structured_output",
+                self.structured_output in ("auto", "json_schema", "json_object", "none"),
+                "one of auto, json_schema, json_object, none",
+            ),
+            *(
+                (name, getattr(self, name) >= 1, "a positive integer")
+                for name in ("concurrency", "max_attempts", "max_context_tokens", "max_message_chars")
+            ),
+            ("timeout_s", self.timeout_s > 0, "> 0"),
+            ("backoff_s", self.backoff_s >= 0, ">= 0"),
+            ("chars_per_token", self.chars_per_token > 0, "> 0"),
+            ("model", bool(self.model), "a judge model name"),
+            error=ConfigValueError,
+        )
 
 
 @dataclass
@@ -123,9 +128,10 @@ class ScoreConfig:
     run_id: str | None = _help("Run id recorded on every row; default: a fresh `score-…` id.", None)
 
     def __post_init__(self) -> None:
-        if self.min_group_size < 1:
-            raise ConfigValueError("min_group_size", self.min_group_size, "1 or more")
-        if self.flush_every < 1:
-            raise ConfigValueError("flush_every", self.flush_every, "1 or more")
-        if self.limit_groups is not None and self.limit_groups < 0:
-            raise ConfigValueError("limit_groups", self.limit_groups, "0 or more")
+        check_settings(
+            self,
+            ("min_group_size", self.min_group_size >= 1, "1 or more"),
+            ("flush_every", self.flush_every >= 1, "1 or more"),
+            ("limit_groups", self.limit_groups is None or self.limit_groups >= 0, "0 or more"),
+            error=ConfigValueError,
+        )

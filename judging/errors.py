@@ -90,10 +90,8 @@ class JudgeConfigError(JudgingError):
 class ConfigValueError(JudgingError, SettingError):
     """A configuration field holds a value outside what it allows."""
 
-    def __init__(self, field: str, value: object, allowed: str) -> None:
-        SettingError.__init__(
-            self, f"`{field}` = {value!r} is not allowed: {allowed}", field=field, value=value
-        )
+    def __init__(self, message: str, *, field: str, value: object = None) -> None:
+        SettingError.__init__(self, message, field=field, value=value)
 
 
 class JudgeUnreachableError(JudgingError, ConnectionError):

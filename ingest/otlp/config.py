@@ -112,15 +112,25 @@ class CollectorConfig:
         for name in ("bearer_token", "langfuse_public_key", "langfuse_secret_key"):
             _check_credential(name, getattr(self, name))
         if bool(self.langfuse_public_key) != bool(self.langfuse_secret_key):
-            raise CollectorSettingError(
-                "langfuse_public_key", self.langfuse_public_key, "set both Langfuse keys or neither"
+            raise CollectorSettingError(  # the keys' values are not shown: credentials
+                "`langfuse_public_key` and `langfuse_secret_key`: set both Langfuse keys or neither",
+                field="langfuse_public_key",
             )
-        for name in ("max_body_mb", "max_pending_mb", "flush_mb"):
-            if getattr(self, name) <= 0:
-                raise CollectorSettingError(name, getattr(self, name), "must be positive")
-        for name in ("flush_seconds", "idle_timeout_s", "request_timeout_s"):
-            if getattr(self, name) <= 0:
-                raise CollectorSettingError(name, getattr(self, name), "timeouts must be positive")
+        store.check_settings(
+            self,
+            *(
+                (name, getattr(self, name) > 0, "positive")
+                for name in (
+                    "max_body_mb",
+                    "max_pending_mb",
+                    "flush_mb",
+                    "flush_seconds",
+                    "idle_timeout_s",
+                    "request_timeout_s",
+                )
+            ),
+            error=CollectorSettingError,
+        )
 
     @property
     def auth(self) -> bool:
@@ -170,9 +180,13 @@ def _check_credential(name: str, value: str | None) -> None:
         return
     if not value.strip():
         raise CollectorSettingError(
-            name, value, "an empty credential would turn authentication off; give one, or leave it unset"
+            f"`{name}` = {value!r}: an empty credential would turn authentication off; give one, or leave it unset",
+            field=name,
+            value=value,
         )
     if name == "bearer_token" and value != value.strip():
         # Bearer headers are compared stripped, so such a token could never match: refuse it
         # without echoing the secret.
-        raise CollectorSettingError(name, "<hidden>", "has leading or trailing whitespace (a stray newline?)")
+        raise CollectorSettingError(
+            f"`{name}` has leading or trailing whitespace (a stray newline?)", field=name, value="<hidden>"
+        )

@@ -26,7 +26,11 @@ def _linear_penalty(amount: float, free: float, limit: float) -> float:
 def get_turn_penalty_reward(free_turns: int = 4, max_turns: int = 16) -> RewardFn:
     """Penalty on assistant turns: 0 up to `free_turns`, -1 at `max_turns` and beyond."""
     if free_turns < 0 or max_turns <= free_turns:
-        raise ConfigValueError("max_turns", (free_turns, max_turns), "0 <= free_turns < max_turns")
+        raise ConfigValueError(
+            f"need 0 <= free_turns < max_turns, got {free_turns} and {max_turns}",
+            field="max_turns",
+            value=max_turns,
+        )
 
     @reward_version(f"1-free{free_turns}-max{max_turns}")
     def turn_penalty_reward(trajectory: Trajectory, scenario: ScenarioRow | None) -> float:
@@ -38,7 +42,11 @@ def get_turn_penalty_reward(free_turns: int = 4, max_turns: int = 16) -> RewardF
 def get_length_penalty_reward(free_tokens: int = 1024, max_tokens: int = 4096) -> RewardFn:
     """Penalty on generated tokens (token data, else `output_tokens`, else chars/4): 0 up to `free_tokens`."""
     if free_tokens < 0 or max_tokens <= free_tokens:
-        raise ConfigValueError("max_tokens", (free_tokens, max_tokens), "0 <= free_tokens < max_tokens")
+        raise ConfigValueError(
+            f"need 0 <= free_tokens < max_tokens, got {free_tokens} and {max_tokens}",
+            field="max_tokens",
+            value=max_tokens,
+        )
 
     @reward_version(f"1-free{free_tokens}-max{max_tokens}")
     def length_penalty_reward(trajectory: Trajectory, scenario: ScenarioRow | None) -> float:

@@ -316,7 +316,9 @@ def run(
             trainer = trainer_for(model, rows, ours, packing, attention, cuda, work, groups_per_step)
             result.update(measure_steps(trainer, steps, warmup=-1 if cuda or len(steps) < 2 else 1))
             result.update(measure_logprob_pass(trainer, steps))
-            saved = trainer._metrics["train"].get("tree_packing/saved_token_share") or [0.0]
+            from store.metrics import TREE_PACKING_SAVED_SHARE
+
+            saved = trainer._metrics["train"].get(TREE_PACKING_SAVED_SHARE) or [0.0]
             result["saved_share"] = saved[-1]
         except Exception as error:  # a kernel this machine lacks: the row says so, the others stand
             result["error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:160]}"

@@ -30,7 +30,11 @@ IMPORTANCE_RATIO_MIN = "sampling/importance_sampling_ratio/min"
 IMPORTANCE_RATIO_MEAN = "sampling/importance_sampling_ratio/mean"
 IMPORTANCE_RATIO_MAX = "sampling/importance_sampling_ratio/max"
 
+#: The share of row tokens a tree-packed step did not forward (`tree_packing`).
+TREE_PACKING_SAVED_SHARE = "tree_packing/saved_token_share"
+
 GRPO_METRICS: tuple[str, ...] = (
+    TREE_PACKING_SAVED_SHARE,
     SAMPLER_GAP_MEAN,
     SAMPLER_GAP_MAX,
     IMPORTANCE_RATIO_MIN,

@@ -14,7 +14,7 @@ things and reuses everything else (loss types, clipping, KL, entropy, metrics, s
   pi_theta / pi_old, which is what makes training on stored (slightly off-policy)
   samples correct: on the first step the ratio measures how far the trainer's model
   is from the sampler, afterwards also how far it has moved.
-- `_get_train_sampler` walks the rows once per epoch, group by group (groups shuffled by
+- `_get_train_sampler` (transformers' hook) walks the rows once per epoch, group by group (groups shuffled by
   `seed`; members share their prompt, so batches pad little), each generation batch
   repeated `num_iterations x steps_per_generation` times as TRL's buffering expects,
   instead of repeating each prompt `num_generations` times.
@@ -23,7 +23,8 @@ Every step logs the gap between the trainer's logprobs of the stored tokens and 
 sampler's (`sampling/sampling_logp_difference/{mean,max}`, a `runs` column), read from the
 forward pass that computes the loss, so it costs nothing: at a round's first step it is
 the sampler/trainer mismatch alone, later steps add what the optimiser changed since the
-groups were sampled. With `vllm_importance_sampling_correction`,
+groups were sampled (`compute_loss`, TRL's public one, hands the batch to the logprob
+pass it calls for the loss). With `vllm_importance_sampling_correction`,
 `store_round_start_logprobs` first takes the trainer's own logprobs of every stored token
 (one forward pass, no update yet); they become pi_old and weight the advantages
 (`training.mismatch`). Which rows a round trains on (staleness bound, all-equal groups
@@ -50,6 +51,7 @@ from store.metrics import (
     IMPORTANCE_RATIO_MIN,
     SAMPLER_GAP_MAX,
     SAMPLER_GAP_MEAN,
+    TREE_PACKING_SAVED_SHARE,
 )
 from training.grpo_batch import GroupedRepeatSampler, pad_rows, padded, rows_as_tensors
 from training.mismatch import gap_from_totals, importance_weights, sampler_gap_totals, weighted_advantages
@@ -158,12 +160,19 @@ class StoredGroupsGRPOTrainer(GRPOTrainer):
             self.correct_sampler_mismatch(batch, inputs, loss_mask, mode, trainer_logps)
         return batch
 
-    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+    def compute_loss(
+        self,
+        model: Any,
+        inputs: dict[str, Any],
+        return_outputs: bool = False,
+        num_items_in_batch: Any = None,
+    ) -> torch.Tensor:
         # The loss's own forward pass gives the trainer's logprobs of the stored tokens: the
-        # sampler/trainer gap is read there (`_get_per_token_logps_and_entropies`), for free.
+        # sampler/trainer gap is read there (`_get_per_token_logps_and_entropies`), for free;
+        # the batch reaches it through `_gap_batch`, set for this call alone.
         self._gap_batch = inputs if self.args.measure_sampler_gap and model.training else None
         try:
-            return super()._compute_loss(model, inputs)
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         finally:
             self._gap_batch = None
 
@@ -242,7 +251,7 @@ class StoredGroupsGRPOTrainer(GRPOTrainer):
                 entropies.append(unpack(outputs.entropy, pack))
         if model.training:
             saved = 1.0 - sum(p.nodes for p in packed) / max(1, sum(p.row_tokens for p in packed))
-            self._metrics["train"]["tree_packing/saved_token_share"].append(saved)
+            self._metrics["train"][TREE_PACKING_SAVED_SHARE].append(saved)
         return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
 
     def packed_forward(self, model: Any, pack: TreePack, implementation: str) -> Any:

@@ -15,8 +15,10 @@ so a Prefect cache could only serve stale answers.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from prefect import flow, get_run_logger, task, unmapped
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -25,6 +27,14 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows import stages
 from flows.config import TrajlakeConfig, load_config
+
+if TYPE_CHECKING:
+    import judging
+    from training.publish import PublishedAdapter
+    from training.run import TrainResult
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def _config(config_file: str | None, lake: str | None, sql_lake_only: bool = False) -> TrajlakeConfig:
@@ -63,26 +73,27 @@ def task_runner(config: TrajlakeConfig) -> Any:
 
 # --- tasks ------------------------------------------------------------------------------
 
-_network = {
+_network: dict[str, Any] = {
     "retries": 3,
     "retry_delay_seconds": [5, 30, 120],
     "retry_jitter_factor": 0.5,
     "cache_policy": NO_CACHE,
 }
-_local = {"cache_policy": NO_CACHE}
+_local: dict[str, Any] = {"cache_policy": NO_CACHE}
 
-pull_langfuse_task = task(stages.pull_langfuse, name="pull-langfuse", **_network)
-assemble_task = task(stages.assemble_pending, name="assemble", **_local)
-retention_task = task(stages.apply_retention, name="retention", **_local)
-scenarios_task = task(stages.make_scenarios, name="scenarios", **_local)
-replay_task = task(stages.replay_round, name="replay", **_local)
-score_reward_task = task(stages.score_reward, name="score", **_network)
-finish_scoring_task = task(stages.finish_scoring, name="combine-rewards", **_local)
-sft_task = task(stages.train_sft, name="train-sft", **_local)
-grpo_task = task(stages.train_grpo, name="train-grpo", **_local)
-evaluate_task = task(stages.evaluate_adapter, name="evaluate", **_local)
-publish_task = task(stages.publish_adapter, name="publish", **_local)
-report_task = task(stages.write_pipeline_report, name="report", **_local)
+# `task(name=...)(fn)` rather than `task(fn, name=...)`: the same task, and typed by Prefect's stubs
+pull_langfuse_task = task(name="pull-langfuse", **_network)(stages.pull_langfuse)
+assemble_task = task(name="assemble", **_local)(stages.assemble_pending)
+retention_task = task(name="retention", **_local)(stages.apply_retention)
+scenarios_task = task(name="scenarios", **_local)(stages.make_scenarios)
+replay_task = task(name="replay", **_local)(stages.replay_round)
+score_reward_task = task(name="score", **_network)(stages.score_reward)
+finish_scoring_task = task(name="combine-rewards", **_local)(stages.finish_scoring)
+sft_task = task(name="train-sft", **_local)(stages.train_sft)
+grpo_task = task(name="train-grpo", **_local)(stages.train_grpo)
+evaluate_task = task(name="evaluate", **_local)(stages.evaluate_adapter)
+publish_task = task(name="publish", **_local)(stages.publish_adapter)
+report_task = task(name="report", **_local)(stages.write_pipeline_report)
 
 
 # --- flows ------------------------------------------------------------------------------
@@ -125,17 +136,19 @@ def _replay(
     return stages.merge_shards([future.result() for future in futures])
 
 
-def _score(config: TrajlakeConfig, group_ids: list[str] | None) -> dict[str, Any]:
+def _score(config: TrajlakeConfig, group_ids: list[str] | None) -> stages.RoundScores:
     """Each reward (and with `replay_shards`, each shard of the groups) as its own task, concurrently
     under the flow's task runner, then the combination."""
     rewards = stages.rewards_to_score(config)
     chunks = stages.shard_groups(group_ids, config.pipeline.replay_shards)
     pairs = [(reward, chunk) for reward in rewards for chunk in chunks]
     futures = score_reward_task.map(unmapped(config), [r for r, _ in pairs], [c for _, c in pairs])
-    table = stages.merge_score_rows([future.result() for future in futures])
+    runs = [future.result() for future in futures]
     stats = finish_scoring_task(config, group_ids)
-    create_table_artifact(table, key="trajlake-score", description="Scorers run on the replayed groups")
-    return {**stats, "table": table}
+    create_table_artifact(
+        stages.merge_score_rows(runs), key="trajlake-score", description="Scorers run on the replayed groups"
+    )
+    return stages.RoundScores(stats, runs)
 
 
 @flow(name="trajlake-pipeline", log_prints=True)
@@ -162,9 +175,9 @@ def pipeline_flow(
     rounds = rounds or config.pipeline.rounds
     timings: list[tuple[str, float]] = []  # wall seconds of each step, for the caller to show
 
-    def timed(name: str, task_: Any, *args: Any) -> Any:
+    def timed(name: str, task_: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         start = time.perf_counter()
-        out = task_(*args)
+        out = task_(*args, **kwargs)
         timings.append((name, round(time.perf_counter() - start, 2)))
         return out
 
@@ -181,18 +194,19 @@ def pipeline_flow(
     scenarios = timed("scenarios", scenarios_task, config)
     run = stages.mark_data_seen(config, run)
     learning = stages.learning_config(config, run)
-    result: dict[str, Any] = {"run": run, "rounds": [], "adapter": None, "scenarios": scenarios}
+    # the flow's result is JSON-able but for the run's record (Prefect keeps it; the demo reads it)
+    result: dict[str, Any] = {"run": run, "rounds": [], "adapter": None, "scenarios": asdict(scenarios)}
     if not stages.scenarios_to_learn(learning):
         run = stages.finish_pipeline_run(config, run, trained=[], decision=stages.nothing_to_learn(run))
         print(run.decision)
-        return {**result, "run": run, "report": _report(config, timed)["report"], "timings": timings}
+        return {**result, "run": run, "report": _report(config, timed).path, "timings": timings}
 
-    trained: list[dict[str, Any]] = []
+    trained: list[TrainResult] = []
     adapter = run.start_adapter_path
     sft_adapter = None
     if run.sft:
         trained.append(timed("sft", sft_task, learning, run.run_id, 0, adapter))
-        adapter = sft_adapter = trained[-1]["adapter"]
+        adapter = sft_adapter = trained[-1].adapter_dir
     round_adapters: list[str] = []
     for round_number in range(1, rounds + 1):
         replayed, scored = stages.sample_round(
@@ -202,39 +216,31 @@ def pipeline_flow(
             replay=lambda *args, n=round_number: timed(f"round {n}: replay", _replay, *args),
             score=lambda *args, n=round_number: timed(f"round {n}: score", _score, *args),
         )
-        result["rounds"].append(
-            {
-                "round": round_number,
-                "policy": replayed.policy,
-                "groups": replayed.groups,
-                "trajectories": replayed.trajectories,
-                "mean_reward": scored["mean"],
-                "std_reward": scored["std"],
-                "equal_reward_groups": scored["equal_groups"],
-                "useless_share": scored["equal_groups"] / max(1, replayed.groups),
-                "extra_draws": replayed.draws,
-            }
-        )
+        result["rounds"].append(asdict(stages.RoundSummary.of(round_number, replayed, scored.stats)))
         if config.pipeline.grpo:
-            step = (learning, run.run_id, adapter, round_number, replayed.group_ids)
-            trained.append(timed(f"round {round_number}: grpo", grpo_task, *step))
-            adapter = trained[-1]["adapter"]
+            step = f"round {round_number}: grpo"
+            trained.append(
+                timed(step, grpo_task, learning, run.run_id, adapter, round_number, replayed.group_ids)
+            )
+            adapter = trained[-1].adapter_dir
             round_adapters.append(adapter)
     create_table_artifact(
         result["rounds"], key="trajlake-rounds", description="Mean reward of each round's replayed groups"
     )
-    published = evaluation = None
+    published: PublishedAdapter | None = None
+    evaluation: judging.Evaluation | None = None
     if trained:
-        start = (run.start_adapter, adapter_path) if (adapter_path := run.start_adapter_path) else None
+        adapter = trained[-1].adapter_dir  # the candidate: the newest adapter trained
+        start = (run.start_adapter, path) if run.start_adapter and (path := run.start_adapter_path) else None
         curve = stages.stage_policies(sft_adapter, round_adapters, start) if config.evaluate.stages else None
         evaluation = timed("evaluate", evaluate_task, config, adapter, curve)
         published = timed(
             "publish", publish_task, config, adapter, evaluation, force_publish, stages.origin_of(run)
         )
-        _publish_artifacts(published, evaluation.to_dict())
-        print(published["decision"])
-        # the flow's result is JSON-able (Prefect persists it; the demo reads it)
-        result.update(evaluation=evaluation.to_dict(), published=published, adapter=adapter)
+        publication = stages.publication_record(published)
+        _publish_artifacts(publication, evaluation.to_dict())
+        print(published.decision)
+        result.update(evaluation=evaluation.to_dict(), published=publication, adapter=adapter)
     run = stages.finish_pipeline_run(
         config,
         run,
@@ -243,18 +249,18 @@ def pipeline_flow(
         evaluation=evaluation,
         decision=None if trained else "nothing trained: `pipeline.sft` and `pipeline.grpo` are off",
     )
-    result.update(run=run, report=_report(config, timed)["report"], timings=timings)
+    result.update(run=run, report=_report(config, timed).path, timings=timings)
     return result
 
 
-def _report(config: TrajlakeConfig, timed: Any) -> dict[str, Any]:
+def _report(config: TrajlakeConfig, timed: Any) -> stages.PipelineReport:
     """The lake's report after the run, linked from an artifact."""
-    report = timed("report", report_task, config)
+    report: stages.PipelineReport = timed("report", report_task, config)
     create_markdown_artifact(
-        f"## [The run's report]({Path(report['report']).resolve().as_uri()})\n\n"
-        f"`{report['report']}`: the pipeline's runs and their decisions, learning per stage, reward per "
-        f"round, sampler gap, production feedback, lineage, and {report['groups_shown']} of "
-        f"{report['groups']} groups in the group viewer.",
+        f"## [The run's report]({Path(report.path).resolve().as_uri()})\n\n"
+        f"`{report.path}`: the pipeline's runs and their decisions, learning per stage, reward per "
+        f"round, sampler gap, production feedback, lineage, and {report.groups_shown} of "
+        f"{report.groups} groups in the group viewer.",
         key="trajlake-report",
         description="The pipeline run's HTML report",
     )

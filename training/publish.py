@@ -156,6 +156,16 @@ class PublishedAdapter:
     def ref(self) -> str:
         return f"{self.name}:{self.version}"
 
+    @property
+    def promoted(self) -> bool:
+        """Whether this version went to production."""
+        return PRODUCTION in self.aliases
+
+    @property
+    def decision(self) -> str | None:
+        """The gate's decision about this version in one line (None when published without a gate)."""
+        return self.gate.decision(f"{self.name}:v{self.version}") if self.gate else None
+
 
 def build_manifest(
     *,

@@ -3,13 +3,16 @@
 These are what the Prefect tasks run (`flows.prefect_flows`), what the commands reuse,
 and what tests call directly. Each takes the validated `TrajlakeConfig`, calls one
 library function of `ingest`, `training` or `judging` with the config objects those
-libraries declare, and returns a small JSON-able dict (Prefect stores task results;
-artifacts are built from them). No data logic lives here: queries and statistics
-belong to the library that owns the data.
+libraries declare, and returns a small dataclass: the library's own result where it has
+one (`judging`'s `ScoreSummary` and `RewardStats`, `training`'s `TrainResult` and
+`PublishedAdapter`), else one declared beside the stage. Callers read attributes; only the
+flows turn results into dicts, for their own JSON-able results and their artifacts. Results
+cross processes under the Dask task runner, so each pickles. No data logic lives here:
+queries and statistics belong to the library that owns the data.
 """
 
 from flows.stages.common import StageError, base_model, lake_of, loadable_base_model, run_dir, work_dir
-from flows.stages.evaluate import evaluate_adapter, publish_adapter, stage_policies
+from flows.stages.evaluate import evaluate_adapter, publication_record, publish_adapter, stage_policies
 from flows.stages.ingest import apply_retention, assemble_pending, pull_langfuse
 from flows.stages.pipeline_run import (
     begin_pipeline_run,
@@ -20,9 +23,18 @@ from flows.stages.pipeline_run import (
     origin_of,
     scenarios_to_learn,
 )
-from flows.stages.replay import PolicyReplay, make_scenarios, merge_shards, replay_round, sample_round
-from flows.stages.report import write_pipeline_report
+from flows.stages.replay import (
+    PolicyReplay,
+    RoundSummary,
+    ScenarioCounts,
+    make_scenarios,
+    merge_shards,
+    replay_round,
+    sample_round,
+)
+from flows.stages.report import PipelineReport, write_pipeline_report
 from flows.stages.score import (
+    RoundScores,
     finish_scoring,
     merge_score_rows,
     rewards_to_score,
@@ -33,7 +45,11 @@ from flows.stages.score import (
 from flows.stages.train import train_grpo, train_sft
 
 __all__ = [
+    "PipelineReport",
     "PolicyReplay",
+    "RoundScores",
+    "RoundSummary",
+    "ScenarioCounts",
     "StageError",
     "apply_retention",
     "assemble_pending",
@@ -51,6 +67,7 @@ __all__ = [
     "merge_shards",
     "nothing_to_learn",
     "origin_of",
+    "publication_record",
     "publish_adapter",
     "pull_langfuse",
     "replay_round",

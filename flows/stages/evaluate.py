@@ -21,6 +21,7 @@ from flows.stages.score import score_reward
 
 if TYPE_CHECKING:
     import judging
+    from training.publish import EvalGate, PublishedAdapter
 
 BASE = "base"
 SFT = "sft"
@@ -83,7 +84,7 @@ def evaluate_adapter(
         replayed = replay_policy(
             config, path, config.select.evaluate, run="eval", seed=0, group_size=group_size
         )
-        reward = score_reward(config, spec, replayed.group_ids)["reward"]
+        reward = score_reward(config, spec, replayed.group_ids).reward
         return judging.Measured(
             replayed.policy, reward, judging.scenario_scores(lake, reward, replayed.group_ids)
         )
@@ -105,8 +106,8 @@ def evaluate_adapter(
     return evaluation
 
 
-def gate_of(evaluation: judging.Evaluation, forced: bool) -> Any:
-    """The publish gate (`training.publish.EvalGate`) of an `evaluate_adapter` result."""
+def gate_of(evaluation: judging.Evaluation, forced: bool) -> EvalGate:
+    """The publish gate of an `evaluate_adapter` result."""
     from training.publish import EvalGate
 
     comparison = evaluation.comparison
@@ -130,7 +131,7 @@ def publish_adapter(
     evaluation: judging.Evaluation,
     force: bool = False,
     origin: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> PublishedAdapter:
     """Publish `adapter` once: `production` and `latest` move to it only when the evaluation says it
     is better (or when forced, or `pipeline.require_improvement` is off); a refused version is
     published under its number alone (`latest` too with `pipeline.latest_if_refused`)."""
@@ -142,7 +143,7 @@ def publish_adapter(
         aliases: tuple[str, ...] = (LATEST, PRODUCTION)
     else:
         aliases = (LATEST,) if config.pipeline.latest_if_refused else ()
-    published = publish(
+    return publish(
         lake_of(config),
         adapter,
         config.build("publish"),
@@ -151,13 +152,19 @@ def publish_adapter(
         gate=gate,
         origin=origin,
     )
+
+
+def publication_record(published: PublishedAdapter) -> dict[str, Any]:
+    """What the pipeline flow's result says of a published version (JSON-able: Prefect keeps the
+    result, the demo and `trajlake pipeline` read it, and its artifact shows it)."""
+    gate = published.gate
     return {
         "name": published.name,
         "version": published.version,
         "path": published.path,
         "aliases": published.aliases,
-        "promoted": PRODUCTION in published.aliases,
-        "decision": gate.decision(f"{published.name}:v{published.version}"),
-        "gate": {**asdict(gate), "better": gate.better},
+        "promoted": published.promoted,
+        "decision": published.decision,
+        "gate": {**asdict(gate), "better": gate.better} if gate else None,
         "lineage_json": json.dumps(published.manifest.get("lineage", {}), indent=1, default=str)[:20000],
     }

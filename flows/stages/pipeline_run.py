@@ -28,6 +28,8 @@ from flows.stages.common import lake_of
 
 if TYPE_CHECKING:
     import judging
+    from training.publish import PublishedAdapter
+    from training.run import TrainResult
 
 
 def pipeline_run_id(flow_run_id: str | None) -> str:
@@ -124,8 +126,8 @@ def finish_pipeline_run(
     config: TrajlakeConfig,
     run: store.PipelineRun,
     *,
-    trained: list[dict[str, Any]],
-    published: dict[str, Any] | None = None,
+    trained: list[TrainResult],
+    published: PublishedAdapter | None = None,
     evaluation: judging.Evaluation | None = None,
     decision: str | None = None,
 ) -> store.PipelineRun:
@@ -135,12 +137,12 @@ def finish_pipeline_run(
         run,
         status="finished",
         finished_at=store.utc_now().isoformat(),
-        training_runs=[t["run_id"] for t in trained],
-        training_steps=sum(int(t["steps"]) for t in trained),
-        adapter=trained[-1]["adapter"] if trained else None,
-        published=f"{published['name']}:v{published['version']}" if published else None,
-        promoted=published["promoted"] if published else None,
-        decision=(published or {}).get("decision") or decision,
+        training_runs=[t.run_id for t in trained],
+        training_steps=sum(t.global_step for t in trained),
+        adapter=trained[-1].adapter_dir if trained else None,
+        published=f"{published.name}:v{published.version}" if published else None,
+        promoted=published.promoted if published else None,
+        decision=(published.decision if published else None) or decision,
         eval_run_id=evaluation.run_id if evaluation else None,
     )
     store.record_pipeline_run(lake_of(config), run)
@@ -149,10 +151,10 @@ def finish_pipeline_run(
     return run
 
 
-def drop_checkpoints(trained: list[dict[str, Any]]) -> None:
+def drop_checkpoints(trained: list[TrainResult]) -> None:
     """Delete a finished run's training checkpoints (no resume needs them any more); the adapters
     stay, since lineage names them."""
     from training.run import CHECKPOINTS
 
     for stage in trained:
-        shutil.rmtree(Path(stage["adapter"]).parent / CHECKPOINTS, ignore_errors=True)
+        shutil.rmtree(Path(stage.adapter_dir).parent / CHECKPOINTS, ignore_errors=True)

@@ -4,10 +4,23 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from flows.config import TrajlakeConfig
 from flows.stages.common import StageError, lake_of, sampler_for
+
+if TYPE_CHECKING:
+    from flows.stages.score import RoundScores
+    from judging.summary import RewardStats
+
+
+@dataclasses.dataclass(frozen=True)
+class ScenarioCounts:
+    """What the scenarios step wrote: scenarios per split, and the trajectories it skipped."""
+
+    train: int
+    val: int
+    skipped: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +54,38 @@ class PolicyReplay:
         )
 
 
-def make_scenarios(config: TrajlakeConfig) -> dict[str, int]:
+@dataclasses.dataclass(frozen=True)
+class RoundSummary:
+    """One round of the pipeline as its result and artifact show it: the policy that sampled, what
+    it sampled, and the training reward over the round's groups."""
+
+    round: int
+    policy: str
+    groups: int
+    trajectories: int
+    mean_reward: float
+    std_reward: float
+    equal_reward_groups: int
+    useless_share: float  # groups with all-equal rewards: no GRPO signal
+    extra_draws: int
+
+    @classmethod
+    def of(cls, round_number: int, replayed: PolicyReplay, stats: RewardStats) -> RoundSummary:
+        """The summary of round `round_number` from its replay and its reward stats."""
+        return cls(
+            round=round_number,
+            policy=replayed.policy,
+            groups=replayed.groups,
+            trajectories=replayed.trajectories,
+            mean_reward=stats.mean,
+            std_reward=stats.std,
+            equal_reward_groups=stats.equal_groups,
+            useless_share=stats.equal_groups / max(1, replayed.groups),
+            extra_draws=replayed.draws,
+        )
+
+
+def make_scenarios(config: TrajlakeConfig) -> ScenarioCounts:
     """Scenarios from the trajectories `select.scenarios` picks (idempotent: same ids, same split)."""
     from training.replay import create_scenarios
 
@@ -53,11 +97,9 @@ def make_scenarios(config: TrajlakeConfig) -> dict[str, int]:
             f"no train scenarios ({len(result.skipped)} trajectories skipped{example}); "
             "check the selection and that production trajectories have content",
         )
-    return {
-        "train": result.splits.get("train", 0),
-        "val": result.splits.get("val", 0),
-        "skipped": len(result.skipped),
-    }
+    return ScenarioCounts(
+        train=result.splits.get("train", 0), val=result.splits.get("val", 0), skipped=len(result.skipped)
+    )
 
 
 def replay_policy(
@@ -147,8 +189,8 @@ def sample_round(
     round_number: int,
     *,
     replay: Callable[..., PolicyReplay] = replay_round,
-    score: Callable[[TrajlakeConfig, list[str]], dict[str, Any]] | None = None,
-) -> tuple[PolicyReplay, dict[str, Any]]:
+    score: Callable[[TrajlakeConfig, list[str]], RoundScores] | None = None,
+) -> tuple[PolicyReplay, RoundScores]:
     """One round's groups, replayed and scored: (replay result, score stats of all its groups).
 
     Dynamic sampling (DAPO), bounded: while fewer than `pipeline.scenarios_per_round` (or
@@ -163,7 +205,7 @@ def sample_round(
     scored = score(config, replayed.group_ids)
     wanted = config.pipeline.scenarios_per_round or replayed.groups
     for draw in range(1, config.pipeline.dynamic_sampling_draws + 1):
-        if replayed.groups - scored["equal_groups"] >= wanted:
+        if replayed.groups - scored.stats.equal_groups >= wanted:
             break
         replayed = replayed.merged(replay(config, adapter, round_number, draw), extra_draw=True)
         scored = score(config, replayed.group_ids)

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from flows.config import TrajlakeConfig
 from flows.stages.common import base_model, lake_of, work_dir
 
 
-def write_pipeline_report(config: TrajlakeConfig) -> dict[str, Any]:
+@dataclass(frozen=True)
+class PipelineReport:
+    """Where the report went and how much of the lake it shows."""
+
+    path: str
+    rounds: int
+    groups_shown: int  # in the group viewer
+    groups: int  # scored replayed groups in the viewer's window
+
+
+def write_pipeline_report(config: TrajlakeConfig) -> PipelineReport:
     """Write `<work dir>/report.html` for the lake: the run's rounds, evaluation, lineage and groups."""
     from flows.report import build_report
 
@@ -21,9 +31,9 @@ def write_pipeline_report(config: TrajlakeConfig) -> dict[str, Any]:
         tokenizer=model if Path(model).is_dir() else None,  # a hub id is not fetched for a report
         title="trajlake pipeline report",
     )
-    return {
-        "report": str(path),
-        "rounds": len(data.rounds),
-        "groups_shown": len(data.groups.groups) if data.groups else 0,
-        "groups": data.groups.total if data.groups else 0,
-    }
+    return PipelineReport(
+        path=str(path),
+        rounds=len(data.rounds),
+        groups_shown=len(data.groups.groups) if data.groups else 0,
+        groups=data.groups.total if data.groups else 0,
+    )

@@ -1,12 +1,39 @@
-"""Scoring stages: each configured reward over a round's groups, then the combined reward and its stats."""
+"""Scoring stages: each configured reward over a round's groups, then the combined reward and its stats.
+
+They return judging's own results (`ScoreSummary` per scoring run, `RewardStats` of the
+reward training uses); the flow turns the summaries into its artifact's rows.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import store
 from flows.config import TrajlakeConfig
 from flows.stages.common import lake_of
+
+if TYPE_CHECKING:
+    from judging.summary import RewardStats, ScoreSummary
+
+# what the scoring artifact shows of each scoring run (the counts are summed over a reward's chunks)
+SCORE_COLUMNS = (
+    "reward",
+    "scorer",
+    "groups_scored",
+    "groups_skipped",
+    "groups_failed",
+    "trajectories_scored",
+)
+
+
+@dataclass(frozen=True)
+class RoundScores:
+    """A round's scoring: each scoring run's summary (one per reward, or per reward and chunk of
+    groups when the flow shards them) and the stats of the reward training uses over all its groups."""
+
+    stats: RewardStats
+    runs: list[ScoreSummary]
 
 
 def rewards_to_score(config: TrajlakeConfig) -> list[str]:
@@ -21,10 +48,11 @@ def shard_groups(group_ids: list[str] | None, shards: int) -> list[list[str] | N
     return [chunk for k in range(shards) if (chunk := group_ids[k::shards])]
 
 
-def merge_score_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per reward from its chunks' rows (counts summed)."""
+def merge_score_rows(runs: list[ScoreSummary]) -> list[dict[str, Any]]:
+    """The scoring artifact's rows: one per reward, its chunks' counts summed."""
     merged: dict[str, dict[str, Any]] = {}
-    for row in rows:
+    for run in runs:
+        row = {column: getattr(run, column) for column in SCORE_COLUMNS}
         into = merged.setdefault(
             row["reward"], {**row, **{k: 0 for k, v in row.items() if isinstance(v, int)}}
         )
@@ -43,25 +71,17 @@ def replay_filter(group_ids: list[str] | None) -> str:
     return where
 
 
-def score_reward(config: TrajlakeConfig, reward: str, group_ids: list[str] | None = None) -> dict[str, Any]:
+def score_reward(config: TrajlakeConfig, reward: str, group_ids: list[str] | None = None) -> ScoreSummary:
     """Score the replayed trajectories (of `group_ids`) with one reward; skips what that scorer already scored."""
     from judging import ScoreConfig, score
 
     judge = config.build("judge") if reward == "ruler" else None
-    summary = score(
+    return score(
         lake_of(config), reward, ScoreConfig(where=replay_filter(group_ids), progress=False), judge=judge
     )
-    return {
-        "reward": summary.reward,
-        "scorer": summary.scorer,
-        "groups_scored": summary.groups_scored,
-        "groups_skipped": summary.groups_skipped,
-        "groups_failed": summary.groups_failed,
-        "trajectories_scored": summary.trajectories_scored,
-    }
 
 
-def finish_scoring(config: TrajlakeConfig, group_ids: list[str] | None = None) -> dict[str, Any]:
+def finish_scoring(config: TrajlakeConfig, group_ids: list[str] | None = None) -> RewardStats:
     """Write the combined reward (when weights are configured); stats of the reward training uses."""
     from judging import combine
     from judging.summary import reward_stats
@@ -69,11 +89,11 @@ def finish_scoring(config: TrajlakeConfig, group_ids: list[str] | None = None) -
     lake = lake_of(config)
     if config.score.weights:
         combine(lake, config.score.weights, "combined", where=replay_filter(group_ids))
-    return reward_stats(lake, config.score.reward, group_ids).as_dict()
+    return reward_stats(lake, config.score.reward, group_ids)
 
 
-def score_round(config: TrajlakeConfig, group_ids: list[str] | None = None) -> dict[str, Any]:
+def score_round(config: TrajlakeConfig, group_ids: list[str] | None = None) -> RoundScores:
     """Every configured reward, one after the other, then the training reward's stats (the flow
     runs the rewards as concurrent tasks instead)."""
-    table = [score_reward(config, reward, group_ids) for reward in rewards_to_score(config)]
-    return {**finish_scoring(config, group_ids), "table": table}
+    runs = [score_reward(config, reward, group_ids) for reward in rewards_to_score(config)]
+    return RoundScores(finish_scoring(config, group_ids), runs)

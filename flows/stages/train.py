@@ -2,27 +2,30 @@
 
 Each pipeline run trains in its own folder, `<work>/<pipeline run id>/` (`run_dir`): a
 retried flow run resumes its own checkpoints, and a new run never resumes a finished one.
+Both return training's own `TrainResult` (the adapter folder, run id and steps the flow keeps).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import store
 from flows.config import TrajlakeConfig
 from flows.stages.common import base_model, lake_of, run_dir
 
+if TYPE_CHECKING:
+    from training.run import TrainResult
+
 
 def train_sft(
     config: TrajlakeConfig, pipeline_run: str, round_number: int = 0, adapter: str | None = None
-) -> dict[str, Any]:
-    """SFT a LoRA adapter (a fresh one, or `adapter` continued) on the trajectories `select.sft`
-    picks; returns the adapter folder, run id and the steps trained."""
+) -> TrainResult:
+    """SFT a LoRA adapter (a fresh one, or `adapter` continued) on the trajectories `select.sft` picks."""
     from training.sft import train_sft as sft
 
     output = run_dir(config, pipeline_run, f"sft-{round_number}")
     sft_config = config.build("train.sft", output_dir=str(output / "checkpoints"))
-    result = sft(
+    return sft(
         lake_of(config),
         config.select.sft,
         base_model(config),
@@ -31,7 +34,6 @@ def train_sft(
         adapter=adapter,
         resume=True,
     )
-    return trained(result)
 
 
 def train_grpo(
@@ -40,9 +42,9 @@ def train_grpo(
     adapter: str | None,
     round_number: int,
     group_ids: list[str] | None = None,
-) -> dict[str, Any]:
+) -> TrainResult:
     """GRPO on the stored, scored groups of this round (all replayed groups if none given), continuing
-    `adapter`; returns the adapter folder, run id and the steps trained."""
+    `adapter`."""
     from training.grpo import train_grpo as grpo
 
     sql = store.grpo_trajectories_of(group_ids)  # the round's groups, outside the val scenarios
@@ -52,10 +54,4 @@ def train_grpo(
         output_dir=str(output / "checkpoints"),
         reward_name=config.score.reward,
     )
-    result = grpo(lake_of(config), sql, base_model(config), adapter, output, grpo_config, resume=True)
-    return trained(result)
-
-
-def trained(result: Any) -> dict[str, Any]:
-    """What the flow keeps of a `training.run.TrainResult` (JSON-able, for Prefect)."""
-    return {"adapter": result.adapter_dir, "run_id": result.run_id, "steps": result.global_step}
+    return grpo(lake_of(config), sql, base_model(config), adapter, output, grpo_config, resume=True)

@@ -43,25 +43,25 @@ def test_grpo_rounds_lift_the_sft_warm_start(tiny_model: Path, tmp_path: Path) -
     size = dataclasses.replace(SIZES["full"], rounds=4)
     config = load_config(write_demo_config(tmp_path / "t.toml", lake, base, size, None)).with_lake(str(lake))
     scenarios = stages.make_scenarios(config)
-    assert scenarios["val"] >= 50  # enough val scenarios for a CI that can exclude 0
+    assert scenarios.val >= 50  # enough val scenarios for a CI that can exclude 0
 
     def val_success(adapter: str) -> tuple[str, dict[str, float]]:
         replayed = replay_policy(
             config, adapter, config.select.evaluate, run="eval", seed=0, group_size=size.eval_group_size
         )
-        reward = score_reward(config, "exact_match", replayed.group_ids)["reward"]
+        reward = score_reward(config, "exact_match", replayed.group_ids).reward
         return replayed.policy, judging.scenario_scores(lake, reward, replayed.group_ids)
 
     run = "pipeline-demo-learning"  # the run's own folder under the lake's work dir
-    adapter = stages.train_sft(config, run, 0)["adapter"]
+    adapter = stages.train_sft(config, run, 0).adapter_dir
     sft = val_success(adapter)
     useless = []
     for round_number in range(1, size.rounds + 1):
         replayed = stages.replay_round(config, adapter, round_number)
         stages.score_reward(config, "flows.demo.task:calculator_reward", replayed.group_ids)
         stats = stages.finish_scoring(config, replayed.group_ids)
-        useless.append(stats["equal_groups"] / replayed.groups)
-        adapter = stages.train_grpo(config, run, adapter, round_number, replayed.group_ids)["adapter"]
+        useless.append(stats.equal_groups / replayed.groups)
+        adapter = stages.train_grpo(config, run, adapter, round_number, replayed.group_ids).adapter_dir
     final = val_success(adapter)
 
     sft_row, final_row = judging.evaluation_table([("sft", *sft), ("grpo", *final)], references=("sft",))
@@ -71,6 +71,6 @@ def test_grpo_rounds_lift_the_sft_warm_start(tiny_model: Path, tmp_path: Path) -
         f"[{lift.ci[0]:+.3f}, {lift.ci[1]:+.3f}] on {lift.paired_scenarios} scenarios; all-equal groups {useless}"
     )
     print(message)
-    assert lift.paired_scenarios == scenarios["val"]
+    assert lift.paired_scenarios == scenarios.val
     assert lift.ci[0] > 0, message
     assert lift.mean >= 0.15, message

@@ -4,12 +4,12 @@ its groups have unequal rewards, and reports what it kept."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from flows.config import TrajlakeConfig, load_config
-from flows.stages import PolicyReplay, sample_round
+from flows.stages import PolicyReplay, RoundScores, sample_round
+from judging.summary import RewardStats
 
 
 def config(tmp_path: Path, draws: int, per_round: int = 4) -> TrajlakeConfig:
@@ -32,10 +32,10 @@ class FakeRound:
         ids = [f"r{round_number}-d{draw}-g{i}" for i in range(4)]
         return PolicyReplay("p", ids, trajectories=8, generated_tokens=10, failed=0, seconds=1.0)
 
-    def score(self, config: TrajlakeConfig, group_ids: list[str]) -> dict[str, Any]:
+    def score(self, config: TrajlakeConfig, group_ids: list[str]) -> RoundScores:
         draws = sorted({int(g.split("-d")[1].split("-")[0]) for g in group_ids})
         equal = sum(4 - self.informative[d] for d in draws)
-        return {"mean": 0.5, "std": 0.1, "scored": 8 * len(draws), "equal_groups": equal}
+        return RoundScores(RewardStats("r", mean=0.5, std=0.1, scored=8 * len(draws), equal_groups=equal), [])
 
 
 @pytest.mark.parametrize(
@@ -58,7 +58,7 @@ def test_extra_draws_until_enough_groups_are_informative(
     assert fake.draws == expected_draws
     assert replayed.groups == 4 * len(expected_draws) == len(replayed.group_ids)
     assert replayed.draws == len(expected_draws) - 1 and replayed.trajectories == 8 * len(expected_draws)
-    assert scored["equal_groups"] == equal  # the stats cover every draw's groups
+    assert scored.stats.equal_groups == equal  # the stats cover every draw's groups
 
 
 def test_draws_take_fresh_slices(tmp_path: Path, lake) -> None:  # type: ignore[no-untyped-def]

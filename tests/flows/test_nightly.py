@@ -76,6 +76,10 @@ def test_three_nights_each_train_from_production_on_what_is_new(
 
     runs = store.pipeline_runs(lake)
     assert [r.run_id for r in runs] == [r["run"].run_id for r in results]
+    for result in results:  # the flow's result is JSON but for the run's record: no stage result leaks in
+        json.dumps({key: value for key, value in result.items() if key != "run"})
+    published_keys = {"name", "version", "path", "aliases", "promoted", "decision", "gate", "lineage_json"}
+    assert set(results[0]["published"]) == published_keys
     assert len({r.run_id for r in runs}) == len({r.flow_run_id for r in runs}) == 3
     assert all(r.status == "finished" for r in runs)
 
@@ -160,6 +164,8 @@ def test_a_night_without_new_traffic_trains_nothing_and_says_so(tmp_path: Path, 
     first = run_pipeline(str(config), str(lake), rounds=1)
     second = run_pipeline(str(config), str(lake), rounds=1)  # window 0 and no new traffic
     assert first["run"].training_steps > 0
+    assert set(second) == {"run", "rounds", "adapter", "scenarios", "report", "timings"}
+    json.dumps({key: value for key, value in second.items() if key != "run"})  # nothing trained, still JSON
     run = second["run"]
     assert run.status == "finished" and run.training_steps == 0 and run.published is None
     assert run.decision == f"nothing to learn: no train scenario new since {first['run'].data_until}"
@@ -225,10 +231,10 @@ def test_a_retried_flow_run_takes_up_its_own_record_and_folder(tmp_path: Path, d
     stages.make_scenarios(config)
     trained = stages.train_sft(config, first.run_id)
     retried = stages.train_sft(config, first.run_id)  # resumes its own run, in its own folder
-    assert (retried["run_id"], retried["adapter"]) == (trained["run_id"], trained["adapter"])
+    assert (retried.run_id, retried.adapter_dir) == (trained.run_id, trained.adapter_dir)
     fresh = stages.train_sft(config, other.run_id)  # another flow run never resumes it
-    assert fresh["run_id"] != trained["run_id"] and fresh["adapter"] != trained["adapter"]
-    assert fresh["steps"] > 0
+    assert fresh.run_id != trained.run_id and fresh.adapter_dir != trained.adapter_dir
+    assert fresh.global_step > 0
 
 
 @pytest.mark.usefixtures("prefect_api")

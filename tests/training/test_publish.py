@@ -386,13 +386,11 @@ def test_the_pipeline_moves_latest_only_with_a_promoted_version_unless_asked(  #
         )
 
     better = publish_adapter(config, grpo.adapter_dir, evaluation(0.2, (0.1, 0.3)))
-    assert better["aliases"] == ["latest", "production"] and better["promoted"]
-    assert (
-        better["decision"] == f"{name}:v1 promoted: +0.200 [+0.100, +0.300] against base on 12 scenarios (r)"
-    )
+    assert better.aliases == ["latest", "production"] and better.promoted
+    assert better.decision == f"{name}:v1 promoted: +0.200 [+0.100, +0.300] against base on 12 scenarios (r)"
     worse = publish_adapter(config, grpo.adapter_dir, evaluation(-0.1, (-0.2, 0.05)))
-    assert not worse["promoted"]
-    assert worse["decision"].startswith(f"{name}:v2 not promoted: -0.100 [-0.200, +0.050]")
-    assert worse["aliases"] == (["latest"] if latest_if_refused else [])
+    assert not worse.promoted
+    assert worse.decision and worse.decision.startswith(f"{name}:v2 not promoted: -0.100 [-0.200, +0.050]")
+    assert worse.aliases == (["latest"] if latest_if_refused else [])
     assert resolve_adapter(lake, f"{name}:production")["version"] == 1  # production stays on v1
     assert resolve_adapter(lake, f"{name}:latest")["version"] == (2 if latest_if_refused else 1)

@@ -16,16 +16,6 @@ from flows.stages.common import lake_of
 if TYPE_CHECKING:
     from judging.summary import RewardStats, ScoreSummary
 
-# what the scoring artifact shows of each scoring run (the counts are summed over a reward's chunks)
-SCORE_COLUMNS = (
-    "reward",
-    "scorer",
-    "groups_scored",
-    "groups_skipped",
-    "groups_failed",
-    "trajectories_scored",
-)
-
 
 @dataclass(frozen=True)
 class RoundScores:
@@ -52,13 +42,12 @@ def merge_score_rows(runs: list[ScoreSummary]) -> list[dict[str, Any]]:
     """The scoring artifact's rows: one per reward, its chunks' counts summed."""
     merged: dict[str, dict[str, Any]] = {}
     for run in runs:
-        row = {column: getattr(run, column) for column in SCORE_COLUMNS}
-        into = merged.setdefault(
-            row["reward"], {**row, **{k: 0 for k, v in row.items() if isinstance(v, int)}}
-        )
-        for key, value in row.items():
-            if isinstance(value, int):
-                into[key] += value
+        counts = {"groups_scored": 0, "groups_skipped": 0, "groups_failed": 0, "trajectories_scored": 0}
+        row = merged.setdefault(run.reward, {"reward": run.reward, "scorer": run.scorer, **counts})
+        row["groups_scored"] += run.groups_scored
+        row["groups_skipped"] += run.groups_skipped
+        row["groups_failed"] += run.groups_failed
+        row["trajectories_scored"] += run.trajectories_scored
     return list(merged.values())
 
 

@@ -112,6 +112,19 @@ def score_ruler(
 
     stream = stream_groups(con, [g for g, _ in groups], config.load_turns)
 
+    def record(gid: str, verdict: GroupVerdict) -> bool:
+        """Count a verdict and hand its rows to the writer; whether the writer wants a flush."""
+        if verdict.ok:
+            summary.groups_scored += 1
+        else:
+            summary.groups_failed += 1
+        summary.prompt_tokens += 0 if verdict.cached else verdict.prompt_tokens
+        summary.completion_tokens += 0 if verdict.cached else verdict.completion_tokens
+        if verdict.cost_usd is not None and not verdict.cached:
+            summary.cost_usd = (summary.cost_usd or 0.0) + verdict.cost_usd
+        bar.advance()
+        return writer.add(ruler_rows(verdict, judge, name, run_id, gid), auto_flush=False)
+
     async def run() -> None:
         # Keep a bounded window of groups in flight: enough to saturate `concurrency`, without
         # loading every group into memory at once.
@@ -137,23 +150,18 @@ def score_ruler(
                     gid = pending.pop(fut)
                     verdict = fut.result()  # JudgeConfigError stops the run here
                     unreachable = unreachable + 1 if verdict.error == "judge_unreachable" else 0
-                    if verdict.ok:
-                        summary.groups_scored += 1
-                    else:
-                        summary.groups_failed += 1
-                    summary.prompt_tokens += 0 if verdict.cached else verdict.prompt_tokens
-                    summary.completion_tokens += 0 if verdict.cached else verdict.completion_tokens
-                    if verdict.cost_usd is not None and not verdict.cached:
-                        summary.cost_usd = (summary.cost_usd or 0.0) + verdict.cost_usd
-                    if writer.add(ruler_rows(verdict, judge, name, run_id, gid), auto_flush=False):
+                    if record(gid, verdict):
                         await asyncio.to_thread(writer.flush)  # the Parquet commit, off the event loop
-                    bar.advance()
                     if unreachable >= UNREACHABLE_STOP:
                         raise JudgeUnreachableError(
                             judge_config.model, judge_config.base_url, unreachable, verdict.error_detail or ""
                         )
         finally:
-            for fut in pending:
+            # Stopped (Ctrl-C, an error): verdicts already back are kept (the writer's last flush
+            # commits them); only the calls still in flight are cancelled.
+            for fut, gid in pending.items():
+                if fut.done() and not fut.cancelled() and fut.exception() is None:
+                    record(gid, fut.result())
                 fut.cancel()
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)

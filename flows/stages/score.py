@@ -40,14 +40,14 @@ def shard_groups(group_ids: list[str] | None, shards: int) -> list[list[str] | N
 
 def merge_score_rows(runs: list[ScoreSummary]) -> list[dict[str, Any]]:
     """The scoring artifact's rows: one per reward, its chunks' counts summed."""
+    counts = ("groups_scored", "groups_skipped", "groups_failed", "trajectories_scored")
     merged: dict[str, dict[str, Any]] = {}
     for run in runs:
-        counts = {"groups_scored": 0, "groups_skipped": 0, "groups_failed": 0, "trajectories_scored": 0}
-        row = merged.setdefault(run.reward, {"reward": run.reward, "scorer": run.scorer, **counts})
-        row["groups_scored"] += run.groups_scored
-        row["groups_skipped"] += run.groups_skipped
-        row["groups_failed"] += run.groups_failed
-        row["trajectories_scored"] += run.trajectories_scored
+        row = merged.setdefault(
+            run.reward, {"reward": run.reward, "scorer": run.scorer, **dict.fromkeys(counts, 0)}
+        )
+        for name in counts:
+            row[name] += getattr(run, name)
     return list(merged.values())
 
 

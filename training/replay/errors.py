@@ -19,10 +19,12 @@ class ReplayError(Exception):
 
 
 class ReplaySetupError(ReplayError, SettingError):
-    """The replay stage was misconfigured or selected nothing to replay (`bad_config`, `no_scenarios`);
-    `field` names the refused setting (None when no one setting is at fault)."""
+    """The replay stage was misconfigured (`bad_config`, the default) or selected nothing to replay
+    (`no_scenarios`); `field` names the refused setting (None when no one setting is at fault)."""
 
-    def __init__(self, message: str, *, reason: str, field: str | None = None, value: object = None) -> None:
+    def __init__(
+        self, message: str, *, reason: str = "bad_config", field: str | None = None, value: object = None
+    ) -> None:
         ReplayError.__init__(self, message, reason=reason)
         self.field, self.value = field, value
 

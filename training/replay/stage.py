@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import hashlib
 import json
 import time
@@ -65,9 +64,8 @@ class ReplayConfig:
             ("group_size", self.group_size >= 2, ">= 2: GRPO compares the samples of a group"),
             ("concurrency", self.concurrency >= 1, ">= 1"),
             ("flush_groups", self.flush_groups >= 1, ">= 1"),
-            # a greedy group is one sample repeated, with no spread for GRPO to learn from
             ("sampling.temperature", self.sampling.temperature > 0, "> 0 (a greedy group has no spread)"),
-            error=functools.partial(ReplaySetupError, reason="bad_config"),
+            error=ReplaySetupError,
         )
 
 

@@ -22,7 +22,6 @@ group less diverse than it looks.
 from __future__ import annotations
 
 import asyncio
-import functools
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -55,7 +54,7 @@ class RolloutLimits:
             self,
             ("max_turns", self.max_turns >= 1, ">= 1"),
             ("max_total_tokens", self.max_total_tokens >= 1, ">= 1"),
-            error=functools.partial(ReplaySetupError, reason="bad_config"),
+            error=ReplaySetupError,
         )
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from store.errors import check_settings
+from training.replay.errors import BadSamplingParams
 
 FinishReason = Literal["stop", "length"]
 
@@ -54,8 +55,6 @@ class SamplingParams:
     )
 
     def __post_init__(self) -> None:
-        from training.replay.errors import BadSamplingParams
-
         check_settings(
             self,
             ("max_tokens", self.max_tokens >= 1, ">= 1"),

@@ -37,8 +37,7 @@ are user SQL over these views that picks rows by id; `table_stats` reads each ta
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -48,7 +47,6 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-from pyarrow.fs import FSSpecHandler, LocalFileSystem, PyFileSystem
 
 from store.delta_log import earliest_version
 from store.errors import DataErased, ReadOnlyViolation, SelectionError
@@ -162,85 +160,68 @@ GROUP_STATS_MACRO = """
 """
 
 
-# DuckDB pulls a filtered scan's batches through `LakeDataset.scanner`'s Python generator, which
-# pyarrow runs on a thread of its IO pool, and the generator's own file reads need that pool
-# too. With pyarrow's default of 8 threads, 8 such scans at once (4 threads each joining two
-# views) held every thread while waiting on reads that had none left: the queries hung for
-# good. A pool far larger than any number of concurrent scans always leaves threads for the
-# reads (idle threads cost nothing).
-pa.set_io_thread_count(max(pa.io_thread_count(), 256))
+def scan_type(arrow_type: pa.DataType) -> pa.DataType:
+    """`arrow_type` with every text type, nested ones too, as `string_view`: how a view reads it.
 
+    Files that delta-rs's MERGE wrote carry `string_view` columns, the others `string`, and
+    pyarrow's dataset scan casts each file's columns to the dataset's types but cannot compare
+    a `string` filter value with a `string_view` column (`equal(string, string_view)` has no
+    kernel). Declared as `string_view`, every file reads (a `string` column casts to it), and
+    DuckDB, seeing view columns, evaluates its text filters itself rather than pushing them
+    into the scan; filters on numbers and times, where every file agrees, are pushed down.
 
-class LakeDataset(ds.FileSystemDataset):  # type: ignore[misc]  # pyarrow ships no type stubs
-    """A table version's files as pyarrow reads them, in the schema's types, for DuckDB to scan.
-
-    DuckDB asks `scanner(columns=..., filter=...)` with its projection and filters pushed
-    down. Files that delta-rs's MERGE wrote carry `string_view` columns, which pyarrow's
-    dataset filter cannot evaluate (`equal(string, string_view)`, no `array_filter` kernel
-    for views), so columns are read, cast to the schema's types, and filtered then. A file
-    is first read in the filter's columns only, and its other columns only when a row of
-    it matches: a point lookup reads one file's rows whole, not every file's. DuckDB does
-    not filter again what it pushed down: a filter naming a column this class failed to
-    read raises (`No match for FieldRef`), it never lets rows through.
+    >>> scan_type(pa.list_(pa.struct([("role", pa.string()), ("n", pa.int64())])))
+    ListType(list<item: struct<role: string_view, n: int64>>)
     """
-
-    def scanner(self, columns: list[str] | None = None, filter: Any = None, **kwargs: Any) -> ds.Scanner:
-        wanted = list(columns) if columns is not None else self.schema.names
-        if filter is None:
-            base = ds.FileSystemDataset.scanner(self, columns=wanted, **kwargs)
-            return ds.Scanner.from_batches(_cast(base), schema=base.projected_schema)
-        # The filter's columns, found by name in its text (string literals removed first); a
-        # column too many costs a read, one too few raises.
-        text = re.sub(r'"(?:[^"\\]|\\.)*"', "", str(filter))
-        named = [n for n in self.schema.names if re.search(rf"\b{re.escape(n)}\b", text)]
-        read = wanted + [n for n in named if n not in wanted]
-        schema = pa.schema([self.schema.field(n) for n in read])
-
-        def batches() -> Iterator[pa.RecordBatch]:
-            for fragment in self.get_fragments():
-                probe = ds.Scanner.from_fragment(fragment, schema=self.schema, columns=named)
-                matched = ds.Scanner.from_batches(_cast(probe), schema=probe.projected_schema, filter=filter)
-                if matched.count_rows():
-                    yield from _cast(ds.Scanner.from_fragment(fragment, schema=self.schema, columns=read))
-
-        return ds.Scanner.from_batches(batches(), schema=schema, filter=filter, columns=wanted)
+    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
+        return pa.string_view()
+    if pa.types.is_list(arrow_type):
+        return pa.list_(arrow_type.value_field.with_type(scan_type(arrow_type.value_type)))
+    if pa.types.is_struct(arrow_type):
+        return pa.struct([field.with_type(scan_type(field.type)) for field in arrow_type.fields])
+    return arrow_type
 
 
-def _cast(scanner: ds.Scanner) -> Iterator[pa.RecordBatch]:
-    target = scanner.projected_schema
-    for batch in scanner.to_batches():
-        yield batch.cast(target)
+def scan_schema(spec: TableSpec) -> pa.Schema:
+    """A table's schema as its view scans it: text as `string_view` (`scan_type`), except the
+    partition column, which comes from the hive path and never from a file."""
+    return pa.schema(
+        [
+            field if field.name == PARTITION_COLUMN else field.with_type(scan_type(field.type))
+            for field in spec.schema
+        ]
+    )
 
 
 def table_dataset(lake: Lake, spec: TableSpec, files: tuple[str, ...]) -> ds.Dataset:
-    """One table version as an Arrow dataset in the schema's columns and types: what its view reads.
+    """One table version as an Arrow dataset in the schema's columns: what its view reads.
 
-    The files are read by pyarrow (a remote lake's through its fsspec file system) when a
-    query scans them, not listed or opened here; the partition column comes from the hive
-    path (`dt=2026-01-31/part-0.parquet`), a column a file lacks reads as null.
+    A plain pyarrow dataset, scanned by Arrow's C++ reader and handed to DuckDB through the
+    Arrow C stream interface: no Python runs on pyarrow's or DuckDB's threads while a query
+    reads it, so a query that stops early (LIMIT) or fails leaves no thread inside Python.
+    The files are read (a remote lake's through `Lake.arrow_fs`) when a query scans them,
+    not listed or opened here; the partition column comes from the hive path
+    (`dt=2026-01-31/part-0.parquet`), a column a file lacks reads as null, and text reads as
+    `string_view` (`scan_type`).
     """
+    schema = scan_schema(spec)
     if not files:
-        return ds.dataset(spec.schema.empty_table())
-    fmt = ds.ParquetFileFormat()
-    if lake.is_local:
-        filesystem: Any = LocalFileSystem()
-        base = lake.url(spec.name)
-        paths = [f.removeprefix("file://") for f in files]
-    else:
-        filesystem, base = PyFileSystem(FSSpecHandler(lake.fs)), lake.fs_path(spec.name)
-        paths = [f.split("://", 1)[-1] for f in files]
+        return ds.dataset(schema.empty_table())
+    filesystem, base = lake.arrow_fs, lake.fs_path(spec.name)
+    paths = [f.removeprefix("file://") if lake.is_local else f.split("://", 1)[-1] for f in files]
     hive = (
         ds.partitioning(pa.schema([spec.schema.field(PARTITION_COLUMN)]), flavor="hive")
         if spec.partitioned
         else None
     )
+    fmt = ds.ParquetFileFormat()
     fragments = [
         fmt.make_fragment(
             path, filesystem, partition_expression=hive.parse(path.removeprefix(base)) if hive else None
         )
         for path in paths
     ]
-    return LakeDataset(fragments, spec.schema, fmt, filesystem)
+    return ds.FileSystemDataset(fragments, schema, fmt, filesystem)
 
 
 def connect(

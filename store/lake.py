@@ -2,9 +2,9 @@
 
 A lake is a directory: a local path, or an object-store URL (`s3://bucket/lake`). Each
 table is a Delta Lake table in `<lake>/<table>/` (its `_delta_log/` next to its Parquet
-files). delta-rs reads and writes the tables; DuckDB reads their current files through
-fsspec for remote lakes (`register_filesystem`), so no DuckDB extension has to be
-downloaded. Credentials come from the usual `AWS_*` variables (`AWS_ENDPOINT_URL` for
+files). delta-rs reads and writes the tables; SQL reads their current files through
+pyarrow (`arrow_fs`: Arrow's own file systems for local and S3 lakes), so no DuckDB
+extension has to be downloaded. Credentials come from the usual `AWS_*` variables (`AWS_ENDPOINT_URL` for
 S3-compatible servers), or from `storage_options` in fsspec's spelling, which is
 translated for delta-rs.
 """
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import fsspec
+import pyarrow.fs as pafs
 
 from store.errors import LakeUnusable
 from store.schema import TABLES, table_spec
@@ -77,6 +78,28 @@ class Lake:
         if endpoint.startswith("http://"):
             out["AWS_ALLOW_HTTP"] = "true"
         return {k: str(v) for k, v in out.items() if v}
+
+    @cached_property
+    def arrow_fs(self) -> pafs.FileSystem:
+        """The file system pyarrow reads the lake's files with (the views' scans).
+
+        Arrow's own for local and S3 lakes, so no Python runs on Arrow's IO threads while a
+        query reads; another protocol goes through its fsspec file system (`fs`).
+        """
+        if self.is_local:
+            return pafs.LocalFileSystem()
+        if self.protocol in ("s3", "s3a"):
+            options = self.delta_options
+            endpoint = options.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL")
+            return pafs.S3FileSystem(
+                access_key=options.get("AWS_ACCESS_KEY_ID"),
+                secret_key=options.get("AWS_SECRET_ACCESS_KEY"),
+                session_token=options.get("AWS_SESSION_TOKEN"),
+                region=options.get("AWS_REGION"),
+                endpoint_override=endpoint.split("://", 1)[-1] if endpoint else None,
+                scheme="http" if (endpoint or "").startswith("http://") else "https",
+            )
+        return pafs.PyFileSystem(pafs.FSSpecHandler(self.fs))
 
     def fs_path(self, *parts: str) -> str:
         """Path as fsspec expects it (no protocol prefix for remote lakes)."""

@@ -55,7 +55,7 @@ from store.metrics import (
 )
 from training.grpo_batch import GroupedRepeatSampler, pad_rows, padded, rows_as_tensors
 from training.mismatch import gap_from_totals, importance_weights, sampler_gap_totals, weighted_advantages
-from training.tree_pack import TreePack, attention_mask_for, pack_rows, unpack
+from training.tree_pack import TREE_ATTENTION, TreePack, attention_mask_for, pack_rows, unpack
 
 if TYPE_CHECKING:
     from training.grpo_config import TrajlakeGRPOConfig
@@ -63,8 +63,6 @@ if TYPE_CHECKING:
 # The round-start pass keeps no activations for a backward pass, so it batches this many
 # times wider than a training step for the same memory.
 ROUND_START_BATCH_FACTOR = 4
-# Attention implementations that take a ready 4D mask (or FlexAttention's BlockMask) as given.
-TREE_ATTENTION = frozenset({"sdpa", "eager", "flex_attention"})
 # On a GPU a packed sequence's width is rounded up to this: each new shape costs the fused LM
 # head's Triton autotuning (and FlexAttention a compile), and node counts differ every batch.
 PACK_WIDTH_MULTIPLE = 128

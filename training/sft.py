@@ -40,6 +40,7 @@ from training.run import (
     train_and_record,
 )
 from training.sft_config import TrajlakeSFTConfig
+from training.sft_trainer import TreePackedSFTTrainer
 
 # --- dataset ------------------------------------------------------------------------------------
 
@@ -112,8 +113,6 @@ def train_sft(
     from the newest checkpoint under `<output_dir>/checkpoints`. `as_of` reads the lake at
     the table versions of an earlier lineage (`training.lineage.as_of_versions`).
     """
-    from trl import SFTTrainer
-
     lake = store.Lake.of(lake)
     base_model = str(base_model)
     output_dir = Path(output_dir)
@@ -141,7 +140,7 @@ def train_sft(
     runs = RunsTableCallback(lake, run_id, "sft")
     model, peft_config = trainable_policy(base_model, adapter, config, bf16=bool(config.bf16))
     with peft_wrapping():  # the trainer wraps the model in a fresh LoRA adapter (or trains `adapter`)
-        trainer = SFTTrainer(
+        trainer = TreePackedSFTTrainer(
             model=model,
             args=config,
             train_dataset=dataset,

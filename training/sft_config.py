@@ -37,6 +37,16 @@ class TrajlakeSFTConfig(LoraFields, CheckpointingFields, SFTConfig):  # type: ig
             "FlashAttention varlen kernel padded batches were faster on a CPU (~6x) and on an H200 (1.8x)."
         },
     )
+    tree_packing: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Forward each batch's conversations once as a prefix tree over their token ids: what they "
+            "share before their first trained token (system prompt, tool definitions) is computed once, with a "
+            "mask that lets each token see only its own conversation (loss and gradients equal the unpacked "
+            "ones; `training.sft_trainer`). The share of tokens saved is logged per step; a model whose "
+            "attention takes no mask is trained unpacked. Unset: on, unless `packing` is."
+        },
+    )
     logging_steps: float = field(default=1, metadata={"help": "Log (and write to `runs`) every N steps."})
     save_steps: float = field(
         default=50, metadata={"help": "Checkpoint every N steps (resume from the latest)."}
@@ -50,10 +60,18 @@ class TrajlakeSFTConfig(LoraFields, CheckpointingFields, SFTConfig):  # type: ig
         self.resolve_checkpointing()
         if self.bf16 is None and not self.fp16:
             self.bf16 = bf16_supported()  # TRL defaults to bf16, which CPUs and older GPUs reject
+        explicit_tree_packing = self.tree_packing
+        if self.tree_packing is None:
+            self.tree_packing = not self.packing
         check_settings(
             self,
             ("learning_rate", self.learning_rate > 0, "positive"),
             ("max_length", self.max_length is None or self.max_length >= 8, ">= 8 (room for a conversation)"),
+            (
+                "tree_packing",
+                not (explicit_tree_packing and self.packing),
+                "off when `packing` is on (two ways to pack a batch)",
+            ),
             error=BadHyperparameter,
         )
         claim_cpu(self)  # several processes on CPUs: one data-parallel run (training.distributed)

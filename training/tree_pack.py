@@ -31,6 +31,8 @@ from typing import Any
 import torch
 
 IGNORE = -100  # TRL's and transformers' "no label"
+# Attention implementations that take a ready 4D mask (or FlexAttention's BlockMask) as given.
+TREE_ATTENTION = frozenset({"sdpa", "eager", "flex_attention"})
 
 
 @dataclass(frozen=True)
@@ -67,37 +69,78 @@ def pack_rows(
     them unpacked. The sequences' width is rounded up to `multiple` (on a GPU, so kernels
     tuned or compiled for a shape see few distinct shapes).
     """
-    rows, width = input_ids.shape
+    width = input_ids.size(1)
     first_scored = width - logits_to_keep
-    ids, attended = input_ids.tolist(), attention_mask.bool().tolist()
-    sequences: list[list[tuple[int, int]]] = []  # per row: (token, label) of each attended column
+    mask = attention_mask.bool().tolist()
+    scored = [[first_scored <= c and keep for c, keep in enumerate(row)] for row in mask]
+    return _pack(input_ids, mask, scored, first_scored, own_scored=False, multiple=multiple)
+
+
+def pack_labeled_rows(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor, multiple: int = 1
+) -> TreePack | None:
+    """Pack SFT's rows (right-padded; `labels` the unshifted targets, -100 where nothing is
+    trained) into a prefix tree: what a batch's conversations share before their first trained
+    token (the system prompt, the tool definitions, a repeated question) is forwarded once.
+
+    A scored node is never shared: each row keeps its own copy from its first trained token
+    on, so every trained token of every row is exactly one node and the sum of the nodes'
+    losses is the unpacked rows' sum (two identical conversations are trained on twice, as
+    unpacked). `index` maps each row's columns to their nodes, as `pack_rows`' does.
+    """
+    mask = attention_mask.bool().tolist()
+    scored = (labels != IGNORE).tolist()
+    return _pack(input_ids, mask, scored, 0, own_scored=True, multiple=multiple)
+
+
+def _pack(
+    input_ids: torch.Tensor,
+    attended: list[list[bool]],
+    scored: list[list[bool]],
+    first_scored: int,
+    *,
+    own_scored: bool,
+    multiple: int,
+) -> TreePack | None:
+    """The tree of the rows: a token of column `c` scores column `c + 1` where `scored` says so.
+
+    Rows whose attended tokens are not contiguous, or whose first scored token has no
+    attended token before it, cannot be packed (None). With `own_scored` a scored node
+    belongs to its row alone (SFT's per-token loss); otherwise rows share every node whose
+    path of (token, label) agrees (GRPO's per-row logprobs are gathered through `index`).
+    """
+    width = input_ids.size(1)
+    logits_to_keep = width - first_scored
+    ids = input_ids.tolist()
+    sequences: list[list[tuple[int, int, int]]] = []  # per row: (token, label, owner) of each attended column
     starts: list[int] = []
     row_tokens = 0
-    for row, mask in zip(ids, attended, strict=True):
+    for r, (row, mask, score) in enumerate(zip(ids, attended, scored, strict=True)):
         columns = [c for c, keep in enumerate(mask) if keep]
         if columns and columns[-1] - columns[0] + 1 != len(columns):
             return None
         start = columns[0] if columns else width
-        if first_scored <= start < width and start > 0:
+        if first_scored <= start < width and start > 0 and score[start]:
             return None  # TRL would score this token from a padding column's logits
         sequence = []
         for c in columns:
-            scored = c + 1 < width and c + 1 >= first_scored and mask[c + 1]
-            sequence.append((row[c], row[c + 1] if scored else IGNORE))
+            is_scored = c + 1 < width and mask[c + 1] and score[c + 1]
+            label = row[c + 1] if is_scored else IGNORE
+            sequence.append((row[c], label, r if own_scored and is_scored else -1))
         while sequence and sequence[-1][1] == IGNORE:  # read by nothing: no label, no descendant
             sequence.pop()
         sequences.append(sequence)
         starts.append(start)
         row_tokens += len(columns)
 
-    order = sorted(range(rows), key=sequences.__getitem__)
+    order = sorted(range(len(ids)), key=sequences.__getitem__)
     tokens: list[int] = []
     depths: list[int] = []
     labels: list[int] = []
     subtree_end: list[int] = []
-    index = [[-1] * logits_to_keep for _ in range(rows)]
+    index = [[-1] * logits_to_keep for _ in range(len(ids))]
     path: list[int] = []  # the previous row's nodes, by depth
-    previous: list[tuple[int, int]] = []
+    previous: list[tuple[int, int, int]] = []
     for r in order:
         sequence = sequences[r]
         shared = 0  # sorted rows: the longest prefix any earlier row shares is the previous row's

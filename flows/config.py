@@ -48,6 +48,7 @@ SFT_FIELDS = (
     "gradient_accumulation_steps",
     "max_length",
     "packing",
+    "tree_packing",
     "lora_r",
     "lora_alpha",
     "lora_dropout",

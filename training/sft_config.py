@@ -40,11 +40,11 @@ class TrajlakeSFTConfig(LoraFields, CheckpointingFields, SFTConfig):  # type: ig
     tree_packing: bool | None = field(
         default=None,
         metadata={
-            "help": "Forward each batch's conversations once as a prefix tree over their token ids: what they "
-            "share before their first trained token (system prompt, tool definitions) is computed once, with a "
-            "mask that lets each token see only its own conversation (loss and gradients equal the unpacked "
-            "ones; `training.sft_trainer`). The share of tokens saved is logged per step; a model whose "
-            "attention takes no mask is trained unpacked. Unset: on, unless `packing` is."
+            "help": "Forward each batch's conversations once as a prefix tree (unset: on, unless `packing` is): "
+            "what they share before their first trained token (system prompt, tool definitions) is computed once, "
+            "with a mask that lets each token see only its own conversation (loss and gradients equal the "
+            "unpacked ones; `training.sft_trainer`). The share of tokens saved is logged per step; a model "
+            "whose attention takes no mask is trained unpacked."
         },
     )
     logging_steps: float = field(default=1, metadata={"help": "Log (and write to `runs`) every N steps."})

@@ -182,13 +182,22 @@ def old_format_connection(root: str, n: int, out: str) -> duckdb.DuckDBPyConnect
         ("base", "SELECT * FROM trajectories WHERE model <> 'reassembled'"),
         ("again", "SELECT * FROM trajectories WHERE model = 'reassembled'"),
     ):
-        con.sql(sql).write_parquet(f"{out}/trajectories/{name}.parquet", compression="zstd")
+        pq.write_table(
+            con.sql(sql).fetch_arrow_table(), f"{out}/trajectories/{name}.parquet", compression="zstd"
+        )
     # the upserted keys' first versions, as the old writer left them beside their newer rows
     first = {"model": "m-old"}
-    con.sql(
-        f"SELECT * REPLACE ('{first['model']}' AS model, _written_at - INTERVAL 1 HOUR AS _written_at) FROM trajectories WHERE model = 'reassembled'"
-    ).write_parquet(f"{out}/trajectories/first.parquet", compression="zstd")
-    con.sql("SELECT * FROM rewards").write_parquet(f"{out}/rewards.parquet", compression="zstd")
+    pq.write_table(
+        con.sql(
+            f"SELECT * REPLACE ('{first['model']}' AS model, _written_at - INTERVAL 1 HOUR AS _written_at) FROM trajectories WHERE model = 'reassembled'"
+        ).fetch_arrow_table(),
+        f"{out}/trajectories/first.parquet",
+        compression="zstd",
+    )
+    # `store.connect` opens no file, so pyarrow writes what it reads (bench/lake.py broke when it stopped)
+    pq.write_table(
+        con.sql("SELECT * FROM rewards").fetch_arrow_table(), f"{out}/rewards.parquet", compression="zstd"
+    )
     con.close()
     old = duckdb.connect()
     old.execute(

@@ -149,7 +149,9 @@ def label_row(obj: Any, *, now: datetime) -> dict[str, Any]:
     }
 
 
-def _conversations(lake: store.Lake, rows: list[dict[str, Any]]) -> dict[str, list[tuple[str, str | None, str | None]]]:
+def _conversations(
+    lake: store.Lake, rows: list[dict[str, Any]]
+) -> dict[str, list[tuple[str, str | None, str | None]]]:
     """(trajectory_id, trace_id, user_id) of the production conversations the rows name, by the
     id each row gave (a trajectory id, or a trace id)."""
     if not lake.has_table("trajectories"):
@@ -210,7 +212,8 @@ def import_labels(
                 raise MalformedPayload("label", str(exc), path=where, fix=FIX) from None
             where_of.append(where)
     known = _conversations(lake, rows) if rows else {}
-    matched, seen = 0, {}
+    matched = 0
+    seen: dict[tuple[str, str], str] = {}
     for row, where in zip(rows, where_of, strict=True):
         try:
             matched += resolve(row, known)
@@ -229,4 +232,3 @@ def import_labels(
     if rows:
         store.write(lake, LABELS.name, rows)
     return LabelImport(labels=len(rows), files=len(paths), matched=matched)
-

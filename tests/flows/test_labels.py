@@ -28,7 +28,15 @@ def _write(path: Path, *lines: object) -> Path:
 
 def _labels(lake: store.Lake) -> list[dict]:
     result = runner.invoke(
-        app, ["sql", "SELECT * EXCLUDE (_written_at) FROM labels ORDER BY trajectory_id", "--lake", lake.root, "--format", "json"]
+        app,
+        [
+            "sql",
+            "SELECT * EXCLUDE (_written_at) FROM labels ORDER BY trajectory_id",
+            "--lake",
+            lake.root,
+            "--format",
+            "json",
+        ],
     )
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
@@ -54,7 +62,11 @@ def test_import_resolves_conversations_and_users_and_is_a_view(lake: store.Lake,
     assert set(rows) == {"t1", "t2", "elsewhere"}
     # a trace id names its conversation in the lake, and the label takes the conversation's user
     assert (rows["t1"]["trace_id"], rows["t1"]["user_id"]) == (TRACE, "alice")
-    assert (json.loads(rows["t1"]["expected"]), rows["t1"]["verdict"], rows["t1"]["source"]) == ("84", 0.0, "file")
+    assert (json.loads(rows["t1"]["expected"]), rows["t1"]["verdict"], rows["t1"]["source"]) == (
+        "84",
+        0.0,
+        "file",
+    )
     assert (rows["t2"]["expected"], rows["t2"]["verdict"], rows["t2"]["source"]) == (None, 1.0, "person")
     assert rows["elsewhere"]["user_id"] == "carol"
 
@@ -102,7 +114,11 @@ def test_corrections_sent_with_feedback_over_otlp_become_labels_and_scenarios(la
     for label in labels:
         scenario = scenarios[label["trajectory_id"]]
         assert scenario.rated == "wrong" and scenario.expected_source == "label"
-        assert scenario.expected == json.loads(label["expected"]) != {"final_output": finals[label["trajectory_id"]]}
+        assert (
+            scenario.expected
+            == json.loads(label["expected"])
+            != {"final_output": finals[label["trajectory_id"]]}
+        )
     right = [s for s in scenarios.values() if s.rated == "right"]
     assert len(right) == stats["correct"] and {s.expected_source for s in right} == {"rated_right"}
 
@@ -118,7 +134,10 @@ def test_forget_erases_a_users_labels_and_keeps_everyone_elses(lake: store.Lake,
     store.write(
         lake,
         "trajectories",
-        [make_trajectory("t-alice", trace_id=TRACE, user_id="alice"), make_trajectory("t-bob", user_id="bob")],
+        [
+            make_trajectory("t-alice", trace_id=TRACE, user_id="alice"),
+            make_trajectory("t-bob", user_id="bob"),
+        ],
     )
     path = _write(
         tmp_path / "labels.jsonl",

@@ -61,7 +61,7 @@ class ReplayConfig:
         default=False,
         metadata={
             "help": "An evaluation's greedy replay: one sample per scenario at temperature 0 (no GRPO "
-            "group: it has no spread); set by the evaluation, not in `[replay]`."
+            "group: it has no spread); the evaluation sets it (`evaluate.greedy`)."
         },
     )
 

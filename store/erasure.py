@@ -254,10 +254,17 @@ def _labelled(
 ) -> set[str]:
     """The `labels` rows (by `trajectory_id`) of the selected conversations, of their traces, and,
     for a user, every label naming that user (a label may arrive before its conversation)."""
-    found = _ids(con, "SELECT trajectory_id FROM labels WHERE trajectory_id IN (SELECT v FROM ids)", conversations)
+    found = _ids(
+        con, "SELECT trajectory_id FROM labels WHERE trajectory_id IN (SELECT v FROM ids)", conversations
+    )
     found |= _ids(con, "SELECT trajectory_id FROM labels WHERE trace_id IN (SELECT v FROM ids)", traces)
     if selection.kind == "user_id":
-        found |= {r[0] for r in con.execute("SELECT trajectory_id FROM labels WHERE user_id = $v", {"v": selection.value}).fetchall()}
+        found |= {
+            r[0]
+            for r in con.execute(
+                "SELECT trajectory_id FROM labels WHERE user_id = $v", {"v": selection.value}
+            ).fetchall()
+        }
     return found
 
 

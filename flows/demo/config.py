@@ -180,9 +180,8 @@ def write_demo_config(
     # What production got wrong becomes scenarios too: a thumbs-down whose user sent the right
     # answer (a label) is scored against it; without a label only a reward that needs no expected
     # answer (RULER, with a judge) can score it, so the demo takes those only when it has a judge.
-    rated_wrong = (
-        "SELECT trajectory_id FROM latest_rewards WHERE name = 'user_feedback' AND value <= 0"
-        + ("" if judge else " AND trajectory_id IN (SELECT trajectory_id FROM labels WHERE expected IS NOT NULL)")
+    rated_wrong = "SELECT trajectory_id FROM latest_rewards WHERE name = 'user_feedback' AND value <= 0" + (
+        "" if judge else " AND trajectory_id IN (SELECT trajectory_id FROM labels WHERE expected IS NOT NULL)"
     )
     scenarios = (
         "SELECT trajectory_id FROM trajectories WHERE source = 'otel' AND has_content AND (trajectory_id IN "

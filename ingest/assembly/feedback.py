@@ -64,7 +64,9 @@ def label_rows(span: Span, run_id: str, user_id: str | None) -> list[dict[str, A
                 "source": "feedback",
                 "user_id": user_id,
                 "labeled_by": str(attrs.get("gen_ai.evaluation.name") or "feedback"),
-                "comment": None if attrs.get("gen_ai.evaluation.explanation") is None else str(attrs.get("gen_ai.evaluation.explanation")),
+                "comment": None
+                if attrs.get("gen_ai.evaluation.explanation") is None
+                else str(attrs.get("gen_ai.evaluation.explanation")),
                 "labeled_at": reward["scored_at"],
                 "metadata": json.dumps({"span_id": span["span_id"]}),
                 WRITTEN_AT: None,

@@ -206,9 +206,7 @@ def prompt_prefix(messages: list[dict[str, Any]], turn: int = 0) -> list[dict[st
     return list(messages) if turn == 0 and seen == 0 else None
 
 
-def expected_of(
-    row: dict[str, Any], label: str | None, rated: str | None
-) -> tuple[Any, str | None]:
+def expected_of(row: dict[str, Any], label: str | None, rated: str | None) -> tuple[Any, str | None]:
     """(`expected`, where it came from) of a conversation: its label's (JSON text), its metadata's,
     or its answer when rated right; never the answer of a conversation rated wrong.
 

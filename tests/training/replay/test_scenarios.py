@@ -229,7 +229,9 @@ def test_round_slices_cover_the_selection_before_repeating(lake: store.Lake) -> 
 def test_expected_never_comes_from_an_answer_rated_wrong(lake: store.Lake) -> None:
     """Rated right: its answer; rated wrong: its label's answer, or none; unrated: none (issue 54)."""
     store.write(lake, "trajectories", [make_trajectory(t) for t in ("right", "wrong", "labelled", "unrated")])
-    store.write(lake, "rewards", [_feedback("right", 1.0), _feedback("wrong", 0.0), _feedback("labelled", 0.0)])
+    store.write(
+        lake, "rewards", [_feedback("right", 1.0), _feedback("wrong", 0.0), _feedback("labelled", 0.0)]
+    )
     store.write(
         lake,
         "labels",
@@ -253,7 +255,9 @@ def test_expected_never_comes_from_an_answer_rated_wrong(lake: store.Lake) -> No
         "labelled": ({"final_output": "84"}, "label", "wrong"),
         "unrated": (None, None, None),
     }
-    rows = store.connect(lake).sql(
-        "SELECT expected_source, count(*) AS n FROM scenarios GROUP BY ALL ORDER BY ALL"
-    ).fetchall()
+    rows = (
+        store.connect(lake)
+        .sql("SELECT expected_source, count(*) AS n FROM scenarios GROUP BY ALL ORDER BY ALL")
+        .fetchall()
+    )
     assert rows == [("label", 1), ("rated_right", 1), (None, 2)]

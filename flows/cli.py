@@ -38,6 +38,7 @@ COMMANDS = {
     "report": "report_cmds",
     "model": "model_cmds",
     "forget": "forget_cmds",
+    "labels": "labels_cmds",
     "retrain": "forget_cmds",
 }
 

@@ -119,7 +119,12 @@ SECTIONS: dict[str, Section] = {
         ),
         Section("scenarios", "training.replay.scenarios:ScenarioConfig"),
         Section("sampler", "training.replay.samplers:SamplerConfig"),
-        Section("replay", "training.replay.stage:ReplayConfig", flags={"group_size": "--group-size -g"}),
+        Section(
+            "replay",
+            "training.replay.stage:ReplayConfig",
+            flags={"group_size": "--group-size -g"},
+            exclude=("greedy",),  # the evaluation's own (`evaluate.greedy`), not a replay setting
+        ),
         Section("tools", "training.replay.rollout.tools:ToolsConfig", flags={"recorded": "--recorded-tools"}),
         # `trajlake serve-sampler`: the sampling parameters of requests that set none, and
         # what one request may ask for (`--max-n`, `--max-tokens-limit`, ...).

@@ -194,8 +194,15 @@ def pipeline_flow(
     scenarios = timed("scenarios", scenarios_task, config)
     run = stages.mark_data_seen(config, run)
     learning = stages.learning_config(config, run)
+    run = stages.learned_from(learning, run)
     # the flow's result is JSON-able but for the run's record (Prefect keeps it; the demo reads it)
-    result: dict[str, Any] = {"run": run, "rounds": [], "adapter": None, "scenarios": asdict(scenarios)}
+    result: dict[str, Any] = {
+        "run": run,
+        "rounds": [],
+        "adapter": None,
+        "scenarios": asdict(scenarios),
+        "learned_from": run.learned_from,
+    }
     if not stages.scenarios_to_learn(learning):
         run = stages.finish_pipeline_run(config, run, trained=[], decision=stages.nothing_to_learn(run))
         print(run.decision)

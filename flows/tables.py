@@ -83,6 +83,11 @@ class EvaluateSettings:
         "",
     )
     group_size: int = _help("Samples per val scenario (0: `replay.group_size`).", 0)
+    greedy: bool = _help(
+        "Also measure every policy greedily (temperature 0, one sample per val scenario), as most "
+        "production serves: both successes are in the table, the gate reads the sampled one.",
+        True,
+    )
     stages: bool = _help(
         "Evaluate every stage of a pipeline run (base model, SFT, each GRPO round): the learning curve "
         "with paired differences; off: only the candidate and the adapter it would replace.",

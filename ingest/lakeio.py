@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 import store
 from ingest.assembly import Assembled, assemble
 from ingest.redact import redact_table
-from store.schema import INGEST_ERRORS, PARTITION_COLUMN, REWARDS, SPANS, TRAJECTORIES, WRITTEN_AT
+from store.schema import INGEST_ERRORS, LABELS, PARTITION_COLUMN, REWARDS, SPANS, TRAJECTORIES, WRITTEN_AT
 
 log = logging.getLogger("trajlake.ingest.lakeio")
 
@@ -46,12 +46,14 @@ class AssembleResult:
     traces: int = 0
     trajectories: int = 0
     rewards: int = 0
+    labels: int = 0  # feedback that carried the right answer
     failed: int = 0  # traces whose assembly failed: rows in `ingest_errors`, spans kept
 
     def add(self, other: AssembleResult) -> None:
         self.traces += other.traces
         self.trajectories += other.trajectories
         self.rewards += other.rewards
+        self.labels += other.labels
         self.failed += other.failed
 
     def summary(self) -> str:
@@ -148,6 +150,7 @@ def write_chunks(
     """
     result = AssembleResult()
     rewards: list[pa.Table] = []
+    labels: list[pa.Table] = []
     failures: list[pa.Table] = []
     assembled: list[str] = []
     span_days: set[date] = set()  # filled while the write reads the chunks, used when it commits
@@ -162,6 +165,8 @@ def write_chunks(
             result.traces += chunk.traces
             if chunk.rewards.num_rows:
                 rewards.append(redact_table(chunk.rewards, None))
+            if chunk.labels.num_rows:
+                labels.append(redact_table(chunk.labels, None))
             if chunk.failed:
                 failures.append(chunk.failures)
             assembled.extend(chunk.assembled_ids)
@@ -174,6 +179,8 @@ def write_chunks(
     result.trajectories = store.write(lake, TRAJECTORIES.name, trajectories(), within=span_days).rows
     if rewards:
         result.rewards = store.write(lake, REWARDS.name, rewards).rows
+    if labels:
+        result.labels = store.write(lake, LABELS.name, labels).rows
     if failures:
         result.failed = store.write(lake, INGEST_ERRORS.name, failures).rows
         log.warning("%d trace(s) failed to assemble; recorded in `ingest_errors`", result.failed)

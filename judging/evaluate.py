@@ -34,6 +34,7 @@ class Measured(NamedTuple):
     policy: str  # the lake's name of the policy (`trajectories.policy`)
     reward: str  # the reward name its trajectories were scored under
     scores: Mapping[str, float]  # {scenario_id: mean reward}
+    greedy: Mapping[str, float] | None = None  # {scenario_id: reward} of one greedy (T=0) sample
 
 
 class NothingScored(JudgingError, ValueError):
@@ -96,7 +97,8 @@ def evaluate_policies(
         raise NothingScored(f"no val scenario was scored with `{ours.reward}`; are there val scenarios?")
     comparison = compare(ours.reward, (ours.policy, ours.scores), (theirs.policy, theirs.scores))
     rows = [(label, measured[path].policy, measured[path].scores) for label, path in labelled]
-    table = evaluation_table(rows, references=references or (baseline[0],))
+    greedy = {label: g for label, path in labelled if (g := measured[path].greedy)}
+    table = evaluation_table(rows, references=references or (baseline[0],), greedy=greedy)
     if production_reward:
         table += production_success(lake, production_reward)
     run_id = record_evaluation(lake, comparison, table, **context)

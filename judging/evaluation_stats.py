@@ -118,6 +118,28 @@ def compare(
     )
 
 
+def independent_difference(
+    after: Sequence[float], before: Sequence[float], **bootstrap: int | float
+) -> tuple[float, tuple[float, float]]:
+    """mean(after) - mean(before) of two independent samples (two batches of production traffic:
+    different questions, so nothing to pair), with a bootstrap interval resampling each sample.
+
+    >>> independent_difference([1.0, 1.0], [0.0, 0.0])
+    (1.0, (1.0, 1.0))
+    """
+    a, b = np.asarray(after, dtype=np.float64), np.asarray(before, dtype=np.float64)
+    if not a.size or not b.size:
+        return float("nan"), (float("nan"), float("nan"))
+    rng = np.random.default_rng(int(bootstrap.get("seed", 0)))
+    resamples = int(bootstrap.get("resamples", RESAMPLES))
+    means = a[rng.integers(0, a.size, size=(resamples, a.size))].mean(axis=1) - b[
+        rng.integers(0, b.size, size=(resamples, b.size))
+    ].mean(axis=1)
+    tail = (1 - float(bootstrap.get("confidence", CONFIDENCE))) / 2
+    low, high = np.quantile(means, [tail, 1 - tail])
+    return float(a.mean() - b.mean()), (float(low), float(high))
+
+
 @dataclass(frozen=True)
 class Difference:
     """A paired difference (this row minus another) over the scenarios both were scored on."""
@@ -140,6 +162,8 @@ class StageScore:
     ci: tuple[float, float]
     n: int
     differences: list[Difference] = field(default_factory=list)
+    # The same policy sampled greedily (T=0, one sample per scenario), when it was measured so.
+    greedy: PolicyScore | None = None
 
     def difference(self, against: str) -> Difference | None:
         return next((d for d in self.differences if d.against == against), None)
@@ -162,10 +186,12 @@ def evaluation_table(
     stages: Sequence[tuple[str, str, Mapping[str, float]]],
     *,
     references: Sequence[str] = (),
+    greedy: Mapping[str, Mapping[str, float]] | None = None,
     **bootstrap: int | float,
 ) -> list[StageScore]:
     """Rows for `(stage, policy, {scenario_id: score})` in order, each paired with the previous
-    stage (`against="previous"`) and with every earlier stage named in `references`.
+    stage (`against="previous"`) and with every earlier stage named in `references`; `greedy`:
+    per stage, its greedy (T=0) scores, summarised beside the sampled ones.
 
     >>> rows = evaluation_table([("base", "m", {"a": 0.0, "b": 0.0}), ("sft", "m+a", {"a": 1.0, "b": 0.5})])
     >>> rows[1].mean, rows[1].difference("previous").mean
@@ -180,7 +206,19 @@ def evaluation_table(
             if earlier in references:
                 differences.append(paired_difference(earlier, scores, other, **bootstrap))
         score = policy_score(policy, scores, **bootstrap)
-        rows.append(StageScore(stage, policy, "val", score.mean, score.ci, score.scenarios, differences))
+        greedy_scores = (greedy or {}).get(stage)
+        rows.append(
+            StageScore(
+                stage,
+                policy,
+                "val",
+                score.mean,
+                score.ci,
+                score.scenarios,
+                differences,
+                policy_score(policy, greedy_scores, **bootstrap) if greedy_scores else None,
+            )
+        )
     return rows
 
 
@@ -279,4 +317,7 @@ def table_metrics(row: StageScore) -> dict[str, Any]:
         ci_high=row.ci[1],
         n=row.n,
         differences={d.against: (d.mean, d.ci[0], d.ci[1]) for d in row.differences},
+        greedy=(row.greedy.mean, row.greedy.ci[0], row.greedy.ci[1], row.greedy.scenarios)
+        if row.greedy
+        else None,
     ).to_metrics()

@@ -5,6 +5,7 @@ an age); everything derived from them goes with them:
 
     trajectories --trace_id--> spans, ingest_errors        (the raw telemetry and its failures)
          |  \\-trajectory_id--> rewards                    (judge verdicts, user feedback)
+         |  \\-trajectory_id, trace_id, user_id--> labels   (corrections, imported answers)
          \\--source_trajectory_id--> scenarios --scenario_id--> replay trajectories --> their rewards
 
 Spans of a user's or session's traces that never assembled are found by the id in their
@@ -43,7 +44,7 @@ from store.vocabulary import PRODUCTION_SOURCES, ErasureReason, SelectionKind, o
 
 # Tables in the order an erasure rewrites them: derived rows first, the conversations last,
 # so a plan interrupted half-way still finds its roots if it had to be made again.
-ERASED_TABLES = ("rewards", "scenarios", "ingest_errors", "spans", "trajectories")
+ERASED_TABLES = ("labels", "rewards", "scenarios", "ingest_errors", "spans", "trajectories")
 
 
 @dataclass(frozen=True)
@@ -181,6 +182,7 @@ def plan_erasure(
         replays = _ids(
             con, "SELECT trajectory_id FROM trajectories WHERE scenario_id IN (SELECT v FROM ids)", scenarios
         )
+        labels = _labelled(con, selection, conversations, traces)
     finally:
         con.close()
     trajectories = sorted(conversations | replays)
@@ -192,6 +194,7 @@ def plan_erasure(
         requested_by=requested_by,
         requested_at=utc_now().isoformat(),
         targets={
+            "labels": TableTarget("labels", "trajectory_id", sorted(labels)),
             "rewards": TableTarget("rewards", "trajectory_id", trajectories),
             "scenarios": TableTarget("scenarios", "scenario_id", sorted(scenarios)),
             "ingest_errors": TableTarget("ingest_errors", "trace_id", sorted(traces)),
@@ -204,7 +207,7 @@ def plan_erasure(
     for target in plan.targets.values():
         locate(lake, snap, target)
     plan.needles = sorted(
-        {*trajectories, *traces, *scenarios}
+        {*trajectories, *traces, *scenarios, *labels}
         | ({selection.value} if selection.kind in ("user_id", "session_id", "trace_id") else set())
     )
     return plan
@@ -244,6 +247,25 @@ def _loose_traces(con: duckdb.DuckDBPyConnection, selection: ErasureSelection) -
         sql = "SELECT DISTINCT trace_id FROM spans WHERE contains(attributes, $v) OR contains(resource, $v)"
         return {r[0] for r in con.execute(sql, {"v": quoted}).fetchall()}
     return set()
+
+
+def _labelled(
+    con: duckdb.DuckDBPyConnection, selection: ErasureSelection, conversations: set[str], traces: set[str]
+) -> set[str]:
+    """The `labels` rows (by `trajectory_id`) of the selected conversations, of their traces, and,
+    for a user, every label naming that user (a label may arrive before its conversation)."""
+    found = _ids(
+        con, "SELECT trajectory_id FROM labels WHERE trajectory_id IN (SELECT v FROM ids)", conversations
+    )
+    found |= _ids(con, "SELECT trajectory_id FROM labels WHERE trace_id IN (SELECT v FROM ids)", traces)
+    if selection.kind == "user_id":
+        found |= {
+            r[0]
+            for r in con.execute(
+                "SELECT trajectory_id FROM labels WHERE user_id = $v", {"v": selection.value}
+            ).fetchall()
+        }
+    return found
 
 
 def _ids(con: duckdb.DuckDBPyConnection, sql: str, values: set[str]) -> set[str]:

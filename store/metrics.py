@@ -74,6 +74,8 @@ class EvaluationTableRow:
     n: int
     #: against (another row's stage) -> (mean difference, ci low, ci high)
     differences: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    #: the same stage sampled greedily (T=0, one sample per scenario): (mean, ci low, ci high, n)
+    greedy: tuple[float, float, float, int] | None = None
 
     def to_metrics(self) -> dict[str, Any]:
         """The flat metrics of this row (without the run's context: reward, role)."""
@@ -90,6 +92,10 @@ class EvaluationTableRow:
             out[f"{DIFF_PREFIX}{against}"] = mean
             out[f"{DIFF_PREFIX}{against}_ci_low"] = low
             out[f"{DIFF_PREFIX}{against}_ci_high"] = high
+        if self.greedy is not None:
+            out["greedy_mean_reward"], out["greedy_ci_low"], out["greedy_ci_high"], out["greedy_n"] = (
+                self.greedy
+            )
         return out
 
     @classmethod
@@ -116,6 +122,16 @@ class EvaluationTableRow:
                 )
                 for a in against
             },
+            greedy=(
+                (
+                    float(metrics["greedy_mean_reward"]),
+                    float(metrics["greedy_ci_low"]),
+                    float(metrics["greedy_ci_high"]),
+                    int(metrics["greedy_n"]),
+                )
+                if metrics.get("greedy_mean_reward") is not None
+                else None
+            ),
         )
 
 

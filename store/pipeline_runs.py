@@ -56,6 +56,10 @@ class PipelineRun:
     promoted: bool | None = None
     decision: str | None = None  # the gate's decision in words, with its numbers
     eval_run_id: str | None = None
+    # the train scenarios its replay selection held, by what production said of them: `scenarios`,
+    # `rated_right`, `failures` (rated wrong), `failures_labelled` (their expected from a label),
+    # `failures_unlabelled` (no expected: only a reward needing none scores them), `unrated`
+    learned_from: dict[str, int] = field(default_factory=dict)
 
     @property
     def since_time(self) -> datetime | None:

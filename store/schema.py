@@ -50,6 +50,8 @@ ID_COLUMNS = frozenset(
         "status_code",
         "status",
         "split",
+        "expected_source",
+        "rated",
     }
 )
 
@@ -222,6 +224,10 @@ SCENARIOS = TableSpec(
         pa.field("source_trajectory_id", pa.string()),
         pa.field("created_at", TIMESTAMP),
         pa.field("metadata", pa.string()),  # JSON
+        # Where `expected` came from (store.vocabulary.ExpectedSource); null: no expected.
+        pa.field("expected_source", pa.string()),
+        # The source conversation's feedback: `right`, `wrong`, or null (unrated, or between).
+        pa.field("rated", pa.string()),
     ),
 )
 
@@ -291,6 +297,31 @@ INGEST_ERRORS = TableSpec(
     ),
 )
 
+# What a conversation's right outcome is, as someone who knows said it: a correction sent with
+# a thumbs-down, a labels file a person imported. `expected` is the right answer (the shape a
+# scenario's `expected` has: `{"final_output": ...}` or the task's own JSON); `verdict` a score in
+# [0, 1] of the conversation's own answer. Scenarios take their `expected` from here before they
+# would take a conversation's answer (`training.replay.scenarios`); forgetting a user erases theirs.
+LABELS = TableSpec(
+    name="labels",
+    key=("trajectory_id", "name"),
+    required=("source", "labeled_at"),
+    cluster_by=("trajectory_id",),
+    schema=_schema(
+        pa.field("trajectory_id", pa.string()),  # the conversation labelled (a trace's run)
+        pa.field("name", pa.string()),  # what the label is of: `expected` unless told
+        pa.field("trace_id", pa.string()),
+        pa.field("expected", pa.string()),  # JSON: the right answer; null for a verdict alone
+        pa.field("verdict", pa.float64()),  # the conversation's answer scored in [0, 1]; optional
+        pa.field("source", pa.string()),  # store.vocabulary.LabelSource
+        pa.field("user_id", pa.string()),  # whose conversation it is (what `forget --user` erases)
+        pa.field("labeled_by", pa.string()),  # who said so: a person, a file, a feedback scorer
+        pa.field("comment", pa.string()),
+        pa.field("labeled_at", TIMESTAMP),
+        pa.field("metadata", pa.string()),  # JSON
+    ),
+)
+
 # The audit of `trajlake forget` and retention: who erased what selection when, and how much.
 # Never the erased values: a selection is kept as its kind and a sha256 digest of its value.
 ERASURES = TableSpec(
@@ -326,6 +357,7 @@ TABLES: dict[str, TableSpec] = {
         WATERMARKS,
         INGEST_ERRORS,
         ERASURES,
+        LABELS,
     )
 }
 

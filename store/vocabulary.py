@@ -20,6 +20,12 @@ IngestStage = Literal["assemble"]
 IngestStatus = Literal["failed", "resolved"]
 ErasureReason = Literal["forget", "retention"]
 SelectionKind = Literal["user_id", "session_id", "trace_id", "where", "older_than"]
+# Where a scenario's `expected` came from: a label, a conversation its user rated right, the
+# source's own metadata (an imported file's `expected`). Never a conversation rated wrong.
+ExpectedSource = Literal["label", "rated_right", "metadata"]
+Rating = Literal["right", "wrong"]
+# Where a label came from: feedback sent with the trace, a file imported, a person in a tool.
+LabelSource = Literal["feedback", "file", "person"]
 
 # What the collector and the Langfuse puller write spans as: the sources assembled trajectories have.
 SPAN_SOURCES: tuple[SpanSource, ...] = get_args(SpanSource)
@@ -33,9 +39,14 @@ VOCABULARIES: dict[str, dict[str, tuple[str, ...]]] = {
     "spans": {"source": get_args(SpanSource)},
     "trajectories": {"source": get_args(TrajectorySource), "status": get_args(TrajectoryStatus)},
     "rewards": {"status": get_args(RewardStatus)},
-    "scenarios": {"split": get_args(Split)},
+    "scenarios": {
+        "split": get_args(Split),
+        "expected_source": get_args(ExpectedSource),
+        "rated": get_args(Rating),
+    },
     "runs": {"stage": get_args(RunStage)},
     "ingest_errors": {"stage": get_args(IngestStage), "status": get_args(IngestStatus)},
+    "labels": {"source": get_args(LabelSource)},
     "erasures": {"reason": get_args(ErasureReason), "selection_kind": get_args(SelectionKind)},
 }
 

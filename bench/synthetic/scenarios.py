@@ -47,6 +47,8 @@ def synthetic_scenarios(
         "source_trajectory_id": pa.nulls(heads.num_rows, pa.string()),
         "created_at": heads["started_at"].combine_chunks(),
         "metadata": pa.array(np.full(heads.num_rows, '{"synthetic": true}'), type=pa.string()),
+        "expected_source": pa.nulls(heads.num_rows, pa.string()),
+        "rated": pa.nulls(heads.num_rows, pa.string()),
         "_written_at": pa.nulls(heads.num_rows, SCENARIOS.schema.field("_written_at").type),
     }
     return pa.Table.from_arrays([columns[f.name] for f in SCENARIOS.schema], schema=SCENARIOS.schema)

@@ -5,6 +5,7 @@ questions through a scripted stand-in for the hosted LLM, its spans and feedback
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 from contextlib import ExitStack
@@ -90,6 +91,17 @@ def instrument_agent(endpoint: str, service_name: str, seed: int | None = None) 
     return provider, logger_provider, uninstrument
 
 
+def corrects_answer(question: str, seed: int, share: float) -> bool:
+    """Whether the user asking `question` sends the right answer with a thumbs-down (a stable
+    `share` of questions, by hash).
+
+    >>> corrects_answer("What is 2 + 2?", 0, 1.0), corrects_answer("What is 2 + 2?", 0, 0.0)
+    (True, False)
+    """
+    digest = hashlib.sha256(f"{seed}\x00{question}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") / 2**32 < share
+
+
 def capture_production_traces(
     lake: Path,
     questions: int,
@@ -99,6 +111,7 @@ def capture_production_traces(
     concurrency: int = 1,
     llm_url: str | None = None,
     task: str = "simple",
+    correction_share: float = 0.5,
 ) -> dict[str, Any]:
     """Run the instrumented agent against the production LLM, through `trajlake collect`.
 
@@ -107,7 +120,9 @@ def capture_production_traces(
     serves `model` instead.
     `concurrency` agents run at once, as users would (a served model batches their calls);
     the stand-in is run one at a time, so its seeded mistakes land on the same questions.
-    `task`: which questions (`flows.demo.task.TASKS`).
+    `task`: which questions (`flows.demo.task.TASKS`). `correction_share`: the share of
+    thumbs-down whose user also sends the right answer (chosen by a hash of the question and
+    `seed`, so a seeded run corrects the same ones).
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -134,7 +149,13 @@ def capture_production_traces(
 
             def answer(question: Any) -> Any:
                 run = agent.run_agent(client, model, question.text, tracer)
-                agent.record_feedback(feedback, run, correct=run.answer == question.answer)
+                corrects = corrects_answer(question.text, seed, correction_share)
+                agent.record_feedback(
+                    feedback,
+                    run,
+                    correct=run.answer == question.answer,
+                    correction=question.answer if corrects else None,
+                )
                 return run
 
             with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
@@ -148,5 +169,9 @@ def capture_production_traces(
         stats["model"] = model
         stats["agent_runs"] = len(runs)
         stats["correct"] = sum(r.answer == q.answer for r, q in zip(runs, asked, strict=True))
+        stats["corrections"] = sum(
+            r.answer != q.answer and corrects_answer(q.text, seed, correction_share)
+            for r, q in zip(runs, asked, strict=True)
+        )
         stats.update(finish_collection(collector))
     return stats

@@ -177,6 +177,16 @@ def write_demo_config(
         "SELECT trajectory_id FROM trajectories WHERE source = 'otel' AND has_content AND trajectory_id IN "
         "(SELECT trajectory_id FROM latest_rewards WHERE name = 'user_feedback' AND value >= 1)"
     )
+    # What production got wrong becomes scenarios too: a thumbs-down whose user sent the right
+    # answer (a label) is scored against it; without a label only a reward that needs no expected
+    # answer (RULER, with a judge) can score it, so the demo takes those only when it has a judge.
+    rated_wrong = "SELECT trajectory_id FROM latest_rewards WHERE name = 'user_feedback' AND value <= 0" + (
+        "" if judge else " AND trajectory_id IN (SELECT trajectory_id FROM labels WHERE expected IS NOT NULL)"
+    )
+    scenarios = (
+        "SELECT trajectory_id FROM trajectories WHERE source = 'otel' AND has_content AND (trajectory_id IN "
+        f"(SELECT trajectory_id FROM latest_rewards WHERE name = 'user_feedback' AND value >= 1) OR trajectory_id IN ({rated_wrong}))"
+    )
     # SFT never sees the conversations the val scenarios were cut from
     sft = f"{well_rated} AND trajectory_id NOT IN (SELECT source_trajectory_id FROM scenarios WHERE split = 'val')"
     rewards = ["flows.demo.task:calculator_reward", "exact_match", "tool_success"]
@@ -190,7 +200,7 @@ def write_demo_config(
 path = "{beside(path, lake)}"
 
 [select]
-scenarios = "{well_rated}"
+scenarios = "{scenarios}"
 sft = "{sft}"
 
 [scenarios]

@@ -8,6 +8,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Column, Table
 
+from judging.evaluation_stats import independent_difference
+
 console = Console()
 
 
@@ -105,13 +107,19 @@ def print_timings(timings: list[tuple[str, float]], title: str = "Demo steps") -
 
 
 def _stage(row: dict[str, Any]) -> dict[str, Any]:
-    """One evaluation-table row as summary.json has it: `success` is the row's mean."""
+    """One evaluation-table row as summary.json has it: `success` is the row's mean (sampled at the
+    replay temperature), `sampled` and `greedy` (T=0, one sample per scenario) each with its CI."""
+    greedy = row.get("greedy")
     return {
         "stage": row["stage"],
         "policy": row["policy"],
         "success": row["mean"],
         "ci": list(row["ci"]),
         "n": row["n"],
+        "sampled": {"success": row["mean"], "ci": list(row["ci"]), "n": row["n"]},
+        "greedy": {"success": greedy["mean"], "ci": list(greedy["ci"]), "n": greedy["scenarios"]}
+        if greedy
+        else None,
         "differences": [
             {"against": d["against"], "mean": d["mean"], "ci": list(d["ci"]), "n": d["paired_scenarios"]}
             for d in row["differences"]
@@ -151,6 +159,7 @@ def night_summary(night: int, result: dict[str, Any]) -> dict[str, Any]:
         }
         if comparison
         else None,
+        "learned_from": result.get("learned_from"),
         "rounds": [
             {k: r[k] for k in ("round", "policy", "groups", "mean_reward", "equal_reward_groups")}
             for r in result.get("rounds", [])
@@ -182,6 +191,17 @@ def demo_summary(
     val = [row for row in (nights[0].get("evaluation") or {}).get("table", []) if row["kind"] == "val"]
     teacher = next((row for row in night1["production"] if row["policy"] == captured.get("model")), None)
     before = teacher["success"] if teacher else captured["correct"] / max(1, captured["agent_runs"])
+    n_before = teacher["n"] if teacher else captured["agent_runs"]
+    n_after = second["agent_runs"] if second else 0
+    difference: dict[str, Any] | None = None
+    if second and n_after and n_before:
+        # each run's success is 0 or 1 (the user's thumbs): the two batches as their outcomes
+        right_before = round(before * n_before)
+        mean, ci = independent_difference(
+            [1.0] * second["correct"] + [0.0] * (n_after - second["correct"]),
+            [1.0] * right_before + [0.0] * (n_before - right_before),
+        )
+        difference = {"mean": mean, "ci": list(ci)}
     return {
         "model": model,
         "backend": backend,
@@ -193,9 +213,12 @@ def demo_summary(
             "before": before,
             "before_policy": captured.get("model"),
             "before_n": captured["agent_runs"],
+            "n_before": n_before,
             "after": second["success"] if second else None,
             "after_policy": second["model"] if second else None,
-            "after_n": second["agent_runs"] if second else 0,
+            "after_n": n_after,
+            "n_after": n_after,
+            "difference": difference,  # after - before, with its 95% CI (independent batches)
         },
         "nights": first,
         "wall_s": {"total": round(total_s, 1), **{name: round(seconds, 1) for name, seconds in timings}},

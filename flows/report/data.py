@@ -75,6 +75,7 @@ class StageRow:
     n: int  # val scenarios, or production trajectories
     differences: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # against -> mean, CI
     adapter: str | None = None  # a production policy that is a published adapter's served name
+    greedy: tuple[float, float, float, int] | None = None  # T=0: mean, CI, scenarios (when measured)
 
 
 @dataclass
@@ -107,6 +108,8 @@ class ReportData:
     )  # (round, step, mean gap) per GRPO step
     production_days: list[tuple[str, str, float, int]] = field(default_factory=list)  # (day, policy, mean, n)
     groups: GroupView | None = None
+    # per production policy, in the order they first served: its trajectories' feedback values
+    production_values: list[tuple[str, list[float]]] = field(default_factory=list)
     pipeline_runs: list[store.PipelineRun] = field(default_factory=list)  # oldest first
     traffic: list[TrafficRow] = field(default_factory=list)  # every production trajectory, per day
     traffic_left_out: int = 0
@@ -221,6 +224,7 @@ def report_data(
         production_reward=production_reward,
         learning=learning,
         production=production,
+        production_values=production_values(con, production_reward),
         rounds=rounds,
         group_rewards=group_rewards,
         sampler_gap=sampler_gap_rows(con),
@@ -286,9 +290,25 @@ def learning_rows(con: Any, eval_run: str | None = None) -> tuple[list[StageRow]
                 ci=(row.ci_low, row.ci_high),
                 n=row.n,
                 differences=row.differences,
+                greedy=row.greedy,
             )
         )
     return rows, str(metrics[0].get("reward", "")) if metrics else ""
+
+
+def production_values(con: Any, reward: str) -> list[tuple[str, list[float]]]:
+    """Each production policy's feedback values (`reward`) over its own traffic, first served first."""
+    found = con.execute(
+        f"""
+        SELECT t.policy, list(r.value ORDER BY t.trajectory_id)
+        FROM trajectories t JOIN latest_rewards r USING (trajectory_id)
+        WHERE r.name = ? AND r.value IS NOT NULL AND t.policy IS NOT NULL
+              AND {store.one_of("t.source", store.PRODUCTION_SOURCES, table="trajectories")}
+        GROUP BY t.policy ORDER BY min(t.started_at), t.policy
+        """,
+        [reward],
+    ).fetchall()
+    return [(policy, [float(v) for v in values]) for policy, values in found]
 
 
 def production_rows(con: Any, reward: str) -> list[ProductionRow]:

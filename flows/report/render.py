@@ -16,6 +16,7 @@ from flows.report.groups import VIEWER_CSS, render_groups
 from flows.report.lineage import lineage_section
 from flows.report.production import production_traffic_section
 from flows.report.sampling import sampler_gap_table
+from judging.evaluation_stats import independent_difference
 
 # --- rendering ---------------------------------------------------------------------------
 
@@ -65,19 +66,35 @@ def learning_section(data: ReportData) -> list[str]:
     """The learning curve: plot, then the table behind it (95% CIs, paired differences)."""
     against = list(dict.fromkeys(a for r in data.learning for a in r.differences))
     rows = [
-        [r.stage, r.policy, r.kind, _interval(r.mean, *r.ci), r.n]
+        [
+            r.stage,
+            r.policy,
+            r.kind,
+            _interval(r.mean, *r.ci),
+            _interval(*r.greedy[:3]) if r.greedy else "",
+            r.n,
+        ]
         + [_interval(*r.differences[a], signed=True) if a in r.differences else "" for a in against]
         for r in data.learning
     ]
     return [
         "<h2>Learning: success per stage</h2>",
         f"<p>Success (<code>{html.escape(data.success_reward)}</code>) of each stage on the same val "
-        "scenarios, 95% bootstrap CIs over scenarios; differences are paired by scenario. Production "
+        "scenarios, sampled at the replay temperature and greedy (T=0, one sample per scenario, as most "
+        "production serves), 95% bootstrap CIs over scenarios; differences (sampled) are paired by scenario. Production "
         f"rows: each production policy's <code>{html.escape(data.production_reward)}</code> over its own "
         "traffic (CI over trajectories), a reference rather than a paired comparison.</p>",
         _img(plots.plot_learning(data), "learning curve"),
         _table(
-            ["stage", "policy", "kind", "success [95% CI]", "n", *(f"vs {a}" for a in against)],
+            [
+                "stage",
+                "policy",
+                "kind",
+                "sampled success [95% CI]",
+                "greedy success [95% CI]",
+                "n",
+                *(f"vs {a}" for a in against),
+            ],
             rows,
         ),
     ]
@@ -92,6 +109,7 @@ def pipeline_runs_section(data: ReportData) -> list[str]:
             run.start_adapter or "base model",
             "yes" if run.sft else "no",
             f"new since {run.since[:19].replace('T', ' ')}" if run.since else "everything selected",
+            learned_from(run.learned_from),
             run.training_steps,
             run.published or "",
             run.decision or ("did not finish" if run.status == "running" else ""),
@@ -100,19 +118,60 @@ def pipeline_runs_section(data: ReportData) -> list[str]:
     ]
     return [
         "<h2>Pipeline runs</h2>",
-        "<p>Each run of the pipeline: the adapter it continued, the data it learned from, the optimiser "
+        "<p>Each run of the pipeline: the adapter it continued, the data it learned from (its train "
+        "scenarios: conversations users rated right, and failures, those rated wrong, with the right "
+        "answer from a label or without one, for a reward that needs none to judge), the optimiser "
         "steps it trained and the publish gate's decision (paired difference on the val scenarios, "
         "95% CI). The learning curve below is the newest run's.</p>",
         _table(
-            ["started (UTC)", "starts from", "SFT", "learned from", "steps", "published", "decision"], rows
+            ["started (UTC)", "starts from", "SFT", "window", "scenarios", "steps", "published", "decision"],
+            rows,
         ),
     ]
+
+
+def learned_from(counts: dict[str, int]) -> str:
+    """A night's train scenarios in words.
+
+    >>> learned_from({"scenarios": 9, "rated_right": 6, "failures": 3, "failures_labelled": 2, "failures_unlabelled": 1})
+    '9: 6 rated right, 3 failures (2 with a label, 1 judged without one)'
+    """
+    if not counts:
+        return ""
+    text = f"{counts.get('scenarios', 0)}: {counts.get('rated_right', 0)} rated right, {counts.get('failures', 0)} failures"
+    if counts.get("failures"):
+        text += (
+            f" ({counts.get('failures_labelled', 0)} with a label, "
+            f"{counts.get('failures_unlabelled', 0)} judged without one)"
+        )
+    if counts.get("unrated"):
+        text += f", {counts['unrated']} unrated"
+    return text
+
+
+def production_comparison(data: ReportData) -> str:
+    """The production LLM against the adapter that served after it: the difference of their
+    success on their own traffic, with its 95% CI (independent batches, bootstrapped)."""
+    rows = [p for p in data.production_values if p[1]]
+    base = next((p for p in rows if p[0] not in {q.policy for q in data.production if q.adapter}), None)
+    served = [p for p in rows if p[0] in {q.policy for q in data.production if q.adapter}]
+    if base is None or not served:
+        return ""
+    after = served[-1]
+    mean, (low, high) = independent_difference(after[1], base[1])
+    return (
+        f"<p class='headline'>Production: <code>{html.escape(after[0])}</code> "
+        f"<b>{sum(after[1]) / len(after[1]):.3f}</b> on {len(after[1])} runs vs <code>{html.escape(base[0])}</code> "
+        f"<b>{sum(base[1]) / len(base[1]):.3f}</b> on {len(base[1])} runs: difference "
+        f"<b>{_interval(mean, low, high, signed=True)}</b> (95% CI, independent batches).</p>"
+    )
 
 
 def production_section(data: ReportData) -> list[str]:
     """Production before and after: feedback per policy, adapters attributed to their version."""
     return [
         "<h2>Production before and after</h2>",
+        production_comparison(data),
         _img(plots.plot_production(data), "production per policy"),
         _table(
             ["policy", "adapter", "version", "trajectories", f"mean {data.production_reward}"],

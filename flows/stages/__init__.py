@@ -17,6 +17,7 @@ from flows.stages.ingest import apply_retention, assemble_pending, pull_langfuse
 from flows.stages.pipeline_run import (
     begin_pipeline_run,
     finish_pipeline_run,
+    learned_from,
     learning_config,
     mark_data_seen,
     nothing_to_learn,
@@ -59,6 +60,7 @@ __all__ = [
     "finish_pipeline_run",
     "finish_scoring",
     "lake_of",
+    "learned_from",
     "learning_config",
     "loadable_base_model",
     "make_scenarios",

@@ -85,8 +85,13 @@ def evaluate_adapter(
             config, path, config.select.evaluate, run="eval", seed=0, group_size=group_size
         )
         reward = score_reward(config, spec, replayed.group_ids).reward
+        greedy = None
+        if config.evaluate.greedy:  # one sample per scenario: T=0 has nothing to average
+            once = replay_policy(config, path, config.select.evaluate, run="eval", seed=0, greedy=True)
+            score_reward(config, spec, once.group_ids)
+            greedy = judging.scenario_scores(lake, reward, once.group_ids)
         return judging.Measured(
-            replayed.policy, reward, judging.scenario_scores(lake, reward, replayed.group_ids)
+            replayed.policy, reward, judging.scenario_scores(lake, reward, replayed.group_ids), greedy
         )
 
     baseline = (f"{name}:v{incumbent['version']}", incumbent["path"]) if incumbent else (BASE, None)

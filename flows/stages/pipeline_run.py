@@ -122,6 +122,28 @@ def scenarios_to_learn(config: TrajlakeConfig) -> int:
         return int(count)
 
 
+def learned_from(config: TrajlakeConfig, run: store.PipelineRun) -> store.PipelineRun:
+    """`run` with what its (windowed) replay selection holds, by what production said of each
+    scenario's conversation: rated right, failures with a label, failures without one (recorded)."""
+    with store.connect(lake_of(config), read_only=True) as con:
+        text, _ = store.check_selection(con, config.select.replay, "scenario_id")
+        row = con.execute(
+            f"""
+            SELECT count(*),
+                   count(*) FILTER (WHERE rated = 'right'),
+                   count(*) FILTER (WHERE rated = 'wrong'),
+                   count(*) FILTER (WHERE rated = 'wrong' AND expected_source = 'label'),
+                   count(*) FILTER (WHERE rated = 'wrong' AND expected IS NULL),
+                   count(*) FILTER (WHERE rated IS NULL)
+            FROM scenarios WHERE scenario_id IN (SELECT scenario_id FROM ({text}))
+            """
+        ).fetchone() or (0, 0, 0, 0, 0, 0)
+    keys = ("scenarios", "rated_right", "failures", "failures_labelled", "failures_unlabelled", "unrated")
+    run = replace(run, learned_from=dict(zip(keys, map(int, row), strict=True)))
+    store.record_pipeline_run(lake_of(config), run)
+    return run
+
+
 def finish_pipeline_run(
     config: TrajlakeConfig,
     run: store.PipelineRun,

@@ -110,14 +110,21 @@ def replay_policy(
     run: str,
     seed: int,
     group_size: int | None = None,
+    greedy: bool = False,
 ) -> PolicyReplay:
     """Group-sample `scenarios` with the base model or `adapter` (`group_size`: instead of the
-    configured one); resumable (complete groups are skipped)."""
+    configured one; `greedy`: one sample per scenario at temperature 0); resumable (complete
+    groups are skipped)."""
     from training.replay import replay
 
     sizes = {"group_size": group_size} if group_size else {}
     configured = config.build("replay", run=run, **sizes)
-    replay_config = dataclasses.replace(configured, sampling=configured.sampling.with_seed(seed))
+    sampling = configured.sampling.with_seed(seed)
+    if greedy:
+        sampling = dataclasses.replace(sampling, temperature=0.0)
+        replay_config = dataclasses.replace(configured, group_size=1, sampling=sampling, greedy=True)
+    else:
+        replay_config = dataclasses.replace(configured, sampling=sampling)
     with sampler_for(config, adapter) as sampler:
         result = replay(
             lake_of(config),

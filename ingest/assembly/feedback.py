@@ -2,6 +2,8 @@
 
 `gen_ai.evaluation.result` events (span events or log records) and OpenInference
 `annotation.*` attributes become `rewards` rows of the run that holds the evaluated span.
+An evaluation that carries the right answer (`trajlake.label.expected`, text) is a label too:
+a `labels` row (`source` 'feedback') of the same run, with the score as its verdict.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from ingest.assembly.runs import to_ns
 from store.schema import PARTITION_COLUMN, WRITTEN_AT
 
 EVALUATION_EVENT = "gen_ai.evaluation.result"
+LABEL_EXPECTED = "trajlake.label.expected"  # the right answer, sent with the feedback (`ingest.labels`)
 
 
-def feedback_rows(span: Span, run_id: str) -> list[dict[str, Any]]:
-    rows = []
+def _evaluations(span: Span) -> list[tuple[dict[str, Any], Any]]:
+    """(attributes, time) of each evaluation event of a span, a log record's body folded in."""
+    found = []
     for event in span.get("events") or []:
         if event.get("name") != EVALUATION_EVENT:
             continue
@@ -28,6 +32,52 @@ def feedback_rows(span: Span, run_id: str) -> list[dict[str, Any]]:
         body = maybe_json(attrs.get("log.body"))
         if isinstance(body, dict):
             attrs = {**body, **attrs}
+        found.append((attrs, event.get("time")))
+    return found
+
+
+def label_rows(span: Span, run_id: str, user_id: str | None) -> list[dict[str, Any]]:
+    """`labels` rows of the evaluations of `span` that say what the right answer was."""
+    rows = []
+    for attrs, time_ns in _evaluations(span):
+        expected = attrs.get(LABEL_EXPECTED)
+        if expected is None or str(expected) == "":
+            continue
+        reward = _reward(
+            run_id,
+            attrs.get("gen_ai.evaluation.name"),
+            "",
+            attrs.get("gen_ai.evaluation.score.value"),
+            None,
+            time_ns,
+            label=None,
+            span_id=span["span_id"],
+        )
+        verdict = reward["value"]
+        rows.append(
+            {
+                "trajectory_id": run_id,
+                "name": "expected",
+                "trace_id": span["trace_id"],
+                "expected": json.dumps({"final_output": str(expected)}, ensure_ascii=False),
+                "verdict": verdict if verdict is not None and 0 <= verdict <= 1 else None,
+                "source": "feedback",
+                "user_id": user_id,
+                "labeled_by": str(attrs.get("gen_ai.evaluation.name") or "feedback"),
+                "comment": None
+                if attrs.get("gen_ai.evaluation.explanation") is None
+                else str(attrs.get("gen_ai.evaluation.explanation")),
+                "labeled_at": reward["scored_at"],
+                "metadata": json.dumps({"span_id": span["span_id"]}),
+                WRITTEN_AT: None,
+            }
+        )
+    return rows
+
+
+def feedback_rows(span: Span, run_id: str) -> list[dict[str, Any]]:
+    rows = []
+    for attrs, time_ns in _evaluations(span):
         rows.append(
             _reward(
                 run_id,
@@ -35,7 +85,7 @@ def feedback_rows(span: Span, run_id: str) -> list[dict[str, Any]]:
                 "otel:gen_ai.evaluation.result",
                 attrs.get("gen_ai.evaluation.score.value"),
                 attrs.get("gen_ai.evaluation.explanation"),
-                event.get("time"),
+                time_ns,
                 label=attrs.get("gen_ai.evaluation.score.label"),
                 span_id=span["span_id"],
             )

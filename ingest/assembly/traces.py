@@ -21,12 +21,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from ingest.assembly.feedback import feedback_rows
+from ingest.assembly.feedback import feedback_rows, label_rows
 from ingest.assembly.normalize import HistoryMemo, Span, normalize_span
 from ingest.assembly.rows import parse_json, raw_rows_by_trace
 from ingest.assembly.runs import agent_runs, attach_logs, span_order
 from ingest.assembly.trajectory import trajectory_row
-from store.schema import INGEST_ERRORS, REWARDS, TRAJECTORIES, WRITTEN_AT
+from store.schema import INGEST_ERRORS, LABELS, REWARDS, TRAJECTORIES, WRITTEN_AT
 from store.vocabulary import IngestStage
 
 
@@ -41,6 +41,8 @@ class Assembled:
     # Traces whose assembly raised: `ingest_errors` rows (their spans stay in `spans`).
     failures: pa.Table = field(default_factory=INGEST_ERRORS.schema.empty_table)
     assembled_ids: list[str] = field(default_factory=list)  # traces that went through
+    # Feedback that said what the right answer was (`trajlake.label.expected`).
+    labels: pa.Table = field(default_factory=LABELS.schema.empty_table)
 
     @property
     def failed(self) -> int:
@@ -49,9 +51,17 @@ class Assembled:
 
 def assemble_trace(trace_id: str, spans: list[Span]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Trajectory and reward rows of one trace (spans as `span_dicts` gives them)."""
+    trajectories, rewards, _ = assemble_trace_labels(trace_id, spans)
+    return trajectories, rewards
+
+
+def assemble_trace_labels(
+    trace_id: str, spans: list[Span]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Trajectory, reward and label rows of one trace."""
     real, orphans = attach_logs(spans)
     if not real:
-        return [], []
+        return [], [], []
     real.sort(key=span_order)
     memo = HistoryMemo()
     calls = {s["span_id"]: c for s in real if (c := normalize_span(s, memo)) is not None}
@@ -59,15 +69,16 @@ def assemble_trace(trace_id: str, spans: list[Span]) -> tuple[list[dict[str, Any
     # Without its root span the trace is still in flight (assembled on the idle timeout).
     has_root = any(not s.get("parent_span_id") for s in real)
     trajectories = [t for t in (trajectory_row(run, real, has_root) for run in runs) if t]
-    emitted = {t["trajectory_id"] for t in trajectories}
-    rewards = []
+    emitted = {t["trajectory_id"]: t.get("user_id") for t in trajectories}
+    rewards, labels = [], []
     for span in sorted([*real, *orphans], key=span_order) if orphans else real:
         if not span.get("events") and "annotation.name" not in span["attributes"]:
             continue  # nothing to score: no events, no annotation
         owner = run_of_span.get(span["span_id"]) or run_of_span.get(span.get("parent_span_id") or "")
         run_id = owner.trajectory_id if owner is not None and owner.trajectory_id in emitted else trace_id
         rewards.extend(feedback_rows(span, run_id))
-    return trajectories, rewards
+        labels.extend(label_rows(span, run_id, emitted.get(run_id)))
+    return trajectories, rewards, labels
 
 
 def assemble(spans: pa.Table) -> Assembled:
@@ -101,6 +112,7 @@ def _assemble(spans: pa.Table) -> Assembled:
     by_trace = raw_rows_by_trace(spans)
     traces = len(by_trace)
     per_trace: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
+    labels: list[dict[str, Any]] = []
     failures: list[dict[str, Any]] = []
     skipped: dict[str, int] = {}
     for trace_id in sorted(by_trace):
@@ -108,14 +120,16 @@ def _assemble(spans: pa.Table) -> Assembled:
         # its parsed strings are still in the CPU cache when the normalisers read them.
         trace = parse_json(by_trace.pop(trace_id).values())
         try:
-            found, feedback = assemble_trace(trace_id, trace)
+            found, feedback, labelled = assemble_trace_labels(trace_id, trace)
         except Exception as exc:  # isolated: recorded with its reason, the batch goes on
             failures.append(failure_row(trace_id, "assemble", exc, len(trace)))
             continue
         if not found:
             skipped["no_llm_calls"] = skipped.get("no_llm_calls", 0) + 1
         per_trace[trace_id] = (found, feedback)
+        labels.extend(labelled)
     trajectories, rewards = _tables(per_trace, failures)
+    kept = set(per_trace)  # a trace that failed to fit the schema keeps no label either
     return Assembled(
         trajectories=trajectories,
         rewards=rewards,
@@ -123,6 +137,7 @@ def _assemble(spans: pa.Table) -> Assembled:
         skipped=skipped,
         failures=pa.Table.from_pylist(failures, schema=INGEST_ERRORS.schema),
         assembled_ids=sorted(per_trace),
+        labels=pa.Table.from_pylist([r for r in labels if r["trace_id"] in kept], LABELS.schema),
     )
 
 

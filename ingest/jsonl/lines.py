@@ -63,10 +63,11 @@ def parse_line(text: str) -> Any:
 
 
 def read_lines(
-    path: str | os.PathLike[str], max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    path: str | os.PathLike[str], max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, *, what: str = "conversation"
 ) -> Iterator[tuple[int, Any]]:
     """(line number, parsed value) of each non-blank line of `path`; `MalformedPayload`
-    naming `path:line` for the first line that is too long, not UTF-8 or not a JSON value."""
+    naming `path:line` (and `what` a line holds) for the first line that is too long, not
+    UTF-8 or not a JSON value."""
     try:
         handle = open(path, "rb")  # noqa: SIM115 - closed below, after the last line
     except OSError as exc:
@@ -86,7 +87,7 @@ def read_lines(
             body = raw.rstrip(b"\r\n")
             if len(body) > max_line_bytes:
                 raise MalformedPayload(
-                    "conversation",
+                    what,
                     f"the line is longer than the limit of {max_line_bytes:,} bytes (`--max-line-bytes`)",
                     path=f"{path}:{number}",
                     fix=FIX,
@@ -97,7 +98,7 @@ def read_lines(
                 yield number, parse_line(body.decode("utf-8"))
             except UnicodeDecodeError as exc:
                 raise MalformedPayload(
-                    "conversation", f"not UTF-8 at byte {exc.start}", path=f"{path}:{number}", fix=FIX
+                    what, f"not UTF-8 at byte {exc.start}", path=f"{path}:{number}", fix=FIX
                 ) from None
             except LineError as exc:
-                raise MalformedPayload("conversation", str(exc), path=f"{path}:{number}", fix=FIX) from None
+                raise MalformedPayload(what, str(exc), path=f"{path}:{number}", fix=FIX) from None

@@ -107,22 +107,22 @@ def test_small_demo_runs_the_whole_loop(tmp_path: Path, monkeypatch: pytest.Monk
     # small demo's first night is not promoted, so its second starts from the base model again
     nights = store.pipeline_runs(lake)
     assert [(n.start_adapter, n.sft, n.status) for n in nights] == [(None, True, "finished")] * 2
-    night = ["replay_policy", "score_reward"] * 3 + ["publish"]
-    assert [name for name, _, _ in calls[:7]] == night
+    # every policy sampled (at the replay temperature) and greedily (T=0, one sample per scenario)
+    night = ["replay_policy", "score_reward"] * 6 + ["publish"]
+    assert [name for name, _, _ in calls[:13]] == night
     sft = str(Path(result["lake"]) / "_work" / nights[0].run_id / "sft-0" / "adapter")
     replayed = [args[1] for name, args, _ in calls if name == "replay_policy"]
-    assert replayed[:3] == [None, sft, result["adapter"]]
+    greedy = [kwargs.get("greedy", False) for name, _, kwargs in calls if name == "replay_policy"]
+    assert replayed[:6] == [None, None, sft, sft, result["adapter"], result["adapter"]]
+    assert greedy[:6] == [False, True] * 3
     # the second night learns from the well-rated ones of the 24 conversations the adapter served:
     # a small, unseeded batch may bring no new train scenario, and then the night says so
     if nights[1].training_steps:
-        assert [name for name, _, _ in calls[7:]] == night
-        assert replayed[3:] == [
-            None,
-            str(Path(nights[1].adapter).parents[1] / "sft-0" / "adapter"),
-            nights[1].adapter,
-        ]
+        assert [name for name, _, _ in calls[13:]] == night
+        second_sft = str(Path(nights[1].adapter).parents[1] / "sft-0" / "adapter")
+        assert replayed[6:] == [None, None, second_sft, second_sft, nights[1].adapter, nights[1].adapter]
     else:
-        assert calls[7:] == [] and nights[1].decision.startswith(
+        assert calls[13:] == [] and nights[1].decision.startswith(
             "nothing to learn: no train scenario new since"
         )
     evaluations = 2 if nights[1].training_steps else 1
@@ -138,6 +138,25 @@ def test_small_demo_runs_the_whole_loop(tmp_path: Path, monkeypatch: pytest.Monk
         ("production", "production"),
     ]
     assert table[-1]["policy"] == "production-llm-1" and table[-1]["n"] == 24
+    # greedy success beside the sampled one, on the same val scenarios, one sample each
+    for row in (r for r in table if r["kind"] == "val"):
+        assert row["greedy"]["scenarios"] == row["n"] and 0 <= row["greedy"]["mean"] <= 1, row["stage"]
+    greedy_sizes = con.execute(
+        "SELECT DISTINCT count(*) FROM trajectories WHERE source = 'replay' "
+        "AND json_extract(metadata, '$.sampling.temperature')::DOUBLE = 0 GROUP BY group_id"
+    ).fetchall()
+    assert greedy_sizes == [(1,)]
+    # what each night learned from: well-rated conversations and failures, these only with a label
+    # (the demo has no judge, so a failure without the right answer is not selected)
+    for night_run in nights:
+        learned = night_run.learned_from
+        assert learned["scenarios"] == learned["rated_right"] + learned["failures"]
+        assert learned["failures"] == learned["failures_labelled"] and learned["failures_unlabelled"] == 0
+    labelled = con.execute(
+        "SELECT count(*) FROM scenarios WHERE expected_source = 'label' AND rated = 'wrong'"
+    ).fetchone()[0]
+    assert labelled == con.execute("SELECT count(*) FROM scenarios WHERE rated = 'wrong'").fetchone()[0]
+    assert labelled >= 1  # the production LLM erred, and a share of its users sent the right answer
     assert [d["against"] for d in table[2]["differences"]] == ["previous", "base", "sft"]
     manifest = json.loads((Path(result["published"]["path"]) / "manifest.json").read_text())
     assert manifest["eval"]["table"] == json.loads(json.dumps(table))  # the manifest carries the table
@@ -151,6 +170,8 @@ def test_small_demo_runs_the_whole_loop(tmp_path: Path, monkeypatch: pytest.Monk
     # evaluation, learning curve, production before/after, rewards per round, gap per step, groups
     assert page.count("data:image/png;base64,") == 6
     assert "Learning: success per stage" in page and "calculator-agent-v1" in page
+    assert "greedy success [95% CI]" in page and "rated right" in page and "failures" in page
+    assert "Production: <code>calculator-agent-v1</code>" in page  # before/after with its CI
     # the pipeline flow wrote its own report, with no demo code: seen in a real browser
     pipeline_report = Path(result["lake"]) / "_work" / "report.html"
     with chromium() as browser:
@@ -204,12 +225,26 @@ def check_summary(result: dict) -> None:
     assert summary["production"]["before_policy"] == "production-llm-1"
     assert (summary["production"]["after"], summary["production"]["after_n"]) == (second["success"], 24)
     assert summary["production"]["after_policy"] == "calculator-agent-v1"
+    production = summary["production"]
+    assert (production["n_before"], production["n_after"]) == (24, 24)
+    difference = production["difference"]
+    assert difference["mean"] == pytest.approx(production["after"] - production["before"])
+    assert difference["ci"][0] <= difference["mean"] <= difference["ci"][1]
+    for stage, row in zip(summary["stages"], val, strict=True):
+        assert stage["sampled"] == {"success": row["mean"], "ci": list(row["ci"]), "n": row["n"]}
+        assert stage["greedy"] == {
+            "success": row["greedy"]["mean"],
+            "ci": list(row["greedy"]["ci"]),
+            "n": row["greedy"]["scenarios"],
+        }
     # both nights, each with its gate's decision as the run recorded it
     nights = summary["nights"]
     assert [n["night"] for n in nights] == [1, 2]
     assert nights[0]["decision"] == published["decision"] == result["night1"]["run"].decision
     assert nights[1]["decision"] == result["night2"]["run"].decision
     assert nights[0]["stages"] == summary["stages"] and nights[0]["start"] == "base"
+    assert nights[0]["learned_from"] == result["night1"]["run"].learned_from
+    assert nights[0]["learned_from"]["scenarios"] > 0
     assert nights[1]["run_id"] == result["night2"]["run"].run_id != nights[0]["run_id"]
     second_val = [
         r for r in (result["night2"].get("evaluation") or {}).get("table", []) if r["kind"] == "val"

@@ -140,9 +140,12 @@ def test_a_night_that_learned_nothing_keeps_its_decision() -> None:
         "before": 0.75,
         "before_policy": "production-llm-1",
         "before_n": 4,
+        "n_before": 4,
         "after": None,
         "after_policy": None,
         "after_n": 0,
+        "n_after": 0,
+        "difference": None,
     }
     assert summary["final_minus_sft"] is None and summary["wall_s"] == {"total": 2.0, "base model": 1.3}
 

@@ -164,7 +164,8 @@ def test_a_night_without_new_traffic_trains_nothing_and_says_so(tmp_path: Path, 
     first = run_pipeline(str(config), str(lake), rounds=1)
     second = run_pipeline(str(config), str(lake), rounds=1)  # window 0 and no new traffic
     assert first["run"].training_steps > 0
-    assert set(second) == {"run", "rounds", "adapter", "scenarios", "report", "timings"}
+    assert set(second) == {"run", "rounds", "adapter", "scenarios", "learned_from", "report", "timings"}
+    assert second["learned_from"]["scenarios"] == 0  # nothing new in its window
     json.dumps({key: value for key, value in second.items() if key != "run"})  # nothing trained, still JSON
     run = second["run"]
     assert run.status == "finished" and run.training_steps == 0 and run.published is None

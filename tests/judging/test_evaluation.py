@@ -167,3 +167,25 @@ def test_the_publish_gate_compares_the_candidate_with_the_incumbent(lake: store.
     assert [row.stage for row in found.table] == ["calc:v3", "candidate"]  # no stages: the gate's two rows
     assert found.table[1].difference("calc:v3").mean == pytest.approx(0.4)  # paired with the baseline
     assert found.comparison.better and found.baseline == "calc:v3"
+
+
+def test_greedy_scores_sit_beside_the_sampled_ones_and_reach_the_runs_table(lake: store.Lake) -> None:
+    from judging.evaluation_stats import evaluation_table, independent_difference, record_evaluation
+    from store.metrics import EvaluationTableRow
+
+    sampled = {"a": 0.5, "b": 0.25}
+    greedy = {"a": 1.0, "b": 0.0}  # one sample per scenario at T=0: every score is 0 or 1
+    (row,) = evaluation_table([("sft", "m+sft", sampled)], greedy={"sft": greedy})
+    assert (row.mean, row.greedy.mean, row.greedy.scenarios) == (0.375, 0.5, 2)
+    comparison = compare("exact_match", ("m+sft", sampled), ("m", {"a": 0.0, "b": 0.0}))
+    run_id = record_evaluation(lake, comparison, [row])
+    (metrics,) = (
+        store.connect(lake)
+        .execute("SELECT metrics FROM runs WHERE run_id = ? AND step = 2", [run_id])
+        .fetchone()
+    )
+    assert EvaluationTableRow.from_metrics(json.loads(metrics)).greedy == (0.5, *row.greedy.ci, 2)
+    # a stage measured without greedy keeps none
+    assert evaluation_table([("base", "m", sampled)])[0].greedy is None
+    mean, (low, high) = independent_difference([1.0] * 90 + [0.0] * 10, [1.0] * 50 + [0.0] * 50)
+    assert mean == pytest.approx(0.4) and low < 0.4 < high and low > 0

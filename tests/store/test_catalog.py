@@ -126,6 +126,11 @@ def test_plain_delta_readers_see_exactly_the_views(lake: store.Lake) -> None:
         [{"trace_id": "a" * 32, "stage": "assemble", "status": "failed", "occurred_at": T0}],
     )
     store.write(lake, "erasures", [{"erasure_id": "e", "reason": "forget", "requested_at": T0}])
+    store.write(
+        lake,
+        "labels",
+        [{"trajectory_id": "t", "name": "expected", "expected": '"4"', "source": "file", "labeled_at": T0}],
+    )
 
     def check() -> None:
         con = store.connect(lake)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
 import store
 from training.replay.errors import ScenarioError
@@ -56,6 +57,7 @@ def create_scenarios(
     config = config or ScenarioConfig()
     with store.connect(lake, read_only=True) as con:
         rows = selected_rows(con, sql, "trajectories", "trajectory_id")
+        labels, ratings = labels_and_ratings(con, [row["trajectory_id"] for row in rows], config)
     if not rows:
         raise ScenarioError(
             f"the selection returned no trajectories: {sql}", item=sql, reason="empty_selection"
@@ -63,8 +65,15 @@ def create_scenarios(
     scenarios, skipped, first_problem = [], [], ""
     for row in rows:
         try:
+            trajectory_id = row["trajectory_id"]
             scenarios.append(
-                scenario_from_trajectory(row, turn=config.turn, val_fraction=config.val_fraction)
+                scenario_from_trajectory(
+                    row,
+                    turn=config.turn,
+                    val_fraction=config.val_fraction,
+                    label=labels.get(trajectory_id),
+                    rated=ratings.get(trajectory_id),
+                )
             )
         except ScenarioError as exc:
             skipped.append((row["trajectory_id"], exc.reason))
@@ -79,6 +88,44 @@ def create_scenarios(
         )
     store.write(lake, "scenarios", keep_creation_times(lake, [s.to_row() for s in scenarios]))
     return ScenarioResult([s.scenario_id for s in scenarios], skipped, split_counts(scenarios))
+
+
+def labels_and_ratings(
+    con: duckdb.DuckDBPyConnection, ids: list[str], config: ScenarioConfig
+) -> tuple[dict[str, str], dict[str, str]]:
+    """For the conversations `ids`: the `expected` JSON of each one's newest label that has one,
+    and what its user said (`right`/`wrong`): a label's verdict where it gives one, else the
+    newest `config.feedback` reward, against `config.right_at`/`wrong_at`."""
+    if not ids:
+        return {}, {}
+    con.register("__labelled", pa.table({"trajectory_id": pa.array(ids, pa.string())}))
+    try:
+        labels = dict(
+            con.execute(
+                "SELECT trajectory_id, arg_max(expected, labeled_at) FROM labels "
+                "WHERE expected IS NOT NULL AND trajectory_id IN (SELECT trajectory_id FROM __labelled) "
+                "GROUP BY trajectory_id"
+            ).fetchall()
+        )
+        scores = con.execute(
+            """
+            SELECT i.trajectory_id, coalesce(l.verdict, f.value)
+            FROM __labelled i
+            LEFT JOIN (SELECT trajectory_id, arg_max(verdict, labeled_at) AS verdict FROM labels
+                       WHERE verdict IS NOT NULL GROUP BY trajectory_id) l USING (trajectory_id)
+            LEFT JOIN (SELECT trajectory_id, value FROM latest_rewards WHERE name = $name) f USING (trajectory_id)
+            """,
+            {"name": config.feedback},
+        ).fetchall()
+    finally:
+        con.unregister("__labelled")
+    ratings = {}
+    for trajectory_id, value in scores:
+        if value is not None and value >= config.right_at:
+            ratings[trajectory_id] = "right"
+        elif value is not None and value <= config.wrong_at:
+            ratings[trajectory_id] = "wrong"
+    return labels, ratings
 
 
 def keep_creation_times(lake: store.Lake | str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -2,9 +2,17 @@
 
 A scenario is what a policy is asked to do again: the conversation up to the first
 assistant turn (or a chosen one), the tool definitions the agent had, the expected outcome
-when the source says it (metadata `expected`, else the trajectory's `final_output`), and
-the tool results recorded in the source trajectory, so a replay can answer the same tool
-calls the same way without the production systems (`metadata.recorded_tools`).
+where someone who knows said it, and the tool results recorded in the source trajectory, so
+a replay can answer the same tool calls the same way without the production systems
+(`metadata.recorded_tools`).
+
+`expected` comes, in this order, from a label of the conversation (`labels`: a correction
+sent with the feedback, a file a person imported), from the source's own metadata (an
+imported conversation's `expected`), or from the conversation's answer when its user rated
+it right; never from an answer its user rated wrong. A conversation rated wrong without a
+label is still a scenario (what production got wrong is what there is to learn), with no
+`expected`: a reward that needs none scores it (RULER, a task's verifier). `expected_source`
+says which (`label`, `metadata`, `rated_right`, or null), `rated` what the user said.
 
 Ids and splits are deterministic: a scenario id hashes its source trajectory and cut turn
 (or, from JSONL, its content), and the train/val split hashes the source trajectory, so
@@ -38,6 +46,8 @@ class Scenario:
     split: str = "train"
     source_trajectory_id: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    expected_source: str | None = None  # store.vocabulary.ExpectedSource
+    rated: str | None = None  # store.vocabulary.Rating: the source conversation's feedback
 
     @property
     def recorded_tools(self) -> list[dict[str, Any]]:
@@ -76,6 +86,8 @@ class Scenario:
             "source_trajectory_id": self.source_trajectory_id,
             "created_at": store.utc_now(),
             "metadata": json.dumps(self.metadata),
+            "expected_source": self.expected_source if self.expected is not None else None,
+            "rated": self.rated,
         }
 
     @classmethod
@@ -89,6 +101,8 @@ class Scenario:
             split=row.get("split") or "train",
             source_trajectory_id=row.get("source_trajectory_id"),
             metadata=_loads(row.get("metadata")) or {},
+            expected_source=row.get("expected_source"),
+            rated=row.get("rated"),
         )
 
 
@@ -109,8 +123,27 @@ class ScenarioConfig:
     val_fraction: float = field(
         default=0.1, metadata={"help": "Share of scenarios held out in the `val` split (by hash, stable)."}
     )
+    feedback: str = field(
+        default="user_feedback",
+        metadata={
+            "help": "The reward holding users' feedback: a conversation rated right gives its answer as "
+            "`expected`; one rated wrong never does (its `expected` comes from a label, or it has none)."
+        },
+    )
+    right_at: float = field(
+        default=1.0, metadata={"help": "Feedback at or above this is `right` (thumbs up is 1)."}
+    )
+    wrong_at: float = field(
+        default=0.0, metadata={"help": "Feedback at or below this is `wrong` (thumbs down is 0)."}
+    )
 
     def __post_init__(self) -> None:
+        if self.wrong_at >= self.right_at:
+            raise ScenarioError(
+                f"`wrong_at` ({self.wrong_at}) must be below `right_at` ({self.right_at})",
+                item="wrong_at",
+                reason="bad_config",
+            )
         if self.turn < 0:
             raise ScenarioError(f"`turn` must be >= 0, got {self.turn}", item="turn", reason="bad_config")
         if not 0 <= self.val_fraction < 1:
@@ -173,8 +206,37 @@ def prompt_prefix(messages: list[dict[str, Any]], turn: int = 0) -> list[dict[st
     return list(messages) if turn == 0 and seen == 0 else None
 
 
-def scenario_from_trajectory(row: dict[str, Any], *, turn: int = 0, val_fraction: float = 0.1) -> Scenario:
-    """Cut a scenario from a trajectory row; raises `ScenarioError` (with a reason code) when it cannot."""
+def expected_of(row: dict[str, Any], label: str | None, rated: str | None) -> tuple[Any, str | None]:
+    """(`expected`, where it came from) of a conversation: its label's (JSON text), its metadata's,
+    or its answer when rated right; never the answer of a conversation rated wrong.
+
+    >>> expected_of({"final_output": "41"}, None, "wrong"), expected_of({"final_output": "41"}, '"42"', "wrong")
+    ((None, None), ('42', 'label'))
+    >>> expected_of({"final_output": "42"}, None, "right"), expected_of({"final_output": "42"}, None, None)
+    (({'final_output': '42'}, 'rated_right'), (None, None))
+    """
+    if label is not None:
+        return json.loads(label), "label"
+    metadata = _loads(row.get("metadata")) or {}
+    if isinstance(metadata, dict) and metadata.get("expected") is not None:
+        return metadata["expected"], "metadata"
+    if rated == "right" and row.get("final_output"):
+        return {"final_output": row["final_output"]}, "rated_right"
+    return None, None
+
+
+def scenario_from_trajectory(
+    row: dict[str, Any],
+    *,
+    turn: int = 0,
+    val_fraction: float = 0.1,
+    label: str | None = None,
+    rated: str | None = None,
+) -> Scenario:
+    """Cut a scenario from a trajectory row; raises `ScenarioError` (with a reason code) when it cannot.
+
+    `label`: the `expected` JSON of the conversation's label, if it has one; `rated`: what its
+    user said of it (`right`, `wrong`, None): together they decide `expected` (`expected_of`)."""
     trajectory_id = row["trajectory_id"]
     messages = [from_openai(m) for m in row.get("messages") or []]
     if not messages:
@@ -196,10 +258,7 @@ def scenario_from_trajectory(row: dict[str, Any], *, turn: int = 0, val_fraction
             item=trajectory_id,
             reason="no_prompt",
         )
-    metadata = _loads(row.get("metadata")) or {}
-    expected = metadata.get("expected") if isinstance(metadata, dict) else None
-    if expected is None and row.get("final_output"):
-        expected = {"final_output": row["final_output"]}
+    expected, expected_source = expected_of(row, label, rated)
     scenario_id = "sc-" + hashlib.sha256(f"{trajectory_id}\x00{turn}".encode()).hexdigest()[:16]
     return Scenario(
         scenario_id=scenario_id,
@@ -214,6 +273,8 @@ def scenario_from_trajectory(row: dict[str, Any], *, turn: int = 0, val_fraction
             "source_model": row.get("model"),
             "recorded_tools": recorded_tool_results(messages),
         },
+        expected_source=expected_source,
+        rated=rated,
     )
 
 
@@ -260,6 +321,7 @@ def scenario_from_json(obj: Any, *, where: str, val_fraction: float = 0.1) -> Sc
         messages=normalized,
         tools=tools or None,
         expected=obj.get("expected"),
+        expected_source="metadata" if obj.get("expected") is not None else None,
         split=split or assign_split(str(scenario_id), val_fraction),
         source_trajectory_id=obj.get("source_trajectory_id"),
         metadata=metadata,

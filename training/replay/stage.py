@@ -57,8 +57,23 @@ class ReplayConfig:
     limits: RolloutLimits = field(default_factory=RolloutLimits, metadata={"cli_prefix": ""})
     concurrency: int = field(default=8, metadata={"help": "Scenarios sampled at the same time."})
     flush_groups: int = field(default=16, metadata={"help": "Complete groups gathered per lake write."})
+    greedy: bool = field(
+        default=False,
+        metadata={
+            "help": "An evaluation's greedy replay: one sample per scenario at temperature 0 (no GRPO "
+            "group: it has no spread); the evaluation sets it (`evaluate.greedy`)."
+        },
+    )
 
     def __post_init__(self) -> None:
+        if self.greedy:
+            store.check_settings(
+                self,
+                ("group_size", self.group_size == 1, "1 for a greedy replay"),
+                ("sampling.temperature", self.sampling.temperature == 0, "0 for a greedy replay"),
+                error=ReplaySetupError,
+            )
+            return
         store.check_settings(
             self,
             ("group_size", self.group_size >= 2, ">= 2: GRPO compares the samples of a group"),

@@ -19,8 +19,20 @@ def _scenario_rows(lake: store.Lake) -> list[dict]:
     return con.sql("SELECT * FROM scenarios ORDER BY scenario_id").to_arrow_table().to_pylist()
 
 
+def _feedback(trajectory_id: str, value: float) -> dict:
+    return {
+        "trajectory_id": trajectory_id,
+        "name": "user_feedback",
+        "scorer": "otel:gen_ai.evaluation.result",
+        "value": value,
+        "scored_at": store.utc_now(),
+        "status": "ok",
+    }
+
+
 def test_create_cuts_prefix_and_keeps_tools_expected_and_recordings(lake: store.Lake) -> None:
     store.write(lake, "trajectories", [make_trajectory("t1"), make_trajectory("t2", source="langfuse")])
+    store.write(lake, "rewards", [_feedback("t1", 1.0)])  # rated right: its answer is the expected one
     result = create_scenarios(lake, "SELECT trajectory_id FROM trajectories WHERE source = 'otel'")
     assert len(result.scenario_ids) == 1 and result.skipped == []
     (row,) = _scenario_rows(lake)
@@ -29,6 +41,7 @@ def test_create_cuts_prefix_and_keeps_tools_expected_and_recordings(lake: store.
     assert row["messages"][1]["content"] == "What is 12 * 7?"
     assert json.loads(row["tools"]) == TOOLS
     assert json.loads(row["expected"]) == {"final_output": "The answer is 84."}
+    assert (row["expected_source"], row["rated"]) == ("rated_right", "right")
     assert row["split"] in ("train", "val")
     metadata = json.loads(row["metadata"])
     assert metadata["recorded_tools"] == [
@@ -211,3 +224,40 @@ def test_round_slices_cover_the_selection_before_repeating(lake: store.Lake) -> 
     with pytest.raises(ScenarioError) as err:
         slice_selection(lake, "SELECT 1 AS x", 4, 0)
     assert err.value.reason == "missing_column"
+
+
+def test_expected_never_comes_from_an_answer_rated_wrong(lake: store.Lake) -> None:
+    """Rated right: its answer; rated wrong: its label's answer, or none; unrated: none (issue 54)."""
+    store.write(lake, "trajectories", [make_trajectory(t) for t in ("right", "wrong", "labelled", "unrated")])
+    store.write(
+        lake, "rewards", [_feedback("right", 1.0), _feedback("wrong", 0.0), _feedback("labelled", 0.0)]
+    )
+    store.write(
+        lake,
+        "labels",
+        [
+            {
+                "trajectory_id": "labelled",
+                "name": "expected",
+                "expected": json.dumps({"final_output": "84"}),
+                "source": "feedback",
+                "labeled_at": store.utc_now(),
+            }
+        ],
+    )
+    create_scenarios(lake, "SELECT trajectory_id FROM trajectories")
+    by_source = {s.source_trajectory_id: s for s in read_scenarios(lake)}
+    assert len(by_source) == 4  # a failure without a label is still a scenario
+    got = {t: (s.expected, s.expected_source, s.rated) for t, s in by_source.items()}
+    assert got == {
+        "right": ({"final_output": "The answer is 84."}, "rated_right", "right"),
+        "wrong": (None, None, "wrong"),
+        "labelled": ({"final_output": "84"}, "label", "wrong"),
+        "unrated": (None, None, None),
+    }
+    rows = (
+        store.connect(lake)
+        .sql("SELECT expected_source, count(*) AS n FROM scenarios GROUP BY ALL ORDER BY ALL")
+        .fetchall()
+    )
+    assert rows == [("label", 1), ("rated_right", 1), (None, 2)]

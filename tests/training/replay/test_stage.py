@@ -351,3 +351,17 @@ def test_a_new_sampling_distribution_samples_new_groups_and_a_new_seed_does_not(
     assert gid(temperature=0.8) != gid(temperature=1.0)  # else GRPO would reuse groups of the old one
     assert gid(temperature=0.8, seed=1) == gid(temperature=0.8, seed=2)  # a re-run resumes
     assert gid() == group_id_for("sc", "model", "round-1", 4)  # the default distribution: ids as before
+
+
+def test_only_an_evaluations_greedy_replay_may_sample_one_answer_at_temperature_0() -> None:
+    import dataclasses
+
+    from training.replay.samplers.base import SamplingParams
+    from training.replay.stage import ReplayConfig, ReplaySetupError
+
+    greedy = ReplayConfig(group_size=1, sampling=SamplingParams(temperature=0.0), greedy=True)
+    assert greedy.group_size == 1
+    with pytest.raises(ReplaySetupError, match="group_size"):  # GRPO's groups still need two
+        ReplayConfig(group_size=1, sampling=SamplingParams(temperature=0.0))
+    with pytest.raises(ReplaySetupError, match="temperature"):
+        dataclasses.replace(greedy, sampling=SamplingParams(temperature=0.7))

@@ -1,0 +1,234 @@
+"""Labels: what a conversation's right outcome was, as rows of the lake's `labels` table.
+
+A label is data, not a setting: the right answer (`expected`) and/or a verdict on the
+conversation's own answer (`verdict`, in [0, 1]), with where it came from (`source`) and
+whose conversation it is (`user_id`, so `trajlake forget --user` erases it). Two ways in:
+
+- with the user's feedback over OTLP: a `gen_ai.evaluation.result` record carrying
+  `trajlake.label.expected` (`ingest.assembly.feedback.label_rows`, written with the
+  trace's trajectories);
+- from a JSONL file (`trajlake labels import FILE.jsonl`, `import_labels` here): one object a
+  line, every line checked before anything is written.
+
+A line of a labels file:
+
+    {"trace_id": "4bf9...", "expected": "42", "verdict": 0, "user_id": "u-7", "comment": "..."}
+
+`trajectory_id` or `trace_id` (at least one) names the conversation: a trace id alone is
+resolved to the trace's conversation in the lake (an unknown trace names its own run, as
+assembly names a trace's single run). Optional: `expected` (any JSON value), `verdict` (a
+number in [0, 1] or a boolean), `name` (default `expected`), `user_id` (default: the
+conversation's), `labeled_by`, `comment`, `labeled_at` (ISO 8601), `source` (`file` unless
+`person`), `metadata` (an object). A label needs `expected` or `verdict`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+
+import store
+from ingest.errors import MalformedPayload
+from ingest.jsonl.lines import DEFAULT_MAX_LINE_BYTES, read_lines
+from store.schema import LABELS
+
+FIX = "fix the file and import it again"
+DEFAULT_NAME = "expected"
+FIELDS = (
+    "trajectory_id",
+    "trace_id",
+    "expected",
+    "verdict",
+    "name",
+    "user_id",
+    "labeled_by",
+    "comment",
+    "labeled_at",
+    "source",
+    "metadata",
+)
+# The attribute of a `gen_ai.evaluation.result` record that carries the right answer, as text.
+EXPECTED_ATTRIBUTE = "trajlake.label.expected"
+
+
+class LabelError(ValueError):
+    """What is wrong with one label (the loader adds where it is)."""
+
+
+@dataclass(frozen=True)
+class LabelImport:
+    """What an import wrote: label rows, and how many named a conversation the lake has."""
+
+    labels: int
+    files: int
+    matched: int  # labels whose conversation is in the lake now
+
+
+def expected_of_text(text: str) -> str:
+    """The `expected` JSON of a right answer sent as text: the shape a conversation rated right
+    gives its scenario (`{"final_output": ...}`), so rewards read both alike.
+
+    >>> expected_of_text("42")
+    '{"final_output": "42"}'
+    """
+    return json.dumps({"final_output": text}, ensure_ascii=False)
+
+
+def _string(obj: dict[str, Any], key: str) -> str | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise LabelError(f"`{key}` must be a non-empty string, got {json.dumps(value)[:40]}")
+    return value
+
+
+def _verdict(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    if isinstance(value, (int, float)) and math.isfinite(value) and 0 <= value <= 1:
+        return float(value)
+    raise LabelError(f"`verdict` must be a number in [0, 1] or a boolean, got {json.dumps(value)[:40]}")
+
+
+def label_row(obj: Any, *, now: datetime) -> dict[str, Any]:
+    """One label object as a `labels` row (`trajectory_id` may still be the trace id; see
+    `resolve`). Raises `LabelError` naming the field that is wrong.
+
+    >>> row = label_row({"trace_id": "ab" * 16, "expected": "7"}, now=datetime(2026, 1, 1, tzinfo=UTC))
+    >>> row["trajectory_id"] == "ab" * 16, row["expected"], row["source"], row["name"]
+    (True, '"7"', 'file', 'expected')
+    """
+    if not isinstance(obj, dict):
+        raise LabelError(f"a label must be a JSON object, got {type(obj).__name__}")
+    unknown = sorted(set(obj) - set(FIELDS))
+    if unknown:
+        raise LabelError(f"unknown field `{unknown[0]}`; a label's fields: {', '.join(FIELDS)}")
+    trajectory_id, trace_id = _string(obj, "trajectory_id"), _string(obj, "trace_id")
+    if trajectory_id is None and trace_id is None:
+        raise LabelError("a label names its conversation: give `trajectory_id` or `trace_id`")
+    verdict = _verdict(obj.get("verdict"))
+    if obj.get("expected") is None and verdict is None:
+        raise LabelError("a label says something: give `expected` (the right answer) or `verdict`")
+    source = obj.get("source", "file")
+    if source not in ("file", "person"):
+        raise LabelError(f"`source` is `{source}`; a file's labels are `file` or `person`")
+    metadata = obj.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise LabelError("`metadata` must be an object")
+    labeled_at = now
+    if obj.get("labeled_at") is not None:
+        text = _string(obj, "labeled_at") or ""
+        try:
+            labeled_at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise LabelError(f"`labeled_at` `{text[:40]}` is not an ISO 8601 time") from None
+        labeled_at = labeled_at if labeled_at.tzinfo else labeled_at.replace(tzinfo=UTC)
+    return {
+        "trajectory_id": trajectory_id or trace_id,
+        "name": _string(obj, "name") or DEFAULT_NAME,
+        "trace_id": trace_id,
+        "expected": None if obj.get("expected") is None else json.dumps(obj["expected"], ensure_ascii=False),
+        "verdict": verdict,
+        "source": source,
+        "user_id": _string(obj, "user_id"),
+        "labeled_by": _string(obj, "labeled_by"),
+        "comment": _string(obj, "comment"),
+        "labeled_at": labeled_at.astimezone(UTC),
+        "metadata": json.dumps(metadata) if metadata else None,
+        "_named_trajectory": trajectory_id is not None,
+    }
+
+
+def _conversations(
+    lake: store.Lake, rows: list[dict[str, Any]]
+) -> dict[str, list[tuple[str, str | None, str | None]]]:
+    """(trajectory_id, trace_id, user_id) of the production conversations the rows name, by the
+    id each row gave (a trajectory id, or a trace id)."""
+    if not lake.has_table("trajectories"):
+        return {}
+    wanted = sorted({r["trajectory_id"] for r in rows} | {r["trace_id"] for r in rows if r["trace_id"]})
+    with store.connect(lake, read_only=True) as con:
+        con.register("__ids", pa.table({"v": pa.array(wanted, pa.string())}))
+        found = con.sql(
+            "SELECT trajectory_id, trace_id, user_id FROM trajectories "
+            f"WHERE {store.one_of('source', store.PRODUCTION_SOURCES, table='trajectories')} "
+            "AND (trajectory_id IN (SELECT v FROM __ids) OR trace_id IN (SELECT v FROM __ids)) "
+            "ORDER BY trajectory_id"
+        ).fetchall()
+    by_id: dict[str, list[tuple[str, str | None, str | None]]] = {}
+    for trajectory_id, trace_id, user_id in found:
+        by_id.setdefault(trajectory_id, []).append((trajectory_id, trace_id, user_id))
+        if trace_id:
+            by_id.setdefault(f"trace:{trace_id}", []).append((trajectory_id, trace_id, user_id))
+    return by_id
+
+
+def resolve(row: dict[str, Any], known: dict[str, list[tuple[str, str | None, str | None]]]) -> bool:
+    """Fill a row's conversation and user from the lake; True when the lake has the conversation.
+    Raises `LabelError` for a trace id with several conversations (name the `trajectory_id`)."""
+    named = row.pop("_named_trajectory")
+    matches = known.get(row["trajectory_id"]) if named else known.get(f"trace:{row['trace_id']}")
+    if not named and matches and len(matches) > 1:
+        ids = ", ".join(m[0] for m in matches[:3])
+        raise LabelError(
+            f"trace `{row['trace_id']}` holds {len(matches)} conversations ({ids}...); name the `trajectory_id`"
+        )
+    if not matches:
+        return False
+    trajectory_id, trace_id, user_id = matches[0]
+    row["trajectory_id"] = trajectory_id
+    row["trace_id"] = row["trace_id"] or trace_id
+    row["user_id"] = row["user_id"] or user_id
+    return True
+
+
+def import_labels(
+    lake: store.Lake | str | os.PathLike[str],
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+) -> LabelImport:
+    """Import labels from JSONL files (one atomic write); `MalformedPayload` naming `file:line` for
+    the first bad line, or a conversation labelled twice under one name, and nothing is written."""
+    lake = store.Lake.of(lake)
+    now = store.utc_now()
+    rows, where_of = [], []
+    for path in paths:
+        for number, obj in read_lines(path, max_line_bytes, what="label"):
+            where = f"{path}:{number}"
+            try:
+                rows.append(label_row(obj, now=now))
+            except LabelError as exc:
+                raise MalformedPayload("label", str(exc), path=where, fix=FIX) from None
+            where_of.append(where)
+    known = _conversations(lake, rows) if rows else {}
+    matched = 0
+    seen: dict[tuple[str, str], str] = {}
+    for row, where in zip(rows, where_of, strict=True):
+        try:
+            matched += resolve(row, known)
+        except LabelError as exc:
+            raise MalformedPayload("label", str(exc), path=where, fix=FIX) from None
+        key = (row["trajectory_id"], row["name"])
+        if key in seen:
+            raise MalformedPayload(
+                "label",
+                f"conversation `{key[0]}` is labelled `{key[1]}` again (first at {seen[key]}); one label "
+                "per conversation and name",
+                path=where,
+                fix=FIX,
+            )
+        seen[key] = where
+    if rows:
+        store.write(lake, LABELS.name, rows)
+    return LabelImport(labels=len(rows), files=len(paths), matched=matched)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from collections.abc import Iterator
 
 from ingest.redact.rules import BASE64_TEXT_GROUPS
 from ingest.redact.runs import Run, compiled, decode_utf8_text, is_text
@@ -63,14 +64,17 @@ def base64_runs(text: str) -> list[Run]:
     return runs
 
 
-def _starts(text: str, lines: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
-    """The block, then the block starting after each raw `/` of its first line: a line
-    found in a URL or a path (`/cb/c2stcHJvai0...`) begins with what is not base64."""
+def _starts(text: str, lines: list[tuple[int, int]]) -> Iterator[list[tuple[int, int]]]:
+    """The block, then the block starting after each raw `/` of its first line (a line
+    found in a URL or a path, `/cb/c2stcHJvai0...`, begins with what is not base64), and
+    a single line also ending before each raw `/` (`.../c2stcHJvai0.../edit`)."""
     first_start, first_end = lines[0]
-    cuts = [i + 1 for i in range(first_start, first_end) if text[i] == "/" and text[i - 1 : i] != "\\"]
-    return [lines] + [
-        [(cut, first_end), *lines[1:]] for cut in cuts if first_end - cut >= 4 * BASE64_TEXT_GROUPS
-    ]
+    slashes = [i for i in range(first_start, first_end) if text[i] == "/" and text[i - 1 : i] != "\\"]
+    ends = [first_end, *(reversed(slashes) if len(lines) == 1 else ())]
+    for start in (first_start, *(i + 1 for i in slashes)):
+        for end in ends:
+            if end - start >= 4 * BASE64_TEXT_GROUPS:
+                yield [(start, end), *lines[1:]]
 
 
 def _continues(text: str, group: list[tuple[int, int]], width: int) -> bool:

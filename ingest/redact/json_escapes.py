@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable
 
 from ingest.redact.rules import JSON_ASCII_ESCAPE
 from ingest.redact.runs import Run, changed_middle
 
-# One character of a value: a `\u` escape of an ASCII character (backslashes doubled at
-# each level of nesting) or any other character.
-_UNIT = re.compile(JSON_ASCII_ESCAPE + "|.", re.DOTALL)
+# A `\u` escape of any ASCII character, control characters included (a PEM block's line
+# breaks), backslashes doubled at each level of nesting.
+_ESCAPE = re.compile(r"\\+u00[0-7][0-9A-Fa-f]")
+# One character of a value: such an escape or any other character.
+_UNIT = re.compile(_ESCAPE.pattern + "|.", re.DOTALL)
 # Beyond this many changed characters the alignment skips popular characters (difflib's
 # autojunk) to stay fast; the escapes it then cannot align are chosen by the rule above.
 _EXACT_ALIGNMENT_CHARS = 4096
@@ -38,30 +41,18 @@ def escaped_run(text: str) -> Run | None:
     r"""The whole of `text` as one run with its `\u` escapes of ASCII characters decoded
     (the rules need the context around a secret: a URL's `?`, a field's name), or None
     when it holds no such escape."""
-    if "u00" not in text or re.search(JSON_ASCII_ESCAPE, text) is None:
+    first = re.search(JSON_ASCII_ESCAPE, text) if "u00" in text else None
+    if first is None:  # no escape of a printable character: nothing a rule would read
         return None
-    units = _UNIT.findall(text)
-    decoded = "".join(chr(int(unit[-4:], 16)) if len(unit) > 1 else unit for unit in units)
-    first = next(unit for unit in units if len(unit) > 1)
-    prefix, upper = first[:-4], any(c in "ABCDEF" for c in first[-4:])
-    raw = {unit for unit in units if len(unit) == 1}
-    escaped_only = {chr(int(unit[-4:], 16)) for unit in units if len(unit) > 1} - raw
-
-    def escape(new: str) -> str:
-        out = []
-        for char in new:
-            if char in escaped_only and not (char.isalnum() or char in _MARKER_CHARS):
-                code = f"{ord(char):04x}"
-                out.append(prefix + (code.upper() if upper else code))
-            else:
-                out.append(char)
-        return "".join(out)
+    decoded = _ESCAPE.sub(lambda m: chr(int(m.group()[-4:], 16)), text)
 
     def encode(redacted: str) -> str:
+        units = _UNIT.findall(text)  # one per decoded character
         head, tail = changed_middle(decoded, redacted)
         old, new = decoded[head : len(decoded) - tail], redacted[head : len(redacted) - tail]
         matcher = difflib.SequenceMatcher(None, old, new, autojunk=len(old) > _EXACT_ALIGNMENT_CHARS)
         opcodes = matcher.get_opcodes()
+        escape = _escaper(units, first.group())
         middle = [
             "".join(units[head + i1 : head + i2])
             # A few characters a marker shares with the secret it replaced (the `k` of
@@ -73,3 +64,24 @@ def escaped_run(text: str) -> Run | None:
         return "".join([*units[:head], *middle, *units[len(units) - tail :]])
 
     return Run(0, len(text), decoded, encode)
+
+
+def _escaper(units: list[str], example: str) -> Callable[[str], str]:
+    """How to write new characters into the value of `units`: those it only ever wrote
+    escaped are escaped again (with `example`'s backslashes and letter case), the
+    markers' characters and letters and digits never."""
+    escaped = {chr(int(unit[-4:], 16)) for unit in units if len(unit) > 1}
+    escaped_only = escaped - {unit for unit in units if len(unit) == 1}
+    prefix, upper = example[:-4], any(c in "ABCDEF" for c in example[-4:])
+
+    def escape(new: str) -> str:
+        out = []
+        for char in new:
+            if char in escaped_only and not (char.isalnum() or char in _MARKER_CHARS):
+                code = f"{ord(char):04x}"
+                out.append(prefix + (code.upper() if upper else code))
+            else:
+                out.append(char)
+        return "".join(out)
+
+    return escape

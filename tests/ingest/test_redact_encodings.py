@@ -15,7 +15,9 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import hashlib
 import json
+import random
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -223,3 +225,34 @@ def test_no_secret_in_any_encoding_reaches_the_lake_through_the_collector(start_
         print(f"{encoding}: tried {tried[encoding]} (x 3 fields: attributes, events, log bodies)")
     assert stored == Counter(), stored
     assert log_leaks(collector.lake) == []
+
+
+def _wrapped(data: bytes, newline: str) -> str:
+    encoded = base64.b64encode(data).decode()
+    return newline.join(encoded[i : i + 76] for i in range(0, len(encoded), 76))
+
+
+_RNG = random.Random(55)
+# Encoded data that is not a secret, in the same encodings: kept byte for byte.
+KEPT = [
+    hashlib.sha256(b"x").hexdigest(),
+    hashlib.sha1(b"x").hexdigest().upper(),
+    _RNG.randbytes(16).hex() + _RNG.randbytes(8).hex(),  # a trace id and a span id
+    _RNG.randbytes(300).hex(),  # a binary dump
+    "hello in hex: " + b"Hello, this is an ordinary sentence.".hex(),
+    _wrapped(b"\x89PNG\r\n\x1a\n" + _RNG.randbytes(3001), "\r\n"),  # an image, MIME-wrapped
+    _wrapped(b"\x89PNG\r\n\x1a\n" + _RNG.randbytes(3002), "\n") + "\nThanks",
+    _wrapped(("An ordinary mail body, wrapped as MIME wraps it. " * 5).encode(), "\r\n"),
+    go_json({"html": '<div class="note">Tom & Jerry</div>', "url": "https://e.com/?a=1&b=2"}),
+    json.dumps({"v": _u_escaped("Hello, this is an ordinary message & more.")}),
+    dotnet_json({"arguments": dotnet_json({"city": "Paris", "units": "metric", "q": "a+b's <x>"})}),
+    json.dumps({"text": "caf\u00e9 \u4e2d\u6587 \u001b[0m"}),  # non-ASCII and control escapes
+    "/usr/local/lib/python3.11/site-packages/transformers/models/auto/configuration_auto.py",
+    "see https://github.com/org/repo/blob/0123456789abcdef0123456789abcdef01234567/README.md",
+]
+
+
+@pytest.mark.parametrize("text", KEPT, ids=range(len(KEPT)))
+def test_ids_digests_images_and_ordinary_encoded_text_are_kept_byte_for_byte(text: str) -> None:
+    assert redact_text(text) == text
+    assert redact_text(json.dumps({"v": text})) == json.dumps({"v": text})

@@ -29,6 +29,8 @@ _ESCAPE_LETTERS = "nrtbf"
 # Enough of a base64 run to tell text from binary before decoding all of it.
 _PROBE_CHARS = 64
 _BASE64_CHAR = re.compile(r"[A-Za-z0-9+/=]")
+# How many raw slashes at each end of a line a base64 run may start or end after.
+_MAX_CUTS = 8
 
 
 def base64_runs(text: str) -> list[Run]:
@@ -70,8 +72,9 @@ def _starts(text: str, lines: list[tuple[int, int]]) -> Iterator[list[tuple[int,
     a single line also ending before each raw `/` (`.../c2stcHJvai0.../edit`)."""
     first_start, first_end = lines[0]
     slashes = [i for i in range(first_start, first_end) if text[i] == "/" and text[i - 1 : i] != "\\"]
-    ends = [first_end, *(reversed(slashes) if len(lines) == 1 else ())]
-    for start in (first_start, *(i + 1 for i in slashes)):
+    # A few cuts at each end: a path of many short parts (`a/b/c/...`) costs no more.
+    ends = [first_end, *(slashes[::-1][:_MAX_CUTS] if len(lines) == 1 else ())]
+    for start in (first_start, *(i + 1 for i in slashes[:_MAX_CUTS])):
         for end in ends:
             if end - start >= 4 * BASE64_TEXT_GROUPS:
                 yield [(start, end), *lines[1:]]

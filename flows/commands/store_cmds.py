@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import sys
 from datetime import date, datetime
 from decimal import Decimal
@@ -13,6 +14,7 @@ import duckdb
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from flows.commands import command_app
 from flows.commands.options import LakeOption, build, configured, fail, lake_settings, resolve_lake
@@ -45,8 +47,33 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+# What a terminal would act on rather than show: C0 controls but the line break (ESC
+# starts `\x1b]52;c;...` clipboard writes, `\x1b[2J` screen clears, OSC 8 links; `\r`
+# overwrites a line), DEL, C1 controls (`\x9b` is a one-byte CSI) and the bidirectional
+# overrides and isolates that reorder what is shown (Trojan Source). A tab is a control
+# character too: rich would expand it, so it is shown as `\t` like the rest.
+_TERMINAL_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape_control(text: str) -> str:
+    r"""`text` with every character a terminal would act on written as its Python escape
+    (`\x1b`, `\r`, `\u202e`); line breaks stay line breaks (a cell of several lines)."""
+    return _TERMINAL_CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+def _shown(text: str) -> Text:
+    # A `Text`, not a string: rich reads strings as markup, and a message holding
+    # `[bold]` or `[/]` would be shown changed (or refused).
+    return Text(_escape_control(text))
+
+
 def print_rows(columns: list[str], rows: list[tuple[Any, ...]], fmt: str) -> None:
-    """Write query results to stdout as a rich table, CSV, or a JSON array of objects."""
+    r"""Write query results to stdout as a rich table, CSV, or a JSON array of objects.
+
+    The table is for a terminal: control characters in a value (escape sequences, `\r`)
+    are shown escaped (`\x1b[2J`), never sent to it, and markup-like text as written.
+    CSV and JSON are the values as stored, byte for byte (JSON escapes them its own way).
+    """
     if fmt == "json":
         objects = [{c: _plain(v) for c, v in zip(columns, row, strict=True)} for row in rows]
         # `default=str` covers what JSON has no type for (intervals, UUIDs, times).
@@ -56,16 +83,26 @@ def print_rows(columns: list[str], rows: list[tuple[Any, ...]], fmt: str) -> Non
         writer.writerow(columns)
         writer.writerows([_cell(v) for v in row] for row in rows)
     else:
-        table = Table(*columns, show_lines=False)
+        table = Table(show_lines=False)
+        for column in columns:
+            table.add_column(_shown(column))
         for row in rows:
-            table.add_row(*(_cell(v) for v in row))
+            table.add_row(*(_shown(_cell(v)) for v in row))
         Console(width=max(120, Console().width)).print(table)
 
 
 def sql(
     query: Annotated[str, typer.Argument(help="SQL over the lake's views (read-only).")],
     lake: LakeOption = None,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="table, csv or json")] = "table",
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            "-f",
+            help="table, csv or json. The table shows control characters escaped (`\\x1b`, `\\r`) so "
+            "content cannot drive the terminal; csv and json write values as stored.",
+        ),
+    ] = "table",
 ) -> None:
     """Run read-only SQL against the lake's views (trajectories, messages, rewards, groups, ...)."""
     if fmt not in ("table", "csv", "json"):

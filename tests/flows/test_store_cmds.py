@@ -175,3 +175,49 @@ def test_values_without_a_json_type_are_printed_as_text(filled: store.Lake) -> N
     assert result.exit_code == 0, result.output
     (row,) = json.loads(result.stdout)
     assert row == {"i": "1 day, 0:00:00", "u": "6b0b1f4e-0000-4000-8000-000000000000", "t": "10:00:00"}
+
+
+# Message content that would drive an analyst's terminal if printed raw: a clipboard write
+# (OSC 52), a screen clear, an OSC 8 hyperlink whose text hides its target, a carriage
+# return that overwrites the line, a one-byte CSI (C1) and a right-to-left override.
+HOSTILE = (
+    "copy \x1b]52;c;Y3VybCBldmlsLnNo\x07 then \x1b[2J clear, "
+    "\x1b]8;;https://evil.example/\x1b\\click here\x1b]8;;\x1b\\ and\rover \x9b31m \u202eexe.txt"
+    "\nsecond line [bold]not markup[/bold]"
+)
+
+
+def _cli(lake: store.Lake, *args: str) -> subprocess.CompletedProcess[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "COLUMNS": "400"}
+    return subprocess.run(
+        [sys.executable, "-m", "flows.cli", "sql", *args, "--lake", lake.root],
+        capture_output=True,
+        env=env,
+        timeout=120,
+    )
+
+
+def test_the_table_format_shows_control_characters_escaped_and_csv_json_keep_them(lake: store.Lake) -> None:
+    messages = [{"role": "user", "content": HOSTILE}, {"role": "assistant", "content": "ok"}]
+    store.write(lake, "trajectories", [make_traj(0, messages=messages)])
+    query = "SELECT messages[1].content AS content FROM trajectories"
+
+    table = _cli(lake, query)
+    assert table.returncode == 0, table.stderr
+    shown = table.stdout.decode()
+    # Nothing a terminal acts on reaches it: no ESC, BEL, CR, C1 or bidi control.
+    assert not any(c in shown for c in "\x1b\x07\r\x9b\u202e"), repr(shown)
+    for escaped in (
+        r"\x1b]52;c;Y3VybCBldmlsLnNo\x07",
+        r"\x1b[2J",
+        r"\x1b]8;;https://evil.example/\x1b\click here",
+    ):
+        assert escaped in shown, (escaped, shown)
+    assert r"and\rover \x9b31m \u202eexe.txt" in shown
+    # A line break stays one (the cell's second line), and markup-like text is shown as written.
+    assert "second line [bold]not markup[/bold]" in shown
+
+    as_json = _cli(lake, query, "--format", "json")
+    assert json.loads(as_json.stdout) == [{"content": HOSTILE}]
+    as_csv = _cli(lake, query, "--format", "csv")
+    assert list(csv.reader(io.StringIO(as_csv.stdout.decode(), newline=""))) == [["content"], [HOSTILE]]

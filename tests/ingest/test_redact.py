@@ -109,7 +109,7 @@ def test_prefilter_scan_flags_every_value_arrow_regex_would_and_respects_slices(
 
     import pyarrow.compute as pc
 
-    from ingest.redact import _prefilter, prefilter_hits
+    from ingest.redact.apply import _prefilter, prefilter_hits
 
     rng = random.Random(5)
     pieces = [
@@ -206,7 +206,7 @@ def test_ids_digests_and_data_are_not_taken_for_random_secrets() -> None:
 
 
 def test_looks_random_needs_mixed_classes_and_high_entropy() -> None:
-    from ingest.redact_rules import RANDOM_MIN_BITS, looks_random, shannon_bits
+    from ingest.redact.rules import RANDOM_MIN_BITS, looks_random, shannon_bits
 
     assert looks_random(AWS_SECRET) and shannon_bits(AWS_SECRET) >= RANDOM_MIN_BITS
     assert not looks_random(AWS_SECRET.lower())  # no upper case

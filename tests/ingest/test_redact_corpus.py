@@ -89,7 +89,7 @@ SECRETS: list[tuple[str, str]] = [
 ]
 # How a secret is written where a sender puts it (a span name, a message): as itself,
 # except the secrets that only their place makes secret. An AWS secret access key is
-# bare: it is found by its randomness (`ingest.redact_rules.looks_random`).
+# bare: it is found by its randomness (`ingest.redact.rules.looks_random`).
 PLACED = {
     "url_password_empty_user": "redis://:{s}@cache.internal:6379/0",
     "url_password_escaped_slashes": "postgresql:\\/\\/app:{s}@db.internal\\/prod",
@@ -246,10 +246,11 @@ def decoded_forms(text: str) -> list[str]:
         for run in _BASE64_ISH.findall(layer):
             run = run.replace("\\n", "").replace("\n", "").replace("\\", "").rstrip("=")
             for offset in range(4):
-                chunk = run[offset:]
-                chunk = chunk[: len(chunk) - len(chunk) % 4]
+                chunk = run[offset:].replace("=", "")
+                # The last, partial group padded, not dropped: it holds a secret's last bytes.
+                chunk = chunk[: len(chunk) - (len(chunk) % 4 == 1)]
                 with contextlib.suppress(binascii.Error, ValueError):
-                    texts.append(base64.b64decode(chunk.replace("=", "")).decode("latin-1"))
+                    texts.append(base64.b64decode(chunk + "=" * (-len(chunk) % 4)).decode("latin-1"))
     return texts
 
 

@@ -1,23 +1,5 @@
-"""Redaction applied to rows before anything (spool or lake) is written.
-
-Secrets are always removed (the formats in `ingest.redact_rules`); emails and phone
-numbers when configured; then an optional user function sees every remaining text
-value. Every free-text column of every table ingest writes goes through it: spans (the
-collector, once per spool group commit; the Langfuse puller and importer), rewards
-(pushed and pulled scores) and assembled trajectories. The built-in rules run as RE2 regular
-expressions over whole Arrow string columns (`pyarrow.compute.replace_substring_regex`),
-so redaction costs one vectorised pass per rule, not a Python call per attribute.
-Replacements never contain quotes or backslashes, so JSON text stays valid JSON.
-Last, bare random strings with no label (an AWS secret access key pasted alone): exactly
-40 base64-alphabet characters standing alone, mixing cases and digits, not hex, with high
-Shannon entropy (`redact_rules.looks_random`, where the trade against ids is explained).
-A run that is base64 of text is not one (the encoded pass below has read it).
-That check is Python, so it runs only on the rows the prefilter sends to the rules (any
-run of 40 such characters is a prefilter hit): rows of ordinary text never reach it.
-Before the rules, secrets behind percent-encoding or base64 (`ingest.redact_encoded`):
-the encoded runs of the prefilter's rows are decoded, redacted by the same rules, and
-written back encoded.
-"""
+"""Redaction applied to Arrow columns, tables and rows: the rules in one vectorised pass
+per rule over the prefilter's rows (see the package docstring, `ingest.redact`)."""
 
 from __future__ import annotations
 
@@ -31,17 +13,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import re2
 
-from ingest.redact_encoded import is_base64_text, redact_encoded
-from ingest.redact_rules import (
-    BASE64_RUN,
-    EMAIL_RULE,
-    PHONE_RULE,
-    RANDOM_LENGTH,
-    RANDOM_REPLACEMENT,
-    SECRET_PREFILTER,
-    SECRET_RULES,
-    looks_random,
-)
+from ingest.redact.encoded import redact_encoded
+from ingest.redact.random_strings import redact_random
+from ingest.redact.rules import EMAIL_RULE, PHONE_RULE, SECRET_PREFILTER, SECRET_RULES
 from store.schema import ID_COLUMNS
 
 # Columns that hold ids or enum codes the ingest path validated (hex ids, `kind`,
@@ -50,12 +24,8 @@ from store.schema import ID_COLUMNS
 # set is the only string columns whose min/max values the Delta log keeps (`store.writer`).
 NOT_FREE_TEXT = ID_COLUMNS
 # How many encodings deep a secret is looked for: a base64 blob passed as a URL parameter
-# is two (percent-encoding, then base64).
-MAX_DECODE_DEPTH = 2
-# A JSON escape whose letter would otherwise start a run (`\nKEY`: the key after a line break).
-_ESCAPE_LETTERS = "nrtbf"
-# What may lie between two lines of a base64 block: a line break, raw or JSON-escaped.
-_LINE_BREAK = frozenset("\\rn\r\n")
+# is two (percent-encoding, then base64), three when a client `\u`-escaped that URL.
+MAX_DECODE_DEPTH = 3
 
 
 @dataclass
@@ -161,47 +131,7 @@ def _redact_secrets(column: pa.Array, config: RedactionConfig, hits: pa.Array | 
         subset = redact_encoded(subset, lambda decoded: _redact_secrets(decoded, config, None, depth + 1))
     for _, pattern, replacement in config.rules():
         subset = pc.replace_substring_regex(subset, pattern=pattern, replacement=replacement)
-    return pc.replace_with_mask(column, hits, _redact_random(subset))
-
-
-def _redact_random(values: pa.Array) -> pa.Array:
-    """`values` with every bare random secret (`redact_rules.looks_random`) replaced: runs
-    last, on the prefilter's rows only, so ordinary rows never reach this Python loop."""
-    run = _compiled_str(BASE64_RUN)
-    out, changed = [], False
-    for value in values.to_pylist():
-        if value is not None and run.search(value):
-            new = _random_replaced(value, run)
-            changed = changed or new != value
-            value = new
-        out.append(value)
-    return pa.array(out, type=values.type) if changed else values
-
-
-def _random_replaced(value: str, run: Any) -> str:
-    parts, at, previous = [], 0, (0, 0)  # the text before, and the previous run's (end, length)
-    for match in run.finditer(value):
-        start, end = match.start(), match.end()
-        if start and value[start - 1] == "\\" and value[start] in _ESCAPE_LETTERS:
-            start += 1  # `\nKEY`: the escape's letter belongs to the escape
-        token = value[start:end].replace("\\", "")  # `\/` is one `/`
-        # The last line of a base64 block (a certificate, a MIME body) follows a longer line
-        # across a line break: part of the block, not a key.
-        gap = value[previous[0] : start]
-        continues_block = previous[1] > RANDOM_LENGTH and bool(gap) and set(gap) <= _LINE_BREAK
-        previous = (end, len(token))
-        if continues_block or len(token) != RANDOM_LENGTH or value[end : end + 1] == "=":
-            continue  # longer (data, not a key), or base64 padding follows: a longer datum
-        if looks_random(token) and not is_base64_text(token):
-            parts += [value[at:start], RANDOM_REPLACEMENT]
-            at = end
-    return "".join([*parts, value[at:]]) if parts else value
-
-
-@functools.lru_cache(maxsize=4)
-def _compiled_str(pattern: str) -> Any:
-    # google-re2 on `str`: match offsets are string indices, as slicing needs.
-    return re2.compile(pattern)
+    return pc.replace_with_mask(column, hits, redact_random(subset))
 
 
 def _text_leaves(array: pa.Array) -> tuple[list[pa.Array], Callable[[list[pa.Array]], pa.Array]]:

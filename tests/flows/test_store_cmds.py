@@ -221,3 +221,26 @@ def test_the_table_format_shows_control_characters_escaped_and_csv_json_keep_the
     assert json.loads(as_json.stdout) == [{"content": HOSTILE}]
     as_csv = _cli(lake, query, "--format", "csv")
     assert list(csv.reader(io.StringIO(as_csv.stdout.decode(), newline=""))) == [["content"], [HOSTILE]]
+
+
+def test_the_table_shows_a_screenful_of_rows_and_cut_cells_while_csv_prints_everything(
+    lake: store.Lake,
+) -> None:
+    long_answer = "x" * 5_000
+    rows = [make_traj(i) for i in range(50)]
+    rows[0]["final_output"] = long_answer
+    store.write(lake, "trajectories", rows)
+    query = "SELECT trajectory_id, final_output FROM trajectories ORDER BY trajectory_id"
+    table = _sql(lake, query)
+    assert table.exit_code == 0, table.output
+    assert "50 rows, the first 40 shown" in table.output
+    assert sum(line.startswith("│ t") for line in table.output.splitlines()) == 40
+    assert long_answer not in table.output and "(5,000 characters)" in table.output
+    everything = _sql(lake, query, "--max-rows", "0")
+    assert "rows, the first" not in everything.output
+    shown = _sql(lake, query, "--max-rows", "3")
+    assert "50 rows, the first 3 shown" in shown.output
+    as_csv = list(csv.reader(io.StringIO(_sql(lake, query, "--format", "csv").output)))
+    assert len(as_csv) == 51 and long_answer in {r[1] for r in as_csv}
+    refused = _sql(lake, query, "--max-rows", "-1")
+    assert refused.exit_code == 2

@@ -44,9 +44,12 @@ class TransformersSampler(Sampler):
         dtype: str | None = None,
         max_batch_rows: int = 64,
         share_prefill: bool = True,
+        shared_prefix: bool = True,
     ) -> None:
         super().__init__(model, adapter=adapter, tokenizer=tokenizer)
         self.share_prefill = share_prefill
+        self.shared_prefix = shared_prefix
+        self.prefixes: Any = None  # a `shared_prefix.PrefixStore`, made with the first batch (torch loads then)
         self.device_name = device
         self.dtype_name = dtype
         self.max_batch_rows = max_batch_rows
@@ -181,9 +184,9 @@ class TransformersSampler(Sampler):
 
     def _run(self, rows: list[Row], params: SamplingParams, adapter: str | None) -> list[Completion]:
         import torch
-        from transformers import LogitsProcessorList
 
         from training.replay.samplers.seeded import SeededSampling
+        from training.replay.samplers.shared_prefix import PrefixStore, sample_rows
 
         model, adapter_ctx = self._model_for(adapter)
         base = self._load()
@@ -192,6 +195,40 @@ class TransformersSampler(Sampler):
         eos_ids += [t for t in params.stop_token_ids if t not in eos_ids]
         pad = base.generation_config.pad_token_id
         pad = pad if pad is not None else eos_ids[0]
+        if not self.shared_prefix:
+            return self._run_generate(rows, params, model, adapter_ctx, eos_ids, pad)
+        pick = SeededSampling(
+            [seed for _, _, seed in rows],
+            temperature=params.temperature,
+            top_k=params.top_k,
+            top_p=params.top_p,
+            device=base.device,
+        )
+        if self.prefixes is None:
+            self.prefixes = PrefixStore()
+        with torch.inference_mode(), adapter_ctx:
+            return sample_rows(
+                model,
+                [prompt for _, prompt, _ in rows],
+                pick,
+                max_tokens=params.max_tokens,
+                eos_ids=eos_ids,
+                pad=pad,
+                store=self.prefixes,
+                adapter=None if adapter is None else adapter_name(adapter),
+                cache_kwarg=self._cache_kwarg,
+            )
+
+    def _run_generate(
+        self, rows: list[Row], params: SamplingParams, model: Any, adapter_ctx: Any, eos_ids: list[int], pad: int
+    ) -> list[Completion]:
+        """The former path (`shared_prefix=False`): one `generate` call over left-padded rows."""
+        import torch
+        from transformers import LogitsProcessorList
+
+        from training.replay.samplers.seeded import SeededSampling
+
+        base = self._load()
         width = max(len(prompt) for _, prompt, _ in rows)
         input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
         attention = torch.zeros((len(rows), width), dtype=torch.long)

@@ -8,8 +8,9 @@ Each run is `training.replay.replay` end to end on the demo's agent: its system 
 with the real calculator answering, every group written to the lake. The transformers sampler
 runs twice per repeat (interleaved, so the load hits both alike), once with the shared-prefix
 decode (`training/replay/samplers/shared_prefix.py`) and once with the former path
-(`shared_prefix=False`: one `generate` over left-padded rows, each prompt prefilled once for its
-`n` rows); the model load and a warm-up round of each are excluded. A fresh seed per repeat
+(`shared_prefix=False`: `generate` over left-padded rows, 64 at a time, its default then, each
+prompt prefilled once for its `n` rows); the model load and a two-scenario warm-up of each are
+excluded. A fresh seed per repeat
 keeps a repeat from replaying the groups the last one wrote.
 
 The last line printed is one JSON object: `tokens_per_s` (generated tokens / wall seconds, the
@@ -62,13 +63,13 @@ def rounds(argv: list[str]) -> None:
         prog="bench/replay.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--model", default=None, help="Model (default: the tiny model).")
-    parser.add_argument("--scenarios", type=int, default=8, help="Scenarios per round.")
+    parser.add_argument("--scenarios", type=int, default=24, help="Scenarios per round (the demo's 24).")
     parser.add_argument("--group-size", type=int, default=8, help="Rollouts per scenario (G).")
     parser.add_argument("--max-tokens", type=int, default=48, help="Tokens per turn (the demo's 48).")
     parser.add_argument("--max-turns", type=int, default=3, help="Turns per rollout (the demo's 3).")
     parser.add_argument("--temperature", type=float, default=0.8)
-    parser.add_argument("--max-batch-rows", type=int, default=256, help="The sampler's rows per batch.")
-    parser.add_argument("--repeats", type=int, default=2, help="Runs of each path; the median is reported.")
+    parser.add_argument("--max-batch-rows", type=int, default=256, help="Rows per batch, shared-prefix path.")
+    parser.add_argument("--repeats", type=int, default=1, help="Runs of each path; the median is reported.")
     parser.add_argument("--torch-threads", type=int, default=0, help="torch threads (0: torch's default).")
     parser.add_argument(
         "--no-shared-prefix", action="store_true", help="Measure only the former path (`generate`)."
@@ -82,15 +83,22 @@ def rounds(argv: list[str]) -> None:
     work = Path(tempfile.mkdtemp(prefix="trajlake-bench-rounds-"))
     lake = store.Lake(str(work / "lake"))
     load_scenarios(lake, _scenarios(work / "scenarios.jsonl", args.scenarios))
-    paths = {"former (generate)": False} if args.no_shared_prefix else {"shared prefix": True, "former (generate)": False}
+    paths = (
+        {"former (generate)": False}
+        if args.no_shared_prefix
+        else {"shared prefix": True, "former (generate)": False}
+    )
+    # The former path as it ran before: 64 rows per `generate` call, its default then.
     samplers = {
-        name: make_sampler("transformers", model, max_batch_rows=args.max_batch_rows, shared_prefix=shared)
+        name: make_sampler(
+            "transformers", model, max_batch_rows=args.max_batch_rows if shared else 64, shared_prefix=shared
+        )
         for name, shared in paths.items()
     }
     tools = make_tools(["flows.demo.task:calculator"], recorded=False)
     peak_before = matmul_peak()
 
-    def run(name: str, seed: int) -> dict[str, Any]:
+    def run(name: str, seed: int, selection: str = "SELECT scenario_id FROM scenarios") -> dict[str, Any]:
         sampler = samplers[name]
         sampler.max_batch_requests = args.scenarios * args.group_size  # a round's rollouts in one batch
         config = ReplayConfig(
@@ -104,7 +112,7 @@ def rounds(argv: list[str]) -> None:
         counter = TokenCounter(sampler._load().model)  # type: ignore[attr-defined]  # the decoder stack
         try:
             started = time.perf_counter()
-            result = replay(lake, "SELECT scenario_id FROM scenarios", sampler, config, tools=tools, progress=False)
+            result = replay(lake, selection, sampler, config, tools=tools, progress=False)
             seconds = time.perf_counter() - started
         finally:
             counter.close()
@@ -118,7 +126,7 @@ def rounds(argv: list[str]) -> None:
         }
 
     for name in samplers:
-        run(name, 1000)  # warm-up: load, kernels, allocator (and the shared prefix's first cache)
+        run(name, 1000, "SELECT scenario_id FROM scenarios LIMIT 2")  # warm-up: load, kernels, allocator
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in samplers}
     for i in range(args.repeats):
         for name in samplers:

@@ -1,14 +1,18 @@
-"""The `transformers` backend: batched `generate` on CPU or GPU, the embedded default.
+"""The `transformers` backend: batched decoding on CPU or GPU, the embedded default.
 
-Requests that share sampling parameters (the seed aside) and adapter are run as one
-left-padded batch, each prompt repeated `n` times; the rows of one prompt share its prefill
-(`generate` alone would prefill each). Every row draws its tokens from its own seeded
-generator (`seeded.SeededSampling`): sample `j` of a request with seed `s` uses `s + j`, as
-vLLM does, and draws the same noise whatever else shares its batch (the same tokens, up to
-floating-point differences of batched logits). Log-probabilities are
-the processed ones, of the distribution each token was drawn from (after temperature, top-k
-and top-p). A finished row is cut right after its first EOS (the EOS is kept: it was
-sampled); `generate` pads the rest, and the padding is never returned.
+Requests that share sampling parameters (the seed aside) and adapter are run as one batch,
+each prompt repeated `n` times (up to `max_batch_rows` rows a batch). By default the batch
+runs the shared-prefix decode (`shared_prefix.py`): the prefix every row shares (a round's
+system prompt and tool definitions) is forwarded once and its KV cache kept for the next
+batches, each distinct prompt's rest once for its `n` rows, and finished rows leave the
+batch. `shared_prefix=False` runs the former path, one left-padded `generate` call whose
+rows of one prompt share its prefill (`share_prefill`). Both sample the same tokens: every
+row draws from its own seeded generator (`seeded.SeededSampling`): sample `j` of a request
+with seed `s` uses `s + j`, as vLLM does, and draws the same noise whatever else shares its
+batch (the same tokens, up to floating-point differences of batched logits). Log-probabilities
+are the processed ones, of the distribution each token was drawn from (after temperature,
+top-k and top-p). A finished row is cut right after its first EOS (the EOS is kept: it was
+sampled); padding is never returned.
 """
 
 from __future__ import annotations
@@ -42,14 +46,16 @@ class TransformersSampler(Sampler):
         tokenizer: str | None = None,
         device: str | None = None,
         dtype: str | None = None,
-        max_batch_rows: int = 64,
+        max_batch_rows: int = 256,
         share_prefill: bool = True,
         shared_prefix: bool = True,
     ) -> None:
         super().__init__(model, adapter=adapter, tokenizer=tokenizer)
         self.share_prefill = share_prefill
         self.shared_prefix = shared_prefix
-        self.prefixes: Any = None  # a `shared_prefix.PrefixStore`, made with the first batch (torch loads then)
+        self.prefixes: Any = (
+            None  # a `shared_prefix.PrefixStore`, made with the first batch (torch loads then)
+        )
         self.device_name = device
         self.dtype_name = dtype
         self.max_batch_rows = max_batch_rows
@@ -220,7 +226,13 @@ class TransformersSampler(Sampler):
             )
 
     def _run_generate(
-        self, rows: list[Row], params: SamplingParams, model: Any, adapter_ctx: Any, eos_ids: list[int], pad: int
+        self,
+        rows: list[Row],
+        params: SamplingParams,
+        model: Any,
+        adapter_ctx: Any,
+        eos_ids: list[int],
+        pad: int,
     ) -> list[Completion]:
         """The former path (`shared_prefix=False`): one `generate` call over left-padded rows."""
         import torch

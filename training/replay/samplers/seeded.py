@@ -87,7 +87,9 @@ class SeededSampling(LogitsProcessor):
             # a masked token (p = 0) has an empty interval and is never chosen.
             generators = self.generators if rows is None else [self.generators[r] for r in rows]
             cdf = logp.double().exp().cumsum(dim=-1)
-            u = torch.cat([torch.rand(1, generator=g, dtype=torch.float64, device=cdf.device) for g in generators])
+            u = torch.cat(
+                [torch.rand(1, generator=g, dtype=torch.float64, device=cdf.device) for g in generators]
+            )
             picked = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)[:, 0]
             picked = picked.clamp_(max=logp.shape[-1] - 1)  # NaN sums pass every u: reported below
         chosen_logprobs = logp.gather(-1, picked[:, None])[:, 0]

@@ -207,7 +207,9 @@ def sample_rows(
         mask[u, shared + width - len(suffix) :] = 1
         positions[u, width - len(suffix) :] = torch.arange(shared, len(prompt))
     input_ids, mask, positions = input_ids.to(device), mask.to(device), positions.to(device)
-    logits = _forward(model, cache_kwarg, cache, input_ids=input_ids, attention_mask=mask, position_ids=positions)
+    logits = _forward(
+        model, cache_kwarg, cache, input_ids=input_ids, attention_mask=mask, position_ids=positions
+    )
     if len(prompts) < len(rows):  # each prompt's cache to its rows
         index = torch.tensor(owner, device=device)
         cache.batch_select_indices(index)

@@ -1,7 +1,8 @@
 """The `transformers` backend: batched decoding on CPU or GPU, the embedded default.
 
 Requests that share sampling parameters (the seed aside) and adapter are run as one batch,
-each prompt repeated `n` times (up to `max_batch_rows` rows a batch). By default the batch
+each prompt repeated `n` times (up to `max_batch_rows` rows and `max_batch_tokens` KV-cache
+slots a batch). By default the batch
 runs the shared-prefix decode (`shared_prefix.py`): the prefix every row shares (a round's
 system prompt and tool definitions) is forwarded once and its KV cache kept for the next
 batches, each distinct prompt's rest once for its `n` rows, and finished rows leave the
@@ -47,6 +48,7 @@ class TransformersSampler(Sampler):
         device: str | None = None,
         dtype: str | None = None,
         max_batch_rows: int = 256,
+        max_batch_tokens: int = 131_072,
         share_prefill: bool = True,
         shared_prefix: bool = True,
     ) -> None:
@@ -59,6 +61,8 @@ class TransformersSampler(Sampler):
         self.device_name = device
         self.dtype_name = dtype
         self.max_batch_rows = max_batch_rows
+        # KV-cache slots a batch may hold: 256 rows of ~500 tokens (SmolLM2: ~6 GB in fp32).
+        self.max_batch_tokens = max_batch_tokens
         self._model: Any = None
         self._peft: Any = None
         self._loaded_adapters: dict[str, str] = {}
@@ -145,13 +149,30 @@ class TransformersSampler(Sampler):
                     (i, requests[i].prompt_ids, seed) for i in indices for seed in _row_seeds(requests[i])
                 ]
                 done: dict[int, list[Completion]] = {i: [] for i in indices}
-                for start in range(0, len(rows), self.max_batch_rows):
-                    chunk = rows[start : start + self.max_batch_rows]
+                for chunk in self._chunks(rows, params.max_tokens):
                     for (i, _, _), completion in zip(chunk, self._run(chunk, params, adapter), strict=True):
                         done[i].append(completion)
                 for i in indices:
                     results[i] = done[i]
         return [r for r in results if r is not None]
+
+    def _chunks(self, rows: list[Row], max_tokens: int) -> list[list[Row]]:
+        """Consecutive rows, at most `max_batch_rows` a batch and at most `max_batch_tokens` KV-cache
+        slots (rows x (longest prompt + `max_tokens`)): long prompts make smaller batches."""
+        chunks: list[list[Row]] = []
+        chunk: list[Row] = []
+        longest = 0
+        for row in rows:
+            wider = max(longest, len(row[1]))
+            if chunk and (
+                len(chunk) >= self.max_batch_rows
+                or (len(chunk) + 1) * (wider + max_tokens) > self.max_batch_tokens
+            ):
+                chunks.append(chunk)
+                chunk, wider = [], len(row[1])
+            chunk.append(row)
+            longest = wider
+        return [*chunks, chunk] if chunk else chunks
 
     def _prefill_once(self, model: Any, rows: list[Row], input_ids: Any, attention: Any) -> Any:
         """Prefill each distinct prompt once and copy its KV cache to its `n` rows (what vLLM's `n` does).

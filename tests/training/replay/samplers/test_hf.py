@@ -161,3 +161,12 @@ def test_the_prefix_cache_is_kept_per_adapter(tiny_model: Path, adapter_path: Pa
     fresh = make_sampler("transformers", str(tiny_model))
     _assert_same(tuned_out, fresh.generate(tuned))
     _assert_same(sampler.generate(base), base_out)  # the base model after the adapter: its own cache
+
+
+def test_batches_are_bounded_by_rows_and_kv_cache_slots(tiny_model: Path) -> None:
+    sampler = make_sampler("transformers", str(tiny_model), max_batch_rows=4, max_batch_tokens=100)
+    short = [(0, (1,) * 10, 0)] * 6  # 10 + 10 tokens a row: the row limit binds
+    long = [(1, (2,) * 40, 0)] * 3  # 40 + 10 a row: two rows fill 100 slots
+    chunks = sampler._chunks(short + long, 10)  # type: ignore[attr-defined]
+    assert [len(c) for c in chunks] == [4, 2, 2, 1]  # a long row joins no batch it would overfill
+    assert all(len(c) * (max(len(r[1]) for r in c) + 10) <= 100 for c in chunks)

@@ -162,7 +162,10 @@ def prefix_kv(
     rest = torch.tensor([list(ids[have:])], device=model.device)
     positions = torch.arange(have, len(ids), device=model.device)[None, :]
     _forward(model, cache_kwarg, cache, input_ids=rest, position_ids=positions)
-    kv = [(layer.keys, layer.values) for layer in cache.layers]
+    layers: list[Any] = list(
+        cache.layers
+    )  # full-attention `DynamicLayer`s: this cache was built from the config
+    kv = [(layer.keys, layer.values) for layer in layers]
     store.put(adapter, ids, kv)
     return kv
 

@@ -331,7 +331,9 @@ def main() -> None:
             )
         for stage in [s for s in ("sft", "grpo") if s in args.stages.split(",")]:
             keys = [k for k in results if k[0] == stage]
-            best_stock = max(rate(best(results[k])) for k in keys if k[1] == "stock TRL")
+            best_stock = max(
+                (rate(best(results[k])) for k in keys if k[1] == "stock TRL"), default=float("nan")
+            )
             for key in keys:
                 run = best(results[key])
                 fill = "-" if run["packing"] != run["packing"] else f"{run['packing']:.1%}"

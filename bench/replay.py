@@ -135,10 +135,12 @@ def bare_vllm(llm: object, prompts: list[list[int]], group_size: int, max_tokens
     return sum(len(o.token_ids) for out in outputs for o in out.outputs), elapsed
 
 
-def main() -> None:
+def vs_bare(argv: list[str]) -> None:
+    """The pipeline against the bare backend (`--vs-bare`)."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--vs-bare", action="store_true")
     parser.add_argument("--scenarios", type=int, default=16, help="Scenarios (prompts) per run.")
     parser.add_argument("--group-size", type=int, default=4, help="Samples per scenario (G).")
     parser.add_argument("--max-tokens", type=int, default=64, help="Tokens per completion.")
@@ -159,7 +161,7 @@ def main() -> None:
         help="torch intra-op threads for both sides (0 = torch's default). On a shared, oversubscribed CPU, "
         "OpenMP barriers with >1 thread make timings swing 10x; 1 keeps the comparison fair.",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.torch_threads:
         import torch
 
@@ -240,6 +242,15 @@ def main() -> None:
     Console().print(
         "pipeline = replay(): scenarios from the lake, rendering, micro-batching, parsing, Parquet writes of every group"
     )
+
+
+def main() -> None:
+    if "--vs-bare" in sys.argv[1:]:
+        vs_bare(sys.argv[1:])
+    else:
+        from bench.replay_rounds import rounds
+
+        rounds(sys.argv[1:])
 
 
 if __name__ == "__main__":

@@ -114,8 +114,10 @@ def grpo_ours(
         .sql(f"SELECT metrics FROM runs WHERE run_id = '{result.run_id}' ORDER BY step DESC LIMIT 1")
         .fetchall()[0][0]
     )
+    metrics = json.loads(row)
     return {
-        "tokens": json.loads(row)["num_tokens"],
+        "tokens": metrics["num_tokens"],
+        "saved": metrics.get("tree_packing/saved_token_share", 0.0),
         # the round-start forward pass (sampler/trainer gap) runs before TRL's clock starts
         "seconds": result.metrics["train_runtime"] + result.report.get("round_start_logprobs_s", 0.0),
         "packing": float("nan"),
@@ -155,6 +157,35 @@ def paired_summary(stage: str, results: dict[tuple[str, str, str], list[dict[str
     )
 
 
+def flop_shares(
+    model: str, results: dict[tuple[str, str, str], list[dict[str, float]]], peak: float, steps: int
+) -> dict[str, Any]:
+    """Per stage, trajlake's defaults: tokens/s and the share of the `torch.mm` fp32 peak its
+    forward + backward used (6 x parameters x tokens computed: a tree-packed GRPO batch computes
+    its tree's nodes, not every row's tokens)."""
+    from transformers import AutoModelForCausalLM
+
+    from bench.flops import parameters
+
+    params = parameters(AutoModelForCausalLM.from_pretrained(model))
+    out: dict[str, Any] = {
+        "model": Path(model).name,
+        "parameters": params,
+        "mm_peak_gflops": round(peak / 1e9, 1),
+    }
+    for (stage, impl, settings), runs in results.items():
+        if impl != "trajlake" or settings != "its defaults":
+            continue
+        run = best(runs)
+        computed = run["tokens"] * (1 - run.get("saved", 0.0))
+        out[stage] = {
+            "tokens_per_s": round(rate(run), 1),
+            "step_s": round(run["seconds"] / steps, 2),
+            "flop_share": round(6 * params * computed / run["seconds"] / peak, 3),
+        }
+    return out
+
+
 def same_as_ours() -> dict[str, Any]:
     """trajlake's SFT defaults on this device, for stock TRL (the apples-to-apples row)."""
     from training.sft_config import TrajlakeSFTConfig
@@ -184,6 +215,7 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=128, help="Max prompt tokens (GRPO).")
     parser.add_argument("--completion-len", type=int, default=128, help="Max completion tokens (GRPO).")
     parser.add_argument("--stages", default="sft,grpo", help="Stages to run (comma-separated).")
+    parser.add_argument("--ours-only", action="store_true", help="Skip the stock TRL rows.")
     parser.add_argument(
         "--workload",
         choices=("short", "agent"),
@@ -210,7 +242,11 @@ def main() -> None:
     console = Console(width=160)
     work = Path(tempfile.mkdtemp(prefix="trajlake-bench-train-"))
     try:
-        model = args.model or str(tiny_model_path(work / "models"))
+        from bench.flops import matmul_peak
+        from training.models import resolve_model
+
+        model = resolve_model(args.model) if args.model else str(tiny_model_path(work / "models"))
+        peak = matmul_peak()
         vocab = len(AutoTokenizer.from_pretrained(model))
         rng = random.Random(0)
         convs = [conversation(i, rng) for i in range(args.conversations)]
@@ -259,6 +295,8 @@ def main() -> None:
                 lambda o: grpo_ours(model, lake, args, o, {"tree_packing": False}),
             ),
         ]
+        if args.ours_only:
+            runs = [r for r in runs if r[1] == "trajlake" and r[2] == "its defaults"]
         if cuda():  # stock's defaults are trajlake's settings there
             runs = [r for r in runs if r[2] != "fp32, bfd packing"]
         results: dict[tuple[str, str, str], list[dict[str, float]]] = {}
@@ -293,7 +331,9 @@ def main() -> None:
             )
         for stage in [s for s in ("sft", "grpo") if s in args.stages.split(",")]:
             keys = [k for k in results if k[0] == stage]
-            best_stock = max(rate(best(results[k])) for k in keys if k[1] == "stock TRL")
+            best_stock = max(
+                (rate(best(results[k])) for k in keys if k[1] == "stock TRL"), default=float("nan")
+            )
             for key in keys:
                 run = best(results[key])
                 fill = "-" if run["packing"] != run["packing"] else f"{run['packing']:.1%}"
@@ -311,7 +351,9 @@ def main() -> None:
                 )
         console.print(table)
         for stage in [s for s in ("sft", "grpo") if s in args.stages.split(",")]:
-            console.print(paired_summary(stage, results))
+            if not args.ours_only:
+                console.print(paired_summary(stage, results))
+        print(json.dumps(flop_shares(model, results, max(peak, matmul_peak()), args.steps)))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

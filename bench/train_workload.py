@@ -8,7 +8,7 @@ import random
 from typing import Any
 
 import store
-from training.replay.rollout.loop import message
+from store.messages import lake_message as message
 
 TOOLS = [
     {

@@ -1,14 +1,19 @@
-"""The `transformers` backend: batched `generate` on CPU or GPU, the embedded default.
+"""The `transformers` backend: batched decoding on CPU or GPU, the embedded default.
 
-Requests that share sampling parameters (the seed aside) and adapter are run as one
-left-padded batch, each prompt repeated `n` times; the rows of one prompt share its prefill
-(`generate` alone would prefill each). Every row draws its tokens from its own seeded
-generator (`seeded.SeededSampling`): sample `j` of a request with seed `s` uses `s + j`, as
-vLLM does, and draws the same noise whatever else shares its batch (the same tokens, up to
-floating-point differences of batched logits). Log-probabilities are
-the processed ones, of the distribution each token was drawn from (after temperature, top-k
-and top-p). A finished row is cut right after its first EOS (the EOS is kept: it was
-sampled); `generate` pads the rest, and the padding is never returned.
+Requests that share sampling parameters (the seed aside) and adapter are run as one batch,
+each prompt repeated `n` times (up to `max_batch_rows` rows and `max_batch_tokens` KV-cache
+slots a batch). By default the batch
+runs the shared-prefix decode (`shared_prefix.py`): the prefix every row shares (a round's
+system prompt and tool definitions) is forwarded once and its KV cache kept for the next
+batches, each distinct prompt's rest once for its `n` rows, and finished rows leave the
+batch. `shared_prefix=False` runs the former path, one left-padded `generate` call whose
+rows of one prompt share its prefill (`share_prefill`). Both sample the same tokens: every
+row draws from its own seeded generator (`seeded.SeededSampling`): sample `j` of a request
+with seed `s` uses `s + j`, as vLLM does, and draws the same noise whatever else shares its
+batch (the same tokens, up to floating-point differences of batched logits). Log-probabilities
+are the processed ones, of the distribution each token was drawn from (after temperature,
+top-k and top-p). A finished row is cut right after its first EOS (the EOS is kept: it was
+sampled); padding is never returned.
 """
 
 from __future__ import annotations
@@ -42,14 +47,22 @@ class TransformersSampler(Sampler):
         tokenizer: str | None = None,
         device: str | None = None,
         dtype: str | None = None,
-        max_batch_rows: int = 64,
+        max_batch_rows: int = 256,
+        max_batch_tokens: int = 131_072,
         share_prefill: bool = True,
+        shared_prefix: bool = True,
     ) -> None:
         super().__init__(model, adapter=adapter, tokenizer=tokenizer)
         self.share_prefill = share_prefill
+        self.shared_prefix = shared_prefix
+        self.prefixes: Any = (
+            None  # a `shared_prefix.PrefixStore`, made with the first batch (torch loads then)
+        )
         self.device_name = device
         self.dtype_name = dtype
         self.max_batch_rows = max_batch_rows
+        # KV-cache slots a batch may hold: 256 rows of ~500 tokens (SmolLM2: ~6 GB in fp32).
+        self.max_batch_tokens = max_batch_tokens
         self._model: Any = None
         self._peft: Any = None
         self._loaded_adapters: dict[str, str] = {}
@@ -136,13 +149,30 @@ class TransformersSampler(Sampler):
                     (i, requests[i].prompt_ids, seed) for i in indices for seed in _row_seeds(requests[i])
                 ]
                 done: dict[int, list[Completion]] = {i: [] for i in indices}
-                for start in range(0, len(rows), self.max_batch_rows):
-                    chunk = rows[start : start + self.max_batch_rows]
+                for chunk in self._chunks(rows, params.max_tokens):
                     for (i, _, _), completion in zip(chunk, self._run(chunk, params, adapter), strict=True):
                         done[i].append(completion)
                 for i in indices:
                     results[i] = done[i]
         return [r for r in results if r is not None]
+
+    def _chunks(self, rows: list[Row], max_tokens: int) -> list[list[Row]]:
+        """Consecutive rows, at most `max_batch_rows` a batch and at most `max_batch_tokens` KV-cache
+        slots (rows x (longest prompt + `max_tokens`)): long prompts make smaller batches."""
+        chunks: list[list[Row]] = []
+        chunk: list[Row] = []
+        longest = 0
+        for row in rows:
+            wider = max(longest, len(row[1]))
+            if chunk and (
+                len(chunk) >= self.max_batch_rows
+                or (len(chunk) + 1) * (wider + max_tokens) > self.max_batch_tokens
+            ):
+                chunks.append(chunk)
+                chunk, wider = [], len(row[1])
+            chunk.append(row)
+            longest = wider
+        return [*chunks, chunk] if chunk else chunks
 
     def _prefill_once(self, model: Any, rows: list[Row], input_ids: Any, attention: Any) -> Any:
         """Prefill each distinct prompt once and copy its KV cache to its `n` rows (what vLLM's `n` does).
@@ -181,9 +211,9 @@ class TransformersSampler(Sampler):
 
     def _run(self, rows: list[Row], params: SamplingParams, adapter: str | None) -> list[Completion]:
         import torch
-        from transformers import LogitsProcessorList
 
         from training.replay.samplers.seeded import SeededSampling
+        from training.replay.samplers.shared_prefix import PrefixStore, sample_rows
 
         model, adapter_ctx = self._model_for(adapter)
         base = self._load()
@@ -192,6 +222,46 @@ class TransformersSampler(Sampler):
         eos_ids += [t for t in params.stop_token_ids if t not in eos_ids]
         pad = base.generation_config.pad_token_id
         pad = pad if pad is not None else eos_ids[0]
+        if not self.shared_prefix:
+            return self._run_generate(rows, params, model, adapter_ctx, eos_ids, pad)
+        pick = SeededSampling(
+            [seed for _, _, seed in rows],
+            temperature=params.temperature,
+            top_k=params.top_k,
+            top_p=params.top_p,
+            device=base.device,
+        )
+        if self.prefixes is None:
+            self.prefixes = PrefixStore()
+        with torch.inference_mode(), adapter_ctx:
+            return sample_rows(
+                model,
+                [prompt for _, prompt, _ in rows],
+                pick,
+                max_tokens=params.max_tokens,
+                eos_ids=eos_ids,
+                pad=pad,
+                store=self.prefixes,
+                adapter=None if adapter is None else adapter_name(adapter),
+                cache_kwarg=self._cache_kwarg,
+            )
+
+    def _run_generate(
+        self,
+        rows: list[Row],
+        params: SamplingParams,
+        model: Any,
+        adapter_ctx: Any,
+        eos_ids: list[int],
+        pad: int,
+    ) -> list[Completion]:
+        """The former path (`shared_prefix=False`): one `generate` call over left-padded rows."""
+        import torch
+        from transformers import LogitsProcessorList
+
+        from training.replay.samplers.seeded import SeededSampling
+
+        base = self._load()
         width = max(len(prompt) for _, prompt, _ in rows)
         input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
         attention = torch.zeros((len(rows), width), dtype=torch.long)

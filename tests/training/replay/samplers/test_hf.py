@@ -70,3 +70,103 @@ def test_greedy_leaves_the_global_generator_alone(tiny_model: Path) -> None:
     before = torch.get_rng_state()
     sampler.generate([SampleRequest(prompt, 2, SamplingParams(max_tokens=4, temperature=0.0))])
     assert torch.equal(before, torch.get_rng_state())
+
+
+@pytest.fixture(scope="module")
+def adapter_path(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A LoRA adapter with random (non-zero) weights: sampling through it changes the output."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    peft_model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(tiny_model),
+        LoraConfig(
+            r=8, lora_alpha=64, target_modules=["q_proj", "v_proj", "o_proj"], init_lora_weights=False
+        ),
+    )
+    path = tmp_path_factory.mktemp("adapter") / "v1"
+    peft_model.save_pretrained(path)
+    return path
+
+
+SYSTEM = (
+    "<|im_start|>system\nYou are a careful math assistant. Use the calculator tool when needed. "
+    "Tools: calculator(expression) evaluates integer arithmetic.<|im_end|>\n"
+)
+
+
+def _turns(tok: object) -> list[tuple[int, ...]]:
+    encode = tok.encode  # type: ignore[attr-defined]
+    return [
+        tuple(encode(f"{SYSTEM}<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n"))
+        for q in ("What is 12 * 7?", "What is 3 + 4 * 2? Use the calculator.", "Hi")
+    ]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+@pytest.mark.parametrize("with_adapter", [False, True])
+def test_shared_prefix_decode_matches_generate_over_turns(
+    tiny_model: Path, adapter_path: Path, temperature: float, with_adapter: bool
+) -> None:
+    """The shared-prefix decode samples what `generate` samples, ids and logprobs, on a first turn
+    (prompts sharing a system prompt, `n` rows each) and on the next turn, whose prompts extend
+    the first turn's by its completions and a tool result (the stored prefix reused)."""
+    adapter = str(adapter_path) if with_adapter else None
+    shared = make_sampler("transformers", str(tiny_model), adapter=adapter)
+    plain = make_sampler("transformers", str(tiny_model), adapter=adapter, shared_prefix=False)
+    assert shared.shared_prefix and not plain.shared_prefix  # type: ignore[attr-defined]
+    tok = shared.tokenizer
+    params = SamplingParams(max_tokens=10, temperature=temperature, seed=5)
+    first = [
+        SampleRequest(p, n, params.with_seed(40 + n)) for p, n in zip(_turns(tok), (3, 2, 1), strict=True)
+    ]
+    a, b = shared.generate(first), plain.generate(first)
+    _assert_same(a, b)
+    tool = tuple(
+        tok.encode(
+            "<|im_start|>user\n<tool_response>\n84\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+        )
+    )
+    second = [
+        SampleRequest(request.prompt_ids + c.token_ids + tool, 1, params.with_seed(90 + k))
+        for request, group in zip(first, a, strict=True)
+        for k, c in enumerate(group)
+    ]
+    _assert_same(shared.generate(second), plain.generate(second))
+    assert len(shared.prefixes) == 1  # type: ignore[attr-defined]  # the second turn reused the system prompt's cache
+
+
+def _assert_same(a: list, b: list) -> None:
+    for group_a, group_b in zip(a, b, strict=True):
+        for x, y in zip(group_a, group_b, strict=True):
+            assert x.token_ids == y.token_ids
+            assert x.finish_reason == y.finish_reason
+            assert x.logprobs == pytest.approx(y.logprobs, abs=1e-4)
+
+
+def test_the_prefix_cache_is_kept_per_adapter(tiny_model: Path, adapter_path: Path) -> None:
+    """The base model and an adapter never share a prefix's cache: each call samples what a
+    fresh sampler samples, and the store holds one entry per adapter."""
+    sampler = make_sampler("transformers", str(tiny_model))
+    params = SamplingParams(max_tokens=8, temperature=0.9, seed=2)
+    prompts = _turns(sampler.tokenizer)
+    base = [SampleRequest(p, 2, params) for p in prompts]
+    tuned = [SampleRequest(p, 2, params, str(adapter_path)) for p in prompts]
+    base_out = sampler.generate(base)
+    tuned_out = sampler.generate(tuned)
+    assert len(sampler.prefixes) == 2  # type: ignore[attr-defined]
+    assert [c.token_ids for g in tuned_out for c in g] != [c.token_ids for g in base_out for c in g]
+    fresh = make_sampler("transformers", str(tiny_model))
+    _assert_same(tuned_out, fresh.generate(tuned))
+    _assert_same(sampler.generate(base), base_out)  # the base model after the adapter: its own cache
+
+
+def test_batches_are_bounded_by_rows_and_kv_cache_slots(tiny_model: Path) -> None:
+    sampler = make_sampler("transformers", str(tiny_model), max_batch_rows=4, max_batch_tokens=100)
+    short = [(0, (1,) * 10, 0)] * 6  # 10 + 10 tokens a row: the row limit binds
+    long = [(1, (2,) * 40, 0)] * 3  # 40 + 10 a row: two rows fill 100 slots
+    chunks = sampler._chunks(short + long, 10)  # type: ignore[attr-defined]
+    assert [len(c) for c in chunks] == [4, 2, 2, 1]  # a long row joins no batch it would overfill
+    assert all(len(c) * (max(len(r[1]) for r in c) + 10) <= 100 for c in chunks)

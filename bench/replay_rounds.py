@@ -1,0 +1,169 @@
+"""Replay rounds shaped like the demo's, with the shared-prefix decode and the former `generate` path.
+
+    python bench/replay.py [--model smollm2-135m-instruct] [--scenarios 8] [--group-size 8]
+        [--max-tokens 48] [--max-turns 3] [--repeats 2] [--no-shared-prefix]
+
+Each run is `training.replay.replay` end to end on the demo's agent: its system prompt and
+`calculator` tool definition, its mixed questions (`flows.demo.task`), T=0.8, up to 3 turns
+with the real calculator answering, every group written to the lake. The transformers sampler
+runs twice per repeat (interleaved, so the load hits both alike), once with the shared-prefix
+decode (`training/replay/samplers/shared_prefix.py`) and once with the former path
+(`shared_prefix=False`: `generate` over left-padded rows, 64 at a time, its default then, each
+prompt prefilled once for its `n` rows); the model load and a two-scenario warm-up of each are
+excluded. A fresh seed per repeat
+keeps a repeat from replaying the groups the last one wrote.
+
+The last line printed is one JSON object: `tokens_per_s` (generated tokens / wall seconds, the
+median run), `flop_share` (forward tokens computed, prefill + decode, padding excluded, x 2 x
+parameters / wall seconds / the `torch.mm` fp32 peak of this process, `bench/flops.py`), the
+same for the former path under `before`, and `speedup` (the ratio of the medians).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import store
+from bench.flops import TokenCounter, matmul_peak, parameters
+from training.models import resolve_model
+from training.replay.rollout.loop import RolloutLimits
+from training.replay.rollout.tools import make_tools
+from training.replay.samplers import SamplingParams, make_sampler
+from training.replay.scenario_io import load_scenarios
+from training.replay.stage import ReplayConfig, replay
+from training.tiny import TOOLS, tiny_model_path
+
+
+def _scenarios(path: Path, count: int) -> Path:
+    from flows.demo.task import SYSTEM_PROMPT, make_questions
+
+    lines = [
+        {
+            "messages": [
+                {"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "user", "content": q.text},
+            ],
+            "tools": TOOLS,
+            "expected": json.dumps(q.answer),
+        }
+        for q in make_questions(count, seed=7, task="mixed")
+    ]
+    path.write_text("\n".join(json.dumps(line) for line in lines))
+    return path
+
+
+def rounds(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(
+        prog="bench/replay.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", default=None, help="Model (default: the tiny model).")
+    parser.add_argument("--scenarios", type=int, default=24, help="Scenarios per round (the demo's 24).")
+    parser.add_argument("--group-size", type=int, default=8, help="Rollouts per scenario (G).")
+    parser.add_argument("--max-tokens", type=int, default=48, help="Tokens per turn (the demo's 48).")
+    parser.add_argument("--max-turns", type=int, default=3, help="Turns per rollout (the demo's 3).")
+    parser.add_argument("--temperature", type=float, default=0.8)
+    parser.add_argument("--max-batch-rows", type=int, default=256, help="Rows per batch, shared-prefix path.")
+    parser.add_argument("--repeats", type=int, default=1, help="Runs of each path; the median is reported.")
+    parser.add_argument("--torch-threads", type=int, default=0, help="torch threads (0: torch's default).")
+    parser.add_argument(
+        "--no-shared-prefix", action="store_true", help="Measure only the former path (`generate`)."
+    )
+    args = parser.parse_args(argv)
+    import torch
+
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
+    model = resolve_model(args.model) if args.model else str(tiny_model_path())
+    work = Path(tempfile.mkdtemp(prefix="trajlake-bench-rounds-"))
+    lake = store.Lake(str(work / "lake"))
+    load_scenarios(lake, _scenarios(work / "scenarios.jsonl", args.scenarios))
+    paths = (
+        {"former (generate)": False}
+        if args.no_shared_prefix
+        else {"shared prefix": True, "former (generate)": False}
+    )
+    # The former path as it ran before: 64 rows per `generate` call, its default then.
+    samplers = {
+        name: make_sampler(
+            "transformers", model, max_batch_rows=args.max_batch_rows if shared else 64, shared_prefix=shared
+        )
+        for name, shared in paths.items()
+    }
+    tools = make_tools(["flows.demo.task:calculator"], recorded=False)
+    peak_before = matmul_peak()
+
+    def run(name: str, seed: int, selection: str = "SELECT scenario_id FROM scenarios") -> dict[str, Any]:
+        sampler = samplers[name]
+        sampler.max_batch_requests = args.scenarios * args.group_size  # a round's rollouts in one batch
+        config = ReplayConfig(
+            group_size=args.group_size,
+            sampling=SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, seed=seed),
+            limits=RolloutLimits(max_turns=args.max_turns),
+            concurrency=args.scenarios,
+            flush_groups=args.scenarios,
+            run=f"bench-{name}-{seed}",  # each path writes its own groups
+        )
+        counter = TokenCounter(sampler._load().model)  # type: ignore[attr-defined]  # the decoder stack
+        try:
+            started = time.perf_counter()
+            result = replay(lake, selection, sampler, config, tools=tools, progress=False)
+            seconds = time.perf_counter() - started
+        finally:
+            counter.close()
+        if result.failed:
+            raise SystemExit(f"replay failed: {result.failed[:2]}")
+        return {
+            "seconds": seconds,
+            "generated": result.generated_tokens,
+            "forward_tokens": counter.real,
+            "forward_tokens_padded": counter.padded,
+        }
+
+    for name in samplers:
+        run(name, 1000, "SELECT scenario_id FROM scenarios LIMIT 2")  # warm-up: load, kernels, allocator
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in samplers}
+    for i in range(args.repeats):
+        for name in samplers:
+            runs[name].append(run(name, i))
+    peak = max(peak_before, matmul_peak())
+    params = parameters(next(iter(samplers.values()))._load())  # type: ignore[attr-defined]
+
+    def summary(name: str) -> dict[str, Any]:
+        rs = runs[name]
+        rate = statistics.median(r["generated"] / r["seconds"] for r in rs)
+        share = statistics.median(r["forward_tokens"] * 2 * params / r["seconds"] / peak for r in rs)
+        return {
+            "tokens_per_s": round(rate, 1),
+            "flop_share": round(share, 3),
+            "forward_tokens_per_generated": round(
+                sum(r["forward_tokens"] for r in rs) / sum(r["generated"] for r in rs), 2
+            ),
+            "padding_share": round(
+                1 - sum(r["forward_tokens"] for r in rs) / sum(r["forward_tokens_padded"] for r in rs), 3
+            ),
+            "runs_tokens_per_s": [round(r["generated"] / r["seconds"], 1) for r in rs],
+        }
+
+    out: dict[str, Any] = {
+        "model": Path(model).name,
+        "workload": f"{args.scenarios} scenarios x G={args.group_size}, <= {args.max_turns} turns x "
+        f"{args.max_tokens} tokens, T={args.temperature}",
+        "threads": torch.get_num_threads(),
+        "parameters": params,
+        "mm_peak_gflops": round(peak / 1e9, 1),
+    }
+    for name in samplers:
+        print(f"{name}: {json.dumps(summary(name))}")
+    if args.no_shared_prefix:
+        out.update(summary("former (generate)"))
+    else:
+        out.update(summary("shared prefix"))
+        out["before"] = summary("former (generate)")
+        out["speedup"] = round(out["tokens_per_s"] / out["before"]["tokens_per_s"], 2)
+    print(json.dumps(out))

@@ -1,0 +1,257 @@
+"""The transformers backend's decode loop: what a batch's rows share is forwarded once.
+
+A replay round's prompts all begin with the same system prompt and tool definitions (~200
+SmolLM2 tokens of a ~230-token first turn), a group's `n` rows repeat one prompt, and a later
+turn's prompt extends the earlier one. `generate` forwards every row's whole prompt; here
+
+- the longest prefix every row of the batch shares is forwarded once, at batch 1, and its KV
+  cache is kept (`PrefixStore`, keyed by the adapter and the prefix's token ids) for the next
+  batches of the round: later turns, the other chunks, the next evaluation;
+- each distinct prompt's rest is forwarded once, beside the shared prefix's cache, and the
+  cache is then copied to that prompt's rows;
+- decoding feeds one token per unfinished row, and rows that stopped are dropped from the
+  batch (a quarter of it at a time: each drop copies the cache).
+
+A row's tokens sit as `[shared prefix | padding | its own suffix | sampled tokens]`: the padding
+is masked and position ids count only real tokens, so each row computes what it would alone,
+up to the floating-point differences of batched kernels (`tests/training/replay/samplers/test_hf.py`
+holds it to the `generate` path's ids and logprobs). Tokens are chosen by `SeededSampling`, one
+generator per row, as on the `generate` path.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+from training.replay.samplers.base import Completion
+
+KV = list[tuple[Any, Any]]  # per layer: keys and values, [1, kv heads, tokens, head dim]
+
+#: A shared prefix shorter than this is not worth a separate forward and a stored cache.
+MIN_SHARED = 16
+
+
+def common_prefix(prompts: Sequence[Sequence[int]]) -> int:
+    """Length of the longest prefix all `prompts` share.
+
+    >>> common_prefix([(1, 2, 3), (1, 2, 4), (1, 2)])
+    2
+    """
+    first, n = prompts[0], min(len(p) for p in prompts)
+    for p in prompts[1:]:
+        k = 0
+        while k < n and p[k] == first[k]:
+            k += 1
+        n = k
+    return n
+
+
+class PrefixStore:
+    """The KV caches of a few shared prefixes (batch 1), keyed by adapter and token ids, least
+    recently used dropped first. A prefix's cache is valid only for the weights that computed it:
+    the key names the adapter, and the sampler clears the store if an adapter is reloaded."""
+
+    def __init__(self, capacity: int = 4) -> None:
+        self.capacity = capacity
+        self._entries: OrderedDict[tuple[str | None, tuple[int, ...]], KV] = OrderedDict()
+
+    def longest(self, adapter: str | None, ids: Sequence[int]) -> tuple[int, KV | None]:
+        """The longest stored prefix of `ids` for `adapter`: its length and cache (0, None if none)."""
+        best: tuple[int, KV | None] = (0, None)
+        for (owner, key), kv in self._entries.items():
+            if owner == adapter and best[0] < len(key) <= len(ids) and tuple(ids[: len(key)]) == key:
+                best = (len(key), kv)
+        if best[1] is not None:
+            self._entries.move_to_end((adapter, tuple(ids[: best[0]])))
+        return best
+
+    def put(self, adapter: str | None, ids: Sequence[int], kv: KV) -> None:
+        self._entries[(adapter, tuple(ids))] = kv
+        self._entries.move_to_end((adapter, tuple(ids)))
+        while len(self._entries) > self.capacity:
+            self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def preallocated_cache(config: Any, capacity: int) -> Any:
+    """A `DynamicCache` whose full-attention layers write into buffers of `capacity` tokens.
+
+    `DynamicLayer` concatenates every step: at 64 rows of ~300 tokens that copy was 80% of a
+    SmolLM2 decode step's time on a CPU. A model with other layer kinds (sliding windows)
+    keeps those layers as they are.
+    """
+    cache = DynamicCache(config=config)
+    cache.layers = [
+        _BufferedLayer(capacity) if type(layer) is DynamicLayer else layer for layer in cache.layers
+    ]
+    return cache
+
+
+class _BufferedLayer(DynamicLayer):
+    """A `DynamicLayer` that writes each step into a preallocated buffer (grown by doubling if
+    ever too small) and hands attention a view of the filled part."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = capacity
+        self.length = 0
+        self._k: Any = None
+        self._v: Any = None
+
+    def lazy_initialization(self, key_states: Any, value_states: Any) -> None:
+        self.device = key_states.device
+        shape = (*key_states.shape[:2], self.capacity, key_states.shape[-1])
+        self._k = torch.empty(shape, dtype=key_states.dtype, device=self.device)
+        self._v = torch.empty(shape, dtype=value_states.dtype, device=self.device)
+        self.is_initialized = True
+
+    def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self.length + key_states.shape[-2]
+        if end > self._k.shape[-2]:
+            pad = (0, 0, 0, max(end, 2 * self._k.shape[-2]) - self._k.shape[-2])
+            self._k = torch.nn.functional.pad(self._k, pad)
+            self._v = torch.nn.functional.pad(self._v, pad)
+        self._k[:, :, self.length : end] = key_states
+        self._v[:, :, self.length : end] = value_states
+        self.length = end
+        self.keys, self.values = self._k[:, :, :end], self._v[:, :, :end]
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def batch_select_indices(self, indices: Any) -> None:
+        if self.is_initialized:
+            self._k, self._v = self._k[indices], self._v[indices]
+            self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
+
+
+def _forward(model: Any, cache_kwarg: str, cache: Any, **inputs: Any) -> Any:
+    return model(use_cache=True, logits_to_keep=1, **{cache_kwarg: cache}, **inputs).logits[:, -1].float()
+
+
+def prefix_kv(
+    model: Any, config: Any, cache_kwarg: str, store: PrefixStore, adapter: str | None, ids: Sequence[int]
+) -> KV:
+    """The cache of `ids` (one sequence): a stored prefix extended by what it lacks, then stored.
+
+    Reuses a stored prefix that covers all but a few tokens of `ids` as it is (the batch then
+    forwards those few per row), so batches whose shared prefixes differ in their last tokens
+    (a question's first words) share one entry.
+    """
+    have, kv = store.longest(adapter, ids)
+    if kv is not None and len(ids) - have <= max(8, len(ids) // 16):
+        return kv
+    cache = DynamicCache(config=config)
+    if kv is not None:
+        for layer, (k, v) in enumerate(kv):
+            cache.update(k, v, layer)
+    rest = torch.tensor([list(ids[have:])], device=model.device)
+    positions = torch.arange(have, len(ids), device=model.device)[None, :]
+    _forward(model, cache_kwarg, cache, input_ids=rest, position_ids=positions)
+    layers: list[Any] = list(
+        cache.layers
+    )  # full-attention `DynamicLayer`s: this cache was built from the config
+    kv = [(layer.keys, layer.values) for layer in layers]
+    store.put(adapter, ids, kv)
+    return kv
+
+
+def sample_rows(
+    model: Any,
+    rows: Sequence[Sequence[int]],
+    pick: Any,
+    *,
+    max_tokens: int,
+    eos_ids: Sequence[int],
+    pad: int,
+    store: PrefixStore,
+    adapter: str | None,
+    cache_kwarg: str,
+) -> list[Completion]:
+    """One completion per row (a prompt's ids), each token chosen by `pick` (`SeededSampling`,
+    one generator per row). `model` is what to call (the PEFT wrapper when an adapter is active);
+    the adapter must already be selected."""
+    device = model.device
+    config = model.config
+    unique: dict[tuple[int, ...], int] = {}
+    owner = [unique.setdefault(tuple(r), len(unique)) for r in rows]
+    prompts = list(unique)
+    shared = min(common_prefix(prompts), min(len(p) for p in prompts) - 1)  # each row feeds >= 1 token
+    cache = preallocated_cache(config, max(len(p) for p in prompts) + max_tokens)
+    if shared >= MIN_SHARED:
+        kv = prefix_kv(model, config, cache_kwarg, store, adapter, prompts[0][:shared])
+        shared = kv[0][0].shape[-2]  # a stored prefix may be a little shorter than asked
+        for layer, (k, v) in enumerate(kv):
+            cache.update(k.expand(len(prompts), -1, -1, -1), v.expand(len(prompts), -1, -1, -1), layer)
+    else:
+        shared = 0
+    width = max(len(p) for p in prompts) - shared
+    input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompts), shared + width), dtype=torch.long)
+    mask[:, :shared] = 1
+    positions = torch.full((len(prompts), width), shared, dtype=torch.long)
+    for u, prompt in enumerate(prompts):  # [shared | padding | suffix]: position ids count real tokens
+        suffix = prompt[shared:]
+        input_ids[u, width - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
+        mask[u, shared + width - len(suffix) :] = 1
+        positions[u, width - len(suffix) :] = torch.arange(shared, len(prompt))
+    input_ids, mask, positions = input_ids.to(device), mask.to(device), positions.to(device)
+    logits = _forward(
+        model, cache_kwarg, cache, input_ids=input_ids, attention_mask=mask, position_ids=positions
+    )
+    if len(prompts) < len(rows):  # each prompt's cache to its rows
+        index = torch.tensor(owner, device=device)
+        cache.batch_select_indices(index)
+        logits, mask = logits[index], mask[index]
+    next_position = torch.tensor([len(r) for r in rows], device=device)
+
+    eos = set(eos_ids)
+    tokens: list[list[int]] = [[] for _ in rows]
+    logprobs: list[list[float]] = [[] for _ in rows]
+    live = list(range(len(rows)))  # the rows the batch holds, in its order
+    done: set[int] = set()
+    while True:
+        picked, chosen = pick.choose(None, logits, rows=live)
+        for r, token, lp in zip(live, picked.tolist(), chosen.tolist(), strict=True):
+            if r in done:
+                continue
+            tokens[r].append(token)
+            logprobs[r].append(lp)
+            if token in eos or len(tokens[r]) >= max_tokens:
+                done.add(r)
+        if len(done) == len(rows):
+            break
+        finished = [i for i, r in enumerate(live) if r in done]
+        if len(finished) >= max(1, len(live) // 4):
+            keep = torch.tensor([i for i, r in enumerate(live) if r not in done], device=device)
+            cache.batch_select_indices(keep)
+            mask, next_position, picked = mask[keep], next_position[keep], picked[keep]
+            live = [r for r in live if r not in done]
+        mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=1)
+        logits = _forward(
+            model,
+            cache_kwarg,
+            cache,
+            input_ids=picked[:, None],
+            attention_mask=mask,
+            position_ids=next_position[:, None],
+        )
+        next_position = next_position + 1
+    return [
+        Completion(tuple(t), tuple(lp), "stop" if t[-1] in eos else "length")
+        for t, lp in zip(tokens, logprobs, strict=True)
+    ]

@@ -21,8 +21,7 @@ from typer.testing import CliRunner
 import store
 from flows.background import free_port
 from flows.cli import app
-from store.erasure import identity_rows
-from store.erasure_check import encodings, files_holding
+from store.erasure_check import files_holding
 from tests.ingest.test_durability import start
 
 runner = CliRunner()
@@ -146,6 +145,8 @@ def test_a_non_ascii_user_is_found_in_raw_and_escaped_spans_and_erased_whole(col
 
     # the user's three traces went whole (the child span without `user.id` too)
     assert _spans(lake) == {OTHERS_TRACE: 2, CHAT_TRACE: 1}
+    from store.erasure import identity_rows
+
     assert identity_rows(lake, store.snapshot(lake), "user_id", USER) == {"trajectories": 0, "spans": 0}
     assert files_holding(lake, [MARKER]) == []  # in no file, in any encoding
     con = store.connect(lake)
@@ -156,17 +157,19 @@ def test_a_non_ascii_user_is_found_in_raw_and_escaped_spans_and_erased_whole(col
 
 
 def test_the_check_finds_a_user_the_plan_missed_in_either_encoding(collected: store.Lake) -> None:
-    from flows.stages.forget import ErasureIncomplete, carry_out, plan
+    from flows.stages.forget import plan
     from store.erasure import ErasureSelection
+    from store.erasure_check import verify_erased
 
     lake = collected
     erasure, _ = plan(lake, ErasureSelection("user_id", USER))
-    # A plan that missed the user's spans (as one that searched only `\u00fc` escapes did):
-    erasure.targets["spans"].values = []
-    erasure.targets["trajectories"].values = []
-    with pytest.raises(ErasureIncomplete, match="naming the user_id"):
-        carry_out(lake, erasure, max_passes=1)
-    assert not store.connect(lake).execute("SELECT * FROM erasures").fetchall()  # never says verified
+    # A plan that missed the user's rows (as one that searched only `\u00fc` escapes did), and
+    # nothing erased: the check must not pass.
+    for target in erasure.targets.values():
+        target.values = []
+    problems = verify_erased(lake, erasure)
+    assert any("`spans` still holds 3 rows naming the user_id" in p for p in problems), problems
+    assert any("`trajectories` still holds 1 rows" in p for p in problems), problems
 
 
 @pytest.mark.parametrize("value", ["chat", "shop", "someone-else-not", USER[:4]])
@@ -179,16 +182,40 @@ def test_a_value_that_is_no_ones_identity_erases_nothing(collected: store.Lake, 
     assert _spans(collected) == before
 
 
-def test_a_mention_of_the_user_in_another_users_trace_is_not_theirs(collected: store.Lake) -> None:
-    result = runner.invoke(app, ["forget", "--user-id", USER, "--yes", "--lake", collected.root])
+def test_a_mention_of_the_user_in_another_users_trace_is_not_theirs(lake: store.Lake) -> None:
+    plain = "plain-user-7"
+    rows = [
+        (OTHERS_TRACE, 1, {"user.id": "someone-else", "app.target_user": plain}),
+        (OTHERS_TRACE, 2, {"gen_ai.prompt": "hello"}),
+        (USERS_TRACE, 1, {"user.id": plain}),
+        (USERS_TRACE, 2, {"gen_ai.prompt": "child span of the user's trace"}),
+    ]
+    store.write(
+        lake,
+        "spans",
+        [
+            {
+                "trace_id": t,
+                "span_id": f"{i:016x}",
+                "source": "otel",
+                "start_time": T0,
+                "attributes": json.dumps(attrs),
+            }
+            for t, i, attrs in rows
+        ],
+    )
+    result = runner.invoke(app, ["forget", "--user-id", plain, "--yes", "--lake", lake.root])
     assert result.exit_code == 0, result.output
-    kept = store.connect(collected).execute(
+    assert _spans(lake) == {OTHERS_TRACE: 2}  # the user's trace went whole, the other one stayed
+    kept = store.connect(lake).execute(
         "SELECT attributes FROM spans WHERE trace_id = $t", {"t": OTHERS_TRACE}
     )
-    assert any(json.loads(r[0]).get("app.target_user") == USER for r in kept.fetchall())
+    assert any(json.loads(r[0]).get("app.target_user") == plain for r in kept.fetchall())
 
 
 def test_encodings_cover_what_the_writers_store() -> None:
+    from store.erasure_check import encodings
+
     spelled = {json.dumps(USER), json.dumps(USER, ensure_ascii=False), json.dumps(json.dumps({"k": USER}))}
     for text in spelled:
         assert any(form in text for form in encodings(USER)), text

@@ -8,8 +8,12 @@ an age); everything derived from them goes with them:
          |  \\-trajectory_id, trace_id, user_id--> labels   (corrections, imported answers)
          \\--source_trajectory_id--> scenarios --scenario_id--> replay trajectories --> their rewards
 
-Spans of a user's or session's traces that never assembled are found by the id in their
-attributes, and for retention by their age. The plan names each table's rows by one
+A user's or session's traces are those whose spans name the id under an identity key
+(`store.identity`: `user.id`, `enduser.id`, `session.id`, `langfuse.user.id`, ...), compared
+decoded whatever the JSON encoding; such a trace goes whole (its spans, its conversations,
+its ingest errors) even when it never assembled. A span that only mentions the id in another
+attribute (`app.target_user`) does not make the trace the user's. For retention, spans go by
+their age. The plan names each table's rows by one
 column and the values it must not hold any more (`TableTarget`), the files holding them
 and their size, and the `needles`: every id (and the user or session id) that no file
 of the lake may contain once the erasure is done (`store.erasure_check`).
@@ -37,6 +41,7 @@ import pyarrow.dataset as ds
 
 from store.catalog import Snapshot, check_selection, connect, snapshot, table_version
 from store.errors import SelectionError, SettingError
+from store.identity import identity_sql
 from store.lake import Lake
 from store.rows import utc_now
 from store.schema import WRITTEN_AT
@@ -107,6 +112,14 @@ class ErasurePlan:
     # caller that knows adapters: `name:version` rows and run-record paths to mark.
     adapters: list[str] | None = None
     run_records: list[str] | None = None
+    # The selection's value, so that a pass can find what arrived meanwhile (kept in the saved
+    # plan only, which holds the value among its needles anyway; never in the audit row).
+    selection_value: str = ""
+    # Why rows were chosen: `table.column` or `spans.attributes."user.id"` -> rows (and traces).
+    matched: dict[str, dict[str, int]] = field(default_factory=dict)
+    # What the passes done so far removed, per table (`TableErasure` counts): a resumed or
+    # repeated erasure records the sum of all of them in its audit row.
+    progress: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def rows(self) -> dict[str, int]:
@@ -169,11 +182,20 @@ def plan_erasure(
     lake = Lake.of(lake)
     snap = snapshot(lake)
     con = connect(lake, snapshot=snap)
+    matched: dict[str, dict[str, int]] = {}
     try:
         selected = _selected(con, selection)
+        if selection.kind in ("user_id", "session_id"):
+            matched[f"trajectories.{selection.kind}"] = {"rows": selected.num_rows}
         traces = set(selected.column("trace_id").drop_null().to_pylist())
-        traces |= _loose_traces(con, selection)
+        traces |= _loose_traces(con, selection, matched)
         conversations = set(selected.column("trajectory_id").to_pylist())
+        # A trace that is the user's goes whole: every conversation assembled from it too.
+        conversations |= _ids(
+            con,
+            "SELECT trajectory_id FROM trajectories WHERE trace_id IN (SELECT v FROM ids)",
+            traces - set(selected.column("trace_id").drop_null().to_pylist()),
+        )
         scenarios = _ids(
             con,
             "SELECT scenario_id FROM scenarios WHERE source_trajectory_id IN (SELECT v FROM ids)",
@@ -193,6 +215,8 @@ def plan_erasure(
         selection_digest=selection.digest(),
         requested_by=requested_by,
         requested_at=utc_now().isoformat(),
+        selection_value=selection.value,
+        matched=matched,
         targets={
             "labels": TableTarget("labels", "trajectory_id", sorted(labels)),
             "rewards": TableTarget("rewards", "trajectory_id", trajectories),
@@ -237,16 +261,47 @@ def _selected(con: duckdb.DuckDBPyConnection, selection: ErasureSelection) -> pa
     return con.sql(sql, params={"v": selection.value}).to_arrow_table()
 
 
-def _loose_traces(con: duckdb.DuckDBPyConnection, selection: ErasureSelection) -> set[str]:
-    """Traces the selection reaches without a trajectory: the trace itself, spans naming the
-    user or session in their attributes (a trace that failed to assemble), spans past retention."""
+def _loose_traces(
+    con: duckdb.DuckDBPyConnection, selection: ErasureSelection, matched: dict[str, dict[str, int]]
+) -> set[str]:
+    """Traces the selection reaches without a trajectory: the trace itself, or the traces whose
+    spans name the user or session under an identity key (`store.identity`; counted into
+    `matched` per key), assembled or not."""
     if selection.kind == "trace_id":
         return {selection.value}
-    if selection.kind in ("user_id", "session_id"):
-        quoted = json.dumps(selection.value)  # as the JSON text of `attributes` holds it
-        sql = "SELECT DISTINCT trace_id FROM spans WHERE contains(attributes, $v) OR contains(resource, $v)"
-        return {r[0] for r in con.execute(sql, {"v": quoted}).fetchall()}
-    return set()
+    if selection.kind not in ("user_id", "session_id"):
+        return set()
+    return {trace for trace, _ in identity_spans(con, selection.kind, selection.value, matched)}
+
+
+def identity_spans(
+    con: duckdb.DuckDBPyConnection, kind: str, value: str, matched: dict[str, dict[str, int]] | None = None
+) -> list[tuple[str, str]]:
+    """`(trace_id, span_id)` of the spans naming `value` as their `kind` under an identity key
+    (decoded: raw UTF-8 and `\\u` escapes alike); `matched` gets the counts per key."""
+    places = identity_sql(kind)
+    flags = ", ".join(f"{condition} AS m{i}" for i, (_, condition) in enumerate(places))
+    any_place = " OR ".join(condition for _, condition in places)
+    rows = con.execute(
+        f"SELECT trace_id, span_id, {flags} FROM spans WHERE {any_place}", {"v": value}
+    ).fetchall()
+    for i, (label, _) in enumerate(places):
+        hits = [r[0] for r in rows if r[i + 2]]
+        if hits and matched is not None:
+            matched[f"spans.{label}"] = {"rows": len(hits), "traces": len(set(hits))}
+    return [(r[0], r[1]) for r in rows]
+
+
+def identity_rows(lake: Lake, snap: Snapshot, kind: str, value: str) -> dict[str, int]:
+    """Rows of `snap` still naming `value` as their `kind` (`user_id`, `session_id`): the
+    conversations by their column, the spans by their identity keys. What an erasure's check
+    counts, independently of the ids its plan found."""
+    con = connect(lake, snapshot=snap)
+    try:
+        found = con.execute(f"SELECT count(*) FROM trajectories WHERE {kind} = $v", {"v": value}).fetchall()
+        return {"trajectories": int(found[0][0]), "spans": len(identity_spans(con, kind, value))}
+    finally:
+        con.close()
 
 
 def _labelled(
@@ -331,4 +386,5 @@ def plan_summary(plan: ErasurePlan) -> dict[str, Any]:
         "rows": plan.rows,
         "files": {name: len(t.files) for name, t in plan.targets.items()},
         "bytes": sum(t.bytes for t in plan.targets.values()),
+        "matched": plan.matched,
     }

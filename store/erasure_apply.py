@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC
 from typing import Any
@@ -66,6 +66,16 @@ class TableErasure:
     files_vacuumed: int = 0
     log_files_removed: int = 0
     version: int | None = None
+
+
+COUNTS = (
+    "rows_deleted",
+    "files_removed",
+    "files_added",
+    "bytes_written",
+    "files_vacuumed",
+    "log_files_removed",
+)
 
 
 def save_pending(lake: Lake, plan: ErasurePlan) -> str:
@@ -187,6 +197,30 @@ def purge_history(lake: Lake, table: str, outcome: TableErasure | None = None) -
     return outcome
 
 
+def delete_all(
+    lake: Lake, plan: ErasurePlan, on_table: Callable[[str], None] | None = None
+) -> list[TableErasure]:
+    """Delete the plan's rows from every table (in `ERASED_TABLES` order): the deletes of one pass."""
+    outcomes = []
+    for name in ERASED_TABLES:
+        target = plan.targets.get(name)
+        if target is None:
+            continue
+        if on_table is not None:
+            on_table(name)
+        outcomes.append(delete_rows(lake, target))
+    return outcomes
+
+
+def purge_all(
+    lake: Lake, tables: Sequence[str], *, reader_grace_s: float = READER_GRACE_S
+) -> list[TableErasure]:
+    """Wait `reader_grace_s` (queries that opened the previous versions read their files
+    meanwhile), then purge each table's history."""
+    time.sleep(reader_grace_s)
+    return [purge_history(lake, table) for table in tables]
+
+
 def apply_plan(
     lake: Lake,
     plan: ErasurePlan,
@@ -196,15 +230,15 @@ def apply_plan(
 ) -> list[TableErasure]:
     """Delete the plan's rows from every table, wait `reader_grace_s`, then purge each table's
     history (the wait lets queries that opened the previous versions read their files)."""
-    outcomes = []
-    for name in ERASED_TABLES:
-        target = plan.targets.get(name)
-        if target is None:
-            continue
-        if on_table is not None:
-            on_table(name)
-        outcomes.append(delete_rows(lake, target))
+    outcomes = delete_all(lake, plan, on_table)
     if on_table is not None:
         on_table("history")
     time.sleep(reader_grace_s)
     return [purge_history(lake, outcome.table, outcome) for outcome in outcomes]
+
+
+def add_counts(total: TableErasure, more: TableErasure) -> None:
+    """Add `more`'s counts into `total` (one table's passes summed); the newest version wins."""
+    for name in COUNTS:
+        setattr(total, name, getattr(total, name) + getattr(more, name))
+    total.version = more.version if more.version is not None else total.version

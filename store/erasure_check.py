@@ -3,9 +3,12 @@
 `forget` says the data is gone only after `verify_erased` found nothing:
 
 - the current files of the erased tables hold none of the plan's keys (`store.erasure.locate`
-  finds no row; reading only the key columns is what keeps this fast on a large lake);
+  finds no row; reading only the key columns is what keeps this fast on a large lake), and
+  for a user or session no row names it any more (`store.erasure.identity_rows`: found again
+  from the selection, its JSON decoded, so rows that arrived after the plan count too);
 - every other file under the lake is searched for every needle (the plan's ids, the user or
-  session id): Delta logs byte by byte, checkpoints and data files no version names (a
+  session id) in every spelling the lake's writers use (`encodings`: raw UTF-8, `\\u`
+  escapes, JSON inside JSON): Delta logs byte by byte, checkpoints and data files no version names (a
   writer's uncommitted file) decoded, the spool, the judge cache, the registry, anything else.
 
 `files_holding` is the exhaustive form (every Parquet file decoded, whatever table it
@@ -22,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from store.catalog import snapshot
-from store.erasure import ErasurePlan, TableTarget, locate
+from store.erasure import ErasurePlan, TableTarget, identity_rows, locate
 from store.lake import Lake
 from store.schema import TABLES
 
@@ -35,16 +38,38 @@ SKIPPED_DIRS = ("_erasure",)
 Decoder = Callable[[bytes], bytes]
 
 
+def encodings(needle: str) -> list[str]:
+    """The spellings of `needle` a file under the lake may hold: raw UTF-8 (orjson, delta-rs,
+    Arrow), JSON-escaped with lower- and upper-case `\\u` escapes (`json.dumps`, other clients),
+    and each of these once more escaped (JSON text inside a JSON string: an attribute column
+    decoded to JSON, a Delta log's statistics).
+
+    >>> encodings("u-55")  # plain ASCII has one spelling
+    ['u-55']
+    """
+    raw = json.dumps(needle, ensure_ascii=False)[1:-1]
+    lower = json.dumps(needle)[1:-1]
+    upper = re.sub(r"\\u([0-9a-f]{4})", lambda m: "\\u" + m.group(1).upper(), lower)
+    forms = {needle, raw, lower, upper}
+    return sorted(forms | {f.replace("\\", "\\\\") for f in forms})
+
+
 def needle_pattern(needles: Sequence[str], *, whole_values: bool = False) -> re.Pattern[bytes] | None:
-    """One regular expression finding any of `needles` in bytes (None when there are none).
+    """One regular expression finding any of `needles`, in any of its `encodings`, in bytes
+    (None when there are none).
 
     `whole_values`: match a needle only as a whole JSON string value (`"u-12"`, not the `u-12`
-    inside `u-123` or inside someone's message): ids are searched so, in files where every
-    value is JSON text (logs, caches) or decoded to it.
+    inside `u-123` or inside someone's message), at any depth of JSON-in-JSON (`\\"u-12\\"`):
+    ids are searched so, in files where every value is JSON text (logs, caches) or decoded to it.
     """
-    texts = sorted({json.dumps(n) if whole_values else n for n in needles if n}, key=len, reverse=True)
+    texts = sorted({e for n in needles if n for e in encodings(n)}, key=len, reverse=True)
+    if not texts:
+        return None
     # Longest first, so that a needle that is a prefix of another never hides it.
-    return re.compile(b"|".join(re.escape(t.encode()) for t in texts)) if texts else None
+    alternatives = b"|".join(re.escape(t.encode()) for t in texts)
+    if whole_values:
+        return re.compile(rb'(?:\\)*"(?:' + alternatives + rb')(?:\\)*"')
+    return re.compile(alternatives)
 
 
 def parquet_as_json(data: bytes) -> bytes:
@@ -95,6 +120,12 @@ def verify_erased(lake: Lake, plan: ErasurePlan, decoders: Mapping[str, Decoder]
         if again.rows:
             problems.append(f"`{name}` still holds {again.rows} erased rows in {len(again.files)} files")
         current |= {_local(f) for f in snap[name].files}
+    if plan.selection_kind in ("user_id", "session_id") and plan.selection_value:
+        # Found again from the selection, not from the plan's ids: rows that arrived after the
+        # plan, or that a plan missed, are the user's all the same.
+        for name, rows in identity_rows(lake, snap, plan.selection_kind, plan.selection_value).items():
+            if rows:
+                problems.append(f"`{name}` still holds {rows} rows naming the {plan.selection_kind}")
     others = []
     for path in lake.fs.find(lake.fs_path()):
         path = str(path)

@@ -40,6 +40,7 @@ from store.conform import WriteInput, conform_batch, iter_batches
 from store.errors import StoreError
 from store.keys import REDELIVERY_WINDOW, key_index, merge_predicate, scope
 from store.lake import Lake
+from store.orphans import remove_attempt_files
 from store.rows import utc_now
 from store.schema import ID_COLUMNS, PARTITION_COLUMN, TIMESTAMP, WRITTEN_AT, TableSpec, table_spec
 from store.spill import Spill
@@ -295,13 +296,29 @@ def write(
     result = WriteResult(table)
     spill = Spill(spec)
     try:
-        spill.fill(_conformed(spec, data, batch_rows), pa.scalar(utc_now(), TIMESTAMP))
+        stamp = utc_now()
+        spill.fill(_conformed(spec, data, batch_rows), pa.scalar(stamp, TIMESTAMP))
         result.rows = spill.rows
         if not spill.rows:
             return result
         wanted = set(within) if within is not None else None
+
+        def attempt() -> tuple[dict[str, Any], int]:
+            from deltalake.exceptions import CommitFailedError
+
+            started = time.time()
+            try:
+                return _commit(lake, spec, spill, wanted, spec.upsert if upsert is None else upsert)
+            except CommitFailedError:
+                # Its files will never be committed: remove them now (`store.orphans`).
+                named = set(open_table(lake, spec).file_uris()) if lake.has_table(table) else set()
+                prefix = lake.table_uri(table).removeprefix("file://") + "/"
+                relative = {u.removeprefix("file://").removeprefix(prefix) for u in named}
+                remove_attempt_files(lake, spec, spill.partitions, stamp, started, relative)
+                raise
+
         (metrics, version), result.attempts = retried(
-            lambda: _commit(lake, spec, spill, wanted, spec.upsert if upsert is None else upsert),
+            attempt,
             lambda attempts, exc: StoreError(
                 f"`{table}`: the commit lost {attempts} races with other writers ({exc}); nothing was "
                 "committed by this write, retry it"

@@ -5,8 +5,13 @@ out. Every `adapters` row (published or not) carries its lineage: per stage, the
 selection SQL and the table versions it read. Before an erasure purges those versions,
 `adapters_trained_on` re-runs each selection as of its versions and keeps the adapters
 whose selection returned an erased trajectory. A selection that cannot be narrowed to
-`trajectory_id` (or whose versions are already gone) counts as having seen the data
-when those versions held any erased row: marking too many is recoverable, too few is not.
+`trajectory_id` counts as having seen the data when those versions held any erased row.
+When the versions are gone (an earlier erasure purged the history), the lineage's data
+time decides: the commit time of the `trajectories` version it read, against when each
+erased conversation's data first reached the lake (`arrivals`: its spans' `received_at`,
+the collector's clock; a replay's `started_at`). An adapter trained before the user's data
+arrived did not see it; one whose data time is unknown, or whose conversations' arrival is
+(an import), counts as having seen it: marking too many is recoverable, too few is not.
 `mark_adapters` sets `trained_on_erased_data` and appends the erasure's id; publishing,
 serving and `trajlake report` read the mark. Retraining is the user's call (`trajlake retrain`).
 """
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import duckdb
@@ -36,15 +42,40 @@ def lineage_entries(row: dict[str, Any]) -> list[dict[str, Any]]:
     return [e for e in entries if isinstance(e, dict) and e.get("sql")]
 
 
+def arrivals(lake: store.Lake, trajectory_ids: Sequence[str]) -> pa.Table:
+    """The erased conversations as `v` (trajectory id) and `arrived` (the earliest time their data
+    can have been in the lake; null where unknown): their spans' first `received_at`, else a
+    replay's `started_at`. Read before the erasure, while the rows exist."""
+    ids = pa.table({"v": pa.array(sorted(set(trajectory_ids)), pa.string())})
+    con = store.connect(lake)
+    try:
+        con.register("erased_ids", ids)
+        spans = "SELECT trace_id, min(received_at) AS received FROM spans GROUP BY trace_id"
+        try:
+            con.sql(f"SELECT * FROM ({spans}) LIMIT 0")
+        except duckdb.Error:  # a lake without spans
+            spans = "SELECT NULL::VARCHAR AS trace_id, NULL::TIMESTAMPTZ AS received"
+        table = con.sql(
+            f"""SELECT e.v, coalesce(s.received, CASE WHEN t.source = 'replay' THEN t.started_at END) AS arrived
+            FROM erased_ids e LEFT JOIN trajectories t ON t.trajectory_id = e.v
+            LEFT JOIN ({spans}) s ON s.trace_id = t.trace_id"""
+        ).to_arrow_table()
+    finally:
+        con.close()
+    return table
+
+
 def saw_erased(lake: store.Lake, entry: dict[str, Any], erased: pa.Table) -> bool:
-    """Whether the selection of one lineage record, as of its versions, returned an erased id."""
+    """Whether the selection of one lineage record, as of its versions, returned an erased id
+    (`erased`: `arrivals`); with the versions gone, whether any erased conversation had arrived
+    by the time of the version read."""
     try:
         con = store.connect(lake, snapshot=store.snapshot(lake, as_of_versions(entry)))
-    except (StoreError, OSError, ValueError) as exc:  # versions gone: nothing left to check against
+    except (StoreError, OSError, ValueError) as exc:  # versions gone: decide by the data times
         del exc
-        return True
+        return arrived_before(entry, erased)
     try:
-        con.register("erased_ids", erased)
+        con.register("erased_ids", erased.select(["v"]))
         sql = str(entry["sql"]).strip().rstrip(";")
         try:
             hit = con.sql(
@@ -60,12 +91,26 @@ def saw_erased(lake: store.Lake, entry: dict[str, Any], erased: pa.Table) -> boo
         con.close()
 
 
+def arrived_before(entry: dict[str, Any], erased: pa.Table) -> bool:
+    """Whether any erased conversation can have been in the `trajectories` version a lineage
+    record read: its data arrived before that version's commit (or either time is unknown)."""
+    read = (entry.get("table_versions") or {}).get("trajectories") or {}
+    try:
+        read_at = datetime.fromisoformat(str(read["timestamp"]))
+    except (KeyError, TypeError, ValueError):
+        return True
+    if read_at.tzinfo is None:
+        read_at = read_at.replace(tzinfo=UTC)
+    times = erased.column("arrived").to_pylist() if "arrived" in erased.column_names else [None]
+    return any(t is None or t <= read_at for t in times)
+
+
 def adapters_trained_on(lake: store.Lake | str, trajectory_ids: Sequence[str]) -> list[dict[str, Any]]:
     """The `adapters` rows whose training selections returned any of `trajectory_ids`."""
     lake = store.Lake.of(lake)
     if not trajectory_ids or not lake.has_table("adapters"):
         return []
-    erased = pa.table({"v": pa.array(sorted(set(trajectory_ids)), pa.string())})
+    erased = arrivals(lake, trajectory_ids)
     return [
         row
         for row in adapter_rows(lake)
@@ -123,7 +168,7 @@ def run_records_trained_on(lake: store.Lake, trajectory_ids: Sequence[str]) -> l
 
     if not trajectory_ids or not lake.is_local:
         return []
-    erased = pa.table({"v": pa.array(sorted(set(trajectory_ids)), pa.string())})
+    erased = arrivals(lake, trajectory_ids)
     found = []
     for path in sorted(Path(lake.root).rglob(RUN_RECORD)):
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -58,6 +59,8 @@ def forget(
     }
     if len(chosen) != 1:
         raise fail("give exactly one of --user-id, --session-id, --trace-id, --where", 2)
+    if not math.isfinite(spool_wait_s) or spool_wait_s < 0:
+        raise fail(f"--spool-wait-s must be a number of seconds >= 0, got {spool_wait_s}", 2)
     ((kind, value),) = chosen.items()
     the_lake = resolve_lake(lake, must_exist=True)
     console = Console(stderr=True)
@@ -78,6 +81,12 @@ def forget(
         [(t, summary["rows"][t], summary["files"][t]) for t in summary["rows"]],
         "table",
     )
+    if summary["matched"]:  # why: which identity attribute (or column) chose how many rows
+        print_rows(
+            ["matched_by", "rows", "traces"],
+            [(place, m["rows"], m.get("traces", "")) for place, m in summary["matched"].items()],
+            "table",
+        )
     derived = derived_counts(the_lake, erasure)
     console.print(
         f"derived data: {derived['judge_cache_entries']} judge cache entries, {derived['spool_rows']} rows in "

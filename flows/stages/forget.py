@@ -7,7 +7,9 @@ The order is what makes a crash at any point safe to finish by running again:
    erased lands again after the lake is clean;
 3. adapters trained on erased rows are marked, while the versions they read still exist;
 4. the judge cache drops verdicts on erased conversations;
-5. each table deletes its rows and loses its history (`store.erasure_apply`);
+5. each table deletes its rows (`store.erasure_apply`); the selection is planned again and
+   what arrived meanwhile (a collector's new spans of the user) is deleted by another pass;
+   then each table loses its history;
 6. every file under the lake is checked (`store.erasure_check`); only then is the audit
    row written and the saved plan removed.
 
@@ -17,7 +19,7 @@ No data logic here: each step is a library function of the package that owns the
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -26,8 +28,17 @@ import store
 from ingest.otlp.collector import default_spool_root
 from ingest.otlp.spool.erase import count_in_spools, erase_from_spools, segment_as_json
 from judging.ruler.cache import JudgeCache
-from store.erasure import ErasurePlan, ErasureSelection, RetentionConfig, plan_erasure
-from store.erasure_apply import TableErasure, apply_plan, drop_pending, pending_plans, save_pending
+from store.erasure import ERASED_TABLES, ErasurePlan, ErasureSelection, RetentionConfig, plan_erasure
+from store.erasure_apply import (
+    COUNTS,
+    TableErasure,
+    add_counts,
+    delete_all,
+    drop_pending,
+    pending_plans,
+    purge_all,
+    save_pending,
+)
 from store.erasure_check import verify_erased
 from store.errors import StoreError
 from training.erasure import (
@@ -36,6 +47,10 @@ from training.erasure import (
     mark_run_records,
     run_records_trained_on,
 )
+
+# Passes of deletes an erasure makes at most while collectors keep bringing the user's spans.
+MAX_PASSES = 5
+DERIVED = "derived"  # the saved plan's progress entry of the spool and judge-cache counts
 
 
 class ErasureIncomplete(StoreError):
@@ -68,17 +83,15 @@ def plan(
 ) -> tuple[ErasurePlan, list[str]]:
     """The plan of `selection` and the adapters it would mark (a dry run: nothing changes)."""
     erasure = plan_erasure(lake, selection, reason=reason, requested_by=requested_by)  # type: ignore[arg-type]
-    erased = erasure.targets["trajectories"].values
-    erasure.adapters = [f"{r['name']}:{r['version']}" for r in adapters_trained_on(lake, erased)]
-    erasure.run_records = run_records_trained_on(lake, erased)
-    return erasure, erasure.adapters
+    _add_adapters(lake, erasure, erasure.targets["trajectories"].values)
+    return erasure, erasure.adapters or []
 
 
-def spool_mentions(erasure: ErasurePlan) -> list[str]:
-    """Values a spool row may name the erased user or session by (spans not in the lake yet)."""
-    if erasure.selection_kind not in ("user_id", "session_id"):
-        return []
-    return [n for n in erasure.needles if n not in erasure.targets["spans"].values]
+def spool_identity(erasure: ErasurePlan) -> tuple[str, str] | None:
+    """The user or session whose spooled spans go too (spans not in the lake yet)."""
+    if erasure.selection_kind not in ("user_id", "session_id") or not erasure.selection_value:
+        return None
+    return erasure.selection_kind, erasure.selection_value
 
 
 def derived_counts(lake: store.Lake, erasure: ErasurePlan) -> dict[str, int]:
@@ -86,7 +99,7 @@ def derived_counts(lake: store.Lake, erasure: ErasurePlan) -> dict[str, int]:
     spool = 0
     if lake.is_local:
         spool = count_in_spools(
-            default_spool_root(lake), erasure.targets["spans"].values, spool_mentions(erasure)
+            default_spool_root(lake), erasure.targets["spans"].values, spool_identity(erasure)
         )
     return {
         "spool_rows": spool,
@@ -100,54 +113,118 @@ def carry_out(
     *,
     spool_wait_s: float = 30.0,
     on_step: Callable[[str], None] | None = None,
+    max_passes: int = MAX_PASSES,
 ) -> ErasureReport:
-    """Erase everything `erasure` names, check the lake, record the audit row."""
+    """Erase everything `erasure` names, check the lake, record the audit row.
+
+    Collectors keep committing meanwhile: a user's spans that arrive while the erasure runs
+    are found by planning the selection again after each pass's deletes (and by the check,
+    which looks for the user, not for the plan's ids); they are erased by a further pass, up
+    to `max_passes`. History is purged once nothing new arrived. The audit row counts every
+    pass, those of an earlier run that was interrupted included (the saved plan keeps them)."""
     step = on_step or (lambda _: None)
     report = ErasureReport(erasure)
     if erasure.adapters is None or erasure.run_records is None:
         # Before anything is erased: the versions their lineage read still exist. Kept in the
         # saved plan, so a resumed erasure marks the same ones.
         step("adapters")
-        erasure.adapters = [
-            f"{r['name']}:{r['version']}"
-            for r in adapters_trained_on(lake, erasure.targets["trajectories"].values)
-        ]
-        erasure.run_records = run_records_trained_on(lake, erasure.targets["trajectories"].values)
+        erasure.adapters, erasure.run_records = [], []
+        _add_adapters(lake, erasure, erasure.targets["trajectories"].values)
     save_pending(lake, erasure)
-    if lake.is_local:
-        step("spools")
-        spools = erase_from_spools(
-            default_spool_root(lake),
-            erasure.targets["spans"].values,
-            spool_mentions(erasure),
-            wait_s=spool_wait_s,
-        )
-        if spools.waiting:
-            busy = ", ".join(f"`{d}` ({n} rows)" for d, n in spools.waiting.items())
+    totals = {
+        name: TableErasure(name, **counts)
+        for name, counts in erasure.progress.items()
+        if name in ERASED_TABLES
+    }
+    derived = erasure.progress.setdefault(DERIVED, {"spool_rows": 0, "judge_cache_entries": 0})
+    for attempt in range(1, max_passes + 1):
+        derived["spool_rows"] += _erase_spools(lake, erasure, spool_wait_s, step)
+        step("marking adapters")
+        report.adapters = mark_adapters(lake, erasure.adapters or [], erasure.erasure_id)
+        report.run_records = mark_run_records(erasure.run_records or [], erasure.erasure_id)
+        step("judge cache")
+        derived["judge_cache_entries"] += JudgeCache(lake).forget(erasure.needles)
+        for outcome in delete_all(lake, erasure, on_table=lambda t: step(f"`{t}`")):
+            add_counts(totals.setdefault(outcome.table, TableErasure(outcome.table)), outcome)
+        _save_progress(lake, erasure, totals)
+        step("looking for what arrived meanwhile")
+        if _take_in_arrivals(lake, erasure) and attempt < max_passes:
+            continue  # delete those too before purging history
+        step("history")
+        for outcome in purge_all(lake, [t for t in ERASED_TABLES if t in totals]):
+            add_counts(totals[outcome.table], outcome)
+        _save_progress(lake, erasure, totals)
+        step("checking every file")
+        problems = verify_erased(lake, erasure, decoders={".wal": segment_as_json})
+        if not problems:
+            break
+        if attempt == max_passes:
             raise ErasureIncomplete(
-                f"erasure `{erasure.erasure_id}`: live collectors still hold erased rows after {spool_wait_s:g} s: "
-                f"{busy}; nothing was erased from the lake; rerun `trajlake forget` once they have flushed"
+                f"erasure `{erasure.erasure_id}` is not complete after {max_passes} passes: "
+                + "; ".join(problems[:5])
+                + "; the plan is kept, rerun `trajlake forget` to finish"
             )
-        report.spool_rows = spools.rows_removed
-    step("marking adapters")
-    report.adapters = mark_adapters(lake, erasure.adapters, erasure.erasure_id)
-    report.run_records = mark_run_records(erasure.run_records, erasure.erasure_id)
-    step("judge cache")
-    report.cache_entries = JudgeCache(lake).forget(erasure.needles)
-    report.tables = apply_plan(lake, erasure, on_table=lambda t: step(f"`{t}`"))
-    step("checking every file")
-    problems = verify_erased(lake, erasure, decoders={".wal": segment_as_json})
-    if problems:
-        raise ErasureIncomplete(
-            f"erasure `{erasure.erasure_id}` is not complete: "
-            + "; ".join(problems[:5])
-            + "; the plan is kept, "
-            "rerun `trajlake forget` to finish"
-        )
+        _take_in_arrivals(lake, erasure)
+    report.tables = [totals[name] for name in ERASED_TABLES if name in totals]
+    report.spool_rows, report.cache_entries = derived["spool_rows"], derived["judge_cache_entries"]
     report.verified = True
     store.write(lake, "erasures", [audit_row(report)])
     drop_pending(lake, erasure)
     return report
+
+
+def _add_adapters(lake: store.Lake, erasure: ErasurePlan, trajectory_ids: Sequence[str]) -> None:
+    """Add the adapters (and unpublished run records) trained on `trajectory_ids` to the plan."""
+    found = [f"{r['name']}:{r['version']}" for r in adapters_trained_on(lake, trajectory_ids)]
+    erasure.adapters = sorted({*(erasure.adapters or []), *found})
+    erasure.run_records = sorted(
+        {*(erasure.run_records or []), *run_records_trained_on(lake, trajectory_ids)}
+    )
+
+
+def _erase_spools(lake: store.Lake, erasure: ErasurePlan, wait_s: float, step: Callable[[str], None]) -> int:
+    """Spool rows removed; raises `ErasureIncomplete` when live collectors keep erased rows."""
+    if not lake.is_local:
+        return 0
+    step("spools")
+    spools = erase_from_spools(
+        default_spool_root(lake), erasure.targets["spans"].values, spool_identity(erasure), wait_s=wait_s
+    )
+    if spools.waiting:
+        busy = ", ".join(f"`{d}` ({n} rows)" for d, n in spools.waiting.items())
+        raise ErasureIncomplete(
+            f"erasure `{erasure.erasure_id}`: live collectors still hold erased rows after {wait_s:g} s: "
+            f"{busy}; rerun `trajlake forget` once they have flushed (the plan is kept)"
+        )
+    return spools.rows_removed
+
+
+def _save_progress(lake: store.Lake, erasure: ErasurePlan, totals: dict[str, TableErasure]) -> None:
+    for name, total in totals.items():
+        erasure.progress[name] = {count: getattr(total, count) for count in COUNTS}
+    save_pending(lake, erasure)
+
+
+def _take_in_arrivals(lake: store.Lake, erasure: ErasurePlan) -> bool:
+    """Plan the selection again and merge what it reaches now into `erasure` (rows that arrived
+    after the plan, or that a concurrent writer committed past a delete's bound); True when
+    rows are left to delete."""
+    if not erasure.selection_value:  # a plan saved by an older release: its ids only
+        return False
+    selection = ErasureSelection(erasure.selection_kind, erasure.selection_value)
+    fresh = plan_erasure(lake, selection, reason=erasure.reason, requested_by=erasure.requested_by)
+    if fresh.empty:
+        return False
+    known = set(erasure.targets["trajectories"].values)
+    for name, target in fresh.targets.items():
+        mine = erasure.targets[name]
+        mine.values = sorted({*mine.values, *target.values})
+    erasure.needles = sorted({*erasure.needles, *fresh.needles})
+    new_conversations = [t for t in fresh.targets["trajectories"].values if t not in known]
+    if new_conversations:
+        _add_adapters(lake, erasure, new_conversations)
+    save_pending(lake, erasure)
+    return True
 
 
 def audit_row(report: ErasureReport) -> dict[str, Any]:

@@ -16,19 +16,12 @@ from ingest.assembly.normalize.genai import tool_definitions
 from ingest.assembly.normalize.genai_messages import messages_from_parts
 from ingest.assembly.normalize.types import first, maybe_json, merge_tools, openai_tool
 from ingest.assembly.runs import Run, to_datetime
+from store.identity import SESSION_KEYS, SESSION_METADATA_KEYS, USER_KEYS, USER_METADATA_KEYS
 from store.schema import PARTITION_COLUMN, WRITTEN_AT
 
-SESSION_KEYS = (
-    "langfuse.session.id",
-    "session.id",
-    "gen_ai.conversation.id",
-    "traceloop.association.properties.session_id",
-    "langfuse.observation.metadata.langfuse_session_id",
-)
-USER_KEYS = ("langfuse.user.id", "user.id", "traceloop.association.properties.user_id", "enduser.id")
+# SESSION_KEYS, USER_KEYS and their metadata keys are declared in store (`store.identity`):
+# `forget` erases a user's traces by the same keys assembly reads the user from.
 _LLAMA_INDEX_AGENT = re.compile(r"current_agent_name='([^']+)'")
-SESSION_METADATA_KEYS = ("session_id", "sessionId", "thread_id", "conversation_id")
-USER_METADATA_KEYS = ("user_id", "userId")
 AGENT_NAME_KEYS = ("gen_ai.agent.name", "agent.name", "traceloop.entity.name", "graph.node.id")
 TRACE_NAME_KEYS = (
     "langfuse.trace.name",

@@ -34,8 +34,8 @@ def test_a_dead_spool_loses_the_erased_rows_and_keeps_the_others(tmp_path: Path)
         [{"trace_id": ERASED, "attributes": "{}"}],  # a record of erased rows only disappears
         [mention],
     )
-    assert count_in_spools(tmp_path, [ERASED], ["u-9"]) == 3
-    outcome = erase_from_spools(tmp_path, [ERASED], ["u-9"])
+    assert count_in_spools(tmp_path, [ERASED], ("user_id", "u-9")) == 3
+    outcome = erase_from_spools(tmp_path, [ERASED], ("user_id", "u-9"))
     assert outcome.rows_removed == 3 and outcome.segments_rewritten == 1 and not outcome.waiting
     assert _rows(path) == [{"trace_id": KEPT, "attributes": "{}"}]
     assert ERASED.encode() not in path.read_bytes() and b"u-9" not in path.read_bytes()

@@ -97,3 +97,84 @@ def test_retrain_runs_the_recorded_stages_without_the_erased_rows(tiny_model: Pa
     assert record["hyperparameters"]["max_steps"] == 1 and not record.get("trained_on_erased_data")
     published = publish(lake, str(tmp_path / "again" / "1-sft" / "adapter"), PublishConfig(name="agent"))
     assert not resolve_adapter(lake, f"agent:{published.version}")["trained_on_erased_data"]
+
+
+def _users_rows(lake: store.Lake, user: str, n: int = 2) -> None:
+    """`n` conversations of `user` and their spans, received now (the collector's clock)."""
+    from datetime import UTC, datetime
+
+    now = datetime.now(UTC)
+    traces = [f"{abs(hash((user, i))) % 16**32:032x}" for i in range(n)]
+    store.write(
+        lake,
+        "spans",
+        [
+            {"trace_id": t, "span_id": f"{1:016x}", "source": "otel", "start_time": now, "received_at": now}
+            for t in traces
+        ],
+    )
+    store.write(
+        lake,
+        "trajectories",
+        [
+            {
+                "trajectory_id": f"traj-{t}",
+                "trace_id": t,
+                "user_id": user,
+                "source": "otel",
+                "started_at": now,
+            }
+            for t in traces
+        ],
+    )
+
+
+def _adapter_now(lake: store.Lake, name: str) -> None:
+    """An `adapters` row whose lineage read the lake's current `trajectories` version (training
+    itself is not what is tested here: the lineage record is)."""
+    import json
+
+    version = store.snapshot(lake)["trajectories"]
+    lineage = {
+        "sql": "SELECT trajectory_id FROM trajectories",
+        "table_versions": {"trajectories": version.lineage()},
+    }
+    store.write(
+        lake,
+        "adapters",
+        [{"name": name, "version": 1, "path": f"/adapters/{name}", "data": json.dumps([lineage])}],
+    )
+
+
+def test_with_history_purged_an_adapter_trained_before_the_users_data_arrived_is_not_marked(
+    tmp_path: Path,
+) -> None:
+    """Once an erasure purged the versions an adapter's lineage read, the data times decide: an
+    adapter trained before the user's data reached the lake did not see it; one trained after did."""
+    import time
+
+    lake = store.Lake(str(tmp_path / "lake"))
+    _users_rows(lake, "kept-user")
+    _adapter_now(lake, "early")
+    time.sleep(0.05)
+    _users_rows(lake, "first-erased")
+    carry_out(lake, plan(lake, ErasureSelection("user_id", "first-erased"))[0])  # purges history
+    assert not resolve_adapter(lake, "early:1")["trained_on_erased_data"]
+
+    time.sleep(0.05)
+    _users_rows(lake, "late-user")  # arrives after `early` was trained
+    time.sleep(0.05)
+    _adapter_now(lake, "late")  # trained on it
+    time.sleep(0.05)
+    _users_rows(lake, "third-erased")
+    carry_out(
+        lake, plan(lake, ErasureSelection("user_id", "third-erased"))[0]
+    )  # purges `late`'s versions too
+    with pytest.raises(store.DataErased):
+        store.snapshot(lake, {"trajectories": 1})
+
+    erasure, affected = plan(lake, ErasureSelection("user_id", "late-user"))
+    assert affected == ["late:1"]  # not `early`: it was trained before late-user's data arrived
+    carry_out(lake, erasure)
+    assert resolve_adapter(lake, "late:1")["trained_on_erased_data"] is True
+    assert not resolve_adapter(lake, "early:1")["trained_on_erased_data"]

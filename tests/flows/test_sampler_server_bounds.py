@@ -97,7 +97,7 @@ def server_from_toml(tiny_model: Path, tmp_path: Path) -> Iterator[tuple[str, in
     """`trajlake serve-sampler` run where a trajlake.toml sets its limits; (url, pid)."""
     (tmp_path / "trajlake.toml").write_text(
         "[serve_sampler.limits]\nmax_n = 3\nmax_tokens = 32\nmax_prompt_chars = 20000\n"
-        "max_body_bytes = 1048576\n"
+        "max_body_bytes = 1048576\nread_timeout_s = 2\n"
     )
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -174,3 +174,28 @@ def test_limits_come_from_trajlake_toml_and_memory_stays_bounded_under_abuse(
     # completions later, the server has grown by less than a few bodies' limits.
     assert grown_mb < 64, f"RSS grew by {grown_mb:.0f} MiB"
     assert httpx.post(f"{url}/v1/chat/completions", json=chat, timeout=60).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [
+        b"POST /v1/completions HTTP/1.1\r\nhost: x\r\n",  # headers trickled, never complete
+        b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{",  # a body cut short
+    ],
+    ids=["headers", "body"],
+)
+def test_a_slow_client_gets_408_within_the_read_timeout(
+    server_from_toml: tuple[str, int], sent: bytes
+) -> None:
+    """A slowloris client held a `serve-sampler` connection for 65 s; trajlake.toml's
+    `read_timeout_s` (2 s here) bounds its headers, and again its body."""
+    url, _ = server_from_toml
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(sent)
+        start = time.monotonic()
+        answer = sock.recv(4096)
+        waited = time.monotonic() - start
+        assert sock.recv(4096) == b""  # and the connection is closed
+    assert answer.startswith(b"HTTP/1.1 408"), answer
+    assert 1.5 < waited < 15, waited

@@ -154,3 +154,29 @@ def test_a_slow_client_is_answered_408_and_let_go(tiny_model: Path) -> None:
         assert answer.startswith(b"HTTP/1.1 408"), answer
         assert b"did not arrive within 1s" in answer
         assert waited < 10
+
+
+def test_the_guard_reads_no_further_than_the_body_limit() -> None:
+    """Where the memory bound is decided: a body past `max_body_bytes` is read no further
+    than the chunk that crossed it (the RSS tests measure the same end to end)."""
+    import asyncio
+
+    from training.replay.rollout.request_limits import guarded
+
+    limits = RequestLimits(max_body_bytes=1 << 20)
+    chunk, pulled, sent = b"x" * 65536, [0], []
+
+    async def endless() -> dict[str, Any]:
+        pulled[0] += len(chunk)
+        return {"type": "http.request", "body": chunk, "more_body": True}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def never(scope: Any, receive: Any, send: Any) -> None:
+        raise AssertionError("the app saw a body past the limit")
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/completions"}
+    asyncio.run(guarded(never, limits, None)(scope, endless, send))
+    assert sent[0]["status"] == 400
+    assert pulled[0] <= limits.max_body_bytes + len(chunk)

@@ -140,7 +140,7 @@ def test_a_client_that_leaves_is_not_computed_for(tiny_model: Path) -> None:
 def test_a_slow_client_is_answered_408_and_let_go(tiny_model: Path) -> None:
     """A client trickling its body held a connection 65 s; now it has `read_timeout_s`."""
     limits = RequestLimits(read_timeout_s=1.0)
-    app, sampler, name = sampler_app(str(tiny_model), limits=limits)
+    app, sampler, _ = sampler_app(str(tiny_model), limits=limits)
     with sampler, LoopbackServer(app) as url:
         host, port = url.removeprefix("http://").split(":")
         with socket.create_connection((host, int(port)), timeout=10) as sock:

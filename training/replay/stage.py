@@ -39,6 +39,9 @@ from training.replay.samplers.base import Sampler, SamplingParams
 from training.replay.scenario_io import read_scenarios
 from training.replay.scenarios import Scenario
 
+# A group's samples are one request (`n`) and one training batch's rows: past this it is a typo.
+MAX_GROUP_SIZE = 1024
+
 
 @dataclass(frozen=True)
 class ReplayConfig:
@@ -61,7 +64,11 @@ class ReplayConfig:
     def __post_init__(self) -> None:
         store.check_settings(
             self,
-            ("group_size", self.group_size >= 2, ">= 2: GRPO compares the samples of a group"),
+            (
+                "group_size",
+                2 <= self.group_size <= MAX_GROUP_SIZE,
+                f"from 2 to {MAX_GROUP_SIZE}: GRPO compares the samples of a group, sampled at once",
+            ),
             ("concurrency", self.concurrency >= 1, ">= 1"),
             ("flush_groups", self.flush_groups >= 1, ">= 1"),
             ("sampling.temperature", self.sampling.temperature > 0, "> 0 (a greedy group has no spread)"),

@@ -48,7 +48,10 @@ class ReplayConfig:
     """How to sample groups: `[replay]`, with `[replay.sampling]` and `[replay.limits]`."""
 
     group_size: int = field(
-        default=4, metadata={"help": "Trajectories sampled per scenario (G); GRPO compares them, so >= 2."}
+        default=4,
+        metadata={
+            "help": "Trajectories sampled per scenario (G); GRPO compares them, so >= 2 (at most 1024)."
+        },
     )
     run: str = field(
         default="default",

@@ -288,9 +288,7 @@ class MicroBatcher:
                 while len(self._pending) < self._max_batch and (left := deadline - time.monotonic()) > 0:
                     self._wake.wait(left)
                 batch, self._pending = self._pending[: self._max_batch], self._pending[self._max_batch :]
-            for request, future, loop in batch:  # queued work of a client that left never runs
-                if request.cancelled:
-                    loop.call_soon_threadsafe(future.cancel)
+            # Queued work of a client that left never runs (its waiter was cancelled with it).
             batch = [entry for entry in batch if not entry[0].cancelled]
             if not batch:
                 continue

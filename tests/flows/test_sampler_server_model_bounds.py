@@ -49,7 +49,7 @@ REFUSED: list[tuple[str, Any, str]] = [
     ("/v1/load_lora_adapter", "adapter", "must be a JSON object"),
     ("/v1/unload_lora_adapter", [1], "must be a JSON object"),
     ("/v1/unload_lora_adapter", "adapter", "must be a JSON object"),
-    ("/v1/load_lora_adapter", {"lora_name": "a", "lora_path": 5}, "`lora_path` must be"),
+    ("/v1/load_lora_adapter", {"lora_name": "a", "lora_path": 5}, "both `lora_name` and `lora_path`"),
     ("/v1/unload_lora_adapter", {"lora_name": 5}, "`lora_name` must be"),
     ("/v1/completions", {**COMPLETION, "min_tokens": 1e9}, "`min_tokens` must be an integer"),
     ("/v1/completions", {**COMPLETION, "min_tokens": 1}, "`min_tokens` is not applied"),

@@ -70,7 +70,7 @@ class ReplayConfig:
             (
                 "group_size",
                 2 <= self.group_size <= MAX_GROUP_SIZE,
-                f"from 2 to {MAX_GROUP_SIZE}: GRPO compares the samples of a group, sampled at once",
+                f">= 2 and at most {MAX_GROUP_SIZE}: GRPO compares the samples of a group, sampled at once",
             ),
             ("concurrency", self.concurrency >= 1, ">= 1"),
             ("flush_groups", self.flush_groups >= 1, ">= 1"),

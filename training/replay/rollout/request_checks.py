@@ -57,16 +57,15 @@ def prompt_problem(prompt: Any) -> str | None:
         return None
     if not isinstance(prompt, list) or not prompt:
         return shape
-    if all(isinstance(p, str) for p in prompt):
-        return None
     if all(_is_int(t) for t in prompt):
         return _token_ids_problem(prompt, "prompt")
-    if all(isinstance(p, list) for p in prompt):
-        for i, ids in enumerate(prompt):
-            if problem := _token_ids_problem(ids, f"prompt[{i}]"):
+    for i, item in enumerate(prompt):  # a batch: texts and lists of token ids
+        if isinstance(item, list):
+            if problem := _token_ids_problem(item, f"prompt[{i}]"):
                 return problem
-        return None
-    return shape
+        elif not isinstance(item, str):
+            return shape
+    return None
 
 
 def messages_problem(messages: Any) -> str | None:
@@ -144,8 +143,9 @@ def adapter_body_problem(body: Any, load: bool) -> str | None:
     string `lora_name` (and, to load, a string `lora_path`)."""
     if not isinstance(body, dict):
         return f"the request body must be a JSON object, got {type(body).__name__}"
-    if not isinstance(body.get("lora_name"), str) or not body["lora_name"]:
+    fields = ("lora_name", "lora_path") if load else ("lora_name",)
+    if any(not isinstance(body.get(key), str) or not body[key] for key in fields):
+        if load:
+            return "both `lora_name` and `lora_path` must be provided, as non-empty strings"
         return "`lora_name` must be a non-empty string"
-    if load and (not isinstance(body.get("lora_path"), str) or not body["lora_path"]):
-        return "`lora_path` must be a non-empty string (the adapter's folder)"
     return None

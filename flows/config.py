@@ -219,11 +219,36 @@ def read_sources(
             data = tomllib.loads(file.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError("(syntax)", str(exc), source) from None
+        except RecursionError:
+            raise ConfigError(
+                "(syntax)", f"values are nested over {MAX_TOML_DEPTH} levels deep", source
+            ) from None
+        if (key := too_deep(data)) is not None:  # every reader of settings recurses into values
+            raise ConfigError(key, f"the value is nested over {MAX_TOML_DEPTH} levels deep", source)
         data = relative_to_file(data, file)
     overrides = env_overrides(environ, declared_variables())
     if overrides:
         source = f"{source} + environment"
     return merge(data, overrides), source
+
+
+# Deeper than any setting is (a table of lists of tables...): a 5,000-deep array was a
+# RecursionError in every command that read the file.
+MAX_TOML_DEPTH = 32
+
+
+def too_deep(data: dict[str, Any]) -> str | None:
+    """The first key whose value nests past `MAX_TOML_DEPTH` levels, or None (iteratively)."""
+    stack: list[tuple[str, Any, int]] = [(key, value, 1) for key, value in data.items()]
+    while stack:
+        key, value, depth = stack.pop()
+        if depth > MAX_TOML_DEPTH:
+            return key
+        children = (
+            value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        )
+        stack.extend((f"{key}.{k}" if isinstance(value, dict) else key, v, depth + 1) for k, v in children)
+    return None
 
 
 def relative_to_file(data: dict[str, Any], file: Path) -> dict[str, Any]:

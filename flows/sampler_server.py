@@ -9,7 +9,11 @@ lake's `policy_performance` view attributes its production feedback to that vers
 The demo runs this very app for its second production batch.
 
 Every completion request passes `RequestLimits` first (`n`, `max_tokens`, prompt size, body
-size: 400 past one) and must name a model the server serves (404 otherwise, as vLLM does).
+size, the type and range of every field: 400 past one) and must name a model the server
+serves (404 otherwise, as vLLM does); then what the model can do (`ModelBounds`: a prompt
+and completion past its context, token ids outside its vocabulary, parameters this server
+would not honour: 400 before anything is computed). A client that leaves has its request
+cancelled, queued or running.
 """
 
 from __future__ import annotations
@@ -74,6 +78,7 @@ def sampler_app(
     `limits` bound what a request may ask (`RequestLimits`' defaults when None), and a
     request naming a model other than the base model or the served adapter is answered 404.
     Close the sampler when done (`with sampler:`)."""
+    from training.replay.rollout.model_bounds import model_bounds
     from training.replay.rollout.openai_app import create_app
     from training.replay.samplers import make_sampler
     from training.serving import check_adapter_files
@@ -87,6 +92,7 @@ def sampler_app(
         default_params=defaults,
         adapters={name: path} if path and name else None,
         served_name=name if path else None,
+        bounds=model_bounds(model, sampler.tokenizer),
     )
     models = {sampler.model, *([name] if path and name else [])}
     return guarded(app, limits or RequestLimits(), models), sampler, name or sampler.model

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Literal, get_args, get_origin
 
-from flows.settings import Section, coerce, is_callable_type, merge
+from flows.settings import ConfigError, Section, coerce, is_callable_type, merge
 
 
 def cli_parameters(
@@ -113,7 +113,13 @@ def with_options(
     def run(*args: Any, **kwargs: Any) -> Any:
         for key, section in sections.items():
             mine = {p.name: kwargs.pop(p.name) for p in derived[key]}
-            from_cli = cli_values(section, mine)
+            try:
+                from_cli = cli_values(section, mine)
+            except ConfigError as exc:  # `--redact-function nosuch.module:fn`: one line, not 45
+                import typer
+
+                typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+                raise typer.Exit(2) from None
             kwargs[key] = merge(values_for(section), from_cli)
         return command(*args, **kwargs)
 

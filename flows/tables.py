@@ -5,6 +5,8 @@ how policies are measured (`[evaluate]`), the loop's switches (`[pipeline]`), th
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -15,6 +17,10 @@ def _help(text: str, default: Any = None, factory: Any = None, **metadata: Any) 
     if factory is not None:
         return field(default_factory=factory, metadata={"help": text, **metadata})
     return field(default=default, metadata={"help": text, **metadata})
+
+
+# A memory size as DuckDB's `SET memory_limit` reads it.
+MEMORY_SIZE = re.compile(r"\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?\s*", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,17 @@ class LakeSettings:
         "Nothing spills to disk: past the limit a query fails.",
         "4GB",
     )
+
+    def __post_init__(self) -> None:
+        store.check_settings(
+            self,
+            ("sql_timeout_s", math.isfinite(self.sql_timeout_s) and self.sql_timeout_s >= 0, ">= 0 seconds"),
+            (
+                "sql_memory_limit",
+                not self.sql_memory_limit.strip() or MEMORY_SIZE.fullmatch(self.sql_memory_limit) is not None,
+                "a size DuckDB reads (`4GB`, `512MiB`) or empty",
+            ),
+        )
 
 
 @dataclass(frozen=True)

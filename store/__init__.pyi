@@ -22,7 +22,9 @@ from .errors import (
     SettingError as SettingError,
     SettingRule as SettingRule,
     StoreError as StoreError,
+    address_rules as address_rules,
     check_settings as check_settings,
+    is_host as is_host,
 )
 from .lake import (
     DEFAULT_LAKE as DEFAULT_LAKE,

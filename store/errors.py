@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from collections.abc import Callable
 
 
@@ -56,6 +58,34 @@ def check_settings(
             for part in name.split("."):
                 value = getattr(value, part)
             raise error(f"`{name}` must be {allowed}, got {value!r}", field=name, value=value)
+
+
+_HOST_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOST_NAME = re.compile(rf"{_HOST_LABEL}(?:\.{_HOST_LABEL})*\.?")
+
+
+def is_host(host: str) -> bool:
+    """Whether `host` can name an address to bind: an IP address (IPv6 with or without
+    brackets) or a host name (dot-separated labels of letters, digits and hyphens).
+
+    >>> is_host("127.0.0.1"), is_host("[::1]"), is_host("localhost"), is_host("not a host!")
+    (True, True, True, False)
+    """
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+        return True
+    except ValueError:
+        return len(host) <= 253 and _HOST_NAME.fullmatch(host) is not None
+
+
+def address_rules(host: str, port: int) -> tuple[SettingRule, SettingRule]:
+    """The `check_settings` rules of a server's bind address: `host` an address or name
+    (`is_host`), `port` from 0 (any free one) to 65535. A port past it was bound modulo
+    65536, and an unparsable host failed in the server's start (exit 3)."""
+    return (
+        ("host", is_host(host), "an IP address or a host name"),
+        ("port", not isinstance(port, bool) and 0 <= port <= 65535, "a port from 0 to 65535"),
+    )
 
 
 class SchemaViolation(StoreError, ValueError):

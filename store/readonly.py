@@ -64,8 +64,12 @@ def check_read_only(con: Parser, sql: str) -> None:
     explains (`EXPLAIN ANALYZE COPY ... TO 'file'` writes the file).
     """
     for statement in con.extract_statements(sql):
-        if statement.type not in _READ_ONLY_STATEMENTS:
-            raise ReadOnlyViolation(statement.type.name, statement.query)
+        try:
+            kind = statement.type
+        except ValueError:  # a type DuckDB's Python enum does not know (`UPDATE EXTENSIONS`: 29)
+            raise ReadOnlyViolation(" ".join(statement.query.split()[:2]).upper(), statement.query) from None
+        if kind not in _READ_ONLY_STATEMENTS:
+            raise ReadOnlyViolation(kind.name, statement.query)
         if statement.type == duckdb.StatementType.EXPLAIN:
             inner = explained_statement(statement.query)
             if not inner.strip():

@@ -95,6 +95,8 @@ def replay_command(
             raise fail(
                 "--model is required: a model folder (transformers, vllm) or the served model's name", 2
             )
+        if sampler_config.backend != "vllm-server":  # there it is the served name, not a path here
+            check_model_folder(sampler_config.model)
         with sampler_config.build(adapter) as model:
             result = run_replay(
                 the_lake,
@@ -149,8 +151,15 @@ def serve_sampler(
     import uvicorn
 
     from flows.sampler_server import sampler_app
+    from ingest.otlp.server import guarded_protocol
     from training.errors import AdapterNotFound, AdapterNotServable
 
+    for setting, holds, allowed in store.address_rules(host, port):
+        if not holds:
+            raise fail(f"--{setting} must be {allowed}, got {host if setting == 'host' else port!r}", 2)
+    request_limits = build(REQUEST_LIMITS, limits or {})
+    check_model_folder(model)
+    quiet_libraries()
     try:
         app, sampler, name = sampler_app(
             model,
@@ -158,17 +167,47 @@ def serve_sampler(
             lake=resolve_lake(lake) if adapter and not Path(adapter).exists() else None,
             served_name=served_name,
             defaults=build(REQUEST_DEFAULTS, defaults),
-            limits=build(REQUEST_LIMITS, limits or {}),
+            limits=request_limits,
         )
     except (FileNotFoundError, AdapterNotFound, AdapterNotServable) as exc:
         raise fail(str(exc), 2) from None
+    except (OSError, ValueError) as exc:  # transformers' answer to a folder that is not a model
+        raise fail(f"--model `{model}` cannot be loaded: {first_line(exc)}", 2) from None
     typer.echo(f"serving {sampler.policy} as `{name}` on http://{host}:{port}/v1")
     with sampler:
-        # In-flight requests get SHUTDOWN_GRACE_S after SIGTERM, then are cancelled: without a
-        # bound uvicorn waits for them, and a long generation kept the server up.
+        # In-flight requests get SHUTDOWN_GRACE_S after SIGTERM, then are cancelled (their
+        # sampling stops at the next token): without a bound uvicorn waits for them, and a long
+        # generation kept the server up. A client slower than `read_timeout_s` with its
+        # headers is answered 408 and closed (the body's deadline is `guarded`'s).
         uvicorn.run(
-            app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=SHUTDOWN_GRACE_S
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+            http=guarded_protocol(request_limits.read_timeout_s),
         )
+
+
+def check_model_folder(model: str) -> None:
+    """A clean exit 2 for a `--model` that names a path that is not there (else transformers
+    answers a 115-line traceback about hub repository ids); a known name or a hub id passes."""
+    from training.models import KNOWN_MODELS
+
+    looks_like_path = model.startswith((".", "/", "~")) or Path(model).exists() or model.count("/") > 1
+    if model in KNOWN_MODELS or not looks_like_path:
+        return
+    folder = Path(model).expanduser()
+    if not folder.is_dir():
+        raise fail(f"--model `{model}` is not a folder (a model folder holds config.json)", 2)
+    if not (folder / "config.json").is_file():
+        raise fail(f"--model `{model}` is not a model folder: it holds no config.json", 2)
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's message (library errors run to many lines)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def tiny_model(

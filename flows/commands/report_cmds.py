@@ -45,6 +45,11 @@ def report(
 
     if max_groups < 1:
         raise fail(f"--max-groups must be >= 1; got {max_groups}", 2)
+    for flag, value in (("--since", since), ("--until", until)):
+        if value is not None and not is_iso_time(value):
+            raise fail(
+                f"{flag} must be an ISO 8601 date or time (2026-05-01, 2026-05-01T12:00Z); got {value!r}", 2
+            )
     the_lake = resolve_lake(lake, must_exist=True)
     try:
         path, data = build_report(
@@ -65,6 +70,17 @@ def report(
         f"report: {path} ({len(data.rounds)} rounds, {len(data.learning)} evaluated policies, "
         f"{len(shown)} of {data.groups.total if data.groups else 0} groups)"
     )
+
+
+def is_iso_time(value: str) -> bool:
+    """Whether `value` reads as an ISO 8601 date or time (as the report's SQL compares it)."""
+    from datetime import datetime
+
+    try:
+        datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return True
 
 
 app = command_app()  # its commands join `trajlake` on first use (flows.cli)

@@ -129,7 +129,10 @@ def score(
         judge_config = build("judge", judge, **({"rubric": text} if text else {}))
     rewards: list = [*specs]
     if sql_reward is not None:
-        rewards.append(judging.SqlReward(sql_reward, run.get("name") or "sql"))
+        try:
+            rewards.append(judging.SqlReward(sql_reward, run.get("name") or "sql"))
+        except judging.JudgingError as exc:
+            raise fail(str(exc), 2) from None
     try:
         summaries = [judging.score(target, spec, config, judge=judge_config) for spec in rewards]
     except (judging.JudgingError, OSError) as exc:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -88,9 +89,31 @@ def message(raw: Any, index: int) -> dict[str, Any]:
     )
 
 
+# Longer than any conversation id a system hands out; a 10,000-character id was taken.
+MAX_ID_CHARS = 1000
+
+
+def id_problem(value: Any) -> str | None:
+    """Why a line's `id` is refused: it names a trajectory (and, through it, files and report
+    links), so it is a string or an integer of at most `MAX_ID_CHARS` characters, with no
+    control character (NUL) and no `..` path segment."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        return f"`id` must be a string or an integer, got {type(value).__name__}"
+    text = str(value)
+    if not text or len(text) > MAX_ID_CHARS:
+        return f"`id` must be 1 to {MAX_ID_CHARS} characters, got {len(text):,}"
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        return "`id` holds a control character (NUL, newline, ...)"
+    if ".." in re.split(r"[/\\]", text):
+        return f"`id` holds a `..` path segment: {text[:60]!r}"
+    return None
+
+
 def trajectory_id(obj: dict[str, Any]) -> str:
     """The given `id`, else a digest of the conversation (re-importing a file changes nothing)."""
     if obj.get("id") is not None:
+        if problem := id_problem(obj["id"]):
+            raise LineError(problem)
         return f"import-{obj['id']}"
     blob = json.dumps({"messages": obj["messages"], "tools": obj.get("tools")}, sort_keys=True, default=str)
     return "import-" + hashlib.sha256(blob.encode()).hexdigest()[:24]

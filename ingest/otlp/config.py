@@ -129,6 +129,7 @@ class CollectorConfig:
                     "request_timeout_s",
                 )
             ),
+            *store.address_rules(self.host, self.port),
             error=CollectorSettingError,
         )
 

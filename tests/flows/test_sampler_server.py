@@ -144,16 +144,22 @@ def test_sigterm_stops_the_server_within_seconds_while_it_generates(tiny_model: 
                     break
             except httpx.HTTPError:
                 time.sleep(0.3)
-        body = {"model": str(tiny_model), "prompt": "hi", "n": 64, "max_tokens": 8192, "ignore_eos": True}
+        # As long as the model's context allows (4,096 tokens): minutes of work on a CPU.
+        body = {"model": str(tiny_model), "prompt": "hi", "n": 64, "max_tokens": 4000}
+        answers: list[int] = []
         threading.Thread(
-            target=lambda: httpx.post(f"{url}/v1/completions", json=body, timeout=120), daemon=True
+            target=lambda: answers.append(
+                httpx.post(f"{url}/v1/completions", json=body, timeout=120).status_code
+            ),
+            daemon=True,
         ).start()
         time.sleep(2)  # generating now
-        assert server.poll() is None
+        assert server.poll() is None and not answers, answers  # not refused: it runs
         start = time.monotonic()
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=20)
-        assert time.monotonic() - start < 15
+        # The request gets the 3 s grace, then its sampling stops at the next token.
+        assert time.monotonic() - start < 10
     finally:
         if server.poll() is None:
             server.kill()

@@ -39,13 +39,19 @@ from training.replay.samplers.base import Sampler, SamplingParams
 from training.replay.scenario_io import read_scenarios
 from training.replay.scenarios import Scenario
 
+# A group's samples are one request (`n`) and one training batch's rows: past this it is a typo.
+MAX_GROUP_SIZE = 1024
+
 
 @dataclass(frozen=True)
 class ReplayConfig:
     """How to sample groups: `[replay]`, with `[replay.sampling]` and `[replay.limits]`."""
 
     group_size: int = field(
-        default=4, metadata={"help": "Trajectories sampled per scenario (G); GRPO compares them, so >= 2."}
+        default=4,
+        metadata={
+            "help": "Trajectories sampled per scenario (G); GRPO compares them, so >= 2 (at most 1024)."
+        },
     )
     run: str = field(
         default="default",
@@ -76,7 +82,11 @@ class ReplayConfig:
             return
         store.check_settings(
             self,
-            ("group_size", self.group_size >= 2, ">= 2: GRPO compares the samples of a group"),
+            (
+                "group_size",
+                2 <= self.group_size <= MAX_GROUP_SIZE,
+                f">= 2 and at most {MAX_GROUP_SIZE}: GRPO compares the samples of a group, sampled at once",
+            ),
             ("concurrency", self.concurrency >= 1, ">= 1"),
             ("flush_groups", self.flush_groups >= 1, ">= 1"),
             ("sampling.temperature", self.sampling.temperature > 0, "> 0 (a greedy group has no spread)"),

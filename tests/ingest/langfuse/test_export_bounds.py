@@ -101,7 +101,7 @@ def test_a_compressed_export_imports_like_the_plain_one(container: str, tmp_path
 def test_a_compression_bomb_is_refused_in_bounded_memory_and_writes_nothing(
     container: str, piece: bytes, words: str, tmp_path: Path, lake: Lake
 ) -> None:
-    write = write_gzip_stream if container == "gzip" else write_zip_stream
+    write = write_zip_stream if container == "zip" else write_gzip_stream
     bomb = write(tmp_path / f"bomb.{container}", repeated(piece, 256 * MIB))
     assert bomb.stat().st_size < MIB
     raised, peak = peak_mib(lambda: import_langfuse_export(lake, bomb))

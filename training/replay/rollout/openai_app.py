@@ -18,7 +18,6 @@ Two uses:
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -32,11 +31,29 @@ from starlette.routing import Route
 from store.messages import from_openai
 from training.replay.errors import SamplerError
 from training.replay.rollout.episodes import RecordedCall, Recorder
+from training.replay.rollout.loopback import LoopbackServer
+from training.replay.rollout.model_bounds import (
+    ModelBounds,
+    context_problem,
+    sample_while_connected,
+    token_ids_problem,
+    unhonoured_problem,
+)
 from training.replay.rollout.parsing import parse_assistant_text
 from training.replay.rollout.render import ChatRenderer, parse_tools
+from training.replay.rollout.request_checks import adapter_body_problem, messages_problem, prompt_problem
 from training.replay.samplers.base import Sampler, SampleRequest, SamplingParams
 
+__all__ = ["EPISODE_HEADER", "LoopbackServer", "create_app"]
+
 EPISODE_HEADER = "x-trajlake-episode"
+_GONE = "the client closed the request; its sampling was stopped"
+
+
+def _given(body: dict[str, Any], key: str, default: Any) -> Any:
+    """`body[key]` unless absent or null (a client's explicit null means the default)."""
+    value = body.get(key)
+    return default if value is None else value
 
 
 def _error(status: int, message: str, kind: str = "BadRequestError") -> JSONResponse:
@@ -51,6 +68,7 @@ def create_app(
     max_total_tokens: int | None = None,
     adapters: Mapping[str, str] | None = None,
     served_name: str | None = None,
+    bounds: ModelBounds | None = None,
 ) -> Starlette:
     """The app; `recorder` (optional) receives every chat call that carries an episode header.
 
@@ -59,6 +77,11 @@ def create_app(
     does for a LoRA. Other requests sample through the sampler's default and report
     `served_name` (what really answered: the default adapter's served name), else the
     requested model, so traces of this server are attributed to the right policy.
+
+    `bounds` (what the model reads: `model_bounds`) refuse a prompt and completion longer
+    than the model's context and token ids outside its vocabulary (400, before sampling);
+    without them a request is held only to `max_total_tokens`. A request whose client
+    leaves before its answer is cancelled (queued, it never runs; running, it stops).
     """
     defaults = default_params or SamplingParams()
     renderer = ChatRenderer(sampler.tokenizer)
@@ -74,8 +97,15 @@ def create_app(
         max_tokens = body.get("max_completion_tokens")
         if max_tokens is None:
             max_tokens = body.get("max_tokens")
+        asked = max_tokens is not None
         if max_tokens is None:
             max_tokens = defaults.max_tokens
+        context = bounds.context_tokens if bounds is not None else None
+        if context is not None:
+            if not asked:  # the default budget fits the room the prompt leaves, as vLLM's does
+                max_tokens = max(1, min(max_tokens, context - prompt_len))
+            if problem := context_problem(prompt_len, max_tokens, context):
+                raise SamplerError(problem, backend="openai-app", reason="context_exceeded")
         if max_total_tokens is not None:
             max_tokens = min(max_tokens, max_total_tokens - prompt_len)
         if max_tokens < 1 and max_total_tokens is None:
@@ -90,9 +120,9 @@ def create_app(
             )
         return SamplingParams(
             max_tokens=int(max_tokens),
-            temperature=float(body.get("temperature", defaults.temperature)),
-            top_p=float(body.get("top_p", defaults.top_p)),
-            top_k=int(body.get("top_k") or defaults.top_k),
+            temperature=float(_given(body, "temperature", defaults.temperature)),
+            top_p=float(_given(body, "top_p", defaults.top_p)),
+            top_k=max(0, int(body.get("top_k") or defaults.top_k)),  # vLLM's -1: off
             seed=body.get("seed", defaults.seed),
             stop_token_ids=tuple(body.get("stop_token_ids") or defaults.stop_token_ids),
         )
@@ -108,9 +138,13 @@ def create_app(
 
     async def chat(request: Request) -> JSONResponse:
         body = await request.json()
+        if not isinstance(body, dict):
+            return _error(400, "the request body must be a JSON object")
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             return _error(400, "`messages` must be a non-empty list")
+        if problem := messages_problem(messages) or unhonoured_problem(body, completions=False):
+            return _error(400, problem)
         episode = request.headers.get(EPISODE_HEADER)
         if (
             episode
@@ -150,11 +184,15 @@ def create_app(
                 params = params.with_seed(recorder.call_seed(episode, params.seed))
             if refused := greedy_group_refused(n, params):
                 return refused
-            completions = await sampler.agenerate(
-                SampleRequest(tuple(prompt_ids), n, params, adapter_for(body))
+            completions = await sample_while_connected(
+                sampler,
+                SampleRequest(tuple(prompt_ids), n, params, adapter_for(body)),
+                request.is_disconnected,
             )
         except SamplerError as exc:
             return _error(400, str(exc))
+        if completions is None:
+            return _error(499, _GONE)
         choices = []
         for i, completion in enumerate(completions):
             ids = list(completion.token_ids)
@@ -222,26 +260,35 @@ def create_app(
 
     async def completions(request: Request) -> JSONResponse:
         body = await request.json()
+        if not isinstance(body, dict):
+            return _error(400, "the request body must be a JSON object")
         prompt = body.get("prompt")
-        if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and isinstance(prompt[0], int)):
-            prompts = [prompt]
-        elif isinstance(prompt, list) and prompt and all(isinstance(p, str | list) for p in prompt):
-            prompts = list(prompt)
-        else:
+        if prompt is None or (problem := prompt_problem(prompt)):
             return _error(400, "`prompt` must be text, a list of token ids, or a list of those")
+        prompts = [prompt] if isinstance(prompt, str) or isinstance(prompt[0], int) else list(prompt)
         if body.get("echo"):
             return _error(400, "`echo` is not supported")
-        id_prompts = [renderer.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
+        if problem := unhonoured_problem(body, completions=True):
+            return _error(400, problem)
+        id_prompts = [renderer.encode(p) if isinstance(p, str) else list(p) for p in prompts]
+        vocab = bounds.vocab_size if bounds is not None and bounds.vocab_size else len(renderer.tokenizer)
+        for ids in id_prompts:
+            if problem := token_ids_problem(ids, vocab):
+                return _error(400, problem)
         n = int(body.get("n") or 1)
         try:
             if refused := greedy_group_refused(n, params_from(body, 1)):
                 return refused
-            results = [
-                await sampler.agenerate(
-                    SampleRequest(tuple(ids), n, params_from(body, len(ids)), adapter_for(body))
-                )
+            asked = [
+                SampleRequest(tuple(ids), n, params_from(body, len(ids)), adapter_for(body))
                 for ids in id_prompts
             ]
+            results = []
+            for sample in asked:  # every prompt is checked (context) before any is sampled
+                answer = await sample_while_connected(sampler, sample, request.is_disconnected)
+                if answer is None:
+                    return _error(499, _GONE)
+                results.append(answer)
         except SamplerError as exc:
             return _error(400, str(exc))
         skip_special = body.get("skip_special_tokens", True)
@@ -290,6 +337,8 @@ def create_app(
 
     async def load_adapter(request: Request) -> PlainTextResponse | JSONResponse:
         body = await request.json()
+        if problem := adapter_body_problem(body, load=True):
+            return _error(400, problem)
         name, path = body.get("lora_name"), body.get("lora_path")
         if not name or not path:
             return _error(400, "both `lora_name` and `lora_path` must be provided")
@@ -304,6 +353,8 @@ def create_app(
 
     async def unload_adapter(request: Request) -> PlainTextResponse | JSONResponse:
         body = await request.json()
+        if problem := adapter_body_problem(body, load=False):
+            return _error(400, problem)
         name = body.get("lora_name")
         if name not in loaded:
             return _error(404, f"The lora adapter '{name}' cannot be found.", "NotFoundError")
@@ -331,38 +382,3 @@ def create_app(
             Route("/health", health, methods=["GET"]),
         ]
     )
-
-
-class LoopbackServer:
-    """Serve an ASGI app with uvicorn on 127.0.0.1 in a background thread (port 0 = any free port)."""
-
-    def __init__(self, app: Any, port: int = 0) -> None:
-        import uvicorn
-
-        self._server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-        )
-        self._thread = threading.Thread(target=self._server.run, name="trajlake-loopback", daemon=True)
-
-    def start(self, timeout_s: float = 10.0) -> str:
-        """Start and return the base URL (`http://127.0.0.1:PORT`)."""
-        self._thread.start()
-        deadline = time.monotonic() + timeout_s
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise SamplerError(
-                    "the loopback server did not start", backend="openai-app", reason="server_start"
-                )
-            time.sleep(0.01)
-        port = self._server.servers[0].sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}"
-
-    def stop(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
-
-    def __enter__(self) -> str:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

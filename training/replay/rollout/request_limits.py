@@ -10,10 +10,18 @@ module imports nothing heavy: vLLM's process imports it at start.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from training.replay.rollout.request_checks import (
+    adapter_body_problem,
+    messages_problem,
+    prompt_problem,
+    sampling_problem,
+)
 
 # The limits a vLLM server started by trajlake applies (`VLLMRequestLimits`), as JSON.
 LIMITS_VARIABLE = "TRAJLAKE_REQUEST_LIMITS"
@@ -39,11 +47,19 @@ class RequestLimits:
     max_body_bytes: int = field(
         default=8 * 1024 * 1024, metadata={"help": "Largest request body read, in bytes."}
     )
+    read_timeout_s: float = field(
+        default=30.0,
+        metadata={
+            "help": "Seconds a client may take to send a request's headers, and again its body "
+            "(408 past them), so a slow client cannot hold a connection."
+        },
+    )
 
     def __post_init__(self) -> None:
-        for name in ("max_n", "max_tokens", "max_prompt_chars", "max_body_bytes"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}")
+        for name in ("max_n", "max_tokens", "max_prompt_chars", "max_body_bytes", "read_timeout_s"):
+            value = getattr(self, name)
+            if not value >= 1:  # NaN too
+                raise ValueError(f"`{name}` must be >= 1, got {value}")
 
 
 def _text_size(value: Any) -> int:
@@ -81,7 +97,12 @@ def request_problem(body: Any, limits: RequestLimits, models: set[str] | None) -
     size = _text_size(body.get("messages")) + _text_size(body.get("prompt"))
     if size > limits.max_prompt_chars:
         return 400, f"the prompt holds {size:,} characters; the limit is {limits.max_prompt_chars:,}"
-    return None
+    problem = (
+        prompt_problem(body.get("prompt"))
+        or messages_problem(body.get("messages"))
+        or sampling_problem(body, limits.max_tokens)
+    )
+    return (400, problem) if problem else None
 
 
 def adapter_problem(body: Any) -> str | None:
@@ -113,8 +134,24 @@ def guarded(app: Any, limits: RequestLimits, models: set[str] | None) -> Any:
     unloaded through the app add or remove their names from `models`. With `models` None
     the app answers unknown model names itself (vLLM does: 404)."""
 
+    async def read_body(receive: Any, chunks: list[bytes]) -> bool | None:
+        """Reads the body into `chunks`: True past `max_body_bytes` (read no further), None
+        when the client left, False when all of it is read."""
+        size, more = 0, True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limits.max_body_bytes:
+                return True
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        return False
+
     async def reply(send: Any, status: int, message: str) -> None:
-        kind = "NotFoundError" if status == 404 else "BadRequestError"
+        kind = {404: "NotFoundError", 408: "RequestTimeoutError"}.get(status, "BadRequestError")
         payload = json.dumps({"error": {"message": message, "type": kind, "code": status}}).encode()
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
         await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -129,20 +166,19 @@ def guarded(app: Any, limits: RequestLimits, models: set[str] | None) -> Any:
         ):
             await app(scope, receive, send)
             return
-        chunks, size, more = [], 0, True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limits.max_body_bytes:
-                await reply(
-                    send, 400, f"the request body is over the limit of {limits.max_body_bytes:,} bytes"
-                )
-                return
-            chunks.append(chunk)
-            more = message.get("more_body", False)
+        chunks: list[bytes] = []
+        try:
+            async with asyncio.timeout(limits.read_timeout_s):
+                too_big = await read_body(receive, chunks)
+        except TimeoutError:
+            # A client trickling its body held the connection (65 s seen) with no deadline.
+            await reply(send, 408, f"the request body did not arrive within {limits.read_timeout_s:g}s")
+            return
+        if too_big is None:  # the client left
+            return
+        if too_big:
+            await reply(send, 400, f"the request body is over the limit of {limits.max_body_bytes:,} bytes")
+            return
         raw = b"".join(chunks)
         try:
             body = json.loads(raw) if raw else None
@@ -151,6 +187,9 @@ def guarded(app: Any, limits: RequestLimits, models: set[str] | None) -> Any:
             return
         if path in _COMPLETIONS and (problem := request_problem(body, limits, models)):
             await reply(send, *problem)
+            return
+        if path in _ADAPTERS and (refused := adapter_body_problem(body, _ADAPTERS[path])):
+            await reply(send, 400, refused)
             return
         if path == "/v1/load_lora_adapter" and (refused := adapter_problem(body)):
             await reply(send, 400, refused)

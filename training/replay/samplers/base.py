@@ -81,6 +81,14 @@ class SampleRequest:
     n: int = 1
     params: SamplingParams = field(default_factory=SamplingParams)
     adapter: str | None = None  # path of a PEFT LoRA adapter; None = the sampler's default
+    # Set when nobody waits for the answer any more (a server's client left, a shutdown): a
+    # queued request is dropped, a running one stopped where the backend can stop it.
+    cancel: threading.Event | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the one who asked has gone (`cancel` set)."""
+        return self.cancel is not None and self.cancel.is_set()
 
     def __post_init__(self) -> None:
         from training.replay.errors import SamplerError
@@ -200,7 +208,7 @@ class Sampler(ABC):
 
     def _with_default_adapter(self, request: SampleRequest) -> SampleRequest:
         if request.adapter is None and self.adapter is not None:
-            return SampleRequest(request.prompt_ids, request.n, request.params, self.adapter)
+            return dataclasses.replace(request, adapter=self.adapter)
         return request
 
 
@@ -280,6 +288,10 @@ class MicroBatcher:
                 while len(self._pending) < self._max_batch and (left := deadline - time.monotonic()) > 0:
                     self._wake.wait(left)
                 batch, self._pending = self._pending[: self._max_batch], self._pending[self._max_batch :]
+            # Queued work of a client that left never runs (its waiter was cancelled with it).
+            batch = [entry for entry in batch if not entry[0].cancelled]
+            if not batch:
+                continue
             try:
                 results = self._run_batch([request for request, _, _ in batch])
             except BaseException as exc:  # delivered to every waiter, never lost in the thread

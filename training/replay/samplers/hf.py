@@ -150,7 +150,10 @@ class TransformersSampler(Sampler):
                 ]
                 done: dict[int, list[Completion]] = {i: [] for i in indices}
                 for chunk in self._chunks(rows, params.max_tokens):
-                    for (i, _, _), completion in zip(chunk, self._run(chunk, params, adapter), strict=True):
+                    cancels = [requests[i].cancel for i, _, _ in chunk]
+                    for (i, _, _), completion in zip(
+                        chunk, self._run(chunk, params, adapter, cancels), strict=True
+                    ):
                         done[i].append(completion)
                 for i in indices:
                     results[i] = done[i]
@@ -209,7 +212,13 @@ class TransformersSampler(Sampler):
         cache.batch_select_indices(torch.tensor(owner, device=input_ids.device))
         return cache
 
-    def _run(self, rows: list[Row], params: SamplingParams, adapter: str | None) -> list[Completion]:
+    def _run(
+        self,
+        rows: list[Row],
+        params: SamplingParams,
+        adapter: str | None,
+        cancels: Sequence[threading.Event | None] = (),
+    ) -> list[Completion]:
         import torch
 
         from training.replay.samplers.seeded import SeededSampling
@@ -223,7 +232,7 @@ class TransformersSampler(Sampler):
         pad = base.generation_config.pad_token_id
         pad = pad if pad is not None else eos_ids[0]
         if not self.shared_prefix:
-            return self._run_generate(rows, params, model, adapter_ctx, eos_ids, pad)
+            return self._run_generate(rows, params, model, adapter_ctx, eos_ids, pad, cancels)
         pick = SeededSampling(
             [seed for _, _, seed in rows],
             temperature=params.temperature,
@@ -244,6 +253,7 @@ class TransformersSampler(Sampler):
                 store=self.prefixes,
                 adapter=None if adapter is None else adapter_name(adapter),
                 cache_kwarg=self._cache_kwarg,
+                cancels=cancels,
             )
 
     def _run_generate(
@@ -254,10 +264,11 @@ class TransformersSampler(Sampler):
         adapter_ctx: Any,
         eos_ids: list[int],
         pad: int,
+        cancels: Sequence[threading.Event | None] = (),
     ) -> list[Completion]:
         """The former path (`shared_prefix=False`): one `generate` call over left-padded rows."""
         import torch
-        from transformers import LogitsProcessorList
+        from transformers import LogitsProcessorList, StoppingCriteriaList
 
         from training.replay.samplers.seeded import SeededSampling
 
@@ -288,6 +299,8 @@ class TransformersSampler(Sampler):
             "eos_token_id": eos_ids,
             "pad_token_id": pad,
         }
+        if any(cancel is not None for cancel in cancels):
+            kwargs["stopping_criteria"] = StoppingCriteriaList([_Abandoned(cancels)])
         input_ids, attention = input_ids.to(device), attention.to(device)
         with torch.inference_mode(), adapter_ctx:
             if self.share_prefill:
@@ -306,6 +319,20 @@ class TransformersSampler(Sampler):
             else:
                 completions.append(Completion(tuple(tokens[:end]), tuple(lps[:end]), "stop"))
         return completions
+
+
+class _Abandoned:
+    """A stopping criterion: a row whose request was cancelled (its client left, the server
+    stops) is finished now, so a batch of abandoned requests ends at the next token."""
+
+    def __init__(self, cancels: Sequence[threading.Event | None]) -> None:
+        self.cancels = list(cancels)
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        import torch
+
+        gone = [cancel is not None and cancel.is_set() for cancel in self.cancels]
+        return torch.tensor(gone, dtype=torch.bool, device=input_ids.device)
 
 
 def cache_kwarg(model: Any) -> str:

@@ -21,6 +21,7 @@ generator per row, as on the `generate` path.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -181,10 +182,12 @@ def sample_rows(
     store: PrefixStore,
     adapter: str | None,
     cache_kwarg: str,
+    cancels: Sequence[threading.Event | None] = (),
 ) -> list[Completion]:
     """One completion per row (a prompt's ids), each token chosen by `pick` (`SeededSampling`,
     one generator per row). `model` is what to call (the PEFT wrapper when an adapter is active);
-    the adapter must already be selected."""
+    the adapter must already be selected. A row whose `cancels` event is set (its client left,
+    the server stops) is finished at its next token and leaves the batch."""
     device = model.device
     config = model.config
     unique: dict[tuple[int, ...], int] = {}
@@ -231,7 +234,7 @@ def sample_rows(
                 continue
             tokens[r].append(token)
             logprobs[r].append(lp)
-            if token in eos or len(tokens[r]) >= max_tokens:
+            if token in eos or len(tokens[r]) >= max_tokens or (cancels and _is_set(cancels[r])):
                 done.add(r)
         if len(done) == len(rows):
             break
@@ -255,3 +258,7 @@ def sample_rows(
         Completion(tuple(t), tuple(lp), "stop" if t[-1] in eos else "length")
         for t, lp in zip(tokens, logprobs, strict=True)
     ]
+
+
+def _is_set(cancel: threading.Event | None) -> bool:
+    return cancel is not None and cancel.is_set()

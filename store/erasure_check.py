@@ -101,7 +101,10 @@ def files_holding(
         path = str(path)
         if any(f"/{d}/" in path for d in SKIPPED_DIRS):
             continue
-        data = lake.fs.cat_file(path)
+        try:
+            data = lake.fs.cat_file(path)
+        except FileNotFoundError:
+            continue  # removed since it was listed (a writer that lost its commit cleaned up): holds nothing
         decode = next((d for suffix, d in known.items() if path.endswith(suffix)), None)
         if pattern.search(decode(data) if decode else data):
             found.append(path)

@@ -28,6 +28,7 @@ import pyarrow as pa
 
 import store
 from store.errors import StoreError
+from store.vocabulary import equals
 from training.lineage import RUN_RECORD, as_of_versions
 from training.registry import adapter_rows
 
@@ -55,8 +56,9 @@ def arrivals(lake: store.Lake, trajectory_ids: Sequence[str]) -> pa.Table:
             con.sql(f"SELECT * FROM ({spans}) LIMIT 0")
         except duckdb.Error:  # a lake without spans
             spans = "SELECT NULL::VARCHAR AS trace_id, NULL::TIMESTAMPTZ AS received"
+        replayed = equals("t.source", "replay", table="trajectories")
         table = con.sql(
-            f"""SELECT e.v, coalesce(s.received, CASE WHEN t.source = 'replay' THEN t.started_at END) AS arrived
+            f"""SELECT e.v, coalesce(s.received, CASE WHEN {replayed} THEN t.started_at END) AS arrived
             FROM erased_ids e LEFT JOIN trajectories t ON t.trajectory_id = e.v
             LEFT JOIN ({spans}) s ON s.trace_id = t.trace_id"""
         ).to_arrow_table()

@@ -9,13 +9,15 @@ itself never raises, and the good traces beside a broken one still assemble.
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
+import zoneinfo
 from functools import cache
 from typing import Any
 
 import pyarrow as pa
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ingest.assembly import assemble
@@ -126,6 +128,106 @@ def mutated_spans(draw: st.DrawFn) -> list[dict[str, Any]]:
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
 @given(mutated_spans())
+@example(
+    rows=[
+        {
+            "trace_id": "a1f543e1ba33cae37a1b6ac3f9c33e73",
+            "span_id": "7731ea052c826d27",
+            "source": "otel",
+            "name": "ai.toolCall",
+            "kind": "INTERNAL",
+            "parent_span_id": "bdcbba7cc8324918",
+            "start_time": datetime.datetime(
+                2026, 11, 23, 5, 35, 25, 717000, tzinfo=zoneinfo.ZoneInfo(key="UTC")
+            ),
+            "end_time": datetime.datetime(
+                2026, 11, 23, 5, 35, 25, 718105, tzinfo=zoneinfo.ZoneInfo(key="UTC")
+            ),
+            "status_code": "UNSET",
+            "status_message": None,
+            "service_name": "weather-agent-corpus",
+            "scope_name": "ai",
+            "attributes": '{"operation.name": "ai.toolCall weather-agent", "resource.name": "weather-agent", "ai.operationId": "ai.toolCall", "ai.telemetry.functionId": "weather-agent", "ai.toolCall.name": 1, "ai.toolCall.id": "call_weather_paris_1", "ai.toolCall.args": "{\\"city\\":\\"Paris\\"}", "ai.toolCall.result": "\\"18C and sunny in Paris\\""}',
+            "events": "[]",
+            "resource": '{"service.name":"weather-agent-corpus","os.type":"linux","os.version":"6.18.44-fc-v782","host.name":"vm","host.arch":"amd64","host.id":"3d1219c7c4c5404aaa1f6d2a48adfda4","process.pid":27990,"process.executable.name":"node","process.executable.path":"/usr/bin/node","process.command_args":["/usr/bin/node","/root/.cache/trajlake-corpus/node/vercel-ai-sdk-legacy/agent.mjs"],"process.runtime.version":"20.20.2","process.runtime.name":"nodejs","process.runtime.description":"Node.js","process.command":"/root/.cache/trajlake-corpus/node/vercel-ai-sdk-legacy/agent.mjs","process.owner":"root","service.instance.id":"22500932-f743-446d-9518-4635a12de3f9","telemetry.sdk.language":"nodejs","telemetry.sdk.name":"opentelemetry","telemetry.sdk.version":"3.1.0"}',
+            "received_at": datetime.datetime(
+                2026, 11, 28, 13, 0, 13, 772722, tzinfo=zoneinfo.ZoneInfo(key="UTC")
+            ),
+        },
+        {
+            "trace_id": "a1f543e1ba33cae37a1b6ac3f9c33e73",
+            "span_id": "bdcbba7cc8324918",
+            "source": "otel",
+            "name": "ai.generateText.doGenerate",
+            "kind": "INTERNAL",
+            "parent_span_id": "3b4463116a20db69",
+            "start_time": datetime.datetime(
+                2026, 11, 23, 5, 35, 25, 640000, tzinfo=zoneinfo.ZoneInfo(key="UTC")
+            ),
+            "end_time": datetime.datetime(
+                2026, 11, 23, 5, 35, 25, 725071, tzinfo=zoneinfo.ZoneInfo(key="UTC")
+            ),
+            "status_code": "UNSET",
+            "status_message": None,
+            "service_name": "weather-agent-corpus",
+            "scope_name": "ai",
+            "attributes": '{"operation.name": "ai.generateText.doGenerate weather-agent", "resource.name": "weather-agent", "ai.operationId": "ai.generateText.doGenerate", "ai.telemetry.functionId": "weather-agent", "ai.model.provider": "openai.chat", "ai.settings.temperature": 0.2, "ai.settings.maxRetries": 2, "ai.request.headers.user-agent": "ai-sdk-agent/tool-loop ai/7.0.173", "ai.prompt.messages": "[{\\"role\\":\\"system\\",\\"content\\":\\"You are a weather assistant. Use the get_weather tool to answer.\\"},{\\"role\\":\\"user\\",\\"content\\":[{\\"type\\":\\"text\\",\\"text\\":\\"What is the weather in Paris?\\"}]}]", "ai.prompt.tools": ["{\\"type\\":\\"function\\",\\"name\\":\\"get_weather\\",\\"inputSchema\\":{\\"$schema\\":\\"http://json-schema.org/draft-07/schema#\\",\\"type\\":\\"object\\",\\"properties\\":{\\"city\\":{\\"type\\":\\"string\\",\\"description\\":\\"The city to get the weather for.\\"}},\\"required\\":[\\"city\\"],\\"additionalProperties\\":false},\\"description\\":\\"Get the current weather for a city.\\"}"], "ai.prompt.toolChoice": "{\\"type\\":\\"auto\\"}", "gen_ai.system": "openai.chat", "gen_ai.request.model": "gpt-4o-mini", "gen_ai.request.temperature": 0.2, "ai.response.finishReason": "tool-calls", "ai.response.text": "", "ai.response.toolCalls": "[{\\"toolCallId\\":\\"call_weather_paris_1\\",\\"toolName\\":\\"get_weather\\",\\"input\\":{\\"city\\":\\"Paris\\"}}]", "ai.response.id": "chatcmpl-scripted-1", "ai.response.model": "gpt-4o-mini-2024-07-18", "ai.response.timestamp": "2026-11-23T05:35:25.000Z", "ai.response.providerMetadata": "{\\"openai\\":{}}", "ai.usage.inputTokens": 40, "ai.usage.outputTokens": 12, "ai.usage.totalTokens": 52, "ai.usage.reasoningTokens": 0, "ai.usage.cachedInputTokens": 0, "ai.usage.inputTokenDetails.noCacheTokens": 40, "ai.usage.inputTokenDetails.cacheReadTokens": 0, "ai.usage.outputTokenDetails.textTokens": 12, "ai.usage.outputTokenDetails.reasoningTokens": 0, "gen_ai.response.finish_reasons": ["tool-calls"], "gen_ai.response.id": "chatcmpl-scripted-1", "gen_ai.response.model": "gpt-4o-mini-2024-07-18", "gen_ai.usage.input_tokens": 40, "gen_ai.usage.output_tokens": 12}',
+            "events": "[]",
+            "resource": '{"service.name":"weather-agent-corpus","os.type":"linux","os.version":"6.18.44-fc-v782","host.name":"vm","host.arch":"amd64","host.id":"3d1219c7c4c5404aaa1f6d2a48adfda4","process.pid":27990,"process.executable.name":"node","process.executable.path":"/usr/bin/node","process.command_args":["/usr/bin/node","/root/.cache/trajlake-corpus/node/vercel-ai-sdk-legacy/agent.mjs"],"process.runtime.version":"20.20.2","process.runtime.name":"nodejs","process.runtime.description":"Node.js","process.command":"/root/.cache/trajlake-corpus/node/vercel-ai-sdk-legacy/agent.mjs","process.owner":"root","service.instance.id":"22500932-f743-446d-9518-4635a12de3f9","telemetry.sdk.language":"nodejs","telemetry.sdk.name":"opentelemetry","telemetry.sdk.version":"3.1.0"}',
+            "received_at": datetime.datetime(
+                2026, 11, 28, 13, 0, 13, 772722, tzinfo=zoneinfo.ZoneInfo(key="UTC")
+            ),
+        },
+        {
+            "trace_id": "a1f543e1ba33cae37a1b6ac3f9c33e73",
+            "span_id": "f9df294456eaa507",
+            "source": "otel",
+            "name": "ai.generateText.doGenerate",
+            "kind": "INTERNAL",
+            "parent_span_id": "3b4463116a20db69",
+            "start_time": datetime.datetime(
+                2026, 11, 23, 5, 35, 25, 727000, tzinfo=zoneinfo.ZoneInfo(key="UTC")
+            ),
+            "end_time": datetime.datetime(
+                2026, 11, 23, 5, 35, 25, 746283, tzinfo=zoneinfo.ZoneInfo(key="UTC")
+            ),
+            "status_code": "UNSET",
+            "status_message": None,
+            "service_name": "weather-agent-corpus",
+            "scope_name": "ai",
+            "attributes": "",
+            "events": "[]",
+            "resource": '{"service.name":"weather-agent-corpus","os.type":"linux","os.version":"6.18.44-fc-v782","host.name":"vm","host.arch":"amd64","host.id":"3d1219c7c4c5404aaa1f6d2a48adfda4","process.pid":27990,"process.executable.name":"node","process.executable.path":"/usr/bin/node","process.command_args":["/usr/bin/node","/root/.cache/trajlake-corpus/node/vercel-ai-sdk-legacy/agent.mjs"],"process.runtime.version":"20.20.2","process.runtime.name":"nodejs","process.runtime.description":"Node.js","process.command":"/root/.cache/trajlake-corpus/node/vercel-ai-sdk-legacy/agent.mjs","process.owner":"root","service.instance.id":"22500932-f743-446d-9518-4635a12de3f9","telemetry.sdk.language":"nodejs","telemetry.sdk.name":"opentelemetry","telemetry.sdk.version":"3.1.0"}',
+            "received_at": datetime.datetime(
+                2026, 11, 28, 13, 0, 13, 772722, tzinfo=zoneinfo.ZoneInfo(key="UTC")
+            ),
+        },
+        {
+            "trace_id": "a1f543e1ba33cae37a1b6ac3f9c33e73",
+            "span_id": "3b4463116a20db69",
+            "source": "otel",
+            "name": "ai.generateText",
+            "kind": "INTERNAL",
+            "parent_span_id": None,
+            "start_time": datetime.datetime(
+                2026, 11, 23, 5, 35, 25, 634000, tzinfo=zoneinfo.ZoneInfo(key="UTC")
+            ),
+            "end_time": datetime.datetime(
+                2026, 11, 23, 5, 35, 25, 747094, tzinfo=zoneinfo.ZoneInfo(key="UTC")
+            ),
+            "status_code": "UNSET",
+            "status_message": None,
+            "service_name": "weather-agent-corpus",
+            "scope_name": "ai",
+            "attributes": '{"operation.name":"ai.generateText weather-agent","resource.name":"weather-agent","ai.operationId":"ai.generateText","ai.telemetry.functionId":"weather-agent","ai.model.provider":"openai.chat","ai.model.id":"gpt-4o-mini","ai.settings.temperature":0.2,"ai.settings.maxRetries":2,"ai.request.headers.user-agent":"ai-sdk-agent/tool-loop ai/7.0.173","ai.prompt":"{\\"system\\":\\"You are a weather assistant. Use the get_weather tool to answer.\\",\\"messages\\":[{\\"role\\":\\"user\\",\\"content\\":\\"What is the weather in Paris?\\"}]}","ai.response.finishReason":"stop","ai.response.text":"It is 18C and sunny in Paris.","ai.response.toolCalls":"[{\\"toolCallId\\":\\"call_weather_paris_1\\",\\"toolName\\":\\"get_weather\\",\\"input\\":{\\"city\\":\\"Paris\\"}}]","ai.response.providerMetadata":"{\\"openai\\":{}}","ai.usage.inputTokens":110,"ai.usage.outputTokens":21,"ai.usage.totalTokens":131,"ai.usage.reasoningTokens":0,"ai.usage.cachedInputTokens":0,"ai.usage.inputTokenDetails.noCacheTokens":110,"ai.usage.inputTokenDetails.cacheReadTokens":0,"ai.usage.outputTokenDetails.textTokens":21,"ai.usage.outputTokenDetails.reasoningTokens":0}',
+            "events": "[]",
+            "resource": '{"service.name":"weather-agent-corpus","os.type":"linux","os.version":"6.18.44-fc-v782","host.name":"vm","host.arch":"amd64","host.id":"3d1219c7c4c5404aaa1f6d2a48adfda4","process.pid":27990,"process.executable.name":"node","process.executable.path":"/usr/bin/node","process.command_args":["/usr/bin/node","/root/.cache/trajlake-corpus/node/vercel-ai-sdk-legacy/agent.mjs"],"process.runtime.version":"20.20.2","process.runtime.name":"nodejs","process.runtime.description":"Node.js","process.command":"/root/.cache/trajlake-corpus/node/vercel-ai-sdk-legacy/agent.mjs","process.owner":"root","service.instance.id":"22500932-f743-446d-9518-4635a12de3f9","telemetry.sdk.language":"nodejs","telemetry.sdk.name":"opentelemetry","telemetry.sdk.version":"3.1.0"}',
+            "received_at": datetime.datetime(
+                2026, 11, 28, 13, 0, 13, 772722, tzinfo=zoneinfo.ZoneInfo(key="UTC")
+            ),
+        },
+    ],
+).via("discovered failure")
 def test_mutated_recordings_assemble_or_fail_on_the_record_but_never_raise(
     rows: list[dict[str, Any]],
 ) -> None:

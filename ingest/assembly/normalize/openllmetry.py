@@ -29,6 +29,7 @@ from ingest.assembly.normalize.types import (
     openai_tools,
     strip_or_none,
     text_attr,
+    text_or_none,
 )
 
 # The keys that mark a span as OpenLLMetry's. Indexed messages start at 0: a few lookups rather
@@ -95,7 +96,7 @@ def normalize_openllmetry(span: Span) -> LLMCall | ToolCall | None:
         return ToolCall(
             span,
             "openllmetry",
-            name=attrs.get("traceloop.entity.name") or span.get("name"),
+            name=text_or_none(attrs.get("traceloop.entity.name") or span.get("name")),
             call_id=strip_or_none(attrs.get("gen_ai.tool.call.id")),
             arguments=as_json_text(inputs),
             result=as_text(output),

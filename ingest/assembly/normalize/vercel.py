@@ -27,6 +27,7 @@ from ingest.assembly.normalize.types import (
     openai_tools,
     strip_or_none,
     text_attr,
+    text_or_none,
 )
 
 MODEL_OPERATIONS = {
@@ -126,7 +127,7 @@ def normalize_vercel(span: Span) -> LLMCall | ToolCall | None:
         return ToolCall(
             span,
             "vercel",
-            name=attrs.get("ai.toolCall.name"),
+            name=text_or_none(attrs.get("ai.toolCall.name")),
             call_id=strip_or_none(attrs.get("ai.toolCall.id")),
             arguments=as_json_text(attrs.get("ai.toolCall.args", attrs.get("ai.toolCall.input"))),
             result=as_text(maybe_json(attrs.get("ai.toolCall.result", attrs.get("ai.toolCall.output")))),

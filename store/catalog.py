@@ -17,6 +17,10 @@ hands DuckDB the rows, and every connection has `enable_external_access = false`
 nothing allowed. Whatever a statement is, wherever the grammar lets it nest, it cannot
 open, create or replace a file. Point lookups of whole rows cost more this way
 (pyarrow reads a row group's columns before DuckDB filters them; README: Security).
+The one exception is `trajlake sql`'s local-files connection (`open_connection(
+local_files=True)`), whose file access is on anyway and whose thread the kernel forbids to
+write: there DuckDB reads a local lake's files itself (`parquet_view_sql`), with every
+filter pushed into the scan.
 
 Derived views:
 
@@ -224,6 +228,29 @@ def table_dataset(lake: Lake, spec: TableSpec, files: tuple[str, ...]) -> ds.Dat
     return ds.FileSystemDataset(fragments, schema, fmt, filesystem)
 
 
+def parquet_view_sql(spec: TableSpec, files: tuple[str, ...], con: duckdb.DuckDBPyConnection) -> str:
+    """One table's files read by DuckDB's own Parquet reader, in the schema's columns, order
+    and types (a column no file has yet reads as null): the view of a connection whose file
+    access is on anyway (`open_connection(local_files=True)`, inside the write sandbox).
+
+    DuckDB reads every text column as VARCHAR whether a file wrote `string` or `string_view`,
+    pushes every filter into the scan (row-group statistics, text included), and runs no
+    Python and no pyarrow thread while it reads.
+    """
+    empty = con.from_arrow(spec.schema.empty_table())
+    types = list(zip(empty.columns, map(str, empty.types), strict=True))
+    typed = "SELECT " + ", ".join(f"CAST(NULL AS {t}) AS {_quote(c)}" for c, t in types) + " WHERE false"
+    if not files:
+        return typed
+    cols = ", ".join(f"CAST({_quote(c)} AS {t}) AS {_quote(c)}" for c, t in types)
+    urls = ", ".join(_literal(path) for path in files)
+    # The typed empty row set keeps columns no file has yet (additive evolution) in the schema's types.
+    return (
+        f"SELECT {cols} FROM ({typed} UNION ALL BY NAME SELECT * FROM read_parquet([{urls}], "
+        f"hive_partitioning={str(spec.partitioned).lower()}, union_by_name=true))"
+    )
+
+
 def connect(
     lake: Lake | str | os.PathLike[str],
     *,
@@ -263,7 +290,17 @@ def open_connection(
     files and could write them): only for a thread the kernel forbids to write, as
     `store.user_sql` opens it."""
     con = duckdb.connect(config={"autoinstall_known_extensions": False})
-    refresh(con, lake, pinned)
+    if local_files and lake.is_local:
+        # File access is on and the kernel forbids writes: DuckDB reads the files itself, so
+        # no pyarrow pool thread is started inside the sandbox (one would keep its
+        # restriction, and the process's pyarrow could then neither write nor connect).
+        current = pinned or snapshot(lake)
+        for spec in TABLES.values():
+            files = current[spec.name].files if spec.name in current else ()
+            paths = tuple(f.removeprefix("file://") for f in files)
+            con.execute(f"CREATE OR REPLACE VIEW {_quote(spec.name)} AS {parquet_view_sql(spec, paths, con)}")
+    else:
+        refresh(con, lake, pinned)
     for name, sql in DERIVED_VIEWS.items():
         con.execute(f'CREATE OR REPLACE VIEW "{name}" AS {sql}')
     con.execute(GROUP_STATS_MACRO)

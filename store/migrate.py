@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 
+from store.catalog import parquet_view_sql
 from store.lake import Lake
 from store.schema import TABLES, WRITTEN_AT, TableSpec
 from store.writer import write
@@ -34,30 +35,6 @@ LEGACY_DIR = "_legacy"
 # File names of the Parquet-files release; Delta's own files look nothing like them.
 LEGACY_FILE = re.compile(r"^(?:part|compact)-\d{20}-[0-9a-f]{16}\.parquet$")
 OLD_BOOKKEEPING = ("_compaction",)
-
-
-def _quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
-def table_view_sql(spec: TableSpec, files: tuple[str, ...], con: duckdb.DuckDBPyConnection) -> str:
-    """The old files read by DuckDB, in the schema's types and order (columns a file lacks as null)."""
-    empty = con.from_arrow(spec.schema.empty_table())
-    types = list(zip(empty.columns, map(str, empty.types), strict=True))
-    cols = ", ".join(_quote(c) for c, _ in types)
-    typed = "SELECT " + ", ".join(f"CAST(NULL AS {t}) AS {_quote(c)}" for c, t in types) + " WHERE false"
-    if not files:
-        return typed
-    urls = ", ".join(_literal(path) for path in files)
-    # The typed empty row set keeps columns no file has yet (additive evolution) in the schema's types.
-    return (
-        f"SELECT {cols} FROM ({typed} UNION ALL BY NAME SELECT * FROM read_parquet([{urls}], "
-        f"hive_partitioning={str(spec.partitioned).lower()}, union_by_name=true))"
-    )
 
 
 @dataclass
@@ -85,7 +62,7 @@ def current_rows(lake: Lake, spec: TableSpec, files: list[str]) -> tuple[int, It
         con.register_filesystem(lake.fs)
     urls = tuple(p if lake.is_local else f"{lake.protocol}://{p}" for p in files)
     # The view's SQL: the files in the table's schema and types (`_written_at` had nanoseconds then).
-    source = f"({table_view_sql(spec, urls, con)})"
+    source = f"({parquet_view_sql(spec, urls, con)})"
     ((total,),) = con.execute(f"SELECT count(*) FROM {source}").fetchall()
     key = ", ".join(f'"{k}"' for k in spec.key)
     reader = con.sql(

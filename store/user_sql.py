@@ -6,8 +6,9 @@ Two ways to run it, and neither can write a file whatever the statement:
   `store.connect` connection. DuckDB gets no file at all (the tables arrive as Arrow
   datasets, external access is off with nothing allowed), so reading `/etc/passwd` and
   writing `/tmp/x.csv` fail alike with DuckDB's permission error.
-- **local files** (the default on Linux with Landlock): the same views, but DuckDB's
-  file access stays on so `read_csv('notes.csv')` works like in any DuckDB shell, and the
+- **local files** (the default on Linux with Landlock): the same tables (read by DuckDB's
+  own Parquet reader for a local lake, so no pyarrow pool thread starts inside the
+  sandbox and inherits it), but DuckDB's file access stays on so `read_csv('notes.csv')` works like in any DuckDB shell, and the
   connection is opened, used and closed on a thread the kernel forbids to write anything,
   anywhere (`store.sandbox`), nor reach the network (unless the lake itself is on object
   storage). A `COPY ... TO` in a CTE gets `Permission denied` from the kernel; so do

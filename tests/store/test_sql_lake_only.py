@@ -104,3 +104,35 @@ def test_an_s3_lake_reads_its_tables_and_no_other_bucket(s3_endpoint: str) -> No
         with pytest.raises(duckdb.Error):
             query(lake, sql)
     assert query(lake, "SELECT count(*) FROM trajectories") == [(3,)]
+
+
+POOL_PROBE = """
+import sys
+import pyarrow as pa, pyarrow.dataset as ds
+import store
+from tests.store.helpers import make_traj
+lake = store.Lake(sys.argv[1] + "/lake")
+store.write(lake, "trajectories", [make_traj(i) for i in range(4)])  # starts no pyarrow pool thread
+result = store.query_lake(lake, "SELECT count(*) FROM trajectories WHERE trajectory_id > 't1'")
+assert result.local_files, result
+print(result.rows)
+# A pyarrow pool thread the query started would refuse this write (Landlock is inherited).
+table = pa.table({"a": list(range(100_000))})
+ds.write_dataset(table, sys.argv[1] + "/out", format="parquet", max_rows_per_file=10_000, max_rows_per_group=10_000)
+print(len(ds.dataset(sys.argv[1] + "/out").files))
+"""
+
+
+@pytest.mark.skipif(write_sandbox_problem() is not None, reason="no write sandbox (Landlock) here")
+def test_the_sandboxed_query_leaves_the_process_able_to_write(tmp_path: Path) -> None:
+    """The sandbox is one thread's: a pyarrow pool thread started inside it would keep the
+    restriction for the life of the process (its next `write_dataset` got `Permission
+    denied`), so a local lake's files are read by DuckDB itself there."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", POOL_PROBE, str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["[(2,)]", "10"]

@@ -10,6 +10,19 @@ import pytest
 
 from store import Lake
 
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """A crash dumps the crashing thread's stack only: with every thread of a long session
+    (idle collectors, Prefect's loops) the one that crashed was cut from CI's output."""
+    import faulthandler
+    import sys
+
+    # A copy of the terminal's stderr, as pytest's own faulthandler plugin keeps: fd 2 itself
+    # is redirected into the capture file while a test runs, and lost with the process.
+    faulthandler.enable(file=os.dup(sys.stderr.fileno()), all_threads=False)
+
+
 # Set for the whole session, not per test: session fixtures start vLLM processes that inherit them.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")

@@ -85,12 +85,12 @@ REAL_SIZES = {
         group_size=8,
         eval_group_size=2,
         sft_epochs=1.0,
-        sft_max_steps=8,
+        sft_max_steps=24,  # about one epoch of the ~200 well-rated conversations (tree-packed)
         grpo_epochs=1.0,
         grpo_batch_size=16,
         max_new_tokens=48,  # a Hermes tool call of a word problem's expression is <= 40 SmolLM2 tokens
         second_night_rounds=1,
-        served_questions=80,
+        served_questions=300,  # as many runs as the production LLM served: the comparison's two arms
         task="mixed",
         sft_learning_rate=5e-4,
         grpo_learning_rate=5e-4,

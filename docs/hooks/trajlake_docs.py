@@ -185,7 +185,10 @@ def _vocabulary(text: str) -> str:
 
 
 def _escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """Text for a table cell: pipes escaped, and `<`/`>` outside code spans kept as text (a help's
+    `<lake>/_spool` is not an HTML tag)."""
+    parts = text.replace("|", "\\|").replace("\n", " ").split("`")
+    return "`".join(p if i % 2 else p.replace("<", "&lt;").replace(">", "&gt;") for i, p in enumerate(parts))
 
 
 def schema_reference(config: MkDocsConfig) -> str:
@@ -250,7 +253,7 @@ def configuration_reference(config: MkDocsConfig) -> str:
             doc = (cls.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
             generic = doc.startswith(f"{cls.__name__}(")  # a dataclass's generated signature, no docstring
             out.append(f"### `[{table.key}]`\n")
-            out.append(f"Declared by `{table.target}`." + ("" if generic or not doc else f" {doc}") + "\n")
+            out.append(f"Declared by `{table.target}`." + ("" if generic or not doc else f" {_escape(doc)}") + "\n")
             out.append("| key | default | environment | option | meaning |\n| --- | --- | --- | --- | --- |")
             for s in table.settings:
                 name = s.toml_key.rsplit(".", 1)[-1]

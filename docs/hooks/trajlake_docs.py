@@ -253,7 +253,9 @@ def configuration_reference(config: MkDocsConfig) -> str:
             doc = (cls.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
             generic = doc.startswith(f"{cls.__name__}(")  # a dataclass's generated signature, no docstring
             out.append(f"### `[{table.key}]`\n")
-            out.append(f"Declared by `{table.target}`." + ("" if generic or not doc else f" {_escape(doc)}") + "\n")
+            out.append(
+                f"Declared by `{table.target}`." + ("" if generic or not doc else f" {_escape(doc)}") + "\n"
+            )
             out.append("| key | default | environment | option | meaning |\n| --- | --- | --- | --- | --- |")
             for s in table.settings:
                 name = s.toml_key.rsplit(".", 1)[-1]

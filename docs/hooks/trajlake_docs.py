@@ -103,8 +103,10 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
     """A generated page for every repository file a page links to."""
     root, wanted = _root(config), set()
     for file in files.documentation_pages():
+        if not file.abs_src_path:
+            continue  # a page another plugin generated: it has no file to read here
         for _, path, _ in _repo_targets(
-            file.src_uri, Path(file.abs_src_path or "").read_text(encoding="utf-8"), config
+            file.src_uri, Path(file.abs_src_path).read_text(encoding="utf-8"), config
         ):
             if path and (root / path).is_file():
                 wanted.add(path)

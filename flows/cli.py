@@ -17,8 +17,8 @@ from flows.commands import LazyGroup, command_app
 COMMANDS = {
     "sql": "store_cmds",
     "tables": "store_cmds",
-    "compact": "store_cmds",
-    "migrate": "store_cmds",
+    "compact": "maintenance_cmds",
+    "migrate": "maintenance_cmds",
     "collect": "collect_cmds",
     "assemble": "collect_cmds",
     "ingest": "langfuse_cmds",

@@ -22,9 +22,13 @@ The surface is declared once, in `store/__init__.pyi`, for the type checker and 
 alone, and `trajlake sql` loads the SQL path without the writer's or maintenance's
 libraries; where the lake's libraries are not installed (the GPU machine: bench/gpu.py),
 the declarations still load and a lake function fails with the missing library's
-ImportError. Code that may first touch a name from an exit hook loads it before
-(`ingest.otlp.collector`).
+ImportError. A first `store.write` may come from an exit hook (OTel exporters flush there),
+when a library that registers a thread exit hook as it is imported (`concurrent.futures.thread`,
+which polars imports) can no longer be imported: that module is imported here (tests/store/
+test_shutdown_write.py), and the collector loads the whole surface when it starts.
 """
+
+import concurrent.futures.thread  # noqa: F401 (see above: registers its exit hook now, not at exit)
 
 import lazy_loader
 

@@ -98,8 +98,9 @@ class Collector:
         if self.config.exposure_warning:
             log.warning("%s", self.config.exposure_warning)
         # The last flush may run from an exit hook (`ingest.instrument`), too late to import a
-        # lake library for the first time: the lake code it reaches is loaded now.
-        for name in store.__all__:
+        # lake library for the first time: the lake code it reaches is loaded now (`dir(store)`
+        # is store's public surface, each name loaded on first use).
+        for name in dir(store):
             getattr(store, name)
         self.spool.start(adopt_from=self._spool_root)
         self._sealed.set()  # recovered and adopted segments are flushed right away

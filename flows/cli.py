@@ -2,23 +2,23 @@
 
 Commands are thin: they turn options into config objects, open the lake, call one
 library function, and print where the results went. A command's module is imported
-only when that command runs, so `trajlake sql` never pays for torch, TRL or Prefect;
-options derived from the libraries' config declarations (`flows.settings`) are built
-then too.
+only when that command runs or shows its own help, so `trajlake sql` never pays for
+torch, TRL or Prefect; options derived from the libraries' config declarations
+(`flows.settings`) are built then too. `trajlake --help` lists the commands from
+`SUMMARIES` and imports none of them (tests/flows/test_startup.py, bench/startup.py).
 """
 
 from __future__ import annotations
 
 import os
 
-from flows.commands import command_app
-from flows.commands.options import LazyGroup
+from flows.commands import LazyGroup, command_app
 
 COMMANDS = {
     "sql": "store_cmds",
     "tables": "store_cmds",
-    "compact": "store_cmds",
-    "migrate": "store_cmds",
+    "compact": "maintenance_cmds",
+    "migrate": "maintenance_cmds",
     "collect": "collect_cmds",
     "assemble": "collect_cmds",
     "ingest": "langfuse_cmds",
@@ -43,8 +43,67 @@ COMMANDS = {
 }
 
 
+# What `trajlake --help` lists: each command's first sentence (tests/flows/test_startup.py holds
+# them to the commands' own help), so listing the commands imports none of their modules.
+SUMMARIES = {
+    "sql": "Run read-only SQL against the lake's views (trajectories, messages, rewards, groups, ...).",
+    "tables": "Each table's Delta version, rows, files, bytes and newest data (from the tables' logs).",
+    "compact": "Rewrite small files into large clustered ones (Delta OPTIMIZE + Z-order), then VACUUM.",
+    "migrate": "Turn a lake written by the Parquet-files release into Delta tables (stop writers first).",
+    "collect": (
+        "OTLP/HTTP receiver: /v1/traces, /v1/logs, Langfuse /api/public/otel/v1/traces and "
+        "/api/public/scores, GET /health."
+    ),
+    "assemble": "(Re)build trajectories and rewards from the raw `spans` table, deterministically.",
+    "ingest": "Bring traces in from other systems (Langfuse) and conversations from files (JSONL).",
+    "scenarios": "Make replayable scenarios from trajectories, or load them from JSONL.",
+    "replay": (
+        "Group sampling: G token-exact trajectories per scenario (resumable: complete groups are skipped)."
+    ),
+    "serve-sampler": (
+        "Serve a model over an OpenAI/vLLM-compatible API (token-id prompts, n, logprobs) on CPU or GPU."
+    ),
+    "score": "Score trajectories with RULER, programmatic or SQL rewards; idempotent and resumable.",
+    "combine": (
+        "Combine named rewards with weights into the one reward training uses (default name `combined`)."
+    ),
+    "agreement": "Rank agreement of two rewards within groups (Spearman's rho, pairwise agreement).",
+    "train": "Train LoRA adapters on the lake: SFT on conversations, GRPO on scored groups.",
+    "publish": (
+        "Publish an adapter version to the registry (checks vLLM compatibility; optional eval gate, "
+        "hot-load, hub)."
+    ),
+    "pipeline": "Run the whole loop once as a Prefect flow.",
+    "serve": "Register the ingest and pipeline deployments with their schedules and serve them.",
+    "demo": (
+        "The whole loop, offline, on a tiny local model (or `--model`): traces -> lake -> replay -> score"
+        " -> SFT/GRPO -> evaluate every stage -> publish -> the adapter serves production (each step "
+        "timed); every number printed is also written to `<workdir>/summary.json`."
+    ),
+    "config": (
+        "Print every configuration key with the value in effect and where it came from (the environment, "
+        "trajlake.toml or the default), and its meaning."
+    ),
+    "report": (
+        "Write the lake's report: learning per stage, reward per round, sampler gap, production feedback "
+        "over time, lineage, and a group viewer; open it in any browser."
+    ),
+    "model": "Base models trajlake knows by name: fetch (download + convert once), list.",
+    "forget": (
+        "Erase a user's, session's or trace's conversations (or a SQL selection) from every copy in the lake."
+    ),
+    "labels": "Labels: what a conversation's right answer was (`labels` table), from files or with feedback.",
+    "retrain": (
+        "Train an adapter again on the current tables: its recorded stages (selection SQL, "
+        "hyperparameters) from the base model, e.g."
+    ),
+}
+
+
 class TrajlakeGroup(LazyGroup):
     lazy = {name: f"flows.commands.{module}:app" for name, module in COMMANDS.items()}
+    summaries = SUMMARIES
+    unlisted = frozenset({"tiny-model"})  # hidden: the tests' and the demo's model
 
 
 app = command_app(

@@ -17,18 +17,19 @@ Imports nothing else of trajlake. Public surface:
   configuration errors, with the failing `field`).
 
 The surface is declared once, in `store/__init__.pyi`, for the type checker and for
-`lazy_loader` (scientific-python's SPEC 1). Where the lake's libraries are installed, all of it
-loads with `import store`, as a plain package would (a first `store.write` from an atexit hook
-could no longer import them); where they are not (the GPU machine: bench/gpu.py), each name
-loads on first use, so the trainers and their errors use the declarations (`store.metrics`,
-`store.errors`) and a lake function fails with the missing library's ImportError.
+`lazy_loader` (scientific-python's SPEC 1): each name loads its module on first use. So
+`import store.errors` (the CLI's option parsing, the trainers' errors) costs that module
+alone, and `trajlake sql` loads the SQL path without the writer's or maintenance's
+libraries; where the lake's libraries are not installed (the GPU machine: bench/gpu.py),
+the declarations still load and a lake function fails with the missing library's
+ImportError. A first `store.write` may come from an exit hook (OTel exporters flush there),
+when a library that registers a thread exit hook as it is imported (`concurrent.futures.thread`,
+which polars imports) can no longer be imported: that module is imported here (tests/store/
+test_shutdown_write.py), and the collector loads the whole surface when it starts.
 """
 
-import importlib.util
+import concurrent.futures.thread  # noqa: F401 (see above: registers its exit hook now, not at exit)
 
 import lazy_loader
 
 __getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)
-
-if importlib.util.find_spec("deltalake") is not None:
-    globals().update({name: __getattr__(name) for name in __all__})

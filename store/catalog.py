@@ -44,10 +44,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
@@ -61,6 +60,9 @@ from store.readonly import check_read_only as check_read_only
 from store.readonly import run_read_only as run_read_only
 from store.schema import PARTITION_COLUMN, TABLES, WRITTEN_AT, TableSpec, table_spec
 from store.vocabulary import PRODUCTION_SOURCES, one_of
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 @dataclass(frozen=True)
@@ -332,6 +334,8 @@ def refresh(
 
 def scan(lake: Lake | str | os.PathLike[str], table: str, version: int | None = None) -> pl.LazyFrame:
     """A polars LazyFrame of a table (one row per key), at `version` or the newest."""
+    import polars as pl  # for polars users only: SQL over the lake (`trajlake sql`) does without it
+
     lake = Lake.of(lake)
     spec = table_spec(table)
     if not lake.has_table(table):

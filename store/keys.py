@@ -20,6 +20,7 @@ commit it, and the loser retries from the new version (reading only the new file
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from urllib.parse import unquote
@@ -164,14 +165,23 @@ class KeyIndex:
         )
 
 
-_INDEXES: dict[tuple[str, str], KeyIndex] = {}
+# The indexes of the tables this process wrote to, the least recently used dropped past
+# `MAX_INDEXES`: a process that writes to many lakes (a test session, a service with a lake
+# per tenant) would otherwise keep every table's hashes it ever read. A dropped index costs
+# only the key columns read again on that table's next write.
+MAX_INDEXES = 32
+_INDEXES: OrderedDict[tuple[str, str], KeyIndex] = OrderedDict()
 _INDEXES_LOCK = threading.Lock()
 
 
 def key_index(lake: Lake, spec: TableSpec) -> KeyIndex:
-    """This process's index of `spec`'s table in `lake` (kept between writes)."""
+    """This process's index of `spec`'s table in `lake` (kept between writes, `MAX_INDEXES` at most)."""
     with _INDEXES_LOCK:
         index = _INDEXES.get((lake.root, spec.name))
         if index is None:
             index = _INDEXES[(lake.root, spec.name)] = KeyIndex(lake, spec)
+            while len(_INDEXES) > MAX_INDEXES:
+                _INDEXES.popitem(last=False)
+        else:
+            _INDEXES.move_to_end((lake.root, spec.name))
         return index

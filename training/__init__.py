@@ -12,41 +12,15 @@ Replay, the stage that samples the groups GRPO learns from, has its own package
 - `registry`, `publish`, `serving`: versions, the publish step, vLLM checks and hot-load;
 - `tiny`: the tiny local model tests and the demo build offline.
 
-Public surface (imported on first use, so `import training.replay` never loads TRL):
+Public surface, each name imported from its module (this package imports nothing, so
+`import training.replay` never loads TRL):
 
-- `train_sft(lake, sql, base_model, output_dir, TrajlakeSFTConfig(...)) -> TrainResult`
-- `train_grpo(lake, sql, base_model, adapter, output_dir, TrajlakeGRPOConfig(...)) -> TrainResult`
+- `training.sft.train_sft(lake, sql, base_model, output_dir, TrajlakeSFTConfig(...)) -> TrainResult`
+  (`training.sft_config.TrajlakeSFTConfig`, `training.run.TrainResult`)
+- `training.grpo.train_grpo(lake, sql, base_model, adapter, output_dir, TrajlakeGRPOConfig(...))`
+  (`training.grpo_config.TrajlakeGRPOConfig`)
 - `training.publish.publish(lake, adapter_dir, PublishConfig(...), aliases=..., gate=EvalGate(...))`
-- `resolve_adapter(lake, "name:alias")`, `read_manifest(path)`, `check_vllm_compatible(path)`
-- `build_tiny_model(path)`, `tiny_model_path()`
+- `training.registry.resolve_adapter(lake, "name:alias")`, `read_manifest(path)`;
+  `training.serving.check_vllm_compatible(path)`, `load_into_vllm`
+- `training.tiny.build_tiny_model(path)`, `tiny_model_path()`
 """
-
-from __future__ import annotations
-
-import importlib
-from typing import Any
-
-_PUBLIC = {
-    "train_sft": "training.sft",
-    "TrajlakeSFTConfig": "training.sft_config",
-    "train_grpo": "training.grpo",
-    "TrajlakeGRPOConfig": "training.grpo_config",
-    "TrainResult": "training.run",
-    "PublishConfig": "training.publish",
-    "EvalGate": "training.publish",
-    "PublishedAdapter": "training.publish",
-    "resolve_adapter": "training.registry",
-    "read_manifest": "training.registry",
-    "check_vllm_compatible": "training.serving",
-    "load_into_vllm": "training.serving",
-    "build_tiny_model": "training.tiny",
-    "tiny_model_path": "training.tiny",
-}
-
-__all__ = sorted(_PUBLIC)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _PUBLIC:
-        raise AttributeError(f"module `training` has no attribute `{name}`")
-    return getattr(importlib.import_module(_PUBLIC[name]), name)

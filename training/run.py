@@ -23,7 +23,6 @@ import store
 from training.distributed import is_writer, wait_for_writer
 from training.errors import BadHyperparameter, NonFiniteLoss, TrainingError
 from training.lineage import RUN_RECORD
-from training.metrics import without_raw_log_lines
 from training.policies import adapter_label
 
 CHECKPOINTS = "checkpoints"
@@ -249,6 +248,8 @@ def train_and_record(
 ) -> TrainResult:
     """Train (from the newest checkpoint when resuming), stop on a non-finite loss, save the
     adapter, then write the run record beside it, last."""
+    # The trainers' side of this module: `read_run_record` (publish, the CLI) needs no transformers.
+    from training.metrics import without_raw_log_lines
     from training.replay.rollout.templates import template_identity
 
     checkpoint = last_checkpoint(output_dir) if resume else None

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import inspect
-import re
 from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperGroup
 
-from flows.settings import ConfigError, Section, import_path
+from flows.settings import ConfigError, Section
 from flows.settings_cli import with_options
 from store import DEFAULT_LAKE, Lake, LakeUnusable, open_lake
 
@@ -81,46 +78,6 @@ def build(section: str | Section, values: dict[str, Any], **extra: Any) -> Any:
         )
     except ConfigError as exc:
         raise fail(str(exc), 2) from None
-
-
-class LazyGroup(TyperGroup):
-    """A command group whose commands are imported only when used: `trajlake sql` does not
-    pay for TRL's import, `trajlake train sft --help` does (its options are TRL's fields)."""
-
-    lazy: dict[str, str] = {}  # command name -> "module:app", the Typer app that registers it
-
-    def list_commands(self, ctx: Any) -> list[str]:
-        return sorted({*super().list_commands(ctx), *self.lazy})
-
-    def get_command(self, ctx: Any, name: str) -> Any:
-        if name not in self.lazy:
-            return super().get_command(ctx, name)
-        command = typer.main.get_command(import_path(self.lazy[name]))
-        return reflow_help(command.get_command(ctx, name) if isinstance(command, TyperGroup) else command)
-
-
-def reflow(text: str | None) -> str | None:
-    r"""`text` with the line breaks inside its paragraphs taken out: the terminal wraps help to its
-    own width, and a docstring's source line breaks would otherwise cut sentences in two.
-
-    >>> reflow("Serve a model.\n\nA published adapter answers as\n`<name>-v<version>`.")
-    'Serve a model.\n\nA published adapter answers as `<name>-v<version>`.'
-    """
-    if not text:
-        return text
-    paragraphs = re.split(r"\n\s*\n", inspect.cleandoc(text))
-    return "\n\n".join(" ".join(line.strip() for line in p.splitlines()) for p in paragraphs)
-
-
-def reflow_help(command: Any) -> Any:
-    """A command (and a group's subcommands, and their options) with reflowed help."""
-    command.help = reflow(command.help)
-    for param in getattr(command, "params", []):
-        if getattr(param, "help", None):
-            param.help = reflow(param.help)
-    for sub in getattr(command, "commands", {}).values():
-        reflow_help(sub)
-    return command
 
 
 def quiet_libraries() -> None:

@@ -9,12 +9,16 @@ from typing import Annotated
 import typer
 
 import store
-from flows.commands import command_app
-from flows.commands.options import LakeOption, LazyGroup, build, configured, fail, resolve_lake
+from flows.commands import LazyGroup, command_app
+from flows.commands.options import LakeOption, build, configured, fail, resolve_lake
 
 
 class TrainGroup(LazyGroup):
     lazy = {"sft": "flows.commands.trl_cmds:app", "grpo": "flows.commands.trl_cmds:app"}
+    summaries = {  # `trajlake train --help` lists them without importing TRL
+        "sft": "Fine-tune a LoRA adapter on selected conversations (assistant tokens only).",
+        "grpo": "Train (or continue) a LoRA adapter with GRPO on stored, scored groups.",
+    }
 
 
 train_app = command_app(

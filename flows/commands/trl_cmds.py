@@ -2,7 +2,7 @@
 `[train.grpo]` tables (TRL's `SFTConfig`/`GRPOConfig` fields trajlake exposes, plus its LoRA
 fields); any other TRL/transformers setting is reachable with `--set name=value`.
 
-Loaded only when a `train` command runs (`flows.commands.options.LazyGroup`): building
+Loaded only when a `train` command runs (`flows.commands.LazyGroup`): building
 these options imports TRL, which every other command can do without.
 """
 

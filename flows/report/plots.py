@@ -10,10 +10,7 @@ import base64
 import io
 from typing import TYPE_CHECKING, Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 
 from store.policy_names import SEPARATOR, split_policy
 
@@ -23,10 +20,11 @@ if TYPE_CHECKING:
 COLORS = ["#2b6cb0", "#c05621", "#2f855a", "#6b46c1"]
 
 
-def png(fig: Any) -> str:
+def png(fig: Figure) -> str:
+    # A `Figure` of its own, not pyplot's: saving it draws with Agg, whatever backend the
+    # process (a notebook, a user's GUI) has chosen, and no global figure is left open.
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
     return base64.b64encode(buffer.getvalue()).decode()
 
 
@@ -63,7 +61,8 @@ def plot_learning(data: ReportData) -> str | None:
     stages = [r for r in data.learning if r.kind == "val"]
     if not stages:
         return None
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    fig = Figure(figsize=(7, 3.6))
+    ax = fig.subplots()
     xs = list(range(len(stages)))
     means = [r.mean for r in stages]
     errors = [[r.mean - r.ci[0] for r in stages], [r.ci[1] - r.mean for r in stages]]
@@ -86,7 +85,8 @@ def plot_production(data: ReportData) -> str | None:
     """Production feedback per policy, in the order the policies first served."""
     if not data.production:
         return None
-    fig, ax = plt.subplots(figsize=(5, 3))
+    fig = Figure(figsize=(5, 3))
+    ax = fig.subplots()
     labels = [name(p.policy, 22) for p in data.production]
     colors = ["#38a169" if p.adapter else "#a0aec0" for p in data.production]
     bars = ax.bar(labels, [p.mean for p in data.production], color=colors)
@@ -102,7 +102,8 @@ def plot_production_days(data: ReportData) -> str | None:
     """Production feedback per policy and day (`policy_performance`): adapters over time."""
     if len({day for day, _, _, _ in data.production_days}) < 2:
         return None
-    fig, ax = plt.subplots(figsize=(7, 3.2))
+    fig = Figure(figsize=(7, 3.2))
+    ax = fig.subplots()
     policies = list(dict.fromkeys(p for _, p, _, _ in data.production_days))
     for i, policy in enumerate(policies):
         points = [(day, mean) for day, p, mean, _ in data.production_days if p == policy]
@@ -125,7 +126,8 @@ def plot_gap_steps(data: ReportData) -> str | None:
     """Mean |trainer - sampler| logprob of the stored tokens at every GRPO step, by round."""
     if not data.gap_steps:
         return None
-    fig, ax = plt.subplots(figsize=(7, 3))
+    fig = Figure(figsize=(7, 3))
+    ax = fig.subplots()
     rounds = sorted({r for r, _, _ in data.gap_steps})
     offset = 0
     for i, round_ in enumerate(rounds):
@@ -152,7 +154,8 @@ def plot_gap_steps(data: ReportData) -> str | None:
 def plot_rounds(data: ReportData) -> str | None:
     if not data.rounds:
         return None
-    fig, ax = plt.subplots(figsize=(6, 3.2))
+    fig = Figure(figsize=(6, 3.2))
+    ax = fig.subplots()
     xs = [r.round for r in data.rounds]
     means = [r.mean for r in data.rounds]
     stds = [r.std for r in data.rounds]
@@ -170,9 +173,8 @@ def plot_groups(data: ReportData) -> str | None:
         return None
     rounds = {r.policy: r.round for r in data.rounds}  # panels in round order, not name order
     policies = sorted(data.group_rewards, key=lambda p: rounds.get(p, len(rounds) + 1))
-    fig, axes = plt.subplots(
-        1, len(policies), figsize=(max(6, 3.2 * len(policies)), 3.2), squeeze=False, sharey=True
-    )
+    fig = Figure(figsize=(max(6, 3.2 * len(policies)), 3.2))
+    axes = fig.subplots(1, len(policies), squeeze=False, sharey=True)
     for ax, policy in zip(axes[0], policies, strict=True):
         groups = data.group_rewards[policy]
         ax.boxplot(groups, showfliers=False)
@@ -190,7 +192,8 @@ def plot_evaluation(data: ReportData) -> str | None:
     ev = data.evaluation
     if ev is None:
         return None
-    fig, ax = plt.subplots(figsize=(4.5, 3))
+    fig = Figure(figsize=(4.5, 3))
+    ax = fig.subplots()
     bars = ax.bar(
         [short(ev.baseline), short(ev.candidate)],
         [ev.baseline_reward, ev.candidate_reward],

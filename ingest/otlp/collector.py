@@ -97,6 +97,11 @@ class Collector:
         """Open the spool (recovering what a previous run left) and start the background threads."""
         if self.config.exposure_warning:
             log.warning("%s", self.config.exposure_warning)
+        # The last flush may run from an exit hook (`ingest.instrument`), too late to import a
+        # lake library for the first time: the lake code it reaches is loaded now (`dir(store)`
+        # is store's public surface, each name loaded on first use).
+        for name in dir(store):
+            getattr(store, name)
         self.spool.start(adopt_from=self._spool_root)
         self._sealed.set()  # recovered and adopted segments are flushed right away
         workers: list[tuple[str, Callable[[], None]]] = [("trajlake-flusher", self._flush_loop)]

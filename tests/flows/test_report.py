@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from datetime import timedelta
 
 import pytest
@@ -225,3 +227,20 @@ def test_an_ad_hoc_replay_is_not_a_round_of_the_pipeline(lake: store.Lake) -> No
     )  # fmt: skip
     # with pipeline runs, the rounds are theirs; the earlier ad-hoc replays are not "rounds 1 and 2"
     assert [(r.round, r.policy) for r in report_data(lake, "exact_match").rounds] == [(1, "p1")]
+
+
+def test_plots_leave_the_processs_matplotlib_backend_alone(lake: store.Lake) -> None:
+    # A notebook or a GUI that renders a report keeps its own backend (`matplotlib.use("Agg")`
+    # at import switched it); the plots still come out as PNG.
+    program = (
+        "import sys, base64, matplotlib; matplotlib.use('svg'); import store\n"
+        "from flows.report import render_report, report_data\n"
+        "page = render_report(report_data(store.Lake(sys.argv[1]), 'exact_match'))\n"
+        "print(matplotlib.get_backend(), page.count('data:image/png;base64,iVBORw0KGgo'))\n"
+    )
+    seed_rounds(lake)
+    done = subprocess.run(
+        [sys.executable, "-c", program, lake.root], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["svg", "2"]

@@ -133,3 +133,21 @@ def test_processes_appending_the_same_new_keys_at_once_keep_one_row_each(
     assert [p.wait(timeout=300) for p in procs] == [0, 0, 0]
     keys = plain_rows(lake, "spans", "trace_id", "span_id")
     assert len(keys) == len(set(keys)) == 8 * 40 + 3 * 8 * 10
+
+
+def test_the_process_keeps_the_key_indexes_of_the_tables_it_wrote_last(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_keys, "MAX_INDEXES", 2, raising=False)
+    monkeypatch.setattr(store_keys, "_INDEXES", type(store_keys._INDEXES)())
+    a, b, c = (store.Lake(str(tmp_path / name)) for name in "abc")
+    for lake in (a, b, c):  # a table's first write looks in no file: no index yet
+        store.write(lake, "trajectories", [make_traj(1)])
+    assert not store_keys._INDEXES
+    for lake in (a, b, a, c):  # `a` written again after `b`: `b` is the least recently used
+        store.write(lake, "trajectories", [make_traj(2)])
+    assert list(store_keys._INDEXES) == [(a.root, "trajectories"), (c.root, "trajectories")]
+    # a dropped index is read again: an upsert into `b` still replaces its row
+    assert store.write(b, "trajectories", [make_traj(1, model="rescored")]).inserted == 0
+    assert plain_rows(b, "trajectories", "trajectory_id", "model") == [("t1", "rescored"), ("t2", "m1")]
+    assert len(store_keys._INDEXES) == 2 and (b.root, "trajectories") in store_keys._INDEXES

@@ -1,0 +1,144 @@
+"""Commands that need no model start without the trainers' libraries (issue 57: `trajlake --help`
+took 43 s importing torch, transformers and PEFT).
+
+Each check runs the real CLI in a fresh interpreter and reads which modules it imported;
+the time it takes is bench/startup.py's to print, not a test's to assert.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+
+import store
+from flows.cli import SUMMARIES, TrajlakeGroup, app
+from flows.commands import LazyGroup
+from flows.commands.train_cmds import TrainGroup
+from tests.store.helpers import make_traj
+
+ROOT = Path(__file__).resolve().parents[2]
+# What training, the flows' runner and the report's plots need, and no other command.
+HEAVY = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "prefect", "matplotlib")
+# Their options are TRL's config fields: showing them imports TRL.
+TRL_OPTIONS = {("train", "sft"), ("train", "grpo")}
+
+# Runs `trajlake ARGV` for each ARGV of the JSON list in argv[1], in this one interpreter, and
+# prints after each the exit code and the heavy modules imported so far, as one JSON line.
+RUNNER = """
+import contextlib, io, json, sys
+from flows.cli import main
+heavy, ran = json.loads(sys.argv[2]), []
+for argv in json.loads(sys.argv[1]):
+    sys.argv = ["trajlake", *argv]
+    with contextlib.redirect_stdout(io.StringIO()):
+        try:
+            main()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code or 0
+    ran.append({"argv": argv, "code": code, "heavy": sorted(m for m in heavy if m in sys.modules)})
+print(json.dumps(ran))
+"""
+
+
+def run_in_one_process(*argvs: list[str]) -> list[dict[str, Any]]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", RUNNER, json.dumps(argvs), json.dumps(HEAVY)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    ran: list[dict[str, Any]] = json.loads(done.stdout.splitlines()[-1])
+    return ran
+
+
+def command_paths(command: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    """Every command below `command`, hidden ones included, but for those whose options are TRL's."""
+    yield path
+    if hasattr(command, "list_commands"):
+        ctx = command.context_class(command)
+        for name in command.list_commands(ctx):
+            if (*path, name) not in TRL_OPTIONS:
+                yield from command_paths(command.get_command(ctx, name), (*path, name))
+
+
+def test_trajlake_help_imports_no_command_and_no_heavy_library() -> None:
+    (ran,) = run_in_one_process(["--help"])
+    assert ran["code"] == 0 and ran["heavy"] == [], ran
+
+
+def test_every_help_but_trls_options_imports_no_heavy_library() -> None:
+    paths = list(command_paths(typer.main.get_command(app)))
+    assert {("sql",), ("collect",), ("train",), ("publish",), ("scenarios", "create")} <= set(paths)
+    ran = run_in_one_process(*([*path, "--help"] for path in paths))
+    assert [r["code"] for r in ran] == [0] * len(paths)
+    # modules only add up in one interpreter: the first command that imported one is the culprit
+    first = next((r for r in ran if r["heavy"]), None)
+    assert first is None, f"`trajlake {' '.join(first['argv'])}` imported {first['heavy']}"
+
+
+def test_sql_imports_no_heavy_library(lake: store.Lake) -> None:
+    store.write(lake, "trajectories", [make_traj(i) for i in range(3)])
+    (ran,) = run_in_one_process(["sql", "SELECT count(*) FROM trajectories", "--lake", lake.root])
+    assert ran["code"] == 0 and ran["heavy"] == [], ran
+
+
+def test_collect_serves_without_a_heavy_library(tmp_path: Path) -> None:
+    # The real collector, until it listens; `-X importtime` names every module it imported.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = ["-X", "importtime", "-m", "flows.cli", "collect", "--lake", str(tmp_path / "lake")]
+    collector = subprocess.Popen(
+        [sys.executable, *argv, "--port", str(port)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    imported, listening, deadline = set(), False, time.monotonic() + 120
+    try:
+        assert collector.stderr is not None
+        for line in collector.stderr:
+            if line.startswith("import time:"):
+                imported.add(line.rpartition("|")[2].strip().partition(".")[0])
+            elif "listening on" in line:
+                listening = True
+                break
+            assert time.monotonic() < deadline, "the collector did not start"
+    finally:
+        collector.terminate()
+        collector.wait(timeout=60)
+    assert listening
+    assert "uvicorn" in imported  # what it did import is read
+    assert sorted(imported & set(HEAVY)) == []
+
+
+@pytest.mark.parametrize("group", [TrajlakeGroup, TrainGroup])
+def test_each_listed_summary_is_the_commands_own(group: type[LazyGroup]) -> None:
+    # `trajlake --help` lists the summaries instead of loading the commands: they must say what
+    # the commands' own help says, and list the commands a group has, hidden ones apart.
+    parent = typer.main.get_command(app)
+    command = parent if group is TrajlakeGroup else parent.get_command(parent.context_class(parent), "train")
+    ctx = command.context_class(command)
+    assert set(group.lazy) == set(group.summaries) | group.unlisted
+    for name in group.lazy:
+        loaded = command.get_command(ctx, name)
+        assert loaded.hidden == (name in group.unlisted), name
+        if name in group.summaries:
+            assert group.summaries[name] == loaded.get_short_help_str(limit=10_000), name
+    assert SUMMARIES is TrajlakeGroup.summaries

@@ -49,7 +49,6 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 
 from store.delta_log import earliest_version
 from store.errors import DataErased, ReadOnlyViolation, SelectionError
@@ -60,6 +59,9 @@ from store.readonly import check_read_only as check_read_only
 from store.readonly import run_read_only as run_read_only
 from store.schema import PARTITION_COLUMN, TABLES, WRITTEN_AT, TableSpec, table_spec
 from store.vocabulary import PRODUCTION_SOURCES, one_of
+
+if TYPE_CHECKING:  # the dataset module imports pandas where installed: loaded by the views that use it
+    import pyarrow.dataset as ds
 
 if TYPE_CHECKING:
     import polars as pl
@@ -210,6 +212,8 @@ def table_dataset(lake: Lake, spec: TableSpec, files: tuple[str, ...]) -> ds.Dat
     (`dt=2026-01-31/part-0.parquet`), a column a file lacks reads as null, and text reads as
     `string_view` (`scan_type`).
     """
+    import pyarrow.dataset as ds
+
     schema = scan_schema(spec)
     if not files:
         return ds.dataset(schema.empty_table())
@@ -239,7 +243,10 @@ def parquet_view_sql(spec: TableSpec, files: tuple[str, ...], con: duckdb.DuckDB
     pushes every filter into the scan (row-group statistics, text included), and runs no
     Python and no pyarrow thread while it reads.
     """
-    empty = con.from_arrow(spec.schema.empty_table())
+    # `pa.nulls`, not `empty_table()`: building arrays from Python objects imports pandas (0.2 s)
+    empty = con.from_arrow(
+        pa.Table.from_arrays([pa.nulls(0, f.type) for f in spec.schema], schema=spec.schema)
+    )
     types = list(zip(empty.columns, map(str, empty.types), strict=True))
     typed = "SELECT " + ", ".join(f"CAST(NULL AS {t}) AS {_quote(c)}" for c, t in types) + " WHERE false"
     if not files:

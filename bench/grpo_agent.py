@@ -296,7 +296,7 @@ def run(
     from transformers import AutoConfig
 
     if getattr(args, "model", None):
-        from training.models import resolve_model
+        from training.models.known import resolve_model
 
         model = Path(resolve_model(args.model))
     else:

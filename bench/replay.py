@@ -28,9 +28,9 @@ from rich.console import Console
 from rich.table import Table
 
 import store
-from training.models import resolve_model
+from training.chat.render import ChatRenderer
+from training.models.known import resolve_model
 from training.replay.rollout.loop import RolloutLimits
-from training.replay.rollout.render import ChatRenderer
 from training.replay.samplers import SamplingParams, make_sampler
 from training.replay.scenario_io import load_scenarios, read_scenarios
 from training.replay.stage import ReplayConfig, replay

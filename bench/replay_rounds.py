@@ -31,7 +31,7 @@ from typing import Any
 
 import store
 from bench.flops import TokenCounter, matmul_peak, parameters
-from training.models import resolve_model
+from training.models.known import resolve_model
 from training.replay.rollout.loop import RolloutLimits
 from training.replay.rollout.tools import make_tools
 from training.replay.samplers import SamplingParams, make_sampler

@@ -243,7 +243,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="trajlake-bench-train-"))
     try:
         from bench.flops import matmul_peak
-        from training.models import resolve_model
+        from training.models.known import resolve_model
 
         model = resolve_model(args.model) if args.model else str(tiny_model_path(work / "models"))
         peak = matmul_peak()

@@ -41,7 +41,7 @@ def conversation(i: int, rng: random.Random) -> list[dict[str, Any]]:
 
 
 def chat_form(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    from training.replay.rollout.render import template_messages
+    from training.chat.render import template_messages
 
     return template_messages(messages)
 

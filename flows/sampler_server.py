@@ -78,10 +78,10 @@ def sampler_app(
     `limits` bound what a request may ask (`RequestLimits`' defaults when None), and a
     request naming a model other than the base model or the served adapter is answered 404.
     Close the sampler when done (`with sampler:`)."""
+    from training.models.adapters import check_adapter_files
     from training.replay.rollout.model_bounds import model_bounds
     from training.replay.rollout.openai_app import create_app
     from training.replay.samplers import make_sampler
-    from training.serving import check_adapter_files
 
     path, name = served_adapter(adapter, lake=lake, served_name=served_name)
     if path is not None:

@@ -1,6 +1,6 @@
 """The format of `trajectories.policy`: what sampled a trajectory, `<base model>+<adapter>`, declared
 once. How each part is named (a hub id, a folder name, a run id, a digest) is
-`training.policies`'s; this module only joins and splits, for every writer and reader.
+`training.models.policies`'s; this module only joins and splits, for every writer and reader.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 """Training: SFT, then GRPO on stored, scored groups (TRL + PEFT), and publishing the LoRA adapters.
 
 Replay, the stage that samples the groups GRPO learns from, has its own package
-(`training.replay`); nothing in it imports the trainers. The rest of `training/`:
+(`training.replay`); nothing in it imports the trainers, and the trainers import nothing of
+it. What both use lives in two shared packages that neither owns: `training.chat` (the one
+chat rendering and template choice) and `training.models` (known models by name, policy
+names, adapter files and PEFT wrapping). The rest of `training/`:
 
 - `sft` + `sft_config`, `grpo` + `grpo_config`: the two stages, TRL trainers configured;
 - `datasets` (SFT conversations and GRPO groups selected by SQL), `advantages`, `lineage`;

@@ -1,4 +1,4 @@
-"""Activation checkpointing under its current name, and PEFT's probe of the old one.
+"""Activation checkpointing under its current name.
 
 transformers 5.2x renamed `gradient_checkpointing` to `activation_checkpointing`: setting
 the old name warns (FutureWarning, removed in v6). TRL 1.16's configs still default the
@@ -7,21 +7,13 @@ moves that default to the new name; the old one stays None unless someone sets i
 transformers warns, rightly, and still honours it). A transformers from before the rename
 reads only the old name, which then carries the same value.
 
-PEFT 0.21 (the newest) reads the deprecated `is_gradient_checkpointing` property whenever
-it wraps a model, which warns from transformers on every training run and every adapter
-a sampler loads. There is no newer PEFT to move to, and nothing on trajlake's side to
-rename, so `peft_wrapping()` hides exactly that message, only while PEFT wraps.
+PEFT's probe of the old name, which warns whenever PEFT wraps a model, is hidden by
+`training.models.adapters.peft_wrapping` (samplers wrap adapters too).
 """
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-
-# The one warning `peft_wrapping` hides (a regex matched at the start of the message).
-PEFT_PROBE = r"`is_gradient_checkpointing` is deprecated"
 
 
 @dataclass
@@ -54,11 +46,3 @@ def renamed() -> bool:
     from transformers import TrainingArguments
 
     return "activation_checkpointing" in TrainingArguments.__dataclass_fields__
-
-
-@contextmanager
-def peft_wrapping() -> Iterator[None]:
-    """While PEFT wraps a model: its probe of the deprecated property does not reach the terminal."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=PEFT_PROBE, category=FutureWarning)
-        yield

@@ -31,9 +31,9 @@ import store
 from store.documents import sampling_temperature_sql
 from store.errors import SelectionError
 from training.advantages import AdvantageReport, ScaleRewards, compute_advantages
+from training.chat.render import parse_tools, template_messages
 from training.errors import MissingTokenData, TokenDataMismatch
 from training.lineage import Lineage, selection_snapshot
-from training.replay.rollout.render import parse_tools, template_messages
 
 TRUNCATED_FINISH_REASONS = frozenset({"length", "max_tokens"})
 

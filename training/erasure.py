@@ -29,7 +29,8 @@ import pyarrow as pa
 import store
 from store.errors import StoreError
 from store.vocabulary import equals
-from training.lineage import RUN_RECORD, as_of_versions
+from training.lineage import as_of_versions
+from training.models.adapters import RUN_RECORD
 from training.registry import adapter_rows
 
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import store
-from training.checkpointing import peft_wrapping
 from training.datasets import select_grpo
 from training.distributed import on_writer, shared_snapshot
 from training.grpo_config import TrajlakeGRPOConfig
@@ -25,6 +24,7 @@ from training.grpo_rows import (
 from training.grpo_trainer import StoredGroupsGRPOTrainer, stored_reward
 from training.lora import trainable_policy
 from training.metrics import NonFiniteLossGuard, RunsTableCallback
+from training.models.adapters import peft_wrapping
 from training.run import (
     CHECKPOINTS,
     TrainResult,

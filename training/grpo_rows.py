@@ -30,7 +30,7 @@ from store.errors import SelectionError
 from store.policy_names import join_policy
 from training.datasets import GRPOExample
 from training.lineage import selection_snapshot
-from training.policies import adapter_label, model_name, policy_name, record_name
+from training.models.policies import adapter_label, model_name, policy_name, record_name
 from training.run import read_run_record
 
 ROW_COLUMNS = (
@@ -81,7 +81,7 @@ def drop_equal_reward_groups(
 def policy_lineage(base_model: str, adapter: str | None, depth: int) -> list[str]:
     """The `policy` names of `adapter` and of its `depth` nearest ancestors, newest first.
 
-    Names are what a sampler records (`training.policies.policy_name`). Every run record
+    Names are what a sampler records (`training.models.policies.policy_name`). Every run record
     holds its parent's record whole, so the ancestors are named from the records alone (an
     ancestor folder that moved or was deleted still counts); the chain ends at the base model.
     """

@@ -19,10 +19,6 @@ from typing import Any
 
 import store
 
-# The file an adapter folder's run record (with its lineage) is written to (`training.run`);
-# declared here so that finding records (`training.erasure`) does not import the trainers.
-RUN_RECORD = "trajlake_run.json"
-
 # The tables a selection reads: its SQL may name any view, and the training rows join these.
 READ_TABLES = ("trajectories", "rewards", "scenarios")
 

@@ -92,9 +92,9 @@ def trainable_policy(
     base_model: str, adapter: str | None, lora: LoraFields, *, bf16: bool
 ) -> tuple[Any, Any]:
     """The model to train and the PEFT config to pass TRL: the base model (a known name resolved to
-    its fetched folder, `training.models`) and a new adapter's config, or, continuing from
+    its fetched folder, `training.models.known`) and a new adapter's config, or, continuing from
     `adapter`, that adapter loaded trainable (and None)."""
-    from training.models import resolve_model
+    from training.models.known import resolve_model
 
     base_model = resolve_model(base_model)
     if adapter is None:
@@ -103,7 +103,7 @@ def trainable_policy(
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from training.checkpointing import peft_wrapping
+    from training.models.adapters import peft_wrapping
 
     model = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.bfloat16 if bf16 else torch.float32)
     with peft_wrapping():

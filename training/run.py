@@ -22,8 +22,8 @@ from typing import Any
 import store
 from training.distributed import is_writer, wait_for_writer
 from training.errors import BadHyperparameter, NonFiniteLoss, TrainingError
-from training.lineage import RUN_RECORD
-from training.policies import adapter_label
+from training.models.adapters import RUN_RECORD
+from training.models.policies import adapter_label
 
 CHECKPOINTS = "checkpoints"
 ADAPTER = "adapter"
@@ -76,7 +76,7 @@ def check_base_model(base_model: str) -> None:
     (transformers' own error is a page of traceback, after the run folder exists)."""
     from transformers import AutoConfig
 
-    from training.models import resolve_model
+    from training.models.known import resolve_model
 
     try:
         AutoConfig.from_pretrained(resolve_model(base_model))
@@ -93,13 +93,13 @@ def check_base_model(base_model: str) -> None:
 
 
 def load_tokenizer(base_model: str) -> Any:
-    """The base model's tokenizer (a known model name is its fetched folder, `training.models`), with
+    """The base model's tokenizer (a known model name is its fetched folder, `training.models.known`), with
     a pad token and the chat template every use renders with (`chat_template_for`): the trainers
     save it beside the adapter, so the adapter travels with the template it was trained on."""
     from transformers import AutoTokenizer
 
-    from training.models import resolve_model
-    from training.replay.rollout.templates import chat_template_for
+    from training.chat.templates import chat_template_for
+    from training.models.known import resolve_model
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(base_model))
     if tokenizer.pad_token is None:
@@ -185,7 +185,7 @@ def read_run_record(adapter_dir: str | os.PathLike[str]) -> dict[str, Any] | Non
 
 def parent_record(adapter: str | os.PathLike[str]) -> dict[str, Any]:
     """What a run continuing from `adapter` keeps as its `parent`: the adapter's run record, or for
-    an adapter trajlake did not train, its folder and name (`training.policies.adapter_label`), so
+    an adapter trajlake did not train, its folder and name (`training.models.policies.adapter_label`), so
     the staleness bound still names it once the folder has moved."""
     record = read_run_record(adapter)
     if record is not None:
@@ -249,8 +249,8 @@ def train_and_record(
     """Train (from the newest checkpoint when resuming), stop on a non-finite loss, save the
     adapter, then write the run record beside it, last."""
     # The trainers' side of this module: `read_run_record` (publish, the CLI) needs no transformers.
+    from training.chat.templates import template_identity
     from training.metrics import without_raw_log_lines
-    from training.replay.rollout.templates import template_identity
 
     checkpoint = last_checkpoint(output_dir) if resume else None
     without_raw_log_lines(trainer)

@@ -16,8 +16,8 @@ from typing import Any
 
 from training.errors import AdapterNotServable, BadHyperparameter, PublishError
 from training.lora import VLLM_LORA_RANKS
+from training.models.adapters import ADAPTER_FILES
 
-ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
 UNSERVABLE_INITS = ("pissa", "olora", "loftq", "corda", "eva")
 
 
@@ -74,51 +74,6 @@ def check_vllm_compatible(adapter_dir: str | os.PathLike[str], *, max_lora_rank:
             problems=problems,
         )
     return config
-
-
-def check_adapter_files(adapter_dir: str | os.PathLike[str]) -> None:
-    """Raise `AdapterNotServable` unless the adapter's files read in full: its
-    `adapter_config.json` is a JSON object and every tensor of `adapter_model.safetensors`
-    reads and is finite. A truncated or corrupt file (a copy cut short, a disk that filled
-    during publish) is refused at load, in one line naming the file, rather than failing
-    the first request or serving garbage weights."""
-    folder = Path(adapter_dir)
-    config_path, weights = folder / "adapter_config.json", folder / "adapter_model.safetensors"
-    problems = []
-    try:
-        config = json.loads(config_path.read_text())
-        if not isinstance(config, dict):
-            problems.append(f"`{config_path}` is not a JSON object")
-    except FileNotFoundError:
-        problems.append(f"`{config_path}` is missing")
-    except (OSError, ValueError) as exc:
-        problems.append(f"`{config_path}` is not valid JSON ({exc})")
-    if weights.exists():
-        problems += _safetensors_problems(weights)
-    elif not (folder / "adapter_model.bin").exists():
-        problems.append(f"`{weights}` is missing")
-    if problems:
-        raise AdapterNotServable(
-            f"the adapter `{folder}` cannot be loaded: {'; '.join(problems)}; publish or copy it again",
-            path=str(folder),
-            problems=problems,
-        )
-
-
-def _safetensors_problems(weights: Path) -> list[str]:
-    import torch
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(str(weights), framework="pt") as handle:
-            for key in handle.keys():  # noqa: SIM118 (a safe_open handle is not a dict)
-                tensor = handle.get_tensor(key)
-                if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-                    return [f"`{weights}` holds non-finite values in `{key}`"]
-    except (SafetensorError, OSError, RuntimeError, ValueError) as exc:
-        detail = " ".join(str(exc).split())[:200]
-        return [f"`{weights}` is not a complete safetensors file ({detail})"]
-    return []
 
 
 def load_into_vllm(

@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import store
-from training.checkpointing import peft_wrapping
+from training.chat.render import ChatRenderer
 from training.datasets import SFTSelection, select_sft
 from training.distributed import on_writer, shared_snapshot
 from training.errors import TrainingError
 from training.lora import trainable_policy
 from training.metrics import NonFiniteLossGuard, RunsTableCallback
-from training.replay.rollout.render import ChatRenderer
+from training.models.adapters import peft_wrapping
 from training.run import (
     CHECKPOINTS,
     TrainResult,

@@ -30,7 +30,7 @@ def fetch(
     ] = None,
 ) -> None:
     """Download, check and convert a known model once; print its folder (a no-op when already there)."""
-    from training.models import ModelFetchError, fetch_model, fetched_path
+    from training.models.known import ModelFetchError, fetch_model, fetched_path
 
     try:
         if fetched_path(name, models_dir) is None:
@@ -50,7 +50,7 @@ def list_models(
     ] = None,
 ) -> None:
     """The known model names, their licence, and where each is when fetched."""
-    from training.models import KNOWN_MODELS, fetched_path
+    from training.models.known import KNOWN_MODELS, fetched_path
 
     for name, recipe in sorted(KNOWN_MODELS.items()):
         path = fetched_path(name, models_dir)

@@ -145,7 +145,7 @@ def demo(
             2,
         )
     if model != "tiny" and "/" not in model and not Path(model).exists():
-        from training.models import KNOWN_MODELS
+        from training.models.known import KNOWN_MODELS
 
         if model not in KNOWN_MODELS:
             raise fail(

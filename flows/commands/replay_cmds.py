@@ -84,6 +84,7 @@ def replay_command(
     lake: LakeOption = None,
 ) -> None:
     """Group sampling: G token-exact trajectories per scenario (resumable: complete groups are skipped)."""
+    from training.chat.templates import ChatTemplateError
     from training.replay import ReplayError
     from training.replay import replay as run_replay
 
@@ -106,7 +107,7 @@ def replay_command(
                 tools=build("tools", tools).build(),
                 rollout=rollout,
             )
-    except ReplayError as exc:
+    except (ReplayError, ChatTemplateError) as exc:
         raise fail(str(exc)) from None
     typer.echo(
         f"wrote {len(result.group_ids)} groups ({len(result.trajectory_ids)} trajectories, "
@@ -192,7 +193,7 @@ def serve_sampler(
 def check_model_folder(model: str) -> None:
     """A clean exit 2 for a `--model` that names a path that is not there (else transformers
     answers a 115-line traceback about hub repository ids); a known name or a hub id passes."""
-    from training.models import KNOWN_MODELS
+    from training.models.known import KNOWN_MODELS
 
     looks_like_path = model.startswith((".", "/", "~")) or Path(model).exists() or model.count("/") > 1
     if model in KNOWN_MODELS or not looks_like_path:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from flows.demo.serving import TEMPERATURE
 from flows.demo.task import TASKS
-from training.models import KNOWN_MODELS
+from training.models.known import KNOWN_MODELS
 
 TINY_MODEL = "tiny"  # `--model`'s default: the tiny model built and shipped with trajlake
 

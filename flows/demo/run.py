@@ -139,7 +139,7 @@ def run_demo(
 
 def _real_model(model: str) -> Path:
     """A real base model's folder: a known name fetched (and converted) once, else the folder or hub id."""
-    from training.models import KNOWN_MODELS, fetch_model
+    from training.models.known import KNOWN_MODELS, fetch_model
 
     if model in KNOWN_MODELS:
         return fetch_model(model)

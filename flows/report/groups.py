@@ -42,7 +42,7 @@ class Member:
 class Group:
     group_id: str
     scenario_id: str | None
-    policy: str  # its name (`training.policies`), as stored
+    policy: str  # its name (`training.models.policies`), as stored
     spread: float
     equal: bool
     disagree: bool

@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any
 
-from training.policies import model_name
+from training.models.policies import model_name
 
 _ID_LIST = re.compile(r"IN \(((?:'[^']*'\s*,\s*){5,}'[^']*')\)")
 

@@ -42,7 +42,7 @@ def short(text: str, width: int = 28) -> str:
 
 
 def name(policy: str | None, width: int = 28) -> str:
-    """A policy's name (`training.policies`) for a plot: the base model, and the adapter on a
+    """A policy's name (`training.models.policies`) for a plot: the base model, and the adapter on a
     line of its own, each at most `width` characters."""
     parts = split_policy(policy or "(base)")
     adapter = f"\n{SEPARATOR}{short(parts.adapter, width - 1)}" if parts.adapter is not None else ""

@@ -16,8 +16,8 @@ import pytest
 
 import store
 from flows.demo.run import run_demo
-from training.models import MODELS_ENV, fetch_model
-from training.replay.rollout.templates import TOOL_CHATML_NAME
+from training.chat.templates import TOOL_CHATML_NAME
+from training.models.known import MODELS_ENV, fetch_model
 
 pytestmark = [pytest.mark.realmodel, pytest.mark.slow]
 NAME = "smollm2-135m-instruct"

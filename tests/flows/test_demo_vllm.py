@@ -12,7 +12,7 @@ import pytest
 import store
 from flows.demo.run import run_demo
 from store.metrics import IMPORTANCE_RATIO_MEAN, SAMPLER_GAP_MEAN
-from training.models import MODELS_ENV, fetch_model
+from training.models.known import MODELS_ENV, fetch_model
 
 pytestmark = pytest.mark.vllm
 SMOLLM2 = "smollm2-135m-instruct"

@@ -19,7 +19,7 @@ from tests.flows.browser import chromium, console_errors, decoded_images, screen
 from tests.training.train_helpers import msg
 
 WORK = "/work/w"
-# as samplers name them (`training.policies`): the model folder's name + the adapter's run id
+# as samplers name them (`training.models.policies`): the model folder's name + the adapter's run id
 POLICIES = [f"model+grpo-2026112{r}T101500-1a2b3c4{r}" for r in (1, 2)]
 # per round, per scenario: `calc` of the four samples; `ruler` ranks sc-3's samples the other way
 CALC = {"sc-1": [0.0, 1.0, 1.0, 0.0], "sc-2": [1.0, 1.0, 1.0, 1.0], "sc-3": [0.0, 0.2, 0.4, 1.0]}

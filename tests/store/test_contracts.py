@@ -119,6 +119,57 @@ def test_the_cycle_search_finds_a_loop() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
 
 
+# Replay and the trainers share these and nothing else; neither side owns them (DESIGN.md, issue 57).
+REPLAY = "training.replay"
+SHARED = ("training.chat", "training.models", "training.errors")
+
+
+def _within(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def _boundary_offences(graph: dict[str, set[str]]) -> list[str]:
+    """`importer -> imported` for every import of `training`'s graph that crosses the replay/trainer
+    boundary: replay importing a trainer module, a trainer module importing anything of replay,
+    or a shared package importing either (the `training` package itself imports nothing)."""
+    found = []
+    for module in sorted(graph):
+        for target in sorted(graph[module] - {"training"}):
+            if _within(module, (REPLAY,)):
+                crosses = not _within(target, (REPLAY, *SHARED))
+            elif _within(module, SHARED):
+                crosses = not _within(target, SHARED)
+            else:  # a trainer module (sft, grpo, run, datasets, publish, ...)
+                crosses = _within(target, (REPLAY,))
+            if crosses:
+                found.append(f"{module} -> {target}")
+    return found
+
+
+def test_replay_and_the_trainers_import_each_other_only_through_the_shared_packages() -> None:
+    found = _boundary_offences(_imports("training"))
+    assert found == [], (
+        "replay imports no trainer module and the trainers import nothing of replay; move what both "
+        f"use to one of {SHARED}:\n" + "\n".join(found)
+    )
+
+
+def test_the_boundary_check_finds_a_crossing() -> None:
+    graph = {
+        "training.replay.samplers.hf": {"training.models.known", "training.checkpointing", "training"},
+        "training.sft": {"training.chat.render", "training.replay.rollout.render"},
+        "training.chat.render": {"training.chat.templates", "training.replay.errors"},
+        "training.models.known": {"training.errors", "training.run"},
+        "training.chat.templates": set(),
+    }
+    assert _boundary_offences(graph) == [
+        "training.chat.render -> training.replay.errors",
+        "training.models.known -> training.run",
+        "training.replay.samplers.hf -> training.checkpointing",
+        "training.sft -> training.replay.rollout.render",
+    ]
+
+
 def test_the_walk_finds_what_it_looks_for(tmp_path: Path) -> None:
     # the check above would pass on a walk that never matches: show it matching
     sample = tmp_path / "sample.py"

@@ -9,12 +9,12 @@ import pytest
 
 MODULES = [
     "training.mismatch",
-    "training.policies",
+    "training.models.policies",
     "training.registry",
     "training.serving",
     "training.replay.rollout.loop",
-    "training.replay.rollout.templates",
-    "training.models",
+    "training.chat.templates",
+    "training.models.known",
 ]
 
 

@@ -1,4 +1,4 @@
-"""Known models by name (`training.models`), without fetching one: names, digests, markers, the CLI's errors.
+"""Known models by name (`training.models.known`), without fetching one: names, digests, markers, the CLI's errors.
 
 The fetch and conversion of the real model are in `test_real_model.py` (marker `realmodel`).
 """
@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
-from training.models import (
+from training.models.known import (
     KNOWN_MODELS,
     MANIFEST,
     MODELS_ENV,

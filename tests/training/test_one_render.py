@@ -6,8 +6,8 @@ from pathlib import Path
 
 import store
 from tests.training.helpers import make_trajectory
+from training.chat.render import ChatRenderer, canonical_tools, parse_tools, template_messages
 from training.datasets import select_sft
-from training.replay.rollout.render import ChatRenderer, canonical_tools, parse_tools, template_messages
 from training.sft import tokenize_conversations
 
 # A template that renders what the stock Qwen one leaves out (names on every role), so any

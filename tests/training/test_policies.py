@@ -13,7 +13,7 @@ from pathlib import Path
 import store
 from tests.training.helpers import TOOLS, ScriptedSampler, calculator_script
 from training.grpo_rows import policy_lineage
-from training.policies import adapter_label, model_name, policy_name
+from training.models.policies import adapter_label, model_name, policy_name
 from training.replay.scenario_io import load_scenarios
 from training.replay.stage import ReplayConfig, replay
 from training.run import TrainResult, parent_record, read_run_record, write_run_record

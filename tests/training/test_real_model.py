@@ -25,20 +25,20 @@ from flows.cli import app
 from store.messages import from_openai
 from tests.training.helpers import TOOLS, ScriptedSampler, calculator_script, make_trajectory, openai_message
 from tests.training.train_helpers import check_parity_with_stock, parity_trainers, stored_groups
-from training.datasets import select_sft
-from training.grpo import train_grpo
-from training.grpo_config import TrajlakeGRPOConfig
-from training.models import MANIFEST, MODELS_ENV, resolve_model
-from training.replay.rollout.loop import AgentLoop, RolloutLimits
-from training.replay.rollout.openai_app import create_app
-from training.replay.rollout.render import ChatRenderer, parse_tools, template_messages
-from training.replay.rollout.templates import (
+from training.chat.render import ChatRenderer, parse_tools, template_messages
+from training.chat.templates import (
     ChatTemplateError,
     chat_template_for,
     default_system_prompt,
     ignores_tools,
     is_chatml,
 )
+from training.datasets import select_sft
+from training.grpo import train_grpo
+from training.grpo_config import TrajlakeGRPOConfig
+from training.models.known import MANIFEST, MODELS_ENV, resolve_model
+from training.replay.rollout.loop import AgentLoop, RolloutLimits
+from training.replay.rollout.openai_app import create_app
 from training.replay.rollout.tools import CallableTools
 from training.replay.samplers import make_sampler
 from training.replay.samplers.base import SampleRequest, SamplingParams

@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 import store
 from flows.cli import app
 from tests.training.helpers import TOOLS, make_trajectory, openai_message
-from training.replay.rollout.render import ChatRenderer
+from training.chat.render import ChatRenderer
 from training.replay.samplers.base import LOGPROB_TOLERANCE
 from training.run import load_tokenizer
 

@@ -4,8 +4,10 @@ The replay stage owns everything between a chosen trajectory and a stored group 
 ones: scenarios (`scenarios`), sampler backends (`samplers`: transformers, vLLM server,
 vLLM engine), the agent loop and tool sources (`rollout`), and the stage itself
 (`stage`), which writes each group to `trajectories` with its token ids and logprobs.
-It imports nothing from the trainers; GRPO reads what it wrote from the lake. The
-samplers and the rollout loop import no lake library.
+It imports nothing from the trainers; GRPO reads what it wrote from the lake. What it
+shares with them (chat rendering, model resolution, policy names, adapter files) it imports
+from `training.chat` and `training.models`. The samplers and the rollout loop import no
+lake library.
 
 Public surface (the CLI and the Prefect flows call these):
 

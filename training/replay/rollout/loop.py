@@ -30,9 +30,10 @@ from typing import Any, Literal
 
 from store.errors import check_settings
 from store.messages import lake_message, lake_tool_call
+from training.chat.render import ChatRenderer
+from training.chat.templates import ChatTemplateError
 from training.replay.errors import ReplaySetupError, RolloutError
 from training.replay.rollout.parsing import ParsedToolCall, parse_assistant_text
-from training.replay.rollout.render import ChatRenderer
 from training.replay.rollout.tools import ToolResult, ToolSource
 from training.replay.samplers.base import Completion, Sampler, SampleRequest, SamplingParams
 from training.replay.scenarios import Scenario
@@ -163,8 +164,8 @@ class AgentLoop:
         episode = Episode(messages=list(scenario.messages))
         try:
             await self._run(scenario, episode, prompt, completion, rollout)
-        except RolloutError:
-            raise  # a broken invariant is a bug, not a model failure
+        except (RolloutError, ChatTemplateError):
+            raise  # a broken invariant or a template that cannot replay is a bug, not a model failure
         except Exception as exc:  # a backend failure mid-rollout: recorded, the group goes on
             episode.status, episode.finish_reason = "error", "error"
             episode.error = f"{type(exc).__name__}: {exc}"

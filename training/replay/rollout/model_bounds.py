@@ -39,7 +39,7 @@ def model_bounds(model: str, tokenizer: Any) -> ModelBounds:
     vocabulary (its config's `vocab_size`, else the tokenizer's)."""
     from transformers import AutoConfig
 
-    from training.models import resolve_model
+    from training.models.known import resolve_model
 
     config = AutoConfig.from_pretrained(resolve_model(model))
     text = config.get_text_config() if hasattr(config, "get_text_config") else config

@@ -29,6 +29,7 @@ from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
 from store.messages import from_openai
+from training.chat.render import ChatRenderer, parse_tools
 from training.replay.errors import SamplerError
 from training.replay.rollout.episodes import RecordedCall, Recorder
 from training.replay.rollout.loopback import LoopbackServer
@@ -40,7 +41,6 @@ from training.replay.rollout.model_bounds import (
     unhonoured_problem,
 )
 from training.replay.rollout.parsing import parse_assistant_text
-from training.replay.rollout.render import ChatRenderer, parse_tools
 from training.replay.rollout.request_checks import adapter_body_problem, messages_problem, prompt_problem
 from training.replay.samplers.base import Sampler, SampleRequest, SamplingParams
 

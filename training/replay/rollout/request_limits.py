@@ -107,12 +107,12 @@ def request_problem(body: Any, limits: RequestLimits, models: set[str] | None) -
 
 def adapter_problem(body: Any) -> str | None:
     """Why an adapter asked to be hot-loaded cannot be (a truncated or corrupt file,
-    `training.serving.check_adapter_files`), or None: left to the server when the folder
+    `training.models.adapters.check_adapter_files`), or None: left to the server when the folder
     is not there at all (vLLM and the app answer that 404 themselves)."""
     from pathlib import Path
 
     from training.errors import AdapterNotServable
-    from training.serving import check_adapter_files
+    from training.models.adapters import check_adapter_files
 
     path = body.get("lora_path") if isinstance(body, dict) else None
     if not isinstance(path, str) or not (Path(path) / "adapter_config.json").exists():

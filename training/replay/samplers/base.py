@@ -152,10 +152,10 @@ class Sampler(ABC):
 
     @property
     def policy(self) -> str:
-        """What produced the samples, by name rather than path (`training.policies.policy_name`):
+        """What produced the samples, by name rather than path (`training.models.policies.policy_name`):
         the base model's name, plus the adapter's (its run id) when there is one."""
         if self._policy is None:
-            from training.policies import policy_name
+            from training.models.policies import policy_name
 
             self._policy = policy_name(self.model, self.adapter)
         return self._policy
@@ -166,7 +166,7 @@ class Sampler(ABC):
         if self._tokenizer is None:
             from transformers import AutoTokenizer
 
-            from training.models import resolve_model
+            from training.models.known import resolve_model
 
             self._tokenizer = AutoTokenizer.from_pretrained(resolve_model(self.tokenizer_path))
         return self._tokenizer

@@ -82,7 +82,7 @@ class TransformersSampler(Sampler):
             import torch
             from transformers import AutoModelForCausalLM
 
-            from training.models import resolve_model
+            from training.models.known import resolve_model
 
             device = self.device_name or ("cuda" if torch.cuda.is_available() else "cpu")
             dtype = (
@@ -116,7 +116,7 @@ class TransformersSampler(Sampler):
         name = adapter_name(adapter)
         if name not in self._loaded_adapters:
             try:
-                from training.checkpointing import peft_wrapping
+                from training.models.adapters import peft_wrapping
 
                 with peft_wrapping():  # PEFT probes a deprecated transformers property here
                     if self._peft is None:

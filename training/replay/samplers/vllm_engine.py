@@ -79,7 +79,7 @@ class VLLMEngineSampler(Sampler):
                 backend=self.backend,
                 reason="not_installed",
             ) from exc
-        from training.models import resolve_model
+        from training.models.known import resolve_model
 
         self._vllm = vllm
         self.dtype = dtype or default_dtype()

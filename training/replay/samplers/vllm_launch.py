@@ -112,8 +112,8 @@ def serving_chat_template(model: str) -> str | None:
     replay, SFT and evaluation render its conversations with, `chat_template_for`); None otherwise."""
     from transformers import AutoTokenizer
 
-    from training.models import resolve_model
-    from training.replay.rollout.templates import chat_template_for
+    from training.chat.templates import chat_template_for
+    from training.models.known import resolve_model
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(model))
     if not tokenizer.chat_template:

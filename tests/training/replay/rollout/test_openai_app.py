@@ -12,10 +12,10 @@ import openai
 import pytest
 
 from tests.training.helpers import TOOLS, ScriptedSampler, calculator_script
+from training.chat.render import canonical_tools
 from training.replay.rollout.episodes import Recorder
 from training.replay.rollout.loop import turn_seed
 from training.replay.rollout.openai_app import EPISODE_HEADER, create_app
-from training.replay.rollout.render import canonical_tools
 from training.replay.samplers import make_sampler
 from training.replay.samplers.base import Sampler, SamplingParams
 

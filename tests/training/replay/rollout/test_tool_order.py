@@ -14,8 +14,8 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from training.replay.rollout.render import ChatRenderer, canonical_tools
-from training.replay.rollout.templates import tool_chatml_template
+from training.chat.render import ChatRenderer, canonical_tools
+from training.chat.templates import tool_chatml_template
 
 # the OpenAI SDK's order, as the demo's agent sends it: type before function, name before description
 CLIENT_ORDER = [

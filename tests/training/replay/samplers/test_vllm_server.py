@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
-from training.policies import adapter_label
+from training.models.policies import adapter_label
 from training.replay.errors import SamplerError
 from training.replay.rollout.openai_app import LoopbackServer
 from training.replay.samplers import make_sampler

@@ -13,8 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from training.replay.errors import RolloutError
-from training.replay.rollout.templates import chat_template_for, check_renders_tools
+from training.chat.templates import ChatTemplateError, chat_template_for, check_renders_tools
 
 _DUMMY = [{"role": "user", "content": "."}, {"role": "assistant", "content": "."}]
 
@@ -147,12 +146,10 @@ class ChatRenderer:
         base = self.render(_DUMMY, None, add_generation_prompt=False)
         full = self.render([*_DUMMY, *tool_messages], None, add_generation_prompt=True)
         if not full.startswith(base) or self.eos_token not in base:
-            raise RolloutError(
+            raise ChatTemplateError(
                 "the chat template is not prefix-preserving for tool results (rendering with the tool "
                 f"messages does not extend rendering without them: {base[-60:]!r} vs {full[len(base) - 60 :][:120]!r}); "
                 "use a template like Qwen2.5's",
-                scenario_id="*",
-                turn=0,
                 reason="template_not_prefix_preserving",
             )
         after_eos = base[base.rindex(self.eos_token) + len(self.eos_token) :]
@@ -184,12 +181,10 @@ class ChatRenderer:
             prompt = self.render_chat(messages[:i], tools, add_generation_prompt=True)
             end = full.find(self.eos_token, len(prompt))
             if not full.startswith(prompt) or len(prompt) < done or end < 0:
-                raise RolloutError(
+                raise ChatTemplateError(
                     f"the chat template does not render assistant turn {i} after its own generation prompt "
                     f"(prompt ends {prompt[-60:]!r}, conversation has {full[len(prompt) - 60 : len(prompt) + 60]!r}); "
                     "such a template cannot be trained token-exactly; use a prefix-preserving one",
-                    scenario_id="*",
-                    turn=i,
                     reason="template_not_prefix_preserving",
                 )
             context = self.encode(full[done : len(prompt)])

@@ -30,10 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from store.policy_names import join_policy
-from training.lineage import RUN_RECORD
+from training.models.adapters import ADAPTER_FILES, RUN_RECORD
 
-# The files that make an adapter what it is (PEFT's names); tokenizer files do not change it.
-ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
 DIGEST_CHARS = 8
 
 

@@ -30,8 +30,6 @@ import hashlib
 import json
 from typing import Any
 
-from training.replay.errors import ReplayError
-
 CHATML_EOS = "<|im_end|>"
 TOOL_CHATML_NAME = "trajlake-tool-chatml"
 _PROBE_USER = "What is 2 + 3?"
@@ -48,8 +46,14 @@ _PROBE_TOOLS = [
 ]
 
 
-class ChatTemplateError(ReplayError, ValueError):
-    """A chat template cannot render what it is asked to (tools it ignores, no template at all)."""
+class ChatTemplateError(ValueError):
+    """A chat template cannot render what it is asked to (tools it ignores, no template at all,
+    turns it does not render prefix-preservingly); `reason` is a snake_case code
+    (`template_ignores_tools`, `no_chat_template`, `template_not_prefix_preserving`)."""
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 # Hermes-style tool-aware ChatML. `__DEFAULT_SYSTEM__` becomes the model's own default system

@@ -6,14 +6,23 @@ same val scenarios, so its learning curve is one table with intervals and paired
 differences; the production policies join it as reference rows from their own feedback.
 The gate itself is one paired comparison: the candidate against the adapter it would
 replace in production (or the base model when none is).
+
+A candidate the gate refuses is not published (unless `pipeline.latest_if_refused` asks
+for it as `latest`), as `trajlake publish --production` publishes nothing when its gate
+refuses: a registry version is something to serve, and versions nobody may serve piled up
+night after night, moving "the newest version" away from what production runs. The
+candidate's folder stays in the run's work folder and its decision in `runs`, so it can
+still be published by hand.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+import uuid
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+import store
 from flows.config import TrajlakeConfig
 from flows.stages.common import StageError, base_model, lake_of
 from flows.stages.replay import replay_policy
@@ -130,33 +139,80 @@ def gate_of(evaluation: judging.Evaluation, forced: bool) -> EvalGate:
     )
 
 
+@dataclass
+class Publication:
+    """What the gate decided about a candidate, and the version published (None: nothing was)."""
+
+    gate: EvalGate
+    decision: str  # the gate's decision in one line, with its numbers
+    published: PublishedAdapter | None = None
+
+    @property
+    def ref(self) -> str | None:
+        """`name:vN` of the published version, if one was."""
+        return f"{self.published.name}:v{self.published.version}" if self.published else None
+
+
+def refused_decision(name: str, gate: EvalGate, adapter: str) -> str:
+    """The decision about a refused candidate that was not published, and how to publish it anyway.
+
+    >>> from training.publish import EvalGate
+    >>> refused_decision("agent", EvalGate(0.5, 0.6, "agent:v1", -0.1, (-0.2, 0.0), 12, "r"), "/w/a")
+    'agent candidate not promoted: -0.100 [-0.200, +0.000] against agent:v1 on 12 scenarios (r); not published (its folder: /w/a)'
+    """
+    return gate.decision(f"{name} candidate") + f"; not published (its folder: {adapter})"
+
+
 def publish_adapter(
     config: TrajlakeConfig,
     adapter: str,
     evaluation: judging.Evaluation,
     force: bool = False,
     origin: dict[str, Any] | None = None,
-) -> PublishedAdapter:
-    """Publish `adapter` once: `production` and `latest` move to it only when the evaluation says it
-    is better (or when forced, or `pipeline.require_improvement` is off); a refused version is
-    published under its number alone (`latest` too with `pipeline.latest_if_refused`)."""
+) -> Publication:
+    """Publish `adapter` when the evaluation says it is better (or when forced, or
+    `pipeline.require_improvement` is off), moving `production` and `latest` to it; a refused
+    candidate is not published, unless `pipeline.latest_if_refused` publishes it as `latest`."""
     from training.publish import publish
     from training.registry import LATEST, PRODUCTION
 
     gate = gate_of(evaluation, forced=force or not config.pipeline.require_improvement)
+    settings = config.build("publish")
     if gate.promoted:
         aliases: tuple[str, ...] = (LATEST, PRODUCTION)
+    elif config.pipeline.latest_if_refused:
+        aliases = (LATEST,)
     else:
-        aliases = (LATEST,) if config.pipeline.latest_if_refused else ()
-    return publish(
+        return Publication(gate, refused_decision(settings.name, gate, adapter))
+    published = publish(
         lake_of(config),
         adapter,
-        config.build("publish"),
+        settings,
         aliases=aliases,
         base_model=base_model(config),
         gate=gate,
         origin=origin,
     )
+    return Publication(gate, published.decision or "", published)
+
+
+def record_gate_decision(
+    lake: store.Lake, candidate: str, gate: EvalGate, published: PublishedAdapter | None, name: str
+) -> store.GateDecision:
+    """Record the decision of a gate run outside a pipeline run (`trajlake publish`) in `runs`, where
+    the report's pipeline runs show it beside the nights'."""
+    ref = f"{published.name}:v{published.version}" if published else None
+    decision = store.GateDecision(
+        run_id=f"publish-{uuid.uuid4()}",
+        at=store.utc_now().isoformat(),
+        candidate=candidate,
+        decision=gate.decision(ref) if ref else gate.decision(f"{name} candidate") + "; nothing published",
+        promoted=bool(published and published.promoted),
+        published=ref,
+        eval_run_id=gate.eval_run_id,
+    )
+    store.record_gate_decision(lake, decision)
+    return decision
 
 
 def publication_record(published: PublishedAdapter) -> dict[str, Any]:

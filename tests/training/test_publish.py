@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -305,6 +306,7 @@ def test_cli_train_sft_then_grpo_then_publish(tiny_model: Path, tmp_path: Path) 
     assert sft.exit_code == 0, sft.output
     assert f"adapter: {tmp_path / 'sft' / 'adapter'}" in sft.output
     assert "{'loss'" not in sft.output  # the runs table and trajlake's summary, not TRL's raw dicts
+    assert re.search(r"sft step 1/1: loss \d+\.\d{4}", sft.output), sft.output  # its progress, with the loss
     grpo = runner.invoke(
         app,
         [
@@ -323,6 +325,7 @@ def test_cli_train_sft_then_grpo_then_publish(tiny_model: Path, tmp_path: Path) 
     )
     assert grpo.exit_code == 0, grpo.output
     assert "{'loss'" not in grpo.output and "{'train_runtime'" not in grpo.output
+    assert re.search(r"grpo step 1/1: loss -?\d+\.\d{4}", grpo.output), grpo.output
     out = runner.invoke(
         app,
         ["publish", str(tmp_path / "grpo" / "adapter"), "--name", "cli", "--production", "--lake", lake.root],

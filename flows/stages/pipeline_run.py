@@ -143,7 +143,13 @@ def scenarios_to_learn(config: TrajlakeConfig, selection: str) -> int:
 
 def learned_from(config: TrajlakeConfig, run: store.PipelineRun) -> store.PipelineRun:
     """`run` with what its (windowed) replay selection holds, by what production said of each
-    scenario's conversation: rated right, failures with a label, failures without one (recorded)."""
+    scenario's conversation: rated right, failures with a label, failures without one (recorded);
+    nothing when the run has nothing to learn (`nothing_to_learn`: its window is all seen)."""
+    keys = ("scenarios", "rated_right", "failures", "failures_labelled", "failures_unlabelled", "unrated")
+    if nothing_to_learn(config, run):
+        run = replace(run, learned_from=dict.fromkeys(keys, 0))
+        store.record_pipeline_run(lake_of(config), run)
+        return run
     with store.connect(lake_of(config), read_only=True) as con:
         text, _ = store.check_selection(con, config.select.replay, "scenario_id")
         row = con.execute(
@@ -157,7 +163,6 @@ def learned_from(config: TrajlakeConfig, run: store.PipelineRun) -> store.Pipeli
             FROM scenarios WHERE scenario_id IN (SELECT scenario_id FROM ({text}))
             """
         ).fetchone() or (0, 0, 0, 0, 0, 0)
-    keys = ("scenarios", "rated_right", "failures", "failures_labelled", "failures_unlabelled", "unrated")
     run = replace(run, learned_from=dict(zip(keys, map(int, row), strict=True)))
     store.record_pipeline_run(lake_of(config), run)
     return run

@@ -14,6 +14,8 @@ queries and statistics belong to the library that owns the data.
 from flows.stages.common import StageError, base_model, lake_of, loadable_base_model, run_dir, work_dir
 from flows.stages.evaluate import (
     Publication,
+    compare_policies,
+    default_policies,
     evaluate_adapter,
     publication_record,
     publish_adapter,
@@ -65,6 +67,8 @@ __all__ = [
     "assemble_pending",
     "base_model",
     "begin_pipeline_run",
+    "compare_policies",
+    "default_policies",
     "evaluate_adapter",
     "fail_pipeline_run",
     "finish_pipeline_run",

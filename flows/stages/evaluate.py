@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import store
@@ -86,6 +88,31 @@ def evaluate_adapter(
         incumbent = resolve_adapter(lake, f"{name}:{PRODUCTION}")
     except AdapterNotFound:
         incumbent = None
+    measure = measurer(config)
+    baseline = (f"{name}:v{incumbent['version']}", incumbent["path"]) if incumbent else (BASE, None)
+    try:
+        evaluation = judging.evaluate_policies(
+            lake,
+            measure,
+            candidate=adapter,
+            baseline=baseline,
+            stages=stages or (),
+            references=(*REFERENCES, baseline[0]) if stages else (),
+            production_reward=config.evaluate.production_reward,
+            adapter=name,
+        )
+    except judging.NothingScored as exc:
+        raise StageError("select.evaluate", str(exc)) from None
+    return evaluation
+
+
+def measurer(config: TrajlakeConfig) -> Callable[[str | None], judging.Measured]:
+    """`measure(adapter folder | None) -> Measured`: replay `select.evaluate` with the policy
+    (`evaluate.group_size` samples each, and once greedily with `evaluate.greedy`), score it with
+    the evaluation reward, and read its per-scenario success (`judging.evaluate_policies`' input)."""
+    import judging
+
+    lake = lake_of(config)
     spec = evaluation_reward(config)
     group_size = config.evaluate.group_size or None
 
@@ -103,21 +130,77 @@ def evaluate_adapter(
             replayed.policy, reward, judging.scenario_scores(lake, reward, replayed.group_ids), greedy
         )
 
-    baseline = (f"{name}:v{incumbent['version']}", incumbent["path"]) if incumbent else (BASE, None)
+    return measure
+
+
+def policy_of(config: TrajlakeConfig, ref: str) -> tuple[str, str | None]:
+    """A policy named on the command line as (label, adapter folder | None): `base` (the base model),
+    an adapter folder, or a published adapter `name`, `name:alias` or `name:vN` (its label
+    `name:vN`). An unknown one is a `StageError` listing what the registry holds."""
+    from training.errors import AdapterNotFound
+    from training.registry import resolve_adapter
+
+    if ref == BASE:
+        return BASE, None
+    if Path(ref).is_dir():
+        return ref, ref
+    name, _, which = ref.partition(":")
+    if which[:1] == "v" and which[1:].isdigit():
+        which = which[1:]
     try:
-        evaluation = judging.evaluate_policies(
-            lake,
-            measure,
-            candidate=adapter,
-            baseline=baseline,
-            stages=stages or (),
-            references=(*REFERENCES, baseline[0]) if stages else (),
-            production_reward=config.evaluate.production_reward,
-            adapter=name,
+        row = resolve_adapter(lake_of(config), f"{name}:{which}" if which else name)
+    except AdapterNotFound as exc:
+        raise StageError(
+            "policy", f"`{ref}` is not `base`, an adapter folder or a published adapter: {exc}"
+        ) from None
+    return f"{row['name']}:v{row['version']}", str(row["path"])
+
+
+def default_policies(config: TrajlakeConfig) -> list[str]:
+    """What `trajlake evaluate` compares when no policy is named: the base model, and the adapter
+    holding `production` under `publish.name` when one does."""
+    from training.errors import AdapterNotFound
+    from training.registry import PRODUCTION, resolve_adapter
+
+    name = config.build("publish").name
+    try:
+        resolve_adapter(lake_of(config), f"{name}:{PRODUCTION}")
+    except AdapterNotFound:
+        return [BASE]
+    return [BASE, f"{name}:{PRODUCTION}"]
+
+
+def compare_policies(
+    config: TrajlakeConfig, policies: list[str], *, production: bool = True
+) -> judging.Evaluation:
+    """Measure each policy once on `select.evaluate` and pair every one with each before it, by
+    scenario (`judging.evaluate_policies`); with `production`, the production policies' success
+    on their own traffic (`evaluate.production_reward`) joins as reference rows. Recorded as one
+    `eval` run in `runs`; nothing is published and no alias moves."""
+    import judging
+
+    labelled = [policy_of(config, ref) for ref in dict.fromkeys(policies)]
+    if not labelled:
+        raise StageError("policy", "name at least one policy: `base`, an adapter folder or `name:alias`")
+    spec = evaluation_reward(config)
+    if spec != "ruler":  # resolved before any replay: a bad spec fails now, not after minutes of sampling
+        try:
+            judging.get_reward(spec)
+        except judging.RewardSpecError as exc:
+            raise StageError("evaluate.reward", str(exc)) from None
+    try:
+        return judging.evaluate_policies(
+            lake_of(config),
+            measurer(config),
+            candidate=labelled[-1][1],
+            baseline=labelled[0],
+            stages=labelled,
+            references=[label for label, _ in labelled],
+            production_reward=config.evaluate.production_reward if production else None,
+            command="trajlake evaluate",
         )
     except judging.NothingScored as exc:
         raise StageError("select.evaluate", str(exc)) from None
-    return evaluation
 
 
 def gate_of(evaluation: judging.Evaluation, forced: bool) -> EvalGate:

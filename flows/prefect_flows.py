@@ -189,8 +189,10 @@ def pipeline_flow(
     try:
         return _pipeline_steps(config, run, rounds or config.pipeline.rounds, force_publish, steps)
     except Exception as exc:
-        failed = stages.fail_pipeline_run(config, steps.run or run, steps.current, exc)
-        steps.logger.error("pipeline run %s failed at %s", failed.run_id, failed.error)
+        latest = steps.run or run
+        if latest.status != "finished":  # the report after a finished run failing leaves it finished
+            failed = stages.fail_pipeline_run(config, latest, steps.current, exc)
+            steps.logger.error("pipeline run %s failed at %s", failed.run_id, failed.error)
         raise
 
 
@@ -239,7 +241,7 @@ def _pipeline_steps(
     }
     reason = stages.nothing_to_learn(learning, run)
     if reason:
-        run = stages.finish_pipeline_run(config, run, trained=[], decision=reason)
+        run = timed.run = stages.finish_pipeline_run(config, run, trained=[], decision=reason)
         logger.info(reason)
         progress.decision(reason)
         return {**result, "run": run, "report": _report(config, timed).path, "timings": timed.timings}
@@ -291,7 +293,7 @@ def _pipeline_steps(
         logger.info(publication.decision)
         progress.decision(publication.decision)
         result.update(evaluation=evaluation.to_dict(), adapter=adapter, decision=publication.decision)
-    run = stages.finish_pipeline_run(
+    run = timed.run = stages.finish_pipeline_run(
         config,
         run,
         trained=trained,

@@ -103,12 +103,12 @@ def evaluate(
     if as_json:
         typer.echo(json.dumps(evaluation.to_dict(), indent=1))
         return
-    print_evaluation(evaluation.to_dict())
+    print_evaluation(evaluation.to_dict(), settings.evaluate.production_reward)
 
 
-def print_evaluation(evaluation: dict[str, Any]) -> None:
+def print_evaluation(evaluation: dict[str, Any], production_reward: str) -> None:
     """The evaluation table: each policy's success with its interval, then its paired difference with
-    every policy before it; production rows as references."""
+    every policy before it; production rows (their `production_reward`) as references."""
     rows = evaluation["table"]
     val = [r for r in rows if r["kind"] == "val"]
     earlier = [r["stage"] for r in val[:-1]]
@@ -121,7 +121,7 @@ def print_evaluation(evaluation: dict[str, Any]) -> None:
         "n",
         *(f"vs {label} (paired)" for label in earlier),
         title=f"Success ({reward}) on {val[0]['n'] if val else 0} scenarios"
-        + ("; production on its own traffic" if len(val) < len(rows) else ""),
+        + (f"; production: {production_reward} on its own traffic" if len(val) < len(rows) else ""),
     )
     for row in rows:
         diffs = {d["against"]: d for d in row["differences"]}

@@ -36,6 +36,7 @@ COMMANDS = {
     "demo": "pipeline_cmds",
     "config": "pipeline_cmds",
     "report": "report_cmds",
+    "evaluate": "evaluate_cmds",
     "model": "model_cmds",
     "forget": "forget_cmds",
     "labels": "labels_cmds",

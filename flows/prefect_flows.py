@@ -10,6 +10,10 @@ minutes of work; the stages themselves resume from checkpoints and skip finished
 Caching is off everywhere: every stage reads the lake, whose contents change between
 runs, and is idempotent on its own (complete groups and scored trajectories are skipped),
 so a Prefect cache could only serve stale answers.
+
+Logs: each step is logged at INFO with `get_run_logger()` (the run's log in the Prefect UI) and
+to trajlake's console logger (`flows.progress`); no flow sets `log_prints`, which would send
+every library's `print` inside a task to the run's log (`flows.progress` says which did).
 """
 
 from __future__ import annotations
@@ -25,12 +29,12 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows import stages
+import store
+from flows import progress, stages
 from flows.config import TrajlakeConfig, load_config
 
 if TYPE_CHECKING:
     import judging
-    from training.publish import PublishedAdapter
     from training.run import TrainResult
 
 P = ParamSpec("P")
@@ -99,7 +103,7 @@ report_task = task(name="report", **_local)(stages.write_pipeline_report)
 # --- flows ------------------------------------------------------------------------------
 
 
-@flow(name="trajlake-ingest", log_prints=True)
+@flow(name="trajlake-ingest")
 def ingest_flow(
     config_file: str | None = None, lake: str | None = None, sql_lake_only: bool = False
 ) -> dict[str, int]:
@@ -113,6 +117,7 @@ def ingest_flow(
         counts["langfuse_trajectories"] = pull_langfuse_task(config)
     counts["assembled_trajectories"] = assemble_task(config)
     counts["retention_erased_trajectories"] = retention_task(config)
+    get_run_logger().info("ingest: %s", ", ".join(f"{k} {v}" for k, v in counts.items()))
     create_table_artifact([{"stage": k, "rows": v} for k, v in counts.items()], key="trajlake-ingest")
     return counts
 
@@ -151,7 +156,7 @@ def _score(config: TrajlakeConfig, group_ids: list[str] | None) -> stages.RoundS
     return stages.RoundScores(stats, runs)
 
 
-@flow(name="trajlake-pipeline", log_prints=True)
+@flow(name="trajlake-pipeline")
 def pipeline_flow(
     config_file: str | None = None,
     lake: str | None = None,
@@ -163,38 +168,69 @@ def pipeline_flow(
 
     Each run is its own (`flows.stages.pipeline_run`): it continues the production adapter (or
     the base model), learns from what is new since the last finished run, trains in its own
-    folder, and records what it trained and what the gate decided. Each round samples with
-    the newest adapter, so GRPO stays close to on-policy. `sql_lake_only` forces
+    folder, and records what it trained and what the gate decided; a step that raises leaves
+    the record `failed` with the step and the error, and the flow run fails with it. Each round
+    samples with the newest adapter, so GRPO stays close to on-policy. `sql_lake_only` forces
     `lake.sql_lake_only` on whatever the config says (`trajlake serve`'s runs).
     """
     from prefect.runtime import flow_run
 
     config = _config(config_file, lake, sql_lake_only)
     stages.loadable_base_model(config)  # no base model: stop before ingesting or training anything
-    logger = get_run_logger()
-    rounds = rounds or config.pipeline.rounds
-    timings: list[tuple[str, float]] = []  # wall seconds of each step, for the caller to show
-
-    def timed(name: str, task_: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
-        start = time.perf_counter()
-        out = task_(*args, **kwargs)
-        timings.append((name, round(time.perf_counter() - start, 2)))
-        return out
-
+    progress.log_at_info()  # the trainers' loss lines reach the run's log (and a console that shows them)
+    steps = _Steps(get_run_logger())
     run = stages.begin_pipeline_run(config, flow_run.id)
-    logger.info(
+    steps.logger.info(
         "pipeline run %s: starts from %s, learns from %s",
         run.run_id,
         run.start_adapter or "the base model",
         f"what is new since {run.since}" if run.since else "everything selected",
     )
+    try:
+        return _pipeline_steps(config, run, rounds or config.pipeline.rounds, force_publish, steps)
+    except Exception as exc:
+        latest = steps.run or run
+        if latest.status != "finished":  # the report after a finished run failing leaves it finished
+            failed = stages.fail_pipeline_run(config, latest, steps.current, exc)
+            steps.logger.error("pipeline run %s failed at %s", failed.run_id, failed.error)
+        raise
+
+
+class _Steps:
+    """The flow's steps as they run: each timed (for the caller to show), logged to the run's log
+    (the Prefect API) and to trajlake's console logger, and the current one named for a failure."""
+
+    def __init__(self, logger: Any) -> None:
+        self.logger = logger
+        self.timings: list[tuple[str, float]] = []  # wall seconds of each step
+        self.current = "start"
+        self.run: store.PipelineRun | None = None  # the newest state of the run's record
+
+    def __call__(self, name: str, task_: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        self.current = name
+        progress.step_started(name)
+        start = time.perf_counter()
+        out = task_(*args, **kwargs)
+        seconds = round(time.perf_counter() - start, 2)
+        self.timings.append((name, seconds))
+        self.logger.info("%s: done in %.1f s", name, seconds)
+        progress.step_finished(name, seconds)
+        return out
+
+
+def _pipeline_steps(
+    config: TrajlakeConfig, run: store.PipelineRun, rounds: int, force_publish: bool, timed: _Steps
+) -> dict[str, Any]:
+    """`pipeline_flow`'s steps after the run's record began (any exception marks the run failed)."""
+    logger = timed.logger
     if config.pipeline.langfuse:
         timed("pull langfuse", pull_langfuse_task, config)
     timed("assemble", assemble_task, config)
     scenarios = timed("scenarios", scenarios_task, config)
-    run = stages.mark_data_seen(config, run)
+    run = timed.run = stages.mark_data_seen(config, run)
     learning = stages.learning_config(config, run)
-    run = stages.learned_from(learning, run)
+    run = timed.run = stages.learned_from(learning, run)
+    logger.info("learns from %s", run.learned_from)
     # the flow's result is JSON-able but for the run's record (Prefect keeps it; the demo reads it)
     result: dict[str, Any] = {
         "run": run,
@@ -203,10 +239,12 @@ def pipeline_flow(
         "scenarios": asdict(scenarios),
         "learned_from": run.learned_from,
     }
-    if not stages.scenarios_to_learn(learning):
-        run = stages.finish_pipeline_run(config, run, trained=[], decision=stages.nothing_to_learn(run))
-        print(run.decision)
-        return {**result, "run": run, "report": _report(config, timed).path, "timings": timings}
+    reason = stages.nothing_to_learn(learning, run)
+    if reason:
+        run = timed.run = stages.finish_pipeline_run(config, run, trained=[], decision=reason)
+        logger.info(reason)
+        progress.decision(reason)
+        return {**result, "run": run, "report": _report(config, timed).path, "timings": timed.timings}
 
     trained: list[TrainResult] = []
     adapter = run.start_adapter_path
@@ -223,7 +261,11 @@ def pipeline_flow(
             replay=lambda *args, n=round_number: timed(f"round {n}: replay", _replay, *args),
             score=lambda *args, n=round_number: timed(f"round {n}: score", _score, *args),
         )
-        result["rounds"].append(asdict(stages.RoundSummary.of(round_number, replayed, scored.stats)))
+        summary = stages.RoundSummary.of(round_number, replayed, scored.stats)
+        result["rounds"].append(asdict(summary))
+        logger.info(
+            "round %s: policy %s, mean reward %.3f", round_number, summary.policy, summary.mean_reward
+        )
         if config.pipeline.grpo:
             step = f"round {round_number}: grpo"
             trained.append(
@@ -234,33 +276,36 @@ def pipeline_flow(
     create_table_artifact(
         result["rounds"], key="trajlake-rounds", description="Mean reward of each round's replayed groups"
     )
-    published: PublishedAdapter | None = None
+    publication: stages.Publication | None = None
     evaluation: judging.Evaluation | None = None
     if trained:
         adapter = trained[-1].adapter_dir  # the candidate: the newest adapter trained
         start = (run.start_adapter, path) if run.start_adapter and (path := run.start_adapter_path) else None
         curve = stages.stage_policies(sft_adapter, round_adapters, start) if config.evaluate.stages else None
         evaluation = timed("evaluate", evaluate_task, config, adapter, curve)
-        published = timed(
+        publication = timed(
             "publish", publish_task, config, adapter, evaluation, force_publish, stages.origin_of(run)
         )
-        publication = stages.publication_record(published)
-        _publish_artifacts(publication, evaluation.to_dict())
-        print(published.decision)
-        result.update(evaluation=evaluation.to_dict(), published=publication, adapter=adapter)
-    run = stages.finish_pipeline_run(
+        if publication.published:
+            record = stages.publication_record(publication.published)
+            _publish_artifacts(record, evaluation.to_dict())
+            result["published"] = record
+        logger.info(publication.decision)
+        progress.decision(publication.decision)
+        result.update(evaluation=evaluation.to_dict(), adapter=adapter, decision=publication.decision)
+    run = timed.run = stages.finish_pipeline_run(
         config,
         run,
         trained=trained,
-        published=published,
+        publication=publication,
         evaluation=evaluation,
         decision=None if trained else "nothing trained: `pipeline.sft` and `pipeline.grpo` are off",
     )
-    result.update(run=run, report=_report(config, timed).path, timings=timings)
+    result.update(run=run, report=_report(config, timed).path, timings=timed.timings)
     return result
 
 
-def _report(config: TrajlakeConfig, timed: Any) -> stages.PipelineReport:
+def _report(config: TrajlakeConfig, timed: _Steps) -> stages.PipelineReport:
     """The lake's report after the run, linked from an artifact."""
     report: stages.PipelineReport = timed("report", report_task, config)
     create_markdown_artifact(

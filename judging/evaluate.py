@@ -45,7 +45,7 @@ class NothingScored(JudgingError, ValueError):
 class Evaluation:
     """What an evaluation found: the paired comparison, the table, and the `runs` id it was recorded as."""
 
-    candidate: str  # adapter folder
+    candidate: str | None  # adapter folder (None: the base model)
     baseline: str  # the baseline's label
     comparison: Comparison
     table: list[StageScore]
@@ -65,7 +65,7 @@ def evaluate_policies(
     lake: store.Lake | str,
     measure: Callable[[str | None], Measured],
     *,
-    candidate: str,
+    candidate: str | None,
     baseline: Labelled,
     stages: Sequence[Labelled] = (),
     references: Sequence[str] = (),

@@ -41,10 +41,13 @@ from .migrate import (
     migrate as migrate,
 )
 from .pipeline_runs import (
+    GateDecision as GateDecision,
     PipelineRun as PipelineRun,
+    gate_decisions as gate_decisions,
     last_finished_run as last_finished_run,
     learning_since as learning_since,
     pipeline_runs as pipeline_runs,
+    record_gate_decision as record_gate_decision,
     record_pipeline_run as record_pipeline_run,
 )
 from .readonly import run_read_only as run_read_only

@@ -2,13 +2,19 @@
 
 A scheduled pipeline runs night after night on one lake. Each run leaves one row in `runs`
 (stage `pipeline`, step 0): written when it starts (`status = "running"`) and rewritten
-when it ends (`"finished"`), so a run that died stays visibly unfinished. The next run
+when it ends: `"finished"`, or `"failed"` with the reason (`error`) when a step raised. A run
+whose process died before it could say so stays `"running"`; once a later run has started,
+the report calls it "did not finish". The next run
 reads the newest finished one to know where the new data begins (`data_until`), which
 adapter it may start from, and what the gate decided last time; the report lists them as
 the lake's nights.
 
-The row's metrics hold a `PipelineRun` as JSON; this module is the one place that shape is
-written and read.
+A gate decision taken outside a pipeline run (`trajlake publish` with its gate) leaves a
+`GateDecision` row (stage `publish`), so every decision about production is in `runs` and
+in the report's pipeline runs, whoever took it.
+
+The rows' metrics hold a `PipelineRun` or a `GateDecision` as JSON; this module is the one
+place those shapes are written and read.
 """
 
 from __future__ import annotations
@@ -25,9 +31,10 @@ from store.rows import utc_now
 from store.vocabulary import equals
 from store.writer import write
 
-PipelineStatus = Literal["running", "finished"]
+PipelineStatus = Literal["running", "finished", "failed"]
 StartFrom = Literal["production", "base"]
 STAGE = "pipeline"
+PUBLISH_STAGE = "publish"
 
 
 @dataclass
@@ -45,6 +52,9 @@ class PipelineRun:
     sft: bool = False  # whether the run trained an SFT stage
     # what the run learned from: rows new since `since` (None: everything selected)
     since: str | None = None
+    # where "new" begins: the previous finished run's `data_until` (None: the first run). A run
+    # trains only when its replay selection holds a scenario made since then, whatever its window
+    new_since: str | None = None
     data_until: str | None = None  # ISO time after its scenarios were made: the next run's "new"
     previous_run: str | None = None
     table_versions: dict[str, int] = field(default_factory=dict)  # the lake when the run started
@@ -60,6 +70,7 @@ class PipelineRun:
     # `rated_right`, `failures` (rated wrong), `failures_labelled` (their expected from a label),
     # `failures_unlabelled` (no expected: only a reward needing none scores them), `unrated`
     learned_from: dict[str, int] = field(default_factory=dict)
+    error: str | None = None  # why a failed run failed: the step and the exception, in one line
 
     @property
     def since_time(self) -> datetime | None:
@@ -81,6 +92,56 @@ class PipelineRun:
         return cls(**{k: v for k, v in json.loads(metrics).items() if k in known})
 
 
+@dataclass
+class GateDecision:
+    """A publish gate's decision taken outside a pipeline run (`trajlake publish`), as recorded in
+    `runs` (stage `publish`): the candidate, what the gate said, and what was published."""
+
+    run_id: str  # `publish-<uuid>`
+    at: str  # ISO time, UTC
+    candidate: str  # the adapter folder the gate judged
+    decision: str  # the gate's decision in words, with its numbers
+    promoted: bool
+    published: str | None = None  # "name:vN"; None: nothing was published
+    eval_run_id: str | None = None
+    command: str = "trajlake publish"
+
+    def to_row(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "step": 0,
+            "stage": PUBLISH_STAGE,
+            "metrics": json.dumps(asdict(self), sort_keys=True),
+            "at": utc_now(),
+        }
+
+
+def record_gate_decision(lake: Lake | str | os.PathLike[str], decision: GateDecision) -> None:
+    """Write a gate decision taken outside a pipeline run."""
+    write(lake, "runs", [decision.to_row()])
+
+
+def gate_decisions(lake: Lake | str | os.PathLike[str]) -> list[GateDecision]:
+    """Every gate decision taken outside a pipeline run, oldest first."""
+    known = {f.name for f in fields(GateDecision)}
+    decisions = [
+        GateDecision(**{k: v for k, v in json.loads(m).items() if k in known})
+        for m in _metrics_of(lake, PUBLISH_STAGE)
+    ]
+    return sorted(decisions, key=lambda d: (d.at, d.run_id))
+
+
+def _metrics_of(lake: Lake | str | os.PathLike[str], stage: str) -> list[str]:
+    lake = Lake.of(lake)
+    if not lake.has_table("runs"):
+        return []
+    with connect(lake, read_only=True) as con:
+        rows = con.execute(
+            f"SELECT metrics FROM runs WHERE {equals('stage', stage, table='runs')} ORDER BY run_id"
+        ).fetchall()
+    return [m for (m,) in rows]
+
+
 def record_pipeline_run(lake: Lake | str | os.PathLike[str], run: PipelineRun) -> None:
     """Write (or rewrite) the run's row: one row per pipeline run, its latest state."""
     write(lake, "runs", [run.to_row()])
@@ -88,14 +149,8 @@ def record_pipeline_run(lake: Lake | str | os.PathLike[str], run: PipelineRun) -
 
 def pipeline_runs(lake: Lake | str | os.PathLike[str]) -> list[PipelineRun]:
     """Every recorded pipeline run, oldest first."""
-    lake = Lake.of(lake)
-    if not lake.has_table("runs"):
-        return []
-    with connect(lake, read_only=True) as con:
-        rows = con.execute(
-            f"SELECT metrics FROM runs WHERE {equals('stage', STAGE, table='runs')} ORDER BY run_id"
-        ).fetchall()
-    return sorted((PipelineRun.from_metrics(m) for (m,) in rows), key=lambda r: (r.started_at, r.run_id))
+    runs = (PipelineRun.from_metrics(m) for m in _metrics_of(lake, STAGE))
+    return sorted(runs, key=lambda r: (r.started_at, r.run_id))
 
 
 def last_finished_run(lake: Lake | str | os.PathLike[str]) -> PipelineRun | None:

@@ -23,7 +23,7 @@ from training.grpo_rows import (
 )
 from training.grpo_trainer import StoredGroupsGRPOTrainer, stored_reward
 from training.lora import trainable_policy
-from training.metrics import NonFiniteLossGuard, RunsTableCallback
+from training.metrics import NonFiniteLossGuard, ProgressLog, RunsTableCallback
 from training.models.adapters import peft_wrapping
 from training.run import (
     CHECKPOINTS,
@@ -126,7 +126,7 @@ def train_grpo(
             train_dataset=grpo_dataset(examples),
             processing_class=tokenizer,
             peft_config=peft_config,
-            callbacks=[runs, guard, *callbacks],
+            callbacks=[runs, guard, ProgressLog("grpo"), *callbacks],
         )
     if config.vllm_importance_sampling_correction and not (resume and last_checkpoint(output_dir)):
         started = time.perf_counter()

@@ -6,6 +6,11 @@ and commits each logged step as a `runs` row (`run_id`, `step`, `stage`, `metric
 so a killed run keeps every step it acknowledged. W&B and TensorBoard stay TRL's
 business (`report_to`), fed by the same logs.
 
+`ProgressLog` says where a run is, one line per logged step (at most every few seconds) to
+the `training.progress` logger: the step of how many, the loss (and GRPO's reward), the
+time per step and what is left. A console shows it through `flows.progress`, a Prefect run's
+log through `PREFECT_LOGGING_EXTRA_LOGGERS`; the library itself prints nothing.
+
 `NonFiniteLossGuard` stops a run whose loss or gradient norm turns NaN/inf at the step it
 is logged, and stops the Trainer from saving a checkpoint of the broken weights, so the
 newest checkpoint on disk is the last good one.
@@ -13,6 +18,7 @@ newest checkpoint on disk is the last good one.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from typing import Any
@@ -122,6 +128,66 @@ def is_finite_log(logs: dict[str, Any]) -> bool:
         if isinstance(value, (int, float)) and not math.isfinite(value):
             return False
     return True
+
+
+PROGRESS = logging.getLogger("training.progress")
+
+
+class ProgressLog(TrainerCallback):
+    """One line per logged step, `every_s` seconds apart at most (the first and last always):
+    `sft step 12/40: loss 1.2345, 0.8 s/step, 22 s left`, plus GRPO's mean reward."""
+
+    def __init__(self, stage: str, every_s: float = 5.0) -> None:
+        self.stage = stage
+        self.every_s = every_s
+        self._started: float | None = None
+        self._first_step = 0
+        self._last_line = -math.inf
+
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
+    ) -> None:
+        self._started = time.monotonic()
+        self._first_step = int(state.global_step)  # a resumed run counts its own steps' pace
+        if is_writer():
+            PROGRESS.info("%s: %s steps to train", self.stage, state.max_steps - state.global_step)
+
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, Any] | None = None,
+        **kw: Any,
+    ) -> None:
+        if not logs or "loss" not in logs or not is_writer():
+            return
+        now = time.monotonic()
+        step, total = int(state.global_step), int(state.max_steps)
+        if now - self._last_line < self.every_s and step not in (1, total):
+            return
+        self._last_line = now
+        PROGRESS.info(
+            "%s",
+            progress_line(
+                self.stage, step, total, logs, now - (self._started or now), step - self._first_step
+            ),
+        )
+
+
+def progress_line(stage: str, step: int, total: int, logs: dict[str, Any], elapsed: float, done: int) -> str:
+    """A training step in one line.
+
+    >>> progress_line("grpo", 3, 10, {"loss": 0.01234, "reward": 0.5}, 6.0, 3)
+    'grpo step 3/10: loss 0.0123, reward 0.500, 2.0 s/step, 14 s left'
+    """
+    parts = [f"loss {float(logs['loss']):.4f}"]
+    if "reward" in logs:
+        parts.append(f"reward {float(logs['reward']):.3f}")
+    if done > 0:
+        per_step = elapsed / done
+        parts += [f"{per_step:.1f} s/step", f"{per_step * max(total - step, 0):.0f} s left"]
+    return f"{stage} step {step}/{total}: " + ", ".join(parts)
 
 
 class NonFiniteLossGuard(TrainerCallback):

@@ -27,7 +27,7 @@ from training.datasets import SFTSelection, select_sft
 from training.distributed import on_writer, shared_snapshot
 from training.errors import TrainingError
 from training.lora import trainable_policy
-from training.metrics import NonFiniteLossGuard, RunsTableCallback
+from training.metrics import NonFiniteLossGuard, ProgressLog, RunsTableCallback
 from training.models.adapters import peft_wrapping
 from training.run import (
     CHECKPOINTS,
@@ -146,7 +146,7 @@ def train_sft(
             train_dataset=dataset,
             processing_class=tokenizer,
             peft_config=peft_config,
-            callbacks=[runs, guard, *callbacks],
+            callbacks=[runs, guard, ProgressLog("sft"), *callbacks],
         )
     max_length = config.max_length or 1024
     report = {

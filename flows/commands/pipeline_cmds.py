@@ -21,13 +21,27 @@ ConfigOption = Annotated[
 
 
 def _prefect_defaults(home: Path) -> None:
-    """Offline-friendly Prefect settings, unless the user configured Prefect already."""
+    """Offline-friendly Prefect settings, unless the user configured Prefect already.
+
+    Runs log at INFO to the Prefect API (the UI's run logs), with the trainers' `training` logger
+    shipped there too; the console shows Prefect's warnings only, and trajlake's own progress
+    (`flows.progress`). Set before Prefect is imported: it reads its logging settings once.
+    """
     if not os.environ.get("PREFECT_API_URL") and not os.environ.get("PREFECT_HOME"):
         home.mkdir(parents=True, exist_ok=True)
         os.environ["PREFECT_HOME"] = str(home)
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    for key, value in PREFECT_LOGGING.items():
+        os.environ.setdefault(key, value)
+
+
+#: Prefect's logging settings for trajlake's runs (`_prefect_defaults`; the user's own win)
+PREFECT_LOGGING = {
+    "PREFECT_LOGGING_LEVEL": "INFO",  # WARNING here kept every run's log in the UI empty
+    "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL": "WARNING",
+    "PREFECT_LOGGING_EXTRA_LOGGERS": "training",
+}
 
 
 def _configure(config: str | None, lake: str | None) -> Any:
@@ -67,8 +81,17 @@ def pipeline(
         raise fail(str(exc), 2) from None
     quiet_libraries()
     from flows.prefect_flows import run_pipeline
+    from flows.progress import show_on_console
 
-    result = run_pipeline(config, cfg.lake.path, rounds=rounds, force_publish=force_publish)
+    show_on_console()  # each step as it starts and ends, and the trainers' loss
+
+    try:
+        result = run_pipeline(config, cfg.lake.path, rounds=rounds, force_publish=force_publish)
+    except Exception:
+        failed = _failed_run(cfg)
+        if failed is None:
+            raise
+        raise fail(f"pipeline run {failed.run_id} failed at {failed.error}") from None
     run = result["run"]
     typer.echo(
         f"pipeline run {run.run_id}: started from {run.start_adapter or 'the base model'}, learned from "
@@ -82,6 +105,14 @@ def pipeline(
         aliases = f" ({', '.join(published['aliases'])})" if published["aliases"] else ""
         typer.echo(f"published {published['name']} v{published['version']}{aliases} -> {published['path']}")
     typer.echo(run.decision or "")
+
+
+def _failed_run(cfg: Any) -> Any:
+    """The newest pipeline run of the lake, when it is recorded as failed (its step and error)."""
+    import store
+
+    runs = store.pipeline_runs(cfg.lake.path)
+    return runs[-1] if runs and runs[-1].status == "failed" else None
 
 
 def serve(
@@ -155,6 +186,9 @@ def demo(
             )
     _prefect_defaults(workdir.absolute() / ".prefect")
     quiet_libraries()
+    from flows.progress import show_on_console
+
+    show_on_console()  # the pipeline's steps and the trainers' loss between the demo's own lines
     run_demo(
         workdir,
         size=size,

@@ -30,7 +30,10 @@ def report(
     ] = None,
     adapter: Annotated[
         str | None,
-        typer.Option(help="Adapter whose lineage to show: NAME or NAME:vN (default: the newest published)."),
+        typer.Option(
+            help="Adapter whose lineage to show: NAME or NAME:vN (default: the newest published name, at "
+            "its version holding `production`, else its newest version)."
+        ),
     ] = None,
     since: Annotated[str | None, typer.Option(help="Only groups and feedback from this ISO time on.")] = None,
     until: Annotated[str | None, typer.Option(help="Only groups and feedback before this ISO time.")] = None,

@@ -59,9 +59,12 @@ def publish_command(
 
     The gate replays the val scenarios with the candidate and the production adapter
     (or the base model) on the `sampler` and `replay` settings in effect, scores them
-    with `--eval-reward`, and promotes only on a paired improvement.
+    with `--eval-reward`, and promotes only on a paired improvement; with `--production`, a
+    refused candidate is not published at all (as a pipeline run's). Every gate decision is
+    recorded in `runs` (stage `publish`) and listed in the report's pipeline runs.
     """
-    from training.errors import TrainingError
+    from flows.stages.evaluate import record_gate_decision
+    from training.errors import PromotionRefused, TrainingError
     from training.publish import publish as publish_version
     from training.run import read_run_record
 
@@ -69,13 +72,19 @@ def publish_command(
     config = build("publish", publish)
     aliases = list(alias or ["latest"]) + (["production"] if production else [])
     model = base_model or (read_run_record(adapter_dir) or {}).get("base_model")
+    gate = _evaluate(the_lake.root, config.name, adapter_dir, model, eval_reward, eval_scenarios, force)
     try:
-        gate = _evaluate(the_lake.root, config.name, adapter_dir, model, eval_reward, eval_scenarios, force)
         published = publish_version(
             the_lake, adapter_dir, config, aliases=aliases, base_model=base_model, gate=gate
         )
+    except PromotionRefused as exc:  # the gate refused: nothing published, the decision recorded
+        if gate is not None:
+            record_gate_decision(the_lake, str(adapter_dir), gate, None, config.name)
+        raise fail(str(exc)) from None
     except TrainingError as exc:
         raise fail(str(exc)) from None
+    if gate is not None:  # every gate decision is in `runs`, and the report's pipeline runs show it
+        record_gate_decision(the_lake, str(adapter_dir), gate, published, config.name)
     typer.echo(f"published {published.ref} -> {published.path}")
     typer.echo(f"  aliases: {', '.join(published.aliases) or 'none'}")
     if published.gate:

@@ -19,6 +19,7 @@ import typer
 import store
 from flows.commands import command_app
 from flows.commands.options import LakeOption, build, configured, fail, quiet_libraries, resolve_lake
+from flows.progress import show_on_console
 
 SetOption = Annotated[
     list[str] | None,
@@ -140,6 +141,7 @@ def run_stage(
     config = stage_config(f"train.{stage}", values, output, overrides)
     the_lake = resolve_lake(lake, must_exist=True)  # training reads what the lake holds
     quiet_libraries()  # the trainer's own progress and trajlake's summary, not the libraries' bars
+    show_on_console()  # each step's loss and what is left (`training.metrics.ProgressLog`)
     versions = as_of_versions(as_of, stage, the_lake)
     try:
         result = train(the_lake, config, versions)

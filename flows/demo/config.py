@@ -263,6 +263,7 @@ scenarios_per_round = {size.train_scenarios}
 max_workers = 2
 start_from = "production"  # each night continues the adapter in production
 window_days = 0  # and learns from the traffic that came in since the last night
+latest_if_refused = true  # the demo serves night 1's adapter whatever the gate said: published as `latest`
 """
     )
     return path

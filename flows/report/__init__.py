@@ -31,8 +31,8 @@ def build_report(
     **options: object,
 ) -> tuple[object, ReportData]:
     """The report of a lake written to `out`: the newest evaluation, adapter and groups unless
-    chosen (`adapter` = `name` or `name:vN`; `options` go to `report_data`). Returns the path
-    and what it shows."""
+    chosen (`adapter` = `name` or `name:vN`: a name alone shows its version in production, else its
+    newest; `options` go to `report_data`). Returns the path and what it shows."""
     import store
     from flows.report.data import default_reward, newest_adapter
 

@@ -111,6 +111,9 @@ class ReportData:
     # per production policy, in the order they first served: its trajectories' feedback values
     production_values: list[tuple[str, list[float]]] = field(default_factory=list)
     pipeline_runs: list[store.PipelineRun] = field(default_factory=list)  # oldest first
+    gate_decisions: list[store.GateDecision] = field(
+        default_factory=list
+    )  # `trajlake publish`'s, oldest first
     traffic: list[TrafficRow] = field(default_factory=list)  # every production trajectory, per day
     traffic_left_out: int = 0
     conversations: list[Conversation] = field(default_factory=list)  # the newest production ones
@@ -139,7 +142,7 @@ def report_data(
 
     `eval_run` picks the evaluation table (default: the newest pipeline run's, else the
     newest evaluation), `adapter_name` and
-    `adapter_version` the lineage shown (default: the newest version), `since`/`until`
+    `adapter_version` the lineage shown (default: the version holding `production`, else the newest), `since`/`until`
     (ISO times) the window of replayed groups and production feedback; the group viewer
     shows at most `max_groups` groups, token ids decoded with `tokenizer` when given.
     """
@@ -197,7 +200,9 @@ def report_data(
     adapter = None
     if adapter_name:
         row = con.execute(
-            "SELECT * FROM adapters WHERE name = ? AND (? IS NULL OR version = ?) ORDER BY version DESC LIMIT 1",
+            # no version named: the one in production, else the newest
+            "SELECT * FROM adapters WHERE name = ? AND (? IS NULL OR version = ?) "
+            "ORDER BY list_contains(coalesce(aliases, []), 'production') DESC, version DESC LIMIT 1",
             [adapter_name, adapter_version, adapter_version],
         ).fetchone()
         if row is not None:
@@ -232,6 +237,7 @@ def report_data(
         production_days=production_days,
         groups=groups,
         pipeline_runs=pipeline_runs,
+        gate_decisions=store.gate_decisions(lake),
         traffic=traffic,
         traffic_left_out=traffic_left_out,
         conversations=newest_conversations(con, production_reward),

@@ -101,20 +101,43 @@ def learning_section(data: ReportData) -> list[str]:
 
 
 def pipeline_runs_section(data: ReportData) -> list[str]:
-    """The pipeline's runs, night after night: where each started, what it learned from and trained,
-    and what the publish gate decided, with its numbers."""
-    rows = [
-        [
-            run.started_at[:19].replace("T", " "),
-            run.start_adapter or "base model",
-            "yes" if run.sft else "no",
-            f"new since {run.since[:19].replace('T', ' ')}" if run.since else "everything selected",
-            learned_from(run.learned_from),
-            run.training_steps,
-            run.published or "",
-            run.decision or ("did not finish" if run.status == "running" else ""),
-        ]
+    """The pipeline's runs, night after night, and the gate decisions `trajlake publish` took between
+    them: where each run started, what it learned from and trained, and what the publish gate
+    decided, with its numbers; a failed run says where and why."""
+    newest = data.pipeline_runs[-1].run_id if data.pipeline_runs else None
+    rows: list[tuple[str, list[Any]]] = [
+        (
+            run.started_at,
+            [
+                run.started_at[:19].replace("T", " "),
+                "pipeline",
+                run.start_adapter or "base model",
+                "yes" if run.sft else "no",
+                f"new since {run.since[:19].replace('T', ' ')}" if run.since else "everything selected",
+                learned_from(run.learned_from),
+                run.training_steps,
+                run.published or "",
+                run_outcome(run, still_running=run.run_id == newest),
+            ],
+        )
         for run in data.pipeline_runs
+    ]
+    rows += [
+        (
+            gate.at,
+            [
+                gate.at[:19].replace("T", " "),
+                gate.command,
+                gate.candidate,
+                "",
+                "",
+                "",
+                "",
+                gate.published or "",
+                gate.decision,
+            ],
+        )
+        for gate in data.gate_decisions
     ]
     return [
         "<h2>Pipeline runs</h2>",
@@ -122,12 +145,41 @@ def pipeline_runs_section(data: ReportData) -> list[str]:
         "scenarios: conversations users rated right, and failures, those rated wrong, with the right "
         "answer from a label or without one, for a reward that needs none to judge), the optimiser "
         "steps it trained and the publish gate's decision (paired difference on the val scenarios, "
-        "95% CI). The learning curve below is the newest run's.</p>",
+        "95% CI); a run that failed, the step and the error. Gate decisions of <code>trajlake "
+        "publish</code> are listed among them. The learning curve below is the newest run's.</p>",
         _table(
-            ["started (UTC)", "starts from", "SFT", "window", "scenarios", "steps", "published", "decision"],
-            rows,
+            [
+                "started (UTC)",
+                "by",
+                "starts from",
+                "SFT",
+                "window",
+                "scenarios",
+                "steps",
+                "published",
+                "decision",
+            ],
+            [row for _, row in sorted(rows, key=lambda r: r[0])],
         ),
     ]
+
+
+def run_outcome(run: Any, *, still_running: bool) -> str:
+    """What a pipeline run's row says it came to.
+
+    >>> from store import PipelineRun
+    >>> run_outcome(PipelineRun("p", "t", status="failed", error="sft: OSError: disk full"), still_running=False)
+    'failed at sft: OSError: disk full'
+    >>> run_outcome(PipelineRun("p", "t"), still_running=False)
+    'did not finish: its process ended without a record of why (see its flow run in Prefect)'
+    """
+    if run.status == "failed":
+        return f"failed at {run.error}" if run.error else "failed"
+    if run.status == "running":
+        if still_running:
+            return "running"
+        return "did not finish: its process ended without a record of why (see its flow run in Prefect)"
+    return run.decision or ""
 
 
 def learned_from(counts: dict[str, int]) -> str:
@@ -193,7 +245,7 @@ def render_report(data: ReportData) -> str:
             f"<b>{ev.baseline_reward:.3f}</b> on {ev.scenarios} val scenarios ({verdict}), as measured.</p>"
         )
         parts.append(_img(plots.plot_evaluation(data), "evaluation"))
-    if data.pipeline_runs:
+    if data.pipeline_runs or data.gate_decisions:
         parts += pipeline_runs_section(data)
     if data.learning:
         parts += learning_section(data)

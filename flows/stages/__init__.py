@@ -12,10 +12,20 @@ queries and statistics belong to the library that owns the data.
 """
 
 from flows.stages.common import StageError, base_model, lake_of, loadable_base_model, run_dir, work_dir
-from flows.stages.evaluate import evaluate_adapter, publication_record, publish_adapter, stage_policies
+from flows.stages.evaluate import (
+    Publication,
+    compare_policies,
+    default_policies,
+    evaluate_adapter,
+    publication_record,
+    publish_adapter,
+    record_gate_decision,
+    stage_policies,
+)
 from flows.stages.ingest import apply_retention, assemble_pending, pull_langfuse
 from flows.stages.pipeline_run import (
     begin_pipeline_run,
+    fail_pipeline_run,
     finish_pipeline_run,
     learned_from,
     learning_config,
@@ -48,6 +58,7 @@ from flows.stages.train import train_grpo, train_sft
 __all__ = [
     "PipelineReport",
     "PolicyReplay",
+    "Publication",
     "RoundScores",
     "RoundSummary",
     "ScenarioCounts",
@@ -56,7 +67,10 @@ __all__ = [
     "assemble_pending",
     "base_model",
     "begin_pipeline_run",
+    "compare_policies",
+    "default_policies",
     "evaluate_adapter",
+    "fail_pipeline_run",
     "finish_pipeline_run",
     "finish_scoring",
     "lake_of",
@@ -72,6 +86,7 @@ __all__ = [
     "publication_record",
     "publish_adapter",
     "pull_langfuse",
+    "record_gate_decision",
     "replay_round",
     "rewards_to_score",
     "run_dir",

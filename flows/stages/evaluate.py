@@ -6,14 +6,25 @@ same val scenarios, so its learning curve is one table with intervals and paired
 differences; the production policies join it as reference rows from their own feedback.
 The gate itself is one paired comparison: the candidate against the adapter it would
 replace in production (or the base model when none is).
+
+A candidate the gate refuses is not published (unless `pipeline.latest_if_refused` asks
+for it as `latest`), as `trajlake publish --production` publishes nothing when its gate
+refuses: a registry version is something to serve, and versions nobody may serve piled up
+night after night, moving "the newest version" away from what production runs. The
+candidate's folder stays in the run's work folder and its decision in `runs`, so it can
+still be published by hand.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import store
 from flows.config import TrajlakeConfig
 from flows.stages.common import StageError, base_model, lake_of
 from flows.stages.replay import replay_policy
@@ -77,6 +88,31 @@ def evaluate_adapter(
         incumbent = resolve_adapter(lake, f"{name}:{PRODUCTION}")
     except AdapterNotFound:
         incumbent = None
+    measure = measurer(config)
+    baseline = (f"{name}:v{incumbent['version']}", incumbent["path"]) if incumbent else (BASE, None)
+    try:
+        evaluation = judging.evaluate_policies(
+            lake,
+            measure,
+            candidate=adapter,
+            baseline=baseline,
+            stages=stages or (),
+            references=(*REFERENCES, baseline[0]) if stages else (),
+            production_reward=config.evaluate.production_reward,
+            adapter=name,
+        )
+    except judging.NothingScored as exc:
+        raise StageError("select.evaluate", str(exc)) from None
+    return evaluation
+
+
+def measurer(config: TrajlakeConfig) -> Callable[[str | None], judging.Measured]:
+    """`measure(adapter folder | None) -> Measured`: replay `select.evaluate` with the policy
+    (`evaluate.group_size` samples each, and once greedily with `evaluate.greedy`), score it with
+    the evaluation reward, and read its per-scenario success (`judging.evaluate_policies`' input)."""
+    import judging
+
+    lake = lake_of(config)
     spec = evaluation_reward(config)
     group_size = config.evaluate.group_size or None
 
@@ -94,21 +130,77 @@ def evaluate_adapter(
             replayed.policy, reward, judging.scenario_scores(lake, reward, replayed.group_ids), greedy
         )
 
-    baseline = (f"{name}:v{incumbent['version']}", incumbent["path"]) if incumbent else (BASE, None)
+    return measure
+
+
+def policy_of(config: TrajlakeConfig, ref: str) -> tuple[str, str | None]:
+    """A policy named on the command line as (label, adapter folder | None): `base` (the base model),
+    an adapter folder, or a published adapter `name`, `name:alias` or `name:vN` (its label
+    `name:vN`). An unknown one is a `StageError` listing what the registry holds."""
+    from training.errors import AdapterNotFound
+    from training.registry import resolve_adapter
+
+    if ref == BASE:
+        return BASE, None
+    if Path(ref).is_dir():
+        return ref, ref
+    name, _, which = ref.partition(":")
+    if which[:1] == "v" and which[1:].isdigit():
+        which = which[1:]
     try:
-        evaluation = judging.evaluate_policies(
-            lake,
-            measure,
-            candidate=adapter,
-            baseline=baseline,
-            stages=stages or (),
-            references=(*REFERENCES, baseline[0]) if stages else (),
-            production_reward=config.evaluate.production_reward,
-            adapter=name,
+        row = resolve_adapter(lake_of(config), f"{name}:{which}" if which else name)
+    except AdapterNotFound as exc:
+        raise StageError(
+            "policy", f"`{ref}` is not `base`, an adapter folder or a published adapter: {exc}"
+        ) from None
+    return f"{row['name']}:v{row['version']}", str(row["path"])
+
+
+def default_policies(config: TrajlakeConfig) -> list[str]:
+    """What `trajlake evaluate` compares when no policy is named: the base model, and the adapter
+    holding `production` under `publish.name` when one does."""
+    from training.errors import AdapterNotFound
+    from training.registry import PRODUCTION, resolve_adapter
+
+    name = config.build("publish").name
+    try:
+        resolve_adapter(lake_of(config), f"{name}:{PRODUCTION}")
+    except AdapterNotFound:
+        return [BASE]
+    return [BASE, f"{name}:{PRODUCTION}"]
+
+
+def compare_policies(
+    config: TrajlakeConfig, policies: list[str], *, production: bool = True
+) -> judging.Evaluation:
+    """Measure each policy once on `select.evaluate` and pair every one with each before it, by
+    scenario (`judging.evaluate_policies`); with `production`, the production policies' success
+    on their own traffic (`evaluate.production_reward`) joins as reference rows. Recorded as one
+    `eval` run in `runs`; nothing is published and no alias moves."""
+    import judging
+
+    labelled = [policy_of(config, ref) for ref in dict.fromkeys(policies)]
+    if not labelled:
+        raise StageError("policy", "name at least one policy: `base`, an adapter folder or `name:alias`")
+    spec = evaluation_reward(config)
+    if spec != "ruler":  # resolved before any replay: a bad spec fails now, not after minutes of sampling
+        try:
+            judging.get_reward(spec)
+        except judging.RewardSpecError as exc:
+            raise StageError("evaluate.reward", str(exc)) from None
+    try:
+        return judging.evaluate_policies(
+            lake_of(config),
+            measurer(config),
+            candidate=labelled[-1][1],
+            baseline=labelled[0],
+            stages=labelled,
+            references=[label for label, _ in labelled],
+            production_reward=config.evaluate.production_reward if production else None,
+            command="trajlake evaluate",
         )
     except judging.NothingScored as exc:
         raise StageError("select.evaluate", str(exc)) from None
-    return evaluation
 
 
 def gate_of(evaluation: judging.Evaluation, forced: bool) -> EvalGate:
@@ -130,33 +222,80 @@ def gate_of(evaluation: judging.Evaluation, forced: bool) -> EvalGate:
     )
 
 
+@dataclass
+class Publication:
+    """What the gate decided about a candidate, and the version published (None: nothing was)."""
+
+    gate: EvalGate
+    decision: str  # the gate's decision in one line, with its numbers
+    published: PublishedAdapter | None = None
+
+    @property
+    def ref(self) -> str | None:
+        """`name:vN` of the published version, if one was."""
+        return f"{self.published.name}:v{self.published.version}" if self.published else None
+
+
+def refused_decision(name: str, gate: EvalGate, adapter: str) -> str:
+    """The decision about a refused candidate that was not published, and how to publish it anyway.
+
+    >>> from training.publish import EvalGate
+    >>> refused_decision("agent", EvalGate(0.5, 0.6, "agent:v1", -0.1, (-0.2, 0.0), 12, "r"), "/w/a")
+    'agent candidate not promoted: -0.100 [-0.200, +0.000] against agent:v1 on 12 scenarios (r); not published (its folder: /w/a)'
+    """
+    return gate.decision(f"{name} candidate") + f"; not published (its folder: {adapter})"
+
+
 def publish_adapter(
     config: TrajlakeConfig,
     adapter: str,
     evaluation: judging.Evaluation,
     force: bool = False,
     origin: dict[str, Any] | None = None,
-) -> PublishedAdapter:
-    """Publish `adapter` once: `production` and `latest` move to it only when the evaluation says it
-    is better (or when forced, or `pipeline.require_improvement` is off); a refused version is
-    published under its number alone (`latest` too with `pipeline.latest_if_refused`)."""
+) -> Publication:
+    """Publish `adapter` when the evaluation says it is better (or when forced, or
+    `pipeline.require_improvement` is off), moving `production` and `latest` to it; a refused
+    candidate is not published, unless `pipeline.latest_if_refused` publishes it as `latest`."""
     from training.publish import publish
     from training.registry import LATEST, PRODUCTION
 
     gate = gate_of(evaluation, forced=force or not config.pipeline.require_improvement)
+    settings = config.build("publish")
     if gate.promoted:
         aliases: tuple[str, ...] = (LATEST, PRODUCTION)
+    elif config.pipeline.latest_if_refused:
+        aliases = (LATEST,)
     else:
-        aliases = (LATEST,) if config.pipeline.latest_if_refused else ()
-    return publish(
+        return Publication(gate, refused_decision(settings.name, gate, adapter))
+    published = publish(
         lake_of(config),
         adapter,
-        config.build("publish"),
+        settings,
         aliases=aliases,
         base_model=base_model(config),
         gate=gate,
         origin=origin,
     )
+    return Publication(gate, published.decision or "", published)
+
+
+def record_gate_decision(
+    lake: store.Lake, candidate: str, gate: EvalGate, published: PublishedAdapter | None, name: str
+) -> store.GateDecision:
+    """Record the decision of a gate run outside a pipeline run (`trajlake publish`) in `runs`, where
+    the report's pipeline runs show it beside the nights'."""
+    ref = f"{published.name}:v{published.version}" if published else None
+    decision = store.GateDecision(
+        run_id=f"publish-{uuid.uuid4()}",
+        at=store.utc_now().isoformat(),
+        candidate=candidate,
+        decision=gate.decision(ref) if ref else gate.decision(f"{name} candidate") + "; nothing published",
+        promoted=bool(published and published.promoted),
+        published=ref,
+        eval_run_id=gate.eval_run_id,
+    )
+    store.record_gate_decision(lake, decision)
+    return decision
 
 
 def publication_record(published: PublishedAdapter) -> dict[str, Any]:

@@ -9,9 +9,11 @@ previous ones did (`store.PipelineRun` rows in `runs`):
   extended; SFT only with `pipeline.sft_on_production`), or the base model with SFT;
 - **what it learns from**: the scenarios new since the last finished run plus
   `pipeline.window_days` before it (`store.scenarios_since`), replayed with the policy it
-  trains, so a scenario seen before comes back with each new policy;
+  trains, so a scenario seen before comes back with each new policy; a night that brought
+  no new scenario trains nothing, whatever the window (the window's older scenarios were
+  learned from already, and the same data would give the candidate the gate just judged);
 - **what it decided**: the gate's decision with its numbers, kept on the record for the
-  report and the next run.
+  report and the next run; a run that failed says so, with the step and the error.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import shutil
 import uuid
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +31,7 @@ from flows.stages.common import lake_of
 
 if TYPE_CHECKING:
     import judging
-    from training.publish import PublishedAdapter
+    from flows.stages.evaluate import Publication
     from training.run import TrainResult
 
 
@@ -56,6 +59,9 @@ def begin_pipeline_run(config: TrajlakeConfig, flow_run_id: str | None) -> store
     run_id = pipeline_run_id(flow_run_id)
     for earlier in store.pipeline_runs(lake):
         if earlier.run_id == run_id:
+            if earlier.status == "failed":  # retried after a failure: running again
+                earlier = replace(earlier, status="running", error=None, finished_at=None)
+                store.record_pipeline_run(lake, earlier)
             return earlier
     settings = config.pipeline
     previous = store.last_finished_run(lake)
@@ -70,6 +76,7 @@ def begin_pipeline_run(config: TrajlakeConfig, flow_run_id: str | None) -> store
         start_adapter_path=start[1] if start else None,
         sft=settings.sft_on_production if start else settings.sft,
         since=since.isoformat() if since else None,
+        new_since=previous.data_until if previous else None,
         previous_run=previous.run_id if previous else None,
         table_versions={name: v.version for name, v in store.snapshot(lake).items() if v.version is not None},
     )
@@ -107,24 +114,42 @@ def origin_of(run: store.PipelineRun) -> dict[str, Any]:
     }
 
 
-def nothing_to_learn(run: store.PipelineRun) -> str:
-    """Why a run trained nothing when its replay selection is empty."""
-    if run.since:
-        return f"nothing to learn: no train scenario new since {run.since}"
-    return "nothing to learn: `select.replay` selects no scenario"
+def nothing_to_learn(config: TrajlakeConfig, run: store.PipelineRun) -> str | None:
+    """Why `run` trains nothing, or None when it has something to learn.
+
+    `config` is the run's learning configuration (`learning_config`). A later run needs a train
+    scenario made since the previous finished run's data (`run.new_since`), whatever its window:
+    with none, the window holds only scenarios that run learned from, and training on them again
+    would give again the candidate the gate has just judged.
+    """
+    if run.new_since and not scenarios_to_learn(
+        config, store.scenarios_since(config.select.replay, datetime.fromisoformat(run.new_since))
+    ):
+        return f"nothing to learn: no train scenario new since {run.new_since}"
+    if not scenarios_to_learn(config, config.select.replay):
+        if run.since:
+            return f"nothing to learn: no train scenario new since {run.since}"
+        return "nothing to learn: `select.replay` selects no scenario"
+    return None
 
 
-def scenarios_to_learn(config: TrajlakeConfig) -> int:
-    """How many scenarios the (windowed) replay selection holds."""
+def scenarios_to_learn(config: TrajlakeConfig, selection: str) -> int:
+    """How many scenarios `selection` (returning `scenario_id`) holds."""
     with store.connect(lake_of(config), read_only=True) as con:
-        text, _ = store.check_selection(con, config.select.replay, "scenario_id")
+        text, _ = store.check_selection(con, selection, "scenario_id")
         (count,) = con.execute(f"SELECT count(DISTINCT scenario_id) FROM ({text})").fetchone() or (0,)
         return int(count)
 
 
 def learned_from(config: TrajlakeConfig, run: store.PipelineRun) -> store.PipelineRun:
     """`run` with what its (windowed) replay selection holds, by what production said of each
-    scenario's conversation: rated right, failures with a label, failures without one (recorded)."""
+    scenario's conversation: rated right, failures with a label, failures without one (recorded);
+    nothing when the run has nothing to learn (`nothing_to_learn`: its window is all seen)."""
+    keys = ("scenarios", "rated_right", "failures", "failures_labelled", "failures_unlabelled", "unrated")
+    if nothing_to_learn(config, run):
+        run = replace(run, learned_from=dict.fromkeys(keys, 0))
+        store.record_pipeline_run(lake_of(config), run)
+        return run
     with store.connect(lake_of(config), read_only=True) as con:
         text, _ = store.check_selection(con, config.select.replay, "scenario_id")
         row = con.execute(
@@ -138,7 +163,6 @@ def learned_from(config: TrajlakeConfig, run: store.PipelineRun) -> store.Pipeli
             FROM scenarios WHERE scenario_id IN (SELECT scenario_id FROM ({text}))
             """
         ).fetchone() or (0, 0, 0, 0, 0, 0)
-    keys = ("scenarios", "rated_right", "failures", "failures_labelled", "failures_unlabelled", "unrated")
     run = replace(run, learned_from=dict(zip(keys, map(int, row), strict=True)))
     store.record_pipeline_run(lake_of(config), run)
     return run
@@ -149,12 +173,13 @@ def finish_pipeline_run(
     run: store.PipelineRun,
     *,
     trained: list[TrainResult],
-    published: PublishedAdapter | None = None,
+    publication: Publication | None = None,
     evaluation: judging.Evaluation | None = None,
     decision: str | None = None,
 ) -> store.PipelineRun:
     """Record the run as finished: its training runs and steps, the version it published and the
     gate's decision (or why nothing was trained)."""
+    gate = publication.gate if publication else None
     run = replace(
         run,
         status="finished",
@@ -162,14 +187,30 @@ def finish_pipeline_run(
         training_runs=[t.run_id for t in trained],
         training_steps=sum(t.global_step for t in trained),
         adapter=trained[-1].adapter_dir if trained else None,
-        published=f"{published.name}:v{published.version}" if published else None,
-        promoted=published.promoted if published else None,
-        decision=(published.decision if published else None) or decision,
+        published=publication.ref if publication else None,
+        promoted=gate.promoted if gate else None,
+        decision=(publication.decision if publication else None) or decision,
         eval_run_id=evaluation.run_id if evaluation else None,
     )
     store.record_pipeline_run(lake_of(config), run)
     if not config.pipeline.keep_checkpoints:
         drop_checkpoints(trained)
+    return run
+
+
+def fail_pipeline_run(
+    config: TrajlakeConfig, run: store.PipelineRun, step: str, error: BaseException
+) -> store.PipelineRun:
+    """Record the run as failed at `step` with `error` in one line (the flow then raises it as it was):
+    the report shows why, and the next run learns from what this one did not finish."""
+    first_line = (str(error).strip().splitlines() or [""])[0][:500]
+    run = replace(
+        run,
+        status="failed",
+        finished_at=store.utc_now().isoformat(),
+        error=f"{step}: {type(error).__name__}" + (f": {first_line}" if first_line else ""),
+    )
+    store.record_pipeline_run(lake_of(config), run)
     return run
 
 

@@ -61,6 +61,7 @@ group_size = 2
 [pipeline]
 rounds = 1
 sft = false
+latest_if_refused = true  # published whatever the gate says: the report below shows its lineage
 replay_shards = 2
 task_runner = "{runner}"
 max_workers = 2

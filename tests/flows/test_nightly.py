@@ -155,14 +155,18 @@ def test_three_nights_each_train_from_production_on_what_is_new(
 
 
 @pytest.mark.usefixtures("prefect_api")
-def test_a_night_without_new_traffic_trains_nothing_and_says_so(tmp_path: Path, demo_model: Path) -> None:
+def test_a_night_without_new_traffic_trains_nothing_and_says_so(
+    tmp_path: Path, demo_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from flows.prefect_flows import run_pipeline
 
     lake = tmp_path / "lake"
     config = write_demo_config(tmp_path / "trajlake.toml", lake, demo_model, SPEC, None)
     capture_production_traces(lake, SPEC.questions)
     first = run_pipeline(str(config), str(lake), rounds=1)
-    second = run_pipeline(str(config), str(lake), rounds=1)  # window 0 and no new traffic
+    # no new traffic: a window of 7 days holds the first night's scenarios, learned from already
+    monkeypatch.setenv("TRAJLAKE_PIPELINE__WINDOW_DAYS", "7")
+    second = run_pipeline(str(config), str(lake), rounds=1)
     assert first["run"].training_steps > 0
     assert set(second) == {"run", "rounds", "adapter", "scenarios", "learned_from", "report", "timings"}
     assert second["learned_from"]["scenarios"] == 0  # nothing new in its window
@@ -170,7 +174,9 @@ def test_a_night_without_new_traffic_trains_nothing_and_says_so(tmp_path: Path, 
     run = second["run"]
     assert run.status == "finished" and run.training_steps == 0 and run.published is None
     assert run.decision == f"nothing to learn: no train scenario new since {first['run'].data_until}"
-    assert len(store.connect(lake).execute("SELECT * FROM adapters").fetchall()) == 1
+    assert run.since is not None and run.since < run.new_since == first["run"].data_until
+    published = 1 if first["run"].published else 0  # the demo publishes night 1 (`latest_if_refused`)
+    assert len(store.connect(lake).execute("SELECT * FROM adapters").fetchall()) == published
 
 
 @pytest.mark.usefixtures("prefect_api")
@@ -196,7 +202,9 @@ def test_each_trigger_of_the_served_deployment_trains_its_own_run(
     serve_deployments(settings, str(config), run_once=True)  # registers the deployments
 
     triggered = []
-    for _ in range(2):
+    for trigger in range(2):
+        if trigger:  # a night with nothing new trains nothing, whatever the window: new traffic
+            capture_production_traces(lake, SPEC.questions, seed=7)
         flow_run = run_deployment("trajlake-pipeline/nightly-pipeline", timeout=0)
         serve_deployments(settings, str(config), run_once=True)  # the runner runs what is due
         triggered.append(str(flow_run.id))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from training.grpo import train_grpo
 from training.grpo_config import TrajlakeGRPOConfig
 from training.lineage import digest_ids
 from training.publish import EvalGate, PublishConfig, publish
-from training.registry import read_manifest, resolve_adapter
+from training.registry import adapter_rows, read_manifest, resolve_adapter
 from training.run import TrainResult
 from training.serving import load_into_vllm, vllm_problems
 from training.sft import train_sft
@@ -305,6 +306,7 @@ def test_cli_train_sft_then_grpo_then_publish(tiny_model: Path, tmp_path: Path) 
     assert sft.exit_code == 0, sft.output
     assert f"adapter: {tmp_path / 'sft' / 'adapter'}" in sft.output
     assert "{'loss'" not in sft.output  # the runs table and trajlake's summary, not TRL's raw dicts
+    assert re.search(r"sft step 1/1: loss \d+\.\d{4}", sft.output), sft.output  # its progress, with the loss
     grpo = runner.invoke(
         app,
         [
@@ -323,6 +325,7 @@ def test_cli_train_sft_then_grpo_then_publish(tiny_model: Path, tmp_path: Path) 
     )
     assert grpo.exit_code == 0, grpo.output
     assert "{'loss'" not in grpo.output and "{'train_runtime'" not in grpo.output
+    assert re.search(r"grpo step 1/1: loss -?\d+\.\d{4}", grpo.output), grpo.output
     out = runner.invoke(
         app,
         ["publish", str(tmp_path / "grpo" / "adapter"), "--name", "cli", "--production", "--lake", lake.root],
@@ -386,11 +389,20 @@ def test_the_pipeline_moves_latest_only_with_a_promoted_version_unless_asked(  #
         )
 
     better = publish_adapter(config, grpo.adapter_dir, evaluation(0.2, (0.1, 0.3)))
-    assert better.aliases == ["latest", "production"] and better.promoted
+    assert better.published and better.published.aliases == ["latest", "production"]
+    assert better.gate.promoted and better.ref == f"{name}:v1"
     assert better.decision == f"{name}:v1 promoted: +0.200 [+0.100, +0.300] against base on 12 scenarios (r)"
     worse = publish_adapter(config, grpo.adapter_dir, evaluation(-0.1, (-0.2, 0.05)))
-    assert not worse.promoted
-    assert worse.decision and worse.decision.startswith(f"{name}:v2 not promoted: -0.100 [-0.200, +0.050]")
-    assert worse.aliases == (["latest"] if latest_if_refused else [])
+    assert not worse.gate.promoted
+    if latest_if_refused:  # asked for: published, as `latest` only
+        assert worse.published and worse.published.aliases == ["latest"]
+        assert worse.decision.startswith(f"{name}:v2 not promoted: -0.100 [-0.200, +0.050]")
+    else:  # a refused candidate is not published: no version nobody may serve piles up
+        assert worse.published is None and worse.ref is None
+        assert worse.decision == (
+            f"{name} candidate not promoted: -0.100 [-0.200, +0.050] against base on 12 scenarios (r); "
+            f"not published (its folder: {grpo.adapter_dir})"
+        )
+        assert [r["version"] for r in adapter_rows(lake, name)] == [1]
     assert resolve_adapter(lake, f"{name}:production")["version"] == 1  # production stays on v1
     assert resolve_adapter(lake, f"{name}:latest")["version"] == (2 if latest_if_refused else 1)

@@ -74,6 +74,7 @@ SUMMARIES = {
         "Publish an adapter version to the registry (checks vLLM compatibility; optional eval gate, "
         "hot-load, hub)."
     ),
+    "evaluate": "Compare policies on the evaluation scenarios with paired 95% CIs; publishes nothing.",
     "pipeline": "Run the whole loop once as a Prefect flow.",
     "serve": "Register the ingest and pipeline deployments with their schedules and serve them.",
     "demo": (

@@ -50,6 +50,8 @@ from judging.registry import (
     evaluate_reward,
     from_function,
     get_reward,
+    resolve_reward_key,
+    reward_name,
 )
 from judging.rewards.base import RewardScope, needs_expected, reward_scope, reward_version
 from judging.ruler import (
@@ -108,6 +110,8 @@ __all__ = [
     "evaluation_table",
     "from_function",
     "get_reward",
+    "resolve_reward_key",
+    "reward_name",
     "independent_difference",
     "needs_expected",
     "production_success",

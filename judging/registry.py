@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import importlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,6 +136,53 @@ def get_reward(spec: str, name: str | None = None) -> ProgrammaticReward:
     if reward.name in RESERVED_NAMES:
         raise RewardSpecError(spec, f"the reward name `{reward.name}` is reserved; pass another name")
     return reward
+
+
+# The reward `combine` writes from `score.weights`; a name only, never a function.
+COMBINED = "combined"
+
+
+def reward_name(spec: str) -> str:
+    """The `name` the rows of reward `spec` get: `ruler`, a built-in's name, or the function's name
+    less its `_reward` suffix (the module is imported to find it).
+
+    >>> reward_name("exact_match"), reward_name("judging.rewards.match:normalized_match_reward")
+    ('exact_match', 'normalized_match')
+    """
+    spec = spec.strip()
+    return spec if spec == "ruler" else get_reward(spec).name
+
+
+def resolve_reward_key(value: str, scored: Sequence[str] = (), *, combined: bool = False) -> tuple[str, str]:
+    """(spec, name) of the value of a `reward` setting, whichever way it is written: a spec
+    (`ruler`, a built-in, `package.module:function`) or the name rows of one of the `scored`
+    specs get (`unit` for `units:unit_reward`). `combined`: the `combined` reward is written
+    (weights are configured); its spec is its name. Raises `RewardSpecError` naming the value
+    and what it could have been.
+
+    >>> resolve_reward_key("normalized_match", ["judging.rewards.match:normalized_match_reward"])
+    ('judging.rewards.match:normalized_match_reward', 'normalized_match')
+    >>> resolve_reward_key("judging.rewards.match:exact_match_reward")
+    ('judging.rewards.match:exact_match_reward', 'exact_match')
+    """
+    value = value.strip()
+    if combined and value == COMBINED:
+        return value, value
+    names = {spec: reward_name(spec) for spec in scored}
+    if value in names:
+        return value, names[value]
+    by_name = [spec for spec, name in names.items() if name == value]
+    if by_name:
+        return by_name[0], value
+    if value == "ruler" or value in BUILTIN_REWARDS or ":" in value:
+        return value, reward_name(value)
+    known = sorted({*names.values(), *([COMBINED] if combined else [])})
+    raise RewardSpecError(
+        value,
+        "is not a reward: give a built-in name, `package.module:function`, or the name of a scored "
+        f"reward ({', '.join(known) or 'none scored'})",
+        sorted(BUILTIN_REWARDS),
+    )
 
 
 def builtin_names() -> list[str]:

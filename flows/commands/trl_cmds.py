@@ -198,8 +198,9 @@ def train_grpo_command(
     reward: Annotated[
         str | None,
         typer.Option(
-            help="Reward name (rewards.name) to train on (default: `[score] reward` of trajlake.toml or "
-            "$TRAJLAKE_SCORE__REWARD, else the groups' only reward).",
+            help="Reward to train on: its name (rewards.name) or its spec `package.module:function` "
+            "(default: `[score] reward` of trajlake.toml or $TRAJLAKE_SCORE__REWARD, else the groups' "
+            "only reward).",
             show_default=False,
         ),
     ] = None,
@@ -223,6 +224,13 @@ def train_grpo_command(
 
         configured, source = setting_in_effect("score.reward")
         reward = None if source == "default" else configured
+    if reward is not None and ":" in reward:  # a spec: its rows' name
+        from judging import RewardSpecError, reward_name
+
+        try:
+            reward = reward_name(reward)
+        except RewardSpecError as exc:
+            raise fail(str(exc), 2) from None
     run_stage("grpo", {**grpo, "reward_name": reward}, output, overrides, as_of, lake, train)
 
 

@@ -60,6 +60,13 @@ def replay_filter(group_ids: list[str] | None) -> str:
     return where
 
 
+def training_reward(config: TrajlakeConfig) -> str:
+    """The name of the reward training reads (`score.reward`, written as a spec or as a name)."""
+    from judging import resolve_reward_key
+
+    return resolve_reward_key(config.score.reward, config.score.rewards, combined=bool(config.score.weights))[1]
+
+
 def score_reward(config: TrajlakeConfig, reward: str, group_ids: list[str] | None = None) -> ScoreSummary:
     """Score the replayed trajectories (of `group_ids`) with one reward; skips what that scorer already scored."""
     from judging import ScoreConfig, score
@@ -78,7 +85,7 @@ def finish_scoring(config: TrajlakeConfig, group_ids: list[str] | None = None) -
     lake = lake_of(config)
     if config.score.weights:
         combine(lake, config.score.weights, "combined", where=replay_filter(group_ids))
-    return reward_stats(lake, config.score.reward, group_ids)
+    return reward_stats(lake, training_reward(config), group_ids)
 
 
 def score_round(config: TrajlakeConfig, group_ids: list[str] | None = None) -> RoundScores:

@@ -64,7 +64,9 @@ def training_reward(config: TrajlakeConfig) -> str:
     """The name of the reward training reads (`score.reward`, written as a spec or as a name)."""
     from judging import resolve_reward_key
 
-    return resolve_reward_key(config.score.reward, config.score.rewards, combined=bool(config.score.weights))[1]
+    return resolve_reward_key(config.score.reward, config.score.rewards, combined=bool(config.score.weights))[
+        1
+    ]
 
 
 def score_reward(config: TrajlakeConfig, reward: str, group_ids: list[str] | None = None) -> ScoreSummary:

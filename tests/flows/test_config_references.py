@@ -79,9 +79,21 @@ def test_a_reward_names_nothing_scored_is_refused_listing_what_is() -> None:
         # the finding: `evaluate.reward` named a module that is not there; the run failed 44 s in
         ('[evaluate]\nreward = "nosuch_units:unit_reward"\n', "evaluate.reward", "cannot import module"),
         ('[score]\nrewards = ["exact_match"]\nreward = "unit"\n', "score.reward", "not a reward"),
-        ('[score]\nrewards = ["{m}:nope_reward"]\nreward = "exact_match"\n', "score.rewards[0]", "has no `nope"),
-        ('[score]\nrewards = ["{m}:NOT_A_FUNCTION"]\nreward = "exact_match"\n', "score.rewards[0]", "not a function"),
-        ('[tools]\ntool = ["{m}:convert", "nosuch_tools:convert"]\n', "tools.tool[1]", "cannot import module"),
+        (
+            '[score]\nrewards = ["{m}:nope_reward"]\nreward = "exact_match"\n',
+            "score.rewards[0]",
+            "has no `nope",
+        ),
+        (
+            '[score]\nrewards = ["{m}:NOT_A_FUNCTION"]\nreward = "exact_match"\n',
+            "score.rewards[0]",
+            "not a function",
+        ),
+        (
+            '[tools]\ntool = ["{m}:convert", "nosuch_tools:convert"]\n',
+            "tools.tool[1]",
+            "cannot import module",
+        ),
         ('[tools]\ntool = ["{m}:NOT_A_FUNCTION"]\n', "tools.tool[0]", "not a callable"),
         ('[select]\nreplay = "SELEC scenario_id FROM scenarios"\n', "select.replay", "does not parse"),
         ('[select]\nsft = "DELETE FROM trajectories"\n', "select.sft", "one SELECT"),
@@ -104,8 +116,7 @@ def test_config_check_resolves_what_the_configuration_names(
 def test_config_check_passes_a_configuration_whose_references_resolve(tmp_path: Path, units: str) -> None:
     config = write(
         tmp_path,
-        f'[score]\nrewards = ["{units}:unit_reward"]\nreward = "unit"\n'
-        f'[tools]\ntool = ["{units}:convert"]\n',
+        f'[score]\nrewards = ["{units}:unit_reward"]\nreward = "unit"\n[tools]\ntool = ["{units}:convert"]\n',
     )
     result = CliRunner().invoke(app, ["config", "--config", config, "--check"])
     assert result.exit_code == 0, result.output

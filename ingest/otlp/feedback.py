@@ -69,13 +69,13 @@ def feedback(
         attributes["gen_ai.evaluation.explanation"] = _text("comment", comment)
     if correct_answer is not None:
         attributes[LABEL_EXPECTED] = _text("correct_answer", correct_answer)
-    # The ids are explicit; a context holding no span keeps the record from taking the ids of
-    # whatever span happens to be current where the feedback is sent.
+    # The record's context holds exactly what it rates: not whatever span happens to be current
+    # where the feedback is sent. A span id of 0 (the trace's conversation) leaves it unset.
+    rated = trace.SpanContext(
+        trace_number, span_number, is_remote=True, trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED)
+    )
     record = _logs.LogRecord(
-        context=trace.set_span_in_context(trace.INVALID_SPAN),
-        trace_id=trace_number,
-        span_id=span_number,
-        trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED),
+        context=trace.set_span_in_context(trace.NonRecordingSpan(rated)),
         event_name=EVALUATION_EVENT,
         attributes=attributes,
     )

@@ -9,7 +9,7 @@ conventions) and, when the OpenTelemetry OpenAI instrumentation is installed,
 instruments the `openai` client.
 
 >>> provider = instrument(endpoint="http://127.0.0.1:4318", service_name="support-agent")  # doctest: +SKIP
->>> ...  # run the agent, then `ingest.feedback(1.0, trace_id=...)` when the user rates it
+>>> ...  # run the agent, then `ingest.feedback(1.0, trace_id=...)` when the user rates it  # doctest: +SKIP
 >>> provider.force_flush()  # doctest: +SKIP
 """
 

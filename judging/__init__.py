@@ -52,6 +52,7 @@ from judging.registry import (
     evaluate_reward,
     from_function,
     get_reward,
+    registered_rewards,
     resolve_reward_key,
     reward_name,
 )
@@ -116,6 +117,7 @@ __all__ = [
     "needs_expected",
     "production_success",
     "record_evaluation",
+    "registered_rewards",
     "resolve_reward_key",
     "reward_name",
     "reward_scope",

@@ -1,4 +1,6 @@
-"""Programmatic rewards by name: the built-ins, and any `package.module:function` on the import path.
+"""Programmatic rewards by name: the built-ins, any `package.module:function` on the import path,
+and the names installed packages register under the `trajlake.rewards` entry-point group
+(`[project.entry-points."trajlake.rewards"] unit = "units.rewards:unit_reward"`).
 
 This module is pure (no lake, no I/O beyond importing the named module), so the
 training stage's evaluation gate can use it directly:
@@ -18,6 +20,7 @@ as a `status='failed'` row rather than a silent zero.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -46,6 +49,14 @@ BUILTIN_REWARDS: dict[str, RewardFn] = {
 
 # Names with a meaning of their own elsewhere in the stage; a function reward cannot take them.
 RESERVED_NAMES = ("ruler", "sql")
+# The entry-point group under which an installed package registers its rewards by name.
+ENTRY_POINT_GROUP = "trajlake.rewards"
+
+
+def registered_rewards() -> dict[str, str]:
+    """Rewards installed packages register: name -> `package.module:function` (read on each call,
+    so a package installed while the process runs is seen)."""
+    return {ep.name: ep.value for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
 
 
 @dataclass(frozen=True)
@@ -101,15 +112,20 @@ def from_function(fn: RewardFn, name: str | None = None, version: str | None = N
 
 
 def get_reward(spec: str, name: str | None = None) -> ProgrammaticReward:
-    """Resolve a built-in name (`exact_match`) or an import path (`package.module:function`)."""
+    """Resolve a built-in name (`exact_match`), an import path (`package.module:function`), or a
+    name an installed package registers (`registered_rewards`: its rows take that name)."""
     spec = spec.strip()
     if spec in BUILTIN_REWARDS:
         fn = BUILTIN_REWARDS[spec]
         return ProgrammaticReward(name or spec, fn, function_path(fn), version_of(fn))
     if ":" not in spec:
+        registered = registered_rewards()
+        if spec in registered and spec not in RESERVED_NAMES:
+            return get_reward(registered[spec], name or spec)
+        others = f" or a registered one ({', '.join(sorted(registered))})" if registered else ""
         raise RewardSpecError(
             spec,
-            "is neither a built-in reward nor an import path like `package.module:function`",
+            f"is neither a built-in reward{others} nor an import path like `package.module:function`",
             sorted(BUILTIN_REWARDS),
         )
     module_name, _, attribute = spec.partition(":")
@@ -155,7 +171,7 @@ def reward_name(spec: str) -> str:
 
 def resolve_reward_key(value: str, scored: Sequence[str] = (), *, combined: bool = False) -> tuple[str, str]:
     """(spec, name) of the value of a `reward` setting, whichever way it is written: a spec
-    (`ruler`, a built-in, `package.module:function`) or the name rows of one of the `scored`
+    (`ruler`, a built-in, `package.module:function`, a registered name) or the name rows of one of the `scored`
     specs get (`unit` for `units:unit_reward`). `combined`: the `combined` reward is written
     (weights are configured); its spec is its name. Raises `RewardSpecError` naming the value
     and what it could have been.
@@ -174,7 +190,7 @@ def resolve_reward_key(value: str, scored: Sequence[str] = (), *, combined: bool
     by_name = [spec for spec, name in names.items() if name == value]
     if by_name:
         return by_name[0], value
-    if value == "ruler" or value in BUILTIN_REWARDS or ":" in value:
+    if value == "ruler" or value in BUILTIN_REWARDS or ":" in value or value in registered_rewards():
         return value, reward_name(value)
     known = sorted({*names.values(), *([COMBINED] if combined else [])})
     raise RewardSpecError(

@@ -16,7 +16,7 @@ from flows.config import load_config
 from flows.settings import ConfigError
 from flows.stages.evaluate import evaluation_reward
 from flows.stages.score import training_reward
-from judging import RewardSpecError, resolve_reward_key
+from judging import RewardSpecError, get_reward, resolve_reward_key
 
 UNITS = '''\
 """A user's reward module, on the import path as a user's package would be."""
@@ -129,3 +129,29 @@ def test_a_pipeline_with_a_bad_reward_fails_before_any_work(tmp_path: Path) -> N
     result = CliRunner().invoke(app, ["pipeline", "--config", config, "--lake", str(lake)])
     assert result.exit_code == 2 and "`evaluate.reward`" in result.output
     assert not lake.exists()  # nothing written
+
+
+def test_a_package_registers_a_reward_by_name_with_an_entry_point(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An installed distribution's `trajlake.rewards` entry point: its name is a spec everywhere."""
+    (tmp_path / "units_pkg_rewards.py").write_text(
+        "from judging import reward_version\n\n\n@reward_version('3')\ndef unit_reward(trajectory, scenario):\n"
+        "    return 1.0\n"
+    )
+    info = tmp_path / "units_pkg-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: units-pkg\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[trajlake.rewards]\nunits = units_pkg_rewards:unit_reward\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        reward = get_reward("units")
+        assert (reward.name, reward.scorer) == ("units", "units_pkg_rewards:unit_reward@3")
+        config = write(tmp_path, '[score]\nrewards = ["units"]\nreward = "units"\n')
+        assert training_reward(load_config(config)) == "units"
+        result = CliRunner().invoke(app, ["config", "--config", config, "--check"])
+        assert result.exit_code == 0, result.output
+        with pytest.raises(RewardSpecError, match=r"or a registered one \(.*units.*\)"):
+            get_reward("unitz")
+    finally:
+        sys.modules.pop("units_pkg_rewards", None)

@@ -373,6 +373,7 @@ def check_references(config: TrajlakeConfig) -> None:
             partial(resolve_reward_key, score.reward, score.rewards, combined=bool(score.weights)),
         ),
     ]
+    checks += [(f"score.weights.{key}", partial(_check_weight, key, score.rewards)) for key in score.weights]
     if config.evaluate.reward:
         checks.append(("evaluate.reward", partial(resolve_reward_key, config.evaluate.reward, score.rewards)))
     tools = config.values.get("tools", {}).get("tool") or ()
@@ -389,6 +390,17 @@ def check_references(config: TrajlakeConfig) -> None:
             check()
         except (RewardSpecError, ToolSourceError, ValueError) as exc:
             raise ConfigError(key, str(exc), config.source) from None
+
+
+def _check_weight(key: str, rewards: list[str]) -> None:
+    from judging import RewardSpecError, resolve_reward_key
+
+    try:
+        spec: str | None = resolve_reward_key(key, rewards)[0]
+    except RewardSpecError:
+        spec = None
+    if spec not in (*rewards, "ruler"):
+        raise ValueError(f"not a scored reward; rewards: {', '.join(rewards)}")
 
 
 def _check_selection(duckdb: Any, sql: str) -> None:

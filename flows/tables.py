@@ -82,14 +82,9 @@ class ScoreSettings:
         "`units:unit_reward`), or `combined`.",
         "exact_match",
     )
-    weights: dict[str, float] = _help("Weights of named rewards combined into `combined`.", factory=dict)
-
-    def __post_init__(self) -> None:
-        for name in self.weights:
-            if name not in (*self.rewards, "ruler"):
-                raise store.SettingError(
-                    f"not a scored reward; rewards: {', '.join(self.rewards)}", field=f"weights.{name}"
-                )
+    weights: dict[str, float] = _help(
+        "Weights of scored rewards (each a spec or its name) combined into `combined`.", factory=dict
+    )
 
 
 @dataclass(frozen=True)

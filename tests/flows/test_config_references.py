@@ -15,7 +15,7 @@ from flows.cli import app
 from flows.config import load_config
 from flows.settings import ConfigError
 from flows.stages.evaluate import evaluation_reward
-from flows.stages.score import training_reward
+from flows.stages.score import combined_weights, training_reward
 from judging import RewardSpecError, get_reward, resolve_reward_key
 
 UNITS = '''\
@@ -65,6 +65,23 @@ def test_score_reward_and_evaluate_reward_take_the_spec_or_the_name(
     assert training_reward(config) == "unit"  # the rows' name, what GRPO reads
     assert evaluation_reward(config) == spec  # what evaluation scores with
     assert resolve_reward_key(key, [spec]) == (spec, "unit")
+
+
+def test_weights_take_the_spec_or_the_name_and_combine_by_name(tmp_path: Path, units: str) -> None:
+    spec = f"{units}:unit_reward"
+    config = load_config(
+        write(
+            tmp_path,
+            f'[score]\nrewards = ["exact_match", "{spec}"]\nreward = "combined"\n'
+            f'[score.weights]\n"{spec}" = 0.25\nexact_match = 0.75\n',
+        )
+    )
+    assert combined_weights(config) == {"unit": 0.25, "exact_match": 0.75}  # the names rows have
+    assert training_reward(config) == "combined"
+    named = load_config(
+        write(tmp_path, f'[score]\nrewards = ["{spec}"]\nreward = "combined"\n[score.weights]\nunit = 1.0\n')
+    )
+    assert combined_weights(named) == {"unit": 1.0}
 
 
 def test_a_reward_names_nothing_scored_is_refused_listing_what_is() -> None:

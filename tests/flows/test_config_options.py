@@ -170,3 +170,11 @@ def test_an_error_in_the_file_is_printed_once_naming_the_file_and_key(configure:
     assert result.output.strip().splitlines() == [
         f"error: bad configuration `replay.group_size` ({config}): expected int, got 'x' (str)"
     ]
+
+
+def test_a_refused_training_setting_from_the_file_names_the_file(configure: Any, tmp_path: Path) -> None:
+    config = configure('[sampler]\nmodel = "units-base"\n[train.sft]\nlora_r = 12\n')
+    result = invoke("train", "sft", "-o", str(tmp_path / "out"), "--lake", lake_with_a_row(tmp_path))
+    assert result.exit_code == 2
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith(f"error: bad configuration `train.sft.lora_r` ({config}): ") and "vLLM" in line

@@ -172,3 +172,26 @@ def test_a_package_registers_a_reward_by_name_with_an_entry_point(
             get_reward("unitz")
     finally:
         sys.modules.pop("units_pkg_rewards", None)
+
+
+def test_publish_gate_takes_a_scored_rewards_name_and_refuses_an_unknown_one_in_one_line(
+    tmp_path: Path, units: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import flows.stages.evaluate
+
+    seen: list[str] = []
+
+    def evaluate_adapter(config: object, adapter: str) -> object:
+        seen.append(config.evaluate.reward)  # type: ignore[attr-defined]
+        raise flows.stages.evaluate.StageError("select.evaluate", "stopped here")
+
+    monkeypatch.setattr(flows.stages.evaluate, "evaluate_adapter", evaluate_adapter)
+    monkeypatch.setenv(
+        "TRAJLAKE_CONFIG", write(tmp_path, f'[score]\nrewards = ["{units}:unit_reward"]\nreward = "unit"\n')
+    )
+    command = ["publish", str(tmp_path / "adapter"), "--base-model", "m", "--lake", str(tmp_path / "lake")]
+    result = CliRunner().invoke(app, [*command, "--eval-reward", "unit"])
+    assert seen == [f"{units}:unit_reward"] and "stopped here" in result.output  # the name's spec scores
+    result = CliRunner().invoke(app, [*command, "--eval-reward", "units"])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+    assert "reward `units`: is not a reward" in result.output and "(unit)" in result.output

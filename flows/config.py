@@ -21,7 +21,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -338,7 +338,8 @@ def setting_in_effect(key: str, environ: Mapping[str, str] | None = None) -> tup
 
 
 def validate(config: TrajlakeConfig) -> TrajlakeConfig:
-    """Build every table once: each library (and each of the flow's tables) checks its own values."""
+    """Build every table once: each library (and each of the flow's tables) checks its own values;
+    then resolve what the tables name (rewards, tools, selections), as the stages will."""
     for key in SECTIONS:
         extra = {"output_dir": "unused"} if key in TRAINING_SECTIONS else {}
         config.build(key, **extra)
@@ -347,7 +348,68 @@ def validate(config: TrajlakeConfig) -> TrajlakeConfig:
             config.build("replay", group_size=config.evaluate.group_size)
         except ConfigError as exc:
             raise ConfigError("evaluate.group_size", str(exc), config.source) from None
+    check_references(config)
     return config
+
+
+def check_references(config: TrajlakeConfig) -> None:
+    """Resolve every reward, tool and selection the configuration names, as the stages will, so a
+    bad one is a `ConfigError` naming its key before any work (not a failed run minutes later).
+
+    Rewards are imported (`judging.resolve_reward_key`: each `reward` key takes a spec or the
+    name of a scored reward), tools imported, selections parsed as one SELECT each.
+    """
+    import duckdb
+
+    from judging import RewardSpecError, resolve_reward_key
+    from training.replay.errors import ToolSourceError
+    from training.replay.rollout.tools import CallableTools
+
+    score = config.score
+    checks: list[tuple[str, Any]] = [
+        *((f"score.rewards[{i}]", partial(resolve_reward_key, spec)) for i, spec in enumerate(score.rewards)),
+        (
+            "score.reward",
+            partial(resolve_reward_key, score.reward, score.rewards, combined=bool(score.weights)),
+        ),
+    ]
+    checks += [(f"score.weights.{key}", partial(_check_weight, key, score.rewards)) for key in score.weights]
+    if config.evaluate.reward:
+        checks.append(("evaluate.reward", partial(resolve_reward_key, config.evaluate.reward, score.rewards)))
+    tools = config.values.get("tools", {}).get("tool") or ()
+    checks += [
+        (f"tools.tool[{i}]", partial(CallableTools.from_specs, [spec])) for i, spec in enumerate(tools)
+    ]
+    select = config.select
+    checks += [
+        (f"select.{name}", partial(_check_selection, duckdb, getattr(select, name)))
+        for name in ("scenarios", "replay", "sft", "evaluate")
+    ]
+    for key, check in checks:
+        try:
+            check()
+        except (RewardSpecError, ToolSourceError, ValueError) as exc:
+            raise ConfigError(key, str(exc), config.source) from None
+
+
+def _check_weight(key: str, rewards: list[str]) -> None:
+    from judging import RewardSpecError, resolve_reward_key
+
+    try:
+        spec: str | None = resolve_reward_key(key, rewards)[0]
+    except RewardSpecError:
+        spec = None
+    if spec not in (*rewards, "ruler"):
+        raise ValueError(f"not a scored reward; rewards: {', '.join(rewards)}")
+
+
+def _check_selection(duckdb: Any, sql: str) -> None:
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise ValueError(f"the SQL does not parse: {str(exc).splitlines()[0]}") from None
+    if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
+        raise ValueError("give one SELECT statement")
 
 
 def describe() -> list[tuple[str, str, str]]:

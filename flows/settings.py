@@ -48,6 +48,7 @@ class ConfigError(SettingError):
     def __init__(self, key: str, detail: str, source: str) -> None:
         super().__init__(f"bad configuration `{key}` ({source}): {detail}", field=key)
         self.source = source
+        self.detail = detail
 
 
 @dataclass(frozen=True)

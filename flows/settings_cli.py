@@ -97,6 +97,8 @@ def with_options(
     `sections` maps a parameter of `command` to the section it stands for; the command
     gets `{field: value}` with what the command line gave, over what `values_for(section)`
     (the file and the environment) gave. The declared defaults stay the dataclass's own.
+    `values_for` raises `ConfigError` for a bad file and prints nothing: the command reports it,
+    once, when it runs (`--help` still works).
     """
     signature = inspect.signature(command)
     hints = typing.get_type_hints(command, include_extras=True)  # resolve postponed annotations here
@@ -114,13 +116,14 @@ def with_options(
         for key, section in sections.items():
             mine = {p.name: kwargs.pop(p.name) for p in derived[key]}
             try:
-                from_cli = cli_values(section, mine)
-            except ConfigError as exc:  # `--redact-function nosuch.module:fn`: one line, not 45
+                # a bad file or option: one line, not 45 (`--redact-function nosuch.module:fn`), and
+                # once: building the help read the file too, and said nothing
+                kwargs[key] = merge(values_for(section), cli_values(section, mine))
+            except ConfigError as exc:
                 import typer
 
                 typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
                 raise typer.Exit(2) from None
-            kwargs[key] = merge(values_for(section), from_cli)
         return command(*args, **kwargs)
 
     extra = [p for params in derived.values() for p in params]

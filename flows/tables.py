@@ -78,16 +78,13 @@ class ScoreSettings:
         factory=lambda: ["exact_match"],
     )
     reward: str = _help(
-        "The reward name GRPO trains on and evaluation compares (or `combined`).", "exact_match"
+        "The reward GRPO trains on: one of `rewards`, as its spec or its name (`unit` for "
+        "`units:unit_reward`), or `combined`.",
+        "exact_match",
     )
-    weights: dict[str, float] = _help("Weights of named rewards combined into `combined`.", factory=dict)
-
-    def __post_init__(self) -> None:
-        for name in self.weights:
-            if name not in (*self.rewards, "ruler"):
-                raise store.SettingError(
-                    f"not a scored reward; rewards: {', '.join(self.rewards)}", field=f"weights.{name}"
-                )
+    weights: dict[str, float] = _help(
+        "Weights of scored rewards (each a spec or its name) combined into `combined`.", factory=dict
+    )
 
 
 @dataclass(frozen=True)
@@ -95,8 +92,8 @@ class EvaluateSettings:
     """How policies are measured on the val scenarios (`select.evaluate`) and against production."""
 
     reward: str = _help(
-        "The success metric compared on the val scenarios: a reward spec such as `exact_match` "
-        "(empty: `score.reward`).",
+        "The success metric compared on the val scenarios: a reward spec (`exact_match`, "
+        "`package.module:function`) or the name of a scored reward (empty: `score.reward`).",
         "",
     )
     group_size: int = _help("Samples per val scenario (0: `replay.group_size`).", 0)

@@ -11,8 +11,11 @@ One folder per source over one shared core:
 
 Public surface:
 
-- `instrument(lake=..., endpoint=..., service_name=...)`: one-call tracing set-up for an agent;
-- `LakeSpanExporter(lake)`: an OpenTelemetry exporter writing straight into a lake;
+- `instrument(lake=..., endpoint=..., service_name=...)`: one-call set-up of an agent's traces
+  and logs (the feedback channel);
+- `feedback(score, comment=..., correct_answer=..., trace_id=...)`: the user's verdict on a
+  conversation (a `rewards` row) and, optionally, its right answer (a `labels` row);
+- `LakeSpanExporter(lake)`, `LakeLogExporter`: OpenTelemetry exporters writing straight into a lake;
 - `assemble(spans) -> Assembled`: the pure spans -> trajectories/rewards step;
 - `assemble_traces`, `rebuild`, `pending_trace_ids`: the same against a lake (`trajlake assemble`);
 - `otlp.app.create_app(config)` / `otlp.app.serve(config)`: the OTLP/HTTP collector;
@@ -30,8 +33,9 @@ from ingest.errors import (
 )
 from ingest.lakeio import AssembleResult, assemble_traces, pending_trace_ids, rebuild, spans_of_traces
 from ingest.otlp.config import CollectorConfig
-from ingest.otlp.exporter import LakeSpanExporter
-from ingest.otlp.instrument import instrument
+from ingest.otlp.exporter import LakeLogExporter, LakeSpanExporter
+from ingest.otlp.feedback import feedback
+from ingest.otlp.instrument import InstrumentedProvider, instrument
 from ingest.redact import RedactionConfig
 
 __all__ = [
@@ -39,6 +43,8 @@ __all__ = [
     "Assembled",
     "CollectorConfig",
     "IngestError",
+    "InstrumentedProvider",
+    "LakeLogExporter",
     "LakeSpanExporter",
     "MalformedPayload",
     "Overloaded",
@@ -48,6 +54,7 @@ __all__ = [
     "UnsupportedMediaType",
     "assemble",
     "assemble_traces",
+    "feedback",
     "instrument",
     "pending_trace_ids",
     "rebuild",

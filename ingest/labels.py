@@ -14,12 +14,20 @@ A line of a labels file:
 
     {"trace_id": "4bf9...", "expected": "42", "verdict": 0, "user_id": "u-7", "comment": "..."}
 
+The same file carries the user's feedback on traced conversations, as `ingest.feedback` sends
+it from the agent: a line's `feedback` (a number, or a boolean: true is 1.0) is the
+conversation's `user_feedback` reward (scorer `file`, the `comment` as its explanation), what
+production's success is measured by.
+
+    {"trace_id": "4bf9...", "feedback": false, "comment": "wrong unit", "expected": "12 km"}
+
 `trajectory_id` or `trace_id` (at least one) names the conversation: a trace id alone is
 resolved to the trace's conversation in the lake (an unknown trace names its own run, as
 assembly names a trace's single run). Optional: `expected` (any JSON value), `verdict` (a
 number in [0, 1] or a boolean), `name` (default `expected`), `user_id` (default: the
 conversation's), `labeled_by`, `comment`, `labeled_at` (ISO 8601), `source` (`file` unless
-`person`), `metadata` (an object). A label needs `expected` or `verdict`.
+`person`), `metadata` (an object), `feedback`. A line needs `expected`, `verdict` or `feedback`;
+a label row is written for `expected` or `verdict`, a reward row for `feedback`.
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ import pyarrow as pa
 import store
 from ingest.errors import MalformedPayload
 from ingest.jsonl.lines import DEFAULT_MAX_LINE_BYTES, read_lines
-from store.schema import LABELS
+from store.schema import LABELS, REWARDS
 
 FIX = "fix the file and import it again"
 DEFAULT_NAME = "expected"
@@ -53,7 +61,10 @@ FIELDS = (
     "labeled_at",
     "source",
     "metadata",
+    "feedback",
 )
+FEEDBACK_NAME = "user_feedback"  # the reward `ingest.feedback` and Langfuse scores write
+FEEDBACK_SCORER = "file"
 # The attribute of a `gen_ai.evaluation.result` record that carries the right answer, as text.
 EXPECTED_ATTRIBUTE = "trajlake.label.expected"
 
@@ -68,7 +79,8 @@ class LabelImport:
 
     labels: int
     files: int
-    matched: int  # labels whose conversation is in the lake now
+    matched: int  # lines whose conversation is in the lake now
+    feedback: int = 0  # `user_feedback` reward rows
 
 
 def expected_of_text(text: str) -> str:
@@ -100,6 +112,32 @@ def _verdict(value: Any) -> float | None:
     raise LabelError(f"`verdict` must be a number in [0, 1] or a boolean, got {json.dumps(value)[:40]}")
 
 
+def _feedback(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return float(value)
+    raise LabelError(f"`feedback` must be a finite number or a boolean, got {json.dumps(value)[:40]}")
+
+
+def feedback_row(row: dict[str, Any], value: float) -> dict[str, Any]:
+    """The `user_feedback` reward row (`value`) of a resolved line."""
+    return {
+        "trajectory_id": row["trajectory_id"],
+        "name": FEEDBACK_NAME,
+        "scorer": FEEDBACK_SCORER,
+        "value": value,
+        "explanation": row["comment"],
+        "scored_at": row["labeled_at"],
+        "status": "ok",
+        "metadata": json.dumps(
+            {"trace_id": row["trace_id"], "labeled_by": row["labeled_by"]}, sort_keys=True
+        ),
+    }
+
+
 def label_row(obj: Any, *, now: datetime) -> dict[str, Any]:
     """One label object as a `labels` row (`trajectory_id` may still be the trace id; see
     `resolve`). Raises `LabelError` naming the field that is wrong.
@@ -117,8 +155,11 @@ def label_row(obj: Any, *, now: datetime) -> dict[str, Any]:
     if trajectory_id is None and trace_id is None:
         raise LabelError("a label names its conversation: give `trajectory_id` or `trace_id`")
     verdict = _verdict(obj.get("verdict"))
-    if obj.get("expected") is None and verdict is None:
-        raise LabelError("a label says something: give `expected` (the right answer) or `verdict`")
+    feedback = _feedback(obj.get("feedback"))
+    if obj.get("expected") is None and verdict is None and feedback is None:
+        raise LabelError(
+            "a label says something: give `expected` (the right answer), `verdict` or `feedback`"
+        )
     source = obj.get("source", "file")
     if source not in ("file", "person"):
         raise LabelError(f"`source` is `{source}`; a file's labels are `file` or `person`")
@@ -146,6 +187,8 @@ def label_row(obj: Any, *, now: datetime) -> dict[str, Any]:
         "labeled_at": labeled_at.astimezone(UTC),
         "metadata": json.dumps(metadata) if metadata else None,
         "_named_trajectory": trajectory_id is not None,
+        "_feedback": feedback,
+        "_label": obj.get("expected") is not None or verdict is not None,
     }
 
 
@@ -198,8 +241,9 @@ def import_labels(
     *,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
 ) -> LabelImport:
-    """Import labels from JSONL files (one atomic write); `MalformedPayload` naming `file:line` for
-    the first bad line, or a conversation labelled twice under one name, and nothing is written."""
+    """Import labels and feedback from JSONL files (one commit per table: `labels`, then the
+    `user_feedback` rows of `rewards`); `MalformedPayload` naming `file:line` for the first bad
+    line, or a conversation labelled (or rated) twice, and nothing is written."""
     lake = store.Lake.of(lake)
     now = store.utc_now()
     rows, where_of = [], []
@@ -214,21 +258,32 @@ def import_labels(
     known = _conversations(lake, rows) if rows else {}
     matched = 0
     seen: dict[tuple[str, str], str] = {}
+    rated: dict[str, str] = {}
+    labels, feedback = [], []
     for row, where in zip(rows, where_of, strict=True):
         try:
             matched += resolve(row, known)
         except LabelError as exc:
             raise MalformedPayload("label", str(exc), path=where, fix=FIX) from None
+        value, is_label = row.pop("_feedback"), row.pop("_label")
         key = (row["trajectory_id"], row["name"])
-        if key in seen:
-            raise MalformedPayload(
-                "label",
-                f"conversation `{key[0]}` is labelled `{key[1]}` again (first at {seen[key]}); one label "
-                "per conversation and name",
-                path=where,
-                fix=FIX,
-            )
-        seen[key] = where
-    if rows:
-        store.write(lake, LABELS.name, rows)
-    return LabelImport(labels=len(rows), files=len(paths), matched=matched)
+        again = (
+            f"is labelled `{key[1]}` again (first at {seen[key]}); one label per conversation and name"
+            if is_label and key in seen
+            else f"has `feedback` again (first at {rated[key[0]]}); one per conversation"
+            if value is not None and key[0] in rated
+            else None
+        )
+        if again:
+            raise MalformedPayload("label", f"conversation `{key[0]}` {again}", path=where, fix=FIX)
+        if is_label:
+            seen[key] = where
+            labels.append(row)
+        if value is not None:
+            rated[key[0]] = where
+            feedback.append(feedback_row(row, value))
+    if labels:
+        store.write(lake, LABELS.name, labels)
+    if feedback:
+        store.write(lake, REWARDS.name, feedback)
+    return LabelImport(labels=len(labels), files=len(paths), matched=matched, feedback=len(feedback))

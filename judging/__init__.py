@@ -7,6 +7,8 @@ Public surface (the CLI and the Prefect flows call these):
 - `agreement(lake, "ruler", "exact_match") -> AgreementReport`
 - `get_reward(spec) -> ProgrammaticReward`, `evaluate_reward(reward, trajectory, scenario)`,
   `BUILTIN_REWARDS`: the pure reward registry (evaluation gates use it directly)
+- `resolve_reward_key(value, scored) -> (spec, name)`, `reward_name(spec)`: the one reading of a
+  `reward` setting, written as a spec or as the name of a scored reward
 - `ruler_score_group(trajectories, JudgeConfig(...)) -> GroupVerdict`: RULER on one group
 - `scenario_scores(lake, reward, group_ids)`, `compare(reward, candidate, baseline) -> Comparison`,
   `evaluation_table(stages)`, `production_success(lake, reward)`, `record_evaluation`:
@@ -50,6 +52,9 @@ from judging.registry import (
     evaluate_reward,
     from_function,
     get_reward,
+    registered_rewards,
+    resolve_reward_key,
+    reward_name,
 )
 from judging.rewards.base import RewardScope, needs_expected, reward_scope, reward_version
 from judging.ruler import (
@@ -112,6 +117,9 @@ __all__ = [
     "needs_expected",
     "production_success",
     "record_evaluation",
+    "registered_rewards",
+    "resolve_reward_key",
+    "reward_name",
     "reward_scope",
     "reward_stats",
     "reward_version",

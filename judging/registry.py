@@ -1,4 +1,6 @@
-"""Programmatic rewards by name: the built-ins, and any `package.module:function` on the import path.
+"""Programmatic rewards by name: the built-ins, any `package.module:function` on the import path,
+and the names installed packages register under the `trajlake.rewards` entry-point group
+(`[project.entry-points."trajlake.rewards"] unit = "units.rewards:unit_reward"`).
 
 This module is pure (no lake, no I/O beyond importing the named module), so the
 training stage's evaluation gate can use it directly:
@@ -18,8 +20,9 @@ as a `status='failed'` row rather than a silent zero.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +49,14 @@ BUILTIN_REWARDS: dict[str, RewardFn] = {
 
 # Names with a meaning of their own elsewhere in the stage; a function reward cannot take them.
 RESERVED_NAMES = ("ruler", "sql")
+# The entry-point group under which an installed package registers its rewards by name.
+ENTRY_POINT_GROUP = "trajlake.rewards"
+
+
+def registered_rewards() -> dict[str, str]:
+    """Rewards installed packages register: name -> `package.module:function` (read on each call,
+    so a package installed while the process runs is seen)."""
+    return {ep.name: ep.value for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
 
 
 @dataclass(frozen=True)
@@ -101,15 +112,20 @@ def from_function(fn: RewardFn, name: str | None = None, version: str | None = N
 
 
 def get_reward(spec: str, name: str | None = None) -> ProgrammaticReward:
-    """Resolve a built-in name (`exact_match`) or an import path (`package.module:function`)."""
+    """Resolve a built-in name (`exact_match`), an import path (`package.module:function`), or a
+    name an installed package registers (`registered_rewards`: its rows take that name)."""
     spec = spec.strip()
     if spec in BUILTIN_REWARDS:
         fn = BUILTIN_REWARDS[spec]
         return ProgrammaticReward(name or spec, fn, function_path(fn), version_of(fn))
     if ":" not in spec:
+        registered = registered_rewards()
+        if spec in registered and spec not in RESERVED_NAMES:
+            return get_reward(registered[spec], name or spec)
+        others = f" or a registered one ({', '.join(sorted(registered))})" if registered else ""
         raise RewardSpecError(
             spec,
-            "is neither a built-in reward nor an import path like `package.module:function`",
+            f"is neither a built-in reward{others} nor an import path like `package.module:function`",
             sorted(BUILTIN_REWARDS),
         )
     module_name, _, attribute = spec.partition(":")
@@ -136,6 +152,53 @@ def get_reward(spec: str, name: str | None = None) -> ProgrammaticReward:
     if reward.name in RESERVED_NAMES:
         raise RewardSpecError(spec, f"the reward name `{reward.name}` is reserved; pass another name")
     return reward
+
+
+# The reward `combine` writes from `score.weights`; a name only, never a function.
+COMBINED = "combined"
+
+
+def reward_name(spec: str) -> str:
+    """The `name` the rows of reward `spec` get: `ruler`, a built-in's name, or the function's name
+    less its `_reward` suffix (the module is imported to find it).
+
+    >>> reward_name("exact_match"), reward_name("judging.rewards.match:normalized_match_reward")
+    ('exact_match', 'normalized_match')
+    """
+    spec = spec.strip()
+    return spec if spec == "ruler" else get_reward(spec).name
+
+
+def resolve_reward_key(value: str, scored: Sequence[str] = (), *, combined: bool = False) -> tuple[str, str]:
+    """(spec, name) of the value of a `reward` setting, whichever way it is written: a spec
+    (`ruler`, a built-in, `package.module:function`, a registered name) or the name rows of one of the `scored`
+    specs get (`unit` for `units:unit_reward`). `combined`: the `combined` reward is written
+    (weights are configured); its spec is its name. Raises `RewardSpecError` naming the value
+    and what it could have been.
+
+    >>> resolve_reward_key("normalized_match", ["judging.rewards.match:normalized_match_reward"])
+    ('judging.rewards.match:normalized_match_reward', 'normalized_match')
+    >>> resolve_reward_key("judging.rewards.match:exact_match_reward")
+    ('judging.rewards.match:exact_match_reward', 'exact_match')
+    """
+    value = value.strip()
+    if combined and value == COMBINED:
+        return value, value
+    names = {spec: reward_name(spec) for spec in scored}
+    if value in names:
+        return value, names[value]
+    by_name = [spec for spec, name in names.items() if name == value]
+    if by_name:
+        return by_name[0], value
+    if value == "ruler" or value in BUILTIN_REWARDS or ":" in value or value in registered_rewards():
+        return value, reward_name(value)
+    known = sorted({*names.values(), *([COMBINED] if combined else [])})
+    raise RewardSpecError(
+        value,
+        "is not a reward: give a built-in name, `package.module:function`, or the name of a scored "
+        f"reward ({', '.join(known) or 'none scored'})",
+        sorted(BUILTIN_REWARDS),
+    )
 
 
 def builtin_names() -> list[str]:

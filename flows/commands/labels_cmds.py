@@ -1,4 +1,5 @@
-"""`trajlake labels import`: labels (the right answer, or a verdict) from JSONL files into the lake."""
+"""`trajlake labels import`: labels (the right answer, or a verdict) and the users' feedback from
+JSONL files into the lake."""
 
 from __future__ import annotations
 
@@ -20,11 +21,12 @@ def import_(
     files: Annotated[list[Path], typer.Argument(help="JSONL files: one label object per line.")],
     lake: LakeOption = None,
 ) -> None:
-    """Import labels: per line `trajectory_id` or `trace_id`, and `expected` (the right answer, any
-    JSON) and/or `verdict` (0..1 or a boolean); optionally `name`, `user_id`, `labeled_by`,
-    `comment`, `labeled_at`, `source` (`file` or `person`), `metadata`. Every line is checked
-    before anything is written; a bad line is refused with its file:line (exit 2). Scenarios take
-    a labelled conversation's `expected` from its label."""
+    """Import labels and feedback: per line `trajectory_id` or `trace_id`, and `expected` (the right
+    answer, any JSON), `verdict` (0..1 or a boolean) and/or `feedback` (the user's score, a number
+    or a boolean: the conversation's `user_feedback` reward, as `ingest.feedback` sends it);
+    optionally `name`, `user_id`, `labeled_by`, `comment`, `labeled_at`, `source` (`file` or
+    `person`), `metadata`. Every line is checked before anything is written; a bad line is refused
+    with its file:line (exit 2). Scenarios take a labelled conversation's `expected` from its label."""
     from ingest.errors import IngestError
     from ingest.labels import import_labels
     from store import StoreError
@@ -34,11 +36,11 @@ def import_(
         result = import_labels(the_lake, files)
     except (IngestError, StoreError) as exc:
         raise fail(str(exc), 2) from None
-    if not result.labels:
+    if not result.labels and not result.feedback:
         raise fail(f"{', '.join(map(str, files))}: no labels (empty file); nothing was written", 2)
     typer.echo(
-        f"imported {result.labels} labels from {result.files} file(s) into {the_lake.root} "
-        f"({result.matched} of their conversations are in the lake)"
+        f"imported {result.labels} labels and {result.feedback} feedback from {result.files} file(s) into "
+        f"{the_lake.root} ({result.matched} of their conversations are in the lake)"
     )
 
 

@@ -205,7 +205,11 @@ def config_reference(
         bool, typer.Option("--markdown", help="Every key with its declared default, as the README's table.")
     ] = False,
     check: Annotated[
-        bool, typer.Option("--check", help="Also build every table, as a command would, and say what fails.")
+        bool,
+        typer.Option(
+            "--check",
+            help="Also build every table and resolve every reward, tool and selection it names, as a command would; exit 2 naming the first that fails.",
+        ),
     ] = False,
 ) -> None:
     """Print every configuration key with the value in effect and where it came from (the environment,
@@ -220,6 +224,8 @@ def config_reference(
     environ = {**os.environ, "TRAJLAKE_CONFIG": config} if config else os.environ
     try:
         rows = in_effect(environ)
+        if check:  # first: a bad configuration is one line, not the listing and then the line
+            load_config(config)
     except ConfigError as exc:
         raise fail(str(exc), 2) from None
     from ingest.assembly import BUILD
@@ -228,11 +234,10 @@ def config_reference(
     for row in rows:
         typer.echo(f"{row.key} = {row.value}    ({row.source})\n    {row.help}")
     if check:
-        try:
-            load_config(config)
-        except ConfigError as exc:
-            raise fail(str(exc), 2) from None
-        typer.echo("# the configuration is valid: every table builds")
+        typer.echo(
+            "# the configuration is valid: every table builds, and every reward, tool and selection it "
+            "names resolves"
+        )
 
 
 app = command_app()  # its commands join `trajlake` on first use (flows.cli)

@@ -9,7 +9,16 @@ import typer
 
 import store
 from flows.commands import command_app
-from flows.commands.options import LakeOption, build, configured, fail, quiet_libraries, resolve_lake
+from flows.commands.options import (
+    LakeOption,
+    build,
+    configured,
+    fail,
+    in_effect_help,
+    option_or_setting,
+    quiet_libraries,
+    resolve_lake,
+)
 
 scenarios_app = command_app(
     help="Make replayable scenarios from trajectories, or load them from JSONL.", no_args_is_help=True
@@ -22,8 +31,11 @@ def scenarios_create(
         str | None,
         typer.Option(
             "--sql",
-            help="SQL returning `trajectory_id`s (default: `[select] scenarios` of trajlake.toml or "
-            "$TRAJLAKE_SELECT__SCENARIOS, else every production trajectory).",
+            help=in_effect_help(
+                "select.scenarios",
+                "SQL returning `trajectory_id`s (default: `[select] scenarios` of trajlake.toml or "
+                "$TRAJLAKE_SELECT__SCENARIOS, else every production trajectory).",
+            ),
             show_default=False,
         ),
     ] = None,
@@ -70,12 +82,17 @@ def replay_command(
     sampler: dict,
     tools: dict,
     scenarios: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--scenarios",
-            help=f"SQL returning `scenario_id`s, e.g. {store.TRAIN_SCENARIOS}",
+            help=in_effect_help(
+                "select.replay",
+                "SQL returning `scenario_id`s (default: `[select] replay` of trajlake.toml or "
+                f"$TRAJLAKE_SELECT__REPLAY, else the train scenarios: {store.TRAIN_SCENARIOS}).",
+            ),
+            show_default=False,
         ),
-    ],
+    ] = None,
     adapter: Annotated[str | None, typer.Option(help="LoRA adapter folder to sample through.")] = None,
     rollout: Annotated[
         str | None,
@@ -84,10 +101,12 @@ def replay_command(
     lake: LakeOption = None,
 ) -> None:
     """Group sampling: G token-exact trajectories per scenario (resumable: complete groups are skipped)."""
+    from flows.config import setting_in_effect
     from training.chat.templates import ChatTemplateError
     from training.replay import ReplayError
     from training.replay import replay as run_replay
 
+    scenarios = scenarios or setting_in_effect("select.replay")[0]
     the_lake = resolve_lake(lake, must_exist=True)  # before a model is loaded
     quiet_libraries()
     try:
@@ -122,7 +141,17 @@ def replay_command(
 
 def serve_sampler(
     defaults: dict,
-    model: Annotated[str, typer.Option(help="Model folder to serve with the transformers backend.")],
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help=in_effect_help(
+                "sampler.model",
+                "Model folder to serve with the transformers backend (default: `[sampler] model` of "
+                "trajlake.toml or $TRAJLAKE_SAMPLER__MODEL).",
+            ),
+            show_default=False,
+        ),
+    ] = None,
     adapter: Annotated[
         str | None,
         typer.Option(
@@ -159,6 +188,7 @@ def serve_sampler(
         if not holds:
             raise fail(f"--{setting} must be {allowed}, got {host if setting == 'host' else port!r}", 2)
     request_limits = build(REQUEST_LIMITS, limits or {})
+    model = option_or_setting(model, "sampler.model", "--model", "the model folder to serve")
     check_model_folder(model)
     quiet_libraries()
     try:

@@ -45,7 +45,10 @@ def publish_command(
     ] = None,
     eval_reward: Annotated[
         str | None,
-        typer.Option(help="Reward for the gate: a built-in reward name or package.module:function."),
+        typer.Option(
+            help="Reward for the gate: a spec (a built-in, package.module:function, a registered name) "
+            "or the name of a reward `[score] rewards` scores."
+        ),
     ] = None,
     eval_scenarios: Annotated[
         str, typer.Option(help="SQL returning the `scenario_id`s to evaluate on.")
@@ -118,13 +121,15 @@ def _evaluate(
     from flows.settings import ConfigError
     from flows.stages import StageError
     from flows.stages.evaluate import evaluate_adapter, gate_of
+    from judging import RewardSpecError, resolve_reward_key
 
     if not model:
         raise fail("the gate needs the base model; pass --base-model", 2)
     try:
+        configured = load_config()
+        reward = resolve_reward_key(reward, configured.score.rewards)[0]  # a name: the spec that scores it
         config = (
-            load_config()
-            .with_lake(lake)
+            configured.with_lake(lake)
             .with_values("sampler", model=model)
             .with_values("score", rewards=[reward], reward=reward)
             .with_values("evaluate", reward=reward)
@@ -132,7 +137,7 @@ def _evaluate(
             .with_values("publish", name=name)
         )
         return gate_of(evaluate_adapter(config, str(adapter_dir)), forced=force)
-    except (ConfigError, StageError) as exc:
+    except (ConfigError, StageError, RewardSpecError) as exc:
         raise fail(str(exc), 2) from None
 
 

@@ -18,7 +18,16 @@ import typer
 
 import store
 from flows.commands import command_app
-from flows.commands.options import LakeOption, build, configured, fail, quiet_libraries, resolve_lake
+from flows.commands.options import (
+    LakeOption,
+    build,
+    configured,
+    fail,
+    in_effect_help,
+    option_or_setting,
+    quiet_libraries,
+    resolve_lake,
+)
 from flows.progress import show_on_console
 
 SetOption = Annotated[
@@ -39,8 +48,18 @@ AsOfOption = Annotated[
     ),
 ]
 BaseModelOption = Annotated[
-    str, typer.Option("--base-model", help="Base model folder or hub id (available offline).")
+    str | None,
+    typer.Option(
+        "--base-model",
+        help=in_effect_help(
+            "sampler.model",
+            "Base model folder or hub id (available offline); default: `[sampler] model` of trajlake.toml "
+            "or $TRAJLAKE_SAMPLER__MODEL.",
+        ),
+        show_default=False,
+    ),
 ]
+BASE_MODEL_MEANING = "the base model folder or hub id"
 OutputOption = Annotated[
     Path, typer.Option("--output", "-o", help="Run folder: checkpoints/ and adapter/ go here.")
 ]
@@ -154,14 +173,17 @@ def run_stage(
 
 def train_sft_command(
     sft: dict,
-    base_model: BaseModelOption,
     output: OutputOption,
+    base_model: BaseModelOption = None,
     sql: Annotated[
         str | None,
         typer.Option(
-            help="SQL returning the `trajectory_id`s to learn from (their conversations + tools); default: "
-            "`[select] sft` of trajlake.toml or $TRAJLAKE_SELECT__SFT, else production conversations with "
-            "content outside the val scenarios.",
+            help=in_effect_help(
+                "select.sft",
+                "SQL returning the `trajectory_id`s to learn from (their conversations + tools); default: "
+                "`[select] sft` of trajlake.toml or $TRAJLAKE_SELECT__SFT, else production conversations "
+                "with content outside the val scenarios.",
+            ),
             show_default=False,
         ),
     ] = None,
@@ -175,17 +197,18 @@ def train_sft_command(
     from training.sft import train_sft
 
     sql = sql or setting_in_effect("select.sft")[0]
+    model = option_or_setting(base_model, "sampler.model", "--base-model", BASE_MODEL_MEANING)
 
     def train(the_lake: Any, config: Any, versions: dict[str, int] | None) -> Any:
-        return train_sft(the_lake, sql, base_model, output, config, resume=resume, as_of=versions)
+        return train_sft(the_lake, sql, model, output, config, resume=resume, as_of=versions)
 
     run_stage("sft", sft, output, overrides, as_of, lake, train)
 
 
 def train_grpo_command(
     grpo: dict,
-    base_model: BaseModelOption,
     output: OutputOption,
+    base_model: BaseModelOption = None,
     sql: Annotated[
         str,
         typer.Option(
@@ -200,8 +223,12 @@ def train_grpo_command(
     reward: Annotated[
         str | None,
         typer.Option(
-            help="Reward name (rewards.name) to train on (default: `[score] reward` of trajlake.toml or "
-            "$TRAJLAKE_SCORE__REWARD, else the groups' only reward).",
+            help=in_effect_help(
+                "score.reward",
+                "Reward to train on: its name (rewards.name) or its spec `package.module:function` "
+                "(default: `[score] reward` of trajlake.toml or $TRAJLAKE_SCORE__REWARD, else the groups' "
+                "only reward).",
+            ),
             show_default=False,
         ),
     ] = None,
@@ -214,17 +241,26 @@ def train_grpo_command(
     from training.grpo import train_grpo
     from training.registry import resolve_adapter
 
+    model = option_or_setting(base_model, "sampler.model", "--base-model", BASE_MODEL_MEANING)
+
     def train(the_lake: Any, config: Any, versions: dict[str, int] | None) -> Any:
         start = adapter
         if start is not None and not Path(start).exists():
             start = resolve_adapter(the_lake, start)["path"]
-        return train_grpo(the_lake, sql, base_model, start, output, config, resume=resume, as_of=versions)
+        return train_grpo(the_lake, sql, model, start, output, config, resume=resume, as_of=versions)
 
     if reward is None:  # the configured one; with none configured, the groups' only reward
         from flows.config import setting_in_effect
 
         configured, source = setting_in_effect("score.reward")
         reward = None if source == "default" else configured
+    if reward is not None and ":" in reward:  # a spec: its rows' name
+        from judging import RewardSpecError, reward_name
+
+        try:
+            reward = reward_name(reward)
+        except RewardSpecError as exc:
+            raise fail(str(exc), 2) from None
     run_stage("grpo", {**grpo, "reward_name": reward}, output, overrides, as_of, lake, train)
 
 

@@ -79,23 +79,21 @@ def _execute_tool(tracer: trace.Tracer, call_id: str, name: str, arguments: str)
     return {"role": "tool", "tool_call_id": call_id, "content": result}
 
 
-def record_feedback(logger: Any, run: AgentRun, correct: bool, correction: str | None = None) -> None:
-    """The user's verdict on an answer, as the GenAI `gen_ai.evaluation.result` event.
-
-    Feedback arrives after the agent span has ended, so it is an OTel log record (sent
-    to `/v1/logs`) carrying the evaluated span's trace and span ids, as the convention
-    says, rather than a span event. `correction`: the right answer, sent with a thumbs-down
-    as `trajlake.label.expected` (the lake keeps it as a label of the conversation).
+def record_feedback(provider: Any, run: AgentRun, correct: bool, correction: str | None = None) -> None:
+    """The user's verdict on an answer, sent with `ingest.feedback` (the documented call any
+    agent makes): a thumbs-up or -down on the run's trace, and with a thumbs-down, when the
+    user gives it, the right answer (`correction`), which the lake keeps as a label of the
+    conversation. `provider`: what `ingest.instrument` returned.
     """
     if run.span_context is None:
         return
-    context = trace.set_span_in_context(trace.NonRecordingSpan(run.span_context))
-    attributes = {
-        "gen_ai.evaluation.name": "user_feedback",
-        "gen_ai.evaluation.score.value": 1.0 if correct else 0.0,
-        "gen_ai.evaluation.score.label": "correct" if correct else "wrong",
-        "gen_ai.evaluation.explanation": "thumbs up" if correct else "thumbs down: wrong number",
-    }
-    if correction is not None and not correct:
-        attributes["trajlake.label.expected"] = correction
-    logger.emit(context=context, event_name="gen_ai.evaluation.result", attributes=attributes)
+    import ingest
+
+    ingest.feedback(
+        correct,
+        comment="thumbs up" if correct else "thumbs down: wrong number",
+        correct_answer=correction if not correct else None,
+        trace_id=run.trace_id,
+        span_id=format(run.span_context.span_id, "016x"),
+        provider=provider,
+    )

@@ -61,15 +61,10 @@ class SeededIds(IdGenerator):
             return self._rng.getrandbits(128) or 1
 
 
-def instrument_agent(endpoint: str, service_name: str, seed: int | None = None) -> tuple[Any, Any, Any]:
-    """Tracing and event logging of an agent to a collector: (tracer provider, logger provider, uninstrument).
+def instrument_agent(endpoint: str, service_name: str, seed: int | None = None) -> tuple[Any, Any]:
+    """Tracing and feedback of an agent to a collector (`ingest.instrument`): (provider, uninstrument).
 
     `seed`: seeded trace and span ids (`SeededIds`); None: the SDK's random ones."""
-    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
-    from opentelemetry.sdk._logs import LoggerProvider
-    from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
-    from opentelemetry.sdk.resources import Resource
-
     import ingest
 
     provider = ingest.instrument(
@@ -78,17 +73,13 @@ def instrument_agent(endpoint: str, service_name: str, seed: int | None = None) 
         set_global=False,
         id_generator=SeededIds(seed) if seed is not None else None,
     )
-    logger_provider = LoggerProvider(resource=Resource.create({"service.name": service_name}))
-    logger_provider.add_log_record_processor(
-        BatchLogRecordProcessor(OTLPLogExporter(endpoint=f"{endpoint}/v1/logs"))
-    )
 
     def uninstrument() -> None:
         from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
 
         OpenAIInstrumentor().uninstrument()
 
-    return provider, logger_provider, uninstrument
+    return provider, uninstrument
 
 
 def corrects_answer(question: str, seed: int, share: float) -> bool:
@@ -139,19 +130,16 @@ def capture_production_traces(
             app_of_llm = llm_app if llm_app is not None else teacher.create_app(seed=seed)
             llm_url = servers.enter_context(BackgroundServer(app_of_llm)).url
         server = servers.enter_context(BackgroundServer(app))
-        provider, logger_provider, uninstrument = instrument_agent(
-            server.url, service_name="calculator-agent", seed=seed
-        )
+        provider, uninstrument = instrument_agent(server.url, service_name="calculator-agent", seed=seed)
         try:
             client = openai.OpenAI(base_url=f"{llm_url}/v1", api_key="demo-key", max_retries=0)
             tracer = provider.get_tracer("calculator-agent")
-            feedback = logger_provider.get_logger("calculator-agent.feedback")
 
             def answer(question: Any) -> Any:
                 run = agent.run_agent(client, model, question.text, tracer)
                 corrects = corrects_answer(question.text, seed, correction_share)
                 agent.record_feedback(
-                    feedback,
+                    provider,
                     run,
                     correct=run.answer == question.answer,
                     correction=question.answer if corrects else None,
@@ -160,12 +148,10 @@ def capture_production_traces(
 
             with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
                 runs = list(pool.map(answer, asked))
-            provider.force_flush()
-            logger_provider.force_flush()
+            provider.force_flush()  # the feedback too
         finally:
             uninstrument()
             provider.shutdown()
-            logger_provider.shutdown()
         stats["model"] = model
         stats["agent_runs"] = len(runs)
         stats["correct"] = sum(r.answer == q.answer for r, q in zip(runs, asked, strict=True))

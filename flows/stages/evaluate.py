@@ -40,17 +40,16 @@ REFERENCES = (BASE, SFT)  # every later stage is also compared with these, paire
 
 
 def evaluation_reward(config: TrajlakeConfig) -> str:
-    """The success metric: `evaluate.reward`, else `score.reward` when it is one reward that is scored,
-    else the first scored reward."""
-    if config.evaluate.reward:
-        return config.evaluate.reward
-    rewards = config.score.rewards
-    if config.score.reward in rewards:
-        return config.score.reward
-    from judging import get_reward
+    """The spec of the success metric: `evaluate.reward`, else `score.reward` when it is one reward
+    that is scored, else the first scored reward (each written as a spec or a scored reward's name)."""
+    from judging import resolve_reward_key
 
-    for spec in rewards:
-        if spec != "ruler" and get_reward(spec).name == config.score.reward:
+    rewards = config.score.rewards
+    if config.evaluate.reward:
+        return resolve_reward_key(config.evaluate.reward, rewards)[0]
+    if config.score.reward != "combined":
+        spec = resolve_reward_key(config.score.reward, rewards, combined=bool(config.score.weights))[0]
+        if spec in rewards:
             return spec
     if not rewards:
         raise StageError("score.rewards", "evaluation needs at least one reward (e.g. `exact_match`)")

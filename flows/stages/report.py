@@ -7,6 +7,7 @@ from pathlib import Path
 
 from flows.config import TrajlakeConfig
 from flows.stages.common import base_model, lake_of, work_dir
+from flows.stages.score import training_reward
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ def write_pipeline_report(config: TrajlakeConfig) -> PipelineReport:
     path, data = build_report(
         str(lake_of(config).root),
         str(work_dir(config, "report.html")),
-        reward=config.score.reward or None,
+        reward=training_reward(config),
         tokenizer=model if Path(model).is_dir() else None,  # a hub id is not fetched for a report
         title="trajlake pipeline report",
     )

@@ -60,6 +60,22 @@ def replay_filter(group_ids: list[str] | None) -> str:
     return where
 
 
+def training_reward(config: TrajlakeConfig) -> str:
+    """The name of the reward training reads (`score.reward`, written as a spec or as a name)."""
+    from judging import resolve_reward_key
+
+    return resolve_reward_key(config.score.reward, config.score.rewards, combined=bool(config.score.weights))[
+        1
+    ]
+
+
+def combined_weights(config: TrajlakeConfig) -> dict[str, float]:
+    """`score.weights` by the names the rewards' rows have (each key written as a spec or a name)."""
+    from judging import resolve_reward_key
+
+    return {resolve_reward_key(k, config.score.rewards)[1]: w for k, w in config.score.weights.items()}
+
+
 def score_reward(config: TrajlakeConfig, reward: str, group_ids: list[str] | None = None) -> ScoreSummary:
     """Score the replayed trajectories (of `group_ids`) with one reward; skips what that scorer already scored."""
     from judging import ScoreConfig, score
@@ -77,8 +93,8 @@ def finish_scoring(config: TrajlakeConfig, group_ids: list[str] | None = None) -
 
     lake = lake_of(config)
     if config.score.weights:
-        combine(lake, config.score.weights, "combined", where=replay_filter(group_ids))
-    return reward_stats(lake, config.score.reward, group_ids)
+        combine(lake, combined_weights(config), "combined", where=replay_filter(group_ids))
+    return reward_stats(lake, training_reward(config), group_ids)
 
 
 def score_round(config: TrajlakeConfig, group_ids: list[str] | None = None) -> RoundScores:

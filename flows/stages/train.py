@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import store
 from flows.config import TrajlakeConfig
 from flows.stages.common import base_model, lake_of, run_dir
+from flows.stages.score import training_reward
 
 if TYPE_CHECKING:
     from training.run import TrainResult
@@ -52,6 +53,6 @@ def train_grpo(
     grpo_config = config.build(
         "train.grpo",
         output_dir=str(output / "checkpoints"),
-        reward_name=config.score.reward,
+        reward_name=training_reward(config),
     )
     return grpo(lake_of(config), sql, base_model(config), adapter, output, grpo_config, resume=True)

@@ -1,4 +1,5 @@
-"""`LakeSpanExporter`: an OpenTelemetry `SpanExporter` that writes straight to a lake.
+"""`LakeSpanExporter`: an OpenTelemetry `SpanExporter` that writes straight to a lake, and
+`LakeLogExporter`, its companion for log records (user feedback, GenAI events).
 
 It is the collector without HTTP: SDK spans become `spans` rows directly (no protobuf
 round trip, `ingest.otlp.sdk_spans`), are appended to the same write-ahead spool (an
@@ -11,6 +12,10 @@ exporter or collector on the lake, which adopts them.
 span or not; `shutdown()` (called by `provider.shutdown()`, and at exit) does the same
 and stops the threads. The SDK's `provider.force_flush()` exports queued spans but does
 not reach exporters: `instrument(lake=...)` wires it to this exporter's `force_flush`.
+
+Log records take the collector's `/v1/logs` path without HTTP: the SDK's records are
+encoded as the OTLP exporter would send them and converted by the same function the
+collector's endpoint uses, then spooled beside the spans (one collector, one spool).
 """
 
 from __future__ import annotations
@@ -19,12 +24,16 @@ import logging
 import os
 from collections.abc import Sequence
 
+from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
+from opentelemetry.sdk._logs import ReadableLogRecord
+from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 import store
 from ingest.otlp.collector import Collector
 from ingest.otlp.config import CollectorConfig
+from ingest.otlp.convert import logs_from_request
 from ingest.otlp.sdk_spans import spans_from_sdk
 from ingest.redact import RedactionConfig
 
@@ -110,3 +119,30 @@ class _FlushOnForceFlush(SpanProcessor):
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return self.exporter.force_flush(timeout_millis)
+
+
+class LakeLogExporter(LogRecordExporter):
+    """Export log records that belong to a trace (feedback, GenAI events) into the lake of a
+    `LakeSpanExporter`, through its collector: the assembler folds them into their trace."""
+
+    def __init__(self, spans: LakeSpanExporter) -> None:
+        self.spans = spans
+
+    def export(self, batch: Sequence[ReadableLogRecord]) -> LogRecordExportResult:
+        if self.spans._shutdown:
+            return LogRecordExportResult.FAILURE
+        try:
+            converted = logs_from_request(encode_logs(batch), source=self.spans.source)
+            self.spans.collector.submit(converted.table)
+        except Exception:  # the SDK wants a result, not an exception, from its worker thread
+            log.exception("exporting %d log records to %s failed", len(batch), self.spans.lake)
+            return LogRecordExportResult.FAILURE
+        if converted.rejected:
+            log.warning("log records not kept: %s", converted.error_message)
+        return LogRecordExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True  # the span exporter's flush writes what was submitted
+
+    def shutdown(self) -> None:
+        return None  # the collector is the span exporter's to stop

@@ -81,6 +81,8 @@ def test_import_resolves_conversations_and_users_and_is_a_view(lake: store.Lake,
         ({"trajectory_id": "t1", "expected": "3", "answer": "3"}, "unknown field `answer`"),
         ({"trajectory_id": "t1", "expected": "3", "source": "feedback"}, "`source` is `feedback`"),
         ({"trajectory_id": "ok", "expected": "4"}, "labelled `expected` again (first at"),
+        ({"trajectory_id": "t1", "feedback": "good"}, "`feedback` must be a finite number or a boolean"),
+        ({"trajectory_id": "t1", "feedback": float("nan")}, "labels.jsonl:2"),  # NaN: not JSON a reward takes
     ],
 )
 def test_a_bad_line_exits_2_naming_it_and_writes_nothing(
@@ -92,6 +94,55 @@ def test_a_bad_line_exits_2_naming_it_and_writes_nothing(
     assert says in result.output and "labels.jsonl:2" in result.output
     assert len(result.output.strip().splitlines()) == 1
     assert not lake.has_table("labels")  # nothing partial: the good first line was not written
+    assert not lake.has_table("rewards")
+
+
+def test_feedback_lines_are_the_user_feedback_of_traced_conversations(
+    lake: store.Lake, tmp_path: Path
+) -> None:
+    """Feedback kept outside the agent (a ratings export) joins the traces it rates, as
+    `ingest.feedback` would have sent it: `user_feedback` rewards, what production is measured by."""
+    store.write(
+        lake,
+        "trajectories",
+        [make_trajectory("t1", trace_id=TRACE, user_id="alice"), make_trajectory("t2", user_id="bob")],
+    )
+    path = _write(
+        tmp_path / "ratings.jsonl",
+        {"trace_id": TRACE, "feedback": False, "comment": "wrong unit", "expected": "12 km"},
+        {"trajectory_id": "t2", "feedback": 4.5},
+    )
+    result = runner.invoke(app, ["labels", "import", str(path), "--lake", lake.root])
+    assert result.exit_code == 0, result.output
+    assert "imported 1 labels and 2 feedback" in result.output
+    rewards = runner.invoke(
+        app,
+        [
+            "sql",
+            "SELECT trajectory_id, name, scorer, value, explanation FROM rewards ORDER BY trajectory_id",
+            "--lake",
+            lake.root,
+            "--format",
+            "json",
+        ],
+    )
+    assert json.loads(rewards.stdout) == [
+        {
+            "trajectory_id": "t1",
+            "name": "user_feedback",
+            "scorer": "file",
+            "value": 0.0,
+            "explanation": "wrong unit",
+        },
+        {"trajectory_id": "t2", "name": "user_feedback", "scorer": "file", "value": 4.5, "explanation": None},
+    ]
+    ((label),) = _labels(lake)  # the right answer is a label; a score alone is not
+    assert (label["trajectory_id"], json.loads(label["expected"])) == ("t1", "12 km")
+    twice = _write(
+        tmp_path / "twice.jsonl", {"trajectory_id": "t2", "feedback": 1}, {"trace_id": "t2", "feedback": 0}
+    )
+    result = runner.invoke(app, ["labels", "import", str(twice), "--lake", lake.root])
+    assert result.exit_code == 2 and "has `feedback` again (first at" in result.output
 
 
 def test_corrections_sent_with_feedback_over_otlp_become_labels_and_scenarios(lake: store.Lake) -> None:

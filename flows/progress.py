@@ -48,11 +48,18 @@ def log_at_info() -> None:
 
 def show_on_console() -> None:
     """Show trajlake's progress records on stderr (once, however often called): rich's handler,
-    with the time and no logger path; records do not also reach the root logger's handlers."""
+    with the time and no logger path; records do not also reach the root logger's handlers.
+
+    Called inside a command, the loggers are given back as they were when the command ends
+    (`click`'s context closes): a command run in-process (a test's `CliRunner`, a notebook)
+    leaves no handler behind, and later records reach the root logger again."""
+    import click
     from rich.console import Console
     from rich.logging import RichHandler
 
+    before = [(logging.getLogger(name), logging.getLogger(name).level) for name in LOGGERS]
     log_at_info()
+    added: list[tuple[logging.Logger, logging.Handler, bool]] = []
     for name in LOGGERS:
         logger = logging.getLogger(name)
         if any(isinstance(h, RichHandler) for h in logger.handlers):
@@ -65,5 +72,17 @@ def show_on_console() -> None:
             log_time_format="%X",
         )
         handler.setLevel(logging.INFO)
+        added.append((logger, handler, logger.propagate))
         logger.addHandler(handler)
         logger.propagate = False
+
+    def give_back() -> None:
+        for logger, handler, propagate in added:
+            logger.removeHandler(handler)
+            logger.propagate = propagate
+        for logger, level in before:
+            logger.setLevel(level)
+
+    context = click.get_current_context(silent=True)
+    if context is not None and added:
+        context.call_on_close(give_back)

@@ -42,13 +42,19 @@ REFERENCES = (BASE, SFT)  # every later stage is also compared with these, paire
 def evaluation_reward(config: TrajlakeConfig) -> str:
     """The spec of the success metric: `evaluate.reward`, else `score.reward` when it is one reward
     that is scored, else the first scored reward (each written as a spec or a scored reward's name)."""
-    from judging import resolve_reward_key
+    from judging import RewardSpecError, resolve_reward_key
 
     rewards = config.score.rewards
     if config.evaluate.reward:
-        return resolve_reward_key(config.evaluate.reward, rewards)[0]
+        try:
+            return resolve_reward_key(config.evaluate.reward, rewards)[0]
+        except RewardSpecError as exc:
+            raise StageError("evaluate.reward", str(exc)) from None
     if config.score.reward != "combined":
-        spec = resolve_reward_key(config.score.reward, rewards, combined=bool(config.score.weights))[0]
+        try:
+            spec = resolve_reward_key(config.score.reward, rewards, combined=bool(config.score.weights))[0]
+        except RewardSpecError as exc:
+            raise StageError("score.reward", str(exc)) from None
         if spec in rewards:
             return spec
     if not rewards:

@@ -104,10 +104,12 @@ def test_evaluate_compares_policies_paired_and_publishes_nothing(published_lake:
     evaluated = (
         store.connect(lake).execute("SELECT count(DISTINCT run_id) FROM runs WHERE stage = 'eval'").fetchone()
     )
-    no_reward = runner.invoke(app, ["evaluate", "--lake", str(lake), "--reward", "calculator"])
+    # (`calculator`, the stored name of a `[score] rewards` spec, is a reward now: judging.resolve_reward_key)
+    no_reward = runner.invoke(app, ["evaluate", "--lake", str(lake), "--reward", "no_such_reward"])
     assert no_reward.exit_code == 2 and no_reward.output.startswith(
-        "error: `evaluate.reward`: reward `calculator`"
-    )
+        "error: `evaluate.reward`: reward `no_such_reward`"
+    ), no_reward.output
+    assert len(no_reward.output.strip().splitlines()) == 1
     # refused before any replay: no evaluation recorded
     assert (
         store.connect(lake).execute("SELECT count(DISTINCT run_id) FROM runs WHERE stage = 'eval'").fetchone()

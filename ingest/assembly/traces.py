@@ -180,7 +180,10 @@ def failure_row(
     trace_id: str, stage: IngestStage, exc: BaseException, span_count: int | None
 ) -> dict[str, Any]:
     """An `ingest_errors` row: a short reason code, then the message and where in our code, and when."""
-    frames = traceback.extract_tb(exc.__traceback__)[-3:]
+    # The innermost Python frames: an error raised inside a compiled library (pyarrow's `.pyx`)
+    # is located where our code called it, not only in the library's internals.
+    every = traceback.extract_tb(exc.__traceback__)
+    frames = [f for f in every if f.filename.endswith(".py")][-3:] or every[-3:]
     where = " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(frames))
     message = " ".join(str(exc).split())[:500]
     return {

@@ -228,6 +228,178 @@ def mutated_spans(draw: st.DrawFn) -> list[dict[str, Any]]:
         },
     ],
 ).via("discovered failure")
+@example(
+    rows=[
+        {
+            "trace_id": "db48fc3625ba92faa0c73290d8ca966a",
+            "span_id": "312221b9058cc850",
+            "source": "otel",
+            "name": "generate_content openai/gpt-4o-mini",
+            "kind": "INTERNAL",
+            "parent_span_id": "3b76a616f3f13867",
+            "start_time": datetime.datetime(
+                2026, 11, 23, 5, 30, 45, 15762, tzinfo=zoneinfo.ZoneInfo(key="UTC")
+            ),
+            "end_time": datetime.datetime(
+                2026, 11, 23, 5, 30, 53, 200914, tzinfo=zoneinfo.ZoneInfo(key="UTC")
+            ),
+            "status_code": "UNSET",
+            "status_message": None,
+            "service_name": "weather-agent-corpus",
+            "scope_name": "gcp.vertex.agent",
+            "attributes": '{"gen_ai.operation.name":"generate_content","gen_ai.request.model":"openai/gpt-4o-mini","gen_ai.agent.name":"weather_agent","gen_ai.conversation.id":"conv-42","gcp.vertex.agent.event_id":"8af2caea-677d-4dfa-861e-4be4efe70919","gcp.vertex.agent.invocation_id":"e-0436dc39-1777-4190-91a4-3103ef381e6b","gen_ai.provider.name":"openai","gen_ai.response.finish_reasons":["stop"],"gen_ai.usage.input_tokens":40,"gen_ai.usage.output_tokens":12,"gen_ai.usage.cache_read.input_tokens":0,"gen_ai.tool.definitions":"[{\\"name\\":\\"get_weather\\",\\"description\\":\\"Get the current weather for a city.\\\\n\\\\nArgs:\\\\n    city: The city to get the weather for.\\",\\"parameters\\":null,\\"type\\":\\"function\\"}]"}',
+            "events": "[]",
+            "resource": '{"service.name":"weather-agent-corpus"}',
+            "received_at": datetime.datetime(
+                2026, 11, 28, 14, 1, 10, 118245, tzinfo=zoneinfo.ZoneInfo(key="UTC")
+            ),
+        },
+        {
+            "trace_id": "db48fc3625ba92faa0c73290d8ca966a",
+            "span_id": "ce23a36888ce2d9b",
+            "source": "otel",
+            "name": "execute_tool get_weather",
+            "kind": "INTERNAL",
+            "parent_span_id": "3b76a616f3f13867",
+            "start_time": datetime.datetime(
+                2026, 11, 23, 5, 30, 53, 203891, tzinfo=zoneinfo.ZoneInfo(key="UTC")
+            ),
+            "end_time": datetime.datetime(
+                2026, 11, 23, 5, 30, 53, 205965, tzinfo=zoneinfo.ZoneInfo(key="UTC")
+            ),
+            "status_code": "UNSET",
+            "status_message": None,
+            "service_name": "weather-agent-corpus",
+            "scope_name": "gcp.vertex.agent",
+            "attributes": '{"gen_ai.operation.name":"execute_tool","gen_ai.tool.description":"Get the current weather for a city.\\n\\nArgs:\\n    city: The city to get the weather for.","gen_ai.tool.name":"get_weather","gen_ai.tool.type":"FunctionTool","gen_ai.agent.name":"weather_agent","gen_ai.tool.call.id":"call_weather_paris_1","gcp.vertex.agent.event_id":"3f23f333-ba32-4754-af3c-cbf86ffe28b6"}',
+            "events": "[]",
+            "resource": '{"service.name":"weather-agent-corpus"}',
+            "received_at": datetime.datetime(
+                2026, 11, 28, 14, 1, 10, 118245, tzinfo=zoneinfo.ZoneInfo(key="UTC")
+            ),
+        },
+        {
+            "trace_id": "db48fc3625ba92faa0c73290d8ca966a",
+            "span_id": "6ff96c18aec11497",
+            "source": "otel",
+            "name": "generate_content openai/gpt-4o-mini",
+            "kind": "INTERNAL",
+            "parent_span_id": "3b76a616f3f13867",
+            "start_time": datetime.datetime(
+                2026, 11, 23, 5, 30, 53, 208716, tzinfo=zoneinfo.ZoneInfo(key="UTC")
+            ),
+            "end_time": datetime.datetime(
+                2026, 11, 23, 5, 30, 53, 218899, tzinfo=zoneinfo.ZoneInfo(key="UTC")
+            ),
+            "status_code": "UNSET",
+            "status_message": None,
+            "service_name": "weather-agent-corpus",
+            "scope_name": "gcp.vertex.agent",
+            "attributes": '{"gen_ai.operation.name": "generate_content", "gen_ai.request.model": 0, "gen_ai.agent.name": "weather_agent", "gen_ai.conversation.id": "conv-42", "gcp.vertex.agent.event_id": "d60d93a3-0386-4584-9b29-2627220dd27a", "gcp.vertex.agent.invocation_id": "e-0436dc39-1777-4190-91a4-3103ef381e6b", "gen_ai.provider.name": "openai", "gen_ai.response.finish_reasons": ["stop"], "gen_ai.usage.input_tokens": 70, "gen_ai.usage.output_tokens": 9, "gen_ai.usage.cache_read.input_tokens": 0, "gen_ai.tool.definitions": "[{\\"name\\":\\"get_weather\\",\\"description\\":\\"Get the current weather for a city.\\\\n\\\\nArgs:\\\\n    city: The city to get the weather for.\\",\\"parameters\\":null,\\"type\\":\\"function\\"}]"}',
+            "events": "[]",
+            "resource": '{"service.name":"weather-agent-corpus"}',
+            "received_at": datetime.datetime(
+                2026, 11, 28, 14, 1, 10, 118245, tzinfo=zoneinfo.ZoneInfo(key="UTC")
+            ),
+        },
+        {
+            "trace_id": "db48fc3625ba92faa0c73290d8ca966a",
+            "span_id": "3b76a616f3f13867",
+            "source": "otel",
+            "name": "invoke_agent weather_agent",
+            "kind": "INTERNAL",
+            "parent_span_id": "29882c36a9546281",
+            "start_time": datetime.datetime(
+                2026, 11, 23, 5, 30, 44, 922343, tzinfo=zoneinfo.ZoneInfo(key="UTC")
+            ),
+            "end_time": datetime.datetime(
+                2026, 11, 23, 5, 30, 53, 220954, tzinfo=zoneinfo.ZoneInfo(key="UTC")
+            ),
+            "status_code": "UNSET",
+            "status_message": None,
+            "service_name": "weather-agent-corpus",
+            "scope_name": "gcp.vertex.agent",
+            "attributes": '{"gen_ai.operation.name":"invoke_agent","gen_ai.agent.description":"Answers weather questions.","gen_ai.agent.name":"weather_agent","gen_ai.conversation.id":"conv-42"}',
+            "events": "[]",
+            "resource": '{"service.name":"weather-agent-corpus"}',
+            "received_at": datetime.datetime(
+                2026, 11, 28, 14, 1, 10, 118245, tzinfo=zoneinfo.ZoneInfo(key="UTC")
+            ),
+        },
+        {
+            "trace_id": "db48fc3625ba92faa0c73290d8ca966a",
+            "span_id": "29882c36a9546281",
+            "source": "otel",
+            "name": "invoke_workflow weather_agent",
+            "kind": "INTERNAL",
+            "parent_span_id": None,
+            "start_time": datetime.datetime(
+                2026, 11, 23, 5, 30, 44, 901367, tzinfo=zoneinfo.ZoneInfo(key="UTC")
+            ),
+            "end_time": datetime.datetime(
+                2026, 11, 23, 5, 30, 53, 221653, tzinfo=zoneinfo.ZoneInfo(key="UTC")
+            ),
+            "status_code": "UNSET",
+            "status_message": None,
+            "service_name": "weather-agent-corpus",
+            "scope_name": "gcp.vertex.agent",
+            "attributes": '{"gen_ai.operation.name":"invoke_workflow","gen_ai.conversation.id":"conv-42","gen_ai.workflow.name":"weather_agent"}',
+            "events": "[]",
+            "resource": '{"service.name":"weather-agent-corpus"}',
+            "received_at": datetime.datetime(
+                2026, 11, 28, 14, 1, 10, 118245, tzinfo=zoneinfo.ZoneInfo(key="UTC")
+            ),
+        },
+        {
+            "trace_id": "db48fc3625ba92faa0c73290d8ca966a",
+            "span_id": "3c58d3a8ebd9e62d",
+            "source": "otel",
+            "name": "gen_ai.client.inference.operation.details",
+            "kind": "LOG",
+            "parent_span_id": "312221b9058cc850",
+            "start_time": datetime.datetime(
+                2026, 11, 23, 5, 30, 53, 200611, tzinfo=zoneinfo.ZoneInfo(key="UTC")
+            ),
+            "end_time": datetime.datetime(
+                2026, 11, 23, 5, 30, 53, 200611, tzinfo=zoneinfo.ZoneInfo(key="UTC")
+            ),
+            "status_code": "UNSET",
+            "status_message": None,
+            "service_name": "weather-agent-corpus",
+            "scope_name": "gcp.vertex.agent",
+            "attributes": '{"gen_ai.agent.name":"weather_agent","gen_ai.conversation.id":"conv-42","gcp.vertex.agent.event_id":"8af2caea-677d-4dfa-861e-4be4efe70919","gcp.vertex.agent.invocation_id":"e-0436dc39-1777-4190-91a4-3103ef381e6b","gen_ai.provider.name":"openai","user.id":"user-7","gen_ai.response.finish_reasons":["stop"],"gen_ai.usage.input_tokens":40,"gen_ai.usage.output_tokens":12,"gen_ai.usage.cache_read.input_tokens":0,"gen_ai.input.messages":[{"role":"user","parts":[{"content":"What is the weather in Paris?","type":"text"}]}],"gen_ai.system_instructions":[{"content":"You are a weather assistant. Use the get_weather tool to answer.\\n\\nYou are an agent. Your internal name is \\"weather_agent\\". The description about you is \\"Answers weather questions.\\".","type":"text"}],"gen_ai.tool.definitions":[{"name":"get_weather","description":"Get the current weather for a city.\\n\\nArgs:\\n    city: The city to get the weather for.","parameters":{"properties":{"city":{"title":"City","type":"string"}},"required":["city"],"title":"get_weatherParams","type":"object"},"type":"function"}],"gen_ai.output.messages":[{"role":"assistant","parts":[{"id":"call_weather_paris_1","name":"get_weather","arguments":{"city":"Paris"},"type":"tool_call"}],"finish_reason":"stop"}],"log.time_unix_nano":1795411853200611730}',
+            "events": "[]",
+            "resource": '{"service.name":"weather-agent-corpus"}',
+            "received_at": datetime.datetime(
+                2026, 11, 28, 14, 1, 10, 119390, tzinfo=zoneinfo.ZoneInfo(key="UTC")
+            ),
+        },
+        {
+            "trace_id": "db48fc3625ba92faa0c73290d8ca966a",
+            "span_id": "dd55b76982433b92",
+            "source": "otel",
+            "name": "gen_ai.client.inference.operation.details",
+            "kind": "LOG",
+            "parent_span_id": "6ff96c18aec11497",
+            "start_time": datetime.datetime(
+                2026, 11, 23, 5, 30, 53, 218698, tzinfo=zoneinfo.ZoneInfo(key="UTC")
+            ),
+            "end_time": datetime.datetime(
+                2026, 11, 23, 5, 30, 53, 218698, tzinfo=zoneinfo.ZoneInfo(key="UTC")
+            ),
+            "status_code": "UNSET",
+            "status_message": None,
+            "service_name": "weather-agent-corpus",
+            "scope_name": "gcp.vertex.agent",
+            "attributes": '{"gen_ai.agent.name":"weather_agent","gen_ai.conversation.id":"conv-42","gcp.vertex.agent.event_id":"d60d93a3-0386-4584-9b29-2627220dd27a","gcp.vertex.agent.invocation_id":"e-0436dc39-1777-4190-91a4-3103ef381e6b","gen_ai.provider.name":"openai","user.id":"user-7","gen_ai.response.finish_reasons":["stop"],"gen_ai.usage.input_tokens":70,"gen_ai.usage.output_tokens":9,"gen_ai.usage.cache_read.input_tokens":0,"gen_ai.input.messages":[{"role":"user","parts":[{"content":"What is the weather in Paris?","type":"text"}]},{"role":"assistant","parts":[{"id":"call_weather_paris_1","name":"get_weather","arguments":{"city":"Paris"},"type":"tool_call"}]},{"role":"user","parts":[{"id":"call_weather_paris_1","response":{"result":"18C and sunny in Paris"},"type":"tool_call_response"}]}],"gen_ai.system_instructions":[{"content":"You are a weather assistant. Use the get_weather tool to answer.\\n\\nYou are an agent. Your internal name is \\"weather_agent\\". The description about you is \\"Answers weather questions.\\".","type":"text"}],"gen_ai.tool.definitions":[{"name":"get_weather","description":"Get the current weather for a city.\\n\\nArgs:\\n    city: The city to get the weather for.","parameters":{"properties":{"city":{"title":"City","type":"string"}},"required":["city"],"title":"get_weatherParams","type":"object"},"type":"function"}],"gen_ai.output.messages":[{"role":"assistant","parts":[{"content":"It is 18C and sunny in Paris.","type":"text"}],"finish_reason":"stop"}],"log.time_unix_nano":1795411853218698375}',
+            "events": "[]",
+            "resource": '{"service.name":"weather-agent-corpus"}',
+            "received_at": datetime.datetime(
+                2026, 11, 28, 14, 1, 10, 119390, tzinfo=zoneinfo.ZoneInfo(key="UTC")
+            ),
+        },
+    ],
+).via("discovered failure")
 def test_mutated_recordings_assemble_or_fail_on_the_record_but_never_raise(
     rows: list[dict[str, Any]],
 ) -> None:

@@ -43,6 +43,7 @@ from ingest.assembly.normalize.types import (
     openai_tools,
     strip_or_none,
     text_attr,
+    text_or_none,
 )
 
 LLM_OPERATIONS = {"chat", "text_completion", "generate_content", "responses"}
@@ -123,9 +124,9 @@ def llm_call(
         input_messages=input_messages,
         output_messages=output_messages,
         tools=tools,
-        request_model=request_model,
-        response_model=response_model,
-        provider=provider,
+        request_model=text_or_none(request_model),  # a model is text, a number too
+        response_model=text_or_none(response_model),
+        provider=text_or_none(provider),
         params=params,
         input_tokens=input_tokens if type(input_tokens) is int else as_int(input_tokens),  # usually an int
         output_tokens=output_tokens if type(output_tokens) is int else as_int(output_tokens),

@@ -25,6 +25,7 @@ from ingest.assembly.normalize.types import (
     make_message,
     maybe_json,
     openai_tools,
+    text_or_none,
 )
 
 PREFIX = "langfuse.observation."
@@ -114,9 +115,9 @@ def normalize_langfuse(span: Span) -> LLMCall | ToolCall | None:
         input_messages=inputs,
         output_messages=outputs,
         tools=tools,
-        request_model=model,
-        response_model=model,
-        provider=attrs.get("gen_ai.provider.name"),
+        request_model=text_or_none(model),
+        response_model=text_or_none(model),
+        provider=text_or_none(attrs.get("gen_ai.provider.name")),
         params=params,
         input_tokens=input_tokens,
         output_tokens=output_tokens,

@@ -29,6 +29,7 @@ from ingest.assembly.normalize.types import (
     maybe_json,
     openai_tools,
     strip_or_none,
+    text_or_none,
 )
 
 _PARAMS = (
@@ -182,11 +183,13 @@ def normalize_openinference(span: Span) -> LLMCall | ToolCall | None:
         input_messages=inputs,
         output_messages=outputs,
         tools=tools,
-        request_model=request_model,
-        response_model=first(attrs, "llm.response.model_name")
-        or _answering_model(maybe_json(attrs.get("output.value")))
-        or first(attrs, "llm.model_name"),
-        provider=first(attrs, "llm.provider", "llm.system"),
+        request_model=text_or_none(request_model),
+        response_model=text_or_none(
+            first(attrs, "llm.response.model_name")
+            or _answering_model(maybe_json(attrs.get("output.value")))
+            or first(attrs, "llm.model_name")
+        ),
+        provider=text_or_none(first(attrs, "llm.provider", "llm.system")),
         params=params,
         input_tokens=as_int(attrs.get("llm.token_count.prompt")),
         output_tokens=as_int(attrs.get("llm.token_count.completion")),

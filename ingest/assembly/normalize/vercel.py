@@ -154,8 +154,8 @@ def normalize_vercel(span: Span) -> LLMCall | ToolCall | None:
         input_messages=inputs,
         output_messages=outputs,
         tools=tools,
-        request_model=first(attrs, "ai.model.id", "gen_ai.request.model"),
-        response_model=first(attrs, "ai.response.model", "gen_ai.response.model"),
+        request_model=text_or_none(first(attrs, "ai.model.id", "gen_ai.request.model")),
+        response_model=text_or_none(first(attrs, "ai.response.model", "gen_ai.response.model")),
         provider=first(attrs, "ai.model.provider", "gen_ai.system"),
         params=params,
         input_tokens=as_int(

@@ -3,7 +3,7 @@
 Two audiences, one set of log records:
 
 - **the console** of `trajlake pipeline`, `trajlake demo` and the training commands:
-  `show_on_console()` puts a rich handler on trajlake's loggers (`flows`, `training`) at
+  `console_progress()` puts a rich handler on trajlake's loggers (`flows`, `training`) at
   INFO, on stderr, so a 30-minute night is never silent;
 - **the Prefect API** (the UI's run logs): the flows log their steps with `get_run_logger()`,
   and `trajlake serve`/`pipeline` name the `training` logger in `PREFECT_LOGGING_EXTRA_LOGGERS`
@@ -18,6 +18,8 @@ Two audiences, one set of log records:
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 LOGGER = logging.getLogger("flows.progress")
 #: trajlake's loggers a console or a run's log shows at INFO
@@ -41,19 +43,18 @@ def decision(text: str) -> None:
 
 def log_at_info() -> None:
     """trajlake's loggers pass INFO records (Python's default is WARNING), to whatever handlers
-    they have: the console's (`show_on_console`) and, in a Prefect run, the API's."""
+    they have: the console's (`console_progress`) and, in a Prefect run, the API's."""
     for name in LOGGERS:
         logging.getLogger(name).setLevel(logging.INFO)
 
 
-def show_on_console() -> None:
-    """Show trajlake's progress records on stderr (once, however often called): rich's handler,
-    with the time and no logger path; records do not also reach the root logger's handlers.
-
-    Called inside a command, the loggers are given back as they were when the command ends
-    (`click`'s context closes): a command run in-process (a test's `CliRunner`, a notebook)
-    leaves no handler behind, and later records reach the root logger again."""
-    import click
+@contextmanager
+def console_progress() -> Iterator[None]:
+    """Show trajlake's progress records on stderr while the block runs (a command's body): rich's
+    handler, with the time and no logger path; records do not also reach the root logger's
+    handlers meanwhile. Afterwards the loggers are as they were, so a command run in-process (a
+    test's `CliRunner`, a notebook) leaves no handler behind and later records reach the root
+    logger again (they did not: the trainers' warnings then missed pytest's caplog)."""
     from rich.console import Console
     from rich.logging import RichHandler
 
@@ -63,7 +64,7 @@ def show_on_console() -> None:
     for name in LOGGERS:
         logger = logging.getLogger(name)
         if any(isinstance(h, RichHandler) for h in logger.handlers):
-            continue
+            continue  # an enclosing block shows them already
         handler = RichHandler(
             console=Console(stderr=True),
             show_path=False,
@@ -75,14 +76,11 @@ def show_on_console() -> None:
         added.append((logger, handler, logger.propagate))
         logger.addHandler(handler)
         logger.propagate = False
-
-    def give_back() -> None:
+    try:
+        yield
+    finally:
         for logger, handler, propagate in added:
             logger.removeHandler(handler)
             logger.propagate = propagate
         for logger, level in before:
             logger.setLevel(level)
-
-    context = click.get_current_context(silent=True)
-    if context is not None and added:
-        context.call_on_close(give_back)

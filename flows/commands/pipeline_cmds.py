@@ -81,12 +81,11 @@ def pipeline(
         raise fail(str(exc), 2) from None
     quiet_libraries()
     from flows.prefect_flows import run_pipeline
-    from flows.progress import show_on_console
-
-    show_on_console()  # each step as it starts and ends, and the trainers' loss
+    from flows.progress import console_progress
 
     try:
-        result = run_pipeline(config, cfg.lake.path, rounds=rounds, force_publish=force_publish)
+        with console_progress():  # each step as it starts and ends, and the trainers' loss
+            result = run_pipeline(config, cfg.lake.path, rounds=rounds, force_publish=force_publish)
     except Exception:
         failed = _failed_run(cfg)
         if failed is None:
@@ -186,17 +185,17 @@ def demo(
             )
     _prefect_defaults(workdir.absolute() / ".prefect")
     quiet_libraries()
-    from flows.progress import show_on_console
+    from flows.progress import console_progress
 
-    show_on_console()  # the pipeline's steps and the trainers' loss between the demo's own lines
-    run_demo(
-        workdir,
-        size=size,
-        judge_base_url=judge_base_url or None,
-        judge_model=judge_model or None,
-        backend=backend,
-        model=model,
-    )
+    with console_progress():  # the pipeline's steps and the trainers' loss between the demo's own lines
+        run_demo(
+            workdir,
+            size=size,
+            judge_base_url=judge_base_url or None,
+            judge_model=judge_model or None,
+            backend=backend,
+            model=model,
+        )
 
 
 def config_reference(

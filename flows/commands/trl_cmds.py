@@ -28,7 +28,7 @@ from flows.commands.options import (
     quiet_libraries,
     resolve_lake,
 )
-from flows.progress import show_on_console
+from flows.progress import console_progress
 
 SetOption = Annotated[
     list[str] | None,
@@ -160,10 +160,10 @@ def run_stage(
     config = stage_config(f"train.{stage}", values, output, overrides)
     the_lake = resolve_lake(lake, must_exist=True)  # training reads what the lake holds
     quiet_libraries()  # the trainer's own progress and trajlake's summary, not the libraries' bars
-    show_on_console()  # each step's loss and what is left (`training.metrics.ProgressLog`)
     versions = as_of_versions(as_of, stage, the_lake)
     try:
-        result = train(the_lake, config, versions)
+        with console_progress():  # each step's loss and what is left (`training.metrics.ProgressLog`)
+            result = train(the_lake, config, versions)
     except BadHyperparameter as exc:  # bad input (a base model that does not load, ...): exit 2
         raise fail(str(exc), 2) from None
     except (TrainingError, store.SelectionError) as exc:

@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from flows.demo.base_model import MARKER, pretrain_base_model, pretraining_corpus
+
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
 
 
 def test_shipped_weights_load_and_copy(tiny_model: Path, tmp_path: Path) -> None:

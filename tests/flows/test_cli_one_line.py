@@ -18,7 +18,7 @@ import pytest
 import store
 from tests.store.helpers import make_traj
 
-pytestmark = pytest.mark.reliability
+pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 MIB = 1 << 20

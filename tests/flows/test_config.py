@@ -16,6 +16,8 @@ from flows.cli import app
 from flows.config import SECTIONS, command_defaults, describe, load_config
 from flows.settings import ConfigError, env_overrides
 
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
+
 
 def write(tmp_path: Path, text: str) -> str:
     path = tmp_path / "trajlake.toml"

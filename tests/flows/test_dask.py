@@ -17,6 +17,8 @@ from safetensors.torch import load_file
 import store
 from tests.training.helpers import make_trajectory
 
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
+
 distributed = pytest.importorskip("distributed", reason="Dask is the [dask] extra (prefect-dask)")
 pytest.importorskip("prefect_dask", reason="Dask is the [dask] extra (prefect-dask)")
 

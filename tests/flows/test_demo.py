@@ -18,6 +18,8 @@ import store
 from flows.demo.run import run_demo
 from tests.flows.browser import chromium, console_errors, decoded_images, screenshot_sections
 
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
+
 
 async def _artifact_keys() -> set[str]:
     from prefect.client.orchestration import get_client

@@ -26,6 +26,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
+
 import judging
 from flows import stages
 from flows.config import load_config
@@ -34,6 +36,8 @@ from flows.demo.capture import capture_production_traces
 from flows.demo.run import SIZES, write_demo_config
 from flows.stages.replay import replay_policy
 from flows.stages.score import score_reward
+
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
 
 
 def test_grpo_rounds_lift_the_sft_warm_start(tiny_model: Path, tmp_path: Path) -> None:

@@ -24,6 +24,8 @@ from judging.ruler.cache import JudgeCache
 from store.erasure_check import files_holding
 from training.registry import adapter_rows
 
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
+
 runner = CliRunner()
 T0 = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
 USER = "user-erase-me-7"

@@ -24,6 +24,8 @@ from flows.cli import app
 from store.erasure_check import files_holding
 from tests.ingest.test_durability import start
 
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
+
 runner = CliRunner()
 USER = "ünï-Ω-user-55"
 MARKER = "marker-of-the-forgotten-55"

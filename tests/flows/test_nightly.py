@@ -22,6 +22,8 @@ from flows.demo.run import SIZES, write_demo_config
 from flows.demo.serving import serve_second_batch
 from training.registry import resolve_adapter
 
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
+
 NAME = "calculator-agent"
 SPEC = SIZES["small"]
 EVERY_CONVERSATION = "SELECT trajectory_id FROM trajectories WHERE source = 'otel' AND has_content"

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
+
 #: a line of `dis` output, as dill's disassembly of a hashed function printed into the run's log
 BYTECODE = re.compile(r"\b(LOAD|STORE|CALL|RETURN|BUILD|PUSH|POP)_[A-Z_]+\b")
 

@@ -24,6 +24,8 @@ from flows.demo.run import SIZES
 from flows.report import render_report, report_data
 from training.registry import adapter_rows
 
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
+
 NAME = "calculator-agent"
 SPEC = SIZES["small"]
 

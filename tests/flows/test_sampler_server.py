@@ -14,6 +14,8 @@ from training.publish import PublishConfig, publish
 from training.replay.samplers import SamplingParams
 from training.sft_config import TrajlakeSFTConfig
 
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
+
 
 @pytest.fixture
 def published(tiny_model: Path, lake: store.Lake, tmp_path: Path) -> str:

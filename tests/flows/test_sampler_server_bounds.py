@@ -28,6 +28,8 @@ from training.errors import AdapterNotServable
 from training.replay.samplers import SamplingParams
 from training.sft_config import TrajlakeSFTConfig
 
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

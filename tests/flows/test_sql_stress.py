@@ -20,7 +20,7 @@ import pytest
 import store
 from bench.sql_stress import build_lake, commands_for, statements, stress
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 
 
 def test_every_documented_query_exits_cleanly_in_fresh_processes_under_load(tmp_path: Path) -> None:

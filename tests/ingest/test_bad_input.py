@@ -19,7 +19,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from tests.ingest.conftest import sql
 from tests.ingest.otlp_cases import as_json, chat_trace
 
-pytestmark = pytest.mark.reliability
+pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 
 TRACE = "ab" * 16
 PB = {"Content-Type": "application/x-protobuf"}

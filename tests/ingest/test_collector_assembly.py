@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 
 import httpx
+import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from tests.ingest.conftest import sql, wait_for
 from tests.ingest.otlp_cases import chat_trace
+
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
 
 PB = {"Content-Type": "application/x-protobuf"}
 

@@ -24,6 +24,8 @@ from store import CompactConfig, compact
 from tests.conftest import s3_lake_at
 from tests.ingest.test_durability import random_request, start
 
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
+
 SECONDS = 8
 
 

@@ -23,7 +23,7 @@ from flows.background import free_port
 from store import Lake
 from tests.ingest.test_durability import start
 
-pytestmark = pytest.mark.reliability
+pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 
 STALLED = {
     "metrics": b"POST /v1/metrics HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"

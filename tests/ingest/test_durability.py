@@ -27,6 +27,8 @@ from ingest.otlp.spool import HEADER, MAGIC, Spool, decode_table, encode_table, 
 from store import Lake
 from tests.ingest.conftest import STARTED, sql, wait_for
 
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -44,6 +44,8 @@ import json, os, sys, time
 from deltalake import DeltaTable
 import store
 
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
+
 lake, stop = store.Lake(sys.argv[1]), sys.argv[2]
 counts, problems = {"opens": 0, "queries": 0}, []
 

@@ -16,6 +16,8 @@ import pytest
 
 from tests.ingest.frameworks.replay import compare, configurations, expected_of, replay
 
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
+
 
 @pytest.mark.parametrize("name", configurations())
 def test_recorded_framework_gives_its_exact_trajectory(name: str, tmp_path: Path) -> None:

@@ -17,11 +17,14 @@ import time
 from typing import Any
 
 import httpx
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.ingest.conftest import sql
 from tests.ingest.otlp_cases import as_json, chat_trace
+
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
 
 VALID_PB = chat_trace(2).SerializeToString()
 VALID_JSON = json.dumps(as_json(chat_trace(1))).encode()

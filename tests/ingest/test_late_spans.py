@@ -22,7 +22,7 @@ from tests.ingest.conftest import sql, wait_for
 from tests.ingest.otlp_cases import chat_trace
 from tests.ingest.test_durability import start
 
-pytestmark = pytest.mark.reliability
+pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 
 PB = {"Content-Type": "application/x-protobuf"}
 ASSEMBLING = ("--assemble", "--idle-timeout", "1", "--assemble-interval-s", "0.1")

@@ -30,6 +30,7 @@ from tests.ingest.test_durability import start
 pytestmark = [
     pytest.mark.reliability,
     pytest.mark.skipif(platform.system() != "Linux", reason="reads /proc; glibc's arenas"),
+    pytest.mark.slow,
 ]
 
 MARGIN_MB = 15  # measured on 2 cores: within 1-3 MB; with glibc's and Arrow's defaults +14 to +23

@@ -12,6 +12,8 @@ import pytest
 
 import ingest.assembly
 
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
+
 ASSEMBLER_TESTS = [
     "test_assemble.py",
     "test_assemble_feedback.py",

@@ -33,6 +33,8 @@ from tests.ingest.fake_openai import (
     serve_in_thread,
 )
 
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
+
 ROOT = Path(__file__).resolve().parents[2]
 PUBLIC_KEY, SECRET_KEY = "pk-lf-test", "sk-lf-test"
 

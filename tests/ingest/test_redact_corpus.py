@@ -38,7 +38,7 @@ from store import Lake
 from tests.ingest.conftest import wait_for
 from tests.store.test_log_statistics import delta_log_text
 
-pytestmark = pytest.mark.reliability
+pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 
 PEM = (
     "-----BEGIN RSA PRIVATE" + " KEY-----\nMIIEowIBAAKCAQEA0Z3VS5JJcds3xfn/ygWyF8PbnGy0AHB7MhgHcTz6sE2I2yPB\n"

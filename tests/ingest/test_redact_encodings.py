@@ -31,7 +31,7 @@ from ingest.redact import redact_text
 from tests.ingest.conftest import wait_for
 from tests.ingest.test_redact_corpus import SECRETS, every_string, log_leaks, placed, secrets_in
 
-pytestmark = pytest.mark.reliability
+pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 
 
 def _u_escaped(text: str) -> str:

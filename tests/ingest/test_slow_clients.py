@@ -32,7 +32,7 @@ from store import Lake
 from tests.ingest.conftest import make_config, wait_for
 from tests.ingest.test_durability import start
 
-pytestmark = pytest.mark.reliability
+pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 
 HEADERS = b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from typer.testing import CliRunner
 
 import store
@@ -16,6 +17,8 @@ from flows.cli import app
 from tests.judging.fake_judge import FakeJudge, JudgeServer
 from tests.judging.helpers import make_scenario, write_groups
 from tests.store.helpers import make_traj
+
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
 
 runner = CliRunner()
 

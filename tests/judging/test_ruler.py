@@ -14,6 +14,8 @@ from judging.ruler.cache import JudgeCache
 from tests.judging.fake_judge import BLOCK, FakeJudge, JudgeServer, rule_score
 from tests.judging.helpers import good_answers, make_group, write_groups
 
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
+
 QUIET = ScoreConfig(progress=False)
 
 

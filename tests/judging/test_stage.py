@@ -19,6 +19,8 @@ from judging import (
 )
 from tests.judging.helpers import make_group, make_scenario, make_traj
 
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
+
 QUIET = ScoreConfig(progress=False)
 
 

@@ -21,6 +21,8 @@ from store import CompactConfig, compact
 from store import keys as store_keys
 from tests.store.helpers import T0, make_traj
 
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
+
 REPO = Path(__file__).resolve().parents[2]
 
 

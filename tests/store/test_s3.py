@@ -9,6 +9,8 @@ from bench.synthetic import synthetic_rewards, synthetic_trajectories
 from store import CompactConfig, compact
 from tests.conftest import s3_lake_at
 
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
+
 pytest.importorskip("moto.server")
 
 

@@ -28,7 +28,7 @@ from store.sandbox import run_without_writes, write_sandbox_problem
 from tests.store.helpers import make_traj
 from tests.store.sql_corpus import PLACES, STATEMENTS, Case, Targets, changes, corpus, tree
 
-pytestmark = pytest.mark.reliability
+pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import store
 from flows.cli import app
 from tests.store.helpers import make_traj
 
-pytestmark = pytest.mark.reliability
+pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 
 WRITES = [
     "/* c */ EXPLAIN ANALYZE COPY (SELECT 42) TO '{out}'",

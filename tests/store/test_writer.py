@@ -20,6 +20,8 @@ import store
 from store.schema import TIMESTAMP
 from tests.store.helpers import T0, count, make_traj
 
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
+
 REPO = Path(__file__).resolve().parents[2]
 
 # --- validation: each kind, exact attributes, nothing written -------------------------

@@ -18,6 +18,8 @@ from training.run import read_run_record
 from training.sft import train_sft
 from training.sft_config import TrajlakeSFTConfig
 
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
+
 COMMON = dict(activation_checkpointing=False, save_strategy="no", seed=0, disable_tqdm=True, max_steps=1)
 
 

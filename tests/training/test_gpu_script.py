@@ -16,6 +16,10 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
+
 ROOT = Path(__file__).resolve().parents[2]
 LAKE_LIBRARIES = ("deltalake", "duckdb", "polars", "prefect", "langfuse", "opentelemetry")
 

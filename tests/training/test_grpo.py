@@ -27,6 +27,8 @@ from training.errors import BadHyperparameter, MissingTokenData, NonFiniteLoss
 from training.grpo import train_grpo
 from training.grpo_config import LOSS_TYPES, TrajlakeGRPOConfig
 
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
+
 ALL = "SELECT trajectory_id FROM trajectories"
 TEMPERATURE = 0.7
 

@@ -19,6 +19,8 @@ from training.grpo import StoredGroupsGRPOTrainer, grpo_dataset, stored_reward, 
 from training.grpo_batch import GroupedRepeatSampler
 from training.grpo_rows import fit_batch_to_rows, policy_lineage, within_staleness
 
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
+
 
 def groups_lake(
     tmp_path: Path, tiny_model: Path, *, equal: tuple[str, ...] = (), drift: float = 0.0

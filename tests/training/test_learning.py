@@ -30,6 +30,8 @@ from training.registry import read_manifest
 from training.replay.samplers import SamplingParams, make_sampler
 from training.replay.stage import ReplayConfig, replay
 
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
+
 VAL = "SELECT scenario_id FROM scenarios WHERE split = 'val'"
 
 

@@ -24,6 +24,8 @@ from safetensors.torch import load_file
 import store
 from tests.training.train_helpers import msg, stored_groups, traj
 
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
+
 LR = 1e-3
 
 

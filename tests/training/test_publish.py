@@ -31,6 +31,8 @@ from training.serving import load_into_vllm, vllm_problems
 from training.sft import train_sft
 from training.sft_config import TrajlakeSFTConfig
 
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
+
 PROBE = [[5, 17, 42, 99, 7, 300, 12, 64]]
 
 

@@ -47,7 +47,7 @@ from training.run import load_tokenizer
 from training.sft import sft_dataset, tokenize_conversations, train_sft
 from training.sft_config import TrajlakeSFTConfig
 
-pytestmark = pytest.mark.realmodel
+pytestmark = [pytest.mark.realmodel, pytest.mark.slow]
 
 NAME = "smollm2-135m-instruct"
 ALL = "SELECT trajectory_id FROM trajectories"

@@ -25,6 +25,8 @@ from training.run import last_checkpoint, load_tokenizer
 from training.sft import tokenize_conversations, train_sft
 from training.sft_config import TrajlakeSFTConfig
 
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
+
 ALL = "SELECT trajectory_id FROM trajectories"
 REPO = Path(__file__).resolve().parents[2]
 

@@ -21,6 +21,8 @@ from store import Lake
 from tests.ingest.langfuse.conftest import cli, seed_project, sql
 from tests.ingest.langfuse.standin import StandinLangfuse
 
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
+
 MIB = 1 << 20
 TABLES = ("spans", "trajectories", "rewards")
 LINE = b'{"id": "' + b"x" * 1000 + b'"}\n'

@@ -14,6 +14,8 @@ from tests.ingest.langfuse.agent_traces import seed_agent_trace
 from tests.ingest.langfuse.conftest import cli, make_config, seed_project, sql
 from tests.ingest.langfuse.standin import StandinLangfuse
 
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
+
 COMPARE = (
     "SELECT trajectory_id, source, trace_id, session_id, user_id, agent_name, model, started_at, ended_at, "
     "messages, tools, final_output, input_tokens, output_tokens, status, has_content, metadata "

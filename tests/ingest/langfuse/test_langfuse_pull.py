@@ -20,6 +20,8 @@ from tests.ingest.langfuse.agent_traces import seed_agent_trace
 from tests.ingest.langfuse.conftest import cli, make_config, sql, trace_id
 from tests.ingest.langfuse.standin import StandinLangfuse
 
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
+
 OBS = "/api/public/v2/observations"
 SCORES = "/api/public/v3/scores"
 ROLES = ["system", "user", "assistant", "tool", "assistant"]

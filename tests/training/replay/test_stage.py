@@ -23,6 +23,8 @@ from training.replay.samplers.base import Completion, SampleRequest, SamplingPar
 from training.replay.scenario_io import create_scenarios, load_scenarios
 from training.replay.stage import ReplayConfig, group_id_for, replay
 
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
+
 REPO = Path(__file__).resolve().parents[3]
 
 

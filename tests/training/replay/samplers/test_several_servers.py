@@ -24,6 +24,8 @@ from training.replay.samplers import SamplerConfig, SampleRequest, SamplingParam
 from training.replay.samplers.vllm_launch import free_port
 from training.replay.samplers.vllm_server import VLLMServerSampler
 
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
+
 
 def wait_until_up(url: str, process: subprocess.Popen, timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s

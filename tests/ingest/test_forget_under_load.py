@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
+import pytest
 
 import store
 from flows.stages.forget import carry_out, plan
@@ -32,6 +33,8 @@ from store.erasure_check import files_holding
 from tests.ingest.fake_openai import free_port
 from tests.ingest.test_collectors_together import body_trace_id
 from tests.ingest.test_durability import ROOT, random_request, start
+
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
 
 USER = "user-forgotten-under-load"
 T0 = datetime(2026, 11, 20, tzinfo=UTC)
@@ -43,8 +46,6 @@ READER = r"""
 import json, os, sys, time
 from deltalake import DeltaTable
 import store
-
-pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
 
 lake, stop = store.Lake(sys.argv[1]), sys.argv[2]
 counts, problems = {"opens": 0, "queries": 0}, []

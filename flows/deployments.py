@@ -43,11 +43,12 @@ def deployment_specs(config: TrajlakeConfig, config_file: str | None) -> list[De
 
 def build_deployments(config: TrajlakeConfig, config_file: str | None) -> list[Any]:
     """Prefect `RunnerDeployment`s for the specs."""
+    from prefect import Flow
     from prefect.schedules import Cron
 
     from flows.prefect_flows import ingest_flow, pipeline_flow
 
-    flows = {"trajlake-ingest": ingest_flow, "trajlake-pipeline": pipeline_flow}
+    flows: dict[str, Flow[..., Any]] = {"trajlake-ingest": ingest_flow, "trajlake-pipeline": pipeline_flow}
     return [
         flows[spec.flow_name].to_deployment(
             name=spec.name,

@@ -79,8 +79,8 @@ def console_progress() -> Iterator[None]:
     try:
         yield
     finally:
-        for logger, handler, propagate in added:
-            logger.removeHandler(handler)
+        for logger, ours, propagate in added:
+            logger.removeHandler(ours)
             logger.propagate = propagate
         for logger, level in before:
             logger.setLevel(level)

@@ -162,8 +162,8 @@ class Section:
         try:
             return self.cls(**{**kwargs, **extra})
         except (ValueError, TypeError) as exc:
-            name = exc.field if isinstance(exc, SettingError) else None
-            raise ConfigError(f"{self.key}.{name}" if name else self.key, str(exc), source) from None
+            failed = exc.field if isinstance(exc, SettingError) else None
+            raise ConfigError(f"{self.key}.{failed}" if failed else self.key, str(exc), source) from None
 
 
 # --- types ----------------------------------------------------------------------------------------

@@ -217,8 +217,8 @@ def config_reference(
 
     if markdown:
         typer.echo("| key | default | meaning |\n| --- | --- | --- |")
-        for row in described():
-            typer.echo(f"| `{row.key}` | `{row.default}` | {row.help} |")
+        for setting in described():
+            typer.echo(f"| `{setting.key}` | `{setting.default}` | {setting.help} |")
         return
     environ = {**os.environ, "TRAJLAKE_CONFIG": config} if config else os.environ
     try:

@@ -110,11 +110,11 @@ def as_of_versions(values: list[str] | None, stage: str, lake: Any) -> dict[str,
 
     versions: dict[str, int] = {}
     for value in values:
-        table, sep, version = value.partition("=")
+        table, sep, number = value.partition("=")
         if sep:
-            if not version.strip().isdigit():
+            if not number.strip().isdigit():
                 raise fail(f"--as-of `{value}`: expected TABLE=VERSION, e.g. trajectories=12", 2)
-            versions[table.strip()] = int(version)
+            versions[table.strip()] = int(number)
             continue
         try:
             versions.update(of_lineage(stage_lineage(lake, value, stage)))

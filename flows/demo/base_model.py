@@ -72,7 +72,9 @@ def pretraining_corpus(
                 f"{expression} = ?",
             ]
         )
-        messages = [{"role": "system", "content": rng.choice(_PHRASES[:2])}] if rng.random() < 0.5 else []
+        messages: list[dict[str, Any]] = (
+            [{"role": "system", "content": rng.choice(_PHRASES[:2])}] if rng.random() < 0.5 else []
+        )
         call = {"name": "calculator", "arguments": {"expression": expression}}
         result = str(value) if rng.random() < 0.5 else json.dumps({"result": value})
         answer = f"{value} is the answer." if rng.random() < 0.5 else f"The answer is {value}."

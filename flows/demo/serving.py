@@ -35,7 +35,7 @@ def demo_vllm_server(model: Path, workdir: Path, max_new_tokens: int) -> Any:
 
 def serve_second_batch(
     lake: Path,
-    model: Path,
+    model: Path | str,
     published: dict[str, Any],
     questions: int,
     max_new_tokens: int,

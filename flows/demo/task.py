@@ -139,10 +139,9 @@ def _mixed_question(rng: random.Random, kind: int) -> Question:
         a, b, c = rng.randint(1, 30), rng.randint(1, 12), rng.randint(1, 12)
         return Question(f"{a} {rng.choice('+-*')} {b} {rng.choice('+-*')} {c}")
     wording, right, wrong = rng.choice(WORD_PROBLEMS)
-    values = {"name": rng.choice(NAMES), "a": rng.randint(2, 12), "b": rng.randint(2, 12)}
-    values["c"] = rng.randint(
-        1, values["a"] * values["b"] // 2 if "*" in right else values["a"] + values["b"] - 1
-    )
+    name, a, b = rng.choice(NAMES), rng.randint(2, 12), rng.randint(2, 12)
+    c = rng.randint(1, a * b // 2 if "*" in right else a + b - 1)
+    values = {"name": name, "a": a, "b": b, "c": c}
     return Question(right.format(**values), wording.format(**values), wrong.format(**values))
 
 

@@ -199,15 +199,15 @@ def report_data(
         group_rewards.setdefault(policy or "(base)", []).append([float(v) for v in values])
     adapter = None
     if adapter_name:
-        row = con.execute(
+        adapter_row = con.execute(
             # no version named: the one in production, else the newest
             "SELECT * FROM adapters WHERE name = ? AND (? IS NULL OR version = ?) "
             "ORDER BY list_contains(coalesce(aliases, []), 'production') DESC, version DESC LIMIT 1",
             [adapter_name, adapter_version, adapter_version],
         ).fetchone()
-        if row is not None:
+        if adapter_row is not None:
             columns = [d[0] for d in con.description]
-            adapter = dict(zip(columns, row, strict=True))
+            adapter = dict(zip(columns, adapter_row, strict=True))
             for key in ("data", "metrics"):
                 if isinstance(adapter.get(key), str):
                     adapter[key] = json.loads(adapter[key])

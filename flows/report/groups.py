@@ -150,8 +150,9 @@ def _fill_members(con: Any, groups: dict[str, Group], reward: str, tokenizer: An
             )
         )
     for group in groups.values():
-        values = [next((r["value"] for r in m.rewards if r["name"] == reward), None) for m in group.members]
-        if values and all(v is not None for v in values):
+        found = [next((r["value"] for r in m.rewards if r["name"] == reward), None) for m in group.members]
+        values = [v for v in found if v is not None]
+        if values and len(values) == len(found):
             advantages, _ = compute_advantages([group.group_id] * len(values), [float(v) for v in values])
             for member, advantage in zip(group.members, advantages, strict=True):
                 member.advantage = advantage

@@ -39,8 +39,8 @@ def _versions(table_versions: Any) -> str:
 
 def _origin(adapter: dict[str, Any]) -> str:
     """`, by pipeline run X from Y` when a pipeline run published the version."""
-    metrics = adapter.get("metrics") if isinstance(adapter.get("metrics"), dict) else {}
-    origin = metrics.get("origin") or {}
+    metrics = adapter.get("metrics")
+    origin = (metrics.get("origin") if isinstance(metrics, dict) else None) or {}
     if not origin.get("pipeline_run"):
         return ""
     return (
@@ -51,7 +51,8 @@ def _origin(adapter: dict[str, Any]) -> str:
 
 def lineage_section(adapter: dict[str, Any]) -> list[str]:
     """Heading, a summary line, one row per training stage, and the raw record folded."""
-    stages = adapter.get("data") if isinstance(adapter.get("data"), list) else []
+    data = adapter.get("data")
+    stages = data if isinstance(data, list) else []
     rows = "".join(
         "<tr>"
         f"<td>{i + 1}</td><td>{html.escape(str(s.get('stage', '')))}</td>"

@@ -11,6 +11,7 @@ import io
 from typing import TYPE_CHECKING, Any
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from store.policy_names import SEPARATOR, split_policy
 
@@ -142,7 +143,9 @@ def plot_gap_steps(data: ReportData) -> str | None:
         offset += len(steps)
     ax.set_yscale("log")
     ax.set_xlim(-0.5, max(offset - 0.5, 0.5))
-    ax.xaxis.get_major_locator().set_params(integer=True)
+    locator = ax.xaxis.get_major_locator()
+    if isinstance(locator, MaxNLocator):  # a linear axis's AutoLocator: whole step numbers only
+        locator.set_params(integer=True)
     ax.set_xlabel("GRPO step (all rounds in order)")
     ax.set_ylabel("mean |Δ logprob|")
     ax.set_title("Sampler/trainer logprob gap per step")

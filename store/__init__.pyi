@@ -15,6 +15,7 @@ from .errors import (
     CompactionError as CompactionError,
     DataErased as DataErased,
     LakeUnusable as LakeUnusable,
+    LegacyRows as LegacyRows,
     QueryTimeout as QueryTimeout,
     ReadOnlyViolation as ReadOnlyViolation,
     SchemaViolation as SchemaViolation,
@@ -38,6 +39,7 @@ from .maintenance import (
 )
 from .migrate import (
     TableMigration as TableMigration,
+    check_migrated as check_migrated,
     migrate as migrate,
 )
 from .pipeline_runs import (

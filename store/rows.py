@@ -10,6 +10,8 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+from store.metrics import split_metrics
+
 
 def new_run_id(stage: str) -> str:
     """A fresh run id (a key of the `runs` table), sortable by start time: `<stage>-<UTC time>-<random>`."""
@@ -17,17 +19,23 @@ def new_run_id(stage: str) -> str:
 
 
 def runs_row(run_id: str, step: int, stage: str, metrics: dict[str, Any]) -> dict[str, Any]:
-    """One `runs` row; non-finite floats are written as strings so the JSON stays valid.
+    """One `runs` row: the numbers in `scalars` and the text in `tags` (what trajlake reads:
+    `store.metrics`), and the whole record as JSON text in `metrics`, where non-finite floats are
+    written as strings so the JSON stays valid.
 
-    >>> runs_row("r1", 3, "grpo", {"loss": float("nan")})["metrics"]
-    '{"loss": "nan"}'
+    >>> row = runs_row("r1", 3, "grpo", {"loss": float("nan"), "role": "x"})
+    >>> row["metrics"], row["scalars"], row["tags"]
+    ('{"loss": "nan", "role": "x"}', {'loss': nan}, {'role': 'x'})
     """
     clean = {k: (repr(v) if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
+    scalars, tags = split_metrics(metrics)
     return {
         "run_id": run_id,
         "step": step,
         "stage": stage,
         "metrics": json.dumps(clean),
+        "scalars": scalars,
+        "tags": tags,
         "at": utc_now(),
     }
 

@@ -25,11 +25,10 @@ from flows.report.groups import GroupView, group_view
 from flows.report.production import Conversation, TrafficRow, newest_conversations, production_traffic
 from flows.report.sampling import SamplerGapRow, gap_steps, sampler_gap_rows
 from flows.report.window import time_window
-from store.documents import replay_run_sql
-from store.metrics import EvaluationTableRow, is_table_row
+from store.metrics import EvaluationTableRow, is_table_row, row_metrics
 
 REPLAYED = store.equals("t.source", "replay", table="trajectories")
-PIPELINE_ROUND = f"{replay_run_sql('t.metadata')} LIKE 'round-%'"  # flows.stages.replay's run names
+PIPELINE_ROUND = "t.replay_run LIKE 'round-%'"  # flows.stages.replay's run names
 GROUPS_PER_POLICY = 200  # the reward-distribution plot's sample of each policy's groups
 
 
@@ -147,6 +146,8 @@ def report_data(
     shows at most `max_groups` groups, token ids decoded with `tokenizer` when given.
     """
     con = store.connect(lake)
+    for table in ("trajectories", "runs"):
+        store.check_migrated(con, table)
     window, params = time_window(since, until)
     day_window, day_params = time_window(since, until, "t.day")
     pipeline_runs = store.pipeline_runs(lake)
@@ -280,9 +281,9 @@ def learning_rows(con: Any, eval_run: str | None = None) -> tuple[list[StageRow]
     if run is None:
         return [], ""
     metrics = [
-        json.loads(m)
-        for (m,) in con.execute(
-            "SELECT metrics FROM runs WHERE run_id = ? ORDER BY step", [run[0]]
+        row_metrics(scalars, tags)
+        for scalars, tags in con.execute(
+            "SELECT scalars, tags FROM runs WHERE run_id = ? ORDER BY step", [run[0]]
         ).fetchall()
     ]
     rows = []

@@ -114,7 +114,7 @@ def test_three_nights_each_train_from_production_on_what_is_new(
         assert later.since == earlier.data_until and later.previous_run == earlier.run_id
         created = con.execute(
             """SELECT min(s.created_at), count(*) FROM trajectories t JOIN scenarios s USING (scenario_id)
-               WHERE t.source = 'replay' AND t.policy = ? AND json_extract_string(t.metadata, '$.run') = 'round-1'""",
+               WHERE t.source = 'replay' AND t.policy = ? AND t.replay_run = 'round-1'""",
             [result["rounds"][0]["policy"]],
         ).fetchone()
         assert created[1] > 0 and created[0] >= at(earlier.data_until)

@@ -116,7 +116,7 @@ def test_groups_sampled_at_different_temperatures_are_refused(lake: store.Lake, 
             group_id="g",
             scenario_id="s",
             turns=[turn([1, 2], [3], [-0.5])],
-            metadata={"sampling": {"temperature": 0.7 + 0.3 * (k % 2)}},
+            sampling={"temperature": 0.7 + 0.3 * (k % 2)},
         )
         for k in range(4)
     ]

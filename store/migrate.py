@@ -172,7 +172,7 @@ def fill_typed_columns(lake: Lake, table: str) -> tuple[int, int | None]:
         return 0, None
     _, legacy, _ = TYPED_FROM_JSON[table]
     with connect(lake) as con:
-        rows = con.execute(f"SELECT * EXCLUDE ({WRITTEN_AT}) FROM {table} WHERE {legacy}").to_arrow_table()
+        rows = con.sql(f"SELECT * EXCLUDE ({WRITTEN_AT}) FROM {table} WHERE {legacy}").to_arrow_table()
     if not rows.num_rows:
         return 0, None
     fill = _trajectory_columns if table == "trajectories" else _runs_columns

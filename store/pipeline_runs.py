@@ -181,7 +181,7 @@ def _records_of(
     if not lake.has_table("runs"):
         return []
     with connect(lake, read_only=True) as con:
-        table = con.execute(
+        table = con.sql(
             f"SELECT run_id, {column} AS record FROM runs WHERE {equals('stage', stage, table='runs')} ORDER BY run_id"
         ).to_arrow_table()
     rows = table.to_pylist()  # through Arrow: times stay UTC, whatever the connection's time zone

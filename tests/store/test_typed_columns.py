@@ -154,7 +154,7 @@ def test_records_written_now_read_back_from_their_typed_columns(tmp_path: Path) 
     store.write(lake, "runs", [store.runs_row("grpo-1", 1, "grpo", {"loss": math.nan, "role": "x"})])
     assert store.pipeline_runs(lake) == [RUN] and store.gate_decisions(lake) == [GATE]
     with store.connect(lake) as con:
-        typed = con.execute(
+        typed = con.sql(
             "SELECT pipeline.data_until, pipeline.table_versions['trajectories'], pipeline.learned_from "
             "FROM runs WHERE stage = 'pipeline'"
         ).to_arrow_table()

@@ -126,6 +126,8 @@ def replay_command(
                 tools=build("tools", tools).build(),
                 rollout=rollout,
             )
+    except store.LegacyRows as exc:  # an older lake: `trajlake migrate` first
+        raise fail(str(exc), 2) from None
     except (ReplayError, ChatTemplateError) as exc:
         raise fail(str(exc)) from None
     typer.echo(

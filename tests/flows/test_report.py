@@ -215,7 +215,7 @@ def test_an_ad_hoc_replay_is_not_a_round_of_the_pipeline(lake: store.Lake) -> No
     store.record_pipeline_run(lake, store.PipelineRun("pipeline-1", now.isoformat(), status="finished"))
     rows = [
         {"trajectory_id": f"r{i}", "source": "replay", "started_at": now, "group_id": "round-g", "policy": "p1",
-         "metadata": '{"run": "round-1"}'}
+         "replay_run": "round-1"}
         for i in range(2)
     ]  # fmt: skip
     store.write(lake, "trajectories", rows)

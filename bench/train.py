@@ -48,7 +48,6 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 import store  # noqa: E402
-from store.metrics import TREE_PACKING_SAVED_SHARE, row_metrics  # noqa: E402
 from bench.train_stock import grpo_stock, sft_stock  # noqa: E402
 from bench.train_workload import (  # noqa: E402
     TOOLS,
@@ -59,6 +58,7 @@ from bench.train_workload import (  # noqa: E402
     make_groups,
     sft_kwargs,
 )
+from store.metrics import TREE_PACKING_SAVED_SHARE, row_metrics  # noqa: E402
 
 # --- SFT -------------------------------------------------------------------------------------------
 

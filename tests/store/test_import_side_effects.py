@@ -27,7 +27,7 @@ import store, ingest
 for package in (store, ingest):
     for name in package.__all__:
         getattr(package, name)
-import ingest.assembly, store.migrate, store.sampling, store.pipeline_runs
+import ingest.assembly, store.migrate, store.pipeline_runs
 after = {"io": pa.io_thread_count(), "cpu": pa.cpu_count(), "pool": pa.default_memory_pool().backend_name,
          "meta_path": [type(f).__name__ for f in sys.meta_path], "environ": dict(os.environ)}
 print(json.dumps([before, after]))

@@ -158,7 +158,7 @@ def test_records_written_now_read_back_from_their_typed_columns(tmp_path: Path) 
             "SELECT pipeline.data_until, pipeline.table_versions['trajectories'], pipeline.learned_from "
             "FROM runs WHERE stage = 'pipeline'"
         ).to_arrow_table()
-        assert typed.column(0).type == pa.timestamp("us", tz="UTC")  # a time, not ISO text
+        assert pa.types.is_timestamp(typed.column(0).type)  # a time, not ISO text
         row = typed.to_pylist()[0]
         assert list(row.values())[1:] == [7, [("scenarios", 40), ("failures", 3)]]
         (loss,) = con.execute("SELECT scalars['loss'] FROM runs WHERE run_id = 'grpo-1'").fetchone()

@@ -137,31 +137,47 @@ def migrate(
 
 # --- typed columns from JSON text ---------------------------------------------------------------
 
-#: table -> (its typed column a reader checks, SQL true on a row an older trajlake wrote without
-#: its typed columns, what those rows are in words).
-TYPED_FROM_JSON: dict[str, tuple[str, str, str]] = {
-    "trajectories": (
+
+@dataclass(frozen=True)
+class TypedFromJson:
+    """Which rows of a table an older trajlake wrote without its typed columns."""
+
+    column: str  # the typed column a reader checks
+    candidates: str  # SQL true on a row without it (reads no JSON text: cheap on a whole table)
+    legacy: str  # SQL true on those of them whose JSON text holds its value
+    what: str  # those rows, in words
+
+
+TYPED_FROM_JSON: dict[str, TypedFromJson] = {
+    "trajectories": TypedFromJson(
         "sampling",
+        "source = 'replay' AND sampling IS NULL",
         # the old replay stage always wrote a `sampling` key; other rows have nothing to fill
-        "source = 'replay' AND sampling IS NULL AND contains(metadata, '\"sampling\"')",
+        "contains(metadata, '\"sampling\"')",
         "replayed trajectories",
     ),
-    "runs": (
-        "scalars",
-        "metrics IS NOT NULL AND scalars IS NULL AND pipeline IS NULL AND gate IS NULL",
-        "runs",
+    "runs": TypedFromJson(
+        "scalars", "scalars IS NULL AND pipeline IS NULL AND gate IS NULL", "metrics IS NOT NULL", "runs"
     ),
 }
+
+
+def _legacy_sql(table: str) -> str:
+    spec = TYPED_FROM_JSON[table]
+    return f"({spec.candidates}) AND ({spec.legacy})"
 
 
 def check_migrated(con: duckdb.DuckDBPyConnection, table: str) -> None:
     """Refuse (`LegacyRows`) to read `table`'s typed columns on a connection whose lake still holds
     rows an older trajlake wrote without them: read on, they would look like rows without a value
     (no temperature recorded, no finished pipeline run) and be misread."""
-    column, legacy, what = TYPED_FROM_JSON[table]
-    ((rows,),) = con.execute(f"SELECT count(*) FROM {table} WHERE {legacy}").fetchall()
+    spec = TYPED_FROM_JSON[table]
+    ((candidates,),) = con.execute(f"SELECT count(*) FROM {table} WHERE {spec.candidates}").fetchall()
+    if not candidates:  # the usual answer, found without reading a JSON column
+        return
+    ((rows,),) = con.execute(f"SELECT count(*) FROM {table} WHERE {_legacy_sql(table)}").fetchall()
     if rows:
-        raise LegacyRows(table, column, int(rows), what)
+        raise LegacyRows(table, spec.column, int(rows), spec.what)
 
 
 def fill_typed_columns(lake: Lake, table: str) -> tuple[int, int | None]:
@@ -170,9 +186,10 @@ def fill_typed_columns(lake: Lake, table: str) -> tuple[int, int | None]:
     A rerun finds nothing left to do."""
     if not lake.has_table(table):
         return 0, None
-    _, legacy, _ = TYPED_FROM_JSON[table]
     with connect(lake) as con:
-        rows = con.sql(f"SELECT * EXCLUDE ({WRITTEN_AT}) FROM {table} WHERE {legacy}").to_arrow_table()
+        rows = con.sql(
+            f"SELECT * EXCLUDE ({WRITTEN_AT}) FROM {table} WHERE {_legacy_sql(table)}"
+        ).to_arrow_table()
     if not rows.num_rows:
         return 0, None
     fill = _trajectory_columns if table == "trajectories" else _runs_columns

@@ -45,6 +45,7 @@ from store.lake import Lake
 from store.metrics import split_metrics
 from store.pipeline_runs import GATE_DECISION_FIELDS, PIPELINE_RUN_FIELDS, PUBLISH_STAGE, STAGE, to_struct
 from store.schema import TABLES, WRITTEN_AT, TableSpec
+from store.vocabulary import equals
 from store.writer import write
 
 LEGACY_DIR = "_legacy"
@@ -151,7 +152,7 @@ class TypedFromJson:
 TYPED_FROM_JSON: dict[str, TypedFromJson] = {
     "trajectories": TypedFromJson(
         "sampling",
-        "source = 'replay' AND sampling IS NULL",
+        f"{equals('source', 'replay', table='trajectories')} AND sampling IS NULL",
         # the old replay stage always wrote a `sampling` key; other rows have nothing to fill
         "contains(metadata, '\"sampling\"')",
         "replayed trajectories",

@@ -89,7 +89,7 @@ REAL_SIZES = {
         grpo_epochs=1.0,
         grpo_batch_size=16,
         max_new_tokens=48,  # a Hermes tool call of a word problem's expression is <= 40 SmolLM2 tokens
-        second_night_rounds=1,
+        second_night_rounds=2,  # night 2 replays v1's failures first (`slice_selection`): two rounds of them
         served_questions=300,  # as many runs as the production LLM served: the comparison's two arms
         task="mixed",
         sft_learning_rate=5e-4,

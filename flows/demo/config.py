@@ -86,7 +86,7 @@ REAL_SIZES = {
         eval_group_size=2,
         sft_epochs=1.0,
         sft_max_steps=24,  # about one epoch of the ~200 well-rated conversations (tree-packed)
-        grpo_epochs=1.0,
+        grpo_epochs=2.0,  # each round's groups twice (clipped ratios): GRPO is ~20 s of a ~160 s round
         grpo_batch_size=16,
         max_new_tokens=48,  # a Hermes tool call of a word problem's expression is <= 40 SmolLM2 tokens
         second_night_rounds=2,  # night 2 replays v1's failures first (`slice_selection`): two rounds of them

@@ -24,6 +24,7 @@ from trl import GRPOTrainer
 from training.grpo_config import LOSS_TYPES, TrajlakeGRPOConfig
 from training.grpo_trainer import stored_reward
 from training.grpo_tree_trainer import TreePackedGRPOTrainer
+from training.models.adapters import peft_wrapping
 from training.tree_pack import IGNORE, pack_rows, sees
 
 TOLERANCE = 1e-5
@@ -74,13 +75,14 @@ def config(tmp_path: Path, **kw: Any) -> TrajlakeGRPOConfig:
 
 
 def trainer_on(cls: type, model: Path, cfg: TrajlakeGRPOConfig, dataset: Dataset) -> Any:
-    return cls(
-        model=str(model),
-        reward_funcs=stored_reward,
-        args=cfg,
-        train_dataset=dataset,
-        peft_config=cfg.lora_config(),
-    )
+    with peft_wrapping():  # as `train_grpo` wraps: PEFT's probe warning is not ours to see
+        return cls(
+            model=str(model),
+            reward_funcs=stored_reward,
+            args=cfg,
+            train_dataset=dataset,
+            peft_config=cfg.lora_config(),
+        )
 
 
 def nontrivial_lora(*trainers: GRPOTrainer) -> None:
@@ -101,13 +103,7 @@ def pair(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory):  # type: i
     dataset = Dataset.from_list(agent_rows(0))
     cfg = config(tmp, beta=0.05)
     ours = trainer_on(TreePackedGRPOTrainer, tiny_model, cfg, dataset)
-    stock = GRPOTrainer(
-        model=str(tiny_model),
-        reward_funcs=stored_reward,
-        args=config(tmp, beta=0.05),
-        train_dataset=dataset,
-        peft_config=cfg.lora_config(),
-    )
+    stock = trainer_on(GRPOTrainer, tiny_model, config(tmp, beta=0.05), dataset)
     for trainer in (ours, stock):
         trainer.current_gradient_accumulation_steps = 1
     nontrivial_lora(ours, stock)

@@ -134,7 +134,7 @@ class StoredGroupsGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         prefix = "" if mode == "train" else "eval_"
         own = self.step_metrics[mode]
-        averaged = {}
+        averaged: dict[str, Any] = {}  # None where every value was NaN, as TRL logs it
         for key, values in own.items():
             valid = [v for v in values if not math.isnan(v)]
             averaged[prefix + key] = sum(valid) / len(valid) if valid else None

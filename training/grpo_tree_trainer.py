@@ -46,7 +46,7 @@ class TreePackedGRPOTrainer(StoredGroupsGRPOTrainer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # Lists that collect the per-token logprobs each forward returns, while one is open
-        # (`logprobs_seen`); set before TRL's constructor, which may already forward.
+        # (`logprobs_seen`); empty outside `compute_loss`, so other forwards record nothing.
         self.logprob_listeners: list[list[torch.Tensor]] = []
         super().__init__(*args, **kwargs)
 

@@ -94,9 +94,13 @@ class SeededSampling(LogitsProcessor):
             # cheaper, but it changes every seeded stream, and with it every recorded result.)
             names = range(len(self.generators)) if rows is None else rows
             draws = [(i, self.generators[r]) for i, r in enumerate(names) if r not in idle]
-            noise = torch.ones_like(logp)
+            noise = torch.empty_like(logp)
+            if len(draws) < len(noise):  # an idle row's race: any finite value, its pick is discarded
+                noise[[i for i, r in enumerate(names) if r in idle]] = 1.0
             _exponentials(noise, draws)
-            picked = (logp - noise.clamp_min_(torch.finfo(noise.dtype).tiny).log_()).argmax(dim=-1)
+            # In place (a - b is a - b): a [rows, vocabulary] allocation less a step.
+            races = torch.sub(logp, noise.clamp_min_(torch.finfo(noise.dtype).tiny).log_(), out=noise)
+            picked = races.argmax(dim=-1)
         chosen_logprobs = logp.gather(-1, picked[:, None])[:, 0]
         if not bool(torch.isfinite(chosen_logprobs).all()):  # NaN logits pick NaN: say so, store nothing
             raise SamplerError(

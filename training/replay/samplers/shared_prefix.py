@@ -7,13 +7,15 @@ turn's prompt extends the earlier one. `generate` forwards every row's whole pro
 - the longest prefix every row of the batch shares is forwarded once, at batch 1, and its KV
   cache is kept (`PrefixStore`, keyed by the adapter and the prefix's token ids) for the next
   batches of the round: later turns, the other chunks, the next evaluation;
-- each distinct prompt's rest is forwarded once, beside the shared prefix's cache, and the
-  cache is then copied to that prompt's rows;
+- each distinct prompt's rest is forwarded once, beside the shared prefix's cache, and its
+  own cache is then copied to that prompt's rows; the shared prefix's cache is never copied:
+  every row attends its one copy (`cascade.py`), unless a layer is not full attention;
 - decoding feeds one token per unfinished row, and rows that stopped are dropped from the
   batch (a quarter of it at a time: each drop copies the cache).
 
-A row's tokens sit as `[shared prefix | padding | its own suffix | sampled tokens]`: the padding
-is masked and position ids count only real tokens, so each row computes what it would alone,
+A row's tokens sit as `[shared prefix | padding | its own suffix | sampled tokens]` (the
+batch's cache holds the part after the prefix): the padding is masked and position ids
+count only real tokens, so each row computes what it would alone,
 up to the floating-point differences of batched kernels (`tests/training/replay/samplers/test_hf.py`
 holds it to the `generate` path's ids and logprobs). Tokens are chosen by `SeededSampling`, one
 generator per row, as on the `generate` path.

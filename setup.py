@@ -7,6 +7,12 @@ the hash of every source it compiled (`_compiled.json`), so that a compiled modu
 than its source refuses to load (`ingest/assembly/__init__.py`). `TRAJLAKE_PURE_PYTHON=1
 pip install -e .` removes the compiled modules and runs the source; a machine without a C
 compiler gets the same (the extensions are optional).
+
+The dependencies are built here too: pyproject.toml's `[tool.trajlake] core-dependencies`
+plus its `train` and `flows` extras, or the core alone under `TRAJLAKE_CORE_INSTALL=1` (the
+collector's, the Langfuse import's, `sql`'s, `forget`'s and the report's install, without
+torch, TRL or Prefect: `.ci/core-env`). Python packaging has no default extras, and the
+README's `pip install -e .` must go on installing what the demo runs.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tomllib
 from pathlib import Path
 
 from setuptools import setup
@@ -43,4 +50,13 @@ def compiled_assembler() -> list:
     return extensions
 
 
-setup(ext_modules=compiled_assembler())
+def dependencies() -> list[str]:
+    pyproject = tomllib.loads(Path("pyproject.toml").read_text(encoding="utf-8"))
+    core: list[str] = pyproject["tool"]["trajlake"]["core-dependencies"]
+    if os.environ.get("TRAJLAKE_CORE_INSTALL"):
+        return core
+    extras = pyproject["project"]["optional-dependencies"]
+    return [*core, *extras["train"], *extras["flows"]]
+
+
+setup(ext_modules=compiled_assembler(), install_requires=dependencies())

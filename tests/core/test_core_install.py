@@ -186,3 +186,36 @@ def test_the_report_on_the_core_install(lake: store.Lake, tmp_path: Path) -> Non
     assert result.returncode == 0, result.stderr
     html = out.read_text(encoding="utf-8")
     assert "exact_match" in html and "data:image/png;base64," in html  # matplotlib's plot, embedded
+
+
+def test_the_langfuse_import_on_the_core_install(lake: store.Lake, tmp_path: Path) -> None:
+    records = [
+        {"id": "lf-trace", "timestamp": "2026-11-20T10:00:00Z", "name": "shop-agent", "userId": "lf-user"},
+        {
+            "id": "lf-generation",
+            "traceId": "lf-trace",
+            "type": "GENERATION",
+            "name": "chat",
+            "startTime": "2026-11-20T10:00:00Z",
+            "endTime": "2026-11-20T10:00:01Z",
+            "model": "gpt-test",
+            "input": [{"role": "user", "content": "2+2?"}],
+            "output": {"role": "assistant", "content": "4"},
+        },
+        {
+            "id": "lf-score",
+            "traceId": "lf-trace",
+            "name": "thumbs",
+            "value": 1,
+            "dataType": "NUMERIC",
+            "timestamp": "2026-11-20T10:00:02Z",
+        },
+    ]
+    export = tmp_path / "export.jsonl"
+    export.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    result = trajlake("ingest", "langfuse", "--file", str(export), "--lake", lake.root, "--no-progress")
+    assert result.returncode == 0, result.stderr
+    assert sql(lake, "SELECT source, user_id, final_output FROM trajectories") == [
+        {"source": "langfuse", "user_id": "lf-user", "final_output": "4"}
+    ]
+    assert sql(lake, "SELECT name, value FROM rewards") == [{"name": "thumbs", "value": 1.0}]

@@ -190,7 +190,15 @@ def test_the_report_on_the_core_install(lake: store.Lake, tmp_path: Path) -> Non
 
 def test_the_langfuse_import_on_the_core_install(lake: store.Lake, tmp_path: Path) -> None:
     records = [
-        {"id": "lf-trace", "timestamp": "2026-11-20T10:00:00Z", "name": "shop-agent", "userId": "lf-user"},
+        {
+            "id": "lf-trace",
+            "timestamp": "2026-11-20T10:00:00Z",
+            "name": "shop-agent",
+            "userId": "lf-user",
+            "sessionId": "lf-session",
+            "input": "2+2?",
+            "output": "4",
+        },
         {
             "id": "lf-generation",
             "traceId": "lf-trace",

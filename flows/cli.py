@@ -11,8 +11,10 @@ torch, TRL or Prefect; options derived from the libraries' config declarations
 from __future__ import annotations
 
 import os
+import sys
 
 from flows.commands import LazyGroup, command_app
+from flows.commands.extras import install_hint, missing_extra
 
 COMMANDS = {
     "sql": "store_cmds",
@@ -125,7 +127,18 @@ def trajlake() -> None:
 def main() -> None:
     """Console entry point (a `trajlake.toml` in effect and `TRAJLAKE_*` variables supply option defaults)."""
     cpu_defaults()
-    app()
+    try:
+        app()
+    except ImportError as error:
+        # A command of an extra this install lacks (`trajlake train` on the core install): one
+        # line naming the extra, exit 2, instead of the import's traceback.
+        extra = missing_extra(error)
+        if extra is None:
+            raise
+        words = sys.argv[1:2]
+        command = words[0] if words and words[0] in COMMANDS else None
+        print(f"error: {install_hint(extra, error, command)}", file=sys.stderr)
+        sys.exit(2)
 
 
 def cpu_defaults() -> None:

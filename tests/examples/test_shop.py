@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 import store
+from judging.trajectory import expected_answer
 from training.models.known import MODELS_ENV, fetch_model
 
 pytestmark = [pytest.mark.realmodel, pytest.mark.slow]
@@ -101,7 +102,10 @@ def test_shop_example_runs_the_loop(tmp_path: Path) -> None:
     assert any(r == "wrong" for r, _, _, _ in scenarios)  # a thumbs-down with the answer became a scenario
     for _, _, expected, question in scenarios:
         parsed = parse_question(question)
-        assert parsed is not None and json.loads(expected) == parsed.answer, (question, expected)
+        assert parsed is not None and expected_answer({"expected": expected}) == parsed.answer, (
+            question,
+            expected,
+        )
 
     published = con.execute("SELECT name, version, base_model FROM adapters").fetchall()
     assert published == [("shop-agent", 1, "smollm2-135m-instruct")]

@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.realmodel, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "shop"
-RUNS = 16
+RUNS = 12
 SMALL = {  # the pipeline's sizes at a few minutes, through the environment as a user would
     "TRAJLAKE_PIPELINE__ROUNDS": "1",
     "TRAJLAKE_PIPELINE__SCENARIOS_PER_ROUND": "4",
@@ -115,5 +115,5 @@ def test_shop_example_runs_the_loop(tmp_path: Path) -> None:
     ).fetchone()
     assert served == (RUNS,)  # the served traffic and its feedback, attributed to the version
     comparison = (work / "comparison.md").read_text()
-    assert "| published adapter | 16 |" in comparison and "paired 95% CI" in comparison
+    assert f"| published adapter | {RUNS} |" in comparison and "paired 95% CI" in comparison
     assert (work / "report.html").stat().st_size > 10_000

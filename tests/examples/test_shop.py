@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.realmodel, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "shop"
-RUNS = 12
+RUNS = 16  # with seed 0 the production LLM errs on run 13 (and that customer gives the answer)
 SMALL = {  # the pipeline's sizes at a few minutes, through the environment as a user would
     "TRAJLAKE_PIPELINE__ROUNDS": "1",
     "TRAJLAKE_PIPELINE__SCENARIOS_PER_ROUND": "4",

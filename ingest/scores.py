@@ -16,7 +16,8 @@ omits it: a number is NUMERIC, a boolean BOOLEAN, a string CATEGORICAL):
   kept as a *failed* reward (`value` null, `status` 'failed', `error`
   'unmapped_category', the label in `explanation`), never a silent zero.
 - `TEXT` and `CORRECTION`: no number (`value` null, `status` 'ok'); the text is the
-  explanation.
+  explanation. A `CORRECTION` (Langfuse's corrected output of a trace) is also a label: the
+  conversation's right answer (`correction_label`), what scenarios take as `expected`.
 
 `scorer` is `langfuse:<source>` (source = api, eval or annotation; the score's name is
 already the reward's `name`), with `@<observation id>` appended for scores attached to
@@ -164,6 +165,41 @@ def map_category(label: str, category_values: Mapping[str, float]) -> float | No
     except ValueError:
         return None
     return number if number == number and abs(number) != float("inf") else None
+
+
+def correction_label(
+    score: Mapping[str, Any], reward: Mapping[str, Any], *, trace_id: str, user_id: str | None
+) -> dict[str, Any] | None:
+    """The `labels` row of a `CORRECTION` score, or None for any other score or an empty one.
+
+    Langfuse's correction is the output the trace should have had: the row says so as
+    `ingest.feedback`'s `correct_answer` does (`expected` `{"final_output": text}`, source
+    `feedback`), so a scenario cut from the conversation takes it as its expected answer.
+    `reward`: the score's row from `score_to_reward` (its time and scorer).
+
+    >>> score = {"id": "s1", "name": "correction", "dataType": "CORRECTION", "value": "sold out"}
+    >>> reward = {"trajectory_id": "t1", "scorer": "langfuse:annotation", "scored_at": None}
+    >>> correction_label(score, reward, trace_id="ab", user_id="u-1")["expected"]
+    '{"final_output": "sold out"}'
+    """
+    data_type = str(score.get("dataType") or "").upper()
+    text = _label(score)
+    if data_type != "CORRECTION" or text is None or not text.strip():
+        return None
+    comment = score.get("comment")
+    return {
+        "trajectory_id": reward["trajectory_id"],
+        "name": "expected",
+        "trace_id": trace_id,
+        "expected": json.dumps({"final_output": text}, ensure_ascii=False),
+        "verdict": None,
+        "source": "feedback",
+        "user_id": user_id,
+        "labeled_by": reward["scorer"],
+        "comment": None if comment is None else str(comment),
+        "labeled_at": reward["scored_at"],
+        "metadata": json.dumps({"langfuse_score_id": score.get("id"), "score_name": score.get("name")}),
+    }
 
 
 def score_to_reward(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 from pathlib import Path
 
@@ -88,7 +87,7 @@ def test_bad_environment_override_names_the_key(tmp_path: Path) -> None:
 
 def test_the_lake_path_is_declared_once_and_read_from_one_variable(tmp_path: Path) -> None:
     import store
-    from flows.tables import LakeSettings
+    from flows.config.sections import LakeSettings
     from ingest.otlp.config import CollectorConfig
 
     assert LakeSettings().path == CollectorConfig().lake == store.DEFAULT_LAKE
@@ -347,26 +346,6 @@ def test_config_shows_each_value_in_effect_and_where_it_came_from(
     bad = write(tmp_path, "[replay]\ngroup_size = 1\n")
     checked = CliRunner().invoke(app, ["config", "--config", bad, "--check"])
     assert checked.exit_code == 2 and "replay.group_size" in checked.output
-
-
-def test_config_reads_its_key_list_from_a_cache_without_importing_the_trainers(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    program = (
-        "import sys; from flows.effective import in_effect; rows = in_effect(); "
-        "print(len(rows), sorted(m for m in ('trl', 'torch', 'transformers', 'peft') if m in sys.modules))"
-    )
-
-    def run() -> str:
-        return subprocess.run(
-            [sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True, cwd=tmp_path
-        ).stdout.strip()
-
-    first, second = run(), run()  # the first describes the libraries (and imports them) and caches
-    assert first.split()[0] == second.split()[0] and int(second.split()[0]) > 100
-    assert second.endswith("[]"), second  # the second imports none of them
 
 
 def test_help_shows_the_value_the_command_will_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

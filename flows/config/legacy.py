@@ -3,7 +3,7 @@
 Each TOML table is either a library's own config dataclass (`[replay]` is
 `training.replay.ReplayConfig`, `[train.sft]` is `TrajlakeSFTConfig`, `[judge]` is
 `judging.JudgeConfig`, ...), read through `flows.settings`, or one of the few tables
-that belong to the flow itself, declared in `flows.tables`: what each stage selects
+that belong to the flow itself, declared in `flows.config.sections`: what each stage selects
 (`[select]`), which rewards score a round (`[score]`), how policies are measured
 (`[evaluate]`), the loop's switches and task runner (`[pipeline]`), and the schedules. Every key has a default, so an empty file is a
 valid configuration (the embedded default the demo starts from).
@@ -25,8 +25,7 @@ from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
-from flows.settings import ConfigError, Section, derived_variable, env_overrides, merge, table_at
-from flows.tables import (
+from flows.config.sections import (
     EvaluateSettings,
     LakeSettings,
     PipelineSettings,
@@ -34,9 +33,10 @@ from flows.tables import (
     ScoreSettings,
     Selections,
 )
+from flows.settings import ConfigError, Section, derived_variable, env_overrides, merge, table_at
 
 DEFAULT_CONFIG_FILE = "trajlake.toml"
-OWN_TABLES = "flows.tables"  # the module of the tables that belong to the flow itself
+OWN_TABLES = "flows.config.sections"  # the module of the tables that belong to the flow itself
 
 # --- every table ----------------------------------------------------------------------------------
 
@@ -93,7 +93,7 @@ TRAIN_FLAGS = {
 SECTIONS: dict[str, Section] = {
     s.key: s
     for s in (
-        Section("lake", "flows.tables:LakeSettings"),
+        Section("lake", "flows.config.sections:LakeSettings"),
         Section("retention", "store.erasure:RetentionConfig"),
         Section(
             "collector",
@@ -146,11 +146,11 @@ SECTIONS: dict[str, Section] = {
             "train.grpo", "training.grpo_config:TrajlakeGRPOConfig", fields=GRPO_FIELDS, flags=TRAIN_FLAGS
         ),
         Section("publish", "training.publish:PublishConfig"),
-        Section("select", "flows.tables:Selections"),
-        Section("score", "flows.tables:ScoreSettings"),
-        Section("evaluate", "flows.tables:EvaluateSettings"),
-        Section("pipeline", "flows.tables:PipelineSettings"),
-        Section("schedules", "flows.tables:Schedules"),
+        Section("select", "flows.config.sections:Selections"),
+        Section("score", "flows.config.sections:ScoreSettings"),
+        Section("evaluate", "flows.config.sections:EvaluateSettings"),
+        Section("pipeline", "flows.config.sections:PipelineSettings"),
+        Section("schedules", "flows.config.sections:Schedules"),
     )
 }
 TRAINING_SECTIONS = ("train.sft", "train.grpo")  # TRL configs: need an output folder to be built

@@ -1,0 +1,388 @@
+"""`Settings`: the whole configuration as one typed object, each section an attribute.
+
+A section is the dataclass its library declares (`settings.replay` is
+`training.replay.ReplayConfig`, `settings.judge` is `judging.JudgeConfig`), or one of the
+flow's own (`flows.config.sections`); its fields, defaults, checks and help live there, once.
+pydantic-settings validates each section with the library's own `__post_init__` checks and
+merges the sources, in precedence: command line > environment > `trajlake.toml` > defaults.
+
+TRL's arguments stay TRL's: `[train.sft]` and `[train.grpo]` hold overrides of the few TRL
+fields a user sets in the file, checked against TRL's declarations when a trainer's config is
+built (`Settings.train.sft_config`), so reading the configuration never imports TRL.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+
+from flows.config.errors import ConfigError
+from flows.config.sections import (
+    EvaluateSettings,
+    LakeSettings,
+    PipelineSettings,
+    Schedules,
+    ScoreSettings,
+    Selections,
+)
+from flows.config.sources import (
+    ENV_PREFIX,
+    NESTED,
+    DeclaredVariables,
+    Environment,
+    TomlFile,
+    config_file,
+    lookup,
+    section_fields,
+    variable_of,
+)
+from ingest.langfuse.config import LangfuseConfig, PullFilters
+from ingest.otlp.config import CollectorConfig
+from judging.config import JudgeConfig
+from store.erasure import RetentionConfig
+from store.errors import SettingError
+from training.publish import PublishConfig
+from training.replay.rollout.request_limits import RequestLimits
+from training.replay.rollout.tools import ToolsConfig
+from training.replay.samplers import SamplerConfig
+from training.replay.samplers.base import SamplingParams
+from training.replay.scenarios import ScenarioConfig
+from training.replay.stage import ReplayConfig
+
+# The TRL fields a user sets in `[train.sft]` / `[train.grpo]` (TRL declares hundreds).
+SFT_FIELDS = (
+    "num_train_epochs",
+    "max_steps",
+    "learning_rate",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "max_length",
+    "packing",
+    "tree_packing",
+    "lora_r",
+    "lora_alpha",
+    "lora_dropout",
+    "seed",
+    "activation_checkpointing",
+    "save_steps",
+    "report_to",
+)
+GRPO_FIELDS = (
+    "loss_type",
+    "beta",
+    "epsilon",
+    "epsilon_high",
+    "scale_rewards",
+    "learning_rate",
+    "num_train_epochs",
+    "max_steps",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "warmup_steps",
+    "max_completion_length",
+    "mask_truncated_completions",
+    "skip_equal_reward_groups",
+    "max_staleness",
+    "measure_sampler_gap",
+    "tree_packing",
+    "vllm_importance_sampling_correction",
+    "vllm_importance_sampling_mode",
+    "vllm_importance_sampling_clip_max",
+    "lora_r",
+    "seed",
+    "activation_checkpointing",
+    "save_steps",
+    "report_to",
+)
+TRAINERS = {
+    "sft": ("training.sft_config", "TrajlakeSFTConfig", SFT_FIELDS),
+    "grpo": ("training.grpo_config", "TrajlakeGRPOConfig", GRPO_FIELDS),
+}
+
+
+@dataclass
+class LangfuseSection(LangfuseConfig):
+    """`[langfuse]`: the server and how to pull, with what to pull in `[langfuse.filters]`."""
+
+    filters: PullFilters = field(
+        default_factory=PullFilters, metadata={"help": "Which traces to pull.", "cli_prefix": ""}
+    )
+
+
+@dataclass(frozen=True)
+class ServeSamplerSection(SamplingParams):
+    """`[serve_sampler]`: the sampling parameters of requests that set none, and in
+    `[serve_sampler.limits]` what one request may ask for."""
+
+    limits: RequestLimits = field(
+        default_factory=RequestLimits, metadata={"help": "What one request may ask for.", "cli_prefix": ""}
+    )
+
+    def sampling(self) -> SamplingParams:
+        """The request defaults as the samplers take them."""
+        return SamplingParams(**{f.name: getattr(self, f.name) for f in dataclasses.fields(SamplingParams)})
+
+
+class TrainSettings(BaseModel):
+    """`[train.sft]` and `[train.grpo]`: overrides of TRL's declared fields, built by TRL's config."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    sft: dict[str, Any] = {}
+    grpo: dict[str, Any] = {}
+
+    @field_validator("sft", "grpo")
+    @classmethod
+    def _known_fields(cls, values: dict[str, Any], info: Any) -> dict[str, Any]:
+        allowed = TRAINERS[info.field_name][2]
+        for name in values:
+            if name not in allowed:
+                raise SettingError(
+                    f"unknown key; `train.{info.field_name}` has: {', '.join(allowed)}", field=name
+                )
+        return values
+
+    def sft_config(self, output_dir: str, **extra: Any) -> Any:
+        """TRL's `SFTConfig` (trajlake's subclass) from these values, then `extra` (imports TRL)."""
+        return self.trainer_config("sft", output_dir=output_dir, **extra)
+
+    def grpo_config(self, output_dir: str, **extra: Any) -> Any:
+        """TRL's `GRPOConfig` (trajlake's subclass) from these values, then `extra` (imports TRL)."""
+        return self.trainer_config("grpo", output_dir=output_dir, **extra)
+
+    def trainer_config(self, trainer: str, **extra: Any) -> Any:
+        """The trainer's config: each value validated against the type TRL declares for it."""
+        import importlib
+
+        module, name, _ = TRAINERS[trainer]
+        cls = getattr(importlib.import_module(module), name)
+        hints = typing.get_type_hints(cls)
+        values: dict[str, Any] = {}
+        for key, raw in getattr(self, trainer).items():
+            try:
+                values[key] = TypeAdapter(hints[key]).validate_python(raw)
+            except ValidationError as exc:
+                raise SettingError(exc.errors()[0]["msg"], field=f"{trainer}.{key}") from None
+        try:
+            return cls(**{**values, **extra})
+        except (ValueError, TypeError) as exc:
+            failed = exc.field if isinstance(exc, SettingError) else None
+            raise SettingError(str(exc), field=f"{trainer}.{failed}" if failed else trainer) from None
+
+
+# Fields of a library's section that the configuration sets from another key: one setting, one key.
+DERIVED = {
+    "collector.lake": "lake.path",  # the collector writes the lake every command reads
+    "replay.greedy": "evaluate.greedy",  # the evaluation's own choice, not a replay setting
+}
+
+
+class Settings(BaseSettings):
+    """Every section of trajlake's configuration, as the sources in effect give it."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=NESTED,
+        extra="forbid",
+        frozen=True,
+        nested_model_default_partial_update=True,
+    )
+
+    lake: LakeSettings = LakeSettings()
+    retention: RetentionConfig = RetentionConfig()
+    collector: CollectorConfig = CollectorConfig()
+    langfuse: LangfuseSection = LangfuseSection()
+    scenarios: ScenarioConfig = ScenarioConfig()
+    sampler: SamplerConfig = SamplerConfig()
+    replay: ReplayConfig = ReplayConfig()
+    tools: ToolsConfig = ToolsConfig()
+    serve_sampler: ServeSamplerSection = ServeSamplerSection()
+    judge: JudgeConfig = JudgeConfig()
+    train: TrainSettings = TrainSettings()
+    publish: PublishConfig = PublishConfig()
+    select: Selections = Selections()
+    score: ScoreSettings = ScoreSettings()
+    evaluate: EvaluateSettings = EvaluateSettings()
+    pipeline: PipelineSettings = PipelineSettings()
+    schedules: Schedules = Schedules()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _secrets(cls, data: Any) -> Any:
+        """A secret's key in the file is `<field>_env`, the variable that holds it: read it now."""
+        if not isinstance(data, dict):
+            return data
+        for key, instead in DERIVED.items():
+            if lookup(data, key)[0]:
+                raise SettingError(f"not a key of its own: set `{instead}`", field=key)
+        for key, f, _ in section_fields(cls):
+            if "env" not in f.metadata:
+                continue
+            *parents, name = key.split(".")
+            present, table = lookup(data, ".".join(parents))
+            if not present or not isinstance(table, dict) or f"{name}_env" not in table:
+                continue
+            variable = table.pop(f"{name}_env")
+            if not isinstance(variable, str) or not os.environ.get(variable):
+                raise SettingError(f"${variable} is not set", field=f"{key}_env")
+            table[name] = os.environ[variable]
+        return data
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """`Settings()`: the sources of `load_settings()` (which names the file)."""
+        return tuple(source for _, source in sources(settings_cls, init_settings, config_file()))
+
+    @model_validator(mode="after")
+    def _one_lake(self) -> Settings:
+        if self.collector.lake != self.lake.path:
+            object.__setattr__(self, "collector", dataclasses.replace(self.collector, lake=self.lake.path))
+        return self
+
+    def with_values(self, section: str, **values: Any) -> Settings:
+        """These settings with some fields of `section` replaced (a stage's own choice)."""
+        replaced = dataclasses.replace(getattr(self, section), **values)
+        return type(self).model_validate({**dict(self), section: replaced})
+
+
+def sources(
+    settings_cls: type[BaseSettings], command_line: PydanticBaseSettingsSource, file: Path | None
+) -> list[tuple[str, PydanticBaseSettingsSource]]:
+    """(name, source) in precedence order: what `trajlake config` says a value came from."""
+    return [
+        ("command line", command_line),
+        ("environment", DeclaredVariables(settings_cls)),
+        ("environment", Environment(settings_cls)),
+        (str(file) if file else "trajlake.toml", TomlFile(settings_cls, file)),
+    ]
+
+
+def load_settings(
+    path: str | os.PathLike[str] | None = None, command_line: Mapping[str, Any] | None = None
+) -> Settings:
+    """The settings in effect: `command_line` values (`{"replay": {"group_size": 8}}`) over the
+    environment over the TOML file (`path`, `$TRAJLAKE_CONFIG`, `./trajlake.toml`) over the defaults.
+
+    A bad value is one `ConfigError` naming the key and where it came from (the file, the
+    variable or the command line).
+    """
+    file = config_file(path)
+    given = dict(command_line or {})
+    try:
+        chosen = sources(Settings, InitSettingsSource(Settings, given), file)
+        return Settings(_build_sources=(tuple(source for _, source in chosen), given))
+    except ValidationError as exc:
+        raise config_error(exc, file, given) from None
+    except ConfigError:
+        raise
+    except SettingError as exc:  # raised before validation (a secret's variable, a derived key)
+        key = exc.field or "(settings)"
+        source = "environment" if key.endswith("_env") else source_of(key, file, given)
+        raise ConfigError(key, str(exc), source) from None
+
+
+def config_error(exc: ValidationError, file: Path | None, given: Mapping[str, Any]) -> ConfigError:
+    """The first error of `exc` as one line: the key, what is wrong, and which source gave it."""
+    error = exc.errors()[0]
+    parts = [str(p) for p in error["loc"]]
+    cause = (error.get("ctx") or {}).get("error")
+    if isinstance(cause, SettingError) and cause.field:
+        parts += cause.field.split(".")
+    key = ".".join(parts) or "(settings)"
+    detail = str(cause) if isinstance(cause, Exception) else error["msg"]
+    if error["type"] == "extra_forbidden" and len(parts) == 1:
+        detail = f"unknown table; the configuration has: {', '.join(sorted(Settings.model_fields))}"
+    elif error["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
+        detail = f"unknown key; `{'.'.join(parts[:-1])}` has: {', '.join(known_keys('.'.join(parts[:-1])))}"
+    elif error["type"] in ("dataclass_type", "model_type", "dict_type"):
+        detail = f"expected a table, got {error.get('input')!r}"
+    elif cause is None:
+        detail = f"{error['msg']}, got {error.get('input')!r}"
+    return ConfigError(key, detail, source_of(key, file, given))
+
+
+def known_keys(table: str) -> list[str]:
+    """The keys of `table` (`replay`, `replay.sampling`): its fields, secrets as `<field>_env`."""
+    depth = table.count(".") + 1
+    return [
+        f"{key.rsplit('.', 1)[-1]}_env" if "env" in f.metadata else key.rsplit(".", 1)[-1]
+        for key, f, _ in section_fields(Settings)
+        if key.startswith(f"{table}.") and key.count(".") == depth
+    ]
+
+
+def source_of(key: str, file: Path | None, given: Mapping[str, Any]) -> str:
+    """Where the value of `key` (or the nearest table holding it) came from: `command line`,
+    `$VARIABLE`, the file's path, or `default`."""
+    path = key
+    while path:
+        if lookup(given, path)[0]:
+            return "command line"
+        for variable, declared in DeclaredVariables(Settings).declared.items():
+            if declared == path and os.environ.get(variable):
+                return f"${variable}"
+        variable = variable_of(path)
+        if any(name.upper() == variable for name in os.environ):
+            return f"${variable}"
+        if file is not None:
+            data = TomlFile(Settings, file).toml_data
+            if lookup(data, path)[0] or lookup(data, f"{path}_env")[0]:
+                return str(file)
+        path = path.rpartition(".")[0]
+    return str(file) if file else "default"
+
+
+def in_effect(path: str | os.PathLike[str] | None = None) -> dict[str, tuple[Any, str]]:
+    """Every key set by a source -> (value, where from), the highest-precedence source's.
+
+    Values are read as the sources give them (nothing is validated or imported): what a
+    command would use when no option gives the key.
+    """
+    file = config_file(path)
+    found: dict[str, tuple[Any, str]] = {}
+    named = [
+        ("environment", DeclaredVariables(Settings)),
+        ("environment", Environment(Settings)),
+        (str(file) if file else "trajlake.toml", TomlFile(Settings, file)),
+    ]
+    declared = {key: variable for variable, key in DeclaredVariables(Settings).declared.items()}
+    for name, source in named:
+        for key, value in _leaves(source()):
+            if key in found:
+                continue
+            if name == "environment":
+                found[key] = (value, f"${declared.get(key, variable_of(key))}")
+            else:
+                found[key] = (value, name)
+    return found
+
+
+def _leaves(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for key, value in data.items():
+        if isinstance(value, Mapping) and value and f"{prefix}{key}" not in _DICT_KEYS:
+            out += _leaves(value, f"{prefix}{key}.")
+        else:
+            out.append((f"{prefix}{key}", value))
+    return out
+
+
+# Keys whose value is a table (a dict setting), shown whole.
+_DICT_KEYS = {key for key, _, tp in section_fields(Settings) if typing.get_origin(tp) is dict or tp is dict}
+
+__all__ = ["InitSettingsSource", "Settings", "TrainSettings", "in_effect", "load_settings"]

@@ -255,9 +255,18 @@ class Settings(BaseSettings):
         return self
 
     def with_values(self, section: str, **values: Any) -> Settings:
-        """These settings with some fields of `section` replaced (a stage's own choice)."""
-        replaced = dataclasses.replace(getattr(self, section), **values)
-        return type(self).model_validate({**dict(self), section: replaced})
+        """These settings with some fields of `section` replaced (a command's options, a stage's
+        own choice); a value the section refuses is a `ConfigError` naming the key."""
+        try:
+            replaced = dataclasses.replace(getattr(self, section), **values)
+        except SettingError as exc:
+            key = f"{section}.{exc.field}" if exc.field else section
+            raise ConfigError(key, str(exc), "command line") from None
+        return self.model_copy(update={section: replaced})._one_lake()
+
+    def with_lake(self, lake: str | None) -> Settings:
+        """These settings with `lake.path` replaced when a `--lake` option was given."""
+        return self.with_values("lake", path=lake) if lake else self
 
 
 def sources(

@@ -375,7 +375,7 @@ def test_the_pipeline_moves_latest_only_with_a_promoted_version_unless_asked(  #
         f'[lake]\npath = "{lake.root}"\n[sampler]\nmodel = "{tiny_model}"\n[publish]\nname = "{name}"\n'
         f"[pipeline]\nlatest_if_refused = {str(latest_if_refused).lower()}\n"
     )
-    config = load_config(path, environ={})
+    config = load_config(path)
 
     def evaluation(difference: float, ci: tuple[float, float]) -> Evaluation:
         comparison = Comparison(

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flows.config import Settings
+from flows.config.root import Settings
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,8 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 import store
 from flows import progress, stages
-from flows.config import Settings, load_config
+from flows.config.checks import load_config
+from flows.config.root import Settings
 
 if TYPE_CHECKING:
     import judging

@@ -11,7 +11,7 @@ import typer
 
 from flows.commands import command_app
 from flows.commands.options import LakeOption, fail, quiet_libraries
-from flows.config import load_config
+from flows.config.checks import load_config
 from flows.settings import ConfigError
 
 ConfigOption = Annotated[

@@ -117,7 +117,7 @@ def _evaluate(
     """The gate for `publish --eval-reward`: the pipeline's evaluation, on the settings in effect."""
     if not reward:
         return None
-    from flows.config import load_config
+    from flows.config.checks import load_config
     from flows.settings import ConfigError
     from flows.stages import StageError
     from flows.stages.evaluate import evaluate_adapter, gate_of

@@ -6,6 +6,7 @@ every reward, tool and selection the configuration names resolves, as the stages
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -13,12 +14,18 @@ from typing import Any
 import duckdb
 
 from flows.config.errors import ConfigError
-from flows.config.root import Settings, source_of
+from flows.config.root import Settings, load_settings, source_of
 from flows.config.sources import config_file
 from judging import RewardSpecError, resolve_reward_key
 from store.errors import SettingError
 from training.replay.errors import ToolSourceError
 from training.replay.rollout.tools import CallableTools
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> Settings:
+    """The settings in effect, checked as a pipeline run needs them: every section builds (TRL's
+    too) and every reward, tool and selection they name resolves; else a `ConfigError`."""
+    return check(load_settings(path), None if path is None else str(path))
 
 
 def check(settings: Settings, path: str | None = None) -> Settings:

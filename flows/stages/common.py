@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import store
-from flows.config import Settings
+from flows.config.root import Settings
 
 
 class StageError(store.SettingError):

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import store
-from flows.config import Settings
+from flows.config.root import Settings
 from flows.stages.common import StageError, base_model, lake_of
 from flows.stages.replay import replay_policy
 from flows.stages.score import score_reward

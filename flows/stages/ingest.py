@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flows.config import Settings
+from flows.config.root import Settings
 from flows.stages.common import StageError, lake_of
 
 

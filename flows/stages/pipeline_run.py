@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import store
-from flows.config import Settings
+from flows.config.root import Settings
 from flows.stages.common import lake_of
 
 if TYPE_CHECKING:

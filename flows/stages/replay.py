@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from flows.config import Settings
+from flows.config.root import Settings
 from flows.stages.common import StageError, lake_of, sampler_for
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from flows.config import Settings
+from flows.config.root import Settings
 from flows.stages.common import base_model, lake_of, work_dir
 from flows.stages.score import training_reward
 

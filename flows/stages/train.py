@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import store
-from flows.config import Settings
+from flows.config.root import Settings
 from flows.stages.common import base_model, lake_of, run_dir
 from flows.stages.score import training_reward
 

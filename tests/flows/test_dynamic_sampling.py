@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from flows.config import Settings, load_config
+from flows.config.checks import load_config
+from flows.config.root import Settings
 from flows.stages import PolicyReplay, RoundScores, sample_round
 from judging.summary import RewardStats
 

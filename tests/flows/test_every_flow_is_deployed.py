@@ -6,7 +6,7 @@ from __future__ import annotations
 from prefect import Flow
 
 import flows.prefect_flows as module
-from flows.config import load_config
+from flows.config.checks import load_config
 from flows.deployments import deployment_specs
 
 

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
-from flows.config import load_config
+from flows.config.checks import load_config
 from flows.deployments import deployment_specs
 
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import store
-from flows.config import Selections
+from flows.config.sections import Selections
 from tests.training.helpers import ScriptedSampler, calculator_script, make_trajectory
 from training.replay.scenario_io import create_scenarios
 from training.replay.scenarios import ScenarioConfig

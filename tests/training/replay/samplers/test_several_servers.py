@@ -143,7 +143,7 @@ def test_requests_spread_over_servers_and_survive_one_dying(
 
 
 def test_a_list_of_servers_in_the_config(tiny_model: Path, tmp_path: Path) -> None:
-    from flows.config import load_config
+    from flows.config.checks import load_config
 
     path = tmp_path / "trajlake.toml"
     for value, expected in (

@@ -244,8 +244,9 @@ def configuration_reference(config: MkDocsConfig) -> str:
     """One table per TOML table of `flows.config.Settings`, read from the sections' declarations
     (TRL's fields from TRL), as `trajlake config` lists them."""
     from flows.config.keys import describe
-    from flows.config.root import TRAINERS, Settings
+    from flows.config.root import Settings
     from flows.config.sources import section_fields
+    from flows.config.trainers import TRAINERS
 
     declared = {key: tp for key, _, tp in section_fields(Settings)}
     tables: dict[str, list[Any]] = {}

@@ -15,8 +15,9 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-from flows.config.root import DERIVED, TRAINERS, Settings
+from flows.config.root import DERIVED, Settings
 from flows.config.sources import declared_variables, section_fields, variable_of
+from flows.config.trainers import TRAINERS
 
 
 @dataclass(frozen=True)

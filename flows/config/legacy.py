@@ -1,4 +1,8 @@
-"""`trajlake.toml`: one validated configuration for the whole loop, derived from the libraries.
+"""The string-keyed tables the commands' options are still derived from (`flows.commands.options`),
+read with `flows.settings`' own parsing; `flows.config.root.Settings` is the configuration every
+stage, `trajlake config` and the checks read, and the options move to it next.
+
+Below, as this module has described it: `trajlake.toml`, derived from the libraries.
 
 Each TOML table is either a library's own config dataclass (`[replay]` is
 `training.replay.ReplayConfig`, `[train.sft]` is `TrajlakeSFTConfig`, `[judge]` is
@@ -20,75 +24,17 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from functools import cache, partial
+from functools import cache
 from pathlib import Path
 from typing import Any
 
-from flows.config.sections import (
-    EvaluateSettings,
-    LakeSettings,
-    PipelineSettings,
-    Schedules,
-    ScoreSettings,
-    Selections,
-)
+from flows.config.trainers import GRPO_FIELDS, SFT_FIELDS, TRAIN_FLAGS
 from flows.settings import ConfigError, Section, derived_variable, env_overrides, merge, table_at
 
 DEFAULT_CONFIG_FILE = "trajlake.toml"
 OWN_TABLES = "flows.config.sections"  # the module of the tables that belong to the flow itself
 
 # --- every table ----------------------------------------------------------------------------------
-
-SFT_FIELDS = (
-    "num_train_epochs",
-    "max_steps",
-    "learning_rate",
-    "per_device_train_batch_size",
-    "gradient_accumulation_steps",
-    "max_length",
-    "packing",
-    "tree_packing",
-    "lora_r",
-    "lora_alpha",
-    "lora_dropout",
-    "seed",
-    "activation_checkpointing",
-    "save_steps",
-    "report_to",
-)
-GRPO_FIELDS = (
-    "loss_type",
-    "beta",
-    "epsilon",
-    "epsilon_high",
-    "scale_rewards",
-    "learning_rate",
-    "num_train_epochs",
-    "max_steps",
-    "per_device_train_batch_size",
-    "gradient_accumulation_steps",
-    "warmup_steps",
-    "max_completion_length",
-    "mask_truncated_completions",
-    "skip_equal_reward_groups",
-    "max_staleness",
-    "measure_sampler_gap",
-    "tree_packing",
-    "vllm_importance_sampling_correction",
-    "vllm_importance_sampling_mode",
-    "vllm_importance_sampling_clip_max",
-    "lora_r",
-    "seed",
-    "activation_checkpointing",
-    "save_steps",
-    "report_to",
-)
-TRAIN_FLAGS = {
-    "num_train_epochs": "--epochs",
-    "learning_rate": "--lr",
-    "per_device_train_batch_size": "--batch-size",
-}
 
 SECTIONS: dict[str, Section] = {
     s.key: s
@@ -157,50 +103,6 @@ TRAINING_SECTIONS = ("train.sft", "train.grpo")  # TRL configs: need an output f
 
 
 # --- loading --------------------------------------------------------------------------------------
-
-
-@dataclass
-class TrajlakeConfig:
-    """Validated values of every table; `build(key)` turns one into its library config."""
-
-    values: dict[str, dict[str, Any]] = field(default_factory=dict)
-    source: str = "defaults"
-
-    def build(self, key: str, **extra: Any) -> Any:
-        """The config object of table `key`: the file's and the environment's values, then `extra`."""
-        return SECTIONS[key].build(self.values.get(key, {}), self.source, **extra)
-
-    @property
-    def lake(self) -> LakeSettings:
-        return self.build("lake")
-
-    @property
-    def select(self) -> Selections:
-        return self.build("select")
-
-    @property
-    def score(self) -> ScoreSettings:
-        return self.build("score")
-
-    @property
-    def evaluate(self) -> EvaluateSettings:
-        return self.build("evaluate")
-
-    @property
-    def pipeline(self) -> PipelineSettings:
-        return self.build("pipeline")
-
-    @property
-    def schedules(self) -> Schedules:
-        return self.build("schedules")
-
-    def with_lake(self, lake: str | None) -> TrajlakeConfig:
-        """This config with `lake.path` replaced when a `--lake` option was given."""
-        return self.with_values("lake", path=lake) if lake else self
-
-    def with_values(self, key: str, **values: Any) -> TrajlakeConfig:
-        """This config with some values of table `key` replaced (a command's own options)."""
-        return TrajlakeConfig({**self.values, key: {**self.values.get(key, {}), **values}}, self.source)
 
 
 def read_sources(
@@ -291,22 +193,6 @@ def parse_table(data: Mapping[str, Any], key: str, environ: Mapping[str, str], s
     return SECTIONS[key].parse(own, environ, source)
 
 
-def load_config(
-    path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
-) -> TrajlakeConfig:
-    """Read `trajlake.toml` (if any), apply environment overrides, and check every table."""
-    environ = os.environ if environ is None else environ
-    data, source = read_sources(path, environ)
-    roots = {key.split(".")[0] for key in SECTIONS}
-    unknown = [k for k in data if k not in roots]
-    if unknown:
-        raise ConfigError(
-            unknown[0], f"unknown table; the configuration has: {', '.join(sorted(roots))}", source
-        )
-    config = TrajlakeConfig({key: parse_table(data, key, environ, source) for key in SECTIONS}, source)
-    return validate(config)
-
-
 @cache
 def command_defaults(key: str) -> dict[str, Any]:
     """Values of table `key` from the file and environment in effect, for a command's options (cached)."""
@@ -335,88 +221,3 @@ def setting_in_effect(key: str, environ: Mapping[str, str] | None = None) -> tup
     if variable in environ:
         return values[name], f"${variable}"
     return values[name], environ.get("TRAJLAKE_CONFIG") or DEFAULT_CONFIG_FILE
-
-
-def validate(config: TrajlakeConfig) -> TrajlakeConfig:
-    """Build every table once: each library (and each of the flow's tables) checks its own values;
-    then resolve what the tables name (rewards, tools, selections), as the stages will."""
-    for key in SECTIONS:
-        extra = {"output_dir": "unused"} if key in TRAINING_SECTIONS else {}
-        config.build(key, **extra)
-    if config.evaluate.group_size:  # evaluation replays with its own group size: the replay checks it
-        try:
-            config.build("replay", group_size=config.evaluate.group_size)
-        except ConfigError as exc:
-            raise ConfigError("evaluate.group_size", str(exc), config.source) from None
-    check_references(config)
-    return config
-
-
-def check_references(config: TrajlakeConfig) -> None:
-    """Resolve every reward, tool and selection the configuration names, as the stages will, so a
-    bad one is a `ConfigError` naming its key before any work (not a failed run minutes later).
-
-    Rewards are imported (`judging.resolve_reward_key`: each `reward` key takes a spec or the
-    name of a scored reward), tools imported, selections parsed as one SELECT each.
-    """
-    import duckdb
-
-    from judging import RewardSpecError, resolve_reward_key
-    from training.replay.errors import ToolSourceError
-    from training.replay.rollout.tools import CallableTools
-
-    score = config.score
-    checks: list[tuple[str, Any]] = [
-        *((f"score.rewards[{i}]", partial(resolve_reward_key, spec)) for i, spec in enumerate(score.rewards)),
-        (
-            "score.reward",
-            partial(resolve_reward_key, score.reward, score.rewards, combined=bool(score.weights)),
-        ),
-    ]
-    checks += [(f"score.weights.{key}", partial(_check_weight, key, score.rewards)) for key in score.weights]
-    if config.evaluate.reward:
-        checks.append(("evaluate.reward", partial(resolve_reward_key, config.evaluate.reward, score.rewards)))
-    tools = config.values.get("tools", {}).get("tool") or ()
-    checks += [
-        (f"tools.tool[{i}]", partial(CallableTools.from_specs, [spec])) for i, spec in enumerate(tools)
-    ]
-    select = config.select
-    checks += [
-        (f"select.{name}", partial(_check_selection, duckdb, getattr(select, name)))
-        for name in ("scenarios", "replay", "sft", "evaluate")
-    ]
-    for key, check in checks:
-        try:
-            check()
-        except (RewardSpecError, ToolSourceError, ValueError) as exc:
-            raise ConfigError(key, str(exc), config.source) from None
-
-
-def _check_weight(key: str, rewards: list[str]) -> None:
-    from judging import RewardSpecError, resolve_reward_key
-
-    try:
-        spec: str | None = resolve_reward_key(key, rewards)[0]
-    except RewardSpecError:
-        spec = None
-    if spec not in (*rewards, "ruler"):
-        raise ValueError(f"not a scored reward; rewards: {', '.join(rewards)}")
-
-
-def _check_selection(duckdb: Any, sql: str) -> None:
-    try:
-        statements = duckdb.extract_statements(sql)
-    except duckdb.Error as exc:
-        raise ValueError(f"the SQL does not parse: {str(exc).splitlines()[0]}") from None
-    if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
-        raise ValueError("give one SELECT statement")
-
-
-def describe() -> list[tuple[str, str, str]]:
-    """(key, default, help) of every key, in table order: `trajlake config` and the README table."""
-    rows = []
-    for key in SECTIONS:
-        for s in [*SECTIONS[key].settings, *(c for child in SECTIONS[key].children for c in child.settings)]:
-            variable = f" Environment: `${s.variable}`." if s.variable else ""
-            rows.append((s.toml_key, repr(s.env if s.env else s.default), s.help + variable))
-    return rows

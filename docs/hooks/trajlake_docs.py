@@ -6,8 +6,8 @@
 - `<!-- trajlake:changelog -->` becomes `CHANGELOG.md` (history lives at the root, beside the
   README).
 - `<!-- trajlake:configuration -->` becomes every `trajlake.toml` key, generated from the
-  settings declarations (`flows.config.SECTIONS`, the same ones `trajlake config` and the
-  command-line options are made from), one table per TOML table.
+  settings declarations (the sections of `flows.config.root.Settings`, the same ones
+  `trajlake config` and the command-line options are made from), one table per TOML table.
 - A link from a page to a file of the repository outside `docs/` (`../tests/x.py`, as it
   reads on GitHub too) becomes a link to a generated page showing that file. A link whose
   file does not exist, or whose `#name` is not a `def`/`class` in it, is an error, so a

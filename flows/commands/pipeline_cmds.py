@@ -12,7 +12,7 @@ import typer
 from flows.commands import command_app
 from flows.commands.options import LakeOption, fail, quiet_libraries
 from flows.config.checks import load_config
-from flows.settings import ConfigError
+from flows.config.errors import ConfigError
 
 ConfigOption = Annotated[
     str | None,

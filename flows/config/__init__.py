@@ -1,30 +1,12 @@
 """trajlake's configuration: one typed `Settings` object (`flows.config.root`) whose sections
-are the libraries' own declarations (the flow's own in `flows.config.sections`), read from the
-command line, the environment and `trajlake.toml` by pydantic-settings (`flows.config.sources`);
-`flows.config.keys` describes every key, `flows.config.checks` checks what the settings name.
+are the libraries' own declarations (the flow's own in `flows.config.sections`, TRL's fields in
+`flows.config.trainers`), read from the command line, the environment and `trajlake.toml` by
+pydantic-settings (`flows.config.sources`). `flows.config.keys` describes every key,
+`flows.config.checks` checks what the settings name, `flows.config.options` makes the commands'
+options, `flows.config.lake` reads `[lake]` alone.
 
-Importing this package imports none of the libraries (the lake's commands read `[lake]` alone).
-`flows.config.legacy` is the string-keyed configuration the commands' options still read
-while they move to `Settings`."""
+Importing this package imports none of the libraries."""
 
 from flows.config.errors import ConfigError
-from flows.config.legacy import (
-    DEFAULT_CONFIG_FILE,
-    SECTIONS,
-    TRAINING_SECTIONS,
-    command_defaults,
-    declared_variables,
-    read_sources,
-    setting_in_effect,
-)
 
-__all__ = [
-    "DEFAULT_CONFIG_FILE",
-    "SECTIONS",
-    "TRAINING_SECTIONS",
-    "ConfigError",
-    "command_defaults",
-    "declared_variables",
-    "read_sources",
-    "setting_in_effect",
-]
+__all__ = ["ConfigError"]

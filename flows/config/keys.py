@@ -15,7 +15,6 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-from flows.config.root import DERIVED, Settings
 from flows.config.sources import declared_variables, section_fields, variable_of
 from flows.config.trainers import TRAINERS
 
@@ -57,6 +56,8 @@ def default_of(f: dataclasses.Field[Any]) -> Any:
 
 def describe(*, trl: bool = False) -> list[Key]:
     """Every key, in section order; `trl`: TRL's defaults and help too (imports TRL)."""
+    from flows.config.root import DERIVED, Settings  # every library's section: not for `first_sentence`
+
     declared = {key: variable for variable, key in declared_variables(Settings).items()}
     rows: list[Key] = []
     for key, f, tp in section_fields(Settings):

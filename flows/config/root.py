@@ -216,8 +216,12 @@ def config_error(exc: ValidationError, file: Path | None, given: Mapping[str, An
     cause = (error.get("ctx") or {}).get("error")
     if isinstance(cause, SettingError) and cause.field:
         parts += cause.field.split(".")
-    key = ".".join(parts) or "(settings)"
     detail = str(cause) if isinstance(cause, Exception) else error["msg"]
+    if isinstance(cause, Exception) and not getattr(cause, "field", None) and parts:
+        # a library that names no field: the key its message names, when it is one of the table's
+        named = [name for name in known_keys(".".join(parts)) if f"`{name}`" in detail]
+        parts += named[:1]
+    key = ".".join(parts) or "(settings)"
     if error["type"] == "extra_forbidden" and len(parts) == 1:
         detail = f"unknown table; the configuration has: {', '.join(sorted(Settings.model_fields))}"
     elif error["type"] in ("extra_forbidden", "unexpected_keyword_argument"):

@@ -11,7 +11,9 @@ from typer.testing import CliRunner
 
 import store
 from flows.cli import app
-from flows.config import SECTIONS, ConfigError, command_defaults, load_config
+from flows.config import ConfigError
+from flows.config.checks import load_config
+from flows.config.root import Settings
 
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
 
@@ -167,7 +169,6 @@ def test_a_toml_key_an_environment_variable_and_an_option_reach_the_same_field(
     ]
 
     def run(*extra: str) -> training.replay.ScenarioConfig:
-        command_defaults.cache_clear()
         result = CliRunner().invoke(app, [*args, *extra])
         assert result.exit_code == 0, result.output
         return seen[-1]
@@ -176,7 +177,7 @@ def test_a_toml_key_an_environment_variable_and_an_option_reach_the_same_field(
     monkeypatch.setenv("TRAJLAKE_SCENARIOS__VAL_FRACTION", "0.4")
     assert (run().val_fraction, run().turn) == (0.4, 1)  # the environment beats the file
     assert (run("--val-fraction", "0.5").val_fraction, run().turn) == (0.5, 1)  # the option beats both
-    assert SECTIONS["scenarios"].cls is training.replay.ScenarioConfig
+    assert Settings.model_fields["scenarios"].annotation is training.replay.ScenarioConfig
 
 
 def test_commands_use_the_config_files_lake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -185,7 +186,6 @@ def test_commands_use_the_config_files_lake(tmp_path: Path, monkeypatch: pytest.
     lake = tmp_path / "configured-lake"
     store.write(str(lake), "runs", [{"run_id": "r", "step": 0, "stage": "sft"}])
     monkeypatch.setenv("TRAJLAKE_CONFIG", write(tmp_path, f'[lake]\npath = "{lake}"\n'))
-    command_defaults.cache_clear()
     result = CliRunner().invoke(app, ["sql", "SELECT count(*) AS n FROM runs", "--format", "json"])
     assert result.exit_code == 0, result.output
     assert '"n": 1' in result.output
@@ -218,8 +218,8 @@ def test_reading_the_configuration_imports_no_training_library(tmp_path: Path) -
     # every command reads the file and the environment first: `trajlake collect` or `trajlake sql`
     # must not pay for importing TRL (seconds) to learn which variables settings declare
     code = (
-        "import sys; from flows.config import command_defaults; command_defaults('collector'); "
-        "command_defaults('lake'); print(sorted(m for m in ('trl', 'torch', 'transformers') if m in sys.modules))"
+        "import sys; from flows.config.root import load_settings; load_settings().collector; "
+        "print(sorted(m for m in ('trl', 'torch', 'transformers') if m in sys.modules))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path
@@ -232,7 +232,7 @@ def test_commands_take_what_the_configuration_says_when_an_option_is_left_out(
 ) -> None:
     """One rule for every command: option > environment > trajlake.toml > declared default."""
     import training.replay
-    from flows.config import setting_in_effect
+    from flows.config.options import value_in_effect
 
     config = write(
         tmp_path,
@@ -240,16 +240,15 @@ def test_commands_take_what_the_configuration_says_when_an_option_is_left_out(
         "sft = \"SELECT trajectory_id FROM trajectories WHERE model = 'm2'\"\n"
         '[score]\nrewards = ["valid_json"]\nreward = "valid_json"\n',
     )
-    environ = {"TRAJLAKE_CONFIG": config}
-    assert setting_in_effect("select.scenarios", environ) == (
+    monkeypatch.setenv("TRAJLAKE_CONFIG", config)
+    assert value_in_effect("select.scenarios") == (
         "SELECT trajectory_id FROM trajectories WHERE model = 'm1'",
         config,
     )
-    assert setting_in_effect("score.reward", {**environ, "TRAJLAKE_SCORE__REWARD": "x"}) == (
-        "x",
-        "$TRAJLAKE_SCORE__REWARD",
-    )
-    assert setting_in_effect("select.replay", environ) == (store.TRAIN_SCENARIOS, "default")
+    monkeypatch.setenv("TRAJLAKE_SCORE__REWARD", "x")
+    assert value_in_effect("score.reward") == ("x", "$TRAJLAKE_SCORE__REWARD")
+    monkeypatch.delenv("TRAJLAKE_SCORE__REWARD")
+    assert value_in_effect("select.replay") == (store.TRAIN_SCENARIOS, "default")
 
     lake = tmp_path / "lake"
     store.write(str(lake), "runs", [{"run_id": "r", "step": 0, "stage": "sft"}])
@@ -261,19 +260,15 @@ def test_commands_take_what_the_configuration_says_when_an_option_is_left_out(
 
     monkeypatch.setattr(training.replay, "create_scenarios", create)
     monkeypatch.setenv("TRAJLAKE_CONFIG", config)
-    command_defaults.cache_clear()
-    try:
-        result = CliRunner().invoke(app, ["scenarios", "create", "--lake", str(lake)])
-        assert result.exit_code == 0, result.output
-        assert seen == ["SELECT trajectory_id FROM trajectories WHERE model = 'm1'"]  # not "Missing --sql"
-        result = CliRunner().invoke(app, ["scenarios", "create", "--sql", "SELECT 1", "--lake", str(lake)])
-        assert seen[-1] == "SELECT 1"  # the option beats the file
-        # `score` without --reward scores `[score] rewards`: valid_json over a lake with no replay yet
-        result = CliRunner().invoke(app, ["score", "--lake", str(lake), "--no-progress", "--format", "json"])
-        assert result.exit_code == 0, result.output
-        assert [s["reward"] for s in json.loads(result.output)] == ["valid_json"]
-    finally:
-        command_defaults.cache_clear()
+    result = CliRunner().invoke(app, ["scenarios", "create", "--lake", str(lake)])
+    assert result.exit_code == 0, result.output
+    assert seen == ["SELECT trajectory_id FROM trajectories WHERE model = 'm1'"]  # not "Missing --sql"
+    result = CliRunner().invoke(app, ["scenarios", "create", "--sql", "SELECT 1", "--lake", str(lake)])
+    assert seen[-1] == "SELECT 1"  # the option beats the file
+    # `score` without --reward scores `[score] rewards`: valid_json over a lake with no replay yet
+    result = CliRunner().invoke(app, ["score", "--lake", str(lake), "--no-progress", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert [s["reward"] for s in json.loads(result.output)] == ["valid_json"]
 
 
 def test_train_commands_take_the_configured_selection_and_reward(
@@ -290,13 +285,9 @@ def test_train_commands_take_the_configured_selection_and_reward(
         '[select]\nsft = "SELECT trajectory_id FROM trajectories WHERE false"\n[score]\nreward = "configured"\n',
     )
     monkeypatch.setenv("TRAJLAKE_CONFIG", config)
-    command_defaults.cache_clear()
-    try:
-        common = ["--base-model", str(tiny_model), "--lake", str(lake)]
-        sft = CliRunner().invoke(app, ["train", "sft", "-o", str(tmp_path / "sft"), *common])
-        grpo = CliRunner().invoke(app, ["train", "grpo", "-o", str(tmp_path / "grpo"), *common])
-    finally:
-        command_defaults.cache_clear()
+    common = ["--base-model", str(tiny_model), "--lake", str(lake)]
+    sft = CliRunner().invoke(app, ["train", "sft", "-o", str(tmp_path / "sft"), *common])
+    grpo = CliRunner().invoke(app, ["train", "grpo", "-o", str(tmp_path / "grpo"), *common])
     # each read the file's value: SFT's selection (matching nothing), GRPO's reward (scored nowhere)
     assert sft.exit_code != 0 and "WHERE false" in sft.output, sft.output
     assert grpo.exit_code != 0 and "`configured`" in grpo.output and "reward_name" not in grpo.output, (
@@ -332,15 +323,11 @@ def test_help_shows_the_value_the_command_will_use(tmp_path: Path, monkeypatch: 
     monkeypatch.setenv("TRAJLAKE_CONFIG", config)
     monkeypatch.setenv("TRAJLAKE_REPLAY__RUN", "nightly")
     monkeypatch.setenv("COLUMNS", "200")
-    command_defaults.cache_clear()
-    try:  # the options are derived when a command's module loads: once per `trajlake` process
-        app_ = command_app()
-        app_.command("replay")(configured(replay_command, replay="replay", sampler="sampler", tools="tools"))
-        app_.command("create")(configured(scenarios_create, scenarios="scenarios"))
-        replay_help = CliRunner().invoke(app_, ["replay", "--help"]).output
-        create_help = CliRunner().invoke(app_, ["create", "--help"]).output
-    finally:
-        command_defaults.cache_clear()
+    app_ = command_app()
+    app_.command("replay")(configured(replay_command, replay="replay", sampler="sampler", tools="tools"))
+    app_.command("create")(configured(scenarios_create, scenarios="scenarios"))
+    replay_help = CliRunner().invoke(app_, ["replay", "--help"]).output
+    create_help = CliRunner().invoke(app_, ["create", "--help"]).output
     flat = re.sub(r"[│\s]+", "", replay_help + create_help)  # wrapped lines and the box's borders away
     assert f"[ineffect:8,from{config}]" in flat  # the file's, not the declared 4
     assert "[ineffect:nightly,from$TRAJLAKE_REPLAY__RUN]" in flat

@@ -16,7 +16,6 @@ from typer.testing import CliRunner
 
 import store
 from flows.cli import app
-from flows.config import command_defaults
 
 
 @pytest.fixture
@@ -29,11 +28,9 @@ def configure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         path = tmp_path / "trajlake.toml"
         path.write_text(text)
         monkeypatch.setenv("TRAJLAKE_CONFIG", str(path))
-        command_defaults.cache_clear()
         return str(path)
 
     yield write
-    command_defaults.cache_clear()
 
 
 def invoke(*args: str) -> Any:

@@ -244,11 +244,18 @@ def configuration_reference(config: MkDocsConfig) -> str:
     """One table per TOML table of `flows.config.Settings`, read from the sections' declarations
     (TRL's fields from TRL), as `trajlake config` lists them."""
     from flows.config.keys import describe
+    from flows.config.options import options_of
     from flows.config.root import Settings
     from flows.config.sources import section_fields
     from flows.config.trainers import TRAINERS
 
     declared = {key: tp for key, _, tp in section_fields(Settings)}
+    flags: dict[str, str] = {}  # TOML key -> the option that sets it, on the commands that read its table
+    for section in [*Settings.model_fields, *(f"train.{t}" for t in TRAINERS)]:
+        if section == "train":
+            continue
+        key, options = options_of(section)
+        flags.update({f"{key}.{o.key}": o.flag.split()[0] for o in options if not o.env})
     tables: dict[str, list[Any]] = {}
     for key in describe(trl=True):  # a sub-table's keys come amid its table's: one heading each
         tables.setdefault(key.key.rsplit(".", 1)[0], []).append(key)
@@ -263,7 +270,7 @@ def configuration_reference(config: MkDocsConfig) -> str:
             target, doc = f"{module}:{name}", "TRL's trainer config; the fields set in trajlake.toml."
         out.append(f"\n### `[{table}]`\n")
         out.append(f"Declared by `{target}`." + ("" if generic or not doc else f" {_escape(doc)}") + "\n")
-        out.append("| key | default | environment | meaning |\n| --- | --- | --- | --- |")
+        out.append("| key | default | environment | option | meaning |\n| --- | --- | --- | --- | --- |")
         for key in keys:
             name, default = key.key.rsplit(".", 1)[1], key.default
             cell = _escape(repr(default))
@@ -272,7 +279,8 @@ def configuration_reference(config: MkDocsConfig) -> str:
                 if len(cell) <= 60
                 else f"<details><summary>{len(default)} entries</summary>`{cell}`</details>"
             )
-            out.append(f"| `{name}` | {cell} | `${key.variable}` | {_escape(key.help)} |")
+            option = f"`{flags[key.key]}`" if key.key in flags else ""
+            out.append(f"| `{name}` | {cell} | `${key.variable}` | {option} | {_escape(key.help)} |")
     return "\n".join(out) + "\n"
 
 

@@ -165,7 +165,8 @@ def test_an_error_in_the_file_is_printed_once_naming_the_file_and_key(configure:
     result = invoke("replay", "--scenarios", "SELECT 1")
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
-        f"error: bad configuration `replay.group_size` ({config}): expected int, got 'x' (str)"
+        f"error: bad configuration `replay.group_size` ({config}): Input should be a valid integer, "
+        "unable to parse string as an integer, got 'x'"
     ]
 
 

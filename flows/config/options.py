@@ -228,8 +228,8 @@ def configured(command: Callable[..., Any], **sections: str | type) -> Callable[
             settings = load_settings(None, command_line)
             for param, (key, options) in derived.items():
                 section = sections[param]
-                if not key:
-                    kwargs[param] = _own_section(section, options, given[param])  # type: ignore[arg-type]
+                if isinstance(section, type):
+                    kwargs[param] = _own_section(section, options, given[param])
                 elif key.startswith("train."):
                     kwargs[param] = settings.train
                 else:

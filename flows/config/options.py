@@ -235,6 +235,17 @@ def configured(command: Callable[..., Any], **sections: str | type) -> Callable[
                 else:
                     kwargs[param] = _at(settings, key)
         except ConfigError as exc:
+            if exc.source == "command line":  # the option's value: name the option
+                flag = next(
+                    (
+                        o.flag.split()[0]
+                        for key, options in derived.values()
+                        for o in options
+                        if f"{key}.{o.key}" == exc.field
+                    ),
+                    exc.field,
+                )
+                exc = ConfigError(flag or "(command line)", exc.detail, exc.source)
             typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
             raise typer.Exit(2) from None
         return command(*args, **kwargs)

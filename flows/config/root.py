@@ -14,9 +14,11 @@ built (`Settings.train.sft_config`), so reading the configuration never imports 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
+import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,6 +129,11 @@ class Settings(BaseSettings):
         for key, instead in DERIVED.items():
             if lookup(data, key)[0]:
                 raise SettingError(f"not a key of its own: set `{instead}`", field=key)
+        for key, _, tp in section_fields(cls):
+            present, value = lookup(data, key)
+            if present and isinstance(value, str) and takes_callable(tp):
+                *parents, name = key.split(".")
+                lookup(data, ".".join(parents))[1][name] = import_callable(key, value)
         for key, f, _ in section_fields(cls):
             if "env" not in f.metadata:
                 continue
@@ -171,6 +178,29 @@ class Settings(BaseSettings):
     def with_lake(self, lake: str | None) -> Settings:
         """These settings with `lake.path` replaced when a `--lake` option was given."""
         return self.with_values("lake", path=lake) if lake else self
+
+
+def takes_callable(tp: Any) -> bool:
+    """Whether a field's type is a function (`Callable[[str], str] | None`): written as an import path."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return any(takes_callable(a) for a in typing.get_args(tp))
+    return tp is Callable or typing.get_origin(tp) is Callable
+
+
+def import_callable(key: str, spec: str) -> Callable[..., Any]:
+    """The function `package.module:function` names; else a `SettingError` naming `key`."""
+    module, _, attribute = spec.partition(":")
+    try:
+        function: Any = importlib.import_module(module)
+        for part in attribute.split(".") if attribute else ():
+            function = getattr(function, part)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise SettingError(
+            f"`{spec}` cannot be imported ({exc}); write `package.module:function`", field=key
+        ) from None
+    if not attribute or not callable(function):
+        raise SettingError(f"`{spec}` is not a function; write `package.module:function`", field=key)
+    return function  # type: ignore[no-any-return]
 
 
 def sources(

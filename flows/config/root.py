@@ -161,7 +161,10 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _one_lake(self) -> Settings:
-        if self.collector.lake != self.lake.path:
+        return self._collector_writes_the_lake()
+
+    def _collector_writes_the_lake(self) -> Settings:
+        if self.collector.lake != self.lake.path:  # frozen: set once, while the object is being built
             object.__setattr__(self, "collector", dataclasses.replace(self.collector, lake=self.lake.path))
         return self
 
@@ -173,7 +176,7 @@ class Settings(BaseSettings):
         except SettingError as exc:
             key = f"{section}.{exc.field}" if exc.field else section
             raise ConfigError(key, str(exc), "command line") from None
-        return self.model_copy(update={section: replaced})._one_lake()
+        return self.model_copy(update={section: replaced})._collector_writes_the_lake()
 
     def with_lake(self, lake: str | None) -> Settings:
         """These settings with `lake.path` replaced when a `--lake` option was given."""
@@ -228,7 +231,8 @@ def load_settings(
     given = dict(command_line or {})
     try:
         chosen = sources(Settings, InitSettingsSource(Settings, given), file)
-        return Settings(_build_sources=(tuple(source for _, source in chosen), given))
+        # `_build_sources` is BaseSettings' documented argument, which mypy's view of the fields lacks
+        return Settings(_build_sources=(tuple(source for _, source in chosen), given))  # type: ignore[call-arg]
     except ValidationError as exc:
         raise config_error(exc, file, given) from None
     except ConfigError:

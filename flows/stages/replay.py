@@ -117,8 +117,9 @@ def replay_policy(
     groups are skipped)."""
     from training.replay import replay
 
-    sizes = {"group_size": group_size} if group_size else {}
-    configured = dataclasses.replace(config.replay, run=run, **sizes)
+    configured = dataclasses.replace(
+        config.replay, run=run, group_size=group_size or config.replay.group_size
+    )
     sampling = configured.sampling.with_seed(seed)
     if greedy:
         sampling = dataclasses.replace(sampling, temperature=0.0)

@@ -3,8 +3,8 @@
 Commands are thin: they turn options into config objects, open the lake, call one
 library function, and print where the results went. A command's module is imported
 only when that command runs or shows its own help, so `trajlake sql` never pays for
-torch, TRL or Prefect; options derived from the libraries' config declarations
-(`flows.settings`) are built then too. `trajlake --help` lists the commands from
+torch, TRL or Prefect; options derived from the settings' declarations
+(`flows.config.options`) are built then too. `trajlake --help` lists the commands from
 `SUMMARIES` and imports none of them (tests/flows/test_startup.py, bench/startup.py).
 """
 

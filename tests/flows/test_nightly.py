@@ -190,7 +190,7 @@ def test_each_trigger_of_the_served_deployment_trains_its_own_run(
     from prefect.client.orchestration import get_client
     from prefect.deployments import run_deployment
 
-    from flows.config import load_config
+    from flows.config.checks import load_config
     from flows.deployments import serve_deployments
 
     # the flow runs in the runner's subprocess, which reads these from its environment
@@ -226,7 +226,7 @@ def test_each_trigger_of_the_served_deployment_trains_its_own_run(
 
 def test_a_retried_flow_run_takes_up_its_own_record_and_folder(tmp_path: Path, demo_model: Path) -> None:
     from flows import stages
-    from flows.config import load_config
+    from flows.config.checks import load_config
 
     lake = tmp_path / "lake"
     capture_production_traces(lake, SPEC.questions)

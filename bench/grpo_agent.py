@@ -141,9 +141,9 @@ def trainer_for(
     from datasets import Dataset
     from trl import GRPOTrainer
 
-    from training.grpo import grpo_trainer_class
     from training.grpo_config import TrajlakeGRPOConfig
     from training.grpo_trainer import stored_reward
+    from training.grpo_tree_trainer import grpo_trainer_class
 
     config = TrajlakeGRPOConfig(
         output_dir=str(out / "ckpt"),

@@ -23,8 +23,8 @@ from training.grpo_rows import (
     fit_batch_to_rows,
     grpo_dataset,
 )
-from training.grpo_trainer import StoredGroupsGRPOTrainer, stored_reward
-from training.grpo_tree_trainer import TreePackedGRPOTrainer
+from training.grpo_trainer import stored_reward
+from training.grpo_tree_trainer import grpo_trainer_class
 from training.lora import trainable_policy
 from training.metrics import NonFiniteLossGuard, ProgressLog, RunsTableCallback
 from training.models.adapters import peft_wrapping
@@ -39,14 +39,6 @@ from training.run import (
     start_run,
     train_and_record,
 )
-
-
-def grpo_trainer_class(config: TrajlakeGRPOConfig) -> type[StoredGroupsGRPOTrainer]:
-    """The trainer `config` asks for: the one-seam stored-groups trainer, or its layer that
-    owns the policy's forward when `tree_packing` or `measure_sampler_gap` is on."""
-    if config.tree_packing or config.measure_sampler_gap:
-        return TreePackedGRPOTrainer
-    return StoredGroupsGRPOTrainer
 
 
 def train_grpo(

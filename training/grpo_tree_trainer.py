@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from store.metrics import SAMPLER_GAP_MAX, SAMPLER_GAP_MEAN, TREE_PACKING_SAVED_SHARE
+from training.grpo_config import TrajlakeGRPOConfig
 from training.grpo_trainer import StoredGroupsGRPOTrainer
 from training.mismatch import gap_from_totals, sampler_gap_totals
 from training.tree_pack import TREE_ATTENTION, TreePack, attention_mask_for, pack_rows, unpack
@@ -210,3 +211,11 @@ class TreePackedGRPOTrainer(StoredGroupsGRPOTrainer):
         gap = (packed - rows).abs().max().item()
         tolerance = 1e-3 if next(model.parameters()).dtype == torch.float32 else 0.1
         return None if gap <= tolerance else f"packed and unpacked logprobs differ by {gap:.2g}"
+
+
+def grpo_trainer_class(config: TrajlakeGRPOConfig) -> type[StoredGroupsGRPOTrainer]:
+    """The trainer `config` asks for: the one-seam stored-groups trainer, or its layer that
+    owns the policy's forward when `tree_packing` or `measure_sampler_gap` is on."""
+    if config.tree_packing or config.measure_sampler_gap:
+        return TreePackedGRPOTrainer
+    return StoredGroupsGRPOTrainer

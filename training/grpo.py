@@ -23,6 +23,7 @@ from training.grpo_rows import (
     fit_batch_to_rows,
     grpo_dataset,
 )
+from training.grpo_trainer import StoredGroupsGRPOTrainer as StoredGroupsGRPOTrainer  # re-exported
 from training.grpo_trainer import stored_reward
 from training.grpo_tree_trainer import grpo_trainer_class
 from training.lora import trainable_policy

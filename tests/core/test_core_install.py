@@ -1,7 +1,7 @@
 """The core install (`pip install trajlake`, no extras: no torch, TRL or Prefect) runs the collector,
 `sql`, `forget` and the report, and a command of a missing extra says which one to install.
 
-Run with the interpreter `.ci/core-env` builds: `.venv-core/bin/python -m pytest -m core`.
+Run with the interpreter `.ci/core-env` builds: `.venv-core/bin/python -m pytest -m core tests/core`.
 Every command runs as the user runs it, a `python -m flows.cli` process of that interpreter;
 the collector receives a real OTLP/HTTP POST on loopback.
 """
@@ -33,7 +33,7 @@ pytestmark = [
     # run there by hand, they would fail on what they check, so they say where they belong.
     pytest.mark.skipif(
         any(importlib.util.find_spec(m) for m in EXTRAS),
-        reason="needs the core install alone: `.ci/core-env`, then `.venv-core/bin/python -m pytest -m core`",
+        reason="needs the core install alone: `.ci/core-env`, then `.venv-core/bin/python -m pytest -m core tests/core`",
     ),
 ]
 

@@ -20,6 +20,7 @@ import os
 import random
 import subprocess
 import sys
+import tempfile
 import time
 import tomllib
 from concurrent.futures import ThreadPoolExecutor
@@ -174,11 +175,14 @@ class ServedPolicy:
 
     def __enter__(self) -> str:
         """Starts the server; returns the model name to ask for."""
-        self.process = subprocess.Popen(self.command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # its log goes to a file: a pipe nobody reads while it serves would fill and stall it
+        self.log = tempfile.TemporaryFile()
+        self.process = subprocess.Popen(self.command, stdout=subprocess.DEVNULL, stderr=self.log)
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise SystemExit(f"serve-sampler exited: {self.process.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+                self.log.seek(0)
+                raise SystemExit(f"serve-sampler exited: {self.log.read().decode()[-2000:]}")
             try:
                 served = httpx.get(f"http://127.0.0.1:{self.port}/v1/models", timeout=2).json()["data"]
                 return str(served[-1]["id"])  # the adapter's name when one is served, else the model's
@@ -190,6 +194,7 @@ class ServedPolicy:
         assert self.process is not None
         self.process.terminate()
         self.process.wait(timeout=60)
+        self.log.close()
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ omits it: a number is NUMERIC, a boolean BOOLEAN, a string CATEGORICAL):
   'unmapped_category', the label in `explanation`), never a silent zero.
 - `TEXT` and `CORRECTION`: no number (`value` null, `status` 'ok'); the text is the
   explanation. A `CORRECTION` (Langfuse's corrected output of a trace) is also a label: the
-  conversation's right answer (`correction_label`), what scenarios take as `expected`.
+  conversation's right answer (`ingest.labels.correction_label`), what scenarios take as `expected`.
 
 `scorer` is `langfuse:<source>` (source = api, eval or annotation; the score's name is
 already the reward's `name`), with `@<observation id>` appended for scores attached to
@@ -141,7 +141,8 @@ def scorer_of(score: Mapping[str, Any], target: ScoreTarget) -> str:
     return scorer
 
 
-def _label(score: Mapping[str, Any]) -> str | None:
+def score_text(score: Mapping[str, Any]) -> str | None:
+    """A score's text value (a category's label, a comment score's text, a correction), or None."""
     value = score.get("value")
     if isinstance(value, str):
         return value
@@ -165,41 +166,6 @@ def map_category(label: str, category_values: Mapping[str, float]) -> float | No
     except ValueError:
         return None
     return number if number == number and abs(number) != float("inf") else None
-
-
-def correction_label(
-    score: Mapping[str, Any], reward: Mapping[str, Any], *, trace_id: str, user_id: str | None
-) -> dict[str, Any] | None:
-    """The `labels` row of a `CORRECTION` score, or None for any other score or an empty one.
-
-    Langfuse's correction is the output the trace should have had: the row says so as
-    `ingest.feedback`'s `correct_answer` does (`expected` `{"final_output": text}`, source
-    `feedback`), so a scenario cut from the conversation takes it as its expected answer.
-    `reward`: the score's row from `score_to_reward` (its time and scorer).
-
-    >>> score = {"id": "s1", "name": "correction", "dataType": "CORRECTION", "value": "sold out"}
-    >>> reward = {"trajectory_id": "t1", "scorer": "langfuse:annotation", "scored_at": None}
-    >>> correction_label(score, reward, trace_id="ab", user_id="u-1")["expected"]
-    '{"final_output": "sold out"}'
-    """
-    data_type = str(score.get("dataType") or "").upper()
-    text = _label(score)
-    if data_type != "CORRECTION" or text is None or not text.strip():
-        return None
-    comment = score.get("comment")
-    return {
-        "trajectory_id": reward["trajectory_id"],
-        "name": "expected",
-        "trace_id": trace_id,
-        "expected": json.dumps({"final_output": text}, ensure_ascii=False),
-        "verdict": None,
-        "source": "feedback",
-        "user_id": user_id,
-        "labeled_by": reward["scorer"],
-        "comment": None if comment is None else str(comment),
-        "labeled_at": reward["scored_at"],
-        "metadata": json.dumps({"langfuse_score_id": score.get("id"), "score_name": score.get("name")}),
-    }
 
 
 def score_to_reward(
@@ -245,7 +211,7 @@ def score_to_reward(
     elif data_type == "BOOLEAN":
         value = _boolean(raw, score.get("stringValue"), score_id)
     elif data_type == "CATEGORICAL":
-        label = _label(score)
+        label = score_text(score)
         if label is None:
             raise BadRecord("bad_value", f"categorical score `{score_id}` has no label")
         value = map_category(label, category_values)
@@ -254,7 +220,7 @@ def score_to_reward(
             explanation = label if not comment else f"{label}: {comment}"
     elif data_type in ("TEXT", "CORRECTION"):
         value = None
-        explanation = _label(score) if _label(score) is not None else comment
+        explanation = score_text(score) if score_text(score) is not None else comment
     else:
         raise BadRecord("bad_value", f"score `{score_id}` has unknown dataType `{data_type}`")
 
@@ -265,7 +231,7 @@ def score_to_reward(
         "subject": target.kind,
         "langfuse_trace_id": target.trace_id,
         "observation_id": target.observation_id,
-        "label": _label(score) if data_type == "CATEGORICAL" else None,
+        "label": score_text(score) if data_type == "CATEGORICAL" else None,
         "comment": comment if data_type in ("TEXT", "CORRECTION") else None,
         "config_id": score.get("configId"),
         "environment": score.get("environment"),

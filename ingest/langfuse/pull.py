@@ -34,6 +34,7 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 import store
+from ingest.labels import correction_label
 from ingest.lakeio import AssembleResult, assemble_traces
 from ingest.langfuse.client import LangfuseClient, Page
 from ingest.langfuse.config import LangfuseConfig, PullFilters, scope_of
@@ -52,7 +53,7 @@ from ingest.langfuse.spans import observation_to_span, to_trace_id
 from ingest.langfuse.watermark import PullState, read_state, save_state
 from ingest.records import BadRecord
 from ingest.redact import redact_rows
-from ingest.scores import correction_label, score_target, score_to_reward
+from ingest.scores import score_target, score_to_reward
 from store import Lake
 
 MAX_PROBLEMS_KEPT = 20

@@ -230,8 +230,7 @@ def slice_selection(lake: store.Lake | str, sql: str, size: int, index: int) -> 
     ordered = (
         "SELECT scenario_id, row_number() OVER (ORDER BY coalesce(s.rated = 'wrong', false) DESC, "
         "hash(scenario_id), scenario_id) - 1 AS i "
-        f"FROM (SELECT DISTINCT scenario_id FROM ({text})) LEFT JOIN "
-        "(SELECT scenario_id, any_value(rated) AS rated FROM scenarios GROUP BY scenario_id) s USING (scenario_id)"
+        f"FROM (SELECT DISTINCT scenario_id FROM ({text})) LEFT JOIN scenarios s USING (scenario_id)"
     )
     wrap = f" OR i < {end - total}" if end > total else ""
     return f"SELECT scenario_id FROM ({ordered}) WHERE (i >= {start} AND i < {end}){wrap}"

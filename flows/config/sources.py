@@ -21,8 +21,8 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
+    InitSettingsSource,
     PydanticBaseSettingsSource,
-    TomlConfigSettingsSource,
 )
 
 from flows.config.errors import ConfigError
@@ -78,16 +78,22 @@ def declared_variables(settings_cls: type[BaseSettings]) -> dict[str, str]:
     }
 
 
-class TomlFile(TomlConfigSettingsSource):
+class TomlFile(InitSettingsSource):
     """`trajlake.toml`, with `./x` paths made absolute against its folder (a configuration and the
-    lake or model beside it move together) and secrets refused as values."""
+    lake or model beside it move together) and secrets refused as values.
+
+    The file is read here and handed to pydantic-settings as values, the way its own TOML source
+    does, through public API only: overriding that source's private reader broke on a minor
+    release (2.16 changed its signature)."""
 
     def __init__(self, settings_cls: type[BaseSettings], file: Path | None) -> None:
         self.file = file
-        self.root = settings_cls  # set before the base class reads the file
-        super().__init__(settings_cls, toml_file=file)
+        self.root = settings_cls
+        self.toml_data = self.read(file) if file is not None and file.is_file() else {}
+        super().__init__(settings_cls, self.toml_data)
 
-    def _read_file(self, file_path: Path) -> dict[str, Any]:
+    def read(self, file_path: Path) -> dict[str, Any]:
+        """The file's values, checked and with its relative paths resolved."""
         try:
             data = tomllib.loads(file_path.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

@@ -280,7 +280,13 @@ def _pipeline_steps(
     if trained:
         adapter = trained[-1].adapter_dir  # the candidate: the newest adapter trained
         start = (run.start_adapter, path) if run.start_adapter and (path := run.start_adapter_path) else None
-        curve = stages.stage_policies(sft_adapter, round_adapters, start) if config.evaluate.stages else None
+        curve = (
+            stages.stage_policies(
+                sft_adapter, round_adapters, start, intermediate=config.evaluate.intermediate
+            )
+            if config.evaluate.stages
+            else None
+        )
         evaluation = timed("evaluate", evaluate_task, config, adapter, curve)
         publication = timed(
             "publish", publish_task, config, adapter, evaluation, force_publish, stages.origin_of(run)

@@ -63,16 +63,26 @@ def evaluation_reward(config: Settings) -> str:
 
 
 def stage_policies(
-    sft: str | None, rounds: list[str], start: tuple[str, str] | None = None
+    sft: str | None,
+    rounds: list[str],
+    start: tuple[str, str] | None = None,
+    *,
+    intermediate: bool = True,
 ) -> list[tuple[str, str | None]]:
     """The labelled policies of one pipeline run, in order: base model, the adapter it continued
-    (`start`: its `name:vN` and folder), SFT, each GRPO round."""
-    stages: list[tuple[str, str | None]] = [(BASE, None)]
+    (`start`: its `name:vN` and folder), SFT, each GRPO round (`grpo-N`, N its round).
+
+    Without `intermediate`, only the ends: where the run started (the adapter it continued, else
+    the base model), SFT, and the last round, the candidate. Each policy measured costs as much
+    as the candidate, and a run that continues an adapter already knows the base model's score
+    from the run that trained it."""
+    stages: list[tuple[str, str | None]] = [] if start and not intermediate else [(BASE, None)]
     if start:
         stages.append(start)
     if sft:
         stages.append((SFT, sft))
-    stages += [(f"grpo-{i}", adapter) for i, adapter in enumerate(rounds, start=1)]
+    numbered = [(f"grpo-{i}", adapter) for i, adapter in enumerate(rounds, start=1)]
+    stages += numbered if intermediate else numbered[-1:]
     return stages
 
 

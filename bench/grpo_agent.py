@@ -142,7 +142,8 @@ def trainer_for(
     from trl import GRPOTrainer
 
     from training.grpo_config import TrajlakeGRPOConfig
-    from training.grpo_trainer import StoredGroupsGRPOTrainer, stored_reward
+    from training.grpo_trainer import stored_reward
+    from training.grpo_tree_trainer import grpo_trainer_class
 
     config = TrajlakeGRPOConfig(
         output_dir=str(out / "ckpt"),
@@ -161,7 +162,7 @@ def trainer_for(
         mask_truncated_completions=False,
         model_init_kwargs={"attn_implementation": attention, "dtype": "bfloat16" if bf16 else "float32"},
     )
-    trainer = (StoredGroupsGRPOTrainer if ours else GRPOTrainer)(
+    trainer = (grpo_trainer_class(config) if ours else GRPOTrainer)(
         model=str(model),
         reward_funcs=stored_reward,
         args=config,
@@ -318,7 +319,8 @@ def run(
             result.update(measure_logprob_pass(trainer, steps))
             from store.metrics import TREE_PACKING_SAVED_SHARE
 
-            saved = trainer._metrics["train"].get(TREE_PACKING_SAVED_SHARE) or [0.0]
+            own = getattr(trainer, "step_metrics", {"train": {}})["train"]  # stock TRL's has none
+            saved = own.get(TREE_PACKING_SAVED_SHARE) or [0.0]
             result["saved_share"] = saved[-1]
         except Exception as error:  # a kernel this machine lacks: the row says so, the others stand
             result["error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:160]}"

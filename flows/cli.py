@@ -3,16 +3,18 @@
 Commands are thin: they turn options into config objects, open the lake, call one
 library function, and print where the results went. A command's module is imported
 only when that command runs or shows its own help, so `trajlake sql` never pays for
-torch, TRL or Prefect; options derived from the libraries' config declarations
-(`flows.settings`) are built then too. `trajlake --help` lists the commands from
+torch, TRL or Prefect; options derived from the settings' declarations
+(`flows.config.options`) are built then too. `trajlake --help` lists the commands from
 `SUMMARIES` and imports none of them (tests/flows/test_startup.py, bench/startup.py).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
 from flows.commands import LazyGroup, command_app
+from flows.commands.extras import install_hint, missing_extra
 
 COMMANDS = {
     "sql": "store_cmds",
@@ -125,7 +127,18 @@ def trajlake() -> None:
 def main() -> None:
     """Console entry point (a `trajlake.toml` in effect and `TRAJLAKE_*` variables supply option defaults)."""
     cpu_defaults()
-    app()
+    try:
+        app()
+    except ImportError as error:
+        # A command of an extra this install lacks (`trajlake train` on the core install): one
+        # line naming the extra, exit 2, instead of the import's traceback.
+        extra = missing_extra(error)
+        if extra is None:
+            raise
+        words = sys.argv[1:2]
+        command = words[0] if words and words[0] in COMMANDS else None
+        print(f"error: {install_hint(extra, error, command)}", file=sys.stderr)
+        sys.exit(2)
 
 
 def cpu_defaults() -> None:

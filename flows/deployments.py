@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flows.config import TrajlakeConfig
+from flows.config.root import Settings
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class DeploymentSpec:
     parameters: dict[str, Any]
 
 
-def deployment_specs(config: TrajlakeConfig, config_file: str | None) -> list[DeploymentSpec]:
+def deployment_specs(config: Settings, config_file: str | None) -> list[DeploymentSpec]:
     """What `serve` registers: one spec per scheduled flow (pure, tested)."""
     parameters = {
         "config_file": str(Path(config_file).absolute()) if config_file else None,
@@ -41,7 +41,7 @@ def deployment_specs(config: TrajlakeConfig, config_file: str | None) -> list[De
     ]
 
 
-def build_deployments(config: TrajlakeConfig, config_file: str | None) -> list[Any]:
+def build_deployments(config: Settings, config_file: str | None) -> list[Any]:
     """Prefect `RunnerDeployment`s for the specs."""
     from prefect import Flow
     from prefect.schedules import Cron
@@ -60,9 +60,7 @@ def build_deployments(config: TrajlakeConfig, config_file: str | None) -> list[A
     ]
 
 
-def serve_deployments(
-    config: TrajlakeConfig, config_file: str | None, *, run_once: bool = False
-) -> list[str]:
+def serve_deployments(config: Settings, config_file: str | None, *, run_once: bool = False) -> list[str]:
     """Register the deployments and serve them until interrupted (or one poll with `run_once`).
 
     Returns the deployment names (`flow/deployment`).

@@ -31,7 +31,8 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 import store
 from flows import progress, stages
-from flows.config import TrajlakeConfig, load_config
+from flows.config.checks import load_config
+from flows.config.root import Settings
 
 if TYPE_CHECKING:
     import judging
@@ -41,12 +42,12 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def _config(config_file: str | None, lake: str | None, sql_lake_only: bool = False) -> TrajlakeConfig:
+def _config(config_file: str | None, lake: str | None, sql_lake_only: bool = False) -> Settings:
     config = load_config(config_file).with_lake(lake)
     return config.with_values("lake", sql_lake_only=True) if sql_lake_only else config
 
 
-def task_runner(config: TrajlakeConfig) -> Any:
+def task_runner(config: Settings) -> Any:
     """The configured Prefect task runner (threads by default; Dask or Ray when installed)."""
     kind = config.pipeline.task_runner
     if kind == "threads":
@@ -122,9 +123,7 @@ def ingest_flow(
     return counts
 
 
-def _replay(
-    config: TrajlakeConfig, adapter: str | None, round_number: int, draw: int = 0
-) -> stages.PolicyReplay:
+def _replay(config: Settings, adapter: str | None, round_number: int, draw: int = 0) -> stages.PolicyReplay:
     """A round's replay: one task, or `pipeline.replay_shards` tasks by scenario (on the runner's
     workers), their results merged."""
     shards = config.pipeline.replay_shards
@@ -141,7 +140,7 @@ def _replay(
     return stages.merge_shards([future.result() for future in futures])
 
 
-def _score(config: TrajlakeConfig, group_ids: list[str] | None) -> stages.RoundScores:
+def _score(config: Settings, group_ids: list[str] | None) -> stages.RoundScores:
     """Each reward (and with `replay_shards`, each shard of the groups) as its own task, concurrently
     under the flow's task runner, then the combination."""
     rewards = stages.rewards_to_score(config)
@@ -219,7 +218,7 @@ class _Steps:
 
 
 def _pipeline_steps(
-    config: TrajlakeConfig, run: store.PipelineRun, rounds: int, force_publish: bool, timed: _Steps
+    config: Settings, run: store.PipelineRun, rounds: int, force_publish: bool, timed: _Steps
 ) -> dict[str, Any]:
     """`pipeline_flow`'s steps after the run's record began (any exception marks the run failed)."""
     logger = timed.logger
@@ -281,7 +280,13 @@ def _pipeline_steps(
     if trained:
         adapter = trained[-1].adapter_dir  # the candidate: the newest adapter trained
         start = (run.start_adapter, path) if run.start_adapter and (path := run.start_adapter_path) else None
-        curve = stages.stage_policies(sft_adapter, round_adapters, start) if config.evaluate.stages else None
+        curve = (
+            stages.stage_policies(
+                sft_adapter, round_adapters, start, intermediate=config.evaluate.intermediate
+            )
+            if config.evaluate.stages
+            else None
+        )
         evaluation = timed("evaluate", evaluate_task, config, adapter, curve)
         publication = timed(
             "publish", publish_task, config, adapter, evaluation, force_publish, stages.origin_of(run)
@@ -305,7 +310,7 @@ def _pipeline_steps(
     return result
 
 
-def _report(config: TrajlakeConfig, timed: _Steps) -> stages.PipelineReport:
+def _report(config: Settings, timed: _Steps) -> stages.PipelineReport:
     """The lake's report after the run, linked from an artifact."""
     report: stages.PipelineReport = timed("report", report_task, config)
     create_markdown_artifact(

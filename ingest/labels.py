@@ -2,13 +2,14 @@
 
 A label is data, not a setting: the right answer (`expected`) and/or a verdict on the
 conversation's own answer (`verdict`, in [0, 1]), with where it came from (`source`) and
-whose conversation it is (`user_id`, so `trajlake forget --user` erases it). Two ways in:
+whose conversation it is (`user_id`, so `trajlake forget --user` erases it). Three ways in:
 
 - with the user's feedback over OTLP: a `gen_ai.evaluation.result` record carrying
   `trajlake.label.expected` (`ingest.assembly.feedback.label_rows`, written with the
   trace's trajectories);
 - from a JSONL file (`trajlake labels import FILE.jsonl`, `import_labels` here): one object a
-  line, every line checked before anything is written.
+  line, every line checked before anything is written;
+- from a Langfuse `CORRECTION` score pulled by `trajlake ingest langfuse` (`correction_label`).
 
 A line of a labels file:
 
@@ -35,7 +36,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -45,6 +46,7 @@ import pyarrow as pa
 import store
 from ingest.errors import MalformedPayload
 from ingest.jsonl.lines import DEFAULT_MAX_LINE_BYTES, read_lines
+from ingest.scores import score_text
 from store.schema import LABELS, REWARDS
 
 FIX = "fix the file and import it again"
@@ -91,6 +93,41 @@ def expected_of_text(text: str) -> str:
     '{"final_output": "42"}'
     """
     return json.dumps({"final_output": text}, ensure_ascii=False)
+
+
+def correction_label(
+    score: Mapping[str, Any], reward: Mapping[str, Any], *, trace_id: str, user_id: str | None
+) -> dict[str, Any] | None:
+    """The `labels` row of a `CORRECTION` score, or None for any other score or an empty one.
+
+    Langfuse's correction is the output the trace should have had: the row says so as
+    `ingest.feedback`'s `correct_answer` does (`expected` `{"final_output": text}`, source
+    `feedback`), so a scenario cut from the conversation takes it as its expected answer.
+    `reward`: the score's row from `score_to_reward` (its time and scorer).
+
+    >>> score = {"id": "s1", "name": "correction", "dataType": "CORRECTION", "value": "sold out"}
+    >>> reward = {"trajectory_id": "t1", "scorer": "langfuse:annotation", "scored_at": None}
+    >>> correction_label(score, reward, trace_id="ab", user_id="u-1")["expected"]
+    '{"final_output": "sold out"}'
+    """
+    data_type = str(score.get("dataType") or "").upper()
+    text = score_text(score)
+    if data_type != "CORRECTION" or text is None or not text.strip():
+        return None
+    comment = score.get("comment")
+    return {
+        "trajectory_id": reward["trajectory_id"],
+        "name": "expected",
+        "trace_id": trace_id,
+        "expected": expected_of_text(text),
+        "verdict": None,
+        "source": "feedback",
+        "user_id": user_id,
+        "labeled_by": reward["scorer"],
+        "comment": None if comment is None else str(comment),
+        "labeled_at": reward["scored_at"],
+        "metadata": json.dumps({"langfuse_score_id": score.get("id"), "score_name": score.get("name")}),
+    }
 
 
 def _string(obj: dict[str, Any], key: str) -> str | None:

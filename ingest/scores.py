@@ -16,7 +16,8 @@ omits it: a number is NUMERIC, a boolean BOOLEAN, a string CATEGORICAL):
   kept as a *failed* reward (`value` null, `status` 'failed', `error`
   'unmapped_category', the label in `explanation`), never a silent zero.
 - `TEXT` and `CORRECTION`: no number (`value` null, `status` 'ok'); the text is the
-  explanation.
+  explanation. A `CORRECTION` (Langfuse's corrected output of a trace) is also a label: the
+  conversation's right answer (`ingest.labels.correction_label`), what scenarios take as `expected`.
 
 `scorer` is `langfuse:<source>` (source = api, eval or annotation; the score's name is
 already the reward's `name`), with `@<observation id>` appended for scores attached to
@@ -140,7 +141,8 @@ def scorer_of(score: Mapping[str, Any], target: ScoreTarget) -> str:
     return scorer
 
 
-def _label(score: Mapping[str, Any]) -> str | None:
+def score_text(score: Mapping[str, Any]) -> str | None:
+    """A score's text value (a category's label, a comment score's text, a correction), or None."""
     value = score.get("value")
     if isinstance(value, str):
         return value
@@ -209,7 +211,7 @@ def score_to_reward(
     elif data_type == "BOOLEAN":
         value = _boolean(raw, score.get("stringValue"), score_id)
     elif data_type == "CATEGORICAL":
-        label = _label(score)
+        label = score_text(score)
         if label is None:
             raise BadRecord("bad_value", f"categorical score `{score_id}` has no label")
         value = map_category(label, category_values)
@@ -218,7 +220,7 @@ def score_to_reward(
             explanation = label if not comment else f"{label}: {comment}"
     elif data_type in ("TEXT", "CORRECTION"):
         value = None
-        explanation = _label(score) if _label(score) is not None else comment
+        explanation = score_text(score) if score_text(score) is not None else comment
     else:
         raise BadRecord("bad_value", f"score `{score_id}` has unknown dataType `{data_type}`")
 
@@ -229,7 +231,7 @@ def score_to_reward(
         "subject": target.kind,
         "langfuse_trace_id": target.trace_id,
         "observation_id": target.observation_id,
-        "label": _label(score) if data_type == "CATEGORICAL" else None,
+        "label": score_text(score) if data_type == "CATEGORICAL" else None,
         "comment": comment if data_type in ("TEXT", "CORRECTION") else None,
         "config_id": score.get("configId"),
         "environment": score.get("environment"),

@@ -17,7 +17,7 @@ class SettingError(ValueError):
     The base of the configuration errors of every package (judging's `ConfigValueError`, the
     collector's `CollectorSettingError`, a flow table's check, flows' `ConfigError` and
     `StageError`, training's `BadHyperparameter`, replay's `ReplaySetupError` and
-    `BadSamplingParams`). `flows.settings` names the failing TOML key from `field` alone.
+    `BadSamplingParams`). `flows.config` names the failing TOML key from `field` alone.
     `field` is the field's name in the dataclass that declares it (dotted for a nested one:
     `sampling.temperature`); None when no one field is at fault.
     """

@@ -113,7 +113,7 @@ def compact_table(
         outcome.files_removed += int(metrics.get("numFilesRemoved", 0))
         outcome.files_added += int(metrics.get("numFilesAdded", 0))
     if config.vacuum:
-        # Versions before an erasure's purge (`store.erasure_apply`) cannot be kept: they are gone.
+        # Versions before an erasure's purge (`store.erasure.apply`) cannot be kept: they are gone.
         oldest = earliest_version(lake, table) or 0
         keep_versions = [v for v in keep_versions if v >= oldest]
         removed = DeltaTable(uri, storage_options=lake.delta_options).vacuum(

@@ -3,7 +3,7 @@
 A Delta write writes its Parquet files first and commits them after; when the commit loses
 a race with another writer (`CommitFailedError`), `store.writer.retried` tries again with
 new files, and the first attempt's files are named by no version, ever. Vacuum would only
-remove them an hour later (`store.erasure_apply.UNCOMMITTED_GRACE_HOURS`: a younger
+remove them an hour later (`store.erasure.apply.UNCOMMITTED_GRACE_HOURS`: a younger
 unnamed file may be another writer's about to be committed), and meanwhile they hold
 copies of rows: rows an erasure running at the same moment must not leave anywhere.
 

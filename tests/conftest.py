@@ -42,9 +42,7 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     # end restores its absence, and settings cached by one test never reach the next.
     monkeypatch.setenv("TRAJLAKE_LAKE__SQL_LAKE_ONLY", "")
     monkeypatch.delenv("TRAJLAKE_LAKE__SQL_LAKE_ONLY")
-    from flows.config import command_defaults
 
-    command_defaults.cache_clear()
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")

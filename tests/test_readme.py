@@ -37,7 +37,7 @@ def test_the_readme_test_command_is_the_one_ci_runs() -> None:
 
 
 def test_the_readme_sets_up_and_runs_the_demo_in_one_command() -> None:
-    assert "pip install torch==2.13.0 && pip install -e . && trajlake demo" in _code_lines(README)
+    assert "pip install torch==2.13.0 && pip install -e '.[all]' && trajlake demo" in _code_lines(README)
 
 
 def test_the_site_configuration_is_at_the_root_and_names_the_hook() -> None:

@@ -1,5 +1,7 @@
 """GRPO stage: select stored, scored groups from the lake, train on them with
-`training.grpo_trainer.StoredGroupsGRPOTrainer`, and record the run and its lineage."""
+`training.grpo_trainer.StoredGroupsGRPOTrainer` (or its opt-in layer
+`training.grpo_tree_trainer.TreePackedGRPOTrainer` when tree packing or the sampler gap is on),
+and record the run and its lineage."""
 
 from __future__ import annotations
 
@@ -21,7 +23,9 @@ from training.grpo_rows import (
     fit_batch_to_rows,
     grpo_dataset,
 )
-from training.grpo_trainer import StoredGroupsGRPOTrainer, stored_reward
+from training.grpo_trainer import StoredGroupsGRPOTrainer as StoredGroupsGRPOTrainer  # re-exported
+from training.grpo_trainer import stored_reward
+from training.grpo_tree_trainer import grpo_trainer_class
 from training.lora import trainable_policy
 from training.metrics import NonFiniteLossGuard, ProgressLog, RunsTableCallback
 from training.models.adapters import peft_wrapping
@@ -119,7 +123,7 @@ def train_grpo(
         lake, run_id, "grpo", extra={"equal_reward_groups": report["equal_reward_groups"]}
     )
     with peft_wrapping():  # the trainer wraps the model in a fresh LoRA adapter (or a ref copy)
-        trainer = StoredGroupsGRPOTrainer(
+        trainer = grpo_trainer_class(config)(
             model=model,
             reward_funcs=stored_reward,
             args=config,

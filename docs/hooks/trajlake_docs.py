@@ -6,8 +6,8 @@
 - `<!-- trajlake:changelog -->` becomes `CHANGELOG.md` (history lives at the root, beside the
   README).
 - `<!-- trajlake:configuration -->` becomes every `trajlake.toml` key, generated from the
-  settings declarations (`flows.config.SECTIONS`, the same ones `trajlake config` and the
-  command-line options are made from), one table per TOML table.
+  settings declarations (the sections of `flows.config.root.Settings`, the same ones
+  `trajlake config` and the command-line options are made from), one table per TOML table.
 - A link from a page to a file of the repository outside `docs/` (`../tests/x.py`, as it
   reads on GitHub too) becomes a link to a generated page showing that file. A link whose
   file does not exist, or whose `#name` is not a `def`/`class` in it, is an error, so a
@@ -241,40 +241,47 @@ def schema_reference(config: MkDocsConfig) -> str:
 
 
 def configuration_reference(config: MkDocsConfig) -> str:
-    from flows.config import SECTIONS
-    from flows.settings import derived_variable
-    from flows.settings_cli import cli_type
+    """One table per TOML table of `flows.config.Settings`, read from the sections' declarations
+    (TRL's fields from TRL), as `trajlake config` lists them."""
+    from flows.config.keys import describe
+    from flows.config.options import options_of
+    from flows.config.root import Settings
+    from flows.config.sources import section_fields
+    from flows.config.trainers import TRAINERS
 
-    out, seen = [], set()
-    for section in SECTIONS.values():
-        for table in [section, *section.children]:
-            if not table.settings or table.key in seen:
-                continue  # a sub-table that is also a section of its own is shown once
-            seen.add(table.key)
-            cls = table.cls
-            doc = (cls.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
-            generic = doc.startswith(f"{cls.__name__}(")  # a dataclass's generated signature, no docstring
-            out.append(f"### `[{table.key}]`\n")
-            out.append(
-                f"Declared by `{table.target}`." + ("" if generic or not doc else f" {_escape(doc)}") + "\n"
+    declared = {key: tp for key, _, tp in section_fields(Settings)}
+    flags: dict[str, str] = {}  # TOML key -> the option that sets it, on the commands that read its table
+    for section in [*Settings.model_fields, *(f"train.{t}" for t in TRAINERS)]:
+        if section == "train":
+            continue
+        key, options = options_of(section)
+        flags.update({f"{key}.{o.key}": o.flag.split()[0] for o in options if not o.env})
+    tables: dict[str, list[Any]] = {}
+    for key in describe(trl=True):  # a sub-table's keys come amid its table's: one heading each
+        tables.setdefault(key.key.rsplit(".", 1)[0], []).append(key)
+    out: list[str] = []
+    for table, keys in tables.items():
+        cls = declared.get(table) or Settings.model_fields[table.split(".")[0]].annotation
+        doc = (cls.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ") if cls else ""
+        generic = cls is not None and doc.startswith(f"{cls.__name__}(")  # a dataclass's signature
+        target = f"{cls.__module__}:{cls.__qualname__}" if cls is not None else "TRL"
+        if table.startswith("train."):  # TRL's config: the few fields set in the file
+            module, name, _ = TRAINERS[table.removeprefix("train.")]
+            target, doc = f"{module}:{name}", "TRL's trainer config; the fields set in trajlake.toml."
+        out.append(f"\n### `[{table}]`\n")
+        out.append(f"Declared by `{target}`." + ("" if generic or not doc else f" {_escape(doc)}") + "\n")
+        out.append("| key | default | environment | option | meaning |\n| --- | --- | --- | --- | --- |")
+        for key in keys:
+            name, default = key.key.rsplit(".", 1)[1], key.default
+            cell = _escape(repr(default))
+            cell = (
+                f"`{cell}`"
+                if len(cell) <= 60
+                else f"<details><summary>{len(default)} entries</summary>`{cell}`</details>"
             )
-            out.append("| key | default | environment | option | meaning |\n| --- | --- | --- | --- | --- |")
-            for s in table.settings:
-                name = s.toml_key.rsplit(".", 1)[-1]
-                default = s.env if s.env else s.default
-                variable = s.variable or derived_variable(s.toml_key)
-                option = ""
-                if cli_type(s.type) is not None and s.name not in table.cli_exclude and not s.env:
-                    option = f"`{s.flag.split()[0]}`"
-                cell = _escape(repr(default))
-                cell = (
-                    f"`{cell}`"
-                    if len(cell) <= 60
-                    else f"<details><summary>{len(default)} entries</summary>`{cell}`</details>"
-                )
-                out.append(f"| `{name}` | {cell} | `${variable}` | {option} | {_escape(s.help)} |")
-            out.append("")
-    return "\n".join(out)
+            option = f"`{flags[key.key]}`" if key.key in flags else ""
+            out.append(f"| `{name}` | {cell} | `${key.variable}` | {option} | {_escape(key.help)} |")
+    return "\n".join(out) + "\n"
 
 
 def changelog(config: MkDocsConfig) -> str:

@@ -10,22 +10,22 @@ import typer
 
 from flows.commands import command_app
 from flows.commands.options import LakeOption, build, configured, fail, resolve_lake
+from ingest.otlp.config import CollectorConfig
 
 
 def collect(
-    collector: dict,
+    collector: CollectorConfig,
     lake: LakeOption = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
 ) -> None:
     """OTLP/HTTP receiver: /v1/traces, /v1/logs, Langfuse /api/public/otel/v1/traces and /api/public/scores, GET /health."""
     from dataclasses import fields
 
-    from ingest.otlp.config import CollectorConfig
     from ingest.otlp.memory import reexec_bounded
     from ingest.otlp.server import serve
 
     resolved = resolve_lake(lake)
-    config = build("collector", collector, lake=resolved.root)
+    config = build(collector, lake=resolved.root)
     # Click reads an empty variable as unset, which would turn authentication off without a word.
     for setting in fields(CollectorConfig):
         variable = setting.metadata.get("env")

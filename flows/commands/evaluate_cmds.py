@@ -17,8 +17,8 @@ from rich.table import Column, Table
 
 from flows.commands import command_app
 from flows.commands.options import LakeOption, fail, quiet_libraries
-from flows.config import load_config
-from flows.settings import ConfigError
+from flows.config.checks import load_config
+from flows.config.errors import ConfigError
 
 ConfigOption = Annotated[
     str | None,

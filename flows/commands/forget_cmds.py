@@ -14,8 +14,7 @@ from flows.commands import command_app
 from flows.commands.options import LakeOption, fail, resolve_lake
 from flows.commands.store_cmds import print_rows
 from store import SelectionError, StoreError
-from store.erasure import ErasureSelection, plan_summary
-from store.erasure_apply import pending_plans
+from store.erasure import ErasureSelection, pending_plans, plan_summary
 
 
 def forget(

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from flows.commands.options import LakeOption, build, fail, resolve_lake, values_for
+from flows.commands.options import LakeOption, current_settings, fail, resolve_lake
 
 
 def jsonl(
@@ -32,7 +32,7 @@ def jsonl(
     from store import StoreError
 
     the_lake = resolve_lake(lake)
-    redaction = build("collector", values_for("collector")).redaction  # the collector's rules
+    redaction = current_settings().collector.redaction  # the collector's rules
     try:
         result = import_files(the_lake, files, redaction, max_line_bytes=max_line_bytes, replace=replace)
     except (IngestError, StoreError) as exc:

@@ -17,6 +17,7 @@ import typer
 from flows.commands import command_app
 from flows.commands.import_cmds import jsonl
 from flows.commands.options import LakeOption, build, configured, fail, resolve_lake
+from flows.config.root import LangfuseSection
 
 ingest_app = command_app(
     name="ingest",
@@ -53,8 +54,7 @@ def _print(report: dict[str, Any], as_json: bool) -> None:
 
 
 def langfuse(
-    server: dict,
-    filters: dict,
+    server: LangfuseSection,
     file: Annotated[
         Path | None,
         typer.Option(
@@ -82,21 +82,17 @@ def langfuse(
             )
             summary = dict(report.__dict__)
         else:
-            host = (
-                server.get("host") or os.environ.get("LANGFUSE_HOST") or os.environ.get("LANGFUSE_BASE_URL")
-            )
-            if not host:
-                raise fail(
-                    "no Langfuse host: pass --host URL or set LANGFUSE_HOST (or --file PATH to import)", 2
-                )
-            if not server.get("public_key") or not server.get("secret_key"):
+            host = server.host
+            if host == LangfuseSection.host:  # the declared default: the Langfuse SDK's variables first
+                host = os.environ.get("LANGFUSE_HOST") or os.environ.get("LANGFUSE_BASE_URL") or host
+            if not server.public_key or not server.secret_key:
                 raise fail(
                     "missing Langfuse keys: set LANGFUSE_PUBLIC_KEY and LANGFUSE_SECRET_KEY "
                     "(or --public-key / --secret-key)",
                     2,
                 )
-            config = build("langfuse", {**server, "host": host, "category_values": categories})
-            pull = pull_langfuse(target, config, build("langfuse.filters", filters), show_progress=progress)
+            config = build(server, host=host, category_values=categories)
+            pull = pull_langfuse(target, config, server.filters, show_progress=progress)
             summary = pull.summary()
     except LangfuseIngestError as exc:
         # A file that cannot be imported is bad input (2); a server that fails is not (1).
@@ -107,5 +103,5 @@ def langfuse(
 
 app = command_app()  # its commands join `trajlake` on first use (flows.cli)
 ingest_app.command("jsonl")(jsonl)
-ingest_app.command("langfuse")(configured(langfuse, server="langfuse", filters="langfuse.filters"))
+ingest_app.command("langfuse")(configured(langfuse, server="langfuse"))
 app.add_typer(ingest_app, name="ingest")

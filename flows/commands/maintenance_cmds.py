@@ -6,13 +6,13 @@ from __future__ import annotations
 from rich.console import Console
 
 from flows.commands import command_app
-from flows.commands.options import LakeOption, build, configured, fail, resolve_lake
+from flows.commands.options import LakeOption, configured, fail, resolve_lake
 from flows.commands.store_cmds import print_rows
-from flows.settings import Section
 from store import StoreError
+from store.maintenance import CompactConfig
 
 
-def compact_cmd(compaction: dict, lake: LakeOption = None) -> None:
+def compact_cmd(compaction: CompactConfig, lake: LakeOption = None) -> None:
     """Rewrite small files into large clustered ones (Delta OPTIMIZE + Z-order), then VACUUM.
 
     Safe while collectors write and queries read. Vacuum keeps the files of every table
@@ -22,7 +22,7 @@ def compact_cmd(compaction: dict, lake: LakeOption = None) -> None:
     from training.registry import lineage_versions
 
     the_lake = resolve_lake(lake)
-    config = build(COMPACTION, compaction)
+    config = compaction
     console = Console(stderr=True)
     if config.vacuum and config.retention_hours < 1:
         # Delta readers list a version's files when they open it: a file vacuumed under a query
@@ -79,8 +79,7 @@ def migrate_cmd(lake: LakeOption = None) -> None:
 
 
 # `trajlake compact`'s options: `store.CompactConfig`'s fields (command line only).
-COMPACTION = Section("compact", "store.maintenance:CompactConfig", flags={"tables": "--table -t"})
 
 app = command_app()  # its commands join `trajlake` on first use (flows.cli)
-app.command("compact")(configured(compact_cmd, compaction=COMPACTION))
+app.command("compact")(configured(compact_cmd, compaction=CompactConfig))
 app.command("migrate")(migrate_cmd)

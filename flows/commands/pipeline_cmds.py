@@ -11,8 +11,8 @@ import typer
 
 from flows.commands import command_app
 from flows.commands.options import LakeOption, fail, quiet_libraries
-from flows.config import load_config
-from flows.settings import ConfigError
+from flows.config.checks import load_config
+from flows.config.errors import ConfigError
 
 ConfigOption = Annotated[
     str | None,
@@ -213,30 +213,37 @@ def config_reference(
 ) -> None:
     """Print every configuration key with the value in effect and where it came from (the environment,
     trajlake.toml or the default), and its meaning."""
-    from flows.effective import described, in_effect
+    from flows.config.checks import check as check_settings
+    from flows.config.keys import describe
+    from flows.config.root import in_effect, load_settings
 
     if markdown:
         typer.echo("| key | default | meaning |\n| --- | --- | --- |")
-        for setting in described():
-            typer.echo(f"| `{setting.key}` | `{setting.default}` | {setting.help} |")
+        for key in describe():
+            typer.echo(f"| `{key.key}` | `{shown(key.default, key.type)}` | {key.help} |")
         return
-    environ = {**os.environ, "TRAJLAKE_CONFIG": config} if config else os.environ
     try:
-        rows = in_effect(environ)
+        found = in_effect(config)
         if check:  # first: a bad configuration is one line, not the listing and then the line
-            load_config(config)
+            check_settings(load_settings(config), config)
     except ConfigError as exc:
         raise fail(str(exc), 2) from None
     from ingest.assembly import BUILD
 
     typer.echo(f"# the assembler runs: {BUILD}")
-    for row in rows:
-        typer.echo(f"{row.key} = {row.value}    ({row.source})\n    {row.help}")
+    for key in describe():
+        value, source = found.get(key.key, (key.default, "default"))
+        typer.echo(f"{key.key} = {shown(value, key.type)}    ({source})\n    {key.help}")
     if check:
         typer.echo(
             "# the configuration is valid: every table builds, and every reward, tool and selection it "
             "names resolves"
         )
+
+
+def shown(value: Any, declared: Any) -> str:
+    """A value as `trajlake config` prints it: as Python writes it, TRL's undescribed defaults as is."""
+    return str(value) if declared is None and value == "(TRL's)" else repr(value)
 
 
 app = command_app()  # its commands join `trajlake` on first use (flows.cli)

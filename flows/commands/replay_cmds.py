@@ -11,14 +11,17 @@ import store
 from flows.commands import command_app
 from flows.commands.options import (
     LakeOption,
-    build,
     configured,
     fail,
     in_effect_help,
     option_or_setting,
     quiet_libraries,
     resolve_lake,
+    setting,
 )
+from flows.config.root import ServeSamplerSection
+from training.replay import ReplayConfig, SamplerConfig, ScenarioConfig
+from training.replay.rollout.tools import ToolsConfig
 
 scenarios_app = command_app(
     help="Make replayable scenarios from trajectories, or load them from JSONL.", no_args_is_help=True
@@ -26,7 +29,7 @@ scenarios_app = command_app(
 
 
 def scenarios_create(
-    scenarios: dict,
+    scenarios: ScenarioConfig,
     sql: Annotated[
         str | None,
         typer.Option(
@@ -42,13 +45,12 @@ def scenarios_create(
     lake: LakeOption = None,
 ) -> None:
     """Cut scenarios (prompt prefix, tools, expected outcome, recorded tool results) from selected trajectories."""
-    from flows.config import setting_in_effect
     from training.replay import ScenarioError, create_scenarios
 
-    sql = sql or setting_in_effect("select.scenarios")[0]
+    sql = sql or setting("select.scenarios")
 
     try:
-        result = create_scenarios(resolve_lake(lake, must_exist=True), sql, build("scenarios", scenarios))
+        result = create_scenarios(resolve_lake(lake, must_exist=True), sql, scenarios)
     except ScenarioError as exc:
         raise fail(str(exc)) from None
     typer.echo(f"wrote {len(result.scenario_ids)} scenarios ({_splits(result.splits)})")
@@ -57,7 +59,7 @@ def scenarios_create(
 
 
 def scenarios_load(
-    scenarios: dict,
+    scenarios: ScenarioConfig,
     path: Annotated[
         Path, typer.Argument(help="JSONL file: one {messages, tools?, expected?, split?, ...} per line.")
     ],
@@ -67,7 +69,7 @@ def scenarios_load(
     from training.replay import ScenarioError, load_scenarios
 
     try:
-        result = load_scenarios(resolve_lake(lake), path, build("scenarios", scenarios))
+        result = load_scenarios(resolve_lake(lake), path, scenarios)
     except ScenarioError as exc:
         raise fail(str(exc)) from None
     typer.echo(f"wrote {len(result.scenario_ids)} scenarios ({_splits(result.splits)})")
@@ -78,9 +80,9 @@ def _splits(splits: dict[str, int]) -> str:
 
 
 def replay_command(
-    replay: dict,
-    sampler: dict,
-    tools: dict,
+    replay: ReplayConfig,
+    sampler: SamplerConfig,
+    tools: ToolsConfig,
     scenarios: Annotated[
         str | None,
         typer.Option(
@@ -101,16 +103,15 @@ def replay_command(
     lake: LakeOption = None,
 ) -> None:
     """Group sampling: G token-exact trajectories per scenario (resumable: complete groups are skipped)."""
-    from flows.config import setting_in_effect
     from training.chat.templates import ChatTemplateError
     from training.replay import ReplayError
     from training.replay import replay as run_replay
 
-    scenarios = scenarios or setting_in_effect("select.replay")[0]
+    scenarios = scenarios or setting("select.replay")
     the_lake = resolve_lake(lake, must_exist=True)  # before a model is loaded
     quiet_libraries()
     try:
-        sampler_config = build("sampler", sampler)
+        sampler_config = sampler
         if not sampler_config.model:
             raise fail(
                 "--model is required: a model folder (transformers, vllm) or the served model's name", 2
@@ -122,8 +123,8 @@ def replay_command(
                 the_lake,
                 scenarios,
                 model,
-                build("replay", replay),
-                tools=build("tools", tools).build(),
+                replay,
+                tools=tools.build(),
                 rollout=rollout,
             )
     except store.LegacyRows as exc:  # an older lake: `trajlake migrate` first
@@ -142,7 +143,7 @@ def replay_command(
 
 
 def serve_sampler(
-    defaults: dict,
+    defaults: ServeSamplerSection,
     model: Annotated[
         str | None,
         typer.Option(
@@ -169,7 +170,6 @@ def serve_sampler(
     host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
     lake: LakeOption = None,
-    limits: dict | None = None,
 ) -> None:
     """Serve a model over an OpenAI/vLLM-compatible API (token-id prompts, n, logprobs) on CPU or GPU.
 
@@ -186,10 +186,10 @@ def serve_sampler(
     from ingest.otlp.server import guarded_protocol
     from training.errors import AdapterNotFound, AdapterNotServable
 
-    for setting, holds, allowed in store.address_rules(host, port):
+    for rule, holds, allowed in store.address_rules(host, port):
         if not holds:
-            raise fail(f"--{setting} must be {allowed}, got {host if setting == 'host' else port!r}", 2)
-    request_limits = build(REQUEST_LIMITS, limits or {})
+            raise fail(f"--{rule} must be {allowed}, got {host if rule == 'host' else port!r}", 2)
+    request_limits = defaults.limits
     model = option_or_setting(model, "sampler.model", "--model", "the model folder to serve")
     check_model_folder(model)
     quiet_libraries()
@@ -199,7 +199,7 @@ def serve_sampler(
             adapter,
             lake=resolve_lake(lake) if adapter and not Path(adapter).exists() else None,
             served_name=served_name,
-            defaults=build(REQUEST_DEFAULTS, defaults),
+            defaults=defaults.sampling(),
             limits=request_limits,
         )
     except (FileNotFoundError, AdapterNotFound, AdapterNotServable) as exc:
@@ -253,10 +253,6 @@ def tiny_model(
     typer.echo(str(build_tiny_model(path, seed=seed)))
 
 
-# The sampling parameters `serve-sampler` applies to requests that set none (the sampler's own
-# fields), and what one request may ask for: `[serve_sampler]` and `[serve_sampler.limits]`.
-REQUEST_DEFAULTS = "serve_sampler"
-REQUEST_LIMITS = "serve_sampler.limits"
 SHUTDOWN_GRACE_S = 3
 
 app = command_app()  # its commands join `trajlake` on first use (flows.cli)
@@ -264,5 +260,5 @@ scenarios_app.command("create")(configured(scenarios_create, scenarios="scenario
 scenarios_app.command("load")(configured(scenarios_load, scenarios="scenarios"))
 app.add_typer(scenarios_app, name="scenarios")
 app.command("replay")(configured(replay_command, replay="replay", sampler="sampler", tools="tools"))
-app.command("serve-sampler")(configured(serve_sampler, defaults=REQUEST_DEFAULTS, limits=REQUEST_LIMITS))
+app.command("serve-sampler")(configured(serve_sampler, defaults="serve_sampler"))
 app.command("tiny-model", hidden=True)(tiny_model)

@@ -17,12 +17,12 @@ from rich.console import Console
 from rich.table import Table
 
 from flows.commands import command_app
-from flows.commands.options import LakeOption, build, configured, fail, resolve_lake
-from flows.settings import Section
+from flows.commands.options import LakeOption, build, configured, fail, resolve_lake, setting
+from flows.config.options import named_anywhere
+from judging.config import JudgeConfig, ScoreConfig
 
 FormatOption = Annotated[str, typer.Option("--format", "-f", help="table or json")]
 # A scoring run's options (`--where`, `--force`, ...): command-line only, no table in trajlake.toml.
-SCORE_RUN = Section("score-run", "judging.config:ScoreConfig")
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -83,8 +83,8 @@ def _print_summaries(summaries: list, fmt: str, lake: str) -> None:
 
 
 def score(
-    run: dict,
-    judge: dict,
+    run: ScoreConfig,
+    judge: JudgeConfig,
     reward: Annotated[
         list[str] | None,
         typer.Option(
@@ -107,30 +107,30 @@ def score(
 ) -> None:
     """Score trajectories with RULER, programmatic or SQL rewards; idempotent and resumable."""
     import judging
-    from flows.config import setting_in_effect
 
-    configured_rewards = [] if sql_reward is not None else list(setting_in_effect("score.rewards")[0])
+    configured_rewards = [] if sql_reward is not None else list(setting("score.rewards"))
     specs = list(reward or configured_rewards)
     if not specs and sql_reward is None:
         raise fail(
             "give at least one --reward (ruler, a built-in, or package.module:function) or --sql-reward", 2
         )
-    if run.get("name") and len(specs) + (sql_reward is not None) > 1:
+    if run.name and len(specs) + (sql_reward is not None) > 1:
         raise fail("--name applies to a single reward; run one `trajlake score` per named reward", 2)
     target = resolve_lake(lake, must_exist=True)
-    config = build(SCORE_RUN, run)
+    config = run
     judge_config = None
     if "ruler" in specs:
-        if not judge.get("model"):
+        # a hosted judge costs money: its model is named, never left to the declared default
+        if not judge.model or not named_anywhere("judge.model"):
             raise fail(
                 "RULER needs --judge-model (or `judge.model` in trajlake.toml, TRAJLAKE_JUDGE__MODEL)", 2
             )
         text = rubric.read_text(encoding="utf-8") if rubric else None
-        judge_config = build("judge", judge, **({"rubric": text} if text else {}))
+        judge_config = build(judge, **({"rubric": text} if text else {}))
     rewards: list = [*specs]
     if sql_reward is not None:
         try:
-            rewards.append(judging.SqlReward(sql_reward, run.get("name") or "sql"))
+            rewards.append(judging.SqlReward(sql_reward, run.name or "sql"))
         except judging.JudgingError as exc:
             raise fail(str(exc), 2) from None
     try:
@@ -229,6 +229,6 @@ def agreement(
 
 
 app = command_app()  # its commands join `trajlake` on first use (flows.cli)
-app.command("score")(configured(score, run=SCORE_RUN, judge="judge"))
+app.command("score")(configured(score, run=ScoreConfig, judge="judge"))
 app.command("combine")(combine)
 app.command("agreement")(agreement)

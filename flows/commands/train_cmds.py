@@ -10,7 +10,8 @@ import typer
 
 import store
 from flows.commands import LazyGroup, command_app
-from flows.commands.options import LakeOption, build, configured, fail, resolve_lake
+from flows.commands.options import LakeOption, configured, fail, resolve_lake
+from training.publish import PublishConfig
 
 
 class TrainGroup(LazyGroup):
@@ -29,7 +30,7 @@ train_app = command_app(
 
 
 def publish_command(
-    publish: dict,
+    publish: PublishConfig,
     adapter_dir: Annotated[Path, typer.Argument(help="Adapter folder of a training run (…/adapter).")],
     alias: Annotated[
         list[str] | None, typer.Option("--alias", help="Aliases to move to this version (default: latest).")
@@ -72,7 +73,7 @@ def publish_command(
     from training.run import read_run_record
 
     the_lake = resolve_lake(lake)
-    config = build("publish", publish)
+    config = publish
     aliases = list(alias or ["latest"]) + (["production"] if production else [])
     model = base_model or (read_run_record(adapter_dir) or {}).get("base_model")
     gate = _evaluate(the_lake.root, config.name, adapter_dir, model, eval_reward, eval_scenarios, force)
@@ -117,8 +118,8 @@ def _evaluate(
     """The gate for `publish --eval-reward`: the pipeline's evaluation, on the settings in effect."""
     if not reward:
         return None
-    from flows.config import load_config
-    from flows.settings import ConfigError
+    from flows.config.checks import load_config
+    from flows.config.errors import ConfigError
     from flows.stages import StageError
     from flows.stages.evaluate import evaluate_adapter, gate_of
     from judging import RewardSpecError, resolve_reward_key

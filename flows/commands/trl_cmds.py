@@ -8,6 +8,7 @@ these options imports TRL, which every other command can do without.
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Callable
 from dataclasses import fields
@@ -20,15 +21,20 @@ import store
 from flows.commands import command_app
 from flows.commands.options import (
     LakeOption,
-    build,
     configured,
     fail,
     in_effect_help,
     option_or_setting,
     quiet_libraries,
     resolve_lake,
+    setting,
 )
+from flows.config.errors import ConfigError
+from flows.config.options import value_in_effect
+from flows.config.root import in_effect
+from flows.config.trainers import TRAINERS, TrainSettings
 from flows.progress import console_progress
+from store.errors import SettingError
 
 SetOption = Annotated[
     list[str] | None,
@@ -92,12 +98,24 @@ def parse_overrides(pairs: list[str] | None, config_cls: type) -> dict[str, Any]
     return out
 
 
-def stage_config(key: str, values: dict[str, Any], output: Path, overrides: list[str] | None) -> Any:
-    """The stage config from its table's values and `--set` overrides, checkpointing under `output`."""
-    from flows.config import SECTIONS
-
-    extra = parse_overrides(overrides, SECTIONS[key].cls)
-    return build(key, {**values, **extra}, output_dir=str(output / "checkpoints"))
+def stage_config(
+    stage: str, train: TrainSettings, output: Path, overrides: list[str] | None, **extra: Any
+) -> Any:
+    """The trainer's config (TRL's, trajlake's subclass) from `[train.<stage>]` as in effect, the
+    `--set` overrides and `extra`, checkpointing under `output`; a refused value is one line (exit
+    2) naming the key and where it came from."""
+    module, name, _ = TRAINERS[stage]
+    cls = getattr(importlib.import_module(module), name)
+    given = {**parse_overrides(overrides, cls), **extra}
+    try:
+        return train.trainer_config(stage, output_dir=str(output / "checkpoints"), **given)
+    except SettingError as exc:
+        key = f"train.{exc.field}" if exc.field else f"train.{stage}"
+        try:
+            source = in_effect().get(key, (None, "command line"))[1]
+        except ConfigError:
+            source = "command line"
+        raise fail(str(ConfigError(key, str(exc), source)), 2) from None
 
 
 def as_of_versions(values: list[str] | None, stage: str, lake: Any) -> dict[str, int] | None:
@@ -146,18 +164,19 @@ def print_result(result: Any) -> None:
 
 def run_stage(
     stage: str,
-    values: dict[str, Any],
+    values: TrainSettings,
     output: Path,
     overrides: list[str] | None,
     as_of: list[str] | None,
     lake: str | None,
     train: Callable[[Any, Any, dict[str, int] | None], Any],
+    **extra: Any,
 ) -> None:
     """One training command: its lake, config and snapshot checked before `train(lake, config, as_of)`
     runs; a training error is one line and exit 1."""
     from training.errors import BadHyperparameter, TrainingError
 
-    config = stage_config(f"train.{stage}", values, output, overrides)
+    config = stage_config(stage, values, output, overrides, **extra)
     the_lake = resolve_lake(lake, must_exist=True)  # training reads what the lake holds
     quiet_libraries()  # the trainer's own progress and trajlake's summary, not the libraries' bars
     versions = as_of_versions(as_of, stage, the_lake)
@@ -175,7 +194,7 @@ def run_stage(
 
 
 def train_sft_command(
-    sft: dict,
+    sft: TrainSettings,
     output: OutputOption,
     base_model: BaseModelOption = None,
     sql: Annotated[
@@ -196,10 +215,9 @@ def train_sft_command(
     lake: LakeOption = None,
 ) -> None:
     """Fine-tune a LoRA adapter on selected conversations (assistant tokens only)."""
-    from flows.config import setting_in_effect
     from training.sft import train_sft
 
-    sql = sql or setting_in_effect("select.sft")[0]
+    sql = sql or setting("select.sft")
     model = option_or_setting(base_model, "sampler.model", "--base-model", BASE_MODEL_MEANING)
 
     def train(the_lake: Any, config: Any, versions: dict[str, int] | None) -> Any:
@@ -209,7 +227,7 @@ def train_sft_command(
 
 
 def train_grpo_command(
-    grpo: dict,
+    grpo: TrainSettings,
     output: OutputOption,
     base_model: BaseModelOption = None,
     sql: Annotated[
@@ -253,10 +271,11 @@ def train_grpo_command(
         return train_grpo(the_lake, sql, model, start, output, config, resume=resume, as_of=versions)
 
     if reward is None:  # the configured one; with none configured, the groups' only reward
-        from flows.config import setting_in_effect
-
-        configured, source = setting_in_effect("score.reward")
-        reward = None if source == "default" else configured
+        try:
+            configured_reward, source = value_in_effect("score.reward")
+        except ConfigError as exc:
+            raise fail(str(exc), 2) from None
+        reward = None if source == "default" else configured_reward
     if reward is not None and ":" in reward:  # a spec: its rows' name
         from judging import RewardSpecError, reward_name
 
@@ -264,7 +283,7 @@ def train_grpo_command(
             reward = reward_name(reward)
         except RewardSpecError as exc:
             raise fail(str(exc), 2) from None
-    run_stage("grpo", {**grpo, "reward_name": reward}, output, overrides, as_of, lake, train)
+    run_stage("grpo", grpo, output, overrides, as_of, lake, train, reward_name=reward)
 
 
 app = command_app()  # joins `trajlake train` on first use

@@ -28,10 +28,17 @@ class AgentRun:
     span_context: trace.SpanContext | None = None
 
 
-def run_agent(client: Any, model: str, question: str, tracer: trace.Tracer, max_steps: int = 4) -> AgentRun:
-    """Answer `question` with the tools; returns the answer and the run's trace id."""
+def run_agent(
+    client: Any,
+    model: str,
+    question: str,
+    tracer: trace.Tracer,
+    max_steps: int = 4,
+    system_prompt: str = SYSTEM_PROMPT,
+) -> AgentRun:
+    """Answer `question` with the tools, under `system_prompt`; returns the answer and the run's trace id."""
     messages: list[dict[str, Any]] = [
-        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "system", "content": system_prompt},
         {"role": "user", "content": question},
     ]
     calls = 0

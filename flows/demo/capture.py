@@ -15,7 +15,7 @@ from typing import Any
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 from flows.background import BackgroundServer
-from flows.demo.task import make_questions
+from flows.demo.task import make_questions, system_prompt
 
 
 def collector_app(lake: str | os.PathLike[str], **overrides: Any) -> tuple[Any, Any]:
@@ -136,7 +136,9 @@ def capture_production_traces(
             tracer = provider.get_tracer("calculator-agent")
 
             def answer(question: Any) -> Any:
-                run = agent.run_agent(client, model, question.text, tracer)
+                run = agent.run_agent(
+                    client, model, question.text, tracer, system_prompt=system_prompt(question, task)
+                )
                 corrects = corrects_answer(question.text, seed, correction_share)
                 agent.record_feedback(
                     provider,

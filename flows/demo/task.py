@@ -17,6 +17,7 @@ the number the tool gives. Two tasks (`TASKS`):
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import operator
 import random
@@ -27,6 +28,13 @@ from judging import needs_expected
 from training.tiny import TOOLS as TINY_MODEL_TOOLS
 
 SYSTEM_PROMPT = "You are a careful math assistant. Use the calculator tool when needed."
+# The mixed task's production agent has served under more than one system prompt (teams edit
+# theirs): each conversation keeps the one it ran with, so a policy learns the task, not a prompt.
+SYSTEM_PROMPTS = (
+    SYSTEM_PROMPT,
+    "You help people with arithmetic. Work every result out with the calculator tool, then reply with the number.",
+    "You are the assistant of a bookkeeping app. Check every calculation with the calculator tool.",
+)
 
 # The tiny model's tokenizer corpus declares this very tool, so its JSON tokenizes compactly.
 TOOL_DEFINITIONS: list[dict] = [tool for tool in TINY_MODEL_TOOLS if tool["function"]["name"] == "calculator"]
@@ -35,7 +43,33 @@ _OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.m
 QUESTION = re.compile(r"What is (\d+(?: [-+*] \d+)+)\?")
 TASKS = ("simple", "mixed")
 
-# Word problems: (wording, the expression it means, a plausible misreading of it).
+# How users phrase an arithmetic question: (wording, the expression it means, a plausible
+# misreading of it or None). `{op}`/`{op2}` stand for a written operator (+, - or *). Users
+# write to an assistant in many ways; a policy that learned one phrasing answers only that one.
+ONE_OPERATION: tuple[tuple[str, str, str | None], ...] = (
+    ("What is {a} {op} {b}?", "{a} {op} {b}", None),
+    ("Calculate {a} {op} {b}.", "{a} {op} {b}", None),
+    ("Please work out {a} {op} {b} for me.", "{a} {op} {b}", None),
+    ("Can you tell me what {a} {op} {b} equals?", "{a} {op} {b}", None),
+    ("{a} {op} {b} = ?", "{a} {op} {b}", None),
+    ("How much is {a} plus {b}?", "{a} + {b}", None),
+    ("What is the sum of {a} and {b}?", "{a} + {b}", "{a} * {b}"),
+    ("Add {b} to {a}.", "{a} + {b}", None),
+    ("How much is {a} minus {b}?", "{a} - {b}", None),
+    ("Subtract {b} from {a}.", "{a} - {b}", "{b} - {a}"),
+    ("What do I get if I take {b} away from {a}?", "{a} - {b}", "{b} - {a}"),
+    ("How much is {a} times {b}?", "{a} * {b}", None),
+    ("What is the product of {a} and {b}?", "{a} * {b}", "{a} + {b}"),
+    ("Multiply {a} by {b}.", "{a} * {b}", None),
+)
+TWO_OPERATIONS: tuple[tuple[str, str, str | None], ...] = (
+    ("What is {a} {op} {b} {op2} {c}?", "{a} {op} {b} {op2} {c}", None),
+    ("Calculate {a} {op} {b} {op2} {c}.", "{a} {op} {b} {op2} {c}", None),
+    ("Could you compute {a} {op} {b} {op2} {c}?", "{a} {op} {b} {op2} {c}", None),
+    ("What is {a} times {b}, plus {c}?", "{a} * {b} + {c}", "{a} * ({b} + {c})"),
+    ("Take {a}, add {b}, then subtract {c}. What do you get?", "{a} + {b} - {c}", "{a} + {b} + {c}"),
+)
+# Word problems the model must turn into an expression.
 WORD_PROBLEMS: tuple[tuple[str, str, str], ...] = (
     (
         "{name} has {a} apples and buys {b} more. How many apples does {name} have now?",
@@ -59,12 +93,23 @@ WORD_PROBLEMS: tuple[tuple[str, str, str], ...] = (
         "{a} * {b} - {c}",
         "{a} * ({b} - {c})",
     ),
+    ("A box holds {a} pens. How many pens are in {b} boxes?", "{a} * {b}", "{a} + {b}"),
+    (
+        "{name} reads {a} pages on Monday and {b} pages on Tuesday. How many pages is that in total?",
+        "{a} + {b}",
+        "{a} * {b}",
+    ),
+    (
+        "A bus has {a} people on it. At the stop, {b} get off. How many are still on the bus?",
+        "{a} - {b}",
+        "{a} + {b}",
+    ),
 )
 NAMES = ("Ann", "Ben", "Cleo", "Dan", "Eva", "Finn", "Gus", "Hana")
 
 
-def _word_pattern(wording: str) -> re.Pattern[str]:
-    """A regex reading the numbers (and the name) back out of a word problem's text."""
+def _template_pattern(wording: str) -> re.Pattern[str]:
+    """A regex reading the numbers, operators and name back out of a phrasing's text."""
     seen: set[str] = set()
 
     def field(match: re.Match[str]) -> str:
@@ -72,12 +117,19 @@ def _word_pattern(wording: str) -> re.Pattern[str]:
         if key in seen:
             return f"(?P={key})"
         seen.add(key)
-        return f"(?P<{key}>[A-Z][a-z]+)" if key == "name" else f"(?P<{key}>\\d+)"
+        if key == "name":
+            return f"(?P<{key}>[A-Z][a-z]+)"
+        if key.startswith("op"):
+            return f"(?P<{key}>[-+*])"
+        return f"(?P<{key}>\\d+)"
 
     return re.compile(re.sub(r"\\\{(\w+)\\\}", field, re.escape(wording)))
 
 
-_WORD_PATTERNS = [(_word_pattern(wording), right, wrong) for wording, right, wrong in WORD_PROBLEMS]
+_PATTERNS = [
+    (_template_pattern(wording), right, wrong)
+    for wording, right, wrong in (*ONE_OPERATION, *TWO_OPERATIONS, *WORD_PROBLEMS)
+]
 
 
 def _evaluate(node: ast.AST) -> int:
@@ -105,7 +157,7 @@ TOOLS = {"calculator": calculator}
 @dataclass(frozen=True)
 class Question:
     expression: str
-    wording: str | None = None  # a word problem's text (None: "What is <expression>?")
+    wording: str | None = None  # the user's text (None: "What is <expression>?")
     misread: str | None = None  # the expression a careless reader makes of the wording
 
     @property
@@ -119,7 +171,8 @@ class Question:
 
 def make_questions(n: int, seed: int = 0, task: str = "simple") -> list[Question]:
     """`n` questions of `task`: `simple` has small operands, so the tiny model can learn it;
-    `mixed` is a third simple, a third two-operation, a third word problems.
+    `mixed` is a third one-operation questions, a third two-operation questions, each phrased
+    in one of many ways, and a third word problems.
 
     >>> [q.text for q in make_questions(2)]
     ['What is 12 - 0?', 'What is 8 * 7?']
@@ -133,16 +186,35 @@ def make_questions(n: int, seed: int = 0, task: str = "simple") -> list[Question
 
 
 def _mixed_question(rng: random.Random, kind: int) -> Question:
+    values: dict[str, object] = {"name": rng.choice(NAMES), "op": rng.choice("+-*"), "op2": rng.choice("+-*")}
     if kind == 0:
-        return Question(f"{rng.randint(0, 60)} {rng.choice('+-*')} {rng.randint(0, 20)}")
-    if kind == 1:
-        a, b, c = rng.randint(1, 30), rng.randint(1, 12), rng.randint(1, 12)
-        return Question(f"{a} {rng.choice('+-*')} {b} {rng.choice('+-*')} {c}")
-    wording, right, wrong = rng.choice(WORD_PROBLEMS)
-    name, a, b = rng.choice(NAMES), rng.randint(2, 12), rng.randint(2, 12)
-    c = rng.randint(1, a * b // 2 if "*" in right else a + b - 1)
-    values = {"name": name, "a": a, "b": b, "c": c}
-    return Question(right.format(**values), wording.format(**values), wrong.format(**values))
+        wording, right, wrong = rng.choice(ONE_OPERATION)
+        values.update(a=rng.randint(0, 99), b=rng.randint(0, 20))
+    elif kind == 1:
+        wording, right, wrong = rng.choice(TWO_OPERATIONS)
+        values.update(a=rng.randint(1, 30), b=rng.randint(1, 12), c=rng.randint(1, 12))
+    else:
+        wording, right, wrong = rng.choice(WORD_PROBLEMS)
+        a, b = rng.randint(2, 12), rng.randint(2, 12)
+        if right == "{a} - {b}":
+            a, b = max(a, b), min(a, b)  # nobody gives away more apples than they have
+        values.update(a=a, b=b, c=rng.randint(1, a * b // 2 if "*" in right else a + b - 1))
+    return Question(
+        right.format(**values), wording.format(**values), wrong.format(**values) if wrong else None
+    )
+
+
+def system_prompt(question: Question, task: str = "simple") -> str:
+    """The system prompt the production agent ran `question` under: the simple task's one, or
+    (mixed) one of `SYSTEM_PROMPTS`, chosen by a stable hash of the question.
+
+    >>> system_prompt(Question("1 + 2")) == SYSTEM_PROMPT
+    True
+    """
+    if task == "simple":
+        return SYSTEM_PROMPT
+    digest = hashlib.sha256(question.text.encode()).digest()
+    return SYSTEM_PROMPTS[digest[0] % len(SYSTEM_PROMPTS)]
 
 
 def parse_question(text: str) -> Question | None:
@@ -150,15 +222,18 @@ def parse_question(text: str) -> Question | None:
 
     >>> parse_question("Ann has 5 apples and gives away 2. How many apples are left?").expression
     '5 - 2'
+    >>> parse_question("Subtract 4 from 19.").misread
+    '4 - 19'
     """
-    match = QUESTION.search(text or "")
-    if match:
-        return Question(match.group(1))
-    for pattern, right, wrong in _WORD_PATTERNS:
-        match = pattern.search(text or "")
+    text = (text or "").strip()
+    for pattern, right, wrong in _PATTERNS:
+        match = pattern.fullmatch(text)
         if match:
             values = match.groupdict()
-            return Question(right.format(**values), match.group(0), wrong.format(**values))
+            return Question(right.format(**values), text, wrong.format(**values) if wrong else None)
+    match = QUESTION.search(text)  # the simple task's "What is A op B?" inside a longer message
+    if match:
+        return Question(match.group(1))
     return None
 
 

@@ -1,7 +1,7 @@
 """Stage functions: one per step of the loop, each turning the configuration into library calls.
 
 These are what the Prefect tasks run (`flows.prefect_flows`), what the commands reuse,
-and what tests call directly. Each takes the validated `TrajlakeConfig`, calls one
+and what tests call directly. Each takes the validated `Settings`, calls one
 library function of `ingest`, `training` or `judging` with the config objects those
 libraries declare, and returns a small dataclass: the library's own result where it has
 one (`judging`'s `ScoreSummary` and `RewardStats`, `training`'s `TrainResult` and

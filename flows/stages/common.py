@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import store
-from flows.config import TrajlakeConfig
+from flows.config.root import Settings
 
 
 class StageError(store.SettingError):
@@ -16,7 +16,7 @@ class StageError(store.SettingError):
         super().__init__(f"`{key}`: {detail}", field=key)
 
 
-def lake_of(config: TrajlakeConfig) -> store.Lake:
+def lake_of(config: Settings) -> store.Lake:
     """The configured lake, checked as every command checks its `--lake` (`store.open_lake`)."""
     settings = config.lake
     try:
@@ -25,14 +25,14 @@ def lake_of(config: TrajlakeConfig) -> store.Lake:
         raise StageError("lake.path", str(exc)) from None
 
 
-def base_model(config: TrajlakeConfig) -> str:
+def base_model(config: Settings) -> str:
     """The configured base model (`sampler.model`); unset, a `StageError` naming the setting.
 
     There is no fallback: a pipeline without a base model would train and publish an
     adapter of some stand-in model, which is worse than not running. The demo and the
     tests name their tiny model explicitly.
     """
-    model = config.build("sampler").model
+    model = config.sampler.model
     if not model:
         raise StageError(
             "sampler.model",
@@ -42,7 +42,7 @@ def base_model(config: TrajlakeConfig) -> str:
     return str(model)
 
 
-def loadable_base_model(config: TrajlakeConfig) -> str:
+def loadable_base_model(config: Settings) -> str:
     """`base_model`, checked to load before a run ingests, rewrites or trains anything."""
     from training.errors import TrainingError
     from training.run import check_base_model
@@ -55,12 +55,12 @@ def loadable_base_model(config: TrajlakeConfig) -> str:
     return model
 
 
-def sampler_for(config: TrajlakeConfig, adapter: str | None) -> Any:
+def sampler_for(config: Settings, adapter: str | None) -> Any:
     """The configured sampler on the base model, sampling through `adapter` (None: the base model)."""
-    return config.build("sampler").build(adapter, model=base_model(config))
+    return config.sampler.build(adapter, model=base_model(config))
 
 
-def work_dir(config: TrajlakeConfig, *parts: str) -> Path:
+def work_dir(config: Settings, *parts: str) -> Path:
     """Checkpoints and adapters: `pipeline.work_dir`, else `<lake>/_work` (kept out of the tables)."""
     lake = lake_of(config)
     if config.pipeline.work_dir:
@@ -74,7 +74,7 @@ def work_dir(config: TrajlakeConfig, *parts: str) -> Path:
     return root.joinpath(*parts)
 
 
-def run_dir(config: TrajlakeConfig, pipeline_run: str, *parts: str) -> Path:
+def run_dir(config: Settings, pipeline_run: str, *parts: str) -> Path:
     """A pipeline run's own folder of checkpoints and adapters: `<work>/<pipeline run id>/...`."""
     if not pipeline_run:
         raise StageError("pipeline_run", "no pipeline run id: a training stage needs its run's folder")

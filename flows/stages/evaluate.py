@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import store
-from flows.config import TrajlakeConfig
+from flows.config.root import Settings
 from flows.stages.common import StageError, base_model, lake_of
 from flows.stages.replay import replay_policy
 from flows.stages.score import score_reward
@@ -39,7 +39,7 @@ SFT = "sft"
 REFERENCES = (BASE, SFT)  # every later stage is also compared with these, paired
 
 
-def evaluation_reward(config: TrajlakeConfig) -> str:
+def evaluation_reward(config: Settings) -> str:
     """The spec of the success metric: `evaluate.reward`, else `score.reward` when it is one reward
     that is scored, else the first scored reward (each written as a spec or a scored reward's name)."""
     from judging import RewardSpecError, resolve_reward_key
@@ -63,21 +63,31 @@ def evaluation_reward(config: TrajlakeConfig) -> str:
 
 
 def stage_policies(
-    sft: str | None, rounds: list[str], start: tuple[str, str] | None = None
+    sft: str | None,
+    rounds: list[str],
+    start: tuple[str, str] | None = None,
+    *,
+    intermediate: bool = True,
 ) -> list[tuple[str, str | None]]:
     """The labelled policies of one pipeline run, in order: base model, the adapter it continued
-    (`start`: its `name:vN` and folder), SFT, each GRPO round."""
-    stages: list[tuple[str, str | None]] = [(BASE, None)]
+    (`start`: its `name:vN` and folder), SFT, each GRPO round (`grpo-N`, N its round).
+
+    Without `intermediate`, only the ends: where the run started (the adapter it continued, else
+    the base model), SFT, and the last round, the candidate. Each policy measured costs as much
+    as the candidate, and a run that continues an adapter already knows the base model's score
+    from the run that trained it."""
+    stages: list[tuple[str, str | None]] = [] if start and not intermediate else [(BASE, None)]
     if start:
         stages.append(start)
     if sft:
         stages.append((SFT, sft))
-    stages += [(f"grpo-{i}", adapter) for i, adapter in enumerate(rounds, start=1)]
+    numbered = [(f"grpo-{i}", adapter) for i, adapter in enumerate(rounds, start=1)]
+    stages += numbered if intermediate else numbered[-1:]
     return stages
 
 
 def evaluate_adapter(
-    config: TrajlakeConfig, adapter: str, stages: list[tuple[str, str | None]] | None = None
+    config: Settings, adapter: str, stages: list[tuple[str, str | None]] | None = None
 ) -> judging.Evaluation:
     """Val success of `adapter` against the production adapter (or the base model), paired by scenario;
     with `stages`, every one of them too (the learning curve), each policy replayed once."""
@@ -88,7 +98,7 @@ def evaluate_adapter(
     if not adapter:
         raise StageError("adapter", "no adapter to evaluate: train one first (`trajlake train sft|grpo`)")
     lake = lake_of(config)
-    name = config.build("publish").name
+    name = config.publish.name
     try:
         incumbent = resolve_adapter(lake, f"{name}:{PRODUCTION}")
     except AdapterNotFound:
@@ -111,7 +121,7 @@ def evaluate_adapter(
     return evaluation
 
 
-def measurer(config: TrajlakeConfig) -> Callable[[str | None], judging.Measured]:
+def measurer(config: Settings) -> Callable[[str | None], judging.Measured]:
     """`measure(adapter folder | None) -> Measured`: replay `select.evaluate` with the policy
     (`evaluate.group_size` samples each, and once greedily with `evaluate.greedy`), score it with
     the evaluation reward, and read its per-scenario success (`judging.evaluate_policies`' input)."""
@@ -138,7 +148,7 @@ def measurer(config: TrajlakeConfig) -> Callable[[str | None], judging.Measured]
     return measure
 
 
-def policy_of(config: TrajlakeConfig, ref: str) -> tuple[str, str | None]:
+def policy_of(config: Settings, ref: str) -> tuple[str, str | None]:
     """A policy named on the command line as (label, adapter folder | None): `base` (the base model),
     an adapter folder, or a published adapter `name`, `name:alias` or `name:vN` (its label
     `name:vN`). An unknown one is a `StageError` listing what the registry holds."""
@@ -161,13 +171,13 @@ def policy_of(config: TrajlakeConfig, ref: str) -> tuple[str, str | None]:
     return f"{row['name']}:v{row['version']}", str(row["path"])
 
 
-def default_policies(config: TrajlakeConfig) -> list[str]:
+def default_policies(config: Settings) -> list[str]:
     """What `trajlake evaluate` compares when no policy is named: the base model, and the adapter
     holding `production` under `publish.name` when one does."""
     from training.errors import AdapterNotFound
     from training.registry import PRODUCTION, resolve_adapter
 
-    name = config.build("publish").name
+    name = config.publish.name
     try:
         resolve_adapter(lake_of(config), f"{name}:{PRODUCTION}")
     except AdapterNotFound:
@@ -175,9 +185,7 @@ def default_policies(config: TrajlakeConfig) -> list[str]:
     return [BASE, f"{name}:{PRODUCTION}"]
 
 
-def compare_policies(
-    config: TrajlakeConfig, policies: list[str], *, production: bool = True
-) -> judging.Evaluation:
+def compare_policies(config: Settings, policies: list[str], *, production: bool = True) -> judging.Evaluation:
     """Measure each policy once on `select.evaluate` and pair every one with each before it, by
     scenario (`judging.evaluate_policies`); with `production`, the production policies' success
     on their own traffic (`evaluate.production_reward`) joins as reference rows. Recorded as one
@@ -252,7 +260,7 @@ def refused_decision(name: str, gate: EvalGate, adapter: str) -> str:
 
 
 def publish_adapter(
-    config: TrajlakeConfig,
+    config: Settings,
     adapter: str,
     evaluation: judging.Evaluation,
     force: bool = False,
@@ -265,7 +273,7 @@ def publish_adapter(
     from training.registry import LATEST, PRODUCTION
 
     gate = gate_of(evaluation, forced=force or not config.pipeline.require_improvement)
-    settings = config.build("publish")
+    settings = config.publish
     if gate.promoted:
         aliases: tuple[str, ...] = (LATEST, PRODUCTION)
     elif config.pipeline.latest_if_refused:

@@ -7,10 +7,10 @@ The order is what makes a crash at any point safe to finish by running again:
    erased lands again after the lake is clean;
 3. adapters trained on erased rows are marked, while the versions they read still exist;
 4. the judge cache drops verdicts on erased conversations;
-5. each table deletes its rows (`store.erasure_apply`); the selection is planned again and
+5. each table deletes its rows (`store.erasure.apply`); the selection is planned again and
    what arrived meanwhile (a collector's new spans of the user) is deleted by another pass;
    then each table loses its history;
-6. every file under the lake is checked (`store.erasure_check`); only then is the audit
+6. every file under the lake is checked (`store.erasure.verify`); only then is the audit
    row written and the saved plan removed.
 
 No data logic here: each step is a library function of the package that owns the data.
@@ -28,18 +28,22 @@ import store
 from ingest.otlp.collector import default_spool_root
 from ingest.otlp.spool.erase import count_in_spools, erase_from_spools, segment_as_json
 from judging.ruler.cache import JudgeCache
-from store.erasure import ERASED_TABLES, ErasurePlan, ErasureSelection, RetentionConfig, plan_erasure
-from store.erasure_apply import (
+from store.erasure import (
     COUNTS,
+    ERASED_TABLES,
+    ErasurePlan,
+    ErasureSelection,
+    RetentionConfig,
     TableErasure,
     add_counts,
     delete_all,
     drop_pending,
     pending_plans,
+    plan_erasure,
     purge_all,
     save_pending,
+    verify_erased,
 )
-from store.erasure_check import verify_erased
 from store.errors import StoreError
 from training.erasure import (
     adapters_trained_on,

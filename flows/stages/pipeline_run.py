@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import store
-from flows.config import TrajlakeConfig
+from flows.config.root import Settings
 from flows.stages.common import lake_of
 
 if TYPE_CHECKING:
@@ -40,12 +40,12 @@ def pipeline_run_id(flow_run_id: str | None) -> str:
     return f"pipeline-{flow_run_id or uuid.uuid4()}"
 
 
-def production_adapter(config: TrajlakeConfig) -> tuple[str, str] | None:
+def production_adapter(config: Settings) -> tuple[str, str] | None:
     """(`name:vN`, folder) of the adapter holding `production` under `publish.name`, if any."""
     from training.errors import AdapterNotFound
     from training.registry import PRODUCTION, resolve_adapter
 
-    name = config.build("publish").name
+    name = config.publish.name
     try:
         row = resolve_adapter(lake_of(config), f"{name}:{PRODUCTION}")
     except AdapterNotFound:
@@ -53,7 +53,7 @@ def production_adapter(config: TrajlakeConfig) -> tuple[str, str] | None:
     return f"{name}:v{row['version']}", str(row["path"])
 
 
-def begin_pipeline_run(config: TrajlakeConfig, flow_run_id: str | None) -> store.PipelineRun:
+def begin_pipeline_run(config: Settings, flow_run_id: str | None) -> store.PipelineRun:
     """Record the run's start (or, for a retried flow run, take up its record as it began)."""
     lake = lake_of(config)
     run_id = pipeline_run_id(flow_run_id)
@@ -84,7 +84,7 @@ def begin_pipeline_run(config: TrajlakeConfig, flow_run_id: str | None) -> store
     return run
 
 
-def mark_data_seen(config: TrajlakeConfig, run: store.PipelineRun) -> store.PipelineRun:
+def mark_data_seen(config: Settings, run: store.PipelineRun) -> store.PipelineRun:
     """After the scenarios step: what exists now is this run's data; the next run's starts after."""
     if run.data_until:
         return run  # a retried run keeps the line it drew
@@ -93,7 +93,7 @@ def mark_data_seen(config: TrajlakeConfig, run: store.PipelineRun) -> store.Pipe
     return run
 
 
-def learning_config(config: TrajlakeConfig, run: store.PipelineRun) -> TrajlakeConfig:
+def learning_config(config: Settings, run: store.PipelineRun) -> Settings:
     """The configuration whose selections are kept to what `run` learns from: the replayed scenarios
     to its window; SFT to its window only when it continues the production adapter (from the
     base model, SFT reads all selected conversations)."""
@@ -114,7 +114,7 @@ def origin_of(run: store.PipelineRun) -> dict[str, Any]:
     }
 
 
-def nothing_to_learn(config: TrajlakeConfig, run: store.PipelineRun) -> str | None:
+def nothing_to_learn(config: Settings, run: store.PipelineRun) -> str | None:
     """Why `run` trains nothing, or None when it has something to learn.
 
     `config` is the run's learning configuration (`learning_config`). A later run needs a train
@@ -133,7 +133,7 @@ def nothing_to_learn(config: TrajlakeConfig, run: store.PipelineRun) -> str | No
     return None
 
 
-def scenarios_to_learn(config: TrajlakeConfig, selection: str) -> int:
+def scenarios_to_learn(config: Settings, selection: str) -> int:
     """How many scenarios `selection` (returning `scenario_id`) holds."""
     with store.connect(lake_of(config), read_only=True) as con:
         text, _ = store.check_selection(con, selection, "scenario_id")
@@ -141,7 +141,7 @@ def scenarios_to_learn(config: TrajlakeConfig, selection: str) -> int:
         return int(count)
 
 
-def learned_from(config: TrajlakeConfig, run: store.PipelineRun) -> store.PipelineRun:
+def learned_from(config: Settings, run: store.PipelineRun) -> store.PipelineRun:
     """`run` with what its (windowed) replay selection holds, by what production said of each
     scenario's conversation: rated right, failures with a label, failures without one (recorded);
     nothing when the run has nothing to learn (`nothing_to_learn`: its window is all seen)."""
@@ -169,7 +169,7 @@ def learned_from(config: TrajlakeConfig, run: store.PipelineRun) -> store.Pipeli
 
 
 def finish_pipeline_run(
-    config: TrajlakeConfig,
+    config: Settings,
     run: store.PipelineRun,
     *,
     trained: list[TrainResult],
@@ -199,7 +199,7 @@ def finish_pipeline_run(
 
 
 def fail_pipeline_run(
-    config: TrajlakeConfig, run: store.PipelineRun, step: str, error: BaseException
+    config: Settings, run: store.PipelineRun, step: str, error: BaseException
 ) -> store.PipelineRun:
     """Record the run as failed at `step` with `error` in one line (the flow then raises it as it was):
     the report shows why, and the next run learns from what this one did not finish."""

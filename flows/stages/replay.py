@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from flows.config import TrajlakeConfig
+from flows.config.root import Settings
 from flows.stages.common import StageError, lake_of, sampler_for
 
 if TYPE_CHECKING:
@@ -85,11 +85,11 @@ class RoundSummary:
         )
 
 
-def make_scenarios(config: TrajlakeConfig) -> ScenarioCounts:
+def make_scenarios(config: Settings) -> ScenarioCounts:
     """Scenarios from the trajectories `select.scenarios` picks (idempotent: same ids, same split)."""
     from training.replay import create_scenarios
 
-    result = create_scenarios(lake_of(config), config.select.scenarios, config.build("scenarios"))
+    result = create_scenarios(lake_of(config), config.select.scenarios, config.scenarios)
     if not result.splits.get("train"):
         example = f", e.g. `{result.skipped[0][0]}`: {result.skipped[0][1]}" if result.skipped else ""
         raise StageError(
@@ -103,7 +103,7 @@ def make_scenarios(config: TrajlakeConfig) -> ScenarioCounts:
 
 
 def replay_policy(
-    config: TrajlakeConfig,
+    config: Settings,
     adapter: str | None,
     scenarios: str,
     *,
@@ -117,8 +117,9 @@ def replay_policy(
     groups are skipped)."""
     from training.replay import replay
 
-    sizes = {"group_size": group_size} if group_size else {}
-    configured = config.build("replay", run=run, **sizes)
+    configured = dataclasses.replace(
+        config.replay, run=run, group_size=group_size or config.replay.group_size
+    )
     sampling = configured.sampling.with_seed(seed)
     if greedy:
         sampling = dataclasses.replace(sampling, temperature=0.0)
@@ -131,7 +132,7 @@ def replay_policy(
             scenarios,
             sampler,
             replay_config,
-            tools=config.build("tools").build(),
+            tools=config.tools.build(),
             progress=False,
         )
         policy = sampler.policy
@@ -149,7 +150,7 @@ def replay_policy(
     )
 
 
-def round_scenarios(config: TrajlakeConfig, round_number: int, draw: int = 0) -> str:
+def round_scenarios(config: Settings, round_number: int, draw: int = 0) -> str:
     """`select.replay`, or this round's slice of it (and of a dynamic-sampling draw) with `scenarios_per_round`."""
     from training.replay import slice_selection
 
@@ -159,7 +160,7 @@ def round_scenarios(config: TrajlakeConfig, round_number: int, draw: int = 0) ->
 
 
 def replay_round(
-    config: TrajlakeConfig,
+    config: Settings,
     adapter: str | None,
     round_number: int,
     draw: int = 0,
@@ -171,7 +172,7 @@ def replay_round(
     scenarios). Seeds and group ids come from the scenario, so shards sample what one task would."""
     from training.replay import shard_selection
 
-    seed = (config.build("replay").sampling.seed or 0) + round_number + 1000 * draw
+    seed = (config.replay.sampling.seed or 0) + round_number + 1000 * draw
     run = f"round-{round_number}" + (f"-draw-{draw}" if draw else "")
     scenarios = round_scenarios(config, round_number, draw)
     if shards > 1:
@@ -191,12 +192,12 @@ def merge_shards(results: list[PolicyReplay]) -> PolicyReplay:
 
 
 def sample_round(
-    config: TrajlakeConfig,
+    config: Settings,
     adapter: str | None,
     round_number: int,
     *,
     replay: Callable[..., PolicyReplay] = replay_round,
-    score: Callable[[TrajlakeConfig, list[str]], RoundScores] | None = None,
+    score: Callable[[Settings, list[str]], RoundScores] | None = None,
 ) -> tuple[PolicyReplay, RoundScores]:
     """One round's groups, replayed and scored: (replay result, score stats of all its groups).
 

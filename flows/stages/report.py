@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from flows.config import TrajlakeConfig
+from flows.config.root import Settings
 from flows.stages.common import base_model, lake_of, work_dir
 from flows.stages.score import training_reward
 
@@ -20,7 +20,7 @@ class PipelineReport:
     groups: int  # scored replayed groups in the viewer's window
 
 
-def write_pipeline_report(config: TrajlakeConfig) -> PipelineReport:
+def write_pipeline_report(config: Settings) -> PipelineReport:
     """Write `<work dir>/report.html` for the lake: the run's rounds, evaluation, lineage and groups."""
     from flows.report import build_report
 

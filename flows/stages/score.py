@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import store
-from flows.config import TrajlakeConfig
+from flows.config.root import Settings
 from flows.stages.common import lake_of
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ class RoundScores:
     runs: list[ScoreSummary]
 
 
-def rewards_to_score(config: TrajlakeConfig) -> list[str]:
+def rewards_to_score(config: Settings) -> list[str]:
     """The rewards a round is scored with (`ruler` among them uses the `[judge]` table)."""
     return list(config.score.rewards)
 
@@ -60,7 +60,7 @@ def replay_filter(group_ids: list[str] | None) -> str:
     return where
 
 
-def training_reward(config: TrajlakeConfig) -> str:
+def training_reward(config: Settings) -> str:
     """The name of the reward training reads (`score.reward`, written as a spec or as a name)."""
     from judging import resolve_reward_key
 
@@ -69,24 +69,24 @@ def training_reward(config: TrajlakeConfig) -> str:
     ]
 
 
-def combined_weights(config: TrajlakeConfig) -> dict[str, float]:
+def combined_weights(config: Settings) -> dict[str, float]:
     """`score.weights` by the names the rewards' rows have (each key written as a spec or a name)."""
     from judging import resolve_reward_key
 
     return {resolve_reward_key(k, config.score.rewards)[1]: w for k, w in config.score.weights.items()}
 
 
-def score_reward(config: TrajlakeConfig, reward: str, group_ids: list[str] | None = None) -> ScoreSummary:
+def score_reward(config: Settings, reward: str, group_ids: list[str] | None = None) -> ScoreSummary:
     """Score the replayed trajectories (of `group_ids`) with one reward; skips what that scorer already scored."""
     from judging import ScoreConfig, score
 
-    judge = config.build("judge") if reward == "ruler" else None
+    judge = config.judge if reward == "ruler" else None
     return score(
         lake_of(config), reward, ScoreConfig(where=replay_filter(group_ids), progress=False), judge=judge
     )
 
 
-def finish_scoring(config: TrajlakeConfig, group_ids: list[str] | None = None) -> RewardStats:
+def finish_scoring(config: Settings, group_ids: list[str] | None = None) -> RewardStats:
     """Write the combined reward (when weights are configured); stats of the reward training uses."""
     from judging import combine
     from judging.summary import reward_stats
@@ -97,7 +97,7 @@ def finish_scoring(config: TrajlakeConfig, group_ids: list[str] | None = None) -
     return reward_stats(lake, training_reward(config), group_ids)
 
 
-def score_round(config: TrajlakeConfig, group_ids: list[str] | None = None) -> RoundScores:
+def score_round(config: Settings, group_ids: list[str] | None = None) -> RoundScores:
     """Every configured reward, one after the other, then the training reward's stats (the flow
     runs the rewards as concurrent tasks instead)."""
     runs = [score_reward(config, reward, group_ids) for reward in rewards_to_score(config)]

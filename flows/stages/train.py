@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import store
-from flows.config import TrajlakeConfig
+from flows.config.root import Settings
 from flows.stages.common import base_model, lake_of, run_dir
 from flows.stages.score import training_reward
 
@@ -19,13 +19,13 @@ if TYPE_CHECKING:
 
 
 def train_sft(
-    config: TrajlakeConfig, pipeline_run: str, round_number: int = 0, adapter: str | None = None
+    config: Settings, pipeline_run: str, round_number: int = 0, adapter: str | None = None
 ) -> TrainResult:
     """SFT a LoRA adapter (a fresh one, or `adapter` continued) on the trajectories `select.sft` picks."""
     from training.sft import train_sft as sft
 
     output = run_dir(config, pipeline_run, f"sft-{round_number}")
-    sft_config = config.build("train.sft", output_dir=str(output / "checkpoints"))
+    sft_config = config.train.sft_config(str(output / "checkpoints"))
     return sft(
         lake_of(config),
         config.select.sft,
@@ -38,7 +38,7 @@ def train_sft(
 
 
 def train_grpo(
-    config: TrajlakeConfig,
+    config: Settings,
     pipeline_run: str,
     adapter: str | None,
     round_number: int,
@@ -50,9 +50,5 @@ def train_grpo(
 
     sql = store.grpo_trajectories_of(group_ids)  # the round's groups, outside the val scenarios
     output = run_dir(config, pipeline_run, f"grpo-{round_number}")
-    grpo_config = config.build(
-        "train.grpo",
-        output_dir=str(output / "checkpoints"),
-        reward_name=training_reward(config),
-    )
+    grpo_config = config.train.grpo_config(str(output / "checkpoints"), reward_name=training_reward(config))
     return grpo(lake_of(config), sql, base_model(config), adapter, output, grpo_config, resume=True)

@@ -83,6 +83,26 @@ def trajectory_ids_of(lake: Lake, trace_ids: Iterable[str]) -> dict[str, str]:
     return {trace_id: trajectory_id for trace_id, trajectory_id in rows}
 
 
+def user_ids_of(lake: Lake, trajectory_ids: Iterable[str]) -> dict[str, str | None]:
+    """trajectory_id -> its `user_id` (whose conversation a label made from a score is)."""
+    rows = _select_by_keys(
+        lake,
+        "trajectories",
+        {"trajectory_id": sorted(set(trajectory_ids))},
+        "SELECT trajectory_id, user_id FROM trajectories WHERE trajectory_id IN (SELECT trajectory_id FROM __keys)",
+    )
+    return dict(rows)
+
+
+def write_labels(lake: Lake, rows: list[dict[str, Any]]) -> int:
+    """Write `labels` rows (redacted as rewards are); a later correction of the same
+    conversation replaces the earlier one (the table's key is `trajectory_id, name`)."""
+    if not rows:
+        return 0
+    rows = sorted(redact_rows(rows), key=lambda r: r["labeled_at"])  # later rows win: newest last
+    return store.write(lake, "labels", rows).rows
+
+
 def trace_attributes(lake: Lake, trace_ids: Iterable[str]) -> dict[str, list[str]]:
     """trace_id -> the attribute JSON texts of its Langfuse spans (for client-side filters)."""
     rows = _select_by_keys(

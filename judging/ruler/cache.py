@@ -93,7 +93,7 @@ class JudgeCache:
         """Delete every entry (and claim) that mentions one of `needles` (trajectory or group
         ids of erased conversations: a verdict quotes its trajectories' ids and explanations
         about their content); returns the entries deleted (`dry_run`: that would be)."""
-        from store.erasure_check import needle_pattern
+        from store.erasure.verify import needle_pattern
 
         pattern = needle_pattern(needles, whole_values=True)  # as the entry's JSON quotes them
         root = self.lake.fs_path(*CACHE_DIR)

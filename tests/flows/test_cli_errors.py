@@ -125,17 +125,14 @@ def test_unreadable_langfuse_exports_are_errors_with_the_line(
 def test_sql_lake_only_switch_refuses_files_outside_the_lake(
     lake: store.Lake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flows.config import command_defaults
 
     store.write(lake, "trajectories", [make_traj(0)])
     outside = tmp_path / "notes.csv"
     outside.write_text("a\n1\n")
     query = f"SELECT count(*) AS n FROM read_csv('{outside}')"
-    command_defaults.cache_clear()
     code, output = invoke("sql", query, "--lake", lake.root, "--format", "json")
     assert code == 0 and '"n": 1' in output  # a user's own shell reads local files
     monkeypatch.setenv("TRAJLAKE_LAKE__SQL_LAKE_ONLY", "true")
-    command_defaults.cache_clear()
     try:
         code, output = invoke("sql", query, "--lake", lake.root)
         assert code == 2 and "sql_lake_only" in output and "disabled by configuration" in output
@@ -145,7 +142,6 @@ def test_sql_lake_only_switch_refuses_files_outside_the_lake(
         assert code == 0 and '"n": 1' in output
     finally:
         monkeypatch.delenv("TRAJLAKE_LAKE__SQL_LAKE_ONLY")
-        command_defaults.cache_clear()
 
 
 @pytest.mark.parametrize("field", ["temperature", "num_generations"])

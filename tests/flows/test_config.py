@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import os
 import re
 from pathlib import Path
 
@@ -13,8 +11,9 @@ from typer.testing import CliRunner
 
 import store
 from flows.cli import app
-from flows.config import SECTIONS, command_defaults, describe, load_config
-from flows.settings import ConfigError, env_overrides
+from flows.config import ConfigError
+from flows.config.checks import load_config
+from flows.config.root import Settings
 
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
 
@@ -26,37 +25,19 @@ def write(tmp_path: Path, text: str) -> str:
 
 
 def test_empty_file_is_the_embedded_default(tmp_path: Path) -> None:
-    config = load_config(write(tmp_path, ""), environ={})
+    config = load_config(write(tmp_path, ""))
     from training.replay import ReplayConfig, SamplerConfig
 
-    assert config.build("sampler") == SamplerConfig()  # the library's own defaults, declared once
-    assert config.build("replay") == ReplayConfig()
+    assert config.sampler == SamplerConfig()  # the library's own defaults, declared once
+    assert config.replay == ReplayConfig()
     assert config.score.rewards == ["exact_match"]
-
-
-def test_file_values_and_environment_overrides(tmp_path: Path) -> None:
-    path = write(
-        tmp_path,
-        "[replay]\ngroup_size = 8\n[train.grpo]\nbeta = 0.04\n[score]\nweights = {exact_match = 1.0}\n",
-    )
-    config = load_config(path, environ={"TRAJLAKE_REPLAY__GROUP_SIZE": "6", "TRAJLAKE_LAKE": "s3://b/lake"})
-    assert config.build("replay").group_size == 6  # environment beats the file
-    assert config.build("train.grpo", output_dir="x").beta == 0.04  # a TRL field, read by TRL's config
-    assert config.lake.path == "s3://b/lake"  # not TOML: kept as a string
-    assert config.score.weights == {"exact_match": 1.0}
-
-
-def test_env_overrides_parse_toml_values() -> None:
-    assert env_overrides(
-        {"TRAJLAKE_SCORE__REWARDS": '["a", "b"]', "OTHER": "1", "TRAJLAKE_X": "no-levels"}
-    ) == {"score": {"rewards": ["a", "b"]}}
 
 
 @pytest.mark.parametrize(
     ("text", "key", "evidence"),
     [
         ("[replay]\ngroup_sise = 3", "replay.group_sise", "group_size"),  # typo: lists the real keys
-        ("[replay]\ngroup_size = 'x'", "replay.group_size", "expected int"),
+        ("[replay]\ngroup_size = 'x'", "replay.group_size", "valid integer"),
         ("[sampler]\nbackend = 'tgi'", "sampler.backend", "'vllm-server'"),
         ("[replay]\ngroup_size = 1", "replay.group_size", "must be >= 2"),  # the library's own check
         ("[replay.sampling]\ntemperature = 0", "replay.sampling.temperature", "must be > 0"),
@@ -74,30 +55,36 @@ def test_env_overrides_parse_toml_values() -> None:
 )
 def test_bad_configuration_names_the_key(tmp_path: Path, text: str, key: str, evidence: str) -> None:
     with pytest.raises(ConfigError) as info:
-        load_config(write(tmp_path, text), environ={})
+        load_config(write(tmp_path, text))
     assert info.value.field == key
     assert evidence in str(info.value)
 
 
-def test_bad_environment_override_names_the_key(tmp_path: Path) -> None:
+def test_bad_environment_override_names_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRAJLAKE_REPLAY__SAMPLING__TEMPERATURE", "0")
     with pytest.raises(ConfigError) as info:
-        load_config(write(tmp_path, ""), environ={"TRAJLAKE_REPLAY__SAMPLING__TEMPERATURE": "0"})
+        load_config(write(tmp_path, ""))
     assert info.value.field == "replay.sampling.temperature"
-    assert "environment" in info.value.source
+    assert info.value.source == "$TRAJLAKE_REPLAY__SAMPLING__TEMPERATURE"
 
 
-def test_the_lake_path_is_declared_once_and_read_from_one_variable(tmp_path: Path) -> None:
+def test_the_lake_path_is_declared_once_and_read_from_one_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import store
-    from flows.tables import LakeSettings
+    from flows.config.sections import LakeSettings
     from ingest.otlp.config import CollectorConfig
 
     assert LakeSettings().path == CollectorConfig().lake == store.DEFAULT_LAKE
-    assert load_config(write(tmp_path, ""), environ={"TRAJLAKE_LAKE": "s3://b/l"}).lake.path == "s3://b/l"
-    assert (
-        load_config(write(tmp_path, ""), environ={"TRAJLAKE_LAKE": "2026"}).lake.path == "2026"
-    )  # as written
+    monkeypatch.setenv("TRAJLAKE_LAKE", "s3://b/l")
+    assert load_config(write(tmp_path, "")).lake.path == "s3://b/l"
+    assert load_config(write(tmp_path, "")).collector.lake == "s3://b/l"  # the collector writes it
+    monkeypatch.setenv("TRAJLAKE_LAKE", "2026")
+    assert load_config(write(tmp_path, "")).lake.path == "2026"  # as written
+    monkeypatch.delenv("TRAJLAKE_LAKE")
+    monkeypatch.setenv("TRAJLAKE_LAKE__PATH", "s3://b/l")
     with pytest.raises(ConfigError) as info:  # the derived spelling would be a second variable
-        load_config(write(tmp_path, ""), environ={"TRAJLAKE_LAKE__PATH": "s3://b/l"})
+        load_config(write(tmp_path, ""))
     assert info.value.field == "lake.path" and "$TRAJLAKE_LAKE" in str(info.value)
 
 
@@ -105,21 +92,24 @@ def test_sampling_settings_are_the_samplers_own(tmp_path: Path) -> None:
     from training.replay import SamplingParams
 
     text = "[replay.sampling]\ntemperature = 0.8\nmax_tokens = 12\n[replay.limits]\nmax_turns = 2\n"
-    replay = load_config(write(tmp_path, text), environ={}).build("replay")
+    replay = load_config(write(tmp_path, text)).replay
     assert replay.sampling == SamplingParams(temperature=0.8, max_tokens=12)  # no copy to drift from
     assert replay.limits.max_turns == 2
 
 
 def test_missing_file_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
-        load_config(tmp_path / "nope.toml", environ={})
+        load_config(tmp_path / "nope.toml")
 
 
-def test_secrets_come_from_the_environment_variable_the_file_names(tmp_path: Path) -> None:
+def test_secrets_come_from_the_environment_variable_the_file_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLLECTOR_TOKEN", "s3cret")
     path = write(
         tmp_path, '[collector]\nbearer_token_env = "COLLECTOR_TOKEN"\n[collector.redaction]\nemails = true\n'
     )
-    collector = load_config(path, environ={"COLLECTOR_TOKEN": "s3cret"}).build("collector")
+    collector = load_config(path).collector
     assert collector.bearer_token == "s3cret" and collector.redaction.emails is True
 
 
@@ -136,9 +126,9 @@ def test_the_base_model_has_no_fallback(tmp_path: Path) -> None:
     from flows.stages import StageError, base_model
 
     with pytest.raises(StageError) as info:
-        base_model(load_config(write(tmp_path, ""), environ={}))
+        base_model(load_config(write(tmp_path, "")))
     assert info.value.field == "sampler.model"  # not a tiny stand-in model, trained and published
-    assert base_model(load_config(write(tmp_path, '[sampler]\nmodel = "org/m"\n'), environ={})) == "org/m"
+    assert base_model(load_config(write(tmp_path, '[sampler]\nmodel = "org/m"\n'))) == "org/m"
 
 
 @pytest.mark.parametrize("command", [["pipeline"], ["serve", "--once"]])
@@ -152,21 +142,6 @@ def test_a_pipeline_without_a_base_model_is_refused_before_any_work(
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "`sampler.model`" in lines[0]  # one line naming the setting, no traceback
     assert not lake.exists() and not (tmp_path / ".prefect").exists()  # nothing ran
-
-
-def test_reference_is_generated_from_the_declarations() -> None:
-    from judging import JudgeConfig
-    from training.replay import ReplayConfig
-
-    rows = {key: (default, text) for key, default, text in describe()}
-    group_size = next(f for f in dataclasses.fields(ReplayConfig) if f.name == "group_size")
-    assert rows["replay.group_size"] == (repr(group_size.default), group_size.metadata["help"])
-    assert rows["judge.api_key_env"][0] == "'OPENAI_API_KEY'"  # a secret: the variable, never a value
-    assert (
-        "train.sft.learning_rate" in rows and "train.grpo.loss_type" in rows and "schedules.pipeline" in rows
-    )
-    assert all(text for _, text in rows.values())
-    assert set(rows) >= {f"judge.{f.name}" for f in dataclasses.fields(JudgeConfig) if f.name != "api_key"}
 
 
 def test_a_toml_key_an_environment_variable_and_an_option_reach_the_same_field(
@@ -194,7 +169,6 @@ def test_a_toml_key_an_environment_variable_and_an_option_reach_the_same_field(
     ]
 
     def run(*extra: str) -> training.replay.ScenarioConfig:
-        command_defaults.cache_clear()
         result = CliRunner().invoke(app, [*args, *extra])
         assert result.exit_code == 0, result.output
         return seen[-1]
@@ -203,7 +177,7 @@ def test_a_toml_key_an_environment_variable_and_an_option_reach_the_same_field(
     monkeypatch.setenv("TRAJLAKE_SCENARIOS__VAL_FRACTION", "0.4")
     assert (run().val_fraction, run().turn) == (0.4, 1)  # the environment beats the file
     assert (run("--val-fraction", "0.5").val_fraction, run().turn) == (0.5, 1)  # the option beats both
-    assert SECTIONS["scenarios"].cls is training.replay.ScenarioConfig
+    assert Settings.model_fields["scenarios"].annotation is training.replay.ScenarioConfig
 
 
 def test_commands_use_the_config_files_lake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -212,7 +186,6 @@ def test_commands_use_the_config_files_lake(tmp_path: Path, monkeypatch: pytest.
     lake = tmp_path / "configured-lake"
     store.write(str(lake), "runs", [{"run_id": "r", "step": 0, "stage": "sft"}])
     monkeypatch.setenv("TRAJLAKE_CONFIG", write(tmp_path, f'[lake]\npath = "{lake}"\n'))
-    command_defaults.cache_clear()
     result = CliRunner().invoke(app, ["sql", "SELECT count(*) AS n FROM runs", "--format", "json"])
     assert result.exit_code == 0, result.output
     assert '"n": 1' in result.output
@@ -245,8 +218,8 @@ def test_reading_the_configuration_imports_no_training_library(tmp_path: Path) -
     # every command reads the file and the environment first: `trajlake collect` or `trajlake sql`
     # must not pay for importing TRL (seconds) to learn which variables settings declare
     code = (
-        "import sys; from flows.config import command_defaults; command_defaults('collector'); "
-        "command_defaults('lake'); print(sorted(m for m in ('trl', 'torch', 'transformers') if m in sys.modules))"
+        "import sys; from flows.config.root import load_settings; load_settings().collector; "
+        "print(sorted(m for m in ('trl', 'torch', 'transformers') if m in sys.modules))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path
@@ -259,7 +232,7 @@ def test_commands_take_what_the_configuration_says_when_an_option_is_left_out(
 ) -> None:
     """One rule for every command: option > environment > trajlake.toml > declared default."""
     import training.replay
-    from flows.config import setting_in_effect
+    from flows.config.options import value_in_effect
 
     config = write(
         tmp_path,
@@ -267,16 +240,15 @@ def test_commands_take_what_the_configuration_says_when_an_option_is_left_out(
         "sft = \"SELECT trajectory_id FROM trajectories WHERE model = 'm2'\"\n"
         '[score]\nrewards = ["valid_json"]\nreward = "valid_json"\n',
     )
-    environ = {"TRAJLAKE_CONFIG": config}
-    assert setting_in_effect("select.scenarios", environ) == (
+    monkeypatch.setenv("TRAJLAKE_CONFIG", config)
+    assert value_in_effect("select.scenarios") == (
         "SELECT trajectory_id FROM trajectories WHERE model = 'm1'",
         config,
     )
-    assert setting_in_effect("score.reward", {**environ, "TRAJLAKE_SCORE__REWARD": "x"}) == (
-        "x",
-        "$TRAJLAKE_SCORE__REWARD",
-    )
-    assert setting_in_effect("select.replay", environ) == (store.TRAIN_SCENARIOS, "default")
+    monkeypatch.setenv("TRAJLAKE_SCORE__REWARD", "x")
+    assert value_in_effect("score.reward") == ("x", "$TRAJLAKE_SCORE__REWARD")
+    monkeypatch.delenv("TRAJLAKE_SCORE__REWARD")
+    assert value_in_effect("select.replay") == (store.TRAIN_SCENARIOS, "default")
 
     lake = tmp_path / "lake"
     store.write(str(lake), "runs", [{"run_id": "r", "step": 0, "stage": "sft"}])
@@ -288,19 +260,15 @@ def test_commands_take_what_the_configuration_says_when_an_option_is_left_out(
 
     monkeypatch.setattr(training.replay, "create_scenarios", create)
     monkeypatch.setenv("TRAJLAKE_CONFIG", config)
-    command_defaults.cache_clear()
-    try:
-        result = CliRunner().invoke(app, ["scenarios", "create", "--lake", str(lake)])
-        assert result.exit_code == 0, result.output
-        assert seen == ["SELECT trajectory_id FROM trajectories WHERE model = 'm1'"]  # not "Missing --sql"
-        result = CliRunner().invoke(app, ["scenarios", "create", "--sql", "SELECT 1", "--lake", str(lake)])
-        assert seen[-1] == "SELECT 1"  # the option beats the file
-        # `score` without --reward scores `[score] rewards`: valid_json over a lake with no replay yet
-        result = CliRunner().invoke(app, ["score", "--lake", str(lake), "--no-progress", "--format", "json"])
-        assert result.exit_code == 0, result.output
-        assert [s["reward"] for s in json.loads(result.output)] == ["valid_json"]
-    finally:
-        command_defaults.cache_clear()
+    result = CliRunner().invoke(app, ["scenarios", "create", "--lake", str(lake)])
+    assert result.exit_code == 0, result.output
+    assert seen == ["SELECT trajectory_id FROM trajectories WHERE model = 'm1'"]  # not "Missing --sql"
+    result = CliRunner().invoke(app, ["scenarios", "create", "--sql", "SELECT 1", "--lake", str(lake)])
+    assert seen[-1] == "SELECT 1"  # the option beats the file
+    # `score` without --reward scores `[score] rewards`: valid_json over a lake with no replay yet
+    result = CliRunner().invoke(app, ["score", "--lake", str(lake), "--no-progress", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert [s["reward"] for s in json.loads(result.output)] == ["valid_json"]
 
 
 def test_train_commands_take_the_configured_selection_and_reward(
@@ -317,13 +285,9 @@ def test_train_commands_take_the_configured_selection_and_reward(
         '[select]\nsft = "SELECT trajectory_id FROM trajectories WHERE false"\n[score]\nreward = "configured"\n',
     )
     monkeypatch.setenv("TRAJLAKE_CONFIG", config)
-    command_defaults.cache_clear()
-    try:
-        common = ["--base-model", str(tiny_model), "--lake", str(lake)]
-        sft = CliRunner().invoke(app, ["train", "sft", "-o", str(tmp_path / "sft"), *common])
-        grpo = CliRunner().invoke(app, ["train", "grpo", "-o", str(tmp_path / "grpo"), *common])
-    finally:
-        command_defaults.cache_clear()
+    common = ["--base-model", str(tiny_model), "--lake", str(lake)]
+    sft = CliRunner().invoke(app, ["train", "sft", "-o", str(tmp_path / "sft"), *common])
+    grpo = CliRunner().invoke(app, ["train", "grpo", "-o", str(tmp_path / "grpo"), *common])
     # each read the file's value: SFT's selection (matching nothing), GRPO's reward (scored nowhere)
     assert sft.exit_code != 0 and "WHERE false" in sft.output, sft.output
     assert grpo.exit_code != 0 and "`configured`" in grpo.output and "reward_name" not in grpo.output, (
@@ -349,26 +313,6 @@ def test_config_shows_each_value_in_effect_and_where_it_came_from(
     assert checked.exit_code == 2 and "replay.group_size" in checked.output
 
 
-def test_config_reads_its_key_list_from_a_cache_without_importing_the_trainers(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    program = (
-        "import sys; from flows.effective import in_effect; rows = in_effect(); "
-        "print(len(rows), sorted(m for m in ('trl', 'torch', 'transformers', 'peft') if m in sys.modules))"
-    )
-
-    def run() -> str:
-        return subprocess.run(
-            [sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True, cwd=tmp_path
-        ).stdout.strip()
-
-    first, second = run(), run()  # the first describes the libraries (and imports them) and caches
-    assert first.split()[0] == second.split()[0] and int(second.split()[0]) > 100
-    assert second.endswith("[]"), second  # the second imports none of them
-
-
 def test_help_shows_the_value_the_command_will_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
     from flows.commands import command_app
@@ -379,15 +323,11 @@ def test_help_shows_the_value_the_command_will_use(tmp_path: Path, monkeypatch: 
     monkeypatch.setenv("TRAJLAKE_CONFIG", config)
     monkeypatch.setenv("TRAJLAKE_REPLAY__RUN", "nightly")
     monkeypatch.setenv("COLUMNS", "200")
-    command_defaults.cache_clear()
-    try:  # the options are derived when a command's module loads: once per `trajlake` process
-        app_ = command_app()
-        app_.command("replay")(configured(replay_command, replay="replay", sampler="sampler", tools="tools"))
-        app_.command("create")(configured(scenarios_create, scenarios="scenarios"))
-        replay_help = CliRunner().invoke(app_, ["replay", "--help"]).output
-        create_help = CliRunner().invoke(app_, ["create", "--help"]).output
-    finally:
-        command_defaults.cache_clear()
+    app_ = command_app()
+    app_.command("replay")(configured(replay_command, replay="replay", sampler="sampler", tools="tools"))
+    app_.command("create")(configured(scenarios_create, scenarios="scenarios"))
+    replay_help = CliRunner().invoke(app_, ["replay", "--help"]).output
+    create_help = CliRunner().invoke(app_, ["create", "--help"]).output
     flat = re.sub(r"[│\s]+", "", replay_help + create_help)  # wrapped lines and the box's borders away
     assert f"[ineffect:8,from{config}]" in flat  # the file's, not the declared 4
     assert "[ineffect:nightly,from$TRAJLAKE_REPLAY__RUN]" in flat
@@ -407,9 +347,9 @@ def test_a_copied_demo_workdir_reads_and_writes_its_own_lake(tmp_path: Path) -> 
     assert str(first) not in text  # no absolute path of the original workdir in the file
     copy = tmp_path / "copy"
     shutil.copytree(first, copy)
-    config = load_config(copy / "trajlake.toml", environ={})
+    config = load_config(copy / "trajlake.toml")
     assert config.lake.path == str((copy / "lake").resolve())
-    assert config.build("sampler").model == str((copy / "model").resolve())
+    assert config.sampler.model == str((copy / "model").resolve())
 
     # relative to the file, whatever the working folder; bare names and URLs stay as written
     (tmp_path / "elsewhere").mkdir()
@@ -417,7 +357,7 @@ def test_a_copied_demo_workdir_reads_and_writes_its_own_lake(tmp_path: Path) -> 
     other = write(
         tmp_path / "elsewhere", '[lake]\npath = "s3://bucket/lake"\n[sampler]\nmodel = "Org/Model"\n'
     )
-    config = load_config(other, environ={})
-    assert (config.lake.path, config.build("sampler").model) == ("s3://bucket/lake", "Org/Model")
+    config = load_config(other)
+    assert (config.lake.path, config.sampler.model) == ("s3://bucket/lake", "Org/Model")
     nested = write(tmp_path / "etc", '[lake]\npath = "../lakes/main"\n')
-    assert load_config(nested, environ={}).lake.path == str((tmp_path / "lakes" / "main").resolve())
+    assert load_config(nested).lake.path == str((tmp_path / "lakes" / "main").resolve())

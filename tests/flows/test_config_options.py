@@ -16,7 +16,6 @@ from typer.testing import CliRunner
 
 import store
 from flows.cli import app
-from flows.config import command_defaults
 
 
 @pytest.fixture
@@ -29,11 +28,9 @@ def configure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         path = tmp_path / "trajlake.toml"
         path.write_text(text)
         monkeypatch.setenv("TRAJLAKE_CONFIG", str(path))
-        command_defaults.cache_clear()
         return str(path)
 
     yield write
-    command_defaults.cache_clear()
 
 
 def invoke(*args: str) -> Any:
@@ -168,7 +165,8 @@ def test_an_error_in_the_file_is_printed_once_naming_the_file_and_key(configure:
     result = invoke("replay", "--scenarios", "SELECT 1")
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
-        f"error: bad configuration `replay.group_size` ({config}): expected int, got 'x' (str)"
+        f"error: bad configuration `replay.group_size` ({config}): Input should be a valid integer, "
+        "unable to parse string as an integer, got 'x'"
     ]
 
 

@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
-from flows.config import load_config
-from flows.settings import ConfigError
+from flows.config.checks import load_config
+from flows.config.errors import ConfigError
 from flows.stages.evaluate import evaluation_reward
 from flows.stages.score import combined_weights, training_reward
 from judging import RewardSpecError, get_reward, resolve_reward_key

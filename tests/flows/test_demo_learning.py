@@ -30,7 +30,7 @@ import pytest
 
 import judging
 from flows import stages
-from flows.config import load_config
+from flows.config.checks import load_config
 from flows.demo.base_model import pretrain_base_model
 from flows.demo.capture import capture_production_traces
 from flows.demo.run import SIZES, write_demo_config

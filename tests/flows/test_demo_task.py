@@ -19,7 +19,18 @@ from typer.testing import CliRunner
 from flows.cli import app
 from flows.demo.config import REAL_SIZES, SIZES, TINY_MODEL, sizes_for, write_demo_config
 from flows.demo.summary import demo_summary, night_summary
-from flows.demo.task import WORD_PROBLEMS, Question, calculator, make_questions, parse_question
+from flows.demo.task import (
+    ONE_OPERATION,
+    SYSTEM_PROMPT,
+    SYSTEM_PROMPTS,
+    TWO_OPERATIONS,
+    WORD_PROBLEMS,
+    Question,
+    calculator,
+    make_questions,
+    parse_question,
+    system_prompt,
+)
 from flows.demo.teacher import reply
 
 
@@ -39,14 +50,37 @@ def test_the_tiny_demo_asks_what_it_always_asked() -> None:
 def test_mixed_questions_read_back_to_the_same_question() -> None:
     questions = make_questions(300, seed=0, task="mixed")
     assert all(parse_question(q.text) == q for q in questions)
-    simple, two_ops, words = questions[0::3], questions[1::3], questions[2::3]
-    assert all(q.wording is None and q.expression.count(" ") == 2 for q in simple)
-    assert all(q.wording is None and q.expression.count(" ") == 4 for q in two_ops)
+    one_op, two_ops, words = questions[0::3], questions[1::3], questions[2::3]
+    assert all(q.expression.count(" ") == 2 for q in one_op)
+    assert all(q.expression.count(" ") == 4 for q in two_ops)
     assert all(q.wording and q.misread and q.text == q.wording for q in words)
-    assert {q.wording.split(" ")[1] for q in words} >= {"has", "buys"}  # several templates drawn
-    assert len({w for w, _, _ in WORD_PROBLEMS if any(parse_question(q.text) == q for q in words)}) == 6
+
+    def drawn(templates: tuple, asked: list[Question]) -> int:
+        return sum(any(_matches(wording, q.text) for q in asked) for wording, _, _ in templates)
+
+    # users phrase questions in many ways: every phrasing is drawn in 100 questions of its kind
+    assert drawn(ONE_OPERATION, one_op) == len(ONE_OPERATION) >= 10
+    assert drawn(TWO_OPERATIONS, two_ops) == len(TWO_OPERATIONS) >= 4
+    assert drawn(WORD_PROBLEMS, words) == len(WORD_PROBLEMS)
     # a misreading is a different expression, and almost always a different number
+    misread = [q for q in questions if q.misread]
+    assert len(misread) > len(words) and all(q.misread != q.expression for q in misread)
     assert sum(calculator(q.misread) != q.answer for q in words) >= 0.9 * len(words)
+
+
+def _matches(wording: str, text: str) -> bool:
+    """Whether `text` is `wording` with its fields filled."""
+    import re
+
+    pattern = re.sub(r"\\\{\w+\\\}", ".+", re.escape(wording))
+    return re.fullmatch(pattern, text) is not None
+
+
+def test_the_production_agent_ran_under_more_than_one_system_prompt() -> None:
+    questions = make_questions(60, seed=0, task="mixed")
+    prompts = [system_prompt(q, "mixed") for q in questions]
+    assert set(prompts) == set(SYSTEM_PROMPTS) and prompts == [system_prompt(q, "mixed") for q in questions]
+    assert {system_prompt(q) for q in make_questions(20)} == {SYSTEM_PROMPT}  # the tiny demo's one
 
 
 def test_a_word_problem_means_its_expression() -> None:

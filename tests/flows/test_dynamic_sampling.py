@@ -7,15 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from flows.config import TrajlakeConfig, load_config
+from flows.config.checks import load_config
+from flows.config.root import Settings
 from flows.stages import PolicyReplay, RoundScores, sample_round
 from judging.summary import RewardStats
 
 
-def config(tmp_path: Path, draws: int, per_round: int = 4) -> TrajlakeConfig:
+def config(tmp_path: Path, draws: int, per_round: int = 4) -> Settings:
     path = tmp_path / "t.toml"
     path.write_text(f"[pipeline]\nscenarios_per_round = {per_round}\ndynamic_sampling_draws = {draws}\n")
-    return load_config(path, environ={})
+    return load_config(path)
 
 
 class FakeRound:
@@ -25,14 +26,12 @@ class FakeRound:
         self.informative = informative
         self.draws: list[int] = []
 
-    def replay(
-        self, config: TrajlakeConfig, adapter: str | None, round_number: int, draw: int = 0
-    ) -> PolicyReplay:
+    def replay(self, config: Settings, adapter: str | None, round_number: int, draw: int = 0) -> PolicyReplay:
         self.draws.append(draw)
         ids = [f"r{round_number}-d{draw}-g{i}" for i in range(4)]
         return PolicyReplay("p", ids, trajectories=8, generated_tokens=10, failed=0, seconds=1.0)
 
-    def score(self, config: TrajlakeConfig, group_ids: list[str]) -> RoundScores:
+    def score(self, config: Settings, group_ids: list[str]) -> RoundScores:
         draws = sorted({int(g.split("-d")[1].split("-")[0]) for g in group_ids})
         equal = sum(4 - self.informative[d] for d in draws)
         return RoundScores(RewardStats("r", mean=0.5, std=0.1, scored=8 * len(draws), equal_groups=equal), [])

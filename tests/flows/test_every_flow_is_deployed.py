@@ -6,12 +6,12 @@ from __future__ import annotations
 from prefect import Flow
 
 import flows.prefect_flows as module
-from flows.config import load_config
+from flows.config.checks import load_config
 from flows.deployments import deployment_specs
 
 
 def test_every_defined_flow_is_deployed(tmp_path) -> None:  # type: ignore[no-untyped-def]
     defined = {value.name for value in vars(module).values() if isinstance(value, Flow)}
-    config = load_config(None, environ={})
+    config = load_config()
     deployed = {spec.flow_name for spec in deployment_specs(config, None)}
     assert defined == deployed == {"trajlake-ingest", "trajlake-pipeline"}

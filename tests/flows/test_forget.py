@@ -21,7 +21,7 @@ import store
 from flows.cli import app
 from ingest.otlp.spool import encode_table, frame
 from judging.ruler.cache import JudgeCache
-from store.erasure_check import files_holding
+from store.erasure import files_holding
 from training.registry import adapter_rows
 
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
@@ -293,8 +293,7 @@ def test_bad_selections_exit_2_and_erase_nothing(
 KILLED_MIDWAY = """
 import os, signal, sys
 from store import Lake
-from store.erasure import ErasureSelection, plan_erasure
-from store.erasure_apply import delete_rows, save_pending
+from store.erasure import ErasureSelection, delete_rows, plan_erasure, save_pending
 
 lake = Lake(sys.argv[1])
 plan = plan_erasure(lake, ErasureSelection("user_id", sys.argv[2]))

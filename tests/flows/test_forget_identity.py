@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 import store
 from flows.background import free_port
 from flows.cli import app
-from store.erasure_check import files_holding
+from store.erasure import files_holding
 from tests.ingest.test_durability import start
 
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
@@ -160,8 +160,7 @@ def test_a_non_ascii_user_is_found_in_raw_and_escaped_spans_and_erased_whole(col
 
 def test_the_check_finds_a_user_the_plan_missed_in_either_encoding(collected: store.Lake) -> None:
     from flows.stages.forget import plan
-    from store.erasure import ErasureSelection
-    from store.erasure_check import verify_erased
+    from store.erasure import ErasureSelection, verify_erased
 
     lake = collected
     erasure, _ = plan(lake, ErasureSelection("user_id", USER))
@@ -216,7 +215,7 @@ def test_a_mention_of_the_user_in_another_users_trace_is_not_theirs(lake: store.
 
 
 def test_encodings_cover_what_the_writers_store() -> None:
-    from store.erasure_check import encodings
+    from store.erasure import encodings
 
     spelled = {json.dumps(USER), json.dumps(USER, ensure_ascii=False), json.dumps(json.dumps({"k": USER}))}
     for text in spelled:

@@ -64,7 +64,7 @@ def test_every_bracketed_word_of_the_help_texts_is_shown(path: tuple[str, ...], 
 
 
 def test_help_prose_is_not_cut_where_its_source_lines_end() -> None:
-    from flows.settings import first_sentence
+    from flows.config.keys import first_sentence
 
     result = CliRunner().invoke(app, ["serve-sampler", "--help"], env={"COLUMNS": "80"}, terminal_width=80)
     assert result.exit_code == 0

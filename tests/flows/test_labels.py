@@ -13,7 +13,7 @@ import store
 from flows.cli import app
 from flows.demo.capture import capture_production_traces, corrects_answer
 from flows.demo.task import make_questions
-from store.erasure_check import files_holding
+from store.erasure import files_holding
 from tests.training.helpers import make_trajectory
 from training.replay.scenario_io import create_scenarios, read_scenarios
 

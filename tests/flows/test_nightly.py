@@ -69,6 +69,7 @@ def test_three_nights_each_train_from_production_on_what_is_new(
     from flows.prefect_flows import run_pipeline
 
     lake, config = promoting_lake(tmp_path, demo_model, monkeypatch)
+    monkeypatch.setenv("TRAJLAKE_EVALUATE__INTERMEDIATE", "false")  # each night's ends: the stages below
     results = []
     for night in range(1, 4):
         if night > 1:
@@ -141,6 +142,12 @@ def test_three_nights_each_train_from_production_on_what_is_new(
         baseline = "base" if night == 1 else f"{NAME}:v{night - 1}"
         assert run.decision.startswith(f"{NAME}:v{night} promoted")
         assert f"against {baseline} on " in run.decision
+    # evaluated: night 1 from the base model, later nights from the adapter they continued, not the base
+    assert [[row["stage"] for row in r["evaluation"]["table"] if row["kind"] == "val"] for r in results] == [
+        ["base", "sft", "grpo-1"],
+        [f"{NAME}:v1", "grpo-1"],
+        [f"{NAME}:v2", "grpo-1"],
+    ]
     page = Path(results[-1]["report"]).read_text()
     assert "Pipeline runs" in page and all(r.decision in page for r in runs)
     # production feedback per version: the production LLM, then v1 and v2 as they served
@@ -190,7 +197,7 @@ def test_each_trigger_of_the_served_deployment_trains_its_own_run(
     from prefect.client.orchestration import get_client
     from prefect.deployments import run_deployment
 
-    from flows.config import load_config
+    from flows.config.checks import load_config
     from flows.deployments import serve_deployments
 
     # the flow runs in the runner's subprocess, which reads these from its environment
@@ -226,7 +233,7 @@ def test_each_trigger_of_the_served_deployment_trains_its_own_run(
 
 def test_a_retried_flow_run_takes_up_its_own_record_and_folder(tmp_path: Path, demo_model: Path) -> None:
     from flows import stages
-    from flows.config import load_config
+    from flows.config.checks import load_config
 
     lake = tmp_path / "lake"
     capture_production_traces(lake, SPEC.questions)

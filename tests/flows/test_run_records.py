@@ -17,7 +17,7 @@ import store
 from flows import stages
 from flows.cli import app
 from flows.commands.pipeline_cmds import PREFECT_LOGGING
-from flows.config import load_config
+from flows.config.checks import load_config
 from flows.demo.capture import capture_production_traces
 from flows.demo.config import write_demo_config
 from flows.demo.run import SIZES

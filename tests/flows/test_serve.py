@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
-from flows.config import load_config
+from flows.config.checks import load_config
 from flows.deployments import deployment_specs
 
 
@@ -19,7 +19,7 @@ def test_specs_follow_the_configuration(tmp_path: Path) -> None:
     path.write_text(
         '[schedules]\ningest = "*/15 * * * *"\npipeline = "30 2 * * 1"\ntimezone = "Europe/Paris"\n'
     )
-    specs = deployment_specs(load_config(path, environ={}), str(path))
+    specs = deployment_specs(load_config(path), str(path))
     assert [(s.flow_name, s.cron, s.timezone) for s in specs] == [
         ("trajlake-ingest", "*/15 * * * *", "Europe/Paris"),
         ("trajlake-pipeline", "30 2 * * 1", "Europe/Paris"),

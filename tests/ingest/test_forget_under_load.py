@@ -28,8 +28,7 @@ import pytest
 
 import store
 from flows.stages.forget import carry_out, plan
-from store.erasure import ErasureSelection, identity_rows
-from store.erasure_check import files_holding
+from store.erasure import ErasureSelection, files_holding, identity_rows
 from tests.ingest.fake_openai import free_port
 from tests.ingest.test_collectors_together import body_trace_id
 from tests.ingest.test_durability import ROOT, random_request, start

@@ -34,9 +34,7 @@ pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 @pytest.fixture
 def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[store.Lake, Targets]]:
     """A lake with data, a working directory and a $HOME inside the watched folder."""
-    from flows.config import command_defaults
 
-    command_defaults.cache_clear()
     lake = store.Lake(str(tmp_path / "lake"))
     store.write(lake, "trajectories", [make_traj(i) for i in range(4)])
     for name in ("cwd", "home", "targets"):
@@ -47,7 +45,6 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[sto
     outside = Path("/tmp") / f"trajlake-corpus-{uuid.uuid4().hex}.csv"
     yield lake, Targets(tmp_path / "targets", tmp_path / "lake", data_file, outside)
     outside.unlink(missing_ok=True)
-    command_defaults.cache_clear()
 
 
 def watched(targets: Targets) -> dict[str, tuple[int, int]]:

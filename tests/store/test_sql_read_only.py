@@ -79,13 +79,6 @@ def _files(root: Path) -> dict[str, str]:
     }
 
 
-@pytest.fixture(autouse=True)
-def _fresh_settings() -> None:
-    from flows.config import command_defaults
-
-    command_defaults.cache_clear()  # each test names its own trajlake.toml
-
-
 @pytest.fixture
 def filled(lake: store.Lake) -> store.Lake:
     store.write(lake, "trajectories", [make_traj(i) for i in range(4)])

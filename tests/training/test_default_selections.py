@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import store
-from flows.config import Selections
+from flows.config.sections import Selections
 from tests.training.helpers import ScriptedSampler, calculator_script, make_trajectory
 from training.replay.scenario_io import create_scenarios
 from training.replay.scenarios import ScenarioConfig
@@ -77,10 +77,10 @@ def test_every_default_selection_is_declared_once() -> None:
 
     # the command line, the flow's [select] table and the libraries start from the same strings
     # `train sft --sql` left out takes `[select] sft` in effect, whose declared default is the store's
-    from flows.config import setting_in_effect
+    from flows.config.options import value_in_effect
 
     assert default(train_sft_command, "sql") is None
-    assert setting_in_effect("select.sft", environ={})[0] is store.SFT_TRAJECTORIES is Selections().sft
+    assert value_in_effect("select.sft")[0] is store.SFT_TRAJECTORIES is Selections().sft
     assert default(train_grpo_command, "sql") is store.GRPO_TRAJECTORIES
     assert default(publish_command, "eval_scenarios") is store.VAL_SCENARIOS is Selections().evaluate
     assert Selections().replay is store.TRAIN_SCENARIOS

@@ -13,7 +13,7 @@ from transformers import TrainerCallback
 
 import store
 from store.errors import SelectionError
-from store.metrics import SAMPLER_GAP_MEAN
+from store.metrics import SAMPLER_GAP_MEAN, TREE_PACKING_SAVED_SHARE
 from tests.training.train_helpers import (
     check_parity_with_stock,
     grpo_test_config,
@@ -24,8 +24,9 @@ from tests.training.train_helpers import (
     turn,
 )
 from training.errors import BadHyperparameter, MissingTokenData, NonFiniteLoss
-from training.grpo import train_grpo
+from training.grpo import grpo_trainer_class, train_grpo
 from training.grpo_config import LOSS_TYPES, TrajlakeGRPOConfig
+from training.grpo_trainer import StoredGroupsGRPOTrainer
 
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
 
@@ -158,6 +159,30 @@ def test_train_grpo_logs_metrics_and_changes_lora(
     assert "train_runtime" in json.loads(rows[-1][2])  # the summary merges into the last step's row
     record = json.loads((Path(result.adapter_dir) / "trajlake_run.json").read_text())
     assert record["lineage"]["trajectory_count"] == 12
+
+
+def test_the_one_seam_trainer_trains_and_logs_without_its_opt_in_layer(
+    groups_lake: store.Lake, tiny_model: Path, tmp_path: Path
+) -> None:
+    """Tree packing and the sampler gap off: the base trainer alone (TRL's forward untouched)
+    trains, and the metrics it keeps itself reach `runs` through `log`."""
+    cfg = config(tmp_path, max_steps=2, tree_packing=False, measure_sampler_gap=False)
+    assert grpo_trainer_class(cfg) is StoredGroupsGRPOTrainer
+    result = train_grpo(groups_lake, ALL, tiny_model, None, tmp_path / "run", cfg)
+    assert result.global_step == 2
+    rows = (
+        store.connect(groups_lake)
+        .sql(f"SELECT metrics FROM runs WHERE run_id = '{result.run_id}' ORDER BY step")
+        .fetchall()
+    )
+    logged = [json.loads(r[0]) for r in rows]
+    assert len(logged) == 2
+    for step in logged:
+        for key in ("loss", "entropy", "reward", "reward_std", "completions/mean_length", "num_tokens"):
+            assert key in step, key
+        assert SAMPLER_GAP_MEAN not in step and TREE_PACKING_SAVED_SHARE not in step
+        assert 0.0 <= step["frac_reward_zero_std"] <= 1.0
+    assert logged[1]["num_tokens"] > logged[0]["num_tokens"] > 0  # the running count, not a per-step one
 
 
 def test_continue_from_adapter_with_kl(groups_lake: store.Lake, tiny_model: Path, tmp_path: Path) -> None:

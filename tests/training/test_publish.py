@@ -363,7 +363,7 @@ def test_cli_train_sft_then_grpo_then_publish(tiny_model: Path, tmp_path: Path) 
 def test_the_pipeline_moves_latest_only_with_a_promoted_version_unless_asked(  # type: ignore[no-untyped-def]
     trained, tiny_model: Path, tmp_path: Path, latest_if_refused: bool
 ) -> None:
-    from flows.config import load_config
+    from flows.config.checks import load_config
     from flows.stages.evaluate import publish_adapter
     from judging import Evaluation
     from judging.evaluation_stats import Comparison, PolicyScore
@@ -375,7 +375,7 @@ def test_the_pipeline_moves_latest_only_with_a_promoted_version_unless_asked(  #
         f'[lake]\npath = "{lake.root}"\n[sampler]\nmodel = "{tiny_model}"\n[publish]\nname = "{name}"\n'
         f"[pipeline]\nlatest_if_refused = {str(latest_if_refused).lower()}\n"
     )
-    config = load_config(path, environ={})
+    config = load_config(path)
 
     def evaluation(difference: float, ci: tuple[float, float]) -> Evaluation:
         comparison = Comparison(

@@ -19,6 +19,7 @@ from trl import SFTTrainer
 from store.metrics import TREE_PACKING_SAVED_SHARE
 from tests.training.train_helpers import msg
 from training.lora import trainable_policy
+from training.models.adapters import peft_wrapping
 from training.run import load_tokenizer
 from training.sft import tokenize_conversations
 from training.sft_config import TrajlakeSFTConfig
@@ -95,23 +96,25 @@ def test_packed_loss_and_gradients_equal_stock_trl(tiny_model: Path, tmp_path: P
     dataset = Dataset.from_dict(tokenize_conversations(ROWS, tokenizer))
     ours_config = config(tmp_path / "ours")
     model, peft_config = trainable_policy(str(tiny_model), None, ours_config, bf16=False)
-    ours = TreePackedSFTTrainer(
-        model=model,
-        args=ours_config,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        peft_config=peft_config,
-    )
+    with peft_wrapping():  # as `train_sft` wraps: PEFT's probe warning is not ours to see
+        ours = TreePackedSFTTrainer(
+            model=model,
+            args=ours_config,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            peft_config=peft_config,
+        )
     with torch.no_grad():  # LoRA's B starts at zero: make every LoRA weight matter
         for name, p in ours.model.named_parameters():
             if "lora_B" in name:
                 p.normal_(0, 0.02, generator=torch.Generator().manual_seed(len(name)))
-    stock = SFTTrainer(
-        model=copy.deepcopy(ours.model),
-        args=config(tmp_path / "stock", tree_packing=False),
-        train_dataset=dataset,
-        processing_class=tokenizer,
-    )
+    with peft_wrapping():
+        stock = SFTTrainer(
+            model=copy.deepcopy(ours.model),
+            args=config(tmp_path / "stock", tree_packing=False),
+            train_dataset=dataset,
+            processing_class=tokenizer,
+        )
     batch = next(iter(ours.get_train_dataloader()))
     assert batch["attention_mask"].sum(1).unique().numel() > 1  # rows of different lengths: padded
 

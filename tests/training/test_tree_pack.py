@@ -3,7 +3,7 @@
 Random groups with the shapes agent rollouts have (a shared prompt, shared first turns,
 different lengths, tool-result tokens masked out, truncated rows masked whole, several
 groups in one batch) go through stock `GRPOTrainer` and through
-`StoredGroupsGRPOTrainer` with `tree_packing`: per-token logprobs, entropies, the loss of
+`TreePackedGRPOTrainer` with `tree_packing`: per-token logprobs, entropies, the loss of
 every loss type and every LoRA gradient agree within 1e-5 in float32. A model whose
 attention does not take the tree mask is forwarded unpacked, with one warning.
 """
@@ -22,7 +22,9 @@ from datasets import Dataset
 from trl import GRPOTrainer
 
 from training.grpo_config import LOSS_TYPES, TrajlakeGRPOConfig
-from training.grpo_trainer import StoredGroupsGRPOTrainer, stored_reward
+from training.grpo_trainer import stored_reward
+from training.grpo_tree_trainer import TreePackedGRPOTrainer
+from training.models.adapters import peft_wrapping
 from training.tree_pack import IGNORE, pack_rows, sees
 
 TOLERANCE = 1e-5
@@ -73,13 +75,14 @@ def config(tmp_path: Path, **kw: Any) -> TrajlakeGRPOConfig:
 
 
 def trainer_on(cls: type, model: Path, cfg: TrajlakeGRPOConfig, dataset: Dataset) -> Any:
-    return cls(
-        model=str(model),
-        reward_funcs=stored_reward,
-        args=cfg,
-        train_dataset=dataset,
-        peft_config=cfg.lora_config(),
-    )
+    with peft_wrapping():  # as `train_grpo` wraps: PEFT's probe warning is not ours to see
+        return cls(
+            model=str(model),
+            reward_funcs=stored_reward,
+            args=cfg,
+            train_dataset=dataset,
+            peft_config=cfg.lora_config(),
+        )
 
 
 def nontrivial_lora(*trainers: GRPOTrainer) -> None:
@@ -99,14 +102,8 @@ def pair(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory):  # type: i
     tmp = tmp_path_factory.mktemp("tree")
     dataset = Dataset.from_list(agent_rows(0))
     cfg = config(tmp, beta=0.05)
-    ours = trainer_on(StoredGroupsGRPOTrainer, tiny_model, cfg, dataset)
-    stock = GRPOTrainer(
-        model=str(tiny_model),
-        reward_funcs=stored_reward,
-        args=config(tmp, beta=0.05),
-        train_dataset=dataset,
-        peft_config=cfg.lora_config(),
-    )
+    ours = trainer_on(TreePackedGRPOTrainer, tiny_model, cfg, dataset)
+    stock = trainer_on(GRPOTrainer, tiny_model, config(tmp, beta=0.05), dataset)
     for trainer in (ours, stock):
         trainer.current_gradient_accumulation_steps = 1
     nontrivial_lora(ours, stock)
@@ -230,7 +227,7 @@ def test_logprobs_and_entropies_equal_stock_trl(pair) -> None:  # type: ignore[n
 def test_loss_and_every_lora_gradient_equal_stock_trl(pair, loss_type: str) -> None:  # type: ignore[no-untyped-def]
     ours, stock = pair
     ours.model.train()
-    ours._metrics["train"].clear()
+    ours.step_metrics["train"].clear()
     batch = ours._generate_and_score_completions(agent_rows(7))
     assert "ref_per_token_logps" in batch  # beta > 0: the reference pass is packed too
     results = []
@@ -248,7 +245,7 @@ def test_loss_and_every_lora_gradient_equal_stock_trl(pair, loss_type: str) -> N
     assert our_grads.keys() == stock_grads.keys() and len(our_grads) > 10
     for name, grad in our_grads.items():
         torch.testing.assert_close(grad, stock_grads[name], rtol=0, atol=TOLERANCE, msg=name)
-    saved = ours._metrics["train"]["tree_packing/saved_token_share"]
+    saved = ours.step_metrics["train"]["tree_packing/saved_token_share"]
     assert saved and 0.2 < saved[-1] < 1
 
 
@@ -257,7 +254,7 @@ def test_the_round_start_pass_is_packed_and_equals_unpacked(tiny_model: Path, tm
     values = []
     for packing in (True, False):
         cfg = config(tmp_path, tree_packing=packing, vllm_importance_sampling_correction=True)
-        trainer = trainer_on(StoredGroupsGRPOTrainer, tiny_model, cfg, dataset)
+        trainer = trainer_on(TreePackedGRPOTrainer, tiny_model, cfg, dataset)
         nontrivial_lora(trainer)
         trainer.store_round_start_logprobs()
         values.append(trainer.train_dataset["trainer_logprobs"])
@@ -300,7 +297,7 @@ def test_a_model_whose_attention_ignores_the_tree_falls_back_with_one_warning(
     try:
         batch = ours.stored_batch(agent_rows(5))
         ids, mask, keep = sequences(batch)
-        with caplog.at_level(logging.WARNING, logger="training.grpo_trainer"), torch.no_grad():
+        with caplog.at_level(logging.WARNING, logger="training.grpo_tree_trainer"), torch.no_grad():
             first = ours._get_per_token_logps_and_entropies(ours.model, ids, mask, keep, 8)[0]
             again = ours._get_per_token_logps_and_entropies(ours.model, ids, mask, keep, 8)[0]
             inner.forward = original
@@ -322,7 +319,7 @@ def test_an_attention_implementation_without_masks_falls_back(pair, caplog: pyte
     ours.__dict__.pop("_tree_attention", None)
     try:
         config._attn_implementation = "flash_attention_2"
-        with caplog.at_level(logging.WARNING, logger="training.grpo_trainer"):
+        with caplog.at_level(logging.WARNING, logger="training.grpo_tree_trainer"):
             assert not ours.tree_attention_ok(base)
             assert not ours.tree_attention_ok(base)
     finally:

@@ -174,19 +174,21 @@ def parity_trainers(lake: Any, model: str, tmp: Path, temperature: float) -> tup
     from trl import GRPOTrainer
 
     from training.datasets import select_grpo
-    from training.grpo import StoredGroupsGRPOTrainer, grpo_dataset, stored_reward
+    from training.grpo import grpo_dataset, grpo_trainer_class, stored_reward
+    from training.models.adapters import peft_wrapping
 
     selection = select_grpo(lake, "SELECT trajectory_id FROM trajectories")
     dataset = grpo_dataset(selection.examples)
     assert selection.temperature == temperature  # as the groups recorded it; `train_grpo` uses it so
     cfg = grpo_test_config(tmp, beta=0.05, temperature=selection.temperature)
     lora = cfg.lora_config()
-    ours = StoredGroupsGRPOTrainer(
-        model=model, reward_funcs=stored_reward, args=cfg, train_dataset=dataset, peft_config=lora
-    )
-    stock = GRPOTrainer(
-        model=model, reward_funcs=stored_reward, args=cfg, train_dataset=dataset, peft_config=lora
-    )
+    with peft_wrapping():  # as `train_grpo` wraps: PEFT's probe warning is not ours to see
+        ours = grpo_trainer_class(cfg)(
+            model=model, reward_funcs=stored_reward, args=cfg, train_dataset=dataset, peft_config=lora
+        )
+        stock = GRPOTrainer(
+            model=model, reward_funcs=stored_reward, args=cfg, train_dataset=dataset, peft_config=lora
+        )
     for trainer in (ours, stock):
         trainer.current_gradient_accumulation_steps = 1  # set by the training loop, which these calls bypass
     torch.manual_seed(1)

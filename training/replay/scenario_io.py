@@ -208,9 +208,12 @@ def shard_selection(sql: str, shard: int, shards: int) -> str:
 def slice_selection(lake: store.Lake | str, sql: str, size: int, index: int) -> str:
     """`sql` (returning `scenario_id`) narrowed to its `index`-th slice of `size` scenarios.
 
-    Slices walk the selection in a fixed hashed order, wrapping around, so successive
-    rounds (index 0, 1, ...) replay new scenarios before any repeats. A selection of at
-    most `size` scenarios, or `size` <= 0, is returned unchanged.
+    Slices walk the selection in a fixed order, wrapping around, so successive rounds (index
+    0, 1, ...) replay new scenarios before any repeats: first the scenarios cut from
+    conversations users rated wrong (what production got wrong is what a policy has most to
+    learn from, and their groups are the ones whose rewards differ), then the rest, each part
+    in hashed order. A selection of at most `size` scenarios, or `size` <= 0, is returned
+    unchanged.
     """
     if size <= 0:
         return sql
@@ -225,8 +228,9 @@ def slice_selection(lake: store.Lake | str, sql: str, size: int, index: int) -> 
     start = index * size % total
     end = start + size
     ordered = (
-        "SELECT scenario_id, row_number() OVER (ORDER BY hash(scenario_id), scenario_id) - 1 AS i "
-        f"FROM (SELECT DISTINCT scenario_id FROM ({text}))"
+        "SELECT scenario_id, row_number() OVER (ORDER BY coalesce(s.rated = 'wrong', false) DESC, "
+        "hash(scenario_id), scenario_id) - 1 AS i "
+        f"FROM (SELECT DISTINCT scenario_id FROM ({text})) LEFT JOIN scenarios s USING (scenario_id)"
     )
     wrap = f" OR i < {end - total}" if end > total else ""
     return f"SELECT scenario_id FROM ({ordered}) WHERE (i >= {start} AND i < {end}){wrap}"

@@ -318,3 +318,47 @@ def test_bad_keys_through_the_cli_write_nothing(
 def test_missing_keys_are_named(langfuse_url: str, lake: Lake) -> None:
     result = cli("ingest", "langfuse", "--host", langfuse_url, "--lake", lake.root)
     assert result.exit_code == 2 and "LANGFUSE_PUBLIC_KEY" in result.output
+
+
+def test_a_correction_score_is_the_conversations_label(
+    standin: StandinLangfuse, seeded: list[str], langfuse_url: str, lake: Lake
+) -> None:
+    """Langfuse's CORRECTION score (the output a trace should have had) becomes a label: the
+    scenario cut from that conversation takes it as its expected answer (`expected_source`
+    `label`), as `ingest.feedback`'s `correct_answer` does; a TEXT score makes none."""
+    standin.add_score(
+        id="s-fix",
+        name="output_correction",
+        dataType="CORRECTION",
+        value="It is rainy, 15C in Paris.",
+        comment="the tool said 15C",
+        timestamp=datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+        subject={"kind": "trace", "id": seeded[0]},
+        source="ANNOTATION",
+    )
+    result = pull_cli(langfuse_url, standin, lake)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["labels"] == 1
+
+    [label] = sql(lake, "SELECT * FROM labels")
+    assert (label["trajectory_id"], label["trace_id"], label["name"]) == (seeded[0], seeded[0], "expected")
+    assert json.loads(label["expected"]) == {"final_output": "It is rainy, 15C in Paris."}
+    assert (label["source"], label["labeled_by"], label["user_id"]) == (
+        "feedback",
+        "langfuse:annotation",
+        "u-0",
+    )
+    assert label["comment"] == "the tool said 15C"
+    # the reward row is kept as for every score: no number, the correction as its explanation
+    [row] = sql(lake, "SELECT value, explanation FROM rewards WHERE name = 'output_correction'")
+    assert row == {"value": None, "explanation": "It is rainy, 15C in Paris."}
+
+    made = cli("scenarios", "create", "--lake", lake.root, "--sql", "SELECT trajectory_id FROM trajectories")
+    assert made.exit_code == 0, made.output
+    scenarios = {
+        s["source_trajectory_id"]: s
+        for s in sql(lake, "SELECT source_trajectory_id, expected, expected_source FROM scenarios")
+    }
+    assert scenarios[seeded[0]]["expected_source"] == "label"
+    assert json.loads(scenarios[seeded[0]]["expected"]) == {"final_output": "It is rainy, 15C in Paris."}
+    assert scenarios[seeded[2]]["expected_source"] is None  # a TEXT review is no right answer

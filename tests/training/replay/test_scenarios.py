@@ -226,6 +226,30 @@ def test_round_slices_cover_the_selection_before_repeating(lake: store.Lake) -> 
     assert err.value.reason == "missing_column"
 
 
+def test_round_slices_replay_what_users_rated_wrong_first(lake: store.Lake) -> None:
+    """What production got wrong is the first slice: the groups a policy has most to learn from."""
+    store.write(lake, "trajectories", [make_trajectory(f"t{i}") for i in range(10)])
+    wrong = {"t3", "t7", "t8"}
+    store.write(lake, "rewards", [_feedback(f"t{i}", 0.0 if f"t{i}" in wrong else 1.0) for i in range(10)])
+    create_scenarios(lake, "SELECT trajectory_id FROM trajectories")
+    con = store.connect(lake)
+    everything = "SELECT scenario_id FROM scenarios"
+
+    def sources(sql: str) -> set[str]:
+        return {
+            r[0]
+            for r in con.execute(
+                f"SELECT source_trajectory_id FROM scenarios WHERE scenario_id IN ({sql})"
+            ).fetchall()
+        }
+
+    first = sources(slice_selection(lake, everything, 4, 0))
+    assert wrong < first and len(first) == 4  # every failure, then one more
+    assert wrong.isdisjoint(sources(slice_selection(lake, everything, 4, 1)))
+    # a slice of a narrower selection keeps the order within it
+    assert sources(slice_selection(lake, f"{everything} WHERE rated = 'right'", 4, 0)).isdisjoint(wrong)
+
+
 def test_expected_never_comes_from_an_answer_rated_wrong(lake: store.Lake) -> None:
     """Rated right: its answer; rated wrong: its label's answer, or none; unrated: none (issue 54)."""
     store.write(lake, "trajectories", [make_trajectory(t) for t in ("right", "wrong", "labelled", "unrated")])

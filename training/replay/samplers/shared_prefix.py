@@ -7,13 +7,15 @@ turn's prompt extends the earlier one. `generate` forwards every row's whole pro
 - the longest prefix every row of the batch shares is forwarded once, at batch 1, and its KV
   cache is kept (`PrefixStore`, keyed by the adapter and the prefix's token ids) for the next
   batches of the round: later turns, the other chunks, the next evaluation;
-- each distinct prompt's rest is forwarded once, beside the shared prefix's cache, and the
-  cache is then copied to that prompt's rows;
+- each distinct prompt's rest is forwarded once, beside the shared prefix's cache, and its
+  own cache is then copied to that prompt's rows; the shared prefix's cache is never copied:
+  every row attends its one copy (`cascade.py`), unless a layer is not full attention;
 - decoding feeds one token per unfinished row, and rows that stopped are dropped from the
   batch (a quarter of it at a time: each drop copies the cache).
 
-A row's tokens sit as `[shared prefix | padding | its own suffix | sampled tokens]`: the padding
-is masked and position ids count only real tokens, so each row computes what it would alone,
+A row's tokens sit as `[shared prefix | padding | its own suffix | sampled tokens]` (the
+batch's cache holds the part after the prefix): the padding is masked and position ids
+count only real tokens, so each row computes what it would alone,
 up to the floating-point differences of batched kernels (`tests/training/replay/samplers/test_hf.py`
 holds it to the `generate` path's ids and logprobs). Tokens are chosen by `SeededSampling`, one
 generator per row, as on the `generate` path.
@@ -21,6 +23,7 @@ generator per row, as on the `generate` path.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -31,6 +34,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from training.replay.samplers.base import Completion
+from training.replay.samplers.cascade import replaces, selected
 
 KV = list[tuple[Any, Any]]  # per layer: keys and values, [1, kv heads, tokens, head dim]
 
@@ -194,29 +198,81 @@ def sample_rows(
     owner = [unique.setdefault(tuple(r), len(unique)) for r in rows]
     prompts = list(unique)
     shared = min(common_prefix(prompts), min(len(p) for p in prompts) - 1)  # each row feeds >= 1 token
-    cache = preallocated_cache(config, max(len(p) for p in prompts) + max_tokens)
-    if shared >= MIN_SHARED:
-        kv = prefix_kv(model, config, cache_kwarg, store, adapter, prompts[0][:shared])
-        shared = kv[0][0].shape[-2]  # a stored prefix may be a little shorter than asked
+    kv = (
+        prefix_kv(model, config, cache_kwarg, store, adapter, prompts[0][:shared])
+        if shared >= MIN_SHARED
+        else None
+    )
+    shared = 0 if kv is None else kv[0][0].shape[-2]  # a stored prefix may be a little shorter than asked
+    width = max(len(p) for p in prompts) - shared
+    cache = preallocated_cache(config, width + max_tokens)
+    # Cascade attention when every layer attends in full: the cache then holds each row's own
+    # tokens only, and the prefix's one copy is attended beside it. Otherwise the prefix's cache
+    # is copied to every row, and the mask covers it.
+    cascade = (
+        kv is not None and replaces(model) and all(type(layer) is _BufferedLayer for layer in cache.layers)
+    )
+    extra: dict[str, Any] = {"cascade_prefix": kv} if cascade else {}
+    if kv is not None and not cascade:
+        cache = preallocated_cache(config, shared + width + max_tokens)
         for layer, (k, v) in enumerate(kv):
             cache.update(k.expand(len(prompts), -1, -1, -1), v.expand(len(prompts), -1, -1, -1), layer)
-    else:
-        shared = 0
-    width = max(len(p) for p in prompts) - shared
+    masked = 0 if cascade else shared  # the columns of the mask before each row's own tokens
     input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(prompts), shared + width), dtype=torch.long)
-    mask[:, :shared] = 1
+    mask = torch.zeros((len(prompts), masked + width), dtype=torch.long)
+    mask[:, :masked] = 1
     positions = torch.full((len(prompts), width), shared, dtype=torch.long)
     for u, prompt in enumerate(prompts):  # [shared | padding | suffix]: position ids count real tokens
         suffix = prompt[shared:]
         input_ids[u, width - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
-        mask[u, shared + width - len(suffix) :] = 1
+        mask[u, masked + width - len(suffix) :] = 1
         positions[u, width - len(suffix) :] = torch.arange(shared, len(prompt))
     input_ids, mask, positions = input_ids.to(device), mask.to(device), positions.to(device)
-    logits = _forward(
-        model, cache_kwarg, cache, input_ids=input_ids, attention_mask=mask, position_ids=positions
-    )
-    if len(prompts) < len(rows):  # each prompt's cache to its rows
+    with selected(model) if cascade else contextlib.nullcontext():
+        logits = _forward(
+            model,
+            cache_kwarg,
+            cache,
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            **extra,
+        )
+        return _decode(
+            model,
+            rows,
+            owner,
+            pick,
+            cache,
+            logits,
+            mask,
+            max_tokens=max_tokens,
+            eos_ids=eos_ids,
+            cache_kwarg=cache_kwarg,
+            cancels=cancels,
+            extra=extra,
+        )
+
+
+def _decode(
+    model: Any,
+    rows: Sequence[Sequence[int]],
+    owner: Sequence[int],
+    pick: Any,
+    cache: Any,
+    logits: Any,
+    mask: Any,
+    *,
+    max_tokens: int,
+    eos_ids: Sequence[int],
+    cache_kwarg: str,
+    cancels: Sequence[threading.Event | None],
+    extra: dict[str, Any],
+) -> list[Completion]:
+    """The decode loop after the prompts' forward (`logits`: one row per distinct prompt, which
+    `owner` maps each row to): one token per unfinished row a step."""
+    device = logits.device
+    if max(owner) + 1 < len(rows):  # each prompt's cache to its rows
         index = torch.tensor(owner, device=device)
         cache.batch_select_indices(index)
         logits, mask = logits[index], mask[index]
@@ -228,7 +284,7 @@ def sample_rows(
     live = list(range(len(rows)))  # the rows the batch holds, in its order
     done: set[int] = set()
     while True:
-        picked, chosen = pick.choose(None, logits, rows=live)
+        picked, chosen = pick.choose(None, logits, rows=live, idle=done)
         for r, token, lp in zip(live, picked.tolist(), chosen.tolist(), strict=True):
             if r in done:
                 continue
@@ -252,6 +308,7 @@ def sample_rows(
             input_ids=picked[:, None],
             attention_mask=mask,
             position_ids=next_position[:, None],
+            **extra,
         )
         next_position = next_position + 1
     return [

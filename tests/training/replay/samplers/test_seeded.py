@@ -94,3 +94,18 @@ def test_non_finite_logits_are_an_error_not_a_stored_nan() -> None:
     scores[1] = float("nan")
     with pytest.raises(SamplerError, match="non-finite logits"):
         pick(torch.zeros((2, 1), dtype=torch.long), scores)
+
+
+def test_idle_rows_draw_nothing_and_leave_the_others_draws_alone() -> None:
+    """A finished row still in the batch (`idle`) draws no noise; every other row draws what it
+    draws with no idle rows, whichever threads draw it."""
+    torch.set_num_threads(max(2, torch.get_num_threads()))
+    logits = torch.randn(5, 300, generator=torch.Generator().manual_seed(3))
+    busy = SeededSampling(range(5), temperature=1.0, top_k=0, top_p=1.0, device="cpu")
+    some_idle = SeededSampling(range(5), temperature=1.0, top_k=0, top_p=1.0, device="cpu")
+    before = some_idle.generators[1].get_state()
+    for _ in range(4):
+        all_rows, _ = busy.choose(None, logits)
+        with_idle, _ = some_idle.choose(None, logits, idle={1, 3})
+        assert with_idle[[0, 2, 4]].tolist() == all_rows[[0, 2, 4]].tolist()
+    assert torch.equal(some_idle.generators[1].get_state(), before)

@@ -143,7 +143,7 @@ def test_requests_spread_over_servers_and_survive_one_dying(
 
 
 def test_a_list_of_servers_in_the_config(tiny_model: Path, tmp_path: Path) -> None:
-    from flows.config import load_config
+    from flows.config.checks import load_config
 
     path = tmp_path / "trajlake.toml"
     for value, expected in (
@@ -151,5 +151,5 @@ def test_a_list_of_servers_in_the_config(tiny_model: Path, tmp_path: Path) -> No
         ('"http://c:3"', ["http://c:3"]),
     ):
         path.write_text(f'[sampler]\nbackend = "vllm-server"\nmodel = "{tiny_model}"\nbase_url = {value}\n')
-        sampler = load_config(str(path), environ={}).build("sampler").build()
+        sampler = load_config(str(path)).sampler.build()
         assert [e.url for e in sampler.endpoints] == expected  # type: ignore[attr-defined]

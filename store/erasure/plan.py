@@ -16,9 +16,9 @@ attribute (`app.target_user`) does not make the trace the user's. For retention,
 their age. The plan names each table's rows by one
 column and the values it must not hold any more (`TableTarget`), the files holding them
 and their size, and the `needles`: every id (and the user or session id) that no file
-of the lake may contain once the erasure is done (`store.erasure_check`).
+of the lake may contain once the erasure is done (`store.erasure.verify`).
 
-Planning only reads; `store.erasure_apply` carries a plan out. The plan of an erasure in
+Planning only reads; `store.erasure.apply` carries a plan out. The plan of an erasure in
 progress is kept under `<lake>/_erasure/` until it is done (so a killed `forget` resumes
 with the ids it had found), and removed then: the audit row (`erasures`) keeps the
 selection's kind and digest, never its value.

@@ -2,9 +2,9 @@
 
 `forget` says the data is gone only after `verify_erased` found nothing:
 
-- the current files of the erased tables hold none of the plan's keys (`store.erasure.locate`
+- the current files of the erased tables hold none of the plan's keys (`store.erasure.plan.locate`
   finds no row; reading only the key columns is what keeps this fast on a large lake), and
-  for a user or session no row names it any more (`store.erasure.identity_rows`: found again
+  for a user or session no row names it any more (`store.erasure.plan.identity_rows`: found again
   from the selection, its JSON decoded, so rows that arrived after the plan count too);
 - every other file under the lake is searched for every needle (the plan's ids, the user or
   session id) in every spelling the lake's writers use (`encodings`: raw UTF-8, `\\u`
@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from store.catalog import snapshot
-from store.erasure import ErasurePlan, TableTarget, identity_rows, locate
+from store.erasure.plan import ErasurePlan, TableTarget, identity_rows, locate
 from store.lake import Lake
 from store.schema import TABLES
 

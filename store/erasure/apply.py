@@ -14,7 +14,7 @@ So for each table of the plan:
    back), and the replaced files vacuumed at once (`enforce_retention_duration=False`).
    Files no version names (a writer killed between its Parquet file and its commit) are
    vacuumed too once they are an hour old; younger ones may be a live writer's next
-   commit, so `store.erasure_check` looks inside them instead.
+   commit, so `store.erasure.verify` looks inside them instead.
 
 Time travel to a version before the erasure is then impossible: `store.snapshot` says
 the data was erased (`DataErased`). Readers holding a snapshot opened just before a
@@ -37,7 +37,7 @@ from typing import Any
 import pyarrow as pa
 
 from store.delta_log import log_files
-from store.erasure import ERASED_TABLES, ErasurePlan, TableTarget, newest_write
+from store.erasure.plan import ERASED_TABLES, ErasurePlan, TableTarget, newest_write
 from store.errors import StoreError
 from store.lake import Lake
 from store.schema import WRITTEN_AT, table_spec

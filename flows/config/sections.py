@@ -107,6 +107,12 @@ class EvaluateSettings:
         "with paired differences; off: only the candidate and the adapter it would replace.",
         True,
     )
+    intermediate: bool = _help(
+        "With `stages`, also evaluate the stages between the ends: every GRPO round before the last, "
+        "and the base model when the run continues an adapter; off: where the run started, SFT and "
+        "the candidate (each policy measured costs as much as the candidate).",
+        True,
+    )
     production_reward: str = _help(
         "Reward of production trajectories saying whether they succeeded (ingested user feedback): "
         "each production policy's success, the reference the adapters are measured against.",

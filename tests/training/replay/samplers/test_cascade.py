@@ -1,0 +1,99 @@
+"""Cascade attention: one copy of the shared prefix attended by every row gives what attention over
+each row's own copy of `[prefix | its tokens]` gives."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+from training.replay.samplers import make_sampler, shared_prefix
+from training.replay.samplers.base import SampleRequest, SamplingParams
+from training.replay.samplers.cascade import cascade_attention
+
+
+def _reference(query: Any, prefix_k: Any, prefix_v: Any, key: Any, value: Any, allowed: Any) -> Any:
+    """Plain attention over every row's copy of the prefix and its own keys, GQA expanded."""
+    rows, heads = query.shape[:2]
+    group = heads // key.shape[1]
+    k = torch.cat([prefix_k.expand(rows, -1, -1, -1), key], dim=2).repeat_interleave(group, dim=1)
+    v = torch.cat([prefix_v.expand(rows, -1, -1, -1), value], dim=2).repeat_interleave(group, dim=1)
+    full = torch.cat([torch.ones(*allowed.shape[:-1], prefix_k.shape[2], dtype=torch.bool), allowed], dim=-1)
+    out = torch.nn.functional.scaled_dot_product_attention(query, k, v, attn_mask=full)
+    return out.transpose(1, 2)
+
+
+@pytest.mark.parametrize("queries", [1, 5])
+def test_cascade_equals_attention_over_each_rows_copy(queries: int) -> None:
+    g = torch.Generator().manual_seed(0)
+    rows, kv_heads, group, dim, prefix, tokens = 4, 2, 3, 8, 11, 7
+    query = torch.randn(rows, kv_heads * group, queries, dim, generator=g)
+    key, value = (torch.randn(rows, kv_heads, tokens, dim, generator=g) for _ in range(2))
+    prefix_k, prefix_v = (torch.randn(1, kv_heads, prefix, dim, generator=g) for _ in range(2))
+    # Left padding of 0-3 columns per row, causal over the last `queries` columns (sdpa_mask's shape).
+    allowed = torch.ones(rows, 1, queries, tokens, dtype=torch.bool).tril(tokens - queries)
+    for r in range(rows):
+        allowed[r, :, :, :r] = False
+    module = SimpleNamespace(layer_idx=1, num_key_value_groups=group, is_causal=True)
+    other = (torch.zeros_like(prefix_k), torch.zeros_like(prefix_v))
+    out, _ = cascade_attention(
+        module, query, key, value, allowed, scaling=dim**-0.5, cascade_prefix=[other, (prefix_k, prefix_v)]
+    )
+    assert out.shape == (rows, queries, kv_heads * group, dim)
+    expected = _reference(query, prefix_k, prefix_v, key, value, allowed)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    if queries > 1:  # no mask means plain causality over the row's tokens, as in `sdpa`
+        causal, _ = cascade_attention(
+            module, query, key, value, None, scaling=dim**-0.5, cascade_prefix=[other, (prefix_k, prefix_v)]
+        )
+        no_padding = torch.ones_like(allowed).tril(tokens - queries)
+        torch.testing.assert_close(
+            causal, _reference(query, prefix_k, prefix_v, key, value, no_padding), atol=1e-5, rtol=1e-5
+        )
+
+
+def test_without_a_prefix_it_is_sdpa() -> None:
+    g = torch.Generator().manual_seed(1)
+    query = torch.randn(2, 4, 1, 8, generator=g)
+    key, value = (torch.randn(2, 2, 5, 8, generator=g) for _ in range(2))
+    module = SimpleNamespace(layer_idx=0, num_key_value_groups=2, is_causal=True)
+    out, _ = cascade_attention(module, query, key, value, None, scaling=8**-0.5)
+    empty = torch.zeros(1, 2, 0, 8)
+    expected = _reference(query, empty, empty, key, value, torch.ones(2, 1, 1, 5, dtype=torch.bool))
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_the_batch_cache_holds_each_rows_own_tokens_only(
+    tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rows' KV cache is sized for their own tokens (prompt rest + sampled), never the shared
+    prefix, and the sampler still samples what `generate` samples."""
+    capacities: list[int] = []
+    build = shared_prefix.preallocated_cache
+
+    def recording(config: Any, capacity: int) -> Any:
+        capacities.append(capacity)
+        return build(config, capacity)
+
+    monkeypatch.setattr(shared_prefix, "preallocated_cache", recording)
+    sampler = make_sampler("transformers", str(tiny_model))
+    plain = make_sampler("transformers", str(tiny_model), shared_prefix=False)
+    tok = sampler.tokenizer
+    system = "<|im_start|>system\nYou are a careful math assistant. Use the calculator tool.<|im_end|>\n"
+    prompts = [
+        tuple(tok.encode(f"{system}<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n"))
+        for q in ("What is 12 * 7?", "Hi")
+    ]
+    params = SamplingParams(max_tokens=6, temperature=0.9, seed=3)
+    requests = [SampleRequest(p, 2, params) for p in prompts]
+    got, want = sampler.generate(requests), plain.generate(requests)
+    for group_a, group_b in zip(got, want, strict=True):
+        for x, y in zip(group_a, group_b, strict=True):
+            assert x.token_ids == y.token_ids
+            assert x.logprobs == pytest.approx(y.logprobs, abs=1e-4)
+    shared = shared_prefix.common_prefix(prompts)
+    assert shared >= shared_prefix.MIN_SHARED
+    assert capacities[-1] == max(len(p) for p in prompts) - shared + params.max_tokens

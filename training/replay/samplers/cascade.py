@@ -1,0 +1,106 @@
+"""Cascade attention: every row of a batch attends one copy of the prefix they all share.
+
+The shared-prefix decode (`shared_prefix.py`) forwards a batch's common prefix once; copying
+its KV cache to each row made a decode step read that prefix once per row (at 192 rows of a
+~250-token prefix, 19% of a SmolLM2 step on a CPU, most of it in the copies' memory reads).
+Here the batch's cache holds only each row's own tokens (its prompt's rest and what it
+sampled), and attention splits in two:
+
+- the prefix part is one matmul for the whole batch: the rows' queries, stacked per KV head,
+  against the prefix's keys (`[kv heads, rows x group x queries, head dim] @ [kv heads, head
+  dim, prefix]`), so the prefix is read once a step;
+- the row part is the usual batched matmul against each row's own keys, masked (padding,
+  causality) as `sdpa` would.
+
+Both score blocks are softmaxed together (one max and one sum over prefix and row keys), so each
+row gets exactly the attention it would over `[prefix | its tokens]`, up to the rounding of
+a different summation order (`tests/training/replay/samplers/test_hf.py` holds the sampled
+ids and logprobs to the `generate` path's).
+
+It is plugged into transformers as an attention implementation (`IMPLEMENTATION`) that the
+decode loop selects for its own forwards only (`selected`); the prefix's keys and values reach
+it as the forward's `cascade_prefix` keyword. Without one it is `sdpa`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+IMPLEMENTATION = "trajlake_cascade"
+
+KV = list[tuple[Any, Any]]  # per layer: keys and values, [1, kv heads, tokens, head dim]
+
+
+def cascade_attention(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    cascade_prefix: KV | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """Attention of `query` ([rows, heads, queries, head dim]) over the shared prefix
+    (`cascade_prefix[layer]`, batch 1) followed by each row's own `key`/`value` ([rows, kv heads,
+    tokens, head dim]); `attention_mask` (boolean, `sdpa`'s: [rows, 1, queries, tokens], or
+    None for causal) masks the row part only. Returns [rows, queries, heads, head dim]."""
+    if cascade_prefix is None:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
+    prefix_k, prefix_v = cascade_prefix[module.layer_idx]
+    rows, heads, queries, dim = query.shape
+    kv_heads, tokens, prefix = key.shape[1], key.shape[2], prefix_k.shape[2]
+    group = heads // kv_heads
+    scale = dim**-0.5 if scaling is None else scaling
+    # Head h reads KV head h // group (transformers' `repeat_kv`): [rows, kv heads, group x queries, dim].
+    q = query.reshape(rows, kv_heads, group * queries, dim) * scale
+    stacked = q.transpose(0, 1).reshape(kv_heads, rows * group * queries, dim)
+    on_prefix = torch.bmm(stacked, prefix_k[0].transpose(1, 2))  # [kv heads, rows x gq, prefix]
+    on_prefix = on_prefix.view(kv_heads, rows, group * queries, prefix).transpose(0, 1)
+    on_rows = torch.matmul(q, key.transpose(2, 3))  # [rows, kv heads, gq, tokens]
+    if attention_mask is None and queries > 1:  # `sdpa_mask` leaves plain causality implicit
+        offset = tokens - queries
+        attention_mask = torch.ones(queries, tokens, dtype=torch.bool, device=query.device).tril(offset)
+        attention_mask = attention_mask[None, None]
+    if attention_mask is not None:
+        blocked = ~attention_mask.reshape(attention_mask.shape[0], 1, 1, queries, tokens)
+        on_rows = on_rows.view(rows, kv_heads, group, queries, tokens).masked_fill(blocked, float("-inf"))
+        on_rows = on_rows.view(rows, kv_heads, group * queries, tokens)
+    scores = torch.cat([on_prefix, on_rows], dim=-1).softmax(dim=-1)
+    weights_prefix = scores[..., :prefix].transpose(0, 1).reshape(kv_heads, rows * group * queries, prefix)
+    out = torch.bmm(weights_prefix, prefix_v[0]).view(kv_heads, rows, group * queries, dim).transpose(0, 1)
+    out = out + torch.matmul(scores[..., prefix:], value)  # [rows, kv heads, gq, dim]
+    return out.reshape(rows, heads, queries, dim).transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(IMPLEMENTATION, cascade_attention)
+ALL_MASK_ATTENTION_FUNCTIONS.register(IMPLEMENTATION, sdpa_mask)
+
+
+def replaces(model: Any) -> bool:
+    """Whether `model` attends with `sdpa`, the implementation the cascade stands in for."""
+    return model.config._attn_implementation in ("sdpa", IMPLEMENTATION)
+
+
+@contextlib.contextmanager
+def selected(model: Any) -> Iterator[None]:
+    """Runs `model` (or its PEFT wrapper: one config) with cascade attention for the duration
+    (`replaces(model)` must hold); the caller holds the sampler's lock, so no other forward
+    sees the switch."""
+    config = model.config
+    before = config._attn_implementation
+    config._attn_implementation = IMPLEMENTATION
+    try:
+        yield
+    finally:
+        config._attn_implementation = before

@@ -182,11 +182,20 @@ class TableSpec:
         return tuple(dict.fromkeys((*self.key, *self.required)))
 
 
-def _schema(*fields: pa.Field, partitioned: bool = False) -> pa.Schema:
+def _schema(*fields: pa.Field, partitioned: bool = False, added: tuple[pa.Field, ...] = ()) -> pa.Schema:
+    """`fields`, then `_written_at` (and `dt`), then the columns `added` since, oldest first.
+
+    A column added to a table goes after `_written_at`: where `alter.add_columns` puts it on a
+    table an older trajlake created, so a new table and an upgraded one have one layout. And
+    delta-rs reads file statistics back for the first 32 leaf columns only (whatever
+    `delta.dataSkippingStatsColumns` names), so a column added before `_written_at` would lose
+    its statistics, which `trajlake tables`, the writer's file pruning (`store.keys`) and the
+    orphan check read (tests/store/test_schema_layout.py holds both).
+    """
     tail = [pa.field(WRITTEN_AT, TIMESTAMP)]
     if partitioned:
         tail.append(pa.field(PARTITION_COLUMN, pa.date32()))
-    return pa.schema([*fields, *tail])
+    return pa.schema([*fields, *tail, *added])
 
 
 SPANS = TableSpec(
@@ -247,13 +256,15 @@ TRAJECTORIES = TableSpec(
         pa.field("metadata", pa.string()),  # JSON object
         pa.field("has_content", pa.bool_()),  # false when content capture was off
         pa.field("status", pa.string()),  # store.vocabulary.TrajectoryStatus
+        partitioned=True,
         # Replayed trajectories only (null on production traffic): the replay run's name (part of
         # the group id; the pipeline's are `round-<n>`), the split of the scenario it replayed
-        # (evaluation replays say `val`), and how it was sampled. `metadata` keeps its JSON copy for older readers.
-        pa.field("replay_run", pa.string()),
-        pa.field("scenario_split", pa.string()),  # store.vocabulary.Split
-        pa.field("sampling", SAMPLING),
-        partitioned=True,
+        # (evaluation replays say `val`), and how it was sampled.
+        added=(
+            pa.field("replay_run", pa.string()),
+            pa.field("scenario_split", pa.string()),  # store.vocabulary.Split
+            pa.field("sampling", SAMPLING),
+        ),
     ),
 )
 
@@ -307,15 +318,19 @@ RUNS = TableSpec(
         pa.field("run_id", pa.string()),
         pa.field("step", pa.int64()),
         pa.field("stage", pa.string()),  # store.vocabulary.RunStage
-        pa.field("metrics", pa.string()),  # JSON object: the row's whole record, for older readers
+        # JSON object: what of the row's record has no typed column below (nested or null
+        # values); a row of an older release holds its whole record here (`trajlake migrate`)
+        pa.field("metrics", pa.string()),
         pa.field("at", TIMESTAMP),
-        # What trajlake reads (`store.rows.runs_row` writes them from the same record): numbers
+        # What trajlake reads (`store.rows.runs_row` writes them from the row's record): numbers
         # and text by name, and the record of a pipeline run (stage `pipeline`) or of a gate
         # decision taken outside one (stage `publish`).
-        pa.field("scalars", SCALARS),
-        pa.field("tags", TAGS),
-        pa.field("pipeline", PIPELINE_RUN),
-        pa.field("gate", GATE_DECISION),
+        added=(
+            pa.field("scalars", SCALARS),
+            pa.field("tags", TAGS),
+            pa.field("pipeline", PIPELINE_RUN),
+            pa.field("gate", GATE_DECISION),
+        ),
     ),
 )
 

@@ -41,6 +41,7 @@ from .migrate import (
     TableMigration as TableMigration,
     check_migrated as check_migrated,
     migrate as migrate,
+    require_migrated as require_migrated,
 )
 from .pipeline_runs import (
     GateDecision as GateDecision,

@@ -7,8 +7,9 @@ Two upgrades, each a no-op where there is nothing to do:
   (`TYPED_FROM_JSON`): a replayed trajectory's `replay_run`, `scenario_split` and `sampling` from its
   `metadata`; a `runs` row's `scalars` and `tags`, and a pipeline run's `pipeline` or a gate
   decision's `gate` record, from its `metrics`. This module is the one place those JSON
-  documents are read; readers of the typed columns refuse a lake that still holds such rows
-  (`check_migrated`) rather than misread it.
+  documents are read. What builds on those rows' typed columns refuses a lake that still holds
+  such rows (`check_migrated`, `require_migrated`) rather than misread it; read-only views read
+  it as it is (the typed columns of those rows null).
 
 The previous release wrote immutable Parquet files per table (`part-<ns>-<hex>.parquet`,
 and `compact-<generation>-<hex>.parquet` from its compaction), where a key could repeat
@@ -179,6 +180,22 @@ def check_migrated(con: duckdb.DuckDBPyConnection, table: str) -> None:
     ((rows,),) = con.execute(f"SELECT count(*) FROM {table} WHERE {_legacy_sql(table)}").fetchall()
     if rows:
         raise LegacyRows(table, spec.column, int(rows), spec.what)
+
+
+def require_migrated(
+    lake: Lake | str | os.PathLike[str], tables: tuple[str, ...] = ("trajectories", "runs")
+) -> None:
+    """`check_migrated` for each of `tables` the lake has: what a command or flow that builds on
+    earlier rows' typed columns (a pipeline run, a replay's resume, GRPO's temperatures) checks
+    before doing anything. Read-only views (`trajlake sql`, the report) read such a lake as it
+    is instead, the typed columns of its older rows null. Migrates nothing."""
+    lake = Lake.of(lake)
+    present = [table for table in tables if lake.has_table(table)]
+    if not present:
+        return
+    with connect(lake, read_only=True) as con:
+        for table in present:
+            check_migrated(con, table)
 
 
 def fill_typed_columns(lake: Lake, table: str) -> tuple[int, int | None]:

@@ -165,17 +165,20 @@ def record_gate_decision(lake: Lake | str | os.PathLike[str], decision: GateDeci
     write(lake, "runs", [decision.to_row()])
 
 
-def gate_decisions(lake: Lake | str | os.PathLike[str]) -> list[GateDecision]:
-    """Every gate decision taken outside a pipeline run, oldest first."""
+def gate_decisions(
+    lake: Lake | str | os.PathLike[str], *, skip_unmigrated: bool = False
+) -> list[GateDecision]:
+    """Every gate decision taken outside a pipeline run, oldest first (`skip_unmigrated`: as
+    `pipeline_runs`)."""
     decisions = [
         GateDecision(run_id=run_id, **from_struct(value, GATE_DECISION_FIELDS))
-        for run_id, value in _records_of(lake, PUBLISH_STAGE, "gate")
+        for run_id, value in _records_of(lake, PUBLISH_STAGE, "gate", skip_unmigrated)
     ]
     return sorted(decisions, key=lambda d: (d.at, d.run_id))
 
 
 def _records_of(
-    lake: Lake | str | os.PathLike[str], stage: str, column: str
+    lake: Lake | str | os.PathLike[str], stage: str, column: str, skip_unmigrated: bool
 ) -> list[tuple[str, dict[str, Any]]]:
     lake = Lake.of(lake)
     if not lake.has_table("runs"):
@@ -186,6 +189,8 @@ def _records_of(
         ).to_arrow_table()
     rows = table.to_pylist()  # through Arrow: times stay UTC, whatever the connection's time zone
     legacy = sum(1 for row in rows if row["record"] is None)
+    if skip_unmigrated:
+        return [(row["run_id"], row["record"]) for row in rows if row["record"] is not None]
     if legacy:
         # Reading on without them would take an old lake for a new one (no finished run: train on
         # everything), so an unmigrated lake is refused, never misread.
@@ -198,9 +203,17 @@ def record_pipeline_run(lake: Lake | str | os.PathLike[str], run: PipelineRun) -
     write(lake, "runs", [run.to_row()])
 
 
-def pipeline_runs(lake: Lake | str | os.PathLike[str]) -> list[PipelineRun]:
-    """Every recorded pipeline run, oldest first."""
-    runs = (PipelineRun.from_struct(run_id, value) for run_id, value in _records_of(lake, STAGE, "pipeline"))
+def pipeline_runs(lake: Lake | str | os.PathLike[str], *, skip_unmigrated: bool = False) -> list[PipelineRun]:
+    """Every recorded pipeline run, oldest first.
+
+    A lake holding runs an older trajlake recorded (in JSON text only) is refused (`LegacyRows`:
+    a run that builds on them would take it for a lake without a finished run); with
+    `skip_unmigrated`, what a read-only view asks, they are left out instead.
+    """
+    runs = (
+        PipelineRun.from_struct(run_id, value)
+        for run_id, value in _records_of(lake, STAGE, "pipeline", skip_unmigrated)
+    )
     return sorted(runs, key=lambda r: (r.started_at, r.run_id))
 
 

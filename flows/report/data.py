@@ -145,12 +145,12 @@ def report_data(
     (ISO times) the window of replayed groups and production feedback; the group viewer
     shows at most `max_groups` groups, token ids decoded with `tokenizer` when given.
     """
+    # Read-only: a lake an older trajlake wrote reads as it is, its rows without the typed
+    # columns (`trajlake migrate` fills them) left out of what those columns drive.
     con = store.connect(lake)
-    for table in ("trajectories", "runs"):
-        store.check_migrated(con, table)
     window, params = time_window(since, until)
     day_window, day_params = time_window(since, until, "t.day")
-    pipeline_runs = store.pipeline_runs(lake)
+    pipeline_runs = store.pipeline_runs(lake, skip_unmigrated=True)
     evaluated = [run.eval_run_id for run in pipeline_runs if run.eval_run_id]
     learning, success_reward = learning_rows(con, eval_run or (evaluated[-1] if evaluated else None))
     # a lake the pipeline runs on: its rounds are the pipeline's (an ad-hoc replay is not a round)
@@ -238,7 +238,7 @@ def report_data(
         production_days=production_days,
         groups=groups,
         pipeline_runs=pipeline_runs,
-        gate_decisions=store.gate_decisions(lake),
+        gate_decisions=store.gate_decisions(lake, skip_unmigrated=True),
         traffic=traffic,
         traffic_left_out=traffic_left_out,
         conversations=newest_conversations(con, production_reward),

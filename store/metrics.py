@@ -64,7 +64,7 @@ def _literal(text: str) -> str:
 
 def split_metrics(metrics: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, str]]:
     """A row's record as its two typed columns: (numbers, text). Booleans are text (`true`),
-    nulls and nested values are left out (they are kept in the row's JSON copy only).
+    nulls and nested values are left out (`runs_row` keeps them in `metrics`).
 
     >>> split_metrics({"loss": 1.5, "n": 3, "role": "table", "ok": True, "grad": None})
     ({'loss': 1.5, 'n': 3.0}, {'role': 'table', 'ok': 'true'})

@@ -15,13 +15,12 @@ in the report's pipeline runs, whoever took it.
 
 A row holds its `PipelineRun` in the typed struct column `runs.pipeline`, a `GateDecision` in
 `runs.gate` (their Arrow types: `store.schema.PIPELINE_RUN`, `GATE_DECISION`; times as
-timestamps, table versions and counts as maps), and a JSON copy in `metrics` for older readers;
-this module is the one place those shapes are written and read.
+timestamps, table versions and counts as maps); this module is the one place those shapes are
+written and read (`trajlake migrate` fills them on rows an older trajlake wrote as JSON text).
 """
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
@@ -84,14 +83,12 @@ class PipelineRun:
         return datetime.fromisoformat(self.since) if self.since else None
 
     def to_row(self) -> dict[str, Any]:
-        """Its `runs` row: the record in `pipeline`, a JSON copy in `metrics`."""
-        record = asdict(self)
+        """Its `runs` row: the record in `pipeline` (no JSON copy in `metrics`)."""
         return {
             "run_id": self.run_id,
             "step": 0,
             "stage": STAGE,
-            "metrics": json.dumps(record, sort_keys=True),
-            "pipeline": to_struct(record, PIPELINE_RUN_FIELDS),
+            "pipeline": to_struct(asdict(self), PIPELINE_RUN_FIELDS),
             "at": utc_now(),
         }
 
@@ -116,14 +113,12 @@ class GateDecision:
     command: str = "trajlake publish"
 
     def to_row(self) -> dict[str, Any]:
-        """Its `runs` row: the record in `gate`, a JSON copy in `metrics`."""
-        record = asdict(self)
+        """Its `runs` row: the record in `gate` (no JSON copy in `metrics`)."""
         return {
             "run_id": self.run_id,
             "step": 0,
             "stage": PUBLISH_STAGE,
-            "metrics": json.dumps(record, sort_keys=True),
-            "gate": to_struct(record, GATE_DECISION_FIELDS),
+            "gate": to_struct(asdict(self), GATE_DECISION_FIELDS),
             "at": utc_now(),
         }
 

@@ -1,7 +1,8 @@
 """Values other packages read back live in typed columns, not JSON text (issue 57): a replayed
 trajectory's `replay_run`, `scenario_split` and `sampling`; a `runs` row's `scalars` and `tags`; a pipeline
-run's `pipeline` and a gate decision's `gate` records. A lake an older trajlake wrote (those values
-in JSON only) is refused by the readers, never misread, and reads the same after `trajlake migrate`.
+run's `pipeline` and a gate decision's `gate` records, written there only. A lake an older trajlake
+wrote (those values in JSON only) is refused by what builds on them, never misread, and reads the
+same after `trajlake migrate`.
 """
 
 from __future__ import annotations
@@ -163,6 +164,9 @@ def test_records_written_now_read_back_from_their_typed_columns(tmp_path: Path) 
         assert list(row.values())[1:] == [7, [("scenarios", 40), ("failures", 3)]]
         (loss,) = con.execute("SELECT scalars['loss'] FROM runs WHERE run_id = 'grpo-1'").fetchone()
         assert math.isnan(loss)
+        # the values live in their columns only: no JSON copy beside them
+        copies = con.execute("SELECT run_id, metrics FROM runs ORDER BY run_id").fetchall()
+        assert copies == [("grpo-1", None), ("pipeline-1", None), ("publish-1", None)]
 
 
 def test_each_record_is_its_struct_field_for_field() -> None:

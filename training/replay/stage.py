@@ -173,23 +173,20 @@ def episode_row(
         "replay_run": config.run,
         "scenario_split": scenario.split,
         "sampling": record.to_column(),
-        # The same, with the rest of the rollout's provenance, as JSON text for older readers.
+        # The rest of the rollout's provenance, as JSON text (what has a column above is not repeated).
         "metadata": json.dumps(
             {
-                "run": config.run,
                 "index": index,
                 "group_size": config.group_size,
                 "backend": sampler.backend,
                 "dtype": sampler.dtype,
                 "adapter": sampler.adapter,
-                "sampling": record.to_column(),
                 "limits": dataclasses.asdict(config.limits),
                 "tools": tools,
                 "finish_reason": episode.finish_reason,
                 "error": episode.error,
                 "tool_calls": episode.tool_calls,
                 "tool_errors": episode.tool_errors,
-                "split": scenario.split,
                 "source_trajectory_id": scenario.source_trajectory_id,
                 "expected": scenario.expected,
             }

@@ -152,7 +152,7 @@ def test_train_grpo_logs_metrics_and_changes_lora(
         "tokens_per_second",
     ):
         assert key in first, key
-    assert "train_runtime" in json.loads(rows[-1][2])  # the summary merges into the last step's row
+    assert "train_runtime" in rows[-1][2]  # the summary merges into the last step's row
     record = json.loads((Path(result.adapter_dir) / "trajlake_run.json").read_text())
     assert record["lineage"]["trajectory_count"] == 12
 

@@ -74,6 +74,8 @@ def references(settings: Settings) -> list[tuple[str, Callable[[], Any]]]:
         checks.append(
             ("evaluate.reward", partial(resolve_reward_key, settings.evaluate.reward, score.rewards))
         )
+    if "ruler" in (*score.rewards, settings.evaluate.reward):
+        checks.append(("judge.model", partial(_check_judge_model, settings.judge.model)))
     checks += [
         (f"tools.tool[{i}]", partial(CallableTools.from_specs, [spec]))
         for i, spec in enumerate(settings.tools.tool)
@@ -112,6 +114,13 @@ class _SchemaCatalog:
             store.check_selection(self.con, sql, column)
         except store.SelectionError as exc:
             raise ValueError(str(exc).splitlines()[0]) from None
+
+
+def _check_judge_model(model: str) -> None:
+    if not model:
+        raise ValueError(
+            "RULER is scored and no judge model is named (a hosted judge costs money: no default)"
+        )
 
 
 def _check_weight(key: str, rewards: list[str]) -> None:

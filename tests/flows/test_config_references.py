@@ -126,6 +126,12 @@ def test_a_reward_names_nothing_scored_is_refused_listing_what_is() -> None:
             "`scenario_id`",
         ),
         ('[select]\nevaluate = "SELECT scenario_id FROM scenaros"\n', "select.evaluate", "scenaros"),
+        # RULER scored with no judge model named: no default model is ever called (it costs money)
+        (
+            '[score]\nrewards = ["exact_match", "ruler"]\nreward = "exact_match"\n',
+            "judge.model",
+            "no judge model",
+        ),
     ],
 )
 def test_config_check_resolves_what_the_configuration_names(

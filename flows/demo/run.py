@@ -170,7 +170,7 @@ def _run_demo(
     done("production batch 1 (production LLM)", start)
     console.print(
         f"agent runs: {captured['agent_runs']}, correct answers: {captured['correct']}, "
-        f"trajectories in the lake: {captured.get('trajectories', '?')}"
+        f"production trajectories in the lake: {captured.get('trajectories', '?')}"
     )
 
     start = step(

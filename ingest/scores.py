@@ -327,6 +327,8 @@ class ScoreBatch:
     rows: list[dict[str, Any]] = field(default_factory=list)
     ids: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    scores: list[Mapping[str, Any]] = field(default_factory=list)  # as sent, in `rows` order
+    trace_ids: list[str] = field(default_factory=list)  # each row's trace, in `rows` order
 
 
 def scores_to_rewards(
@@ -379,5 +381,7 @@ def scores_to_rewards(
             row["metadata"] = json.dumps({"langfuse_score_id": score_id, **json.loads(row["metadata"])})
         batch.rows.append(row)
         batch.ids.append(score_id if score.get("id") is None else score["id"])
+        batch.scores.append(score)
+        batch.trace_ids.append(to_trace_id(target.trace_id))
     redact_rows(batch.rows, redaction)
     return batch

@@ -26,7 +26,9 @@ class JudgeConfig:
 
     # --- the endpoint ---------------------------------------------------------------------
     model: str = _help(
-        "Judge model name, as the endpoint knows it (e.g. `o3`, or a vLLM-served model).", "o3"
+        "Judge model name, as the endpoint knows it (e.g. `o3`, or a vLLM-served model). No default: "
+        "a hosted judge costs money per call, so RULER runs only with a model someone named.",
+        "",
     )
     base_url: str | None = _help(
         "OpenAI-compatible base URL (`http://host:8000/v1`); None: api.openai.com.", None
@@ -97,7 +99,6 @@ class JudgeConfig:
             ("timeout_s", self.timeout_s > 0, "> 0"),
             ("backoff_s", self.backoff_s >= 0, ">= 0"),
             ("chars_per_token", self.chars_per_token > 0, "> 0"),
-            ("model", bool(self.model), "a judge model name"),
             error=ConfigValueError,
         )
 

@@ -18,7 +18,6 @@ from rich.table import Table
 
 from flows.commands import command_app
 from flows.commands.options import LakeOption, build, configured, fail, resolve_lake, setting
-from flows.config.options import named_anywhere
 from judging.config import JudgeConfig, ScoreConfig
 
 FormatOption = Annotated[str, typer.Option("--format", "-f", help="table or json")]
@@ -120,8 +119,7 @@ def score(
     config = run
     judge_config = None
     if "ruler" in specs:
-        # a hosted judge costs money: its model is named, never left to the declared default
-        if not judge.model or not named_anywhere("judge.model"):
+        if not judge.model:  # no default: a hosted judge costs money, its model is named
             raise fail(
                 "RULER needs --judge-model (or `judge.model` in trajlake.toml, TRAJLAKE_JUDGE__MODEL)", 2
             )

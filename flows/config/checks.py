@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import tempfile
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import duckdb
 
+import store
 from flows.config.errors import ConfigError
 from flows.config.root import Settings, load_settings, source_of
 from flows.config.sources import config_file
@@ -72,15 +74,53 @@ def references(settings: Settings) -> list[tuple[str, Callable[[], Any]]]:
         checks.append(
             ("evaluate.reward", partial(resolve_reward_key, settings.evaluate.reward, score.rewards))
         )
+    if "ruler" in (*score.rewards, settings.evaluate.reward):
+        checks.append(("judge.model", partial(_check_judge_model, settings.judge.model)))
     checks += [
         (f"tools.tool[{i}]", partial(CallableTools.from_specs, [spec]))
         for i, spec in enumerate(settings.tools.tool)
     ]
+    catalog = _SchemaCatalog()
     checks += [
-        (f"select.{name}", partial(_check_selection, getattr(settings.select, name)))
-        for name in ("scenarios", "replay", "sft", "evaluate")
+        (f"select.{name}", partial(catalog.check, getattr(settings.select, name), column))
+        for name, column in SELECTED.items()
     ]
     return checks
+
+
+#: The id column each `[select]` query returns (what its stage reads).
+SELECTED = {
+    "scenarios": "trajectory_id",
+    "replay": "scenario_id",
+    "sft": "trajectory_id",
+    "evaluate": "scenario_id",
+}
+
+
+class _SchemaCatalog:
+    """The lake's views over no data, opened on first use: a selection binds against them as it
+    will against any lake (same tables, columns and types), without reading the configured lake,
+    which may be large, remote, or not written yet."""
+
+    def __init__(self) -> None:
+        self.con: duckdb.DuckDBPyConnection | None = None
+
+    def check(self, sql: str, column: str) -> None:
+        _check_selection(sql)
+        if self.con is None:
+            with tempfile.TemporaryDirectory() as folder:  # never written: the views are the schema's
+                self.con = store.connect(os.path.join(folder, "lake"), read_only=True)
+        try:
+            store.check_selection(self.con, sql, column)
+        except store.SelectionError as exc:
+            raise ValueError(str(exc).splitlines()[0]) from None
+
+
+def _check_judge_model(model: str) -> None:
+    if not model:
+        raise ValueError(
+            "RULER is scored and no judge model is named (a hosted judge costs money: no default)"
+        )
 
 
 def _check_weight(key: str, rewards: list[str]) -> None:

@@ -14,7 +14,6 @@ import inspect
 import types
 import typing
 from collections.abc import Callable, Mapping
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, get_args, get_origin
@@ -225,7 +224,6 @@ def configured(command: Callable[..., Any], **sections: str | type) -> Callable[
             values = given_values(options, given[param])
             if key and values:
                 command_line = _merge(command_line, nest(key, values))
-        token = COMMAND_LINE.set(command_line)
         try:
             settings = load_settings(None, command_line)
             for param, (key, options) in derived.items():
@@ -249,12 +247,8 @@ def configured(command: Callable[..., Any], **sections: str | type) -> Callable[
                 )
                 exc = ConfigError(flag or "(command line)", exc.detail, exc.source)
             typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
-            COMMAND_LINE.reset(token)
             raise typer.Exit(2) from None
-        try:
-            return command(*args, **kwargs)
-        finally:
-            COMMAND_LINE.reset(token)
+        return command(*args, **kwargs)
 
     extra = [p for params in parameters.values() for p in params]
     run.__signature__ = signature.replace(parameters=[*kept, *extra], return_annotation=None)  # type: ignore[attr-defined]
@@ -297,16 +291,6 @@ def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-# The running command's options, nested as the configuration is (`{"judge": {"model": "o3"}}`).
-COMMAND_LINE: ContextVar[dict[str, Any]] = ContextVar("trajlake_command_line", default={})  # noqa: B039
-
-
-def named_anywhere(key: str) -> bool:
-    """Whether `key` (`judge.model`) was given by the running command's options, the environment
-    or the file, rather than left to its declared default."""
-    return lookup(COMMAND_LINE.get(), key)[0] or value_in_effect(key)[1] != "default"
-
-
 def value_in_effect(key: str) -> tuple[Any, str]:
     """The value a command uses for `key` (`select.scenarios`) when no option gives it, and where it
     comes from (`default`, the file, `$VARIABLE`); a bad configuration is a `ConfigError`."""
@@ -317,4 +301,4 @@ def value_in_effect(key: str) -> tuple[Any, str]:
     return value, found[key][1] if key in found else "default"
 
 
-__all__ = ["configured", "lookup", "named_anywhere", "value_in_effect"]
+__all__ = ["configured", "lookup", "value_in_effect"]

@@ -31,13 +31,22 @@ def collector_app(lake: str | os.PathLike[str], **overrides: Any) -> tuple[Any, 
 
 
 def finish_collection(collector: Any) -> dict[str, int]:
-    """Flush what the collector spooled and assemble every pending trace; returns its counters."""
+    """Flush what the collector spooled and assemble every pending trace; returns its counters and
+    the production trajectories the lake holds (a trace re-assembled when its feedback arrives
+    late is written again under its key: the collector's write count is not the lake's rows)."""
+    import store
+
     collector.flush()
     collector.assemble_ready(everything=True)
     stats = collector.stats
+    with store.connect(collector.config.lake, read_only=True) as con:
+        [(production,)] = con.execute(
+            f"SELECT count(*) FROM trajectories WHERE {store.equals('source', 'otel', table='trajectories')}"
+        ).fetchall()
     return {
         "spans": stats.rows_flushed,
-        "trajectories": stats.trajectories_written,
+        "trajectories": production,
+        "trajectory_writes": stats.trajectories_written,
         "requests": stats.requests,
     }
 

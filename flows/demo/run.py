@@ -170,11 +170,11 @@ def _run_demo(
     done("production batch 1 (production LLM)", start)
     console.print(
         f"agent runs: {captured['agent_runs']}, correct answers: {captured['correct']}, "
-        f"trajectories in the lake: {captured.get('trajectories', '?')}"
+        f"production trajectories in the lake: {captured.get('trajectories', '?')}"
     )
 
     start = step(
-        "3/6 Prefect pipeline, night 1: scenarios, SFT, replay/score/GRPO rounds, evaluate every stage, publish"
+        "3/6 Prefect pipeline, night 1: scenarios, SFT, replay/score/GRPO rounds, evaluate, publish"
     )
     judge = (judge_base_url, judge_model) if judge_base_url and judge_model else None
     config_file = write_demo_config(workdir / "trajlake.toml", lake, model, spec, judge, vllm_url)

@@ -43,7 +43,7 @@ import orjson
 import store
 from ingest.lakeio import assemble_traces
 from ingest.langfuse.errors import ExportNotFound, ExportUnreadable, MalformedExport, RecordProblem
-from ingest.langfuse.sink import trajectory_ids_of, write_rewards
+from ingest.langfuse.sink import correction_labels, trajectory_ids_of, write_labels, write_rewards
 from ingest.langfuse.source import open_export
 from ingest.langfuse.spans import ObservationError, observation_to_span, to_trace_id, trace_to_spans
 from ingest.records import BadRecord
@@ -67,6 +67,7 @@ class ImportReport:
     trajectories: int = 0
     scores: int = 0
     rewards: int = 0
+    labels: int = 0  # corrections (`CORRECTION` scores): the conversation's right answer
     skipped: dict[str, int] = field(default_factory=dict)
     elapsed_s: float = 0.0
     phases_s: dict[str, float] = field(default_factory=dict)  # read+spans, assemble, rewards
@@ -342,7 +343,7 @@ def import_langfuse_export(
     report.phases_s["assemble"] = round(time.monotonic() - mark, 3)
     mark = time.monotonic()
     report.scores = len(scores)
-    report.rewards, skipped = _write_scores(lake, scores, categories)
+    report.rewards, report.labels, skipped = _write_scores(lake, scores, categories)
     report.skipped = skipped
     report.phases_s["rewards"] = round(time.monotonic() - mark, 3)
     report.elapsed_s = round(time.monotonic() - started, 3)
@@ -357,7 +358,9 @@ def _check_score(score: Any, categories: Mapping[str, float]) -> None:
 
 def _write_scores(
     lake: Lake, scores: list[tuple[int, dict[str, Any]]], categories: Mapping[str, float]
-) -> tuple[int, dict[str, int]]:
+) -> tuple[int, int, dict[str, int]]:
+    """(rewards written, labels written, skipped by reason): every score of a known trace as a
+    reward, a correction also as its conversation's label."""
     skipped: dict[str, int] = {}
     targets = []
     for _, score in scores:
@@ -368,16 +371,17 @@ def _write_scores(
             continue
         targets.append((score, to_trace_id(target.trace_id)))
     trajectories = trajectory_ids_of(lake, {t for _, t in targets})
-    rows = []
+    rows, scored = [], []
     for score, trace_id in targets:
         trajectory_id = trajectories.get(trace_id)
         if trajectory_id is None:
             skipped["score_unknown_trace"] = skipped.get("score_unknown_trace", 0) + 1
             continue
         rows.append(score_to_reward(score, trajectory_id=trajectory_id, category_values=categories))
+        scored.append((score, rows[-1], trace_id))
     written, not_written = write_rewards(lake, rows) if rows else (0, {})
     skipped.update(not_written)
-    return written, skipped
+    return written, write_labels(lake, correction_labels(lake, scored)), skipped
 
 
 def _progress(show: bool, file: Path) -> Any:

@@ -34,17 +34,16 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 import store
-from ingest.labels import correction_label
 from ingest.lakeio import AssembleResult, assemble_traces
 from ingest.langfuse.client import LangfuseClient, Page
 from ingest.langfuse.config import LangfuseConfig, PullFilters, scope_of
 from ingest.langfuse.errors import LangfuseRequestRejected
 from ingest.langfuse.filters import matches_trace_filters, observation_filter, plan_window
 from ingest.langfuse.sink import (
+    correction_labels,
     drop_unchanged_spans,
     trace_attributes,
     trajectory_ids_of,
-    user_ids_of,
     write_labels,
     write_rewards,
     write_spans,
@@ -326,8 +325,7 @@ def _commit_scores(run: _Pull, scores: list[dict[str, Any]]) -> int:
     if filters.narrows_traces:
         attrs = trace_attributes(lake, trace_ids)
         narrowed = {t for t, texts in attrs.items() if matches_trace_filters(texts, filters)}
-    rows, labels = [], []
-    users = user_ids_of(lake, trajectories.values()) if any(_is_correction(s) for s, _ in targets) else {}
+    rows, scored = [], []
     for score, trace_id in targets:
         if narrowed is not None and trace_id not in narrowed:
             skipped["score_outside_filters"] += 1
@@ -346,21 +344,15 @@ def _commit_scores(run: _Pull, scores: list[dict[str, Any]]) -> int:
                 score, trajectory_id=trajectory_id, category_values=run.config.category_values
             )
             rows.append(reward)
-            label = correction_label(score, reward, trace_id=trace_id, user_id=users.get(trajectory_id))
-            if label is not None:
-                labels.append(label)
+            scored.append((score, reward, trace_id))
         except BadRecord as exc:
             skipped[f"score_{exc.reason}"] += 1
             if len(report.problems) < MAX_PROBLEMS_KEPT:
                 report.problems.append(f"score `{score.get('id')}`: {exc}")
     written, not_written = write_rewards(lake, rows) if rows else (0, {})
     skipped.update(not_written)
-    report.labels += write_labels(lake, labels)
+    report.labels += write_labels(lake, correction_labels(lake, scored))
     return written
-
-
-def _is_correction(score: dict[str, Any]) -> bool:
-    return str(score.get("dataType") or "").upper() == "CORRECTION"
 
 
 class _NoProgress:

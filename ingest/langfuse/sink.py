@@ -12,12 +12,13 @@ older page (overlap window, resumed pull) never brings back a superseded score.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pyarrow as pa
 
 import store
+from ingest.labels import correction_label
 from ingest.redact import redact_rows
 from store import Lake
 
@@ -92,6 +93,29 @@ def user_ids_of(lake: Lake, trajectory_ids: Iterable[str]) -> dict[str, str | No
         "SELECT trajectory_id, user_id FROM trajectories WHERE trajectory_id IN (SELECT trajectory_id FROM __keys)",
     )
     return dict(rows)
+
+
+def correction_labels(
+    lake: Lake, scored: Iterable[tuple[Mapping[str, Any], Mapping[str, Any], str]]
+) -> list[dict[str, Any]]:
+    """The `labels` rows of the `CORRECTION` scores among `(score, its reward row, its trace id)`,
+    each with its conversation's user (so `trajlake forget --user` finds it), however the scores
+    came: pulled, imported from an export file, or pushed to the collector."""
+    corrections = [(score, row, trace_id) for score, row, trace_id in scored if is_correction(score)]
+    if not corrections:
+        return []
+    users = user_ids_of(lake, [row["trajectory_id"] for _, row, _ in corrections])
+    labels = []
+    for score, row, trace_id in corrections:
+        label = correction_label(score, row, trace_id=trace_id, user_id=users.get(row["trajectory_id"]))
+        if label is not None:
+            labels.append(label)
+    return labels
+
+
+def is_correction(score: Mapping[str, Any]) -> bool:
+    """Whether a Langfuse score is a `CORRECTION` (the output the trace should have had)."""
+    return str(score.get("dataType") or "").upper() == "CORRECTION"
 
 
 def write_labels(lake: Lake, rows: list[dict[str, Any]]) -> int:

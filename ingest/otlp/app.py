@@ -25,7 +25,6 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pyarrow as pa
 from starlette.applications import Starlette
@@ -35,6 +34,7 @@ from starlette.routing import Route
 
 import store
 from ingest.errors import IngestError, LakeUnavailable, MalformedPayload
+from ingest.langfuse.sink import correction_labels, write_labels
 from ingest.otlp.collector import Collector
 from ingest.otlp.config import CollectorConfig
 from ingest.otlp.convert import Converted, logs_from_request, spans_from_request
@@ -232,19 +232,34 @@ def write_scores(lake: store.Lake, batch: ScoreBatch, retry_after: int) -> None:
     """Write a batch's reward rows; a row the lake refuses moves to the batch's errors
     without holding the others back. A failing disk is a retryable 503."""
     try:
-        store.write(lake, "rewards", batch.rows)
-        return
-    except store.SchemaViolation:
-        pass  # one row is bad: find it by writing them one by one (scores are few)
+        try:
+            store.write(lake, "rewards", batch.rows)
+        except store.SchemaViolation:
+            _write_one_by_one(lake, batch)  # one row is bad: find it (scores are few)
+        # a correction is also the conversation's right answer: a label, as pulled ones are
+        # (written after its reward: a retried request rewrites both under their keys)
+        write_labels(
+            lake, correction_labels(lake, zip(batch.scores, batch.rows, batch.trace_ids, strict=True))
+        )
     except OSError as exc:
         log.error("writing scores failed: %s", exc)
         raise LakeUnavailable(lake.root, exc, retry_after) from None
-    kept: list[tuple[dict[str, Any], str]] = []
-    for row, score_id in zip(batch.rows, batch.ids, strict=True):
+
+
+def _write_one_by_one(lake: store.Lake, batch: ScoreBatch) -> None:
+    """Write a batch's reward rows one at a time; a row the lake refuses moves to the batch's
+    errors without holding the others back."""
+    kept = []
+    for row, score_id, score, trace_id in zip(
+        batch.rows, batch.ids, batch.scores, batch.trace_ids, strict=True
+    ):
         try:
             store.write(lake, "rewards", [row])
         except store.SchemaViolation as exc:
             batch.errors.append(f"score `{score_id}`: {exc}")
             continue
-        kept.append((row, score_id))
-    batch.rows, batch.ids = [r for r, _ in kept], [i for _, i in kept]
+        kept.append((row, score_id, score, trace_id))
+    batch.rows = [k[0] for k in kept]
+    batch.ids = [k[1] for k in kept]
+    batch.scores = [k[2] for k in kept]
+    batch.trace_ids = [k[3] for k in kept]

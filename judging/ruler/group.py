@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import openai
 
 from judging.config import JudgeConfig
-from judging.errors import JudgeCallError
+from judging.errors import ConfigValueError, JudgeCallError
 from judging.ruler.cache import JudgeCache, cache_key
 from judging.ruler.judge import JudgeClient
 from judging.ruler.prompt import build_prompt
@@ -85,11 +85,19 @@ class RulerJudge:
         cache: JudgeCache | None = None,
         client: openai.AsyncOpenAI | None = None,
     ) -> None:
+        if not config.model:
+            raise ConfigValueError(
+                "RULER needs a judge model: name it (`--judge-model`, `judge.model` in trajlake.toml, "
+                "TRAJLAKE_JUDGE__MODEL)",
+                field="model",
+                value=config.model,
+            )
         self.config = config
         self.rubric = config.rubric if config.rubric is not None else DEFAULT_RUBRIC
         self.rubric_hash = rubric_hash(config.rubric)
         self.scorer = ruler_scorer(config.model, config.rubric)
         self.cache = cache if config.use_cache else None
+        self._settling: set[asyncio.Future[None]] = set()  # verdicts being cached (`_settle`)
         self._client_arg = client
         self._client: JudgeClient | None = None
         self._limit: asyncio.Semaphore | None = None
@@ -109,6 +117,9 @@ class RulerJudge:
         return self._fell_back or (self._client is not None and self._client.fell_back)
 
     async def aclose(self) -> None:
+        """Finish caching the verdicts given, then close the client."""
+        if self._settling:
+            await asyncio.gather(*self._settling)
         if self._client is not None:
             self._fell_back = self._fell_back or self._client.fell_back
             await self._client.close()
@@ -133,7 +144,10 @@ class RulerJudge:
             return result
         key = cache_key(self.config.model, self.rubric_hash, trajectories)
         if self.cache is None:
-            return await self._judge(result, trajectories, seed, ids, None)
+            verdict = await self._judge(result, trajectories, seed, ids)
+            if verdict.error is None:
+                self._release_slot()
+            return verdict
         entry = await asyncio.to_thread(self.cache.get, key)
         ttl = self.config.timeout_s * self.config.max_attempts + 60  # a judge call's longest, then some
         held = False
@@ -147,10 +161,35 @@ class RulerJudge:
             self.cache_hits += 1
             return self._from_cache(result, entry)
         try:
-            return await self._judge(result, trajectories, seed, ids, key)
+            verdict = await self._judge(result, trajectories, seed, ids)
+        except BaseException:  # stopped before a verdict came back: the claim goes, nothing is cached
+            if held:  # never another worker's claim
+                await asyncio.to_thread(self.cache.release, key)
+            raise
+        # A verdict in hand ends this task now, with no await after the judge's answer: a run
+        # stopped (Ctrl-C) from here on still records it. Caching it, and releasing the claim
+        # after, finish in the background; `aclose` waits for them.
+        settling = asyncio.ensure_future(self._settle(key, verdict, held))
+        self._settling.add(settling)
+        settling.add_done_callback(self._settling.discard)
+        return verdict
+
+    async def _settle(self, key: str, verdict: GroupVerdict, held: bool) -> None:
+        """Cache a verdict the judge gave (never a failure), then release this worker's claim."""
+        assert self.cache is not None
+        try:
+            if verdict.error is None:
+                try:
+                    await asyncio.to_thread(self.cache.put, key, self._cache_entry(verdict))
+                finally:
+                    self._release_slot()  # held since the judge answered (`_judge`)
         finally:
             if held:  # never another worker's claim
                 await asyncio.to_thread(self.cache.release, key)
+
+    def _release_slot(self) -> None:
+        assert self._limit is not None
+        self._limit.release()
 
     async def _judge(
         self,
@@ -158,9 +197,12 @@ class RulerJudge:
         trajectories: list[dict[str, Any]],
         seed: int,
         ids: list[str],
-        key: str | None,
     ) -> GroupVerdict:
-        """Prompt, call the judge (under the concurrency limit), map labels to ids, cache the verdict."""
+        """Prompt, call the judge (under the concurrency limit), map labels to ids.
+
+        A verdict the judge gave returns still holding its concurrency slot, which `_settle`
+        releases once the verdict is cached: at any instant at most `concurrency` paid answers
+        are not yet cached, so a killed run pays at most that many twice."""
         try:
             prompt = build_prompt(
                 trajectories,
@@ -177,16 +219,19 @@ class RulerJudge:
         result.truncated = prompt.truncated
         if self._limit is None:
             self._limit = asyncio.Semaphore(self.config.concurrency)
-        async with self._limit:
-            self.calls += 1
-            try:
-                answer = await self.client.judge(prompt)
-            except JudgeCallError as error:
-                result.error, result.error_detail = error.reason, error.detail
-                result.attempts, result.retry_reasons = error.attempts, error.retry_reasons
-                result.prompt_tokens, result.completion_tokens = error.prompt_tokens, error.completion_tokens
-                result.cost_usd = cost_of(self.config, result.prompt_tokens, result.completion_tokens)
-                return result
+        await self._limit.acquire()
+        self.calls += 1
+        try:
+            answer = await self.client.judge(prompt)
+        except BaseException as error:
+            self._limit.release()
+            if not isinstance(error, JudgeCallError):
+                raise
+            result.error, result.error_detail = error.reason, error.detail
+            result.attempts, result.retry_reasons = error.attempts, error.retry_reasons
+            result.prompt_tokens, result.completion_tokens = error.prompt_tokens, error.completion_tokens
+            result.cost_usd = cost_of(self.config, result.prompt_tokens, result.completion_tokens)
+            return result
         # Match by label -> trajectory id: the order of the judge's list is never used.
         for label, (score, explanation) in answer.verdicts.items():
             tid = prompt.labels[label]
@@ -194,8 +239,6 @@ class RulerJudge:
         result.attempts, result.retry_reasons = answer.attempts, answer.retry_reasons
         result.prompt_tokens, result.completion_tokens = answer.prompt_tokens, answer.completion_tokens
         result.cost_usd = cost_of(self.config, answer.prompt_tokens, answer.completion_tokens)
-        if self.cache is not None and key is not None:
-            await asyncio.to_thread(self.cache.put, key, self._cache_entry(result))
         return result
 
     def _cache_entry(self, result: GroupVerdict) -> dict[str, Any]:

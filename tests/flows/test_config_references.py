@@ -114,6 +114,24 @@ def test_a_reward_names_nothing_scored_is_refused_listing_what_is() -> None:
         ('[tools]\ntool = ["{m}:NOT_A_FUNCTION"]\n', "tools.tool[0]", "not a callable"),
         ('[select]\nreplay = "SELEC scenario_id FROM scenarios"\n', "select.replay", "does not parse"),
         ('[select]\nsft = "DELETE FROM trajectories"\n', "select.sft", "one SELECT"),
+        # bound against the lake's views before any work: a misspelt column, the wrong id column
+        (
+            '[select]\nsft = "SELECT trajectory_id FROM trajectories WHERE user_feedbak > 0"\n',
+            "select.sft",
+            '"user_feedbak" not found',
+        ),
+        (
+            '[select]\nreplay = "SELECT source_trajectory_id FROM scenarios"\n',
+            "select.replay",
+            "`scenario_id`",
+        ),
+        ('[select]\nevaluate = "SELECT scenario_id FROM scenaros"\n', "select.evaluate", "scenaros"),
+        # RULER scored with no judge model named: no default model is ever called (it costs money)
+        (
+            '[score]\nrewards = ["exact_match", "ruler"]\nreward = "exact_match"\n',
+            "judge.model",
+            "no judge model",
+        ),
     ],
 )
 def test_config_check_resolves_what_the_configuration_names(

@@ -153,6 +153,8 @@ def test_corrections_sent_with_feedback_over_otlp_become_labels_and_scenarios(la
     stats = capture_production_traces(lake, 16, seed=0, correction_share=1.0)
     wrong = 16 - stats["correct"]
     assert wrong >= 1 and stats["corrections"] == wrong  # the scripted production LLM errs on some
+    # one trajectory per agent run, however often a trace was re-assembled as its feedback came in
+    assert stats["trajectories"] == 16 <= stats["trajectory_writes"]
     labels = _labels(lake)
     assert len(labels) == wrong
     assert {r["source"] for r in labels} == {"feedback"} and {r["verdict"] for r in labels} == {0.0}

@@ -163,6 +163,39 @@ def test_scores_endpoint_accepts_batches_and_reports_rejects(collector) -> None:
     ]
 
 
+def test_a_correction_pushed_as_a_score_is_the_conversations_label(collector) -> None:  # type: ignore[no-untyped-def]
+    """A Langfuse `CORRECTION` score sent to the collector (as the Langfuse SDK's `score()` sends
+    it) is the right answer of its trace's conversation, as a pulled one is; a retry rewrites it."""
+    trace = chat_trace(1)
+    httpx.post(f"{collector.url}/v1/traces", content=trace.SerializeToString(), headers=PB)
+    [trace_id] = trace_ids(trace)
+    correction = {
+        "id": "fix-1",
+        "traceId": trace_id,
+        "name": "correction",
+        "dataType": "CORRECTION",
+        "value": "It is 14C in Paris.",
+        "comment": "the tool said 14C",
+    }
+    verdict = {"id": "ok-1", "traceId": trace_id, "name": "helpful", "value": 1}
+    for _ in range(2):  # a retried request
+        response = httpx.post(f"{collector.url}/api/public/scores", json=[correction, verdict])
+        assert response.status_code == 202, response.text
+    [label] = sql(
+        collector.lake, "SELECT trajectory_id, trace_id, name, expected, source, comment FROM labels"
+    )
+    assert label == {
+        "trajectory_id": trace_id,
+        "trace_id": trace_id,
+        "name": "expected",
+        "expected": json.dumps({"final_output": "It is 14C in Paris."}),
+        "source": "feedback",
+        "comment": "the tool said 14C",
+    }
+    names = sql(collector.lake, "SELECT name FROM rewards ORDER BY name")
+    assert [r["name"] for r in names] == ["correction", "helpful"]  # every score stays a reward too
+
+
 def test_health_reports_counters(collector) -> None:  # type: ignore[no-untyped-def]
     httpx.post(f"{collector.url}/v1/traces", content=chat_trace(1).SerializeToString(), headers=PB)
     health = httpx.get(f"{collector.url}/health").json()

@@ -284,3 +284,11 @@ def test_structured_output_modes(lake, judge_server, judge_config, mode, sent):
     if mode == "json_schema":
         schema = request["response_format"]["json_schema"]
         assert schema["strict"] is True and schema["schema"]["required"] == ["scores"]
+
+
+def test_ruler_without_a_named_judge_model_is_refused_before_any_call() -> None:
+    from judging import ConfigValueError, JudgeConfig, RulerJudge
+
+    with pytest.raises(ConfigValueError, match="RULER needs a judge model") as raised:
+        RulerJudge(JudgeConfig())
+    assert raised.value.field == "model"

@@ -201,6 +201,40 @@ def test_standalone_score_records_become_rewards(tmp_path: Path, lake: Lake) -> 
     )
 
 
+def test_a_correction_in_an_export_is_the_conversations_label(tmp_path: Path, lake: Lake) -> None:
+    """A `CORRECTION` score in an export file gives its conversation's right answer, as a pulled or
+    pushed one does: a label the scenario takes as `expected`, with the conversation's user."""
+    standin = StandinLangfuse()
+    tid = "cd" * 16
+    seed_agent_trace(standin, tid, _t0())
+    correction = {
+        "id": "fix-1",
+        "name": "correction",
+        "dataType": "CORRECTION",
+        "value": "It is 14C in Paris.",
+        "source": "ANNOTATION",
+        "timestamp": "2026-08-01T10:00:00Z",
+        "subject": {"kind": "trace", "id": tid},
+    }
+    report = import_langfuse_export(
+        lake, write_jsonl(tmp_path / "export.jsonl", [*v2_observations(standin), correction])
+    )
+    assert (report.rewards, report.labels) == (1, 1)
+    [label] = sql(lake, "SELECT trajectory_id, trace_id, expected, source, labeled_by, user_id FROM labels")
+    [user] = sql(lake, "SELECT user_id FROM trajectories")
+    assert label == {
+        "trajectory_id": tid,
+        "trace_id": tid,
+        "expected": json.dumps({"final_output": "It is 14C in Paris."}),
+        "source": "feedback",
+        "labeled_by": "langfuse:annotation",
+        "user_id": user["user_id"],
+    }
+    # importing the file again changes nothing: the label's key is the conversation's
+    assert import_langfuse_export(lake, tmp_path / "export.jsonl").labels == 1
+    assert sql(lake, "SELECT count(*) AS n FROM labels") == [{"n": 1}]
+
+
 def _t0():  # type: ignore[no-untyped-def]
     from tests.ingest.langfuse.conftest import T0
 

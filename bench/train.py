@@ -58,8 +58,18 @@ from bench.train_workload import (  # noqa: E402
     make_groups,
     sft_kwargs,
 )
+from store.metrics import TREE_PACKING_SAVED_SHARE, row_metrics  # noqa: E402
 
 # --- SFT -------------------------------------------------------------------------------------------
+
+
+def last_step_metrics(lake: store.Lake, run_id: str) -> dict[str, Any]:
+    """The metrics the run's last step logged (`runs.scalars` and `tags`)."""
+    with store.connect(lake) as con:
+        scalars, tags = con.execute(
+            "SELECT scalars, tags FROM runs WHERE run_id = ? ORDER BY step DESC LIMIT 1", [run_id]
+        ).fetchone()
+    return row_metrics(scalars, tags)
 
 
 def sft_ours(model: str, lake: store.Lake, args: argparse.Namespace, out: Path) -> dict[str, float]:
@@ -75,14 +85,10 @@ def sft_ours(model: str, lake: store.Lake, args: argparse.Namespace, out: Path) 
         out,
         config,
     )
-    row = (
-        store.connect(lake)
-        .sql(f"SELECT metrics FROM runs WHERE run_id = '{result.run_id}' ORDER BY step DESC LIMIT 1")
-        .fetchall()[0][0]
-    )
+    metrics = last_step_metrics(lake, result.run_id)
     fill = result.report["packing_bin_fill"]
     return {
-        "tokens": json.loads(row)["num_tokens"],
+        "tokens": metrics["num_tokens"],
         "seconds": result.metrics["train_runtime"],
         "packing": fill if fill is not None else float("nan"),
         "bf16": bool(config.bf16),
@@ -109,15 +115,10 @@ def grpo_ours(
         out,
         config,
     )
-    row = (
-        store.connect(lake)
-        .sql(f"SELECT metrics FROM runs WHERE run_id = '{result.run_id}' ORDER BY step DESC LIMIT 1")
-        .fetchall()[0][0]
-    )
-    metrics = json.loads(row)
+    metrics = last_step_metrics(lake, result.run_id)
     return {
         "tokens": metrics["num_tokens"],
-        "saved": metrics.get("tree_packing/saved_token_share", 0.0),
+        "saved": metrics.get(TREE_PACKING_SAVED_SHARE, 0.0),
         # the round-start forward pass (sampler/trainer gap) runs before TRL's clock starts
         "seconds": result.metrics["train_runtime"] + result.report.get("round_start_logprobs_s", 0.0),
         "packing": float("nan"),

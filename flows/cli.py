@@ -52,7 +52,7 @@ SUMMARIES = {
     "sql": "Run read-only SQL against the lake's views (trajectories, messages, rewards, groups, ...).",
     "tables": "Each table's Delta version, rows, files, bytes and newest data (from the tables' logs).",
     "compact": "Rewrite small files into large clustered ones (Delta OPTIMIZE + Z-order), then VACUUM.",
-    "migrate": "Turn a lake written by the Parquet-files release into Delta tables (stop writers first).",
+    "migrate": "Upgrade a lake an older release wrote: Delta tables, typed columns (stop writers first).",
     "collect": (
         "OTLP/HTTP receiver: /v1/traces, /v1/logs, Langfuse /api/public/otel/v1/traces and "
         "/api/public/scores, GET /health."

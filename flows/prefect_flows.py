@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from prefect import flow, get_run_logger, task, unmapped
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.states import Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 
 import store
@@ -168,7 +169,8 @@ def pipeline_flow(
     Each run is its own (`flows.stages.pipeline_run`): it continues the production adapter (or
     the base model), learns from what is new since the last finished run, trains in its own
     folder, and records what it trained and what the gate decided; a step that raises leaves
-    the record `failed` with the step and the error, and the flow run fails with it. Each round
+    the record `failed` with the step and the error, and the flow run fails with it (a lake an
+    older trajlake wrote fails it at `start`, naming `trajlake migrate`). Each round
     samples with the newest adapter, so GRPO stays close to on-policy. `sql_lake_only` forces
     `lake.sql_lake_only` on whatever the config says (`trajlake serve`'s runs).
     """
@@ -178,7 +180,14 @@ def pipeline_flow(
     stages.loadable_base_model(config)  # no base model: stop before ingesting or training anything
     progress.log_at_info()  # the trainers' loss lines reach the run's log (and a console that shows them)
     steps = _Steps(get_run_logger())
-    run = stages.begin_pipeline_run(config, flow_run.id)
+    try:
+        run = stages.begin_pipeline_run(config, flow_run.id)
+    except store.LegacyRows as exc:
+        # An older lake is the user's to migrate, not a fault of the flow: the run's record says
+        # why in one line, and the flow run fails with it (a returned state: no traceback).
+        refused = stages.refuse_pipeline_run(config, flow_run.id, exc)
+        steps.logger.error("pipeline run %s failed at %s", refused.run_id, refused.error)
+        return Failed(message=str(exc))  # type: ignore[return-value]  # Prefect's way to fail a run
     steps.logger.info(
         "pipeline run %s: starts from %s, learns from %s",
         run.run_id,

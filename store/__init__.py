@@ -11,7 +11,7 @@ Imports nothing else of trajlake. Public surface:
 - `TABLES`, `table_spec`, `empty_table`: the schemas (`store.schema`); `Lake`;
 - the vocabularies (`store.vocabulary`) and the default selections (`store.selections`);
 - the shapes other packages write into the lake and read back, declared once: the message
-  struct (`store.messages`), a replay's metadata and sampling record (`store.documents`),
+  struct (`store.messages`), a replay's sampling record and temperature rule (`store.sampling`),
   each kind of `runs.metrics` (`store.metrics`), the policy name (`store.policy_names`);
   `open_lake` (the checked way to open a configured lake) and `SettingError` (the base of
   configuration errors, with the failing `field`).

@@ -15,6 +15,7 @@ from .errors import (
     CompactionError as CompactionError,
     DataErased as DataErased,
     LakeUnusable as LakeUnusable,
+    LegacyRows as LegacyRows,
     QueryTimeout as QueryTimeout,
     ReadOnlyViolation as ReadOnlyViolation,
     SchemaViolation as SchemaViolation,
@@ -38,7 +39,9 @@ from .maintenance import (
 )
 from .migrate import (
     TableMigration as TableMigration,
+    check_migrated as check_migrated,
     migrate as migrate,
+    require_migrated as require_migrated,
 )
 from .pipeline_runs import (
     GateDecision as GateDecision,

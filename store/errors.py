@@ -173,3 +173,18 @@ class DataErased(StoreError, LookupError):
             f"version {version} of `{table}` is gone: its data was erased (`trajlake forget` or retention, "
             f"see the `erasures` table); {oldest}"
         )
+
+
+class LegacyRows(StoreError, ValueError):
+    """Rows written by an older trajlake hold what is read here as JSON text only, not yet in the
+    typed column that replaced it; nothing was read. `trajlake migrate` fills the column once."""
+
+    def __init__(self, table: str, column: str, rows: int, what: str) -> None:
+        self.table = table
+        self.column = column
+        self.rows = rows
+        super().__init__(
+            f"{rows} `{table}` row(s) ({what}) were written by an older trajlake: their `{column}` is "
+            "in a JSON text column only and nothing was read; run `trajlake migrate` once to fill "
+            f"`{table}.{column}` from it, then rerun"
+        )

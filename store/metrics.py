@@ -1,5 +1,11 @@
-"""What `runs.metrics` holds, per kind of run, declared once: its writers and readers import the
-names and the shapes from here, so a renamed metric is one edit and a type checker finds its uses.
+"""What a `runs` row's metrics are, per kind of run, declared once: its writers and readers import
+the names and the shapes from here, so a renamed metric is one edit and a type checker finds its uses.
+
+A row keeps its numbers in `runs.scalars` (MAP(VARCHAR, DOUBLE)) and its text values in
+`runs.tags` (MAP(VARCHAR, VARCHAR)), written from one record by `store.rows.runs_row`. A map
+rather than a struct, since TRL logs whatever names its version logs; rather than a long
+table, since a step stays one row and one commit, keyed `run_id, step` as before, and a metric
+reads as `scalars['loss']` in SQL.
 
 - GRPO steps (stage `grpo`): TRL's logged metrics plus trajlake's comparison of the trainer's
   logprobs of the stored tokens with the sampler's (`SAMPLER_GAP_*`) and, with importance
@@ -10,7 +16,7 @@ names and the shapes from here, so a renamed metric is one edit and a type check
   another row as flat `diff_<against>`, `diff_<against>_ci_low`, `diff_<against>_ci_high`
   keys. Written by `judging.evaluation_stats`, read by the report (`flows.report.data`).
 
-Readers in SQL take a metric with `metric_sql`, the one place a `runs.metrics` JSON path is spelt.
+Readers in SQL take a metric with `metric_sql`; `row_metrics` gives a row's record back in Python.
 """
 
 from __future__ import annotations
@@ -43,13 +49,46 @@ GRPO_METRICS: tuple[str, ...] = (
 )
 
 
-def metric_sql(name: str, column: str = "metrics") -> str:
-    """DuckDB expression: metric `name` of a `runs.metrics` document as a DOUBLE (NULL where absent).
+def metric_sql(name: str, column: str = "scalars") -> str:
+    """DuckDB expression: number `name` of a `runs` row (its `scalars` map), NULL where absent.
 
-    >>> metric_sql(SAMPLER_GAP_MEAN)
-    'TRY_CAST(json_extract_string(metrics, \\'$."sampling/sampling_logp_difference/mean"\\') AS DOUBLE)'
+    >>> metric_sql(SAMPLER_GAP_MEAN, column="r.scalars")
+    "r.scalars['sampling/sampling_logp_difference/mean']"
     """
-    return f"TRY_CAST(json_extract_string({column}, '$.\"{name}\"') AS DOUBLE)"
+    return f"{column}[{_literal(name)}]"
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def split_metrics(metrics: Mapping[str, Any]) -> tuple[dict[str, float], dict[str, str]]:
+    """A row's record as its two typed columns: (numbers, text). Booleans are text (`true`),
+    nulls and nested values are left out (`runs_row` keeps them in `metrics`).
+
+    >>> split_metrics({"loss": 1.5, "n": 3, "role": "table", "ok": True, "grad": None})
+    ({'loss': 1.5, 'n': 3.0}, {'role': 'table', 'ok': 'true'})
+    """
+    scalars: dict[str, float] = {}
+    tags: dict[str, str] = {}
+    for key, value in metrics.items():
+        if isinstance(value, bool):
+            tags[key] = "true" if value else "false"
+        elif isinstance(value, (int, float)):
+            scalars[key] = float(value)
+        elif isinstance(value, str):
+            tags[key] = value
+    return scalars, tags
+
+
+def row_metrics(scalars: Mapping[str, float] | None, tags: Mapping[str, str] | None) -> dict[str, Any]:
+    """A row's record from its two typed columns (as Arrow hands a map to Python: a list of pairs,
+    or a dict), text first and numbers over it.
+
+    >>> row_metrics([("loss", 1.5)], [("role", "table")])
+    {'role': 'table', 'loss': 1.5}
+    """
+    return {**dict(tags or {}), **dict(scalars or {})}
 
 
 # --- evaluation runs ----------------------------------------------------------------------------

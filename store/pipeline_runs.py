@@ -13,21 +13,26 @@ A gate decision taken outside a pipeline run (`trajlake publish` with its gate) 
 `GateDecision` row (stage `publish`), so every decision about production is in `runs` and
 in the report's pipeline runs, whoever took it.
 
-The rows' metrics hold a `PipelineRun` or a `GateDecision` as JSON; this module is the one
-place those shapes are written and read.
+A row holds its `PipelineRun` in the typed struct column `runs.pipeline`, a `GateDecision` in
+`runs.gate` (their Arrow types: `store.schema.PIPELINE_RUN`, `GATE_DECISION`; times as
+timestamps, table versions and counts as maps); this module is the one place those shapes are
+written and read (`trajlake migrate` fills them on rows an older trajlake wrote as JSON text).
 """
 
 from __future__ import annotations
 
-import json
 import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+import pyarrow.types as pat
+
 from store.catalog import connect
+from store.errors import LegacyRows
 from store.lake import Lake
 from store.rows import utc_now
+from store.schema import GATE_DECISION, PIPELINE_RUN
 from store.vocabulary import equals
 from store.writer import write
 
@@ -78,18 +83,19 @@ class PipelineRun:
         return datetime.fromisoformat(self.since) if self.since else None
 
     def to_row(self) -> dict[str, Any]:
+        """Its `runs` row: the record in `pipeline` (no JSON copy in `metrics`)."""
         return {
             "run_id": self.run_id,
             "step": 0,
             "stage": STAGE,
-            "metrics": json.dumps(asdict(self), sort_keys=True),
+            "pipeline": to_struct(asdict(self), PIPELINE_RUN_FIELDS),
             "at": utc_now(),
         }
 
     @classmethod
-    def from_metrics(cls, metrics: str) -> PipelineRun:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in json.loads(metrics).items() if k in known})
+    def from_struct(cls, run_id: str, value: dict[str, Any]) -> PipelineRun:
+        """The run a `runs.pipeline` value holds (as Arrow hands it to Python)."""
+        return cls(run_id=run_id, **from_struct(value, PIPELINE_RUN_FIELDS))
 
 
 @dataclass
@@ -107,13 +113,46 @@ class GateDecision:
     command: str = "trajlake publish"
 
     def to_row(self) -> dict[str, Any]:
+        """Its `runs` row: the record in `gate` (no JSON copy in `metrics`)."""
         return {
             "run_id": self.run_id,
             "step": 0,
             "stage": PUBLISH_STAGE,
-            "metrics": json.dumps(asdict(self), sort_keys=True),
+            "gate": to_struct(asdict(self), GATE_DECISION_FIELDS),
             "at": utc_now(),
         }
+
+
+# The struct columns' fields: the record's fields but `run_id` (the row's key), in the column's
+# order; a timestamp field is an ISO text in the record and a time in the column.
+PIPELINE_RUN_FIELDS = tuple(PIPELINE_RUN)
+GATE_DECISION_FIELDS = tuple(GATE_DECISION)
+
+
+def to_struct(record: dict[str, Any], columns: tuple[Any, ...]) -> dict[str, Any]:
+    """A record (`asdict` of a `PipelineRun` or `GateDecision`) as its struct column's value."""
+    out: dict[str, Any] = {}
+    for column in columns:
+        value = record[column.name]
+        if value is not None and pat.is_timestamp(column.type):
+            value = datetime.fromisoformat(value)
+        out[column.name] = value
+    return out
+
+
+def from_struct(value: dict[str, Any], columns: tuple[Any, ...]) -> dict[str, Any]:
+    """`to_struct` undone: the record's fields but `run_id`; a map comes back as a dict."""
+    out: dict[str, Any] = {}
+    for column in columns:
+        item = value.get(column.name)
+        if isinstance(item, datetime):
+            item = item.isoformat()
+        elif pat.is_map(column.type):
+            item = dict(item or {})
+        elif isinstance(item, list) or (item is None and pat.is_list(column.type)):
+            item = list(item or [])
+        out[column.name] = item
+    return out
 
 
 def record_gate_decision(lake: Lake | str | os.PathLike[str], decision: GateDecision) -> None:
@@ -121,25 +160,37 @@ def record_gate_decision(lake: Lake | str | os.PathLike[str], decision: GateDeci
     write(lake, "runs", [decision.to_row()])
 
 
-def gate_decisions(lake: Lake | str | os.PathLike[str]) -> list[GateDecision]:
-    """Every gate decision taken outside a pipeline run, oldest first."""
-    known = {f.name for f in fields(GateDecision)}
+def gate_decisions(
+    lake: Lake | str | os.PathLike[str], *, skip_unmigrated: bool = False
+) -> list[GateDecision]:
+    """Every gate decision taken outside a pipeline run, oldest first (`skip_unmigrated`: as
+    `pipeline_runs`)."""
     decisions = [
-        GateDecision(**{k: v for k, v in json.loads(m).items() if k in known})
-        for m in _metrics_of(lake, PUBLISH_STAGE)
+        GateDecision(run_id=run_id, **from_struct(value, GATE_DECISION_FIELDS))
+        for run_id, value in _records_of(lake, PUBLISH_STAGE, "gate", skip_unmigrated)
     ]
     return sorted(decisions, key=lambda d: (d.at, d.run_id))
 
 
-def _metrics_of(lake: Lake | str | os.PathLike[str], stage: str) -> list[str]:
+def _records_of(
+    lake: Lake | str | os.PathLike[str], stage: str, column: str, skip_unmigrated: bool
+) -> list[tuple[str, dict[str, Any]]]:
     lake = Lake.of(lake)
     if not lake.has_table("runs"):
         return []
     with connect(lake, read_only=True) as con:
-        rows = con.execute(
-            f"SELECT metrics FROM runs WHERE {equals('stage', stage, table='runs')} ORDER BY run_id"
-        ).fetchall()
-    return [m for (m,) in rows]
+        table = con.sql(
+            f"SELECT run_id, {column} AS record FROM runs WHERE {equals('stage', stage, table='runs')} ORDER BY run_id"
+        ).to_arrow_table()
+    rows = table.to_pylist()  # through Arrow: times stay UTC, whatever the connection's time zone
+    legacy = sum(1 for row in rows if row["record"] is None)
+    if skip_unmigrated:
+        return [(row["run_id"], row["record"]) for row in rows if row["record"] is not None]
+    if legacy:
+        # Reading on without them would take an old lake for a new one (no finished run: train on
+        # everything), so an unmigrated lake is refused, never misread.
+        raise LegacyRows("runs", column, legacy, f"stage `{stage}`")
+    return [(row["run_id"], row["record"]) for row in rows]
 
 
 def record_pipeline_run(lake: Lake | str | os.PathLike[str], run: PipelineRun) -> None:
@@ -147,9 +198,17 @@ def record_pipeline_run(lake: Lake | str | os.PathLike[str], run: PipelineRun) -
     write(lake, "runs", [run.to_row()])
 
 
-def pipeline_runs(lake: Lake | str | os.PathLike[str]) -> list[PipelineRun]:
-    """Every recorded pipeline run, oldest first."""
-    runs = (PipelineRun.from_metrics(m) for m in _metrics_of(lake, STAGE))
+def pipeline_runs(lake: Lake | str | os.PathLike[str], *, skip_unmigrated: bool = False) -> list[PipelineRun]:
+    """Every recorded pipeline run, oldest first.
+
+    A lake holding runs an older trajlake recorded (in JSON text only) is refused (`LegacyRows`:
+    a run that builds on them would take it for a lake without a finished run); with
+    `skip_unmigrated`, what a read-only view asks, they are left out instead.
+    """
+    runs = (
+        PipelineRun.from_struct(run_id, value)
+        for run_id, value in _records_of(lake, STAGE, "pipeline", skip_unmigrated)
+    )
     return sorted(runs, key=lambda r: (r.started_at, r.run_id))
 
 

@@ -4,11 +4,12 @@ rows of the `runs` table, the model name a served adapter version answers to."""
 from __future__ import annotations
 
 import json
-import math
 import time
 import uuid
 from datetime import UTC, datetime
 from typing import Any
+
+from store.metrics import split_metrics
 
 
 def new_run_id(stage: str) -> str:
@@ -17,17 +18,25 @@ def new_run_id(stage: str) -> str:
 
 
 def runs_row(run_id: str, step: int, stage: str, metrics: dict[str, Any]) -> dict[str, Any]:
-    """One `runs` row; non-finite floats are written as strings so the JSON stays valid.
+    """One `runs` row: the numbers in `scalars` and the text in `tags` (what trajlake reads:
+    `store.metrics`); `metrics` holds, as JSON text, only what has no typed column (null and
+    nested values), and is null when there is none.
 
-    >>> runs_row("r1", 3, "grpo", {"loss": float("nan")})["metrics"]
-    '{"loss": "nan"}'
+    >>> row = runs_row("r1", 3, "grpo", {"loss": float("nan"), "role": "x", "sizes": [1, 2]})
+    >>> row["scalars"], row["tags"], row["metrics"]
+    ({'loss': nan}, {'role': 'x'}, '{"sizes": [1, 2]}')
+    >>> runs_row("r1", 4, "grpo", {"loss": 0.5})["metrics"] is None
+    True
     """
-    clean = {k: (repr(v) if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
+    scalars, tags = split_metrics(metrics)
+    rest = {k: v for k, v in metrics.items() if k not in scalars and k not in tags}
     return {
         "run_id": run_id,
         "step": step,
         "stage": stage,
-        "metrics": json.dumps(clean),
+        "metrics": json.dumps(rest) if rest else None,
+        "scalars": scalars,
+        "tags": tags,
         "at": utc_now(),
     }
 

@@ -88,6 +88,68 @@ TURN = pa.struct(
 )
 TURNS = pa.list_(TURN)
 
+# How a replayed trajectory was sampled (`trajectories.sampling`; `store.sampling.SamplingRecord`):
+# GRPO divides the policy's logits by `temperature`, the stored logprobs were taken at it.
+SAMPLING = pa.struct(
+    [
+        pa.field("temperature", pa.float64()),  # 0 = greedy
+        pa.field("top_p", pa.float64()),
+        pa.field("top_k", pa.int64()),  # 0 = off
+        pa.field("max_tokens", pa.int64()),
+        pa.field("seed", pa.int64()),  # null: unseeded
+        pa.field("stop_token_ids", pa.list_(pa.int64())),
+    ]
+)
+
+# A `runs` row's numbers by name (TRL's logged metrics, an evaluation's means and intervals):
+# open-ended names, so a map, not a struct; non-finite values are kept as they are (NaN, inf).
+SCALARS = pa.map_(pa.string(), pa.float64())
+# The same row's text values by name (an evaluation row's `role`, `stage`, `policy`, `reward`).
+TAGS = pa.map_(pa.string(), pa.string())
+
+# One pipeline run (`runs.pipeline`, stage `pipeline`): `store.pipeline_runs.PipelineRun`, field
+# for field (tests/store/test_typed_columns.py holds them equal).
+PIPELINE_RUN = pa.struct(
+    [
+        pa.field("started_at", TIMESTAMP),
+        pa.field("status", pa.string()),  # store.pipeline_runs.PipelineStatus
+        pa.field("flow_run_id", pa.string()),
+        pa.field("start_from", pa.string()),  # store.pipeline_runs.StartFrom
+        pa.field("start_adapter", pa.string()),
+        pa.field("start_adapter_path", pa.string()),
+        pa.field("sft", pa.bool_()),
+        pa.field("since", TIMESTAMP),
+        pa.field("new_since", TIMESTAMP),
+        pa.field("data_until", TIMESTAMP),
+        pa.field("previous_run", pa.string()),
+        pa.field("table_versions", pa.map_(pa.string(), pa.int64())),
+        pa.field("finished_at", TIMESTAMP),
+        pa.field("training_runs", pa.list_(pa.string())),
+        pa.field("training_steps", pa.int64()),
+        pa.field("adapter", pa.string()),
+        pa.field("published", pa.string()),
+        pa.field("promoted", pa.bool_()),
+        pa.field("decision", pa.string()),
+        pa.field("eval_run_id", pa.string()),
+        pa.field("learned_from", pa.map_(pa.string(), pa.int64())),
+        pa.field("error", pa.string()),
+    ]
+)
+
+# A publish gate's decision taken outside a pipeline run (`runs.gate`, stage `publish`):
+# `store.pipeline_runs.GateDecision`, field for field.
+GATE_DECISION = pa.struct(
+    [
+        pa.field("at", TIMESTAMP),
+        pa.field("candidate", pa.string()),
+        pa.field("decision", pa.string()),
+        pa.field("promoted", pa.bool_()),
+        pa.field("published", pa.string()),
+        pa.field("eval_run_id", pa.string()),
+        pa.field("command", pa.string()),
+    ]
+)
+
 
 @dataclass(frozen=True)
 class TableSpec:
@@ -120,11 +182,20 @@ class TableSpec:
         return tuple(dict.fromkeys((*self.key, *self.required)))
 
 
-def _schema(*fields: pa.Field, partitioned: bool = False) -> pa.Schema:
+def _schema(*fields: pa.Field, partitioned: bool = False, added: tuple[pa.Field, ...] = ()) -> pa.Schema:
+    """`fields`, then `_written_at` (and `dt`), then the columns `added` since, oldest first.
+
+    A column added to a table goes after `_written_at`: where `alter.add_columns` puts it on a
+    table an older trajlake created, so a new table and an upgraded one have one layout. And
+    delta-rs reads file statistics back for the first 32 leaf columns only (whatever
+    `delta.dataSkippingStatsColumns` names), so a column added before `_written_at` would lose
+    its statistics, which `trajlake tables`, the writer's file pruning (`store.keys`) and the
+    orphan check read (tests/store/test_schema_layout.py holds both).
+    """
     tail = [pa.field(WRITTEN_AT, TIMESTAMP)]
     if partitioned:
         tail.append(pa.field(PARTITION_COLUMN, pa.date32()))
-    return pa.schema([*fields, *tail])
+    return pa.schema([*fields, *tail, *added])
 
 
 SPANS = TableSpec(
@@ -186,6 +257,14 @@ TRAJECTORIES = TableSpec(
         pa.field("has_content", pa.bool_()),  # false when content capture was off
         pa.field("status", pa.string()),  # store.vocabulary.TrajectoryStatus
         partitioned=True,
+        # Replayed trajectories only (null on production traffic): the replay run's name (part of
+        # the group id; the pipeline's are `round-<n>`), the split of the scenario it replayed
+        # (evaluation replays say `val`), and how it was sampled.
+        added=(
+            pa.field("replay_run", pa.string()),
+            pa.field("scenario_split", pa.string()),  # store.vocabulary.Split
+            pa.field("sampling", SAMPLING),
+        ),
     ),
 )
 
@@ -239,8 +318,19 @@ RUNS = TableSpec(
         pa.field("run_id", pa.string()),
         pa.field("step", pa.int64()),
         pa.field("stage", pa.string()),  # store.vocabulary.RunStage
-        pa.field("metrics", pa.string()),  # JSON object
+        # JSON object: what of the row's record has no typed column below (nested or null
+        # values); a row of an older release holds its whole record here (`trajlake migrate`)
+        pa.field("metrics", pa.string()),
         pa.field("at", TIMESTAMP),
+        # What trajlake reads (`store.rows.runs_row` writes them from the row's record): numbers
+        # and text by name, and the record of a pipeline run (stage `pipeline`) or of a gate
+        # decision taken outside one (stage `publish`).
+        added=(
+            pa.field("scalars", SCALARS),
+            pa.field("tags", TAGS),
+            pa.field("pipeline", PIPELINE_RUN),
+            pa.field("gate", GATE_DECISION),
+        ),
     ),
 )
 

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from store.vocabulary import PRODUCTION_SOURCES, equals, one_of
 
 #: SQL condition over `trajectories` that keeps away from the val scenarios: their replays
-#: (evaluation replays; each also says `metadata.split = 'val'`) and the production
+#: (evaluation replays; each also says `scenario_split = 'val'`) and the production
 #: conversations they were cut from. Every default training selection uses it, so no
 #: default ever trains on what evaluation measures. (`NOT IN` over a NULL would drop every
 #: row: both sides are kept free of NULLs.)

@@ -37,7 +37,11 @@ PRODUCTION_SOURCES: tuple[TrajectorySource, ...] = ("otel", "langfuse", "import"
 # table -> column -> allowed values (null is always allowed where the column is nullable)
 VOCABULARIES: dict[str, dict[str, tuple[str, ...]]] = {
     "spans": {"source": get_args(SpanSource)},
-    "trajectories": {"source": get_args(TrajectorySource), "status": get_args(TrajectoryStatus)},
+    "trajectories": {
+        "source": get_args(TrajectorySource),
+        "status": get_args(TrajectoryStatus),
+        "scenario_split": get_args(Split),
+    },
     "rewards": {"status": get_args(RewardStatus)},
     "scenarios": {
         "split": get_args(Split),

@@ -28,8 +28,8 @@ from typing import Any
 import duckdb
 
 import store
-from store.documents import sampling_temperature_sql
 from store.errors import SelectionError
+from store.sampling import GROUP_TEMPERATURE_RULE, is_group_temperature
 from training.advantages import AdvantageReport, ScaleRewards, compute_advantages
 from training.chat.render import parse_tools, template_messages
 from training.errors import MissingTokenData, TokenDataMismatch
@@ -228,6 +228,7 @@ def select_grpo(
     lake = store.Lake.of(lake)
     snapshot = selection_snapshot(lake, as_of)
     con = store.connect(lake, snapshot=snapshot)
+    store.check_migrated(con, "trajectories")  # the temperature comes from `sampling`
     _, has_reward = _selected(con, sql)
     text = sql.strip().rstrip(";")
     scorers: list[str] = []
@@ -267,7 +268,7 @@ def select_grpo(
              r AS ({reward_sql})
         SELECT t.trajectory_id, coalesce(t.group_id, t.trajectory_id) AS group_id, t.turns, r.reward,
                {"NULL" if has_reward else "r.scorer"} AS scorer,
-               {sampling_temperature_sql("t.metadata")} AS temperature
+               t.sampling.temperature AS temperature
         FROM trajectories t JOIN sel USING (trajectory_id) JOIN r USING (trajectory_id)
         WHERE r.reward IS NOT NULL
         ORDER BY t.scenario_id NULLS LAST, group_id, t.trajectory_id
@@ -350,10 +351,10 @@ def sampled_temperature(sql: str, records: Sequence[Mapping[str, Any]]) -> float
     for rec in records:
         if rec["temperature"] is not None:
             counts[rec["temperature"]] = counts.get(rec["temperature"], 0) + 1
-    if any(t <= 0 for t in counts):
+    if any(not is_group_temperature(t) for t in counts):
         raise SelectionError(
-            "some selected trajectories were sampled greedily (temperature 0): a greedy group has no "
-            "spread and no sampling distribution to divide by; select groups sampled at a temperature > 0",
+            "some selected trajectories were sampled greedily (temperature 0): select groups sampled "
+            f"at a temperature {GROUP_TEMPERATURE_RULE}",
             sql=sql,
             reason="greedy_groups",
         )

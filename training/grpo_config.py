@@ -36,6 +36,7 @@ from typing import ClassVar, cast
 from trl import GRPOConfig
 
 from store.errors import check_settings
+from store.sampling import GROUP_TEMPERATURE_RULE, is_group_temperature
 from training.advantages import SCALE_REWARDS, ScaleRewards
 from training.checkpointing import CheckpointingFields
 from training.device import bf16_supported, claim_cpu
@@ -146,7 +147,7 @@ class TrajlakeGRPOConfig(LoraFields, CheckpointingFields, GRPOConfig):  # type: 
                 f"one of {', '.join(SCALE_REWARDS)}",
             ),
             ("learning_rate", self.learning_rate > 0, "positive"),
-            ("temperature", self.temperature > 0, "positive"),
+            ("temperature", is_group_temperature(self.temperature), GROUP_TEMPERATURE_RULE),
             ("epsilon", self.epsilon > 0, "positive"),
             (
                 "epsilon_high",

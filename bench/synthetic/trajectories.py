@@ -66,7 +66,7 @@ from bench.synthetic.pools import (
     _USER,
     _VARIANTS,
 )
-from store.schema import MESSAGE, TIMESTAMP, TOOL_CALL, TRAJECTORIES, TURN
+from store.schema import MESSAGE, SAMPLING, TIMESTAMP, TOOL_CALL, TRAJECTORIES, TURN
 
 # --- trajectories -------------------------------------------------------------------------
 
@@ -92,6 +92,17 @@ def synthetic_trajectories(
     rand = _Rand(seed)
     for lo in range(0, n, max(batch_size, 1)):
         yield _trajectory_batch(rand, cfg, seed, lo, min(n, lo + batch_size))
+
+
+# How every synthetic replay was sampled (`store.sampling.SamplingRecord.to_column`).
+_SAMPLING = {
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": 0,
+    "max_tokens": 256,
+    "seed": None,
+    "stop_token_ids": [],
+}
 
 
 def _trajectory_batch(rand: _Rand, cfg: SyntheticConfig, seed: int, lo: int, hi: int) -> pa.Table:
@@ -155,6 +166,10 @@ def _trajectory_batch(rand: _Rand, cfg: SyntheticConfig, seed: int, lo: int, hi:
         "status": pa.array(status, type=pa.string()),
         "_written_at": pa.nulls(n, TRAJECTORIES.schema.field("_written_at").type),
         "dt": pa.array((plan.started_us // 86_400_000_000).astype(np.int32), type=pa.date32()),
+        # a replay's typed columns (`training.replay.stage.episode_row`); null on production traffic
+        "replay_run": pa.array(np.full(n, "round-1", dtype=object), mask=~replayed, type=pa.string()),
+        "scenario_split": pa.array(np.full(n, "train", dtype=object), mask=~replayed, type=pa.string()),
+        "sampling": pa.array([_SAMPLING if r else None for r in replayed.tolist()], type=SAMPLING),
     }
     return pa.Table.from_arrays([columns[f.name] for f in TRAJECTORIES.schema], schema=TRAJECTORIES.schema)
 

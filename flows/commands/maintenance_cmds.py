@@ -55,7 +55,11 @@ def compact_cmd(compaction: CompactConfig, lake: LakeOption = None) -> None:
 
 
 def migrate_cmd(lake: LakeOption = None) -> None:
-    """Turn a lake written by the Parquet-files release into Delta tables (stop writers first)."""
+    """Upgrade a lake an older release wrote: Delta tables, typed columns (stop writers first).
+
+    The Parquet-files release's tables become Delta tables; rows whose values an older release
+    kept in JSON text only get their typed columns filled from it.
+    """
     from store import migrate
 
     the_lake = resolve_lake(lake)
@@ -66,8 +70,8 @@ def migrate_cmd(lake: LakeOption = None) -> None:
     except (StoreError, OSError) as exc:
         raise fail(f"migration stopped: {exc}; rerun `trajlake migrate` to continue") from None
     print_rows(
-        ["table", "old_files", "old_rows", "rows", "version"],
-        [(r.table, r.files, r.rows_read, r.rows, r.version) for r in results],
+        ["table", "old_files", "old_rows", "rows", "typed_rows", "version"],
+        [(r.table, r.files, r.rows_read, r.rows, r.typed_rows, r.version) for r in results],
         "table",
     )
     if any(r.files for r in results):

@@ -127,6 +127,8 @@ def replay_command(
                 tools=tools.build(),
                 rollout=rollout,
             )
+    except store.LegacyRows as exc:  # an older lake: `trajlake migrate` first
+        raise fail(str(exc), 2) from None
     except (ReplayError, ChatTemplateError) as exc:
         raise fail(str(exc)) from None
     typer.echo(

@@ -183,7 +183,10 @@ def run_stage(
     try:
         with console_progress():  # each step's loss and what is left (`training.metrics.ProgressLog`)
             result = train(the_lake, config, versions)
-    except BadHyperparameter as exc:  # bad input (a base model that does not load, ...): exit 2
+    except (
+        BadHyperparameter,
+        store.LegacyRows,
+    ) as exc:  # bad input (a base model that does not load, an older lake): exit 2
         raise fail(str(exc), 2) from None
     except (TrainingError, store.SelectionError) as exc:
         raise fail(str(exc)) from None

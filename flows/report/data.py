@@ -25,11 +25,10 @@ from flows.report.groups import GroupView, group_view
 from flows.report.production import Conversation, TrafficRow, newest_conversations, production_traffic
 from flows.report.sampling import SamplerGapRow, gap_steps, sampler_gap_rows
 from flows.report.window import time_window
-from store.documents import replay_run_sql
-from store.metrics import EvaluationTableRow, is_table_row
+from store.metrics import EvaluationTableRow, is_table_row, row_metrics
 
 REPLAYED = store.equals("t.source", "replay", table="trajectories")
-PIPELINE_ROUND = f"{replay_run_sql('t.metadata')} LIKE 'round-%'"  # flows.stages.replay's run names
+PIPELINE_ROUND = "t.replay_run LIKE 'round-%'"  # flows.stages.replay's run names
 GROUPS_PER_POLICY = 200  # the reward-distribution plot's sample of each policy's groups
 
 
@@ -146,10 +145,12 @@ def report_data(
     (ISO times) the window of replayed groups and production feedback; the group viewer
     shows at most `max_groups` groups, token ids decoded with `tokenizer` when given.
     """
+    # Read-only: a lake an older trajlake wrote reads as it is, its rows without the typed
+    # columns (`trajlake migrate` fills them) left out of what those columns drive.
     con = store.connect(lake)
     window, params = time_window(since, until)
     day_window, day_params = time_window(since, until, "t.day")
-    pipeline_runs = store.pipeline_runs(lake)
+    pipeline_runs = store.pipeline_runs(lake, skip_unmigrated=True)
     evaluated = [run.eval_run_id for run in pipeline_runs if run.eval_run_id]
     learning, success_reward = learning_rows(con, eval_run or (evaluated[-1] if evaluated else None))
     # a lake the pipeline runs on: its rounds are the pipeline's (an ad-hoc replay is not a round)
@@ -237,7 +238,7 @@ def report_data(
         production_days=production_days,
         groups=groups,
         pipeline_runs=pipeline_runs,
-        gate_decisions=store.gate_decisions(lake),
+        gate_decisions=store.gate_decisions(lake, skip_unmigrated=True),
         traffic=traffic,
         traffic_left_out=traffic_left_out,
         conversations=newest_conversations(con, production_reward),
@@ -280,9 +281,9 @@ def learning_rows(con: Any, eval_run: str | None = None) -> tuple[list[StageRow]
     if run is None:
         return [], ""
     metrics = [
-        json.loads(m)
-        for (m,) in con.execute(
-            "SELECT metrics FROM runs WHERE run_id = ? ORDER BY step", [run[0]]
+        row_metrics(scalars, tags)
+        for scalars, tags in con.execute(
+            "SELECT scalars, tags FROM runs WHERE run_id = ? ORDER BY step", [run[0]]
         ).fetchall()
     ]
     rows = []

@@ -32,6 +32,7 @@ from flows.stages.pipeline_run import (
     mark_data_seen,
     nothing_to_learn,
     origin_of,
+    refuse_pipeline_run,
     scenarios_to_learn,
 )
 from flows.stages.replay import (
@@ -87,6 +88,7 @@ __all__ = [
     "publish_adapter",
     "pull_langfuse",
     "record_gate_decision",
+    "refuse_pipeline_run",
     "replay_round",
     "rewards_to_score",
     "run_dir",

@@ -53,12 +53,22 @@ def production_adapter(config: Settings) -> tuple[str, str] | None:
     return f"{name}:v{row['version']}", str(row["path"])
 
 
+#: The step a run that could not begin failed at (`refuse_pipeline_run`)
+START_STEP = "start"
+
+
 def begin_pipeline_run(config: Settings, flow_run_id: str | None) -> store.PipelineRun:
-    """Record the run's start (or, for a retried flow run, take up its record as it began)."""
+    """Record the run's start (or, for a retried flow run, take up its record as it began).
+
+    A lake holding rows an older trajlake wrote without the typed columns a run builds on (the
+    previous runs' records, replayed groups' sampling) is refused before anything is recorded
+    (`store.LegacyRows`, naming `trajlake migrate`; `refuse_pipeline_run` records why).
+    """
     lake = lake_of(config)
+    store.require_migrated(lake)
     run_id = pipeline_run_id(flow_run_id)
     for earlier in store.pipeline_runs(lake):
-        if earlier.run_id == run_id:
+        if earlier.run_id == run_id and not _never_began(earlier):
             if earlier.status == "failed":  # retried after a failure: running again
                 earlier = replace(earlier, status="running", error=None, finished_at=None)
                 store.record_pipeline_run(lake, earlier)
@@ -82,6 +92,25 @@ def begin_pipeline_run(config: Settings, flow_run_id: str | None) -> store.Pipel
     )
     store.record_pipeline_run(lake, run)
     return run
+
+
+def refuse_pipeline_run(
+    config: Settings, flow_run_id: str | None, error: store.LegacyRows
+) -> store.PipelineRun:
+    """Record a run that could not begin (`begin_pipeline_run` refused the lake): failed at
+    `start` with the reason, the report and `trajlake pipeline` show it. A retry of the same
+    flow run after `trajlake migrate` begins afresh."""
+    run = store.PipelineRun(
+        run_id=pipeline_run_id(flow_run_id),
+        started_at=store.utc_now().isoformat(),
+        flow_run_id=flow_run_id,
+        start_from=config.pipeline.start_from,
+    )
+    return fail_pipeline_run(config, run, START_STEP, error)
+
+
+def _never_began(run: store.PipelineRun) -> bool:
+    return run.status == "failed" and (run.error or "").startswith(f"{START_STEP}: ")
 
 
 def mark_data_seen(config: Settings, run: store.PipelineRun) -> store.PipelineRun:

@@ -86,12 +86,12 @@ def lake_contents(lake: store.Lake) -> dict[str, object]:
     con = store.connect(lake)
     groups = con.execute(
         """SELECT group_id, count(*) AS n, list(turns[1].completion_token_ids ORDER BY trajectory_id)
-           FROM trajectories WHERE source = 'replay' AND json_extract_string(metadata, '$.run') = 'round-1'
+           FROM trajectories WHERE source = 'replay' AND replay_run = 'round-1'
            GROUP BY group_id ORDER BY group_id"""
     ).fetchall()
     rewards = con.execute(
         """SELECT r.trajectory_id, r.name, r.value FROM latest_rewards r JOIN trajectories t USING (trajectory_id)
-           WHERE t.source = 'replay' AND json_extract_string(t.metadata, '$.run') = 'round-1' ORDER BY ALL"""
+           WHERE t.source = 'replay' AND t.replay_run = 'round-1' ORDER BY ALL"""
     ).fetchall()
     return {"groups": groups, "rewards": rewards}
 

@@ -80,7 +80,7 @@ def test_small_demo_runs_the_whole_loop(tmp_path: Path, monkeypatch: pytest.Monk
     # replayed groups carry token data and are scored
     groups = con.execute(
         """SELECT count(DISTINCT group_id), min(len(turns)), bool_and(len(turns[1].logprobs) = len(turns[1].completion_token_ids))
-           FROM trajectories WHERE source = 'replay' AND json_extract_string(metadata, '$.run') = 'round-1'
+           FROM trajectories WHERE source = 'replay' AND replay_run = 'round-1'
            AND policy = ?""",
         [result["rounds"][0]["policy"]],  # night 1's round
     ).fetchone()
@@ -152,7 +152,7 @@ def test_small_demo_runs_the_whole_loop(tmp_path: Path, monkeypatch: pytest.Monk
         assert row["greedy"]["scenarios"] == row["n"] and 0 <= row["greedy"]["mean"] <= 1, row["stage"]
     greedy_sizes = con.execute(
         "SELECT DISTINCT count(*) FROM trajectories WHERE source = 'replay' "
-        "AND json_extract(metadata, '$.sampling.temperature')::DOUBLE = 0 GROUP BY group_id"
+        "AND sampling.temperature = 0 GROUP BY group_id"
     ).fetchall()
     assert greedy_sizes == [(1,)]
     # what each night learned from: well-rated conversations and failures, these only with a label

@@ -11,7 +11,7 @@ import pytest
 
 import store
 from flows.demo.run import run_demo
-from store.metrics import IMPORTANCE_RATIO_MEAN, SAMPLER_GAP_MEAN
+from store.metrics import IMPORTANCE_RATIO_MEAN, SAMPLER_GAP_MEAN, row_metrics
 from training.models.known import MODELS_ENV, fetch_model
 
 pytestmark = pytest.mark.vllm
@@ -58,7 +58,8 @@ def check_the_vllm_demo(result: dict, workdir: Path) -> None:
     assert served == (result["second_batch"]["agent_runs"],) and served[0] > 0
     # GRPO ran with the importance-sampling correction, and the gap was measured.
     metrics = [
-        json.loads(m) for (m,) in con.execute("SELECT metrics FROM runs WHERE stage = 'grpo'").fetchall()
+        row_metrics(s, t)
+        for s, t in con.execute("SELECT scalars, tags FROM runs WHERE stage = 'grpo'").fetchall()
     ]
     assert metrics and all(IMPORTANCE_RATIO_MEAN in m for m in metrics)
     assert all(m[SAMPLER_GAP_MEAN] < 1e-3 for m in metrics[:1])

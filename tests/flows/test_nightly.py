@@ -115,7 +115,7 @@ def test_three_nights_each_train_from_production_on_what_is_new(
         assert later.since == earlier.data_until and later.previous_run == earlier.run_id
         created = con.execute(
             """SELECT min(s.created_at), count(*) FROM trajectories t JOIN scenarios s USING (scenario_id)
-               WHERE t.source = 'replay' AND t.policy = ? AND json_extract_string(t.metadata, '$.run') = 'round-1'""",
+               WHERE t.source = 'replay' AND t.policy = ? AND t.replay_run = 'round-1'""",
             [result["rounds"][0]["policy"]],
         ).fetchone()
         assert created[1] > 0 and created[0] >= at(earlier.data_until)
@@ -283,3 +283,72 @@ def test_sft_on_production_continues_the_production_adapter_on_the_new_conversat
         in sft["lineage"]["sql"]
     )
     assert second.training_runs[0] == sft["run_id"] and len(second.training_runs) == 2
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_a_lake_an_older_trajlake_wrote_fails_the_run_in_one_line_naming_migrate(
+    tmp_path: Path, demo_model: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A run builds on the previous runs' records and the replayed groups' sampling: on a lake an
+    older trajlake wrote (those in JSON text only) the CLI says so in one line, exit 2, and the
+    flow (as a deployment runs it) records the run failed with that reason, no traceback; nothing
+    is migrated behind the user's back, and a retry after `trajlake migrate` begins afresh."""
+    import dataclasses
+    import os
+    import subprocess
+    import sys
+
+    from flows import stages
+    from flows.config.checks import load_config
+    from flows.prefect_flows import pipeline_flow
+    from tests.store.test_typed_columns import AT, RUN, old_layout, old_replayed
+
+    lake = tmp_path / "lake"
+    old_layout(lake, "trajectories", [old_replayed("t-1", 0.8)])
+    old_layout(
+        lake,
+        "runs",
+        [
+            {
+                "run_id": RUN.run_id,
+                "step": 0,
+                "stage": "pipeline",
+                "at": AT,
+                "metrics": json.dumps(dataclasses.asdict(RUN)),
+            }
+        ],
+    )
+    config = write_demo_config(tmp_path / "trajlake.toml", lake, demo_model, SPEC, None)
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAJLAKE_")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    cli = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "pipeline", "--config", str(config), "--lake", str(lake)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "Traceback" not in cli.stdout + cli.stderr and cli.returncode == 2, cli.stderr[-2000:]
+    (line,) = cli.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "trajlake migrate" in line
+    assert store.pipeline_runs(lake, skip_unmigrated=True) == []  # refused before anything ran
+
+    capfd.readouterr()
+    state = pipeline_flow(config_file=str(config), lake=str(lake), return_state=True)
+    printed = capfd.readouterr()
+    assert state.is_failed() and "trajlake migrate" in (state.message or "")
+    assert "Traceback" not in printed.out + printed.err, printed.err[-2000:]
+    (refused,) = store.pipeline_runs(lake, skip_unmigrated=True)
+    assert refused.status == "failed" and refused.error is not None
+    assert refused.error.startswith("start: LegacyRows: ") and "trajlake migrate" in refused.error
+    with pytest.raises(store.LegacyRows):  # the older rows are as they were
+        store.require_migrated(lake)
+
+    store.migrate(lake)
+    settings = load_config(config).with_lake(str(lake))
+    retried = stages.begin_pipeline_run(settings, refused.flow_run_id)
+    assert retried.run_id == refused.run_id and retried.status == "running" and retried.error is None
+    assert (
+        retried.table_versions and retried.previous_run == RUN.run_id
+    )  # the migrated run: its last finished

@@ -215,7 +215,7 @@ def test_an_ad_hoc_replay_is_not_a_round_of_the_pipeline(lake: store.Lake) -> No
     store.record_pipeline_run(lake, store.PipelineRun("pipeline-1", now.isoformat(), status="finished"))
     rows = [
         {"trajectory_id": f"r{i}", "source": "replay", "started_at": now, "group_id": "round-g", "policy": "p1",
-         "metadata": '{"run": "round-1"}'}
+         "replay_run": "round-1"}
         for i in range(2)
     ]  # fmt: skip
     store.write(lake, "trajectories", rows)
@@ -244,3 +244,57 @@ def test_plots_leave_the_processs_matplotlib_backend_alone(lake: store.Lake) -> 
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["svg", "2"]
+
+
+def test_a_lake_an_older_trajlake_wrote_reads_as_it_is(tmp_path) -> None:
+    """Read-only paths read a lake of the old layout (no typed columns) without migrating it: the
+    typed columns of its rows are null, and the report leaves them out of what those columns drive."""
+    import dataclasses
+    import json
+
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+    from tests.store.test_typed_columns import AT, RUN, old_layout, old_replayed
+
+    lake = tmp_path / "lake"
+    old_layout(lake, "trajectories", [old_replayed("t-1", 0.8)])
+    old_layout(
+        lake,
+        "runs",
+        [
+            {
+                "run_id": RUN.run_id,
+                "step": 0,
+                "stage": "pipeline",
+                "at": AT,
+                "metrics": json.dumps(dataclasses.asdict(RUN)),
+            }
+        ],
+    )
+    store.write(
+        lake,
+        "rewards",
+        [{"trajectory_id": "t-1", "name": "exact_match", "scorer": "f", "value": 1.0, "scored_at": AT}],
+    )
+    before = sorted(p.relative_to(lake) for p in lake.rglob("*"))
+    runner = CliRunner()
+    sql = runner.invoke(
+        app,
+        [
+            "sql",
+            "SELECT replay_run, sampling, scalars FROM trajectories, runs",
+            "--lake",
+            str(lake),
+            "-f",
+            "json",
+        ],
+    )
+    assert sql.exit_code == 0, sql.output
+    assert json.loads(sql.stdout) == [{"replay_run": None, "sampling": None, "scalars": None}]
+    out = tmp_path / "report.html"
+    report = runner.invoke(app, ["report", "--lake", str(lake), "--out", str(out)])
+    assert report.exit_code == 0, report.output
+    assert out.read_text().startswith("<!")
+    assert report_data(lake, "exact_match").pipeline_runs == []  # its run is the older trajlake's
+    assert sorted(p.relative_to(lake) for p in lake.rglob("*")) == before  # nothing migrated

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 import store
@@ -15,6 +13,7 @@ from judging.evaluation_stats import (
     record_evaluation,
 )
 from tests.judging.helpers import T0, make_traj
+from tests.store.helpers import run_metrics
 
 SCENARIOS = [f"s{i:02d}" for i in range(40)]
 
@@ -91,10 +90,7 @@ def test_record_writes_the_comparison_then_the_table(lake: store.Lake) -> None:
     rows = evaluation_table([("base", "m", BASE), ("sft", "m+sft", SFT)], references=("base",))
     comparison = compare("exact_match", ("m+sft", SFT), ("m", BASE))
     run_id = record_evaluation(lake, comparison, rows, adapter="agent")
-    written = store.connect(lake).sql(
-        f"SELECT step, metrics FROM runs WHERE run_id = '{run_id}' ORDER BY step"
-    )
-    metrics = [json.loads(m) for _, m in written.fetchall()]
+    metrics = [m for _, _, m in run_metrics(lake, run_id)]
     assert [m["role"] for m in metrics] == ["candidate", "baseline", "table", "table"]
     assert metrics[3]["stage"] == "sft" and metrics[3]["diff_base"] == pytest.approx(0.5)
     assert metrics[3]["diff_base_ci_low"] > 0 and metrics[3]["adapter"] == "agent"
@@ -179,12 +175,8 @@ def test_greedy_scores_sit_beside_the_sampled_ones_and_reach_the_runs_table(lake
     assert (row.mean, row.greedy.mean, row.greedy.scenarios) == (0.375, 0.5, 2)
     comparison = compare("exact_match", ("m+sft", sampled), ("m", {"a": 0.0, "b": 0.0}))
     run_id = record_evaluation(lake, comparison, [row])
-    (metrics,) = (
-        store.connect(lake)
-        .execute("SELECT metrics FROM runs WHERE run_id = ? AND step = 2", [run_id])
-        .fetchone()
-    )
-    assert EvaluationTableRow.from_metrics(json.loads(metrics)).greedy == (0.5, *row.greedy.ci, 2)
+    metrics = {step: m for step, _, m in run_metrics(lake, run_id)}[2]
+    assert EvaluationTableRow.from_metrics(metrics).greedy == (0.5, *row.greedy.ci, 2)
     # a stage measured without greedy keeps none
     assert evaluation_table([("base", "m", sampled)])[0].greedy is None
     mean, (low, high) = independent_difference([1.0] * 90 + [0.0] * 10, [1.0] * 50 + [0.0] * 50)

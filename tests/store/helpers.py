@@ -43,3 +43,17 @@ def count(lake: store.Lake | str, sql: str) -> Any:
         return con.execute(sql).fetchall()[0][0]
     finally:
         con.close()
+
+
+def run_metrics(
+    lake: store.Lake | str | os.PathLike[str], run_id: str
+) -> list[tuple[int, str, dict[str, Any]]]:
+    """(step, stage, metrics) of a run's `runs` rows by step, the metrics as trajlake reads them
+    back (its `scalars` and `tags`: `store.metrics.row_metrics`)."""
+    from store.metrics import row_metrics
+
+    with store.connect(lake) as con:
+        rows = con.execute(
+            "SELECT step, stage, scalars, tags FROM runs WHERE run_id = ? ORDER BY step", [run_id]
+        ).fetchall()
+    return [(step, stage, row_metrics(scalars, tags)) for step, stage, scalars, tags in rows]

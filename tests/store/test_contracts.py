@@ -7,13 +7,14 @@ import ast
 import re
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
-from store.documents import SamplingRecord, metadata_sql
 from store.messages import lake_message, lake_tool_call
 from store.metrics import DIFF_PREFIX, GRPO_METRICS, EvaluationTableRow, is_table_row
 from store.policy_names import join_policy, split_policy
-from store.schema import MESSAGE, TOOL_CALL
+from store.sampling import SamplingRecord
+from store.schema import MESSAGE, SAMPLING, TOOL_CALL
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("ingest", "judging", "training", "flows")
@@ -48,11 +49,23 @@ def _offences(path: Path, root: Path = ROOT) -> list[str]:
     return found
 
 
+# Where a JSON path is the point: the upgrade of rows written before their typed columns, and the
+# user's own span attributes (open-ended names `forget` matches).
+JSON_READERS = ("store/migrate.py", "store/identity.py")
+
+
 def test_no_json_path_or_metric_name_outside_store() -> None:
     found = [
         o for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py")) for o in _offences(path)
     ]
-    assert found == [], "declare these in store (store.documents, store.metrics):\n" + "\n".join(found)
+    found += [
+        o
+        for path in sorted((ROOT / "store").rglob("*.py"))
+        if str(path.relative_to(ROOT)) not in JSON_READERS
+        for o in _offences(path)
+        if "JSON path" in o  # metric names are declared in store
+    ]
+    assert found == [], "declare these in store (store.sampling, store.metrics):\n" + "\n".join(found)
 
 
 def _imports(package: str) -> dict[str, set[str]]:
@@ -194,14 +207,13 @@ def test_an_evaluation_row_reads_back_as_written() -> None:
     assert not is_table_row({"role": "candidate"})
 
 
-def test_the_sampling_record_and_its_sql() -> None:
+def test_the_sampling_record_is_the_sampling_column() -> None:
     record = SamplingRecord(
         max_tokens=64, temperature=0.7, top_p=1.0, top_k=0, seed=None, stop_token_ids=(2,)
     )
-    assert record.to_dict()["stop_token_ids"] == [2]
-    assert metadata_sql("sampling", "temperature", cast="DOUBLE").endswith(
-        "'$.sampling.temperature') AS DOUBLE)"
-    )
+    column = record.to_column()
+    assert column["stop_token_ids"] == [2] and record.distribution == (0.7, 1.0, 0)
+    assert pa.array([column], SAMPLING).to_pylist() == [column]  # the struct takes it field for field
 
 
 def test_one_message_shape_the_schema_declares() -> None:

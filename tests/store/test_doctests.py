@@ -8,13 +8,13 @@ import importlib
 import pytest
 
 MODULES = [
-    "store.documents",
     "store.errors",
     "store.messages",
     "store.metrics",
     "store.pipeline_runs",
     "store.policy_names",
     "store.rows",
+    "store.sampling",
     "store.selections",
     "store.vocabulary",
 ]

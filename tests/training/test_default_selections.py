@@ -3,7 +3,6 @@ production conversation it was cut from (SFT)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import store
@@ -47,10 +46,10 @@ def test_default_selections_never_read_a_val_scenario(lake: store.Lake, tiny_mod
     )
     with store.connect(lake, read_only=True) as con:
         rows = con.execute(
-            "SELECT trajectory_id, scenario_id, metadata FROM trajectories WHERE source = 'replay'"
+            "SELECT trajectory_id, scenario_id, scenario_split FROM trajectories WHERE source = 'replay'"
         ).fetchall()
     val_replays = {tid for tid, sid, _ in rows if splits[sid] == "val"}
-    assert val_replays and all(json.loads(m)["split"] == "val" for tid, _, m in rows if tid in val_replays)
+    assert val_replays and all(split == "val" for tid, _, split in rows if tid in val_replays)
 
     grpo = _ids(lake, store.GRPO_TRAJECTORIES)
     assert grpo == {tid for tid, _, _ in rows} - val_replays

@@ -14,6 +14,7 @@ from transformers import TrainerCallback
 import store
 from store.errors import SelectionError
 from store.metrics import SAMPLER_GAP_MEAN, TREE_PACKING_SAVED_SHARE
+from tests.store.helpers import run_metrics
 from tests.training.train_helpers import (
     check_parity_with_stock,
     grpo_test_config,
@@ -105,9 +106,8 @@ def test_grpo_divides_by_the_temperature_the_groups_recorded(
     assert run.report["temperature"] == TEMPERATURE
     # the run's temperature and output folder went on a copy: the caller's config is as it was given
     assert given == before and given.temperature == 1.0 and given.output_dir == str(tmp_path / "ckpt")
-    with store.connect(groups_lake) as con:
-        (metrics,) = con.execute(f"SELECT metrics FROM runs WHERE run_id = '{run.run_id}'").fetchone()
-    assert json.loads(metrics)[SAMPLER_GAP_MEAN] < 1e-4
+    ((_, _, metrics),) = run_metrics(groups_lake, run.run_id)
+    assert metrics[SAMPLER_GAP_MEAN] < 1e-4
 
 
 def test_groups_sampled_at_different_temperatures_are_refused(lake: store.Lake, tmp_path: Path) -> None:
@@ -117,7 +117,7 @@ def test_groups_sampled_at_different_temperatures_are_refused(lake: store.Lake, 
             group_id="g",
             scenario_id="s",
             turns=[turn([1, 2], [3], [-0.5])],
-            metadata={"sampling": {"temperature": 0.7 + 0.3 * (k % 2)}},
+            sampling={"temperature": 0.7 + 0.3 * (k % 2)},
         )
         for k in range(4)
     ]
@@ -139,13 +139,9 @@ def test_train_grpo_logs_metrics_and_changes_lora(
     weights = load_file(str(Path(result.adapter_dir) / "adapter_model.safetensors"))
     lora_b = [v for k, v in weights.items() if "lora_B" in k]
     assert lora_b and all(v.abs().sum() > 0 for v in lora_b)  # LoRA B starts at zero: every one moved
-    rows = (
-        store.connect(groups_lake)
-        .sql(f"SELECT step, stage, metrics FROM runs WHERE run_id = '{result.run_id}' ORDER BY step")
-        .fetchall()
-    )
+    rows = run_metrics(groups_lake, result.run_id)
     assert [r[0] for r in rows] == [1, 2, 3] and {r[1] for r in rows} == {"grpo"}
-    first = json.loads(rows[0][2])
+    first = rows[0][2]
     for key in (
         "loss",
         "grad_norm",
@@ -156,7 +152,7 @@ def test_train_grpo_logs_metrics_and_changes_lora(
         "tokens_per_second",
     ):
         assert key in first, key
-    assert "train_runtime" in json.loads(rows[-1][2])  # the summary merges into the last step's row
+    assert "train_runtime" in rows[-1][2]  # the summary merges into the last step's row
     record = json.loads((Path(result.adapter_dir) / "trajlake_run.json").read_text())
     assert record["lineage"]["trajectory_count"] == 12
 
@@ -170,12 +166,7 @@ def test_the_one_seam_trainer_trains_and_logs_without_its_opt_in_layer(
     assert grpo_trainer_class(cfg) is StoredGroupsGRPOTrainer
     result = train_grpo(groups_lake, ALL, tiny_model, None, tmp_path / "run", cfg)
     assert result.global_step == 2
-    rows = (
-        store.connect(groups_lake)
-        .sql(f"SELECT metrics FROM runs WHERE run_id = '{result.run_id}' ORDER BY step")
-        .fetchall()
-    )
-    logged = [json.loads(r[0]) for r in rows]
+    logged = [m for _, _, m in run_metrics(groups_lake, result.run_id)]
     assert len(logged) == 2
     for step in logged:
         for key in ("loss", "entropy", "reward", "reward_std", "completions/mean_length", "num_tokens"):
@@ -198,9 +189,7 @@ def test_continue_from_adapter_with_kl(groups_lake: store.Lake, tiny_model: Path
     assert second.stages == ["grpo", "grpo"] and second.run_ids == [first.run_id, second.run_id]
     kl = (
         store.connect(groups_lake)
-        .sql(
-            f"SELECT json_extract(metrics, '$.kl')::DOUBLE FROM runs WHERE run_id = '{second.run_id}' AND step = 2"
-        )
+        .sql(f"SELECT scalars['kl'] FROM runs WHERE run_id = '{second.run_id}' AND step = 2")
         .fetchall()[0][0]
     )
     assert kl is not None and kl > 0  # reference = the adapter GRPO started from; the policy moved off it

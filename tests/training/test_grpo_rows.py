@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import torch
 import store
 from store.errors import SelectionError
 from store.metrics import IMPORTANCE_RATIO_MEAN, SAMPLER_GAP_MAX, SAMPLER_GAP_MEAN
+from tests.store.helpers import run_metrics as run_records
 from tests.training.test_grpo import ALL, TEMPERATURE, config
 from tests.training.train_helpers import stored_groups
 from training.datasets import select_grpo
@@ -41,12 +41,7 @@ def groups_lake(
 
 
 def run_metrics(lake: store.Lake, run_id: str) -> list[dict]:
-    rows = (
-        store.connect(lake)
-        .sql(f"SELECT metrics FROM runs WHERE run_id = '{run_id}' ORDER BY step")
-        .fetchall()
-    )
-    return [json.loads(r[0]) for r in rows]
+    return [metrics for _, _, metrics in run_records(lake, run_id)]
 
 
 def test_all_equal_groups_leave_the_batches(tiny_model: Path, tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ import torch
 from safetensors.torch import load_file
 
 import store
+from tests.store.helpers import run_metrics
 from tests.training.train_helpers import msg, stored_groups, traj
 
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
@@ -122,11 +123,7 @@ def test_grpo_on_two_processes_equals_one(lake: store.Lake, tiny_model: Path, tm
     assert close >= 0.999 * sum(w.numel() for w in one.values())
     rows = runs_rows(lake, tmp_path / "two")
     assert [step for _, step in rows] == [1, 2]
-    metrics = json.loads(
-        store.connect(lake)
-        .execute("SELECT metrics FROM runs WHERE run_id = ? AND step = 1", [rows[0][0]])
-        .fetchone()[0]
-    )
+    metrics = run_metrics(lake, rows[0][0])[0][2]  # step 1
     assert metrics["tree_packing/saved_token_share"] > 0.3  # whole groups on each rank
     record = json.loads((tmp_path / "two" / "adapter" / "trajlake_run.json").read_text())
     single = json.loads((tmp_path / "one" / "adapter" / "trajlake_run.json").read_text())

@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 import store
 from flows.cli import app
 from store.messages import from_openai
+from tests.store.helpers import run_metrics
 from tests.training.helpers import TOOLS, ScriptedSampler, calculator_script, make_trajectory, openai_message
 from tests.training.train_helpers import check_parity_with_stock, parity_trainers, stored_groups
 from training.chat.render import ChatRenderer, parse_tools, template_messages
@@ -248,10 +249,8 @@ def test_one_sft_step_by_name(lake: store.Lake, by_name: str, tmp_path: Path, to
     result = train_sft(lake, ALL, by_name, tmp_path / "run", config)
     lora_b = _lora_b(result.adapter_dir)
     assert len(lora_b) == 30 * 7 and all(v.abs().sum() > 0 for v in lora_b.values())  # every B left zero
-    (metrics,) = (
-        store.connect(lake).sql(f"SELECT metrics FROM runs WHERE run_id = '{result.run_id}'").fetchall()
-    )
-    assert 0 < json.loads(metrics[0])["loss"] < 20
+    ((_, _, metrics),) = run_metrics(lake, result.run_id)
+    assert 0 < metrics["loss"] < 20
     record = json.loads((Path(result.adapter_dir) / "trajlake_run.json").read_text())
     assert record["base_model"] == NAME  # the name, not this machine's path
     saved = (Path(result.adapter_dir) / "chat_template.jinja").read_text()
@@ -281,10 +280,8 @@ def test_one_grpo_step_by_name(lake: store.Lake, by_name: str, smollm2: Path, tm
     result = train_grpo(lake, ALL, by_name, None, tmp_path / "run", config)
     lora_b = _lora_b(result.adapter_dir)
     assert len(lora_b) == 30 * 7 and all(v.abs().sum() > 0 for v in lora_b.values())
-    (metrics,) = (
-        store.connect(lake).sql(f"SELECT metrics FROM runs WHERE run_id = '{result.run_id}'").fetchall()
-    )
-    assert torch.isfinite(torch.tensor(json.loads(metrics[0])["loss"]))
+    ((_, _, metrics),) = run_metrics(lake, result.run_id)
+    assert torch.isfinite(torch.tensor(metrics["loss"]))
 
 
 # --- one step each against stock TRL ---------------------------------------------------------------

@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 
 import store
 from store.errors import SelectionError
+from tests.store.helpers import run_metrics
 from tests.training.test_datasets import add_call
 from tests.training.train_helpers import msg, traj
 from training.datasets import select_sft
@@ -92,13 +93,9 @@ def test_train_sft_end_to_end(lake: store.Lake, tiny_model: Path, tmp_path: Path
     assert config_json["r"] == 16 and config_json["bias"] == "none" and not config_json.get("modules_to_save")
     weights = load_file(str(adapter / "adapter_model.safetensors"))
     assert all(v.abs().sum() > 0 for k, v in weights.items() if "lora_B" in k)  # every LoRA B moved from zero
-    rows = (
-        store.connect(lake)
-        .sql(f"SELECT step, metrics FROM runs WHERE run_id = '{result.run_id}' ORDER BY step")
-        .fetchall()
-    )
+    rows = run_metrics(lake, result.run_id)
     assert [r[0] for r in rows] == [1, 2, 3]
-    assert {"loss", "grad_norm", "tokens_per_second"} <= set(json.loads(rows[0][1]))
+    assert {"loss", "grad_norm", "tokens_per_second"} <= set(rows[0][2])
     record = json.loads((adapter / "trajlake_run.json").read_text())
     assert record["stages"] == ["sft"] and record["lineage"]["trajectory_count"] == 12
 

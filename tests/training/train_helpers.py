@@ -43,6 +43,7 @@ def traj(
     source: str = "replay",
     offset_s: int = 0,
     metadata: dict[str, Any] | None = None,
+    sampling: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     started = store.utc_now() - timedelta(seconds=offset_s)
     return {
@@ -57,6 +58,7 @@ def traj(
         "group_id": group_id,
         "turns": turns or [],
         "metadata": json.dumps(metadata) if metadata is not None else None,
+        "sampling": sampling,  # `store.schema.SAMPLING`; fields left out are null
     }
 
 
@@ -136,8 +138,8 @@ def stored_groups(
                 second = [rng.randrange(3, vocab) for _ in range(2 + (k % 2))]
                 turns.append(turn(history, second, model_logprobs(model_path, history, second, temperature)))
             # recorded as a replay records it: GRPO divides by the temperature the groups were sampled at
-            sampling = {"sampling": {"temperature": temperature}}
-            rows.append(traj(tid, group_id=f"g{g}", scenario_id=f"s{g}", turns=turns, metadata=sampling))
+            sampling = {"temperature": temperature}
+            rows.append(traj(tid, group_id=f"g{g}", scenario_id=f"s{g}", turns=turns, sampling=sampling))
             rewards.append(reward(tid, float((k + g) % 3) / 2, group_id=f"g{g}"))
     return rows, rewards
 

@@ -49,7 +49,7 @@ _PUBLIC = {
     ),
     **dict.fromkeys(("Scenario", "ScenarioConfig", "ScenarioResult"), "training.replay.scenarios"),
     **dict.fromkeys(
-        ("ReplayConfig", "ReplayResult", "areplay", "complete_groups", "replay"), "training.replay.stage"
+        ("ReplayConfig", "ReplayResult", "areplay", "replay", "sampled_groups"), "training.replay.stage"
     ),
 }
 
@@ -78,12 +78,12 @@ __all__ = [
     "ToolSourceError",
     "ToolsConfig",
     "areplay",
-    "complete_groups",
     "create_scenarios",
     "load_scenarios",
     "make_sampler",
     "make_tools",
     "read_scenarios",
     "replay",
+    "sampled_groups",
     "slice_selection",
 ]

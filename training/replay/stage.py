@@ -30,8 +30,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+
 import store
-from store.documents import REPLAY_RUN, REPLAY_SAMPLING, REPLAY_SPLIT, SamplingRecord
+from store.sampling import GREEDY, GROUP_TEMPERATURE_RULE, SamplingRecord, is_group_temperature
 from training.replay.errors import ReplaySetupError
 from training.replay.rollout.loop import AgentLoop, Episode, RolloutLimits
 from training.replay.rollout.tools import ToolSource, make_tools
@@ -76,7 +78,7 @@ class ReplayConfig:
             store.check_settings(
                 self,
                 ("group_size", self.group_size == 1, "1 for a greedy replay"),
-                ("sampling.temperature", self.sampling.temperature == 0, "0 for a greedy replay"),
+                ("sampling.temperature", self.sampling.temperature == GREEDY, "0 for a greedy replay"),
                 error=ReplaySetupError,
             )
             return
@@ -89,13 +91,13 @@ class ReplayConfig:
             ),
             ("concurrency", self.concurrency >= 1, ">= 1"),
             ("flush_groups", self.flush_groups >= 1, ">= 1"),
-            ("sampling.temperature", self.sampling.temperature > 0, "> 0 (a greedy group has no spread)"),
+            ("sampling.temperature", is_group_temperature(self.sampling.temperature), GROUP_TEMPERATURE_RULE),
             error=ReplaySetupError,
         )
 
 
 def sampling_record(params: SamplingParams) -> SamplingRecord:
-    """What a replayed trajectory records of how it was sampled (`metadata.sampling`)."""
+    """What a replayed trajectory records of how it was sampled (`trajectories.sampling`)."""
     return SamplingRecord(
         max_tokens=params.max_tokens,
         temperature=params.temperature,
@@ -125,22 +127,16 @@ class ReplayResult:
 # --- pure functions -----------------------------------------------------------------------------
 
 
-_DEFAULTS = SamplingParams()
-#: Groups sampled at the default distribution keep the ids they had before it joined the key.
-DEFAULT_DISTRIBUTION = (_DEFAULTS.temperature, _DEFAULTS.top_p, _DEFAULTS.top_k)
-
-
 def group_id_for(
     scenario_id: str, policy: str, run: str, group_size: int, sampling: SamplingParams | None = None
 ) -> str:
-    """Deterministic group id: the same scenario, policy, run, size and sampling distribution
-    always give the same id. The distribution (temperature, top-p, top-k) is part of it, so a
-    re-run after changing it samples new groups rather than reusing ones GRPO would train on at
-    the old temperature; the seed and token budget are not (a re-run resumes)."""
-    key = f"{scenario_id}\x00{policy}\x00{run}\x00{group_size}"
-    distribution = (sampling.temperature, sampling.top_p, sampling.top_k) if sampling else None
-    if distribution is not None and distribution != DEFAULT_DISTRIBUTION:
-        key += "\x00" + json.dumps(distribution)
+    """A new group's id: the scenario, policy, run, size and sampling distribution (temperature,
+    top-p, top-k: `SamplingRecord.distribution`) hashed, so a change of any samples new groups
+    rather than reusing ones GRPO would train on at the old temperature; the seed and token
+    budget are not part of it. Groups already in the lake are found by their columns, whatever
+    id they were given (`sampled_groups`)."""
+    distribution = sampling_record(sampling or SamplingParams()).distribution
+    key = "\x00".join((scenario_id, policy, run, str(group_size), json.dumps(distribution)))
     return "g-" + hashlib.sha256(key.encode()).hexdigest()[:20]
 
 
@@ -155,6 +151,7 @@ def episode_row(
     tools: str,
 ) -> dict[str, Any]:
     """One `trajectories` row for one rollout."""
+    record = sampling_record(config.sampling)
     return {
         "trajectory_id": f"{group_id}-{index:03d}",
         "source": "replay",
@@ -173,22 +170,23 @@ def episode_row(
         "turns": episode.turns,
         "status": episode.status,
         "has_content": True,
+        "replay_run": config.run,
+        "scenario_split": scenario.split,
+        "sampling": record.to_column(),
+        # The rest of the rollout's provenance, as JSON text (what has a column above is not repeated).
         "metadata": json.dumps(
             {
-                REPLAY_RUN: config.run,
                 "index": index,
                 "group_size": config.group_size,
                 "backend": sampler.backend,
                 "dtype": sampler.dtype,
                 "adapter": sampler.adapter,
-                REPLAY_SAMPLING: sampling_record(config.sampling).to_dict(),
                 "limits": dataclasses.asdict(config.limits),
                 "tools": tools,
                 "finish_reason": episode.finish_reason,
                 "error": episode.error,
                 "tool_calls": episode.tool_calls,
                 "tool_errors": episode.tool_errors,
-                REPLAY_SPLIT: scenario.split,
                 "source_trajectory_id": scenario.source_trajectory_id,
                 "expected": scenario.expected,
             }
@@ -196,31 +194,37 @@ def episode_row(
     }
 
 
-def complete_groups(
-    lake: store.Lake | str, group_ids: Sequence[str], group_size: int, *, con: Any = None
-) -> set[str]:
-    """Which of `group_ids` already have all `group_size` trajectories in the lake (`con`: reuse, left open)."""
-    if not group_ids:
-        return set()
-    own = con is None
-    con = con or store.connect(lake, read_only=True)
+def sampled_groups(
+    con: Any, scenario_ids: Sequence[str], policy: str, config: ReplayConfig
+) -> dict[str, str]:
+    """scenario id -> the id of its group already complete in the lake for this replay: sampled by
+    `policy` in run `config.run` at `config.group_size` from the same distribution, found by the
+    typed columns (`replay_run`, `sampling`), so a re-run resumes whichever trajlake named the
+    group. Refuses a lake whose replayed rows predate those columns (`trajlake migrate`)."""
+    if not scenario_ids:
+        return {}
+    store.check_migrated(con, "trajectories")
+    temperature, top_p, top_k = sampling_record(config.sampling).distribution
+    con.register("wanted", pa.table({"scenario_id": pa.array(list(scenario_ids), pa.string())}))
     try:
-        con.register("wanted", _ids_table(group_ids))
-        rows = con.sql(
-            "SELECT t.group_id FROM trajectories t JOIN wanted w ON t.group_id = w.group_id "
-            f"WHERE {store.equals('t.source', 'replay', table='trajectories')} GROUP BY t.group_id HAVING count(*) >= {int(group_size)}"
+        rows = con.execute(
+            "SELECT t.scenario_id, t.group_id FROM trajectories t JOIN wanted w USING (scenario_id) "
+            f"WHERE {store.equals('t.source', 'replay', table='trajectories')} AND t.policy = $policy "
+            "AND t.replay_run = $run AND t.sampling.temperature = $temperature "
+            "AND t.sampling.top_p = $top_p AND t.sampling.top_k = $top_k "
+            "GROUP BY t.scenario_id, t.group_id HAVING count(*) = $size ORDER BY t.group_id",
+            {
+                "policy": policy,
+                "run": config.run,
+                "temperature": temperature,
+                "top_p": top_p,
+                "top_k": top_k,
+                "size": config.group_size,
+            },
         ).fetchall()
-        con.unregister("wanted")
     finally:
-        if own:
-            con.close()
-    return {r[0] for r in rows}
-
-
-def _ids_table(ids: Sequence[str]) -> Any:
-    import pyarrow as pa
-
-    return pa.table({"group_id": pa.array(list(ids), pa.string())})
+        con.unregister("wanted")
+    return dict(rows)
 
 
 # --- the stage ------------------------------------------------------------------------------------
@@ -249,13 +253,12 @@ async def areplay(
             raise ReplaySetupError(
                 f"the scenario selection returned no scenarios: {scenarios}", reason="no_scenarios"
             )
+        done = sampled_groups(con, [s.scenario_id for s in chosen], sampler.policy, config)
         ids = {
-            s.scenario_id: group_id_for(
-                s.scenario_id, sampler.policy, config.run, config.group_size, config.sampling
-            )
+            s.scenario_id: done.get(s.scenario_id)
+            or group_id_for(s.scenario_id, sampler.policy, config.run, config.group_size, config.sampling)
             for s in chosen
         }
-        done = complete_groups(lake, list(ids.values()), config.group_size, con=con)
     finally:
         con.close()
     tools = tools or make_tools()
@@ -271,8 +274,8 @@ async def areplay(
 
     result = ReplayResult()
     started = time.perf_counter()
-    todo = [s for s in chosen if ids[s.scenario_id] not in done]
-    result.skipped_group_ids = [ids[s.scenario_id] for s in chosen if ids[s.scenario_id] in done]
+    todo = [s for s in chosen if s.scenario_id not in done]
+    result.skipped_group_ids = [done[s.scenario_id] for s in chosen if s.scenario_id in done]
 
     buffer: list[list[dict[str, Any]]] = []
     write_lock = asyncio.Lock()

@@ -71,8 +71,18 @@ def test_tiny_model_groups_are_complete_and_token_exact(
         )
         assert json.loads(row["tools"]) == TOOLS
         meta = json.loads(row["metadata"])
-        assert meta["backend"] == "transformers" and meta["sampling"]["max_tokens"] == 12
-        assert meta["expected"]["answer"] % 4 == 0
+        assert meta["backend"] == "transformers" and meta["expected"]["answer"] % 4 == 0
+        # what other stages read back, in typed columns only (no JSON copy in `metadata`)
+        assert row["replay_run"] == "default" and row["scenario_split"] in ("train", "val")
+        assert not {"run", "split", "sampling"} & set(meta)
+        assert row["sampling"] == {
+            "temperature": 1.0,
+            "top_p": 1.0,
+            "top_k": 0,
+            "max_tokens": 12,
+            "seed": 0,
+            "stop_token_ids": [],
+        }
         assert row["turns"], "every replayed trajectory has token data"
         (turn,) = row["turns"]  # an untrained model never writes a valid tool call here
         ids = turn["completion_token_ids"]
@@ -352,7 +362,39 @@ def test_a_new_sampling_distribution_samples_new_groups_and_a_new_seed_does_not(
 
     assert gid(temperature=0.8) != gid(temperature=1.0)  # else GRPO would reuse groups of the old one
     assert gid(temperature=0.8, seed=1) == gid(temperature=0.8, seed=2)  # a re-run resumes
-    assert gid() == group_id_for("sc", "model", "round-1", 4)  # the default distribution: ids as before
+    assert gid() == group_id_for("sc", "model", "round-1", 4)  # no distribution given: the default's
+
+
+def test_a_rerun_resumes_groups_found_by_their_columns_whatever_their_id(
+    lake: store.Lake, tmp_path: Path, tiny_model: Path
+) -> None:
+    # Groups an older trajlake sampled at the default distribution have ids hashed without it;
+    # a re-run finds them by scenario, policy, run, size and `sampling` and samples nothing.
+    _load(lake, tmp_path, count=2)
+    sampler = ScriptedSampler(str(tiny_model), calculator_script)
+    tools = make_tools(["tests.training.helpers:calculator"])
+    config = ReplayConfig(group_size=2)
+    first = replay(lake, "SELECT scenario_id FROM scenarios", sampler, config, tools=tools, progress=False)
+    older = store.Lake(str(tmp_path / "older"))
+    _load(older, tmp_path, count=2)
+    renamed = {g: f"g-older{i:015d}" for i, g in enumerate(first.group_ids)}
+    store.write(
+        older,
+        "trajectories",
+        [
+            {
+                **{k: v for k, v in row.items() if k != "_written_at"},
+                "group_id": renamed[row["group_id"]],
+                "trajectory_id": row["trajectory_id"].replace(row["group_id"], renamed[row["group_id"]]),
+            }
+            for row in _rows(lake)
+        ],
+    )
+    again = replay(older, "SELECT scenario_id FROM scenarios", sampler, config, tools=tools, progress=False)
+    assert again.group_ids == [] and sorted(again.skipped_group_ids) == sorted(renamed.values())
+    hotter = ReplayConfig(group_size=2, sampling=SamplingParams(temperature=0.7))
+    other = replay(older, "SELECT scenario_id FROM scenarios", sampler, hotter, tools=tools, progress=False)
+    assert len(other.group_ids) == 2 and other.skipped_group_ids == []  # another distribution: new groups
 
 
 def test_only_an_evaluations_greedy_replay_may_sample_one_answer_at_temperature_0() -> None:

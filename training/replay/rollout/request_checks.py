@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from store.sampling import TEMPERATURE_RULE, is_temperature
+
 # The seeds torch's and vLLM's generators take (a signed 64-bit integer; `seed + j` for a
 # request's `n` samples stays within the unsigned range torch also accepts).
 SEED_RANGE = (-(2**63), 2**63 - 1)
@@ -88,8 +90,8 @@ def sampling_problem(body: dict[str, Any], max_tokens_limit: int) -> str | None:
     if seed is not None and (not _is_int(seed) or not SEED_RANGE[0] <= seed <= SEED_RANGE[1]):
         return f"`seed` must be an integer from -2**63 to 2**63-1, got {str(seed)[:40]}"
     temperature, top_p = body.get("temperature"), body.get("top_p")
-    if temperature is not None and (not _is_number(temperature) or temperature < 0):
-        return f"`temperature` must be a number from 0, got {str(temperature)[:40]}"
+    if temperature is not None and not is_temperature(temperature):
+        return f"`temperature` must be a number {TEMPERATURE_RULE}, got {str(temperature)[:40]}"
     if top_p is not None and (not _is_number(top_p) or not 0 < top_p <= 1):
         return f"`top_p` must be a number in (0, 1], got {str(top_p)[:40]}"
     top_k = body.get("top_k")

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from store.errors import check_settings
+from store.sampling import TEMPERATURE_RULE, is_temperature
 from training.replay.errors import BadSamplingParams
 
 FinishReason = Literal["stop", "length"]
@@ -58,7 +59,7 @@ class SamplingParams:
         check_settings(
             self,
             ("max_tokens", self.max_tokens >= 1, ">= 1"),
-            ("temperature", self.temperature >= 0, ">= 0"),
+            ("temperature", is_temperature(self.temperature), TEMPERATURE_RULE),
             ("top_p", 0 < self.top_p <= 1, "in (0, 1]"),
             ("top_k", self.top_k >= 0, ">= 0"),
             error=BadSamplingParams,

@@ -173,9 +173,7 @@ def _run_demo(
         f"production trajectories in the lake: {captured.get('trajectories', '?')}"
     )
 
-    start = step(
-        "3/6 Prefect pipeline, night 1: scenarios, SFT, replay/score/GRPO rounds, evaluate, publish"
-    )
+    start = step("3/6 Prefect pipeline, night 1: scenarios, SFT, replay/score/GRPO rounds, evaluate, publish")
     judge = (judge_base_url, judge_model) if judge_base_url and judge_model else None
     config_file = write_demo_config(workdir / "trajlake.toml", lake, model, spec, judge, vllm_url)
     result = run_pipeline(str(config_file), str(lake), rounds=spec.rounds)

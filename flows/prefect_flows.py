@@ -182,7 +182,7 @@ def pipeline_flow(
     steps = _Steps(get_run_logger())
     try:
         run = stages.begin_pipeline_run(config, flow_run.id)
-    except store.LegacyRows as exc:
+    except stages.LegacyRows as exc:  # through `stages`: see `test_the_flow_pickles_by_value`
         # An older lake is the user's to migrate, not a fault of the flow: the run's record says
         # why in one line, and the flow run fails with it (a returned state: no traceback).
         refused = stages.refuse_pipeline_run(config, flow_run.id, exc)

@@ -169,3 +169,16 @@ def test_dask_workers_write_what_threads_write(tmp_path: Path, tiny_model: Path)
     page = out.read_text()
     assert "Adapter lineage" in page and "dask-agent" in page and "class='group'" in page
     assert (Path(threads_lake.root) / "_work" / "report.html").exists()  # the pipeline's own, after its run
+
+
+def test_the_flow_pickles_by_value() -> None:
+    """Under the Dask runner Prefect ships the flow's function to the cluster by value (the module
+    attribute is the `Flow`, not the function), with the modules its code names: a name of
+    `store` there broke every Dask run (`store` is a lazy_loader module, which cloudpickle cannot
+    pickle). The flow names what it needs through `flows.stages`."""
+    import cloudpickle
+
+    from flows.prefect_flows import pipeline_flow
+
+    assert "store" not in pipeline_flow.fn.__code__.co_names
+    assert cloudpickle.loads(cloudpickle.dumps(pipeline_flow.fn)).__name__ == "pipeline_flow"

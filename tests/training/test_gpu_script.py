@@ -62,8 +62,10 @@ print("LOADED " + json.dumps(loaded))
     )
     assert result.returncode == 0, result.stderr[-4000:]
     # no lake stage or lake library loaded: of `store`, only the declarations the trainers use
+    # (errors, the metrics' names, the sampling record and its temperature rule)
     loaded = json.loads(result.stdout.split("LOADED ")[-1])
-    assert "store" in loaded and set(loaded) <= {"store", "store.errors", "store.metrics"}, loaded
+    declarations = {"store", "store.errors", "store.metrics", "store.sampling"}
+    assert "store" in loaded and set(loaded) <= declarations, loaded
     table = (out / "gpu_table.md").read_text()
     for section in ("### GRPO", "### SFT", "### Sampler"):
         assert section in table

@@ -7,7 +7,7 @@ every field of the struct present, so a row never depends on Arrow filling a mis
 
 The assembler (`ingest.assembly.normalize`, compiled with mypyc, where a call into interpreted
 code per message would cost) keeps compiled twins of `lake_message` and `from_openai`;
-tests/ingest/test_message_rules.py holds each twin to this module's output.
+tests/ingest/assembly/normalize/test_message_rules.py holds each twin to this module's output.
 """
 
 from __future__ import annotations

@@ -158,3 +158,26 @@ def s3_lake_at(endpoint: str, bucket: str) -> Lake:
         "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
     }
     return Lake(f"s3://{bucket}/lake", storage_options=options)
+
+
+@pytest.fixture(scope="session")
+def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A real Prefect API for the flow tests (tests/flows, tests/e2e): one temporary harness per
+    session, isolated PREFECT_HOME."""
+    home = tmp_path_factory.mktemp("prefect-home")
+    saved = {
+        k: os.environ.get(k)
+        for k in ("PREFECT_HOME", "PREFECT_SERVER_ANALYTICS_ENABLED", "PREFECT_LOGGING_LEVEL")
+    }
+    os.environ["PREFECT_HOME"] = str(home)
+    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    os.environ["PREFECT_LOGGING_LEVEL"] = "WARNING"
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=180):
+        yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value

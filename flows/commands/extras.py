@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib.util
 
 # Top-level module -> the extra whose requirements install it (pyproject.toml's
-# `[project.optional-dependencies]`; tests/flows/test_extras.py holds the two together).
+# `[project.optional-dependencies]`; tests/flows/commands/test_extras.py holds the two together).
 EXTRA_OF = {
     "torch": "train",
     "transformers": "train",

@@ -257,7 +257,7 @@ JSON_ASCII_ESCAPE = r"\\+u00[2-7][0-9A-Fa-f]"
 # several times faster than the full rules): rows it misses cannot hold a secret the
 # rules would find, rows it hits get the full rules. Secret-named fields need the closing
 # quote and keyword assignments their `=`/`:`, so `gen_ai.usage.input_tokens` on every
-# chat span does not send it down the slow path. `tests/ingest/test_redact_corpus.py`
+# chat span does not send it down the slow path. `tests/reliability/test_redact_corpus.py`
 # checks that every rule's corpus entry passes the prefilter.
 SECRET_PREFILTER = (
     rf"-----BEGIN |:{_URL_SLASHES}[^/\s:@\"\\]*:{_PASSWORD_CHAR}+@|(?i:bearer|basic)[\s+]|Token\s"

@@ -28,7 +28,7 @@ class RunningCollector:
     runtime: Collector
 
 
-# Collector processes a test started (`tests.ingest.test_durability.start`): killed after it.
+# Collector processes a test started (`tests.reliability.test_durability.start`): killed after it.
 STARTED: list[subprocess.Popen[bytes]] = []
 
 

@@ -2,7 +2,7 @@
 
     python -m tests.ingest.frameworks.check_corpus [NAME ...] [--verbose]
 
-The corpus tests (`tests/ingest/test_frameworks.py`) assert the same; this prints, per
+The corpus tests (`tests/ingest/frameworks/test_frameworks.py`) assert the same; this prints, per
 configuration, `OK` or every field that differs (`field: got ... expected ...`) and every
 request the collector did not answer 2xx, which is handy after a re-capture.
 

@@ -1,6 +1,6 @@
 """Replay a recording into the real collector and compare its trajectory with `expected/<config>.json`.
 
-Used by the corpus tests (`tests/ingest/test_frameworks.py`) and the diagnosis script
+Used by the corpus tests (`tests/ingest/frameworks/test_frameworks.py`) and the diagnosis script
 (`check_corpus`): the project's collector runs in-process, served by uvicorn on loopback
 with its lifespan (stopping it flushes and assembles everything); every recorded body is
 POSTed to its recorded path with its recorded Content-Type / Content-Encoding; then

@@ -24,7 +24,7 @@ from ingest.langfuse.errors import (
     MalformedExport,
     RecordProblem,
 )
-from ingest.langfuse.export import ImportReport, import_langfuse_export
+from ingest.langfuse.export.importer import ImportReport, import_langfuse_export
 from ingest.langfuse.pull import PullReport, pull_langfuse
 from ingest.langfuse.spans import observation_to_span, to_span_id, to_trace_id, trace_to_spans
 from ingest.langfuse.watermark import PullState, read_state

@@ -39,6 +39,7 @@ def test_a_served_run_reads_only_lake_tables_whatever_the_config_says(tmp_path: 
     assert served.lake.sql_lake_only is True and served.lake.path == str(tmp_path / "lake")
 
 
+@pytest.mark.slow  # starts a real Prefect server (~10 s): outside the inner loop
 @pytest.mark.usefixtures("prefect_api")
 def test_serve_registers_scheduled_deployments(tmp_path: Path) -> None:
     path = tmp_path / "trajlake.toml"

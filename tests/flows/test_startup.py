@@ -100,6 +100,7 @@ def test_sql_imports_no_heavy_library(lake: store.Lake) -> None:
     assert ran["code"] == 0 and ran["heavy"] == [], ran
 
 
+@pytest.mark.slow  # a real collector process, until it listens (~4 s)
 def test_collect_serves_without_a_heavy_library(tmp_path: Path) -> None:
     # The real collector, until it listens; `-X importtime` names every module it imported.
     with socket.socket() as probe:

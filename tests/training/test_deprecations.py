@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 import store
 from tests.training.train_helpers import msg, stored_groups, traj
 from training.grpo import train_grpo
@@ -18,6 +20,8 @@ from training.replay.scenario_io import load_scenarios
 from training.replay.stage import ReplayConfig, replay
 from training.sft import train_sft
 from training.sft_config import TrajlakeSFTConfig
+
+pytestmark = pytest.mark.slow  # trains (SFT and GRPO steps): outside the inner loop
 
 LIBRARIES = ("transformers", "trl", "peft", "accelerate", "torch")
 

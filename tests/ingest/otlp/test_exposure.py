@@ -46,6 +46,7 @@ def collect(*args: str, env: dict[str, str] | None = None) -> tuple[int | None, 
     return process.returncode, errors
 
 
+@pytest.mark.slow  # a `trajlake collect` process per case (~2 s each)
 @pytest.mark.parametrize(
     ("args", "env"),
     [

@@ -244,9 +244,9 @@ def configuration_reference(config: MkDocsConfig) -> str:
     """One table per TOML table of `flows.config.Settings`, read from the sections' declarations
     (TRL's fields from TRL), as `trajlake config` lists them."""
     from flows.config.keys import describe
+    from flows.config.naming import section_fields
     from flows.config.options import options_of
     from flows.config.root import Settings
-    from flows.config.sources import section_fields
     from flows.config.trainers import TRAINERS
 
     declared = {key: tp for key, _, tp in section_fields(Settings)}

@@ -9,9 +9,9 @@ import typer
 
 from flows.config.errors import ConfigError
 from flows.config.lake import load_lake
+from flows.config.naming import variable_of
 from flows.config.options import configured, value_in_effect
 from flows.config.sections import LakeSettings
-from flows.config.sources import variable_of
 from store import DEFAULT_LAKE, Lake, LakeUnusable, open_lake
 from store.errors import SettingError
 

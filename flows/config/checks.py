@@ -16,8 +16,8 @@ import duckdb
 
 import store
 from flows.config.errors import ConfigError
+from flows.config.naming import config_file
 from flows.config.root import Settings, load_settings, source_of
-from flows.config.sources import config_file
 from judging import RewardSpecError, resolve_reward_key
 from store.errors import SettingError
 from training.replay.errors import ToolSourceError

@@ -15,7 +15,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-from flows.config.sources import declared_variables, section_fields, variable_of
+from flows.config.naming import declared_variables, section_fields, variable_of
 from flows.config.trainers import TRAINERS
 
 

@@ -5,38 +5,21 @@ from __future__ import annotations
 
 import os
 
-from pydantic import ValidationError
-from pydantic_settings import BaseSettings, InitSettingsSource, SettingsConfigDict
-
-from flows.config.errors import ConfigError
+from flows.config.naming import ENV_PREFIX, config_file
 from flows.config.sections import LakeSettings
-from flows.config.sources import ENV_PREFIX, NESTED, DeclaredVariables, Environment, TomlFile, config_file
 
-
-class LakeOnly(BaseSettings):
-    """The `[lake]` table of the settings in effect; the other tables are `Settings`' to check."""
-
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter=NESTED, extra="ignore")
-
-    lake: LakeSettings = LakeSettings()
+# Every variable pydantic-settings would read for `[lake]` starts so (`TRAJLAKE_LAKE`, the lake's
+# folder; `TRAJLAKE_LAKE__SQL_TIMEOUT_S`, ...), in any case: it reads the environment case-blind.
+LAKE_VARIABLES = f"{ENV_PREFIX}LAKE"
 
 
 def load_lake(path: str | os.PathLike[str] | None = None) -> LakeSettings:
     """`[lake]` as in effect: `$TRAJLAKE_LAKE`, the environment, the file, the declared defaults."""
     file = config_file(path)
-    sources = (
-        InitSettingsSource(LakeOnly, {}),
-        DeclaredVariables(LakeOnly),
-        Environment(LakeOnly),
-        TomlFile(LakeOnly, file),
-    )
-    try:
-        return LakeOnly(_build_sources=(sources, {})).lake  # type: ignore[call-arg]  # (as in root.py)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        cause = (error.get("ctx") or {}).get("error")
-        name = getattr(cause, "field", None) or ".".join(str(p) for p in error["loc"][1:])
-        key = f"lake.{name}" if name else "lake"
-        variable = ENV_PREFIX + key.upper().replace(".", NESTED)
-        source = f"${variable}" if variable in os.environ else str(file) if file else "default"
-        raise ConfigError(key, str(cause) if cause else error["msg"], source) from None
+    if file is None and not any(name.upper().startswith(LAKE_VARIABLES) for name in os.environ):
+        # Nothing for pydantic-settings to read: `[lake]` is its declared defaults, and `trajlake
+        # sql` does not import pydantic-settings (a third of its start-up: bench/startup.py).
+        return LakeSettings()
+    from flows.config.lake_sources import read_lake  # pydantic-settings: only with a source to read
+
+    return read_lake(file)

@@ -23,7 +23,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from flows.config.errors import ConfigError
 from flows.config.keys import first_sentence
-from flows.config.sources import dataclass_fields, lookup
+from flows.config.naming import dataclass_fields, lookup
 from flows.config.trainers import TRAIN_FLAGS, TRAINERS
 
 

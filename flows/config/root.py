@@ -27,6 +27,7 @@ from pydantic import ValidationError, model_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from flows.config.errors import ConfigError
+from flows.config.naming import ENV_PREFIX, NESTED, config_file, lookup, section_fields, variable_of
 from flows.config.sections import (
     EvaluateSettings,
     LakeSettings,
@@ -35,17 +36,7 @@ from flows.config.sections import (
     ScoreSettings,
     Selections,
 )
-from flows.config.sources import (
-    ENV_PREFIX,
-    NESTED,
-    DeclaredVariables,
-    Environment,
-    TomlFile,
-    config_file,
-    lookup,
-    section_fields,
-    variable_of,
-)
+from flows.config.sources import DeclaredVariables, Environment, TomlFile
 from flows.config.trainers import TrainSettings
 from ingest.langfuse.config import LangfuseConfig, PullFilters
 from ingest.otlp.config import CollectorConfig

@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from store.delta_log import earliest_version
 from store.errors import DataErased
@@ -74,6 +73,9 @@ class TableStats:
 
 def table_stats(lake: Lake | str | os.PathLike[str]) -> list[TableStats]:
     """Stats for every table of the lake, empty tables included (read from the logs, no data scanned)."""
+    # pyarrow.compute generates its functions' wrappers when imported (~40 ms): `trajlake sql`,
+    # which opens this module's snapshots, does not pay for what only `trajlake tables` uses.
+    import pyarrow.compute as pc
     from deltalake import DeltaTable
 
     lake = Lake.of(lake)

@@ -24,6 +24,9 @@ import store
 from flows.cli import SUMMARIES, TrajlakeGroup, app
 from flows.commands import LazyGroup
 from flows.commands.train_cmds import TrainGroup
+from flows.config.lake import load_lake
+from flows.config.lake_sources import read_lake
+from flows.config.sections import LakeSettings
 from tests.store.helpers import make_traj
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -146,3 +149,43 @@ def test_each_listed_summary_is_the_commands_own(group: type[LazyGroup]) -> None
         if name in group.summaries:
             assert group.summaries[name] == loaded.get_short_help_str(limit=10_000), name
     assert SUMMARIES is TrajlakeGroup.summaries
+
+
+def test_sql_with_nothing_to_read_loads_no_settings_library(lake: store.Lake) -> None:
+    """With no trajlake.toml and no `TRAJLAKE_LAKE*` variable, `[lake]` is its declared defaults:
+    `trajlake sql` imports neither pydantic-settings nor fsspec, nor pyarrow.compute (together
+    half its start-up beyond duckdb and pyarrow; bench/startup.py)."""
+    store.write(lake, "trajectories", [make_traj(i) for i in range(3)])
+    (ran,) = run_in_one_process(
+        ["sql", "SELECT count(*) FROM trajectories", "--lake", lake.root],
+        heavy=("pydantic_settings", "fsspec", "pyarrow.compute"),
+    )
+    assert ran["code"] == 0 and ran["heavy"] == [], ran
+
+
+@pytest.mark.parametrize(
+    ("file_text", "variables"),
+    [
+        ("", {}),
+        ("[lake]\nsql_timeout_s = 5\nsql_lake_only = true\n", {}),
+        ("", {"TRAJLAKE_LAKE__SQL_TIMEOUT_S": "7"}),
+        ("", {"trajlake_lake__sql_memory_limit": "1GB"}),  # pydantic-settings reads variables case-blind
+        ("[lake]\nsql_timeout_s = 5\n", {"TRAJLAKE_LAKE": "/elsewhere", "TRAJLAKE_LAKE__SQL_TIMEOUT_S": "9"}),
+    ],
+)
+def test_lake_settings_are_the_same_read_either_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, file_text: str, variables: dict[str, str]
+) -> None:
+    """`load_lake` skips pydantic-settings only when it would read nothing: what it returns is
+    always what pydantic-settings reads from the same sources."""
+    monkeypatch.chdir(tmp_path)
+    if file_text:
+        (tmp_path / "trajlake.toml").write_text(file_text)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    file = tmp_path / "trajlake.toml" if file_text else None
+    assert load_lake() == read_lake(file)
+    if not file_text and not variables:
+        assert load_lake() == LakeSettings()
+    else:
+        assert load_lake() != LakeSettings()

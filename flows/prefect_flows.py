@@ -36,7 +36,6 @@ from flows import progress, stages
 from flows.config.checks import load_config
 from flows.config.root import Settings
 from flows.config.sections import Selections
-from store.lake import Lake
 
 if TYPE_CHECKING:
     import judging
@@ -130,7 +129,7 @@ def ingest_flow(
 
 def _replay(
     config: Settings,
-    lake: Lake,
+    lake: store.Lake,
     select: Selections,
     adapter: str | None,
     round_number: int,
@@ -158,7 +157,7 @@ def _replay(
     return stages.merge_shards([future.result() for future in futures])
 
 
-def _score(config: Settings, lake: Lake, group_ids: list[str] | None) -> stages.RoundScores:
+def _score(config: Settings, lake: store.Lake, group_ids: list[str] | None) -> stages.RoundScores:
     """Each reward (and with `replay_shards`, each shard of the groups) as its own task, concurrently
     under the flow's task runner, then the combination."""
     rewards = stages.rewards_to_score(config.score)
@@ -249,7 +248,12 @@ class _Steps:
 
 
 def _pipeline_steps(
-    config: Settings, lake: Lake, run: store.PipelineRun, rounds: int, force_publish: bool, timed: _Steps
+    config: Settings,
+    lake: store.Lake,
+    run: store.PipelineRun,
+    rounds: int,
+    force_publish: bool,
+    timed: _Steps,
 ) -> dict[str, Any]:
     """`pipeline_flow`'s steps after the run's record began (any exception marks the run failed)."""
     logger = timed.logger
@@ -392,7 +396,7 @@ def _pipeline_steps(
     return result
 
 
-def _report(config: Settings, lake: Lake, timed: _Steps) -> stages.PipelineReport:
+def _report(config: Settings, lake: store.Lake, timed: _Steps) -> stages.PipelineReport:
     """The lake's report after the run, linked from an artifact."""
     report: stages.PipelineReport = timed(
         "report", report_task, lake, sampler=config.sampler, pipeline=config.pipeline, score=config.score

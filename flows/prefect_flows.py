@@ -1,7 +1,8 @@
 """Prefect flows: thin wiring of the stage functions in `flows.stages` into scheduled runs.
 
 Each flow loads the configuration (a `trajlake.toml` path plus environment overrides:
-deployments pass only JSON-able parameters), calls stage functions as tasks, and
+deployments pass only JSON-able parameters), opens its lake once (`stages.lake_of`), calls
+stage functions as tasks with that lake and the sections of the settings each reads, and
 publishes artifacts. No transformation logic lives here.
 
 Retries go where a retry can help: pulling from Langfuse (network) and scoring (judge
@@ -34,6 +35,7 @@ import store
 from flows import progress, stages
 from flows.config.checks import load_config
 from flows.config.root import Settings
+from flows.config.sections import Selections
 
 if TYPE_CHECKING:
     import judging
@@ -88,15 +90,15 @@ _network: dict[str, Any] = {
 _local: dict[str, Any] = {"cache_policy": NO_CACHE}
 
 # `task(name=...)(fn)` rather than `task(fn, name=...)`: the same task, and typed by Prefect's stubs
-pull_langfuse_task = task(name="pull-langfuse", **_network)(stages.pull_langfuse)
+pull_langfuse_task = task(name="pull-langfuse", **_network)(stages.pull_langfuse_stage)
 assemble_task = task(name="assemble", **_local)(stages.assemble_pending)
-retention_task = task(name="retention", **_local)(stages.apply_retention)
+retention_task = task(name="retention", **_local)(stages.retention_stage)
 scenarios_task = task(name="scenarios", **_local)(stages.make_scenarios)
 replay_task = task(name="replay", **_local)(stages.replay_round)
 score_reward_task = task(name="score", **_network)(stages.score_reward)
 finish_scoring_task = task(name="combine-rewards", **_local)(stages.finish_scoring)
-sft_task = task(name="train-sft", **_local)(stages.train_sft)
-grpo_task = task(name="train-grpo", **_local)(stages.train_grpo)
+sft_task = task(name="train-sft", **_local)(stages.sft_stage)
+grpo_task = task(name="train-grpo", **_local)(stages.grpo_stage)
 evaluate_task = task(name="evaluate", **_local)(stages.evaluate_adapter)
 publish_task = task(name="publish", **_local)(stages.publish_adapter)
 report_task = task(name="report", **_local)(stages.write_pipeline_report)
@@ -114,42 +116,58 @@ def ingest_flow(
     `sql_lake_only` forces `lake.sql_lake_only` on whatever the config says (`trajlake serve`'s runs).
     """
     config = _config(config_file, lake, sql_lake_only)
+    the_lake = stages.lake_of(config.lake)
     counts = {"langfuse_trajectories": 0}
     if config.pipeline.langfuse:
-        counts["langfuse_trajectories"] = pull_langfuse_task(config)
-    counts["assembled_trajectories"] = assemble_task(config)
-    counts["retention_erased_trajectories"] = retention_task(config)
+        counts["langfuse_trajectories"] = pull_langfuse_task(the_lake, config.langfuse)
+    counts["assembled_trajectories"] = assemble_task(the_lake)
+    counts["retention_erased_trajectories"] = retention_task(the_lake, config.retention)
     get_run_logger().info("ingest: %s", ", ".join(f"{k} {v}" for k, v in counts.items()))
     create_table_artifact([{"stage": k, "rows": v} for k, v in counts.items()], key="trajlake-ingest")
     return counts
 
 
-def _replay(config: Settings, adapter: str | None, round_number: int, draw: int = 0) -> stages.PolicyReplay:
-    """A round's replay: one task, or `pipeline.replay_shards` tasks by scenario (on the runner's
-    workers), their results merged."""
+def _replay(
+    config: Settings,
+    lake: store.Lake,
+    select: Selections,
+    adapter: str | None,
+    round_number: int,
+    draw: int = 0,
+) -> stages.PolicyReplay:
+    """A round's replay of the scenarios `select` picks: one task, or `pipeline.replay_shards` tasks
+    by scenario (on the runner's workers), their results merged."""
     shards = config.pipeline.replay_shards
+    replaying = stages.ReplaySections.of(config)
     if shards <= 1:
-        return replay_task(config, adapter, round_number, draw)
+        return replay_task(
+            lake, adapter, round_number, draw, select=select, pipeline=config.pipeline, replaying=replaying
+        )
     futures = replay_task.map(
-        unmapped(config),
+        unmapped(lake),
         unmapped(adapter),
         unmapped(round_number),
         unmapped(draw),
         range(shards),
         unmapped(shards),
+        select=unmapped(select),
+        pipeline=unmapped(config.pipeline),
+        replaying=unmapped(replaying),
     )
     return stages.merge_shards([future.result() for future in futures])
 
 
-def _score(config: Settings, group_ids: list[str] | None) -> stages.RoundScores:
+def _score(config: Settings, lake: store.Lake, group_ids: list[str] | None) -> stages.RoundScores:
     """Each reward (and with `replay_shards`, each shard of the groups) as its own task, concurrently
     under the flow's task runner, then the combination."""
-    rewards = stages.rewards_to_score(config)
+    rewards = stages.rewards_to_score(config.score)
     chunks = stages.shard_groups(group_ids, config.pipeline.replay_shards)
     pairs = [(reward, chunk) for reward in rewards for chunk in chunks]
-    futures = score_reward_task.map(unmapped(config), [r for r, _ in pairs], [c for _, c in pairs])
+    futures = score_reward_task.map(
+        unmapped(lake), [r for r, _ in pairs], [c for _, c in pairs], judge=unmapped(config.judge)
+    )
     runs = [future.result() for future in futures]
-    stats = finish_scoring_task(config, group_ids)
+    stats = finish_scoring_task(lake, group_ids, score=config.score)
     create_table_artifact(
         stages.merge_score_rows(runs), key="trajlake-score", description="Scorers run on the replayed groups"
     )
@@ -177,15 +195,18 @@ def pipeline_flow(
     from prefect.runtime import flow_run
 
     config = _config(config_file, lake, sql_lake_only)
-    stages.loadable_base_model(config)  # no base model: stop before ingesting or training anything
+    stages.loadable_base_model(config.sampler)  # no base model: stop before ingesting or training anything
+    the_lake = stages.lake_of(config.lake)
     progress.log_at_info()  # the trainers' loss lines reach the run's log (and a console that shows them)
     steps = _Steps(get_run_logger())
     try:
-        run = stages.begin_pipeline_run(config, flow_run.id)
+        run = stages.begin_pipeline_run(
+            the_lake, flow_run.id, pipeline=config.pipeline, publish=config.publish
+        )
     except stages.LegacyRows as exc:  # through `stages`: see `test_the_flow_pickles_by_value`
         # An older lake is the user's to migrate, not a fault of the flow: the run's record says
         # why in one line, and the flow run fails with it (a returned state: no traceback).
-        refused = stages.refuse_pipeline_run(config, flow_run.id, exc)
+        refused = stages.refuse_pipeline_run(the_lake, flow_run.id, exc, pipeline=config.pipeline)
         steps.logger.error("pipeline run %s failed at %s", refused.run_id, refused.error)
         return Failed(message=str(exc))  # type: ignore[return-value]  # Prefect's way to fail a run
     steps.logger.info(
@@ -195,11 +216,11 @@ def pipeline_flow(
         f"what is new since {run.since}" if run.since else "everything selected",
     )
     try:
-        return _pipeline_steps(config, run, rounds or config.pipeline.rounds, force_publish, steps)
+        return _pipeline_steps(config, the_lake, run, rounds or config.pipeline.rounds, force_publish, steps)
     except Exception as exc:
         latest = steps.run or run
         if latest.status != "finished":  # the report after a finished run failing leaves it finished
-            failed = stages.fail_pipeline_run(config, latest, steps.current, exc)
+            failed = stages.fail_pipeline_run(the_lake, latest, steps.current, exc)
             steps.logger.error("pipeline run %s failed at %s", failed.run_id, failed.error)
         raise
 
@@ -227,17 +248,22 @@ class _Steps:
 
 
 def _pipeline_steps(
-    config: Settings, run: store.PipelineRun, rounds: int, force_publish: bool, timed: _Steps
+    config: Settings,
+    lake: store.Lake,
+    run: store.PipelineRun,
+    rounds: int,
+    force_publish: bool,
+    timed: _Steps,
 ) -> dict[str, Any]:
     """`pipeline_flow`'s steps after the run's record began (any exception marks the run failed)."""
     logger = timed.logger
     if config.pipeline.langfuse:
-        timed("pull langfuse", pull_langfuse_task, config)
-    timed("assemble", assemble_task, config)
-    scenarios = timed("scenarios", scenarios_task, config)
-    run = timed.run = stages.mark_data_seen(config, run)
-    learning = stages.learning_config(config, run)
-    run = timed.run = stages.learned_from(learning, run)
+        timed("pull langfuse", pull_langfuse_task, lake, config.langfuse)
+    timed("assemble", assemble_task, lake)
+    scenarios = timed("scenarios", scenarios_task, lake, select=config.select, scenarios=config.scenarios)
+    run = timed.run = stages.mark_data_seen(lake, run)
+    learning = stages.learning_selections(run, config.select)  # `select` kept to the run's window
+    run = timed.run = stages.record_learned_from(lake, run, select=learning)
     logger.info("learns from %s", run.learned_from)
     # the flow's result is JSON-able but for the run's record (Prefect keeps it; the demo reads it)
     result: dict[str, Any] = {
@@ -247,27 +273,44 @@ def _pipeline_steps(
         "scenarios": asdict(scenarios),
         "learned_from": run.learned_from,
     }
-    reason = stages.nothing_to_learn(learning, run)
+    reason = stages.nothing_to_learn(lake, run, select=learning)
     if reason:
-        run = timed.run = stages.finish_pipeline_run(config, run, trained=[], decision=reason)
+        run = timed.run = stages.finish_pipeline_run(
+            lake, run, pipeline=config.pipeline, trained=[], decision=reason
+        )
         logger.info(reason)
         progress.decision(reason)
-        return {**result, "run": run, "report": _report(config, timed).path, "timings": timed.timings}
+        return {**result, "run": run, "report": _report(config, lake, timed).path, "timings": timed.timings}
 
     trained: list[TrainResult] = []
     adapter = run.start_adapter_path
     sft_adapter = None
     if run.sft:
-        trained.append(timed("sft", sft_task, learning, run.run_id, 0, adapter))
+        trained.append(
+            timed(
+                "sft",
+                sft_task,
+                lake,
+                run.run_id,
+                0,
+                adapter,
+                select=learning,
+                train=config.train,
+                sampler=config.sampler,
+                pipeline=config.pipeline,
+            )
+        )
         adapter = sft_adapter = trained[-1].adapter_dir
     round_adapters: list[str] = []
     for round_number in range(1, rounds + 1):
         replayed, scored = stages.sample_round(
-            learning,
             adapter,
             round_number,
-            replay=lambda *args, n=round_number: timed(f"round {n}: replay", _replay, *args),
-            score=lambda *args, n=round_number: timed(f"round {n}: score", _score, *args),
+            pipeline=config.pipeline,
+            replay=lambda policy, n, draw: timed(
+                f"round {n}: replay", _replay, config, lake, learning, policy, n, draw
+            ),
+            score=lambda ids, n: timed(f"round {n}: score", _score, config, lake, ids),
         )
         summary = stages.RoundSummary.of(round_number, replayed, scored.stats)
         result["rounds"].append(asdict(summary))
@@ -277,7 +320,19 @@ def _pipeline_steps(
         if config.pipeline.grpo:
             step = f"round {round_number}: grpo"
             trained.append(
-                timed(step, grpo_task, learning, run.run_id, adapter, round_number, replayed.group_ids)
+                timed(
+                    step,
+                    grpo_task,
+                    lake,
+                    run.run_id,
+                    adapter,
+                    round_number,
+                    replayed.group_ids,
+                    train=config.train,
+                    score=config.score,
+                    sampler=config.sampler,
+                    pipeline=config.pipeline,
+                )
             )
             adapter = trained[-1].adapter_dir
             round_adapters.append(adapter)
@@ -296,9 +351,30 @@ def _pipeline_steps(
             if config.evaluate.stages
             else None
         )
-        evaluation = timed("evaluate", evaluate_task, config, adapter, curve)
+        evaluation = timed(
+            "evaluate",
+            evaluate_task,
+            lake,
+            adapter,
+            curve,
+            publish=config.publish,
+            evaluate=config.evaluate,
+            select=config.select,
+            score=config.score,
+            judge=config.judge,
+            replaying=stages.ReplaySections.of(config),
+        )
         publication = timed(
-            "publish", publish_task, config, adapter, evaluation, force_publish, stages.origin_of(run)
+            "publish",
+            publish_task,
+            lake,
+            adapter,
+            evaluation,
+            force_publish,
+            stages.origin_of(run),
+            pipeline=config.pipeline,
+            publish=config.publish,
+            sampler=config.sampler,
         )
         if publication.published:
             record = stages.publication_record(publication.published)
@@ -308,20 +384,23 @@ def _pipeline_steps(
         progress.decision(publication.decision)
         result.update(evaluation=evaluation.to_dict(), adapter=adapter, decision=publication.decision)
     run = timed.run = stages.finish_pipeline_run(
-        config,
+        lake,
         run,
+        pipeline=config.pipeline,
         trained=trained,
         publication=publication,
         evaluation=evaluation,
         decision=None if trained else "nothing trained: `pipeline.sft` and `pipeline.grpo` are off",
     )
-    result.update(run=run, report=_report(config, timed).path, timings=timed.timings)
+    result.update(run=run, report=_report(config, lake, timed).path, timings=timed.timings)
     return result
 
 
-def _report(config: Settings, timed: _Steps) -> stages.PipelineReport:
+def _report(config: Settings, lake: store.Lake, timed: _Steps) -> stages.PipelineReport:
     """The lake's report after the run, linked from an artifact."""
-    report: stages.PipelineReport = timed("report", report_task, config)
+    report: stages.PipelineReport = timed(
+        "report", report_task, lake, sampler=config.sampler, pipeline=config.pipeline, score=config.score
+    )
     create_markdown_artifact(
         f"## [The run's report]({Path(report.path).resolve().as_uri()})\n\n"
         f"`{report.path}`: the pipeline's runs and their decisions, learning per stage, reward per "

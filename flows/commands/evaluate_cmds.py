@@ -82,7 +82,14 @@ def evaluate(
     scenario with every policy before it. The table is recorded as an `eval` run in `runs`
     (`trajlake report --eval-run ID` shows it); no adapter is published and no alias moves.
     """
-    from flows.stages import StageError, base_model, compare_policies, default_policies
+    from flows.stages import (
+        ReplaySections,
+        StageError,
+        base_model,
+        compare_policies,
+        default_policies,
+        lake_of,
+    )
 
     try:
         settings = load_config(config).with_lake(lake)
@@ -95,9 +102,19 @@ def evaluate(
         }
         if overrides:
             settings = settings.with_values("evaluate", **overrides)
-        base_model(settings)
+        base_model(settings.sampler)
+        the_lake = lake_of(settings.lake)
         quiet_libraries()
-        evaluation = compare_policies(settings, policies or default_policies(settings), production=production)
+        evaluation = compare_policies(
+            the_lake,
+            policies or default_policies(the_lake, settings.publish),
+            production=production,
+            evaluate=settings.evaluate,
+            select=settings.select,
+            score=settings.score,
+            judge=settings.judge,
+            replaying=ReplaySections.of(settings),
+        )
     except (ConfigError, StageError) as exc:
         raise fail(str(exc), 2) from None
     if as_json:

@@ -54,7 +54,7 @@ def _configure(config: str | None, lake: str | None) -> Any:
 
     try:
         cfg = load_config(config).with_lake(lake)
-        base_model(cfg)
+        base_model(cfg.sampler)
     except (ConfigError, StageError) as exc:
         raise fail(str(exc), 2) from None
     _prefect_defaults(Path(cfg.lake.path).absolute().parent / ".prefect")
@@ -77,7 +77,7 @@ def pipeline(
     from flows.stages.common import StageError, loadable_base_model
 
     try:
-        loadable_base_model(cfg)
+        loadable_base_model(cfg.sampler)
         store.require_migrated(cfg.lake.path)  # before Prefect starts: an older lake, one line
     except (StageError, store.LegacyRows) as exc:
         raise fail(str(exc), 2) from None

@@ -67,7 +67,7 @@ def publish_command(
     refused candidate is not published at all (as a pipeline run's). Every gate decision is
     recorded in `runs` (stage `publish`) and listed in the report's pipeline runs.
     """
-    from flows.stages.evaluate import record_gate_decision
+    from flows.stages.evaluate import record_publish_decision
     from training.errors import PromotionRefused, TrainingError
     from training.publish import publish as publish_version
     from training.run import read_run_record
@@ -83,12 +83,12 @@ def publish_command(
         )
     except PromotionRefused as exc:  # the gate refused: nothing published, the decision recorded
         if gate is not None:
-            record_gate_decision(the_lake, str(adapter_dir), gate, None, config.name)
+            record_publish_decision(the_lake, str(adapter_dir), gate, None, config.name)
         raise fail(str(exc)) from None
     except TrainingError as exc:
         raise fail(str(exc)) from None
     if gate is not None:  # every gate decision is in `runs`, and the report's pipeline runs show it
-        record_gate_decision(the_lake, str(adapter_dir), gate, published, config.name)
+        record_publish_decision(the_lake, str(adapter_dir), gate, published, config.name)
     typer.echo(f"published {published.ref} -> {published.path}")
     typer.echo(f"  aliases: {', '.join(published.aliases) or 'none'}")
     if published.gate:
@@ -120,7 +120,7 @@ def _evaluate(
         return None
     from flows.config.checks import load_config
     from flows.config.errors import ConfigError
-    from flows.stages import StageError
+    from flows.stages import ReplaySections, StageError, lake_of
     from flows.stages.evaluate import evaluate_adapter, gate_of
     from judging import RewardSpecError, resolve_reward_key
 
@@ -137,7 +137,17 @@ def _evaluate(
             .with_values("select", evaluate=scenarios)
             .with_values("publish", name=name)
         )
-        return gate_of(evaluate_adapter(config, str(adapter_dir)), forced=force)
+        evaluation = evaluate_adapter(
+            lake_of(config.lake),
+            str(adapter_dir),
+            publish=config.publish,
+            evaluate=config.evaluate,
+            select=config.select,
+            score=config.score,
+            judge=config.judge,
+            replaying=ReplaySections.of(config),
+        )
+        return gate_of(evaluation, forced=force)
     except (ConfigError, StageError, RewardSpecError) as exc:
         raise fail(str(exc), 2) from None
 

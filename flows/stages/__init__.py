@@ -1,8 +1,10 @@
 """Stage functions: one per step of the loop, each turning the configuration into library calls.
 
 These are what the Prefect tasks run (`flows.prefect_flows`), what the commands reuse,
-and what tests call directly. Each takes the validated `Settings`, calls one
-library function of `ingest`, `training` or `judging` with the config objects those
+and what tests call directly. Each takes the lake the flow opened once (`lake_of`) and the
+sections of the validated `Settings` it reads, as keywords named after their tables
+(`select=settings.select`; the three every replay reads travel as one `ReplaySections`), calls
+one library function of `ingest`, `training` or `judging` with the config objects those
 libraries declare, and returns a small dataclass: the library's own result where it has
 one (`judging`'s `ScoreSummary` and `RewardStats`, `training`'s `TrainResult` and
 `PublishedAdapter`), else one declared beside the stage. Callers read attributes; only the
@@ -19,24 +21,25 @@ from flows.stages.evaluate import (
     evaluate_adapter,
     publication_record,
     publish_adapter,
-    record_gate_decision,
+    record_publish_decision,
     stage_policies,
 )
-from flows.stages.ingest import apply_retention, assemble_pending, pull_langfuse
+from flows.stages.ingest import assemble_pending, pull_langfuse_stage, retention_stage
 from flows.stages.pipeline_run import (
     begin_pipeline_run,
     fail_pipeline_run,
     finish_pipeline_run,
-    learned_from,
-    learning_config,
+    learning_selections,
     mark_data_seen,
     nothing_to_learn,
     origin_of,
+    record_learned_from,
     refuse_pipeline_run,
     scenarios_to_learn,
 )
 from flows.stages.replay import (
     PolicyReplay,
+    ReplaySections,
     RoundSummary,
     ScenarioCounts,
     make_scenarios,
@@ -54,7 +57,7 @@ from flows.stages.score import (
     score_round,
     shard_groups,
 )
-from flows.stages.train import train_grpo, train_sft
+from flows.stages.train import grpo_stage, sft_stage
 from store import LegacyRows  # what `begin_pipeline_run` raises for a lake to migrate
 
 __all__ = [
@@ -62,11 +65,11 @@ __all__ = [
     "PipelineReport",
     "PolicyReplay",
     "Publication",
+    "ReplaySections",
     "RoundScores",
     "RoundSummary",
     "ScenarioCounts",
     "StageError",
-    "apply_retention",
     "assemble_pending",
     "base_model",
     "begin_pipeline_run",
@@ -76,9 +79,9 @@ __all__ = [
     "fail_pipeline_run",
     "finish_pipeline_run",
     "finish_scoring",
+    "grpo_stage",
     "lake_of",
-    "learned_from",
-    "learning_config",
+    "learning_selections",
     "loadable_base_model",
     "make_scenarios",
     "mark_data_seen",
@@ -88,20 +91,21 @@ __all__ = [
     "origin_of",
     "publication_record",
     "publish_adapter",
-    "pull_langfuse",
-    "record_gate_decision",
+    "pull_langfuse_stage",
+    "record_learned_from",
+    "record_publish_decision",
     "refuse_pipeline_run",
     "replay_round",
+    "retention_stage",
     "rewards_to_score",
     "run_dir",
     "sample_round",
     "scenarios_to_learn",
     "score_reward",
     "score_round",
+    "sft_stage",
     "shard_groups",
     "stage_policies",
-    "train_grpo",
-    "train_sft",
     "work_dir",
     "write_pipeline_report",
 ]

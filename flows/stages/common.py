@@ -1,4 +1,7 @@
-"""What every stage resolves the same way: the lake, the base model, the working folders."""
+"""What every stage resolves the same way: the lake, the base model, the working folders.
+
+Stages take the sections of the settings they read (`settings.select`, `settings.pipeline`, ...),
+never the whole `Settings`, and the lake the flow opened once (`lake_of`)."""
 
 from __future__ import annotations
 
@@ -6,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import store
-from flows.config.root import Settings
+from flows.config.sections import LakeSettings, PipelineSettings
+from training.replay.samplers import SamplerConfig
 
 
 class StageError(store.SettingError):
@@ -16,23 +20,23 @@ class StageError(store.SettingError):
         super().__init__(f"`{key}`: {detail}", field=key)
 
 
-def lake_of(config: Settings) -> store.Lake:
-    """The configured lake, checked as every command checks its `--lake` (`store.open_lake`)."""
-    settings = config.lake
+def lake_of(settings: LakeSettings) -> store.Lake:
+    """The lake `[lake]` names, checked as every command checks its `--lake` (`store.open_lake`):
+    how a flow (or a command running stages) opens its lake, once, for every stage it runs."""
     try:
         return store.open_lake(settings.path, sql_lake_only=settings.sql_lake_only)
     except store.LakeUnusable as exc:
         raise StageError("lake.path", str(exc)) from None
 
 
-def base_model(config: Settings) -> str:
+def base_model(sampler: SamplerConfig) -> str:
     """The configured base model (`sampler.model`); unset, a `StageError` naming the setting.
 
     There is no fallback: a pipeline without a base model would train and publish an
     adapter of some stand-in model, which is worse than not running. The demo and the
     tests name their tiny model explicitly.
     """
-    model = config.sampler.model
+    model = sampler.model
     if not model:
         raise StageError(
             "sampler.model",
@@ -42,12 +46,12 @@ def base_model(config: Settings) -> str:
     return str(model)
 
 
-def loadable_base_model(config: Settings) -> str:
+def loadable_base_model(sampler: SamplerConfig) -> str:
     """`base_model`, checked to load before a run ingests, rewrites or trains anything."""
     from training.errors import TrainingError
     from training.run import check_base_model
 
-    model = base_model(config)
+    model = base_model(sampler)
     try:
         check_base_model(model)
     except TrainingError as exc:
@@ -55,16 +59,15 @@ def loadable_base_model(config: Settings) -> str:
     return model
 
 
-def sampler_for(config: Settings, adapter: str | None) -> Any:
+def sampler_for(sampler: SamplerConfig, adapter: str | None) -> Any:
     """The configured sampler on the base model, sampling through `adapter` (None: the base model)."""
-    return config.sampler.build(adapter, model=base_model(config))
+    return sampler.build(adapter, model=base_model(sampler))
 
 
-def work_dir(config: Settings, *parts: str) -> Path:
+def work_dir(lake: store.Lake, pipeline: PipelineSettings, *parts: str) -> Path:
     """Checkpoints and adapters: `pipeline.work_dir`, else `<lake>/_work` (kept out of the tables)."""
-    lake = lake_of(config)
-    if config.pipeline.work_dir:
-        root = Path(config.pipeline.work_dir)
+    if pipeline.work_dir:
+        root = Path(pipeline.work_dir)
     elif lake.is_local:
         root = Path(lake.root) / "_work"
     else:
@@ -74,8 +77,8 @@ def work_dir(config: Settings, *parts: str) -> Path:
     return root.joinpath(*parts)
 
 
-def run_dir(config: Settings, pipeline_run: str, *parts: str) -> Path:
+def run_dir(lake: store.Lake, pipeline: PipelineSettings, pipeline_run: str, *parts: str) -> Path:
     """A pipeline run's own folder of checkpoints and adapters: `<work>/<pipeline run id>/...`."""
     if not pipeline_run:
         raise StageError("pipeline_run", "no pipeline run id: a training stage needs its run's folder")
-    return work_dir(config, pipeline_run, *parts)
+    return work_dir(lake, pipeline, pipeline_run, *parts)

@@ -25,10 +25,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import store
-from flows.config.root import Settings
-from flows.stages.common import StageError, base_model, lake_of
-from flows.stages.replay import replay_policy
+from flows.config.sections import EvaluateSettings, PipelineSettings, ScoreSettings, Selections
+from flows.stages.common import StageError, base_model
+from flows.stages.replay import ReplaySections, replay_policy
 from flows.stages.score import score_reward
+from judging.config import JudgeConfig
+from training.publish import PublishConfig
+from training.replay.samplers import SamplerConfig
 
 if TYPE_CHECKING:
     import judging
@@ -39,20 +42,20 @@ SFT = "sft"
 REFERENCES = (BASE, SFT)  # every later stage is also compared with these, paired
 
 
-def evaluation_reward(config: Settings) -> str:
+def evaluation_reward(*, score: ScoreSettings, evaluate: EvaluateSettings) -> str:
     """The spec of the success metric: `evaluate.reward`, else `score.reward` when it is one reward
     that is scored, else the first scored reward (each written as a spec or a scored reward's name)."""
     from judging import RewardSpecError, resolve_reward_key
 
-    rewards = config.score.rewards
-    if config.evaluate.reward:
+    rewards = score.rewards
+    if evaluate.reward:
         try:
-            return resolve_reward_key(config.evaluate.reward, rewards)[0]
+            return resolve_reward_key(evaluate.reward, rewards)[0]
         except RewardSpecError as exc:
             raise StageError("evaluate.reward", str(exc)) from None
-    if config.score.reward != "combined":
+    if score.reward != "combined":
         try:
-            spec = resolve_reward_key(config.score.reward, rewards, combined=bool(config.score.weights))[0]
+            spec = resolve_reward_key(score.reward, rewards, combined=bool(score.weights))[0]
         except RewardSpecError as exc:
             raise StageError("score.reward", str(exc)) from None
         if spec in rewards:
@@ -87,23 +90,32 @@ def stage_policies(
 
 
 def evaluate_adapter(
-    config: Settings, adapter: str, stages: list[tuple[str, str | None]] | None = None
+    lake: store.Lake,
+    adapter: str,
+    stages: list[tuple[str, str | None]] | None = None,
+    *,
+    publish: PublishConfig,
+    evaluate: EvaluateSettings,
+    select: Selections,
+    score: ScoreSettings,
+    judge: JudgeConfig,
+    replaying: ReplaySections,
 ) -> judging.Evaluation:
-    """Val success of `adapter` against the production adapter (or the base model), paired by scenario;
-    with `stages`, every one of them too (the learning curve), each policy replayed once."""
+    """Val success of `adapter` against the production adapter under `publish.name` (or the base
+    model), paired by scenario; with `stages`, every one of them too (the learning curve), each policy
+    replayed once (`measurer`)."""
     import judging
     from training.errors import AdapterNotFound
     from training.registry import PRODUCTION, resolve_adapter
 
     if not adapter:
         raise StageError("adapter", "no adapter to evaluate: train one first (`trajlake train sft|grpo`)")
-    lake = lake_of(config)
-    name = config.publish.name
+    name = publish.name
     try:
         incumbent = resolve_adapter(lake, f"{name}:{PRODUCTION}")
     except AdapterNotFound:
         incumbent = None
-    measure = measurer(config)
+    measure = measurer(lake, evaluate=evaluate, select=select, score=score, judge=judge, replaying=replaying)
     baseline = (f"{name}:v{incumbent['version']}", incumbent["path"]) if incumbent else (BASE, None)
     try:
         evaluation = judging.evaluate_policies(
@@ -113,7 +125,7 @@ def evaluate_adapter(
             baseline=baseline,
             stages=stages or (),
             references=(*REFERENCES, baseline[0]) if stages else (),
-            production_reward=config.evaluate.production_reward,
+            production_reward=evaluate.production_reward,
             adapter=name,
         )
     except judging.NothingScored as exc:
@@ -121,25 +133,34 @@ def evaluate_adapter(
     return evaluation
 
 
-def measurer(config: Settings) -> Callable[[str | None], judging.Measured]:
+def measurer(
+    lake: store.Lake,
+    *,
+    evaluate: EvaluateSettings,
+    select: Selections,
+    score: ScoreSettings,
+    judge: JudgeConfig,
+    replaying: ReplaySections,
+) -> Callable[[str | None], judging.Measured]:
     """`measure(adapter folder | None) -> Measured`: replay `select.evaluate` with the policy
     (`evaluate.group_size` samples each, and once greedily with `evaluate.greedy`), score it with
     the evaluation reward, and read its per-scenario success (`judging.evaluate_policies`' input)."""
     import judging
 
-    lake = lake_of(config)
-    spec = evaluation_reward(config)
-    group_size = config.evaluate.group_size or None
+    spec = evaluation_reward(score=score, evaluate=evaluate)
+    group_size = evaluate.group_size or None
 
     def measure(path: str | None) -> judging.Measured:
         replayed = replay_policy(
-            config, path, config.select.evaluate, run="eval", seed=0, group_size=group_size
+            lake, path, select.evaluate, run="eval", seed=0, group_size=group_size, replaying=replaying
         )
-        reward = score_reward(config, spec, replayed.group_ids).reward
+        reward = score_reward(lake, spec, replayed.group_ids, judge=judge).reward
         greedy = None
-        if config.evaluate.greedy:  # one sample per scenario: T=0 has nothing to average
-            once = replay_policy(config, path, config.select.evaluate, run="eval", seed=0, greedy=True)
-            score_reward(config, spec, once.group_ids)
+        if evaluate.greedy:  # one sample per scenario: T=0 has nothing to average
+            once = replay_policy(
+                lake, path, select.evaluate, run="eval", seed=0, greedy=True, replaying=replaying
+            )
+            score_reward(lake, spec, once.group_ids, judge=judge)
             greedy = judging.scenario_scores(lake, reward, once.group_ids)
         return judging.Measured(
             replayed.policy, reward, judging.scenario_scores(lake, reward, replayed.group_ids), greedy
@@ -148,7 +169,7 @@ def measurer(config: Settings) -> Callable[[str | None], judging.Measured]:
     return measure
 
 
-def policy_of(config: Settings, ref: str) -> tuple[str, str | None]:
+def policy_of(lake: store.Lake, ref: str) -> tuple[str, str | None]:
     """A policy named on the command line as (label, adapter folder | None): `base` (the base model),
     an adapter folder, or a published adapter `name`, `name:alias` or `name:vN` (its label
     `name:vN`). An unknown one is a `StageError` listing what the registry holds."""
@@ -163,7 +184,7 @@ def policy_of(config: Settings, ref: str) -> tuple[str, str | None]:
     if which[:1] == "v" and which[1:].isdigit():
         which = which[1:]
     try:
-        row = resolve_adapter(lake_of(config), f"{name}:{which}" if which else name)
+        row = resolve_adapter(lake, f"{name}:{which}" if which else name)
     except AdapterNotFound as exc:
         raise StageError(
             "policy", f"`{ref}` is not `base`, an adapter folder or a published adapter: {exc}"
@@ -171,31 +192,41 @@ def policy_of(config: Settings, ref: str) -> tuple[str, str | None]:
     return f"{row['name']}:v{row['version']}", str(row["path"])
 
 
-def default_policies(config: Settings) -> list[str]:
+def default_policies(lake: store.Lake, publish: PublishConfig) -> list[str]:
     """What `trajlake evaluate` compares when no policy is named: the base model, and the adapter
     holding `production` under `publish.name` when one does."""
     from training.errors import AdapterNotFound
     from training.registry import PRODUCTION, resolve_adapter
 
-    name = config.publish.name
+    name = publish.name
     try:
-        resolve_adapter(lake_of(config), f"{name}:{PRODUCTION}")
+        resolve_adapter(lake, f"{name}:{PRODUCTION}")
     except AdapterNotFound:
         return [BASE]
     return [BASE, f"{name}:{PRODUCTION}"]
 
 
-def compare_policies(config: Settings, policies: list[str], *, production: bool = True) -> judging.Evaluation:
+def compare_policies(
+    lake: store.Lake,
+    policies: list[str],
+    *,
+    production: bool = True,
+    evaluate: EvaluateSettings,
+    select: Selections,
+    score: ScoreSettings,
+    judge: JudgeConfig,
+    replaying: ReplaySections,
+) -> judging.Evaluation:
     """Measure each policy once on `select.evaluate` and pair every one with each before it, by
     scenario (`judging.evaluate_policies`); with `production`, the production policies' success
     on their own traffic (`evaluate.production_reward`) joins as reference rows. Recorded as one
     `eval` run in `runs`; nothing is published and no alias moves."""
     import judging
 
-    labelled = [policy_of(config, ref) for ref in dict.fromkeys(policies)]
+    labelled = [policy_of(lake, ref) for ref in dict.fromkeys(policies)]
     if not labelled:
         raise StageError("policy", "name at least one policy: `base`, an adapter folder or `name:alias`")
-    spec = evaluation_reward(config)
+    spec = evaluation_reward(score=score, evaluate=evaluate)
     if spec != "ruler":  # resolved before any replay: a bad spec fails now, not after minutes of sampling
         try:
             judging.get_reward(spec)
@@ -203,13 +234,13 @@ def compare_policies(config: Settings, policies: list[str], *, production: bool 
             raise StageError("evaluate.reward", str(exc)) from None
     try:
         return judging.evaluate_policies(
-            lake_of(config),
-            measurer(config),
+            lake,
+            measurer(lake, evaluate=evaluate, select=select, score=score, judge=judge, replaying=replaying),
             candidate=labelled[-1][1],
             baseline=labelled[0],
             stages=labelled,
             references=[label for label, _ in labelled],
-            production_reward=config.evaluate.production_reward if production else None,
+            production_reward=evaluate.production_reward if production else None,
             command="trajlake evaluate",
         )
     except judging.NothingScored as exc:
@@ -260,39 +291,42 @@ def refused_decision(name: str, gate: EvalGate, adapter: str) -> str:
 
 
 def publish_adapter(
-    config: Settings,
+    lake: store.Lake,
     adapter: str,
     evaluation: judging.Evaluation,
     force: bool = False,
     origin: dict[str, Any] | None = None,
+    *,
+    pipeline: PipelineSettings,
+    publish: PublishConfig,
+    sampler: SamplerConfig,
 ) -> Publication:
     """Publish `adapter` when the evaluation says it is better (or when forced, or
     `pipeline.require_improvement` is off), moving `production` and `latest` to it; a refused
     candidate is not published, unless `pipeline.latest_if_refused` publishes it as `latest`."""
-    from training.publish import publish
+    from training.publish import publish as publish_version
     from training.registry import LATEST, PRODUCTION
 
-    gate = gate_of(evaluation, forced=force or not config.pipeline.require_improvement)
-    settings = config.publish
+    gate = gate_of(evaluation, forced=force or not pipeline.require_improvement)
     if gate.promoted:
         aliases: tuple[str, ...] = (LATEST, PRODUCTION)
-    elif config.pipeline.latest_if_refused:
+    elif pipeline.latest_if_refused:
         aliases = (LATEST,)
     else:
-        return Publication(gate, refused_decision(settings.name, gate, adapter))
-    published = publish(
-        lake_of(config),
+        return Publication(gate, refused_decision(publish.name, gate, adapter))
+    published = publish_version(
+        lake,
         adapter,
-        settings,
+        publish,
         aliases=aliases,
-        base_model=base_model(config),
+        base_model=base_model(sampler),
         gate=gate,
         origin=origin,
     )
     return Publication(gate, published.decision or "", published)
 
 
-def record_gate_decision(
+def record_publish_decision(
     lake: store.Lake, candidate: str, gate: EvalGate, published: PublishedAdapter | None, name: str
 ) -> store.GateDecision:
     """Record the decision of a gate run outside a pipeline run (`trajlake publish`) in `runs`, where

@@ -18,6 +18,7 @@ previous ones did (`store.PipelineRun` rows in `runs`):
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import uuid
 from dataclasses import replace
@@ -26,8 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import store
-from flows.config.root import Settings
-from flows.stages.common import lake_of
+from flows.config.sections import PipelineSettings, Selections
+from training.publish import PublishConfig
 
 if TYPE_CHECKING:
     import judging
@@ -40,14 +41,14 @@ def pipeline_run_id(flow_run_id: str | None) -> str:
     return f"pipeline-{flow_run_id or uuid.uuid4()}"
 
 
-def production_adapter(config: Settings) -> tuple[str, str] | None:
+def production_adapter(lake: store.Lake, publish: PublishConfig) -> tuple[str, str] | None:
     """(`name:vN`, folder) of the adapter holding `production` under `publish.name`, if any."""
     from training.errors import AdapterNotFound
     from training.registry import PRODUCTION, resolve_adapter
 
-    name = config.publish.name
+    name = publish.name
     try:
-        row = resolve_adapter(lake_of(config), f"{name}:{PRODUCTION}")
+        row = resolve_adapter(lake, f"{name}:{PRODUCTION}")
     except AdapterNotFound:
         return None
     return f"{name}:v{row['version']}", str(row["path"])
@@ -57,14 +58,16 @@ def production_adapter(config: Settings) -> tuple[str, str] | None:
 START_STEP = "start"
 
 
-def begin_pipeline_run(config: Settings, flow_run_id: str | None) -> store.PipelineRun:
+def begin_pipeline_run(
+    lake: store.Lake, flow_run_id: str | None, *, pipeline: PipelineSettings, publish: PublishConfig
+) -> store.PipelineRun:
     """Record the run's start (or, for a retried flow run, take up its record as it began).
 
     A lake holding rows an older trajlake wrote without the typed columns a run builds on (the
     previous runs' records, replayed groups' sampling) is refused before anything is recorded
-    (`store.LegacyRows`, naming `trajlake migrate`; `refuse_pipeline_run` records why).
+    (`store.LegacyRows`, naming `trajlake migrate`; `refuse_pipeline_run` records why). Where it
+    starts is `pipeline.start_from` (the adapter holding `production` under `publish.name`).
     """
-    lake = lake_of(config)
     store.require_migrated(lake)
     run_id = pipeline_run_id(flow_run_id)
     for earlier in store.pipeline_runs(lake):
@@ -73,18 +76,17 @@ def begin_pipeline_run(config: Settings, flow_run_id: str | None) -> store.Pipel
                 earlier = replace(earlier, status="running", error=None, finished_at=None)
                 store.record_pipeline_run(lake, earlier)
             return earlier
-    settings = config.pipeline
     previous = store.last_finished_run(lake)
-    start = production_adapter(config) if settings.start_from == "production" else None
-    since = store.learning_since(previous, settings.window_days)
+    start = production_adapter(lake, publish) if pipeline.start_from == "production" else None
+    since = store.learning_since(previous, pipeline.window_days)
     run = store.PipelineRun(
         run_id=run_id,
         started_at=store.utc_now().isoformat(),
         flow_run_id=flow_run_id,
-        start_from=settings.start_from,
+        start_from=pipeline.start_from,
         start_adapter=start[0] if start else None,
         start_adapter_path=start[1] if start else None,
-        sft=settings.sft_on_production if start else settings.sft,
+        sft=pipeline.sft_on_production if start else pipeline.sft,
         since=since.isoformat() if since else None,
         new_since=previous.data_until if previous else None,
         previous_run=previous.run_id if previous else None,
@@ -95,7 +97,7 @@ def begin_pipeline_run(config: Settings, flow_run_id: str | None) -> store.Pipel
 
 
 def refuse_pipeline_run(
-    config: Settings, flow_run_id: str | None, error: store.LegacyRows
+    lake: store.Lake, flow_run_id: str | None, error: store.LegacyRows, *, pipeline: PipelineSettings
 ) -> store.PipelineRun:
     """Record a run that could not begin (`begin_pipeline_run` refused the lake): failed at
     `start` with the reason, the report and `trajlake pipeline` show it. A retry of the same
@@ -104,32 +106,31 @@ def refuse_pipeline_run(
         run_id=pipeline_run_id(flow_run_id),
         started_at=store.utc_now().isoformat(),
         flow_run_id=flow_run_id,
-        start_from=config.pipeline.start_from,
+        start_from=pipeline.start_from,
     )
-    return fail_pipeline_run(config, run, START_STEP, error)
+    return fail_pipeline_run(lake, run, START_STEP, error)
 
 
 def _never_began(run: store.PipelineRun) -> bool:
     return run.status == "failed" and (run.error or "").startswith(f"{START_STEP}: ")
 
 
-def mark_data_seen(config: Settings, run: store.PipelineRun) -> store.PipelineRun:
+def mark_data_seen(lake: store.Lake, run: store.PipelineRun) -> store.PipelineRun:
     """After the scenarios step: what exists now is this run's data; the next run's starts after."""
     if run.data_until:
         return run  # a retried run keeps the line it drew
     run = replace(run, data_until=store.utc_now().isoformat())
-    store.record_pipeline_run(lake_of(config), run)
+    store.record_pipeline_run(lake, run)
     return run
 
 
-def learning_config(config: Settings, run: store.PipelineRun) -> Settings:
-    """The configuration whose selections are kept to what `run` learns from: the replayed scenarios
-    to its window; SFT to its window only when it continues the production adapter (from the
-    base model, SFT reads all selected conversations)."""
+def learning_selections(run: store.PipelineRun, select: Selections) -> Selections:
+    """The selections kept to what `run` learns from: the replayed scenarios to its window; SFT to
+    its window only when it continues the production adapter (from the base model, SFT reads all
+    selected conversations)."""
     since = run.since_time
-    select = config.select
     sft = store.trajectories_since(select.sft, since) if run.start_adapter else select.sft
-    return config.with_values("select", replay=store.scenarios_since(select.replay, since), sft=sft)
+    return dataclasses.replace(select, replay=store.scenarios_since(select.replay, since), sft=sft)
 
 
 def origin_of(run: store.PipelineRun) -> dict[str, Any]:
@@ -143,44 +144,44 @@ def origin_of(run: store.PipelineRun) -> dict[str, Any]:
     }
 
 
-def nothing_to_learn(config: Settings, run: store.PipelineRun) -> str | None:
+def nothing_to_learn(lake: store.Lake, run: store.PipelineRun, *, select: Selections) -> str | None:
     """Why `run` trains nothing, or None when it has something to learn.
 
-    `config` is the run's learning configuration (`learning_config`). A later run needs a train
+    `select` is the run's learning selections (`learning_selections`). A later run needs a train
     scenario made since the previous finished run's data (`run.new_since`), whatever its window:
     with none, the window holds only scenarios that run learned from, and training on them again
     would give again the candidate the gate has just judged.
     """
     if run.new_since and not scenarios_to_learn(
-        config, store.scenarios_since(config.select.replay, datetime.fromisoformat(run.new_since))
+        lake, store.scenarios_since(select.replay, datetime.fromisoformat(run.new_since))
     ):
         return f"nothing to learn: no train scenario new since {run.new_since}"
-    if not scenarios_to_learn(config, config.select.replay):
+    if not scenarios_to_learn(lake, select.replay):
         if run.since:
             return f"nothing to learn: no train scenario new since {run.since}"
         return "nothing to learn: `select.replay` selects no scenario"
     return None
 
 
-def scenarios_to_learn(config: Settings, selection: str) -> int:
+def scenarios_to_learn(lake: store.Lake, selection: str) -> int:
     """How many scenarios `selection` (returning `scenario_id`) holds."""
-    with store.connect(lake_of(config), read_only=True) as con:
+    with store.connect(lake, read_only=True) as con:
         text, _ = store.check_selection(con, selection, "scenario_id")
         (count,) = con.execute(f"SELECT count(DISTINCT scenario_id) FROM ({text})").fetchone() or (0,)
         return int(count)
 
 
-def learned_from(config: Settings, run: store.PipelineRun) -> store.PipelineRun:
+def record_learned_from(lake: store.Lake, run: store.PipelineRun, *, select: Selections) -> store.PipelineRun:
     """`run` with what its (windowed) replay selection holds, by what production said of each
     scenario's conversation: rated right, failures with a label, failures without one (recorded);
     nothing when the run has nothing to learn (`nothing_to_learn`: its window is all seen)."""
     keys = ("scenarios", "rated_right", "failures", "failures_labelled", "failures_unlabelled", "unrated")
-    if nothing_to_learn(config, run):
+    if nothing_to_learn(lake, run, select=select):
         run = replace(run, learned_from=dict.fromkeys(keys, 0))
-        store.record_pipeline_run(lake_of(config), run)
+        store.record_pipeline_run(lake, run)
         return run
-    with store.connect(lake_of(config), read_only=True) as con:
-        text, _ = store.check_selection(con, config.select.replay, "scenario_id")
+    with store.connect(lake, read_only=True) as con:
+        text, _ = store.check_selection(con, select.replay, "scenario_id")
         row = con.execute(
             f"""
             SELECT count(*),
@@ -193,21 +194,22 @@ def learned_from(config: Settings, run: store.PipelineRun) -> store.PipelineRun:
             """
         ).fetchone() or (0, 0, 0, 0, 0, 0)
     run = replace(run, learned_from=dict(zip(keys, map(int, row), strict=True)))
-    store.record_pipeline_run(lake_of(config), run)
+    store.record_pipeline_run(lake, run)
     return run
 
 
 def finish_pipeline_run(
-    config: Settings,
+    lake: store.Lake,
     run: store.PipelineRun,
     *,
+    pipeline: PipelineSettings,
     trained: list[TrainResult],
     publication: Publication | None = None,
     evaluation: judging.Evaluation | None = None,
     decision: str | None = None,
 ) -> store.PipelineRun:
     """Record the run as finished: its training runs and steps, the version it published and the
-    gate's decision (or why nothing was trained)."""
+    gate's decision (or why nothing was trained); its checkpoints go unless `pipeline.keep_checkpoints`."""
     gate = publication.gate if publication else None
     run = replace(
         run,
@@ -221,14 +223,14 @@ def finish_pipeline_run(
         decision=(publication.decision if publication else None) or decision,
         eval_run_id=evaluation.run_id if evaluation else None,
     )
-    store.record_pipeline_run(lake_of(config), run)
-    if not config.pipeline.keep_checkpoints:
+    store.record_pipeline_run(lake, run)
+    if not pipeline.keep_checkpoints:
         drop_checkpoints(trained)
     return run
 
 
 def fail_pipeline_run(
-    config: Settings, run: store.PipelineRun, step: str, error: BaseException
+    lake: store.Lake, run: store.PipelineRun, step: str, error: BaseException
 ) -> store.PipelineRun:
     """Record the run as failed at `step` with `error` in one line (the flow then raises it as it was):
     the report shows why, and the next run learns from what this one did not finish."""
@@ -239,7 +241,7 @@ def fail_pipeline_run(
         finished_at=store.utc_now().isoformat(),
         error=f"{step}: {type(error).__name__}" + (f": {first_line}" if first_line else ""),
     )
-    store.record_pipeline_run(lake_of(config), run)
+    store.record_pipeline_run(lake, run)
     return run
 
 

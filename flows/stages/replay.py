@@ -6,12 +6,33 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import store
 from flows.config.root import Settings
-from flows.stages.common import StageError, lake_of, sampler_for
+from flows.config.sections import PipelineSettings, Selections
+from flows.stages.common import StageError, sampler_for
+from training.replay.rollout.tools import ToolsConfig
+from training.replay.samplers import SamplerConfig
+from training.replay.scenarios import ScenarioConfig
+from training.replay.stage import ReplayConfig
 
 if TYPE_CHECKING:
     from flows.stages.score import RoundScores
     from judging.summary import RewardStats
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplaySections:
+    """The sections every replay of a policy reads, which travel together: the sampler backend and
+    base model (`[sampler]`), groups, sampling and limits (`[replay]`), the agent's tools (`[tools]`)."""
+
+    sampler: SamplerConfig
+    replay: ReplayConfig
+    tools: ToolsConfig
+
+    @classmethod
+    def of(cls, settings: Settings) -> ReplaySections:
+        """The three sections of `settings`."""
+        return cls(settings.sampler, settings.replay, settings.tools)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,11 +106,11 @@ class RoundSummary:
         )
 
 
-def make_scenarios(config: Settings) -> ScenarioCounts:
+def make_scenarios(lake: store.Lake, *, select: Selections, scenarios: ScenarioConfig) -> ScenarioCounts:
     """Scenarios from the trajectories `select.scenarios` picks (idempotent: same ids, same split)."""
     from training.replay import create_scenarios
 
-    result = create_scenarios(lake_of(config), config.select.scenarios, config.scenarios)
+    result = create_scenarios(lake, select.scenarios, scenarios)
     if not result.splits.get("train"):
         example = f", e.g. `{result.skipped[0][0]}`: {result.skipped[0][1]}" if result.skipped else ""
         raise StageError(
@@ -103,7 +124,7 @@ def make_scenarios(config: Settings) -> ScenarioCounts:
 
 
 def replay_policy(
-    config: Settings,
+    lake: store.Lake,
     adapter: str | None,
     scenarios: str,
     *,
@@ -111,6 +132,7 @@ def replay_policy(
     seed: int,
     group_size: int | None = None,
     greedy: bool = False,
+    replaying: ReplaySections,
 ) -> PolicyReplay:
     """Group-sample `scenarios` with the base model or `adapter` (`group_size`: instead of the
     configured one; `greedy`: one sample per scenario at temperature 0); resumable (complete
@@ -118,7 +140,7 @@ def replay_policy(
     from training.replay import replay
 
     configured = dataclasses.replace(
-        config.replay, run=run, group_size=group_size or config.replay.group_size
+        replaying.replay, run=run, group_size=group_size or replaying.replay.group_size
     )
     sampling = configured.sampling.with_seed(seed)
     if greedy:
@@ -126,13 +148,13 @@ def replay_policy(
         replay_config = dataclasses.replace(configured, group_size=1, sampling=sampling, greedy=True)
     else:
         replay_config = dataclasses.replace(configured, sampling=sampling)
-    with sampler_for(config, adapter) as sampler:
+    with sampler_for(replaying.sampler, adapter) as sampler:
         result = replay(
-            lake_of(config),
+            lake,
             scenarios,
             sampler,
             replay_config,
-            tools=config.tools.build(),
+            tools=replaying.tools.build(),
             progress=False,
         )
         policy = sampler.policy
@@ -150,34 +172,39 @@ def replay_policy(
     )
 
 
-def round_scenarios(config: Settings, round_number: int, draw: int = 0) -> str:
+def round_scenarios(
+    lake: store.Lake, round_number: int, draw: int = 0, *, select: Selections, pipeline: PipelineSettings
+) -> str:
     """`select.replay`, or this round's slice of it (and of a dynamic-sampling draw) with `scenarios_per_round`."""
     from training.replay import slice_selection
 
-    pipeline = config.pipeline
     index = (round_number - 1) * (1 + pipeline.dynamic_sampling_draws) + draw
-    return slice_selection(lake_of(config), config.select.replay, pipeline.scenarios_per_round, max(index, 0))
+    return slice_selection(lake, select.replay, pipeline.scenarios_per_round, max(index, 0))
 
 
 def replay_round(
-    config: Settings,
+    lake: store.Lake,
     adapter: str | None,
     round_number: int,
     draw: int = 0,
     shard: int = 0,
     shards: int = 1,
+    *,
+    select: Selections,
+    pipeline: PipelineSettings,
+    replaying: ReplaySections,
 ) -> PolicyReplay:
     """One round's group sampling of the train scenarios with the current policy (`draw` > 0: a dynamic-
     sampling draw of further scenarios for the same round; `shard` of `shards`: that share of its
     scenarios). Seeds and group ids come from the scenario, so shards sample what one task would."""
     from training.replay import shard_selection
 
-    seed = (config.replay.sampling.seed or 0) + round_number + 1000 * draw
+    seed = (replaying.replay.sampling.seed or 0) + round_number + 1000 * draw
     run = f"round-{round_number}" + (f"-draw-{draw}" if draw else "")
-    scenarios = round_scenarios(config, round_number, draw)
+    scenarios = round_scenarios(lake, round_number, draw, select=select, pipeline=pipeline)
     if shards > 1:
         scenarios = shard_selection(scenarios, shard, shards)
-    return replay_policy(config, adapter, scenarios, run=run, seed=seed)
+    return replay_policy(lake, adapter, scenarios, run=run, seed=seed, replaying=replaying)
 
 
 def merge_shards(results: list[PolicyReplay]) -> PolicyReplay:
@@ -192,29 +219,27 @@ def merge_shards(results: list[PolicyReplay]) -> PolicyReplay:
 
 
 def sample_round(
-    config: Settings,
     adapter: str | None,
     round_number: int,
     *,
-    replay: Callable[..., PolicyReplay] = replay_round,
-    score: Callable[[Settings, list[str]], RoundScores] | None = None,
+    pipeline: PipelineSettings,
+    replay: Callable[[str | None, int, int], PolicyReplay],
+    score: Callable[[list[str], int], RoundScores],
 ) -> tuple[PolicyReplay, RoundScores]:
     """One round's groups, replayed and scored: (replay result, score stats of all its groups).
 
     Dynamic sampling (DAPO), bounded: while fewer than `pipeline.scenarios_per_round` (or
     the first draw's count) of the round's groups have unequal rewards, GRPO's only signal,
     replay the next slice of scenarios, at most `pipeline.dynamic_sampling_draws` times.
-    `replay` and `score` are what the flow runs as tasks (defaults: the plain stages).
-    """
-    from flows.stages.score import score_round
-
-    score = score or score_round
-    replayed = replay(config, adapter, round_number)
-    scored = score(config, replayed.group_ids)
-    wanted = config.pipeline.scenarios_per_round or replayed.groups
-    for draw in range(1, config.pipeline.dynamic_sampling_draws + 1):
+    `replay(adapter, round_number, draw)` and `score(group_ids, round_number)` are what the flow
+    runs as tasks (`replay_round` and `score_round` on its lake and sections, one after the other,
+    do the same)."""
+    replayed = replay(adapter, round_number, 0)
+    scored = score(replayed.group_ids, round_number)
+    wanted = pipeline.scenarios_per_round or replayed.groups
+    for draw in range(1, pipeline.dynamic_sampling_draws + 1):
         if replayed.groups - scored.stats.equal_groups >= wanted:
             break
-        replayed = replayed.merged(replay(config, adapter, round_number, draw), extra_draw=True)
-        scored = score(config, replayed.group_ids)
+        replayed = replayed.merged(replay(adapter, round_number, draw), extra_draw=True)
+        scored = score(replayed.group_ids, round_number)
     return replayed, scored

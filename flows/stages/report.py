@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from flows.config.root import Settings
-from flows.stages.common import base_model, lake_of, work_dir
+import store
+from flows.config.sections import PipelineSettings, ScoreSettings
+from flows.stages.common import base_model, work_dir
 from flows.stages.score import training_reward
+from training.replay.samplers import SamplerConfig
 
 
 @dataclass(frozen=True)
@@ -20,15 +22,18 @@ class PipelineReport:
     groups: int  # scored replayed groups in the viewer's window
 
 
-def write_pipeline_report(config: Settings) -> PipelineReport:
-    """Write `<work dir>/report.html` for the lake: the run's rounds, evaluation, lineage and groups."""
+def write_pipeline_report(
+    lake: store.Lake, *, sampler: SamplerConfig, pipeline: PipelineSettings, score: ScoreSettings
+) -> PipelineReport:
+    """Write `<work dir>/report.html` for the lake: the run's rounds, evaluation, lineage and groups
+    (the groups' rewards: the one training reads; their tokens decoded with the base model's tokenizer)."""
     from flows.report import build_report
 
-    model = base_model(config)
+    model = base_model(sampler)
     path, data = build_report(
-        str(lake_of(config).root),
-        str(work_dir(config, "report.html")),
-        reward=training_reward(config),
+        str(lake.root),
+        str(work_dir(lake, pipeline, "report.html")),
+        reward=training_reward(score),
         tokenizer=model if Path(model).is_dir() else None,  # a hub id is not fetched for a report
         title="trajlake pipeline report",
     )

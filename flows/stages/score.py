@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import store
-from flows.config.root import Settings
-from flows.stages.common import lake_of
+from flows.config.sections import ScoreSettings
+from judging.config import JudgeConfig
 
 if TYPE_CHECKING:
     from judging.summary import RewardStats, ScoreSummary
@@ -26,9 +26,9 @@ class RoundScores:
     runs: list[ScoreSummary]
 
 
-def rewards_to_score(config: Settings) -> list[str]:
+def rewards_to_score(score: ScoreSettings) -> list[str]:
     """The rewards a round is scored with (`ruler` among them uses the `[judge]` table)."""
-    return list(config.score.rewards)
+    return list(score.rewards)
 
 
 def shard_groups(group_ids: list[str] | None, shards: int) -> list[list[str] | None]:
@@ -60,45 +60,47 @@ def replay_filter(group_ids: list[str] | None) -> str:
     return where
 
 
-def training_reward(config: Settings) -> str:
+def training_reward(score: ScoreSettings) -> str:
     """The name of the reward training reads (`score.reward`, written as a spec or as a name)."""
     from judging import resolve_reward_key
 
-    return resolve_reward_key(config.score.reward, config.score.rewards, combined=bool(config.score.weights))[
-        1
-    ]
+    return resolve_reward_key(score.reward, score.rewards, combined=bool(score.weights))[1]
 
 
-def combined_weights(config: Settings) -> dict[str, float]:
+def combined_weights(score: ScoreSettings) -> dict[str, float]:
     """`score.weights` by the names the rewards' rows have (each key written as a spec or a name)."""
     from judging import resolve_reward_key
 
-    return {resolve_reward_key(k, config.score.rewards)[1]: w for k, w in config.score.weights.items()}
+    return {resolve_reward_key(k, score.rewards)[1]: w for k, w in score.weights.items()}
 
 
-def score_reward(config: Settings, reward: str, group_ids: list[str] | None = None) -> ScoreSummary:
-    """Score the replayed trajectories (of `group_ids`) with one reward; skips what that scorer already scored."""
+def score_reward(
+    lake: store.Lake, reward: str, group_ids: list[str] | None = None, *, judge: JudgeConfig
+) -> ScoreSummary:
+    """Score the replayed trajectories (of `group_ids`) with one reward; skips what that scorer already
+    scored (`judge`: the `[judge]` table, which `ruler` uses)."""
     from judging import ScoreConfig, score
 
-    judge = config.judge if reward == "ruler" else None
-    return score(
-        lake_of(config), reward, ScoreConfig(where=replay_filter(group_ids), progress=False), judge=judge
-    )
+    where = ScoreConfig(where=replay_filter(group_ids), progress=False)
+    return score(lake, reward, where, judge=judge if reward == "ruler" else None)
 
 
-def finish_scoring(config: Settings, group_ids: list[str] | None = None) -> RewardStats:
+def finish_scoring(
+    lake: store.Lake, group_ids: list[str] | None = None, *, score: ScoreSettings
+) -> RewardStats:
     """Write the combined reward (when weights are configured); stats of the reward training uses."""
     from judging import combine
     from judging.summary import reward_stats
 
-    lake = lake_of(config)
-    if config.score.weights:
-        combine(lake, combined_weights(config), "combined", where=replay_filter(group_ids))
-    return reward_stats(lake, training_reward(config), group_ids)
+    if score.weights:
+        combine(lake, combined_weights(score), "combined", where=replay_filter(group_ids))
+    return reward_stats(lake, training_reward(score), group_ids)
 
 
-def score_round(config: Settings, group_ids: list[str] | None = None) -> RoundScores:
+def score_round(
+    lake: store.Lake, group_ids: list[str] | None = None, *, score: ScoreSettings, judge: JudgeConfig
+) -> RoundScores:
     """Every configured reward, one after the other, then the training reward's stats (the flow
     runs the rewards as concurrent tasks instead)."""
-    runs = [score_reward(config, reward, group_ids) for reward in rewards_to_score(config)]
-    return RoundScores(finish_scoring(config, group_ids), runs)
+    runs = [score_reward(lake, reward, group_ids, judge=judge) for reward in rewards_to_score(score)]
+    return RoundScores(finish_scoring(lake, group_ids, score=score), runs)

@@ -10,45 +10,53 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import store
-from flows.config.root import Settings
-from flows.stages.common import base_model, lake_of, run_dir
+from flows.config.sections import PipelineSettings, ScoreSettings, Selections
+from flows.config.trainers import TrainSettings
+from flows.stages.common import base_model, run_dir
 from flows.stages.score import training_reward
+from training.replay.samplers import SamplerConfig
 
 if TYPE_CHECKING:
     from training.run import TrainResult
 
 
-def train_sft(
-    config: Settings, pipeline_run: str, round_number: int = 0, adapter: str | None = None
+def sft_stage(
+    lake: store.Lake,
+    pipeline_run: str,
+    round_number: int = 0,
+    adapter: str | None = None,
+    *,
+    select: Selections,
+    train: TrainSettings,
+    sampler: SamplerConfig,
+    pipeline: PipelineSettings,
 ) -> TrainResult:
-    """SFT a LoRA adapter (a fresh one, or `adapter` continued) on the trajectories `select.sft` picks."""
-    from training.sft import train_sft as sft
+    """SFT a LoRA adapter (a fresh one, or `adapter` continued) on the trajectories `select.sft` picks,
+    in the run's folder under `pipeline.work_dir`."""
+    from training.sft import train_sft
 
-    output = run_dir(config, pipeline_run, f"sft-{round_number}")
-    sft_config = config.train.sft_config(str(output / "checkpoints"))
-    return sft(
-        lake_of(config),
-        config.select.sft,
-        base_model(config),
-        output,
-        sft_config,
-        adapter=adapter,
-        resume=True,
-    )
+    output = run_dir(lake, pipeline, pipeline_run, f"sft-{round_number}")
+    sft_config = train.sft_config(str(output / "checkpoints"))
+    return train_sft(lake, select.sft, base_model(sampler), output, sft_config, adapter=adapter, resume=True)
 
 
-def train_grpo(
-    config: Settings,
+def grpo_stage(
+    lake: store.Lake,
     pipeline_run: str,
     adapter: str | None,
     round_number: int,
     group_ids: list[str] | None = None,
+    *,
+    train: TrainSettings,
+    score: ScoreSettings,
+    sampler: SamplerConfig,
+    pipeline: PipelineSettings,
 ) -> TrainResult:
     """GRPO on the stored, scored groups of this round (all replayed groups if none given), continuing
-    `adapter`."""
-    from training.grpo import train_grpo as grpo
+    `adapter`, on the reward `score.reward` names."""
+    from training.grpo import train_grpo
 
     sql = store.grpo_trajectories_of(group_ids)  # the round's groups, outside the val scenarios
-    output = run_dir(config, pipeline_run, f"grpo-{round_number}")
-    grpo_config = config.train.grpo_config(str(output / "checkpoints"), reward_name=training_reward(config))
-    return grpo(lake_of(config), sql, base_model(config), adapter, output, grpo_config, resume=True)
+    output = run_dir(lake, pipeline, pipeline_run, f"grpo-{round_number}")
+    grpo_config = train.grpo_config(str(output / "checkpoints"), reward_name=training_reward(score))
+    return train_grpo(lake, sql, base_model(sampler), adapter, output, grpo_config, resume=True)

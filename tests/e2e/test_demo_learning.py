@@ -46,26 +46,45 @@ def test_grpo_rounds_lift_the_sft_warm_start(tiny_model: Path, tmp_path: Path) -
     capture_production_traces(lake, 300)
     size = dataclasses.replace(SIZES["full"], rounds=4)
     config = load_config(write_demo_config(tmp_path / "t.toml", lake, base, size, None)).with_lake(str(lake))
-    scenarios = stages.make_scenarios(config)
+    the_lake = stages.lake_of(config.lake)
+    replaying = stages.ReplaySections.of(config)
+    training = {"train": config.train, "sampler": config.sampler, "pipeline": config.pipeline}
+    scenarios = stages.make_scenarios(the_lake, select=config.select, scenarios=config.scenarios)
     assert scenarios.val >= 50  # enough val scenarios for a CI that can exclude 0
 
     def val_success(adapter: str) -> tuple[str, dict[str, float]]:
         replayed = replay_policy(
-            config, adapter, config.select.evaluate, run="eval", seed=0, group_size=size.eval_group_size
+            the_lake,
+            adapter,
+            config.select.evaluate,
+            run="eval",
+            seed=0,
+            group_size=size.eval_group_size,
+            replaying=replaying,
         )
-        reward = score_reward(config, "exact_match", replayed.group_ids).reward
+        reward = score_reward(the_lake, "exact_match", replayed.group_ids, judge=config.judge).reward
         return replayed.policy, judging.scenario_scores(lake, reward, replayed.group_ids)
 
     run = "pipeline-demo-learning"  # the run's own folder under the lake's work dir
-    adapter = stages.train_sft(config, run, 0).adapter_dir
+    adapter = stages.sft_stage(the_lake, run, 0, select=config.select, **training).adapter_dir
     sft = val_success(adapter)
     useless = []
     for round_number in range(1, size.rounds + 1):
-        replayed = stages.replay_round(config, adapter, round_number)
-        stages.score_reward(config, "flows.demo.task:calculator_reward", replayed.group_ids)
-        stats = stages.finish_scoring(config, replayed.group_ids)
+        replayed = stages.replay_round(
+            the_lake,
+            adapter,
+            round_number,
+            select=config.select,
+            pipeline=config.pipeline,
+            replaying=replaying,
+        )
+        reward = "flows.demo.task:calculator_reward"
+        stages.score_reward(the_lake, reward, replayed.group_ids, judge=config.judge)
+        stats = stages.finish_scoring(the_lake, replayed.group_ids, score=config.score)
         useless.append(stats.equal_groups / replayed.groups)
-        adapter = stages.train_grpo(config, run, adapter, round_number, replayed.group_ids).adapter_dir
+        adapter = stages.grpo_stage(
+            the_lake, run, adapter, round_number, replayed.group_ids, score=config.score, **training
+        ).adapter_dir
     final = val_success(adapter)
 
     sft_row, final_row = judging.evaluation_table([("sft", *sft), ("grpo", *final)], references=("sft",))

@@ -234,23 +234,37 @@ def test_each_trigger_of_the_served_deployment_trains_its_own_run(
 def test_a_retried_flow_run_takes_up_its_own_record_and_folder(tmp_path: Path, demo_model: Path) -> None:
     from flows import stages
     from flows.config.checks import load_config
+    from training.run import TrainResult
 
     lake = tmp_path / "lake"
     capture_production_traces(lake, SPEC.questions)
     config = load_config(write_demo_config(tmp_path / "t.toml", lake, demo_model, SPEC, None)).with_lake(
         str(lake)
     )
-    first = stages.begin_pipeline_run(config, "flow-run-1")
-    assert stages.begin_pipeline_run(config, "flow-run-1") == first  # a retry: the run as it began
-    other = stages.begin_pipeline_run(config, "flow-run-2")
+    the_lake = stages.lake_of(config.lake)
+    sections = {"pipeline": config.pipeline, "publish": config.publish}
+    first = stages.begin_pipeline_run(the_lake, "flow-run-1", **sections)
+    assert stages.begin_pipeline_run(the_lake, "flow-run-1", **sections) == first  # a retry: as it began
+    other = stages.begin_pipeline_run(the_lake, "flow-run-2", **sections)
     assert other.run_id != first.run_id
     assert [r.run_id for r in store.pipeline_runs(lake)] == [first.run_id, other.run_id]
 
-    stages.make_scenarios(config)
-    trained = stages.train_sft(config, first.run_id)
-    retried = stages.train_sft(config, first.run_id)  # resumes its own run, in its own folder
+    stages.make_scenarios(the_lake, select=config.select, scenarios=config.scenarios)
+
+    def sft(pipeline_run: str) -> TrainResult:
+        return stages.sft_stage(
+            the_lake,
+            pipeline_run,
+            select=config.select,
+            train=config.train,
+            sampler=config.sampler,
+            pipeline=config.pipeline,
+        )
+
+    trained = sft(first.run_id)
+    retried = sft(first.run_id)  # resumes its own run, in its own folder
     assert (retried.run_id, retried.adapter_dir) == (trained.run_id, trained.adapter_dir)
-    fresh = stages.train_sft(config, other.run_id)  # another flow run never resumes it
+    fresh = sft(other.run_id)  # another flow run never resumes it
     assert fresh.run_id != trained.run_id and fresh.adapter_dir != trained.adapter_dir
     assert fresh.global_step > 0
 
@@ -347,7 +361,12 @@ def test_a_lake_an_older_trajlake_wrote_fails_the_run_in_one_line_naming_migrate
 
     store.migrate(lake)
     settings = load_config(config).with_lake(str(lake))
-    retried = stages.begin_pipeline_run(settings, refused.flow_run_id)
+    retried = stages.begin_pipeline_run(
+        stages.lake_of(settings.lake),
+        refused.flow_run_id,
+        pipeline=settings.pipeline,
+        publish=settings.publish,
+    )
     assert retried.run_id == refused.run_id and retried.status == "running" and retried.error is None
     assert (
         retried.table_versions and retried.previous_run == RUN.run_id

@@ -70,7 +70,10 @@ def test_a_failed_run_says_failed_where_and_why(
     page = render_report(report_data(lake, "calculator"))
     assert f"failed at {html.escape(run.error)}" in page
     settings = load_config(config).with_lake(str(lake))
-    assert stages.begin_pipeline_run(settings, "flow-run-2").previous_run is None
+    begun = stages.begin_pipeline_run(
+        stages.lake_of(settings.lake), "flow-run-2", pipeline=settings.pipeline, publish=settings.publish
+    )
+    assert begun.previous_run is None
 
 
 def test_every_gate_decision_of_trajlake_publish_is_recorded_and_reported(
@@ -78,8 +81,16 @@ def test_every_gate_decision_of_trajlake_publish_is_recorded_and_reported(
 ) -> None:
     lake, config = demo_lake
     settings = load_config(config).with_lake(str(lake))
-    stages.make_scenarios(settings)
-    adapter = stages.train_sft(settings, "pipeline-by-hand").adapter_dir
+    the_lake = stages.lake_of(settings.lake)
+    stages.make_scenarios(the_lake, select=settings.select, scenarios=settings.scenarios)
+    adapter = stages.sft_stage(
+        the_lake,
+        "pipeline-by-hand",
+        select=settings.select,
+        train=settings.train,
+        sampler=settings.sampler,
+        pipeline=settings.pipeline,
+    ).adapter_dir
     runner = CliRunner()
     gate = ["--eval-reward", "exact_match", "--lake", str(lake), "--name", NAME]
 

@@ -390,11 +390,12 @@ def test_the_pipeline_moves_latest_only_with_a_promoted_version_unless_asked(  #
             candidate="adapter", baseline="base", comparison=comparison, table=[], run_id="eval-x"
         )
 
-    better = publish_adapter(config, grpo.adapter_dir, evaluation(0.2, (0.1, 0.3)))
+    sections = {"pipeline": config.pipeline, "publish": config.publish, "sampler": config.sampler}
+    better = publish_adapter(lake, grpo.adapter_dir, evaluation(0.2, (0.1, 0.3)), **sections)
     assert better.published and better.published.aliases == ["latest", "production"]
     assert better.gate.promoted and better.ref == f"{name}:v1"
     assert better.decision == f"{name}:v1 promoted: +0.200 [+0.100, +0.300] against base on 12 scenarios (r)"
-    worse = publish_adapter(config, grpo.adapter_dir, evaluation(-0.1, (-0.2, 0.05)))
+    worse = publish_adapter(lake, grpo.adapter_dir, evaluation(-0.1, (-0.2, 0.05)), **sections)
     assert not worse.gate.promoted
     if latest_if_refused:  # asked for: published, as `latest` only
         assert worse.published and worse.published.aliases == ["latest"]

@@ -41,8 +41,16 @@ def published_lake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Pat
     monkeypatch.setenv("TRAJLAKE_CONFIG", str(config))
     capture_production_traces(lake, SPEC.questions)
     settings = load_config(config).with_lake(str(lake))
-    stages.make_scenarios(settings)
-    adapter = stages.train_sft(settings, "pipeline-by-hand").adapter_dir
+    the_lake = stages.lake_of(settings.lake)
+    stages.make_scenarios(the_lake, select=settings.select, scenarios=settings.scenarios)
+    adapter = stages.sft_stage(
+        the_lake,
+        "pipeline-by-hand",
+        select=settings.select,
+        train=settings.train,
+        sampler=settings.sampler,
+        pipeline=settings.pipeline,
+    ).adapter_dir
     publish(lake, adapter, PublishConfig(name=NAME), aliases=("latest", "production"))
     return lake, adapter
 

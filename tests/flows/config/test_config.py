@@ -126,9 +126,9 @@ def test_the_base_model_has_no_fallback(tmp_path: Path) -> None:
     from flows.stages import StageError, base_model
 
     with pytest.raises(StageError) as info:
-        base_model(load_config(write(tmp_path, "")))
+        base_model(load_config(write(tmp_path, "")).sampler)
     assert info.value.field == "sampler.model"  # not a tiny stand-in model, trained and published
-    assert base_model(load_config(write(tmp_path, '[sampler]\nmodel = "org/m"\n'))) == "org/m"
+    assert base_model(load_config(write(tmp_path, '[sampler]\nmodel = "org/m"\n')).sampler) == "org/m"
 
 
 @pytest.mark.parametrize("command", [["pipeline"], ["serve", "--once"]])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -62,8 +63,8 @@ def test_score_reward_and_evaluate_reward_take_the_spec_or_the_name(
             f'[score]\nrewards = ["exact_match", "{spec}"]\nreward = "{key}"\n[evaluate]\nreward = "{key}"\n',
         )
     )
-    assert training_reward(config) == "unit"  # the rows' name, what GRPO reads
-    assert evaluation_reward(config) == spec  # what evaluation scores with
+    assert training_reward(config.score) == "unit"  # the rows' name, what GRPO reads
+    assert evaluation_reward(score=config.score, evaluate=config.evaluate) == spec  # what evaluation scores
     assert resolve_reward_key(key, [spec]) == (spec, "unit")
 
 
@@ -76,12 +77,12 @@ def test_weights_take_the_spec_or_the_name_and_combine_by_name(tmp_path: Path, u
             f'[score.weights]\n"{spec}" = 0.25\nexact_match = 0.75\n',
         )
     )
-    assert combined_weights(config) == {"unit": 0.25, "exact_match": 0.75}  # the names rows have
-    assert training_reward(config) == "combined"
+    assert combined_weights(config.score) == {"unit": 0.25, "exact_match": 0.75}  # the names rows have
+    assert training_reward(config.score) == "combined"
     named = load_config(
         write(tmp_path, f'[score]\nrewards = ["{spec}"]\nreward = "combined"\n[score.weights]\nunit = 1.0\n')
     )
-    assert combined_weights(named) == {"unit": 1.0}
+    assert combined_weights(named.score) == {"unit": 1.0}
 
 
 def test_a_reward_names_nothing_scored_is_refused_listing_what_is() -> None:
@@ -183,7 +184,7 @@ def test_a_package_registers_a_reward_by_name_with_an_entry_point(
         reward = get_reward("units")
         assert (reward.name, reward.scorer) == ("units", "units_pkg_rewards:unit_reward@3")
         config = write(tmp_path, '[score]\nrewards = ["units"]\nreward = "units"\n')
-        assert training_reward(load_config(config)) == "units"
+        assert training_reward(load_config(config).score) == "units"
         result = CliRunner().invoke(app, ["config", "--config", config, "--check"])
         assert result.exit_code == 0, result.output
         with pytest.raises(RewardSpecError, match=r"or a registered one \(.*units.*\)"):
@@ -199,8 +200,8 @@ def test_publish_gate_takes_a_scored_rewards_name_and_refuses_an_unknown_one_in_
 
     seen: list[str] = []
 
-    def evaluate_adapter(config: object, adapter: str) -> object:
-        seen.append(config.evaluate.reward)  # type: ignore[attr-defined]
+    def evaluate_adapter(lake: object, adapter: str, **sections: Any) -> object:
+        seen.append(sections["evaluate"].reward)
         raise flows.stages.evaluate.StageError("select.evaluate", "stopped here")
 
     monkeypatch.setattr(flows.stages.evaluate, "evaluate_adapter", evaluate_adapter)

@@ -25,13 +25,15 @@ class FakeRound:
     def __init__(self, informative: list[int]) -> None:
         self.informative = informative
         self.draws: list[int] = []
+        self.scored_rounds: list[int] = []  # the round each scoring named (the flow's step names)
 
-    def replay(self, config: Settings, adapter: str | None, round_number: int, draw: int = 0) -> PolicyReplay:
+    def replay(self, adapter: str | None, round_number: int, draw: int) -> PolicyReplay:
         self.draws.append(draw)
         ids = [f"r{round_number}-d{draw}-g{i}" for i in range(4)]
         return PolicyReplay("p", ids, trajectories=8, generated_tokens=10, failed=0, seconds=1.0)
 
-    def score(self, config: Settings, group_ids: list[str]) -> RoundScores:
+    def score(self, group_ids: list[str], round_number: int) -> RoundScores:
+        self.scored_rounds.append(round_number)
         draws = sorted({int(g.split("-d")[1].split("-")[0]) for g in group_ids})
         equal = sum(4 - self.informative[d] for d in draws)
         return RoundScores(RewardStats("r", mean=0.5, std=0.1, scored=8 * len(draws), equal_groups=equal), [])
@@ -52,9 +54,9 @@ def test_extra_draws_until_enough_groups_are_informative(
 ) -> None:
     fake = FakeRound(informative)
     replayed, scored = sample_round(
-        config(tmp_path, draws), "adapter", 3, replay=fake.replay, score=fake.score
+        "adapter", 3, pipeline=config(tmp_path, draws).pipeline, replay=fake.replay, score=fake.score
     )
-    assert fake.draws == expected_draws
+    assert fake.draws == expected_draws and fake.scored_rounds == [3] * len(expected_draws)
     assert replayed.groups == 4 * len(expected_draws) == len(replayed.group_ids)
     assert replayed.draws == len(expected_draws) - 1 and replayed.trajectories == 8 * len(expected_draws)
     assert scored.stats.equal_groups == equal  # the stats cover every draw's groups
@@ -69,15 +71,14 @@ def test_draws_take_fresh_slices(tmp_path: Path, lake) -> None:  # type: ignore[
 
     store.write(lake, "trajectories", [make_trajectory(f"t{i}") for i in range(40)])
     create_scenarios(lake, "SELECT trajectory_id FROM trajectories")
-    cfg = (
-        config(tmp_path, draws=1, per_round=3)
-        .with_lake(lake.root)
-        .with_values("select", replay="SELECT scenario_id FROM scenarios")
+    cfg = config(tmp_path, draws=1, per_round=3).with_values(
+        "select", replay="SELECT scenario_id FROM scenarios"
     )
     con = store.connect(lake)
 
     def ids(round_number: int, draw: int) -> set[str]:
-        return {r[0] for r in con.execute(round_scenarios(cfg, round_number, draw)).fetchall()}
+        scenarios = round_scenarios(lake, round_number, draw, select=cfg.select, pipeline=cfg.pipeline)
+        return {r[0] for r in con.execute(scenarios).fetchall()}
 
     slices = [ids(1, 0), ids(1, 1), ids(2, 0), ids(2, 1)]
     assert all(len(s) == 3 for s in slices)

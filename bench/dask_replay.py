@@ -28,14 +28,11 @@ def replay_shard(lake: str, model: str, shard: int, shards: int, run: str, args:
     """One task: replay shard `shard` of `shards` of every scenario; returns the tokens generated."""
     import torch
 
-    from training.replay import (
-        ReplayConfig,
-        RolloutLimits,
-        SamplingParams,
-        make_sampler,
-        replay,
-        shard_selection,
-    )
+    from training.replay.rollout.loop import RolloutLimits
+    from training.replay.samplers import make_sampler
+    from training.replay.samplers.base import SamplingParams
+    from training.replay.scenario_io import shard_selection
+    from training.replay.stage import ReplayConfig, replay
 
     torch.set_num_threads(1)
     config = ReplayConfig(

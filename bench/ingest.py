@@ -70,8 +70,8 @@ def bench_in_process(bodies: list[bytes], lake: str, seconds: float) -> dict[str
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    import store
     from ingest import LakeSpanExporter
+    from store.catalog.versions import snapshot
 
     memory = InMemorySpanExporter()
     provider = TracerProvider()
@@ -97,7 +97,7 @@ def bench_in_process(bodies: list[bytes], lake: str, seconds: float) -> dict[str
             exported += len(sdk_spans[i : i + batch])
     exporter.force_flush()  # counted: the spans are in the lake only after this
     elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
-    files = len(store.snapshot(lake)["spans"].files)
+    files = len(snapshot(lake)["spans"].files)
     exporter.shutdown()
     return {"spans_s": exported / elapsed, "spans_cpu_s": exported / cpu, "files": files, "spans": exported}
 

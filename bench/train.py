@@ -47,7 +47,6 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-import store  # noqa: E402
 from bench.train_stock import grpo_stock, sft_stock  # noqa: E402
 from bench.train_workload import (  # noqa: E402
     TOOLS,
@@ -58,21 +57,26 @@ from bench.train_workload import (  # noqa: E402
     make_groups,
     sft_kwargs,
 )
+from store.catalog.connection import connect  # noqa: E402
+from store.lake import Lake  # noqa: E402
 from store.metrics import TREE_PACKING_SAVED_SHARE, row_metrics  # noqa: E402
+from store.rows import utc_now  # noqa: E402
+from store.vocabulary import equals  # noqa: E402
+from store.writer import write  # noqa: E402
 
 # --- SFT -------------------------------------------------------------------------------------------
 
 
-def last_step_metrics(lake: store.Lake, run_id: str) -> dict[str, Any]:
+def last_step_metrics(lake: Lake, run_id: str) -> dict[str, Any]:
     """The metrics the run's last step logged (`runs.scalars` and `tags`)."""
-    with store.connect(lake) as con:
+    with connect(lake) as con:
         scalars, tags = con.execute(
             "SELECT scalars, tags FROM runs WHERE run_id = ? ORDER BY step DESC LIMIT 1", [run_id]
         ).fetchone()
     return row_metrics(scalars, tags)
 
 
-def sft_ours(model: str, lake: store.Lake, args: argparse.Namespace, out: Path) -> dict[str, float]:
+def sft_ours(model: str, lake: Lake, args: argparse.Namespace, out: Path) -> dict[str, float]:
     """`train_sft` with trajlake's defaults for this device."""
     from training.sft import train_sft
     from training.sft_config import TrajlakeSFTConfig
@@ -80,7 +84,7 @@ def sft_ours(model: str, lake: store.Lake, args: argparse.Namespace, out: Path) 
     config = TrajlakeSFTConfig(output_dir=str(out), **sft_kwargs(args))
     result = train_sft(
         lake,
-        f"SELECT trajectory_id FROM trajectories WHERE {store.equals('source', 'otel', table='trajectories')}",
+        f"SELECT trajectory_id FROM trajectories WHERE {equals('source', 'otel', table='trajectories')}",
         model,
         out,
         config,
@@ -100,7 +104,7 @@ def sft_ours(model: str, lake: store.Lake, args: argparse.Namespace, out: Path) 
 
 
 def grpo_ours(
-    model: str, lake: store.Lake, args: argparse.Namespace, out: Path, settings: dict[str, Any]
+    model: str, lake: Lake, args: argparse.Namespace, out: Path, settings: dict[str, Any]
 ) -> dict[str, float]:
     """`train_grpo`; `settings` overrides (empty: its defaults, sampler correction included)."""
     from training.grpo import train_grpo
@@ -109,7 +113,7 @@ def grpo_ours(
     config = TrajlakeGRPOConfig(output_dir=str(out), **grpo_kwargs(args), **settings)
     result = train_grpo(
         lake,
-        f"SELECT trajectory_id FROM trajectories WHERE {store.equals('source', 'replay', table='trajectories')}",
+        f"SELECT trajectory_id FROM trajectories WHERE {equals('source', 'replay', table='trajectories')}",
         model,
         None,
         out,
@@ -251,9 +255,9 @@ def main() -> None:
         vocab = len(AutoTokenizer.from_pretrained(model))
         rng = random.Random(0)
         convs = [conversation(i, rng) for i in range(args.conversations)]
-        lake = store.Lake(str(work / "lake"))
-        now = store.utc_now()
-        store.write(
+        lake = Lake(str(work / "lake"))
+        now = utc_now()
+        write(
             lake,
             "trajectories",
             [

@@ -30,10 +30,11 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 
-import store
 from flows import progress, stages
 from flows.config.checks import load_config
 from flows.config.root import Settings
+from store.errors import LegacyRows
+from store.pipeline_runs import PipelineRun
 
 if TYPE_CHECKING:
     import judging
@@ -182,7 +183,7 @@ def pipeline_flow(
     steps = _Steps(get_run_logger())
     try:
         run = stages.begin_pipeline_run(config, flow_run.id)
-    except stages.LegacyRows as exc:  # through `stages`: see `test_the_flow_pickles_by_value`
+    except LegacyRows as exc:
         # An older lake is the user's to migrate, not a fault of the flow: the run's record says
         # why in one line, and the flow run fails with it (a returned state: no traceback).
         refused = stages.refuse_pipeline_run(config, flow_run.id, exc)
@@ -212,7 +213,7 @@ class _Steps:
         self.logger = logger
         self.timings: list[tuple[str, float]] = []  # wall seconds of each step
         self.current = "start"
-        self.run: store.PipelineRun | None = None  # the newest state of the run's record
+        self.run: PipelineRun | None = None  # the newest state of the run's record
 
     def __call__(self, name: str, task_: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         self.current = name
@@ -227,7 +228,7 @@ class _Steps:
 
 
 def _pipeline_steps(
-    config: Settings, run: store.PipelineRun, rounds: int, force_publish: bool, timed: _Steps
+    config: Settings, run: PipelineRun, rounds: int, force_publish: bool, timed: _Steps
 ) -> dict[str, Any]:
     """`pipeline_flow`'s steps after the run's record began (any exception marks the run failed)."""
     logger = timed.logger

@@ -22,7 +22,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import store
+from store.lake import Lake
+from store.rows import served_adapter_name
 from training.replay.rollout.request_limits import RequestLimits, guarded, request_problem
 
 __all__ = ["RequestLimits", "guarded", "request_problem", "sampler_app", "served_adapter"]
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 
 
 def served_adapter(
-    adapter: str | None, *, lake: store.Lake | str | None = None, served_name: str | None = None
+    adapter: str | None, *, lake: Lake | str | None = None, served_name: str | None = None
 ) -> tuple[str | None, str | None]:
     """(adapter folder, served name) of a folder or a registry reference; (None, None) without one.
 
@@ -47,7 +48,7 @@ def served_adapter(
         manifest = folder / "manifest.json"
         if served_name is None and manifest.exists():
             published = json.loads(manifest.read_text())
-            served_name = store.served_adapter_name(published["name"], int(published["version"]))
+            served_name = served_adapter_name(published["name"], int(published["version"]))
         if served_name is None:
             from training.replay.samplers import adapter_name
 
@@ -61,14 +62,14 @@ def served_adapter(
     from training.registry import resolve_adapter
 
     row = resolve_adapter(lake, adapter)
-    return str(row["path"]), served_name or store.served_adapter_name(row["name"], int(row["version"]))
+    return str(row["path"]), served_name or served_adapter_name(row["name"], int(row["version"]))
 
 
 def sampler_app(
     model: str,
     adapter: str | None = None,
     *,
-    lake: store.Lake | str | None = None,
+    lake: Lake | str | None = None,
     served_name: str | None = None,
     defaults: SamplingParams | None = None,
     limits: RequestLimits | None = None,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from store import Lake
+from store.lake import Lake
 
 
 @pytest.hookimpl(trylast=True)

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import store
+from store.rows import new_run_id
 from training.distributed import is_writer, wait_for_writer
 from training.errors import BadHyperparameter, NonFiniteLoss, TrainingError
 from training.models.adapters import RUN_RECORD
@@ -66,7 +66,7 @@ def start_run(
             "to continue it, or choose a new output folder"
         )
     folder.mkdir(parents=True, exist_ok=True)
-    run_id = run_id or store.new_run_id(stage)
+    run_id = run_id or new_run_id(stage)
     state_path.write_text(json.dumps({"run_id": run_id, "stage": stage, **inputs}, indent=2, default=str))
     return run_id
 

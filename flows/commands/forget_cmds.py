@@ -13,8 +13,8 @@ from rich.console import Console
 from flows.commands import command_app
 from flows.commands.options import LakeOption, fail, resolve_lake
 from flows.commands.store_cmds import print_rows
-from store import SelectionError, StoreError
 from store.erasure import ErasureSelection, pending_plans, plan_summary
+from store.errors import SelectionError, StoreError
 
 
 def forget(

@@ -29,7 +29,7 @@ def jsonl(
     refused unless --replace."""
     from ingest.errors import IngestError
     from ingest.jsonl import import_files
-    from store import StoreError
+    from store.errors import StoreError
 
     the_lake = resolve_lake(lake)
     redaction = current_settings().collector.redaction  # the collector's rules

@@ -29,7 +29,7 @@ def import_(
     with its file:line (exit 2). Scenarios take a labelled conversation's `expected` from its label."""
     from ingest.errors import IngestError
     from ingest.labels import import_labels
-    from store import StoreError
+    from store.errors import StoreError
 
     the_lake = resolve_lake(lake)
     try:

@@ -8,8 +8,9 @@ from rich.console import Console
 from flows.commands import command_app
 from flows.commands.options import LakeOption, configured, fail, resolve_lake
 from flows.commands.store_cmds import print_rows
-from store import StoreError
-from store.maintenance import CompactConfig
+from store.errors import StoreError
+from store.maintenance import CompactConfig, compact
+from store.migrate import migrate
 
 
 def compact_cmd(compaction: CompactConfig, lake: LakeOption = None) -> None:
@@ -18,7 +19,6 @@ def compact_cmd(compaction: CompactConfig, lake: LakeOption = None) -> None:
     Safe while collectors write and queries read. Vacuum keeps the files of every table
     version a published adapter was trained on, whatever the retention.
     """
-    from store import compact
     from training.registry import lineage_versions
 
     the_lake = resolve_lake(lake)
@@ -60,8 +60,6 @@ def migrate_cmd(lake: LakeOption = None) -> None:
     The Parquet-files release's tables become Delta tables; rows whose values an older release
     kept in JSON text only get their typed columns filled from it.
     """
-    from store import migrate
-
     the_lake = resolve_lake(lake)
     console = Console(stderr=True)
     try:

@@ -12,8 +12,8 @@ from flows.config.lake import load_lake
 from flows.config.options import configured, value_in_effect
 from flows.config.sections import LakeSettings
 from flows.config.sources import variable_of
-from store import DEFAULT_LAKE, Lake, LakeUnusable, open_lake
-from store.errors import SettingError
+from store.errors import LakeUnusable, SettingError
+from store.lake import DEFAULT_LAKE, Lake, open_lake
 
 __all__ = [
     "LakeOption",

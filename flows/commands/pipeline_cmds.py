@@ -73,13 +73,14 @@ def pipeline(
 ) -> None:
     """Run the whole loop once as a Prefect flow."""
     cfg = _configure(config, lake)
-    import store
     from flows.stages.common import StageError, loadable_base_model
+    from store.errors import LegacyRows
+    from store.migrate import require_migrated
 
     try:
         loadable_base_model(cfg)
-        store.require_migrated(cfg.lake.path)  # before Prefect starts: an older lake, one line
-    except (StageError, store.LegacyRows) as exc:
+        require_migrated(cfg.lake.path)  # before Prefect starts: an older lake, one line
+    except (StageError, LegacyRows) as exc:
         raise fail(str(exc), 2) from None
     quiet_libraries()
     from flows.prefect_flows import run_pipeline
@@ -110,9 +111,9 @@ def pipeline(
 
 def _failed_run(cfg: Any) -> Any:
     """The newest pipeline run of the lake, when it is recorded as failed (its step and error)."""
-    import store
+    from store.pipeline_runs import pipeline_runs
 
-    runs = store.pipeline_runs(cfg.lake.path, skip_unmigrated=True)
+    runs = pipeline_runs(cfg.lake.path, skip_unmigrated=True)
     return runs[-1] if runs and runs[-1].status == "failed" else None
 
 

@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 
-import store
 from flows.commands import command_app
 from flows.commands.options import (
     LakeOption,
@@ -20,8 +19,12 @@ from flows.commands.options import (
     setting,
 )
 from flows.config.root import ServeSamplerSection
-from training.replay import ReplayConfig, SamplerConfig, ScenarioConfig
+from store.errors import LegacyRows, address_rules
+from store.selections import TRAIN_SCENARIOS
 from training.replay.rollout.tools import ToolsConfig
+from training.replay.samplers import SamplerConfig
+from training.replay.scenarios import ScenarioConfig
+from training.replay.stage import ReplayConfig
 
 scenarios_app = command_app(
     help="Make replayable scenarios from trajectories, or load them from JSONL.", no_args_is_help=True
@@ -45,7 +48,8 @@ def scenarios_create(
     lake: LakeOption = None,
 ) -> None:
     """Cut scenarios (prompt prefix, tools, expected outcome, recorded tool results) from selected trajectories."""
-    from training.replay import ScenarioError, create_scenarios
+    from training.replay.errors import ScenarioError
+    from training.replay.scenario_io import create_scenarios
 
     sql = sql or setting("select.scenarios")
 
@@ -66,7 +70,8 @@ def scenarios_load(
     lake: LakeOption = None,
 ) -> None:
     """Load scenarios from a JSONL file (all lines are checked before anything is written)."""
-    from training.replay import ScenarioError, load_scenarios
+    from training.replay.errors import ScenarioError
+    from training.replay.scenario_io import load_scenarios
 
     try:
         result = load_scenarios(resolve_lake(lake), path, scenarios)
@@ -90,7 +95,7 @@ def replay_command(
             help=in_effect_help(
                 "select.replay",
                 "SQL returning `scenario_id`s (default: `[select] replay` of trajlake.toml or "
-                f"$TRAJLAKE_SELECT__REPLAY, else the train scenarios: {store.TRAIN_SCENARIOS}).",
+                f"$TRAJLAKE_SELECT__REPLAY, else the train scenarios: {TRAIN_SCENARIOS}).",
             ),
             show_default=False,
         ),
@@ -104,8 +109,8 @@ def replay_command(
 ) -> None:
     """Group sampling: G token-exact trajectories per scenario (resumable: complete groups are skipped)."""
     from training.chat.templates import ChatTemplateError
-    from training.replay import ReplayError
-    from training.replay import replay as run_replay
+    from training.replay.errors import ReplayError
+    from training.replay.stage import replay as run_replay
 
     scenarios = scenarios or setting("select.replay")
     the_lake = resolve_lake(lake, must_exist=True)  # before a model is loaded
@@ -127,7 +132,7 @@ def replay_command(
                 tools=tools.build(),
                 rollout=rollout,
             )
-    except store.LegacyRows as exc:  # an older lake: `trajlake migrate` first
+    except LegacyRows as exc:  # an older lake: `trajlake migrate` first
         raise fail(str(exc), 2) from None
     except (ReplayError, ChatTemplateError) as exc:
         raise fail(str(exc)) from None
@@ -186,7 +191,7 @@ def serve_sampler(
     from ingest.otlp.server import guarded_protocol
     from training.errors import AdapterNotFound, AdapterNotServable
 
-    for rule, holds, allowed in store.address_rules(host, port):
+    for rule, holds, allowed in address_rules(host, port):
         if not holds:
             raise fail(f"--{rule} must be {allowed}, got {host if rule == 'host' else port!r}", 2)
     request_limits = defaults.limits

@@ -8,9 +8,9 @@ from typing import Annotated
 
 import typer
 
-import store
 from flows.commands import LazyGroup, command_app
 from flows.commands.options import LakeOption, configured, fail, resolve_lake
+from store.selections import VAL_SCENARIOS
 from training.publish import PublishConfig
 
 
@@ -53,7 +53,7 @@ def publish_command(
     ] = None,
     eval_scenarios: Annotated[
         str, typer.Option(help="SQL returning the `scenario_id`s to evaluate on.")
-    ] = store.VAL_SCENARIOS,
+    ] = VAL_SCENARIOS,
     force: Annotated[
         bool, typer.Option("--force", help="Promote even if the gate finds it no better.")
     ] = False,

@@ -17,7 +17,6 @@ from typing import Annotated, Any
 
 import typer
 
-import store
 from flows.commands import command_app
 from flows.commands.options import (
     LakeOption,
@@ -34,7 +33,9 @@ from flows.config.options import value_in_effect
 from flows.config.root import in_effect
 from flows.config.trainers import TRAINERS, TrainSettings
 from flows.progress import console_progress
-from store.errors import SettingError
+from store.catalog.versions import snapshot
+from store.errors import LegacyRows, SelectionError, SettingError
+from store.selections import GRPO_TRAJECTORIES
 
 SetOption = Annotated[
     list[str] | None,
@@ -138,7 +139,7 @@ def as_of_versions(values: list[str] | None, stage: str, lake: Any) -> dict[str,
             versions.update(of_lineage(stage_lineage(lake, value, stage)))
         except AdapterNotFound as exc:
             raise fail(str(exc), 2) from None
-    current = store.snapshot(lake)
+    current = snapshot(lake)
     for table, version in versions.items():
         if table not in current:
             raise fail(f"--as-of `{table}`: not a table of the lake; its tables: {', '.join(current)}", 2)
@@ -185,10 +186,10 @@ def run_stage(
             result = train(the_lake, config, versions)
     except (
         BadHyperparameter,
-        store.LegacyRows,
+        LegacyRows,
     ) as exc:  # bad input (a base model that does not load, an older lake): exit 2
         raise fail(str(exc), 2) from None
-    except (TrainingError, store.SelectionError) as exc:
+    except (TrainingError, SelectionError) as exc:
         raise fail(str(exc)) from None
     print_result(result)
 
@@ -236,7 +237,7 @@ def train_grpo_command(
             help="SQL returning the `trajectory_id`s of scored groups with token data (and optionally "
             "`reward`); default: every replayed trajectory with token data outside the val scenarios."
         ),
-    ] = store.GRPO_TRAJECTORIES,
+    ] = GRPO_TRAJECTORIES,
     adapter: Annotated[
         str | None,
         typer.Option(help="Adapter to continue from: a folder, or a registry ref name[:version|:alias]."),

@@ -34,14 +34,15 @@ def finish_collection(collector: Any) -> dict[str, int]:
     """Flush what the collector spooled and assemble every pending trace; returns its counters and
     the production trajectories the lake holds (a trace re-assembled when its feedback arrives
     late is written again under its key: the collector's write count is not the lake's rows)."""
-    import store
+    from store.catalog.connection import connect
+    from store.vocabulary import equals
 
     collector.flush()
     collector.assemble_ready(everything=True)
     stats = collector.stats
-    with store.connect(collector.config.lake, read_only=True) as con:
+    with connect(collector.config.lake, read_only=True) as con:
         [(production,)] = con.execute(
-            f"SELECT count(*) FROM trajectories WHERE {store.equals('source', 'otel', table='trajectories')}"
+            f"SELECT count(*) FROM trajectories WHERE {equals('source', 'otel', table='trajectories')}"
         ).fetchall()
     return {
         "spans": stats.rows_flushed,

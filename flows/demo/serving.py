@@ -49,7 +49,7 @@ def serve_second_batch(
     from flows.sampler_server import sampler_app
 
     if vllm_url:
-        from store import served_adapter_name
+        from store.rows import served_adapter_name
         from training.serving import load_into_vllm
 
         served = served_adapter_name(published["name"], published["version"])

@@ -55,10 +55,8 @@ from flows.stages.score import (
     shard_groups,
 )
 from flows.stages.train import train_grpo, train_sft
-from store import LegacyRows  # what `begin_pipeline_run` raises for a lake to migrate
 
 __all__ = [
-    "LegacyRows",
     "PipelineReport",
     "PolicyReplay",
     "Publication",

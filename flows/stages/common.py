@@ -5,23 +5,24 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import store
 from flows.config.root import Settings
+from store.errors import LakeUnusable, SettingError
+from store.lake import Lake, open_lake
 
 
-class StageError(store.SettingError):
+class StageError(SettingError):
     """A stage cannot run with this configuration or lake state; `field` names the key at fault."""
 
     def __init__(self, key: str, detail: str) -> None:
         super().__init__(f"`{key}`: {detail}", field=key)
 
 
-def lake_of(config: Settings) -> store.Lake:
+def lake_of(config: Settings) -> Lake:
     """The configured lake, checked as every command checks its `--lake` (`store.open_lake`)."""
     settings = config.lake
     try:
-        return store.open_lake(settings.path, sql_lake_only=settings.sql_lake_only)
-    except store.LakeUnusable as exc:
+        return open_lake(settings.path, sql_lake_only=settings.sql_lake_only)
+    except LakeUnusable as exc:
         raise StageError("lake.path", str(exc)) from None
 
 

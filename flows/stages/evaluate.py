@@ -24,11 +24,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import store
 from flows.config.root import Settings
 from flows.stages.common import StageError, base_model, lake_of
 from flows.stages.replay import replay_policy
 from flows.stages.score import score_reward
+from store import pipeline_runs
+from store.lake import Lake
+from store.pipeline_runs import GateDecision
+from store.rows import utc_now
 
 if TYPE_CHECKING:
     import judging
@@ -293,21 +296,21 @@ def publish_adapter(
 
 
 def record_gate_decision(
-    lake: store.Lake, candidate: str, gate: EvalGate, published: PublishedAdapter | None, name: str
-) -> store.GateDecision:
+    lake: Lake, candidate: str, gate: EvalGate, published: PublishedAdapter | None, name: str
+) -> GateDecision:
     """Record the decision of a gate run outside a pipeline run (`trajlake publish`) in `runs`, where
     the report's pipeline runs show it beside the nights'."""
     ref = f"{published.name}:v{published.version}" if published else None
-    decision = store.GateDecision(
+    decision = GateDecision(
         run_id=f"publish-{uuid.uuid4()}",
-        at=store.utc_now().isoformat(),
+        at=utc_now().isoformat(),
         candidate=candidate,
         decision=gate.decision(ref) if ref else gate.decision(f"{name} candidate") + "; nothing published",
         promoted=bool(published and published.promoted),
         published=ref,
         eval_run_id=gate.eval_run_id,
     )
-    store.record_gate_decision(lake, decision)
+    pipeline_runs.record_gate_decision(lake, decision)
     return decision
 
 

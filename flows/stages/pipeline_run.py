@@ -25,9 +25,21 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import store
 from flows.config.root import Settings
 from flows.stages.common import lake_of
+from store.catalog.connection import check_selection, connect
+from store.catalog.versions import snapshot
+from store.errors import LegacyRows
+from store.migrate import require_migrated
+from store.pipeline_runs import (
+    PipelineRun,
+    last_finished_run,
+    learning_since,
+    pipeline_runs,
+    record_pipeline_run,
+)
+from store.rows import utc_now
+from store.selections import scenarios_since, trajectories_since
 
 if TYPE_CHECKING:
     import judging
@@ -57,7 +69,7 @@ def production_adapter(config: Settings) -> tuple[str, str] | None:
 START_STEP = "start"
 
 
-def begin_pipeline_run(config: Settings, flow_run_id: str | None) -> store.PipelineRun:
+def begin_pipeline_run(config: Settings, flow_run_id: str | None) -> PipelineRun:
     """Record the run's start (or, for a retried flow run, take up its record as it began).
 
     A lake holding rows an older trajlake wrote without the typed columns a run builds on (the
@@ -65,21 +77,21 @@ def begin_pipeline_run(config: Settings, flow_run_id: str | None) -> store.Pipel
     (`store.LegacyRows`, naming `trajlake migrate`; `refuse_pipeline_run` records why).
     """
     lake = lake_of(config)
-    store.require_migrated(lake)
+    require_migrated(lake)
     run_id = pipeline_run_id(flow_run_id)
-    for earlier in store.pipeline_runs(lake):
+    for earlier in pipeline_runs(lake):
         if earlier.run_id == run_id and not _never_began(earlier):
             if earlier.status == "failed":  # retried after a failure: running again
                 earlier = replace(earlier, status="running", error=None, finished_at=None)
-                store.record_pipeline_run(lake, earlier)
+                record_pipeline_run(lake, earlier)
             return earlier
     settings = config.pipeline
-    previous = store.last_finished_run(lake)
+    previous = last_finished_run(lake)
     start = production_adapter(config) if settings.start_from == "production" else None
-    since = store.learning_since(previous, settings.window_days)
-    run = store.PipelineRun(
+    since = learning_since(previous, settings.window_days)
+    run = PipelineRun(
         run_id=run_id,
-        started_at=store.utc_now().isoformat(),
+        started_at=utc_now().isoformat(),
         flow_run_id=flow_run_id,
         start_from=settings.start_from,
         start_adapter=start[0] if start else None,
@@ -88,51 +100,49 @@ def begin_pipeline_run(config: Settings, flow_run_id: str | None) -> store.Pipel
         since=since.isoformat() if since else None,
         new_since=previous.data_until if previous else None,
         previous_run=previous.run_id if previous else None,
-        table_versions={name: v.version for name, v in store.snapshot(lake).items() if v.version is not None},
+        table_versions={name: v.version for name, v in snapshot(lake).items() if v.version is not None},
     )
-    store.record_pipeline_run(lake, run)
+    record_pipeline_run(lake, run)
     return run
 
 
-def refuse_pipeline_run(
-    config: Settings, flow_run_id: str | None, error: store.LegacyRows
-) -> store.PipelineRun:
+def refuse_pipeline_run(config: Settings, flow_run_id: str | None, error: LegacyRows) -> PipelineRun:
     """Record a run that could not begin (`begin_pipeline_run` refused the lake): failed at
     `start` with the reason, the report and `trajlake pipeline` show it. A retry of the same
     flow run after `trajlake migrate` begins afresh."""
-    run = store.PipelineRun(
+    run = PipelineRun(
         run_id=pipeline_run_id(flow_run_id),
-        started_at=store.utc_now().isoformat(),
+        started_at=utc_now().isoformat(),
         flow_run_id=flow_run_id,
         start_from=config.pipeline.start_from,
     )
     return fail_pipeline_run(config, run, START_STEP, error)
 
 
-def _never_began(run: store.PipelineRun) -> bool:
+def _never_began(run: PipelineRun) -> bool:
     return run.status == "failed" and (run.error or "").startswith(f"{START_STEP}: ")
 
 
-def mark_data_seen(config: Settings, run: store.PipelineRun) -> store.PipelineRun:
+def mark_data_seen(config: Settings, run: PipelineRun) -> PipelineRun:
     """After the scenarios step: what exists now is this run's data; the next run's starts after."""
     if run.data_until:
         return run  # a retried run keeps the line it drew
-    run = replace(run, data_until=store.utc_now().isoformat())
-    store.record_pipeline_run(lake_of(config), run)
+    run = replace(run, data_until=utc_now().isoformat())
+    record_pipeline_run(lake_of(config), run)
     return run
 
 
-def learning_config(config: Settings, run: store.PipelineRun) -> Settings:
+def learning_config(config: Settings, run: PipelineRun) -> Settings:
     """The configuration whose selections are kept to what `run` learns from: the replayed scenarios
     to its window; SFT to its window only when it continues the production adapter (from the
     base model, SFT reads all selected conversations)."""
     since = run.since_time
     select = config.select
-    sft = store.trajectories_since(select.sft, since) if run.start_adapter else select.sft
-    return config.with_values("select", replay=store.scenarios_since(select.replay, since), sft=sft)
+    sft = trajectories_since(select.sft, since) if run.start_adapter else select.sft
+    return config.with_values("select", replay=scenarios_since(select.replay, since), sft=sft)
 
 
-def origin_of(run: store.PipelineRun) -> dict[str, Any]:
+def origin_of(run: PipelineRun) -> dict[str, Any]:
     """What a version published by `run` records of how it came about (`training.publish`'s origin)."""
     return {
         "pipeline_run": run.run_id,
@@ -143,7 +153,7 @@ def origin_of(run: store.PipelineRun) -> dict[str, Any]:
     }
 
 
-def nothing_to_learn(config: Settings, run: store.PipelineRun) -> str | None:
+def nothing_to_learn(config: Settings, run: PipelineRun) -> str | None:
     """Why `run` trains nothing, or None when it has something to learn.
 
     `config` is the run's learning configuration (`learning_config`). A later run needs a train
@@ -152,7 +162,7 @@ def nothing_to_learn(config: Settings, run: store.PipelineRun) -> str | None:
     would give again the candidate the gate has just judged.
     """
     if run.new_since and not scenarios_to_learn(
-        config, store.scenarios_since(config.select.replay, datetime.fromisoformat(run.new_since))
+        config, scenarios_since(config.select.replay, datetime.fromisoformat(run.new_since))
     ):
         return f"nothing to learn: no train scenario new since {run.new_since}"
     if not scenarios_to_learn(config, config.select.replay):
@@ -164,23 +174,23 @@ def nothing_to_learn(config: Settings, run: store.PipelineRun) -> str | None:
 
 def scenarios_to_learn(config: Settings, selection: str) -> int:
     """How many scenarios `selection` (returning `scenario_id`) holds."""
-    with store.connect(lake_of(config), read_only=True) as con:
-        text, _ = store.check_selection(con, selection, "scenario_id")
+    with connect(lake_of(config), read_only=True) as con:
+        text, _ = check_selection(con, selection, "scenario_id")
         (count,) = con.execute(f"SELECT count(DISTINCT scenario_id) FROM ({text})").fetchone() or (0,)
         return int(count)
 
 
-def learned_from(config: Settings, run: store.PipelineRun) -> store.PipelineRun:
+def learned_from(config: Settings, run: PipelineRun) -> PipelineRun:
     """`run` with what its (windowed) replay selection holds, by what production said of each
     scenario's conversation: rated right, failures with a label, failures without one (recorded);
     nothing when the run has nothing to learn (`nothing_to_learn`: its window is all seen)."""
     keys = ("scenarios", "rated_right", "failures", "failures_labelled", "failures_unlabelled", "unrated")
     if nothing_to_learn(config, run):
         run = replace(run, learned_from=dict.fromkeys(keys, 0))
-        store.record_pipeline_run(lake_of(config), run)
+        record_pipeline_run(lake_of(config), run)
         return run
-    with store.connect(lake_of(config), read_only=True) as con:
-        text, _ = store.check_selection(con, config.select.replay, "scenario_id")
+    with connect(lake_of(config), read_only=True) as con:
+        text, _ = check_selection(con, config.select.replay, "scenario_id")
         row = con.execute(
             f"""
             SELECT count(*),
@@ -193,26 +203,26 @@ def learned_from(config: Settings, run: store.PipelineRun) -> store.PipelineRun:
             """
         ).fetchone() or (0, 0, 0, 0, 0, 0)
     run = replace(run, learned_from=dict(zip(keys, map(int, row), strict=True)))
-    store.record_pipeline_run(lake_of(config), run)
+    record_pipeline_run(lake_of(config), run)
     return run
 
 
 def finish_pipeline_run(
     config: Settings,
-    run: store.PipelineRun,
+    run: PipelineRun,
     *,
     trained: list[TrainResult],
     publication: Publication | None = None,
     evaluation: judging.Evaluation | None = None,
     decision: str | None = None,
-) -> store.PipelineRun:
+) -> PipelineRun:
     """Record the run as finished: its training runs and steps, the version it published and the
     gate's decision (or why nothing was trained)."""
     gate = publication.gate if publication else None
     run = replace(
         run,
         status="finished",
-        finished_at=store.utc_now().isoformat(),
+        finished_at=utc_now().isoformat(),
         training_runs=[t.run_id for t in trained],
         training_steps=sum(t.global_step for t in trained),
         adapter=trained[-1].adapter_dir if trained else None,
@@ -221,25 +231,23 @@ def finish_pipeline_run(
         decision=(publication.decision if publication else None) or decision,
         eval_run_id=evaluation.run_id if evaluation else None,
     )
-    store.record_pipeline_run(lake_of(config), run)
+    record_pipeline_run(lake_of(config), run)
     if not config.pipeline.keep_checkpoints:
         drop_checkpoints(trained)
     return run
 
 
-def fail_pipeline_run(
-    config: Settings, run: store.PipelineRun, step: str, error: BaseException
-) -> store.PipelineRun:
+def fail_pipeline_run(config: Settings, run: PipelineRun, step: str, error: BaseException) -> PipelineRun:
     """Record the run as failed at `step` with `error` in one line (the flow then raises it as it was):
     the report shows why, and the next run learns from what this one did not finish."""
     first_line = (str(error).strip().splitlines() or [""])[0][:500]
     run = replace(
         run,
         status="failed",
-        finished_at=store.utc_now().isoformat(),
+        finished_at=utc_now().isoformat(),
         error=f"{step}: {type(error).__name__}" + (f": {first_line}" if first_line else ""),
     )
-    store.record_pipeline_run(lake_of(config), run)
+    record_pipeline_run(lake_of(config), run)
     return run
 
 

@@ -87,7 +87,7 @@ class RoundSummary:
 
 def make_scenarios(config: Settings) -> ScenarioCounts:
     """Scenarios from the trajectories `select.scenarios` picks (idempotent: same ids, same split)."""
-    from training.replay import create_scenarios
+    from training.replay.scenario_io import create_scenarios
 
     result = create_scenarios(lake_of(config), config.select.scenarios, config.scenarios)
     if not result.splits.get("train"):
@@ -115,7 +115,7 @@ def replay_policy(
     """Group-sample `scenarios` with the base model or `adapter` (`group_size`: instead of the
     configured one; `greedy`: one sample per scenario at temperature 0); resumable (complete
     groups are skipped)."""
-    from training.replay import replay
+    from training.replay.stage import replay
 
     configured = dataclasses.replace(
         config.replay, run=run, group_size=group_size or config.replay.group_size
@@ -152,7 +152,7 @@ def replay_policy(
 
 def round_scenarios(config: Settings, round_number: int, draw: int = 0) -> str:
     """`select.replay`, or this round's slice of it (and of a dynamic-sampling draw) with `scenarios_per_round`."""
-    from training.replay import slice_selection
+    from training.replay.scenario_io import slice_selection
 
     pipeline = config.pipeline
     index = (round_number - 1) * (1 + pipeline.dynamic_sampling_draws) + draw
@@ -170,7 +170,7 @@ def replay_round(
     """One round's group sampling of the train scenarios with the current policy (`draw` > 0: a dynamic-
     sampling draw of further scenarios for the same round; `shard` of `shards`: that share of its
     scenarios). Seeds and group ids come from the scenario, so shards sample what one task would."""
-    from training.replay import shard_selection
+    from training.replay.scenario_io import shard_selection
 
     seed = (config.replay.sampling.seed or 0) + round_number + 1000 * draw
     run = f"round-{round_number}" + (f"-draw-{draw}" if draw else "")

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import store
 from flows.config.root import Settings
 from flows.stages.common import lake_of
+from store.vocabulary import equals
 
 if TYPE_CHECKING:
     from judging.summary import RewardStats, ScoreSummary
@@ -53,7 +53,7 @@ def merge_score_rows(runs: list[ScoreSummary]) -> list[dict[str, Any]]:
 
 def replay_filter(group_ids: list[str] | None) -> str:
     """The `--where` of a scoring run over replayed groups (all of them when `group_ids` is None)."""
-    where = store.equals("source", "replay", table="trajectories")
+    where = equals("source", "replay", table="trajectories")
     if group_ids:
         quoted = ", ".join("'" + g.replace("'", "''") + "'" for g in group_ids)
         where += f" AND group_id IN ({quoted})"

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import store
 from flows.config.root import Settings
 from flows.stages.common import base_model, lake_of, run_dir
 from flows.stages.score import training_reward
+from store.selections import grpo_trajectories_of
 
 if TYPE_CHECKING:
     from training.run import TrainResult
@@ -48,7 +48,7 @@ def train_grpo(
     `adapter`."""
     from training.grpo import train_grpo as grpo
 
-    sql = store.grpo_trajectories_of(group_ids)  # the round's groups, outside the val scenarios
+    sql = grpo_trajectories_of(group_ids)  # the round's groups, outside the val scenarios
     output = run_dir(config, pipeline_run, f"grpo-{round_number}")
     grpo_config = config.train.grpo_config(str(output / "checkpoints"), reward_name=training_reward(config))
     return grpo(lake_of(config), sql, base_model(config), adapter, output, grpo_config, resume=True)

@@ -9,11 +9,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import store
 from flows.cli import app
 from flows.config import ConfigError
 from flows.config.checks import load_config
 from flows.config.root import Settings
+from store import writer
+from store.selections import TRAIN_SCENARIOS
+from training.replay import scenario_io
+from training.replay.scenarios import ScenarioConfig, ScenarioResult
 
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
 
@@ -26,7 +29,8 @@ def write(tmp_path: Path, text: str) -> str:
 
 def test_empty_file_is_the_embedded_default(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, ""))
-    from training.replay import ReplayConfig, SamplerConfig
+    from training.replay.samplers import SamplerConfig
+    from training.replay.stage import ReplayConfig
 
     assert config.sampler == SamplerConfig()  # the library's own defaults, declared once
     assert config.replay == ReplayConfig()
@@ -71,11 +75,11 @@ def test_bad_environment_override_names_the_key(tmp_path: Path, monkeypatch: pyt
 def test_the_lake_path_is_declared_once_and_read_from_one_variable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import store
     from flows.config.sections import LakeSettings
     from ingest.otlp.config import CollectorConfig
+    from store.lake import DEFAULT_LAKE
 
-    assert LakeSettings().path == CollectorConfig().lake == store.DEFAULT_LAKE
+    assert LakeSettings().path == CollectorConfig().lake == DEFAULT_LAKE
     monkeypatch.setenv("TRAJLAKE_LAKE", "s3://b/l")
     assert load_config(write(tmp_path, "")).lake.path == "s3://b/l"
     assert load_config(write(tmp_path, "")).collector.lake == "s3://b/l"  # the collector writes it
@@ -89,7 +93,7 @@ def test_the_lake_path_is_declared_once_and_read_from_one_variable(
 
 
 def test_sampling_settings_are_the_samplers_own(tmp_path: Path) -> None:
-    from training.replay import SamplingParams
+    from training.replay.samplers.base import SamplingParams
 
     text = "[replay.sampling]\ntemperature = 0.8\nmax_tokens = 12\n[replay.limits]\nmax_turns = 2\n"
     replay = load_config(write(tmp_path, text)).replay
@@ -147,17 +151,15 @@ def test_a_pipeline_without_a_base_model_is_refused_before_any_work(
 def test_a_toml_key_an_environment_variable_and_an_option_reach_the_same_field(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import training.replay
+    seen: list[ScenarioConfig] = []
 
-    seen: list[training.replay.ScenarioConfig] = []
-
-    def create(lake: object, sql: str, config: training.replay.ScenarioConfig) -> object:
+    def create(lake: object, sql: str, config: ScenarioConfig) -> object:
         seen.append(config)
-        return training.replay.ScenarioResult(["s"], splits={"train": 1})
+        return ScenarioResult(["s"], splits={"train": 1})
 
-    monkeypatch.setattr(training.replay, "create_scenarios", create)
+    monkeypatch.setattr(scenario_io, "create_scenarios", create)
     monkeypatch.chdir(tmp_path)
-    store.write(str(tmp_path / "l"), "runs", [{"run_id": "r", "step": 0, "stage": "sft"}])  # a lake to read
+    writer.write(str(tmp_path / "l"), "runs", [{"run_id": "r", "step": 0, "stage": "sft"}])  # a lake to read
     monkeypatch.setenv("TRAJLAKE_CONFIG", write(tmp_path, "[scenarios]\nval_fraction = 0.3\nturn = 1\n"))
     args = [
         "scenarios",
@@ -168,7 +170,7 @@ def test_a_toml_key_an_environment_variable_and_an_option_reach_the_same_field(
         str(tmp_path / "l"),
     ]
 
-    def run(*extra: str) -> training.replay.ScenarioConfig:
+    def run(*extra: str) -> ScenarioConfig:
         result = CliRunner().invoke(app, [*args, *extra])
         assert result.exit_code == 0, result.output
         return seen[-1]
@@ -177,14 +179,14 @@ def test_a_toml_key_an_environment_variable_and_an_option_reach_the_same_field(
     monkeypatch.setenv("TRAJLAKE_SCENARIOS__VAL_FRACTION", "0.4")
     assert (run().val_fraction, run().turn) == (0.4, 1)  # the environment beats the file
     assert (run("--val-fraction", "0.5").val_fraction, run().turn) == (0.5, 1)  # the option beats both
-    assert Settings.model_fields["scenarios"].annotation is training.replay.ScenarioConfig
+    assert Settings.model_fields["scenarios"].annotation is ScenarioConfig
 
 
 def test_commands_use_the_config_files_lake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import store
+    from store import writer
 
     lake = tmp_path / "configured-lake"
-    store.write(str(lake), "runs", [{"run_id": "r", "step": 0, "stage": "sft"}])
+    writer.write(str(lake), "runs", [{"run_id": "r", "step": 0, "stage": "sft"}])
     monkeypatch.setenv("TRAJLAKE_CONFIG", write(tmp_path, f'[lake]\npath = "{lake}"\n'))
     result = CliRunner().invoke(app, ["sql", "SELECT count(*) AS n FROM runs", "--format", "json"])
     assert result.exit_code == 0, result.output
@@ -231,7 +233,6 @@ def test_commands_take_what_the_configuration_says_when_an_option_is_left_out(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One rule for every command: option > environment > trajlake.toml > declared default."""
-    import training.replay
     from flows.config.options import value_in_effect
 
     config = write(
@@ -248,17 +249,17 @@ def test_commands_take_what_the_configuration_says_when_an_option_is_left_out(
     monkeypatch.setenv("TRAJLAKE_SCORE__REWARD", "x")
     assert value_in_effect("score.reward") == ("x", "$TRAJLAKE_SCORE__REWARD")
     monkeypatch.delenv("TRAJLAKE_SCORE__REWARD")
-    assert value_in_effect("select.replay") == (store.TRAIN_SCENARIOS, "default")
+    assert value_in_effect("select.replay") == (TRAIN_SCENARIOS, "default")
 
     lake = tmp_path / "lake"
-    store.write(str(lake), "runs", [{"run_id": "r", "step": 0, "stage": "sft"}])
+    writer.write(str(lake), "runs", [{"run_id": "r", "step": 0, "stage": "sft"}])
     seen: list[str] = []
 
     def create(lake: object, sql: str, config: object) -> object:
         seen.append(sql)
-        return training.replay.ScenarioResult(["s"], splits={"train": 1})
+        return ScenarioResult(["s"], splits={"train": 1})
 
-    monkeypatch.setattr(training.replay, "create_scenarios", create)
+    monkeypatch.setattr(scenario_io, "create_scenarios", create)
     monkeypatch.setenv("TRAJLAKE_CONFIG", config)
     result = CliRunner().invoke(app, ["scenarios", "create", "--lake", str(lake)])
     assert result.exit_code == 0, result.output
@@ -278,8 +279,8 @@ def test_train_commands_take_the_configured_selection_and_reward(
 
     lake = tmp_path / "lake"
     rows, rewards = stored_groups(str(tiny_model), groups=2, size=4)
-    store.write(str(lake), "trajectories", rows)
-    store.write(str(lake), "rewards", rewards)
+    writer.write(str(lake), "trajectories", rows)
+    writer.write(str(lake), "rewards", rewards)
     config = write(
         tmp_path,
         '[select]\nsft = "SELECT trajectory_id FROM trajectories WHERE false"\n[score]\nreward = "configured"\n',

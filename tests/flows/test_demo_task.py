@@ -207,15 +207,16 @@ def test_scoring_production_traces_with_the_demo_reward_leaves_them_out(tmp_path
 
     from typer.testing import CliRunner
 
-    import store
     from flows.cli import app
+    from store.catalog.connection import connect
+    from store.writer import write
     from tests.store.helpers import make_traj
 
     lake = tmp_path / "lake"
-    store.write(str(lake), "trajectories", [make_traj(i) for i in range(5)])
+    write(str(lake), "trajectories", [make_traj(i) for i in range(5)])
     args = ["score", "--reward", "flows.demo.task:calculator_reward", "--lake", str(lake), "--format", "json"]
     result = CliRunner().invoke(app, [*args, "--no-progress"])
     assert result.exit_code == 0, result.output
     [summary] = json.loads(result.output)
     assert summary["rows_written"] == 0 and not summary.get("failures")
-    assert store.connect(str(lake)).execute("SELECT count(*) FROM rewards").fetchone()[0] == 0
+    assert connect(str(lake)).execute("SELECT count(*) FROM rewards").fetchone()[0] == 0

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-import store
 from flows.demo.run import run_demo
+from store.catalog.connection import connect
+from store.lake import Lake
 from store.metrics import IMPORTANCE_RATIO_MEAN, SAMPLER_GAP_MEAN, row_metrics
 from training.models.known import MODELS_ENV, fetch_model
 
@@ -46,7 +47,7 @@ def test_the_small_demo_runs_on_vllm_with_smollm2(tmp_path: Path, monkeypatch: p
 
 
 def check_the_vllm_demo(result: dict, workdir: Path) -> None:
-    con = store.connect(store.Lake(result["lake"]))
+    con = connect(Lake(result["lake"]))
     backends = con.execute(
         "SELECT DISTINCT json_extract_string(metadata, '$.backend') FROM trajectories WHERE source = 'replay'"
     ).fetchall()

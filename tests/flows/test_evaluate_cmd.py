@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import store
 from flows import stages
 from flows.cli import app
 from flows.config.checks import load_config
 from flows.demo.capture import capture_production_traces
 from flows.demo.config import write_demo_config
 from flows.demo.run import SIZES
+from store.catalog.connection import connect
+from store.pipeline_runs import pipeline_runs
 from training.publish import PublishConfig, publish
 from training.registry import adapter_rows
 
@@ -59,9 +60,7 @@ def test_evaluate_compares_policies_paired_and_publishes_nothing(published_lake:
     evaluation = json.loads(out.stdout)
     table = evaluation["table"]
     val = [row for row in table if row["kind"] == "val"]
-    scenarios = (
-        store.connect(lake).execute("SELECT count(*) FROM scenarios WHERE split = 'val'").fetchone()[0]
-    )
+    scenarios = connect(lake).execute("SELECT count(*) FROM scenarios WHERE split = 'val'").fetchone()[0]
     assert evaluation["comparison"]["reward"] == "calculator"
     assert [row["stage"] for row in val] == ["base", f"{NAME}:v1"]
     assert val[0]["mean"] > 0 or val[1]["mean"] > 0
@@ -79,12 +78,12 @@ def test_evaluate_compares_policies_paired_and_publishes_nothing(published_lake:
     assert production[0]["n"] == SPEC.questions and production[0]["differences"] == []
     # recorded as an eval run; nothing published, no alias moved, no pipeline run
     recorded = (
-        store.connect(lake)
+        connect(lake)
         .execute("SELECT count(*) FROM runs WHERE stage = 'eval' AND run_id = ?", [evaluation["eval_run_id"]])
         .fetchone()[0]
     )
     assert recorded == 2 + len(table)
-    assert adapter_rows(lake, NAME) == before and store.pipeline_runs(lake) == []
+    assert adapter_rows(lake, NAME) == before and pipeline_runs(lake) == []
 
     # named policies, in order, each paired with every one before it; the table for people
     named = runner.invoke(
@@ -104,7 +103,7 @@ def test_evaluate_compares_policies_paired_and_publishes_nothing(published_lake:
     )
     assert len(bad.output.strip().splitlines()) == 1
     evaluated = (
-        store.connect(lake).execute("SELECT count(DISTINCT run_id) FROM runs WHERE stage = 'eval'").fetchone()
+        connect(lake).execute("SELECT count(DISTINCT run_id) FROM runs WHERE stage = 'eval'").fetchone()
     )
     # (`calculator`, the stored name of a `[score] rewards` spec, is a reward now: judging.resolve_reward_key)
     no_reward = runner.invoke(app, ["evaluate", "--lake", str(lake), "--reward", "no_such_reward"])
@@ -114,6 +113,6 @@ def test_evaluate_compares_policies_paired_and_publishes_nothing(published_lake:
     assert len(no_reward.output.strip().splitlines()) == 1
     # refused before any replay: no evaluation recorded
     assert (
-        store.connect(lake).execute("SELECT count(DISTINCT run_id) FROM runs WHERE stage = 'eval'").fetchone()
+        connect(lake).execute("SELECT count(DISTINCT run_id) FROM runs WHERE stage = 'eval'").fetchone()
         == evaluated
     )

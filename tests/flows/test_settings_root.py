@@ -15,7 +15,9 @@ from flows.cli import app
 from flows.config.errors import ConfigError
 from flows.config.keys import describe
 from flows.config.root import Settings, in_effect, load_settings
-from training.replay import ReplayConfig, SamplerConfig, SamplingParams
+from training.replay.samplers import SamplerConfig
+from training.replay.samplers.base import SamplingParams
+from training.replay.stage import ReplayConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -20,10 +20,11 @@ from typing import Any
 import pytest
 import typer
 
-import store
 from flows.cli import SUMMARIES, TrajlakeGroup, app
 from flows.commands import LazyGroup
 from flows.commands.train_cmds import TrainGroup
+from store.lake import Lake
+from store.writer import write
 from tests.store.helpers import make_traj
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,8 +92,8 @@ def test_every_help_but_trls_options_imports_no_heavy_library() -> None:
     assert first is None, f"`trajlake {' '.join(first['argv'])}` imported {first['heavy']}"
 
 
-def test_sql_imports_no_heavy_library(lake: store.Lake) -> None:
-    store.write(lake, "trajectories", [make_traj(i) for i in range(3)])
+def test_sql_imports_no_heavy_library(lake: Lake) -> None:
+    write(lake, "trajectories", [make_traj(i) for i in range(3)])
     # nor pandas (pyarrow builds it in for arrays made from Python objects) nor polars
     (ran,) = run_in_one_process(
         ["sql", "SELECT count(*) FROM trajectories", "--lake", lake.root], heavy=(*HEAVY, "pandas", "polars")

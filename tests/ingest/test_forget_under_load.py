@@ -26,9 +26,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-import store
 from flows.stages.forget import carry_out, plan
+from store.catalog.connection import connect
+from store.catalog.versions import snapshot
 from store.erasure import ErasureSelection, files_holding, identity_rows
+from store.lake import Lake
+from store.writer import write
 from tests.ingest.fake_openai import free_port
 from tests.ingest.test_collectors_together import body_trace_id
 from tests.ingest.test_durability import ROOT, random_request, start
@@ -75,7 +78,7 @@ print(json.dumps({**counts, "problems": problems[:5]}))
 """
 
 
-def _reader(lake: store.Lake, stop: Path) -> subprocess.Popen[bytes]:
+def _reader(lake: Lake, stop: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-X", "faulthandler", "-c", READER, lake.root, str(stop)],
         cwd=ROOT,
@@ -120,10 +123,10 @@ def _users_request(seq: int) -> tuple[bytes, list[str]]:
     return request.SerializeToString(), ids
 
 
-def _users_data(lake: store.Lake) -> None:
+def _users_data(lake: Lake) -> None:
     for batch in range(3):
         traces = [f"{batch:02x}{i:030x}" for i in range(5)]
-        store.write(
+        write(
             lake,
             "spans",
             [
@@ -137,7 +140,7 @@ def _users_data(lake: store.Lake) -> None:
                 for i, t in enumerate(traces)
             ],
         )
-        store.write(
+        write(
             lake,
             "trajectories",
             [
@@ -154,7 +157,7 @@ def _users_data(lake: store.Lake) -> None:
         )
 
 
-def test_forget_under_collector_load_loses_nothing_acknowledged(lake: store.Lake, tmp_path: Path) -> None:
+def test_forget_under_collector_load_loses_nothing_acknowledged(lake: Lake, tmp_path: Path) -> None:
     _users_data(lake)
     ports = [free_port(), free_port()]
     processes = [start(lake, port) for port in ports]
@@ -225,15 +228,15 @@ def test_forget_under_collector_load_loses_nothing_acknowledged(lake: store.Lake
     # every span of the user that was acknowledged went, in this one run, and the audit says so
     deleted = {t.table: t.rows_deleted for t in report.tables}
     assert deleted["trajectories"] == 15 and deleted["spans"] == 15 + len(users_acknowledged)
-    audit = store.connect(lake).execute("SELECT rows, files_rewritten FROM erasures").fetchall()
+    audit = connect(lake).execute("SELECT rows, files_rewritten FROM erasures").fetchall()
     assert len(audit) == 1 and json.loads(audit[0][0]) == deleted
     assert audit[0][1] == report.files_rewritten > 0
-    assert identity_rows(lake, store.snapshot(lake), "user_id", USER) == {"trajectories": 0, "spans": 0}
+    assert identity_rows(lake, snapshot(lake), "user_id", USER) == {"trajectories": 0, "spans": 0}
     assert not problems, problems[:5]
     for read in reads:
         assert not read["problems"], read
         assert int(str(read["opens"])) > 10 and int(str(read["queries"])) > 3, read
-    stored = store.connect(lake).execute("SELECT trace_id, span_id FROM spans").fetchall()
+    stored = connect(lake).execute("SELECT trace_id, span_id FROM spans").fetchall()
     assert len(stored) == len(set(stored))
     missing = acknowledged - set(stored)
     assert not missing, f"{len(missing)} of {len(acknowledged)} acknowledged spans lost"

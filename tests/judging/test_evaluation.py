@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-import store
 from judging.evaluation_stats import (
     bootstrap_ci,
     compare,
@@ -12,6 +11,9 @@ from judging.evaluation_stats import (
     production_success,
     record_evaluation,
 )
+from store.catalog.connection import connect
+from store.lake import Lake
+from store.writer import write
 from tests.judging.helpers import T0, make_traj
 from tests.store.helpers import run_metrics
 
@@ -65,14 +67,14 @@ def test_noise_gives_an_interval_around_zero() -> None:
     assert low < 0 < high  # unpaired means are equal; every paired difference is +-1: no evidence
 
 
-def test_production_success_per_policy_from_feedback(lake: store.Lake) -> None:
+def test_production_success_per_policy_from_feedback(lake: Lake) -> None:
     rows = [make_traj(f"p{i}", "x", source="otel", policy="prod-llm") for i in range(10)]
     rows += [make_traj(f"a{i}", "x", source="otel", policy="agent-v1") for i in range(4)]
     rows += [make_traj(f"r{i}", "x", source="replay", policy="agent-v1") for i in range(4)]  # not production
-    store.write(lake, "trajectories", rows)
+    write(lake, "trajectories", rows)
     feedback = [(f"p{i}", float(i < 8)) for i in range(10)] + [(f"a{i}", 1.0) for i in range(4)]
     feedback += [(f"r{i}", 0.0) for i in range(4)]
-    store.write(
+    write(
         lake,
         "rewards",
         [
@@ -86,7 +88,7 @@ def test_production_success_per_policy_from_feedback(lake: store.Lake) -> None:
     assert production_success(lake, "no_such_reward") == []
 
 
-def test_record_writes_the_comparison_then_the_table(lake: store.Lake) -> None:
+def test_record_writes_the_comparison_then_the_table(lake: Lake) -> None:
     rows = evaluation_table([("base", "m", BASE), ("sft", "m+sft", SFT)], references=("base",))
     comparison = compare("exact_match", ("m+sft", SFT), ("m", BASE))
     run_id = record_evaluation(lake, comparison, rows, adapter="agent")
@@ -108,7 +110,7 @@ def test_a_policys_interval_does_not_depend_on_the_order_its_scores_were_read() 
 # --- the procedure ---------------------------------------------------------------------------------
 
 
-def test_the_procedure_measures_each_policy_once_and_always_shows_the_baseline(lake: store.Lake) -> None:
+def test_the_procedure_measures_each_policy_once_and_always_shows_the_baseline(lake: Lake) -> None:
     from judging import Measured, evaluate_policies
 
     measured: list[str | None] = []
@@ -134,12 +136,12 @@ def test_the_procedure_measures_each_policy_once_and_always_shows_the_baseline(l
     assert found.comparison.baseline.policy == "prod/adapter"
     assert found.comparison.difference == pytest.approx(0.4)  # GRPO solves 8 of the 20 odd ones more
     assert found.table[2].difference("sft").mean == pytest.approx(0.4)
-    with store.connect(lake, read_only=True) as con:
+    with connect(lake, read_only=True) as con:
         steps = con.execute(f"SELECT count(*) FROM runs WHERE run_id = '{found.run_id}'").fetchone()[0]
     assert steps == 2 + 4  # candidate, baseline, then the table
 
 
-def test_nothing_scored_is_refused_before_anything_is_recorded(lake: store.Lake) -> None:
+def test_nothing_scored_is_refused_before_anything_is_recorded(lake: Lake) -> None:
     from judging import Measured, NothingScored, evaluate_policies
 
     def measure(path: str | None) -> Measured:
@@ -150,7 +152,7 @@ def test_nothing_scored_is_refused_before_anything_is_recorded(lake: store.Lake)
     assert not lake.has_table("runs")
 
 
-def test_the_publish_gate_compares_the_candidate_with_the_incumbent(lake: store.Lake) -> None:
+def test_the_publish_gate_compares_the_candidate_with_the_incumbent(lake: Lake) -> None:
     from judging import Measured, evaluate_policies
 
     by_path = {"prod/adapter": SFT, "new/adapter": GRPO}
@@ -165,7 +167,7 @@ def test_the_publish_gate_compares_the_candidate_with_the_incumbent(lake: store.
     assert found.comparison.better and found.baseline == "calc:v3"
 
 
-def test_greedy_scores_sit_beside_the_sampled_ones_and_reach_the_runs_table(lake: store.Lake) -> None:
+def test_greedy_scores_sit_beside_the_sampled_ones_and_reach_the_runs_table(lake: Lake) -> None:
     from judging.evaluation_stats import evaluation_table, independent_difference, record_evaluation
     from store.metrics import EvaluationTableRow
 

@@ -86,7 +86,7 @@ TOOLS = [
 
 def make_trajectory(trajectory_id: str, **overrides: Any) -> dict[str, Any]:
     """A production trajectory row: system, user, a calculator call and its result, the answer."""
-    import store
+    from store.rows import utc_now
 
     def msg(role: str, content: str | None, **extra: Any) -> dict[str, Any]:
         return {
@@ -101,7 +101,7 @@ def make_trajectory(trajectory_id: str, **overrides: Any) -> dict[str, Any]:
     row = {
         "trajectory_id": trajectory_id,
         "source": "otel",
-        "started_at": store.utc_now(),
+        "started_at": utc_now(),
         "agent_name": "calc-agent",
         "model": "prod-model",
         "messages": [

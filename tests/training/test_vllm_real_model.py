@@ -20,8 +20,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-import store
 from flows.cli import app
+from store.lake import Lake
 from tests.training.helpers import TOOLS, make_trajectory, openai_message
 from training.chat.render import ChatRenderer
 from training.replay.samplers.base import LOGPROB_TOLERANCE
@@ -117,7 +117,7 @@ def test_a_published_adapter_hot_loads_and_its_logprobs_are_pefts(
     from flows.sampler_server import sampler_app
 
     adapter = random_adapter(smollm2, tmp_path / "adapter", tokenizer)
-    lake = store.Lake(str(tmp_path / "lake"))
+    lake = Lake(str(tmp_path / "lake"))
     published = CliRunner().invoke(
         app,
         [

@@ -7,7 +7,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import store
+from store.rows import utc_now
 
 
 def msg(role: str, content: str | None = None, **kw: Any) -> dict[str, Any]:
@@ -45,7 +45,7 @@ def traj(
     metadata: dict[str, Any] | None = None,
     sampling: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    started = store.utc_now() - timedelta(seconds=offset_s)
+    started = utc_now() - timedelta(seconds=offset_s)
     return {
         "trajectory_id": tid,
         "source": source,
@@ -77,7 +77,7 @@ def reward(
         "scorer": scorer,
         "value": value,
         "group_id": group_id,
-        "scored_at": store.utc_now(),
+        "scored_at": utc_now(),
         "status": status,
     }
 

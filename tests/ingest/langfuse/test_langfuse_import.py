@@ -9,7 +9,7 @@ import pytest
 
 from ingest.langfuse import ExportNotFound, MalformedExport, import_langfuse_export, pull_langfuse
 from ingest.langfuse.export import classify_record
-from store import Lake
+from store.lake import Lake
 from tests.ingest.langfuse.agent_traces import seed_agent_trace
 from tests.ingest.langfuse.conftest import cli, make_config, seed_project, sql
 from tests.ingest.langfuse.standin import StandinLangfuse

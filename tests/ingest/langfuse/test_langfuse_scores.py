@@ -112,7 +112,7 @@ def test_bad_scores_name_the_reason(score: dict, reason: str) -> None:
 
 def test_rewards_keep_the_newest_score_and_skip_unchanged_rewrites(lake) -> None:  # type: ignore[no-untyped-def]
     from ingest.langfuse.sink import write_rewards
-    from store import connect
+    from store.catalog.connection import connect
 
     newer = reward(v3("NUMERIC", 0.9, timestamp="2026-08-01T11:00:00Z"))
     older = reward(v3("NUMERIC", 0.1, timestamp="2026-08-01T09:00:00Z"))

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-import store
 from flows.demo.task import SYSTEM_PROMPT, TOOL_DEFINITIONS
+from store.catalog.connection import connect
+from store.lake import Lake
 from training.replay.rollout.loop import RolloutLimits
 from training.replay.rollout.tools import make_tools
 from training.replay.samplers import SamplingParams, make_sampler
@@ -33,7 +34,7 @@ def real_sampler(request: pytest.FixtureRequest, pretrained_model: Path) -> Samp
 
 
 def _replay(sampler: Sampler, folder: Path) -> list[dict]:
-    lake = store.Lake(str(folder / "lake"))
+    lake = Lake(str(folder / "lake"))
     lines = [
         {
             "messages": [
@@ -57,7 +58,7 @@ def _replay(sampler: Sampler, folder: Path) -> list[dict]:
     )
     assert len(result.group_ids) == 3 and result.failed == []
     return (
-        store.connect(lake)
+        connect(lake)
         .sql("SELECT * FROM trajectories WHERE source = 'replay' ORDER BY scenario_id, trajectory_id")
         .to_arrow_table()
         .to_pylist()

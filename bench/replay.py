@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rich.console import Console
 from rich.table import Table
 
+from bench.replay_rounds import rounds
 from store.lake import Lake
 from training.chat.render import ChatRenderer
 from training.models.known import resolve_model
@@ -248,8 +249,6 @@ def main() -> None:
     if "--vs-bare" in sys.argv[1:]:
         vs_bare(sys.argv[1:])
     else:
-        from bench.replay_rounds import rounds
-
         rounds(sys.argv[1:])
 
 

@@ -47,6 +47,8 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from bench.flops import parameters  # noqa: E402
+from bench.grpo_agent import main as agent_workload  # noqa: E402
 from bench.train_stock import grpo_stock, sft_stock  # noqa: E402
 from bench.train_workload import (  # noqa: E402
     TOOLS,
@@ -63,6 +65,7 @@ from store.metrics import TREE_PACKING_SAVED_SHARE, row_metrics  # noqa: E402
 from store.rows import utc_now  # noqa: E402
 from store.vocabulary import equals  # noqa: E402
 from store.writer import write  # noqa: E402
+from training.tiny import tiny_model_path  # noqa: E402
 
 # --- SFT -------------------------------------------------------------------------------------------
 
@@ -170,8 +173,6 @@ def flop_shares(
     its tree's nodes, not every row's tokens)."""
     from transformers import AutoModelForCausalLM
 
-    from bench.flops import parameters
-
     params = parameters(AutoModelForCausalLM.from_pretrained(model))
     out: dict[str, Any] = {
         "model": Path(model).name,
@@ -229,8 +230,6 @@ def main() -> None:
     )
     args, rest = parser.parse_known_args()
     if args.workload == "agent":
-        from bench.grpo_agent import main as agent_workload
-
         agent_workload(rest)
         return
 
@@ -241,8 +240,6 @@ def main() -> None:
     transformers.logging.set_verbosity_error()
     logging.getLogger("trl").setLevel(logging.ERROR)
     from transformers import AutoTokenizer
-
-    from training.tiny import tiny_model_path
 
     console = Console(width=160)
     work = Path(tempfile.mkdtemp(prefix="trajlake-bench-train-"))

@@ -11,6 +11,7 @@ from store.lake import Lake
 from store.messages import lake_message as message
 from store.rows import utc_now
 from store.writer import write
+from training.chat.render import template_messages
 
 TOOLS = [
     {
@@ -43,8 +44,6 @@ def conversation(i: int, rng: random.Random) -> list[dict[str, Any]]:
 
 
 def chat_form(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    from training.chat.render import template_messages
-
     return template_messages(messages)
 
 

@@ -24,7 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 from store.lake import Lake
 from store.rows import served_adapter_name
+from training.models.adapters import check_adapter_files
+from training.replay.rollout.model_bounds import model_bounds
+from training.replay.rollout.openai_app import create_app
 from training.replay.rollout.request_limits import RequestLimits, guarded, request_problem
+from training.replay.samplers import adapter_name, make_sampler
 
 __all__ = ["RequestLimits", "guarded", "request_problem", "sampler_app", "served_adapter"]
 
@@ -50,8 +54,6 @@ def served_adapter(
             published = json.loads(manifest.read_text())
             served_name = served_adapter_name(published["name"], int(published["version"]))
         if served_name is None:
-            from training.replay.samplers import adapter_name
-
             served_name = adapter_name(str(folder))
         return str(folder), served_name
     if lake is None:
@@ -79,11 +81,6 @@ def sampler_app(
     `limits` bound what a request may ask (`RequestLimits`' defaults when None), and a
     request naming a model other than the base model or the served adapter is answered 404.
     Close the sampler when done (`with sampler:`)."""
-    from training.models.adapters import check_adapter_files
-    from training.replay.rollout.model_bounds import model_bounds
-    from training.replay.rollout.openai_app import create_app
-    from training.replay.samplers import make_sampler
-
     path, name = served_adapter(adapter, lake=lake, served_name=served_name)
     if path is not None:
         check_adapter_files(path)  # a truncated file is refused now, not on the first request

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from store.lake import Lake
+from training.errors import TrainingError
 from training.lineage import READ_TABLES, selection_snapshot
 
 T = TypeVar("T")
@@ -72,7 +73,6 @@ def on_writer(fn: Any, *args: Any, **kwargs: Any) -> Any:
     """`fn(*args)` on rank 0, its result on every rank; its error raised on every rank."""
     if world_size() == 1:
         return fn(*args, **kwargs)
-    from training.errors import TrainingError
 
     outcome: tuple[str, Any] | None = None
     error: Exception | None = None

@@ -34,7 +34,7 @@ from store.vocabulary import equals
 from store.writer import write
 from training.lineage import as_of_versions
 from training.models.adapters import RUN_RECORD
-from training.registry import adapter_rows
+from training.registry import adapter_rows, resolve_adapter
 
 
 def lineage_entries(row: dict[str, Any]) -> list[dict[str, Any]]:
@@ -127,8 +127,6 @@ def adapters_trained_on(lake: Lake | str, trajectory_ids: Sequence[str]) -> list
 def mark_adapters(lake: Lake | str, refs: Sequence[str], erasure_id: str) -> list[str]:
     """Mark the adapters `refs` (`name:version`) trained_on_erased_data in one commit; returns
     the refs still in the table. Marking twice changes nothing (a resumed erasure)."""
-    from training.registry import resolve_adapter
-
     rows = [resolve_adapter(lake, ref) for ref in refs]
     if not rows:
         return []

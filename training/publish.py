@@ -28,6 +28,7 @@ import fsspec
 from store.lake import Lake
 from store.rows import served_adapter_name, utc_now
 from store.writer import write
+from training.erasure import erasure_marks
 from training.errors import BadHyperparameter, PromotionRefused, PublishError
 from training.registry import (
     LATEST,
@@ -374,8 +375,6 @@ def _sha256(path: Path) -> str:
 def erased_data_marks(lake: Lake, record: dict[str, Any] | None) -> list[str]:
     """Erasures of data this adapter was trained on: marks on its run record's chain and on the
     published adapter it continued."""
-    from training.erasure import erasure_marks
-
     marks = set(erasure_marks(record or {}))
     parent = _parent_ref(lake, record)
     if parent and ":" in parent:

@@ -19,6 +19,7 @@ from flows.commands import command_app
 from flows.commands.options import LakeOption, fail, quiet_libraries
 from flows.config.checks import load_config
 from flows.config.errors import ConfigError
+from flows.stages import StageError, base_model, compare_policies, default_policies
 
 ConfigOption = Annotated[
     str | None,
@@ -82,8 +83,6 @@ def evaluate(
     scenario with every policy before it. The table is recorded as an `eval` run in `runs`
     (`trajlake report --eval-run ID` shows it); no adapter is published and no alias moves.
     """
-    from flows.stages import StageError, base_model, compare_policies, default_policies
-
     try:
         settings = load_config(config).with_lake(lake)
         if scenarios:

@@ -11,6 +11,7 @@ from flows.commands.store_cmds import print_rows
 from store.errors import StoreError
 from store.maintenance import CompactConfig, compact
 from store.migrate import migrate
+from training.registry import lineage_versions
 
 
 def compact_cmd(compaction: CompactConfig, lake: LakeOption = None) -> None:
@@ -19,8 +20,6 @@ def compact_cmd(compaction: CompactConfig, lake: LakeOption = None) -> None:
     Safe while collectors write and queries read. Vacuum keeps the files of every table
     version a published adapter was trained on, whatever the retention.
     """
-    from training.registry import lineage_versions
-
     the_lake = resolve_lake(lake)
     config = compaction
     console = Console(stderr=True)

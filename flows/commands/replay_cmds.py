@@ -19,12 +19,20 @@ from flows.commands.options import (
     setting,
 )
 from flows.config.root import ServeSamplerSection
+from flows.sampler_server import sampler_app
 from store.errors import LegacyRows, address_rules
 from store.selections import TRAIN_SCENARIOS
+from training.chat.templates import ChatTemplateError
+from training.errors import AdapterNotFound, AdapterNotServable
+from training.models.known import KNOWN_MODELS
+from training.replay.errors import ReplayError, ScenarioError
 from training.replay.rollout.tools import ToolsConfig
 from training.replay.samplers import SamplerConfig
+from training.replay.scenario_io import create_scenarios, load_scenarios
 from training.replay.scenarios import ScenarioConfig
 from training.replay.stage import ReplayConfig
+from training.replay.stage import replay as run_replay
+from training.tiny import build_tiny_model
 
 scenarios_app = command_app(
     help="Make replayable scenarios from trajectories, or load them from JSONL.", no_args_is_help=True
@@ -48,9 +56,6 @@ def scenarios_create(
     lake: LakeOption = None,
 ) -> None:
     """Cut scenarios (prompt prefix, tools, expected outcome, recorded tool results) from selected trajectories."""
-    from training.replay.errors import ScenarioError
-    from training.replay.scenario_io import create_scenarios
-
     sql = sql or setting("select.scenarios")
 
     try:
@@ -70,9 +75,6 @@ def scenarios_load(
     lake: LakeOption = None,
 ) -> None:
     """Load scenarios from a JSONL file (all lines are checked before anything is written)."""
-    from training.replay.errors import ScenarioError
-    from training.replay.scenario_io import load_scenarios
-
     try:
         result = load_scenarios(resolve_lake(lake), path, scenarios)
     except ScenarioError as exc:
@@ -108,10 +110,6 @@ def replay_command(
     lake: LakeOption = None,
 ) -> None:
     """Group sampling: G token-exact trajectories per scenario (resumable: complete groups are skipped)."""
-    from training.chat.templates import ChatTemplateError
-    from training.replay.errors import ReplayError
-    from training.replay.stage import replay as run_replay
-
     scenarios = scenarios or setting("select.replay")
     the_lake = resolve_lake(lake, must_exist=True)  # before a model is loaded
     quiet_libraries()
@@ -187,9 +185,7 @@ def serve_sampler(
     """
     import uvicorn
 
-    from flows.sampler_server import sampler_app
     from ingest.otlp.server import guarded_protocol
-    from training.errors import AdapterNotFound, AdapterNotServable
 
     for rule, holds, allowed in address_rules(host, port):
         if not holds:
@@ -230,8 +226,6 @@ def serve_sampler(
 def check_model_folder(model: str) -> None:
     """A clean exit 2 for a `--model` that names a path that is not there (else transformers
     answers a 115-line traceback about hub repository ids); a known name or a hub id passes."""
-    from training.models.known import KNOWN_MODELS
-
     looks_like_path = model.startswith((".", "/", "~")) or Path(model).exists() or model.count("/") > 1
     if model in KNOWN_MODELS or not looks_like_path:
         return
@@ -253,8 +247,6 @@ def tiny_model(
     seed: Annotated[int, typer.Option(help="Seed of the random weights and the tokenizer corpus.")] = 0,
 ) -> None:
     """Build the tiny Qwen2-style test model (offline, deterministic, a no-op if already built)."""
-    from training.tiny import build_tiny_model
-
     typer.echo(str(build_tiny_model(path, seed=seed)))
 
 

@@ -10,8 +10,16 @@ import typer
 
 from flows.commands import LazyGroup, command_app
 from flows.commands.options import LakeOption, configured, fail, resolve_lake
+from flows.config.checks import load_config
+from flows.config.errors import ConfigError
+from flows.stages import StageError
+from flows.stages.evaluate import record_gate_decision
+from judging import RewardSpecError, resolve_reward_key
 from store.selections import VAL_SCENARIOS
+from training.errors import PromotionRefused, TrainingError
 from training.publish import PublishConfig
+from training.publish import publish as publish_version
+from training.run import read_run_record
 
 
 class TrainGroup(LazyGroup):
@@ -67,11 +75,6 @@ def publish_command(
     refused candidate is not published at all (as a pipeline run's). Every gate decision is
     recorded in `runs` (stage `publish`) and listed in the report's pipeline runs.
     """
-    from flows.stages.evaluate import record_gate_decision
-    from training.errors import PromotionRefused, TrainingError
-    from training.publish import publish as publish_version
-    from training.run import read_run_record
-
     the_lake = resolve_lake(lake)
     config = publish
     aliases = list(alias or ["latest"]) + (["production"] if production else [])
@@ -118,11 +121,7 @@ def _evaluate(
     """The gate for `publish --eval-reward`: the pipeline's evaluation, on the settings in effect."""
     if not reward:
         return None
-    from flows.config.checks import load_config
-    from flows.config.errors import ConfigError
-    from flows.stages import StageError
     from flows.stages.evaluate import evaluate_adapter, gate_of
-    from judging import RewardSpecError, resolve_reward_key
 
     if not model:
         raise fail("the gate needs the base model; pass --base-model", 2)

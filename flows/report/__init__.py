@@ -7,8 +7,9 @@ each pipeline run.
 - `render`: the HTML.
 """
 
-from flows.report.data import PublishedComparison, ReportData, report_data
+from flows.report.data import PublishedComparison, ReportData, default_reward, newest_adapter, report_data
 from flows.report.render import render_report, write_report
+from store.catalog.connection import connect
 
 __all__ = [
     "PublishedComparison",
@@ -33,9 +34,6 @@ def build_report(
     """The report of a lake written to `out`: the newest evaluation, adapter and groups unless
     chosen (`adapter` = `name` or `name:vN`: a name alone shows its version in production, else its
     newest; `options` go to `report_data`). Returns the path and what it shows."""
-    from flows.report.data import default_reward, newest_adapter
-    from store.catalog.connection import connect
-
     con = connect(lake, read_only=True)
     reward = reward or default_reward(con)
     if reward is None:

@@ -8,6 +8,8 @@ from typing import Any
 from flows.config.root import Settings
 from store.errors import LakeUnusable, SettingError
 from store.lake import Lake, open_lake
+from training.errors import TrainingError
+from training.run import check_base_model
 
 
 class StageError(SettingError):
@@ -45,9 +47,6 @@ def base_model(config: Settings) -> str:
 
 def loadable_base_model(config: Settings) -> str:
     """`base_model`, checked to load before a run ingests, rewrites or trains anything."""
-    from training.errors import TrainingError
-    from training.run import check_base_model
-
     model = base_model(config)
     try:
         check_base_model(model)

@@ -24,14 +24,19 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import judging
 from flows.config.root import Settings
 from flows.stages.common import StageError, base_model, lake_of
 from flows.stages.replay import replay_policy
 from flows.stages.score import score_reward
+from judging import RewardSpecError, resolve_reward_key
 from store import pipeline_runs
 from store.lake import Lake
 from store.pipeline_runs import GateDecision
 from store.rows import utc_now
+from training.errors import AdapterNotFound
+from training.publish import EvalGate, publish
+from training.registry import LATEST, PRODUCTION, resolve_adapter
 
 if TYPE_CHECKING:
     import judging
@@ -45,8 +50,6 @@ REFERENCES = (BASE, SFT)  # every later stage is also compared with these, paire
 def evaluation_reward(config: Settings) -> str:
     """The spec of the success metric: `evaluate.reward`, else `score.reward` when it is one reward
     that is scored, else the first scored reward (each written as a spec or a scored reward's name)."""
-    from judging import RewardSpecError, resolve_reward_key
-
     rewards = config.score.rewards
     if config.evaluate.reward:
         try:
@@ -94,10 +97,6 @@ def evaluate_adapter(
 ) -> judging.Evaluation:
     """Val success of `adapter` against the production adapter (or the base model), paired by scenario;
     with `stages`, every one of them too (the learning curve), each policy replayed once."""
-    import judging
-    from training.errors import AdapterNotFound
-    from training.registry import PRODUCTION, resolve_adapter
-
     if not adapter:
         raise StageError("adapter", "no adapter to evaluate: train one first (`trajlake train sft|grpo`)")
     lake = lake_of(config)
@@ -128,8 +127,6 @@ def measurer(config: Settings) -> Callable[[str | None], judging.Measured]:
     """`measure(adapter folder | None) -> Measured`: replay `select.evaluate` with the policy
     (`evaluate.group_size` samples each, and once greedily with `evaluate.greedy`), score it with
     the evaluation reward, and read its per-scenario success (`judging.evaluate_policies`' input)."""
-    import judging
-
     lake = lake_of(config)
     spec = evaluation_reward(config)
     group_size = config.evaluate.group_size or None
@@ -155,9 +152,6 @@ def policy_of(config: Settings, ref: str) -> tuple[str, str | None]:
     """A policy named on the command line as (label, adapter folder | None): `base` (the base model),
     an adapter folder, or a published adapter `name`, `name:alias` or `name:vN` (its label
     `name:vN`). An unknown one is a `StageError` listing what the registry holds."""
-    from training.errors import AdapterNotFound
-    from training.registry import resolve_adapter
-
     if ref == BASE:
         return BASE, None
     if Path(ref).is_dir():
@@ -177,9 +171,6 @@ def policy_of(config: Settings, ref: str) -> tuple[str, str | None]:
 def default_policies(config: Settings) -> list[str]:
     """What `trajlake evaluate` compares when no policy is named: the base model, and the adapter
     holding `production` under `publish.name` when one does."""
-    from training.errors import AdapterNotFound
-    from training.registry import PRODUCTION, resolve_adapter
-
     name = config.publish.name
     try:
         resolve_adapter(lake_of(config), f"{name}:{PRODUCTION}")
@@ -193,8 +184,6 @@ def compare_policies(config: Settings, policies: list[str], *, production: bool 
     scenario (`judging.evaluate_policies`); with `production`, the production policies' success
     on their own traffic (`evaluate.production_reward`) joins as reference rows. Recorded as one
     `eval` run in `runs`; nothing is published and no alias moves."""
-    import judging
-
     labelled = [policy_of(config, ref) for ref in dict.fromkeys(policies)]
     if not labelled:
         raise StageError("policy", "name at least one policy: `base`, an adapter folder or `name:alias`")
@@ -221,8 +210,6 @@ def compare_policies(config: Settings, policies: list[str], *, production: bool 
 
 def gate_of(evaluation: judging.Evaluation, forced: bool) -> EvalGate:
     """The publish gate of an `evaluate_adapter` result."""
-    from training.publish import EvalGate
-
     comparison = evaluation.comparison
     return EvalGate(
         candidate=comparison.candidate.mean,
@@ -272,9 +259,6 @@ def publish_adapter(
     """Publish `adapter` when the evaluation says it is better (or when forced, or
     `pipeline.require_improvement` is off), moving `production` and `latest` to it; a refused
     candidate is not published, unless `pipeline.latest_if_refused` publishes it as `latest`."""
-    from training.publish import publish
-    from training.registry import LATEST, PRODUCTION
-
     gate = gate_of(evaluation, forced=force or not config.pipeline.require_improvement)
     settings = config.publish
     if gate.promoted:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from flows.config.root import Settings
 from flows.stages.common import StageError, lake_of
+from flows.stages.forget import apply_retention as retain
+from ingest.lakeio import assemble_traces, pending_trace_ids
+from ingest.langfuse.errors import InvalidLangfuseConfig
+from ingest.langfuse.pull import pull_langfuse as pull
 
 
 def pull_langfuse(config: Settings) -> int:
     """Pull what is new in the configured Langfuse project; returns trajectories written."""
-    from ingest.langfuse.errors import InvalidLangfuseConfig
-    from ingest.langfuse.pull import pull_langfuse as pull
-
     langfuse = config.langfuse
     if not langfuse.public_key or not langfuse.secret_key:
         raise StageError("langfuse.public_key_env", "set $LANGFUSE_PUBLIC_KEY and $LANGFUSE_SECRET_KEY")
@@ -22,8 +23,6 @@ def pull_langfuse(config: Settings) -> int:
 
 def assemble_pending(config: Settings) -> int:
     """Assemble traces whose spans arrived after their last assembly; returns trajectories written."""
-    from ingest.lakeio import assemble_traces, pending_trace_ids
-
     lake = lake_of(config)
     return assemble_traces(lake, pending_trace_ids(lake)).trajectories
 
@@ -31,7 +30,5 @@ def assemble_pending(config: Settings) -> int:
 def apply_retention(config: Settings) -> int:
     """Erase production data past `[retention] production_days` (as `trajlake forget` does);
     returns the trajectories erased."""
-    from flows.stages.forget import apply_retention as retain
-
     report = retain(lake_of(config), config.retention)
     return 0 if report is None else sum(t.rows_deleted for t in report.tables if t.table == "trajectories")

@@ -40,6 +40,9 @@ from store.pipeline_runs import (
 )
 from store.rows import utc_now
 from store.selections import scenarios_since, trajectories_since
+from training.errors import AdapterNotFound
+from training.registry import PRODUCTION, resolve_adapter
+from training.run import CHECKPOINTS
 
 if TYPE_CHECKING:
     import judging
@@ -54,9 +57,6 @@ def pipeline_run_id(flow_run_id: str | None) -> str:
 
 def production_adapter(config: Settings) -> tuple[str, str] | None:
     """(`name:vN`, folder) of the adapter holding `production` under `publish.name`, if any."""
-    from training.errors import AdapterNotFound
-    from training.registry import PRODUCTION, resolve_adapter
-
     name = config.publish.name
     try:
         row = resolve_adapter(lake_of(config), f"{name}:{PRODUCTION}")
@@ -254,7 +254,5 @@ def fail_pipeline_run(config: Settings, run: PipelineRun, step: str, error: Base
 def drop_checkpoints(trained: list[TrainResult]) -> None:
     """Delete a finished run's training checkpoints (no resume needs them any more); the adapters
     stay, since lineage names them."""
-    from training.run import CHECKPOINTS
-
     for stage in trained:
         shutil.rmtree(Path(stage.adapter_dir).parent / CHECKPOINTS, ignore_errors=True)

@@ -8,6 +8,9 @@ from typing import TYPE_CHECKING
 
 from flows.config.root import Settings
 from flows.stages.common import StageError, lake_of, sampler_for
+from flows.stages.score import score_round
+from training.replay.scenario_io import create_scenarios, shard_selection, slice_selection
+from training.replay.stage import replay
 
 if TYPE_CHECKING:
     from flows.stages.score import RoundScores
@@ -87,8 +90,6 @@ class RoundSummary:
 
 def make_scenarios(config: Settings) -> ScenarioCounts:
     """Scenarios from the trajectories `select.scenarios` picks (idempotent: same ids, same split)."""
-    from training.replay.scenario_io import create_scenarios
-
     result = create_scenarios(lake_of(config), config.select.scenarios, config.scenarios)
     if not result.splits.get("train"):
         example = f", e.g. `{result.skipped[0][0]}`: {result.skipped[0][1]}" if result.skipped else ""
@@ -115,8 +116,6 @@ def replay_policy(
     """Group-sample `scenarios` with the base model or `adapter` (`group_size`: instead of the
     configured one; `greedy`: one sample per scenario at temperature 0); resumable (complete
     groups are skipped)."""
-    from training.replay.stage import replay
-
     configured = dataclasses.replace(
         config.replay, run=run, group_size=group_size or config.replay.group_size
     )
@@ -152,8 +151,6 @@ def replay_policy(
 
 def round_scenarios(config: Settings, round_number: int, draw: int = 0) -> str:
     """`select.replay`, or this round's slice of it (and of a dynamic-sampling draw) with `scenarios_per_round`."""
-    from training.replay.scenario_io import slice_selection
-
     pipeline = config.pipeline
     index = (round_number - 1) * (1 + pipeline.dynamic_sampling_draws) + draw
     return slice_selection(lake_of(config), config.select.replay, pipeline.scenarios_per_round, max(index, 0))
@@ -170,8 +167,6 @@ def replay_round(
     """One round's group sampling of the train scenarios with the current policy (`draw` > 0: a dynamic-
     sampling draw of further scenarios for the same round; `shard` of `shards`: that share of its
     scenarios). Seeds and group ids come from the scenario, so shards sample what one task would."""
-    from training.replay.scenario_io import shard_selection
-
     seed = (config.replay.sampling.seed or 0) + round_number + 1000 * draw
     run = f"round-{round_number}" + (f"-draw-{draw}" if draw else "")
     scenarios = round_scenarios(config, round_number, draw)
@@ -206,8 +201,6 @@ def sample_round(
     replay the next slice of scenarios, at most `pipeline.dynamic_sampling_draws` times.
     `replay` and `score` are what the flow runs as tasks (defaults: the plain stages).
     """
-    from flows.stages.score import score_round
-
     score = score or score_round
     replayed = replay(config, adapter, round_number)
     scored = score(config, replayed.group_ids)

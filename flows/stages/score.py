@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from flows.config.root import Settings
 from flows.stages.common import lake_of
+from judging import ScoreConfig, combine, resolve_reward_key, score
+from judging.summary import reward_stats
 from store.vocabulary import equals
 
 if TYPE_CHECKING:
@@ -62,8 +64,6 @@ def replay_filter(group_ids: list[str] | None) -> str:
 
 def training_reward(config: Settings) -> str:
     """The name of the reward training reads (`score.reward`, written as a spec or as a name)."""
-    from judging import resolve_reward_key
-
     return resolve_reward_key(config.score.reward, config.score.rewards, combined=bool(config.score.weights))[
         1
     ]
@@ -71,15 +71,11 @@ def training_reward(config: Settings) -> str:
 
 def combined_weights(config: Settings) -> dict[str, float]:
     """`score.weights` by the names the rewards' rows have (each key written as a spec or a name)."""
-    from judging import resolve_reward_key
-
     return {resolve_reward_key(k, config.score.rewards)[1]: w for k, w in config.score.weights.items()}
 
 
 def score_reward(config: Settings, reward: str, group_ids: list[str] | None = None) -> ScoreSummary:
     """Score the replayed trajectories (of `group_ids`) with one reward; skips what that scorer already scored."""
-    from judging import ScoreConfig, score
-
     judge = config.judge if reward == "ruler" else None
     return score(
         lake_of(config), reward, ScoreConfig(where=replay_filter(group_ids), progress=False), judge=judge
@@ -88,9 +84,6 @@ def score_reward(config: Settings, reward: str, group_ids: list[str] | None = No
 
 def finish_scoring(config: Settings, group_ids: list[str] | None = None) -> RewardStats:
     """Write the combined reward (when weights are configured); stats of the reward training uses."""
-    from judging import combine
-    from judging.summary import reward_stats
-
     lake = lake_of(config)
     if config.score.weights:
         combine(lake, combined_weights(config), "combined", where=replay_filter(group_ids))

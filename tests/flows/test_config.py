@@ -10,13 +10,25 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
+from flows.commands import command_app
+from flows.commands.options import configured
+from flows.commands.replay_cmds import replay_command, scenarios_create
 from flows.config import ConfigError
 from flows.config.checks import load_config
+from flows.config.options import value_in_effect
 from flows.config.root import Settings
+from flows.config.sections import LakeSettings
+from flows.stages import StageError, base_model
+from ingest.otlp.config import CollectorConfig
 from store import writer
+from store.lake import DEFAULT_LAKE
 from store.selections import TRAIN_SCENARIOS
+from tests.training.train_helpers import stored_groups
 from training.replay import scenario_io
+from training.replay.samplers import SamplerConfig
+from training.replay.samplers.base import SamplingParams
 from training.replay.scenarios import ScenarioConfig, ScenarioResult
+from training.replay.stage import ReplayConfig
 
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
 
@@ -29,8 +41,6 @@ def write(tmp_path: Path, text: str) -> str:
 
 def test_empty_file_is_the_embedded_default(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, ""))
-    from training.replay.samplers import SamplerConfig
-    from training.replay.stage import ReplayConfig
 
     assert config.sampler == SamplerConfig()  # the library's own defaults, declared once
     assert config.replay == ReplayConfig()
@@ -75,10 +85,6 @@ def test_bad_environment_override_names_the_key(tmp_path: Path, monkeypatch: pyt
 def test_the_lake_path_is_declared_once_and_read_from_one_variable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flows.config.sections import LakeSettings
-    from ingest.otlp.config import CollectorConfig
-    from store.lake import DEFAULT_LAKE
-
     assert LakeSettings().path == CollectorConfig().lake == DEFAULT_LAKE
     monkeypatch.setenv("TRAJLAKE_LAKE", "s3://b/l")
     assert load_config(write(tmp_path, "")).lake.path == "s3://b/l"
@@ -93,8 +99,6 @@ def test_the_lake_path_is_declared_once_and_read_from_one_variable(
 
 
 def test_sampling_settings_are_the_samplers_own(tmp_path: Path) -> None:
-    from training.replay.samplers.base import SamplingParams
-
     text = "[replay.sampling]\ntemperature = 0.8\nmax_tokens = 12\n[replay.limits]\nmax_turns = 2\n"
     replay = load_config(write(tmp_path, text)).replay
     assert replay.sampling == SamplingParams(temperature=0.8, max_tokens=12)  # no copy to drift from
@@ -127,8 +131,6 @@ def test_cli_fails_before_any_work_on_bad_config(tmp_path: Path) -> None:
 
 
 def test_the_base_model_has_no_fallback(tmp_path: Path) -> None:
-    from flows.stages import StageError, base_model
-
     with pytest.raises(StageError) as info:
         base_model(load_config(write(tmp_path, "")))
     assert info.value.field == "sampler.model"  # not a tiny stand-in model, trained and published
@@ -183,8 +185,6 @@ def test_a_toml_key_an_environment_variable_and_an_option_reach_the_same_field(
 
 
 def test_commands_use_the_config_files_lake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from store import writer
-
     lake = tmp_path / "configured-lake"
     writer.write(str(lake), "runs", [{"run_id": "r", "step": 0, "stage": "sft"}])
     monkeypatch.setenv("TRAJLAKE_CONFIG", write(tmp_path, f'[lake]\npath = "{lake}"\n'))
@@ -233,8 +233,6 @@ def test_commands_take_what_the_configuration_says_when_an_option_is_left_out(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One rule for every command: option > environment > trajlake.toml > declared default."""
-    from flows.config.options import value_in_effect
-
     config = write(
         tmp_path,
         "[select]\nscenarios = \"SELECT trajectory_id FROM trajectories WHERE model = 'm1'\"\n"
@@ -275,8 +273,6 @@ def test_commands_take_what_the_configuration_says_when_an_option_is_left_out(
 def test_train_commands_take_the_configured_selection_and_reward(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_model: Path
 ) -> None:
-    from tests.training.train_helpers import stored_groups
-
     lake = tmp_path / "lake"
     rows, rewards = stored_groups(str(tiny_model), groups=2, size=4)
     writer.write(str(lake), "trajectories", rows)
@@ -315,10 +311,6 @@ def test_config_shows_each_value_in_effect_and_where_it_came_from(
 
 
 def test_help_shows_the_value_the_command_will_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-
-    from flows.commands import command_app
-    from flows.commands.options import configured
-    from flows.commands.replay_cmds import replay_command, scenarios_create
 
     config = write(tmp_path, "[replay]\ngroup_size = 8\n[scenarios]\nval_fraction = 0.25\n")
     monkeypatch.setenv("TRAJLAKE_CONFIG", config)

@@ -14,6 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from flows.cli import app
 from store.catalog.connection import connect
 from store.lake import Lake
 from store.writer import write
@@ -162,8 +163,6 @@ def test_dask_workers_write_what_threads_write(tmp_path: Path, tiny_model: Path)
 
     # `trajlake report` on a lake the pipeline wrote with no demo code involved
     from typer.testing import CliRunner
-
-    from flows.cli import app
 
     out = tmp_path / "report.html"
     shown = CliRunner().invoke(app, ["report", "--lake", threads_lake.root, "--out", str(out)])

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import training.publish
 from flows.demo.run import run_demo
 from store.catalog.connection import connect
 from store.lake import Lake
@@ -45,7 +46,6 @@ def counting(monkeypatch: pytest.MonkeyPatch, module: object, name: str, calls: 
 @pytest.mark.usefixtures("prefect_api")
 def test_small_demo_runs_the_whole_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import flows.stages.evaluate
-    import training.publish
 
     calls: list[tuple] = []
     counting(monkeypatch, flows.stages.evaluate, "replay_policy", calls)

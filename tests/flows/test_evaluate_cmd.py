@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from flows import stages
 from flows.cli import app
 from flows.config.checks import load_config
+from flows.demo.base_model import pretrain_base_model
 from flows.demo.capture import capture_production_traces
 from flows.demo.config import write_demo_config
 from flows.demo.run import SIZES
@@ -22,6 +23,7 @@ from store.catalog.connection import connect
 from store.pipeline_runs import pipeline_runs
 from training.publish import PublishConfig, publish
 from training.registry import adapter_rows
+from training.tiny import build_tiny_model
 
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
 
@@ -33,9 +35,6 @@ SPEC = SIZES["small"]
 def published_lake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
     """The demo's lake with its production traffic and scenarios, an SFT adapter holding `production`,
     and its trajlake.toml in effect; returns the lake and the adapter's run folder."""
-    from flows.demo.base_model import pretrain_base_model
-    from training.tiny import build_tiny_model
-
     model = pretrain_base_model(build_tiny_model(tmp_path / "tiny"), tmp_path / "model")
     lake = tmp_path / "lake"
     config = write_demo_config(tmp_path / "trajlake.toml", lake, model, SPEC, None)

@@ -22,7 +22,7 @@ from ingest.otlp.spool import encode_table, frame
 from judging.ruler.cache import JudgeCache
 from store.catalog.connection import connect
 from store.catalog.versions import snapshot
-from store.erasure import files_holding
+from store.erasure import ErasureSelection, RetentionConfig, files_holding, plan_erasure
 from store.errors import StoreError
 from store.lake import Lake
 from store.rows import utc_now
@@ -331,7 +331,6 @@ def test_forget_killed_midway_is_finished_by_the_next_run(full_lake: Lake) -> No
 
 def test_retention_erases_old_production_data_and_keeps_recent(lake: Lake) -> None:
     from flows.stages.forget import apply_retention
-    from store.erasure import RetentionConfig
 
     now = utc_now()
     old, recent = now - timedelta(days=40), now - timedelta(days=2)
@@ -395,8 +394,6 @@ def test_the_scheduled_ingest_flow_applies_retention(lake: Lake, tmp_path: Path,
 
 
 def test_a_where_condition_selects_only_trajectories_the_lake_holds(full_lake: Lake) -> None:
-    from store.erasure import ErasureSelection, plan_erasure
-
     smuggled = f"user_id = '{USER}') UNION SELECT 'not-a-trajectory', 'x' FROM (SELECT 1"
     erasure = plan_erasure(full_lake, ErasureSelection("where", smuggled))
     assert erasure.rows["trajectories"] == 6 and "not-a-trajectory" not in erasure.needles

@@ -22,7 +22,7 @@ from flows.background import free_port
 from flows.cli import app
 from store.catalog.connection import connect
 from store.catalog.versions import snapshot
-from store.erasure import files_holding
+from store.erasure import ErasureSelection, encodings, files_holding, identity_rows, verify_erased
 from store.lake import Lake
 from store.writer import write
 from tests.ingest.test_durability import start
@@ -150,7 +150,6 @@ def test_a_non_ascii_user_is_found_in_raw_and_escaped_spans_and_erased_whole(col
 
     # the user's three traces went whole (the child span without `user.id` too)
     assert _spans(lake) == {OTHERS_TRACE: 2, CHAT_TRACE: 1}
-    from store.erasure import identity_rows
 
     assert identity_rows(lake, snapshot(lake), "user_id", USER) == {"trajectories": 0, "spans": 0}
     assert files_holding(lake, [MARKER]) == []  # in no file, in any encoding
@@ -163,7 +162,6 @@ def test_a_non_ascii_user_is_found_in_raw_and_escaped_spans_and_erased_whole(col
 
 def test_the_check_finds_a_user_the_plan_missed_in_either_encoding(collected: Lake) -> None:
     from flows.stages.forget import plan
-    from store.erasure import ErasureSelection, verify_erased
 
     lake = collected
     erasure, _ = plan(lake, ErasureSelection("user_id", USER))
@@ -216,8 +214,6 @@ def test_a_mention_of_the_user_in_another_users_trace_is_not_theirs(lake: Lake) 
 
 
 def test_encodings_cover_what_the_writers_store() -> None:
-    from store.erasure import encodings
-
     spelled = {json.dumps(USER), json.dumps(USER, ensure_ascii=False), json.dumps(json.dumps({"k": USER}))}
     for text in spelled:
         assert any(form in text for form in encodings(USER)), text

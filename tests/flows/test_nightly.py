@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from flows import stages
+from flows.demo.base_model import pretrain_base_model
 from flows.demo.capture import capture_production_traces
 from flows.demo.run import SIZES, write_demo_config
 from flows.demo.serving import serve_second_batch
@@ -24,6 +26,8 @@ from store.errors import LegacyRows
 from store.migrate import migrate, require_migrated
 from store.pipeline_runs import pipeline_runs
 from training.registry import resolve_adapter
+from training.run import read_run_record
+from training.tiny import build_tiny_model
 
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
 
@@ -34,9 +38,6 @@ EVERY_CONVERSATION = "SELECT trajectory_id FROM trajectories WHERE source = 'ote
 
 @pytest.fixture(scope="module")
 def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from flows.demo.base_model import pretrain_base_model
-    from training.tiny import build_tiny_model
-
     root = tmp_path_factory.mktemp("nightly-model")
     return pretrain_base_model(build_tiny_model(root / "tiny"), root / "model")
 
@@ -235,7 +236,6 @@ def test_each_trigger_of_the_served_deployment_trains_its_own_run(
 
 
 def test_a_retried_flow_run_takes_up_its_own_record_and_folder(tmp_path: Path, demo_model: Path) -> None:
-    from flows import stages
     from flows.config.checks import load_config
 
     lake = tmp_path / "lake"
@@ -263,7 +263,6 @@ def test_sft_on_production_continues_the_production_adapter_on_the_new_conversat
     tmp_path: Path, demo_model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from flows.prefect_flows import run_pipeline
-    from training.run import read_run_record
 
     lake, config = promoting_lake(tmp_path, demo_model, monkeypatch)
     first = run_pipeline(str(config), str(lake), rounds=1)["run"]
@@ -301,7 +300,6 @@ def test_a_lake_an_older_trajlake_wrote_fails_the_run_in_one_line_naming_migrate
     import subprocess
     import sys
 
-    from flows import stages
     from flows.config.checks import load_config
     from flows.prefect_flows import pipeline_flow
     from tests.store.test_typed_columns import AT, RUN, old_layout, old_replayed

@@ -9,7 +9,9 @@ from datetime import timedelta
 
 import pytest
 
+from flows.cli import app
 from flows.report import PublishedComparison, render_report, report_data, write_report
+from judging.evaluation_stats import compare, evaluation_table, production_success, record_evaluation
 from store.lake import Lake
 from store.pipeline_runs import PipelineRun, record_pipeline_run
 from store.rows import served_adapter_name, utc_now
@@ -86,8 +88,6 @@ def test_empty_lake_renders_without_plots(lake: Lake) -> None:
 
 def seed_learning(lake: Lake) -> None:
     """An evaluation run (base, SFT, one round; production as reference) and feedback before/after."""
-    from judging.evaluation_stats import compare, evaluation_table, production_success, record_evaluation
-
     ids = [f"s{i}" for i in range(20)]
     base = dict.fromkeys(ids, 0.0)
     sft = {s: float(i % 2) for i, s in enumerate(ids)}
@@ -255,7 +255,6 @@ def test_a_lake_an_older_trajlake_wrote_reads_as_it_is(tmp_path) -> None:
 
     from typer.testing import CliRunner
 
-    from flows.cli import app
     from tests.store.test_typed_columns import AT, RUN, old_layout, old_replayed
 
     lake = tmp_path / "lake"

@@ -17,12 +17,14 @@ from flows import stages
 from flows.cli import app
 from flows.commands.pipeline_cmds import PREFECT_LOGGING
 from flows.config.checks import load_config
+from flows.demo.base_model import pretrain_base_model
 from flows.demo.capture import capture_production_traces
 from flows.demo.config import write_demo_config
 from flows.demo.run import SIZES
 from flows.report import render_report, report_data
 from store.pipeline_runs import gate_decisions, pipeline_runs
 from training.registry import adapter_rows
+from training.tiny import build_tiny_model
 
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
 
@@ -32,9 +34,6 @@ SPEC = SIZES["small"]
 
 @pytest.fixture(scope="module")
 def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from flows.demo.base_model import pretrain_base_model
-    from training.tiny import build_tiny_model
-
     root = tmp_path_factory.mktemp("records-model")
     return pretrain_base_model(build_tiny_model(root / "tiny"), root / "model")
 

@@ -11,8 +11,10 @@ from typing import Any
 
 from typer.testing import CliRunner
 
+import ingest.assembly.traces as traces
 from flows.cli import app as cli_app
 from ingest.assembly import assemble
+from ingest.lakeio import rebuild
 from store.catalog.connection import connect
 from store.lake import Lake
 from store.schema import REWARDS, TRAJECTORIES
@@ -50,8 +52,6 @@ def test_assembly_is_deterministic_and_in_the_lake_schemas(lake: Lake) -> None:
 
 
 def test_rebuild_streams_traces_in_batches_and_filters(lake: Lake) -> None:
-    from ingest.lakeio import rebuild
-
     rows = []
     for n in range(5):
         trace = f"{n:032x}"
@@ -75,8 +75,6 @@ def test_rebuild_streams_traces_in_batches_and_filters(lake: Lake) -> None:
 
 
 def test_rebuild_since_reads_whole_traces_that_cross_midnight(lake: Lake) -> None:
-    from ingest.lakeio import rebuild
-
     # The agent span starts on 2026-11-19, its LLM call on 2026-11-20 (partition `dt` follows start_time).
     before_midnight, after_midnight = -12 * 3600 - 10, -12 * 3600 + 10
     rows = [
@@ -94,8 +92,6 @@ def test_rebuild_since_reads_whole_traces_that_cross_midnight(lake: Lake) -> Non
 
 
 def test_a_trace_that_breaks_assembly_is_recorded_and_stops_no_other(lake: Lake, monkeypatch: Any) -> None:
-    import ingest.assembly.traces as traces
-
     bad = f"{99:032x}"
     real = traces.normalize_span
 

@@ -22,6 +22,8 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from flows.background import free_port
+from ingest.otlp.collector import Collector
+from ingest.otlp.config import CollectorConfig
 from ingest.otlp.spool import HEADER, MAGIC, Spool, decode_table, encode_table, read_segment
 from store.catalog.versions import snapshot
 from store.lake import Lake
@@ -205,9 +207,6 @@ def test_an_unwritable_segment_is_kept_aside_and_does_not_block_the_spool(start_
 
 
 def test_flush_after_stop_returns_at_once(tmp_path: Path) -> None:
-    from ingest.otlp.collector import Collector
-    from ingest.otlp.config import CollectorConfig
-
     runtime = Collector(CollectorConfig(lake=str(tmp_path / "lake"), assemble=False))
     runtime.start()
     runtime.spool.append(pa.table({"x": [1]})).result(timeout=10)  # rejected rows: kept aside

@@ -17,9 +17,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from ingest import LakeSpanExporter, instrument
 from ingest.errors import InstrumentError
 from ingest.otlp.convert import spans_from_request
+from ingest.otlp.sdk_spans import spans_from_sdk
 from store.catalog.versions import snapshot
 from store.lake import Lake
-from tests.ingest.conftest import sql
+from tests.ingest.conftest import sql, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -151,7 +152,6 @@ def test_instrument_with_an_endpoint_exports_to_a_running_collector(collector) -
     record(provider)
     assert provider.force_flush()
     provider.shutdown()
-    from tests.ingest.conftest import wait_for
 
     rows = wait_for(
         lambda: (
@@ -208,8 +208,6 @@ def sdk_spans_of_every_shape() -> list[ReadableSpan]:
 
 def test_sdk_spans_convert_to_exactly_the_rows_of_their_otlp_encoding() -> None:
     from datetime import UTC, datetime
-
-    from ingest.otlp.sdk_spans import spans_from_sdk
 
     spans = sdk_spans_of_every_shape()
     at = datetime.now(UTC)  # one arrival time for both paths; the spans were just made (never ahead of it)

@@ -13,6 +13,7 @@ from deltalake import DeltaTable
 from typer.testing import CliRunner
 
 from flows.cli import app
+from flows.commands.import_cmds import jsonl
 from ingest.jsonl.lines import DEFAULT_MAX_LINE_BYTES, MAX_DEPTH
 from store.catalog.connection import connect
 from store.lake import Lake
@@ -123,8 +124,6 @@ def test_a_line_over_the_size_limit_is_refused_without_reading_it_whole(lake: La
 
 
 def test_the_line_limit_is_stated_and_the_same_in_the_cli(lake: Lake) -> None:
-    from flows.commands.import_cmds import jsonl
-
     default = jsonl.__defaults__[1] if jsonl.__defaults__ else None  # (lake, max_line_bytes, replace)
     assert default == DEFAULT_MAX_LINE_BYTES == 16 * 1024 * 1024
 

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from flows.cli import app
 from store.catalog.connection import connect
 from store.lake import Lake
+from training.replay.scenarios import ScenarioConfig
 
 CALL = {
     "id": "c1",
@@ -81,7 +82,6 @@ def test_conversations_become_trajectories(lake: Lake, tmp_path: Path) -> None:
     assert con.execute("SELECT count(*) FROM trajectories").fetchone()[0] == 2
 
     from training.replay.scenario_io import create_scenarios
-    from training.replay.scenarios import ScenarioConfig
 
     cut = create_scenarios(
         lake, "SELECT trajectory_id FROM trajectories WHERE source = 'import'", ScenarioConfig()

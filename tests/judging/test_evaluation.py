@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import pytest
 
+from judging import Measured, NothingScored, evaluate_policies
 from judging.evaluation_stats import (
     bootstrap_ci,
     compare,
     evaluation_table,
+    independent_difference,
     production_success,
     record_evaluation,
 )
 from store.catalog.connection import connect
 from store.lake import Lake
+from store.metrics import EvaluationTableRow
 from store.writer import write
 from tests.judging.helpers import T0, make_traj
 from tests.store.helpers import run_metrics
@@ -111,8 +114,6 @@ def test_a_policys_interval_does_not_depend_on_the_order_its_scores_were_read() 
 
 
 def test_the_procedure_measures_each_policy_once_and_always_shows_the_baseline(lake: Lake) -> None:
-    from judging import Measured, evaluate_policies
-
     measured: list[str | None] = []
     by_path = {None: BASE, "sft/adapter": SFT, "grpo-1/adapter": GRPO, "prod/adapter": SFT}
 
@@ -142,8 +143,6 @@ def test_the_procedure_measures_each_policy_once_and_always_shows_the_baseline(l
 
 
 def test_nothing_scored_is_refused_before_anything_is_recorded(lake: Lake) -> None:
-    from judging import Measured, NothingScored, evaluate_policies
-
     def measure(path: str | None) -> Measured:
         return Measured(path or "model", "exact_match", {} if path else BASE)
 
@@ -153,8 +152,6 @@ def test_nothing_scored_is_refused_before_anything_is_recorded(lake: Lake) -> No
 
 
 def test_the_publish_gate_compares_the_candidate_with_the_incumbent(lake: Lake) -> None:
-    from judging import Measured, evaluate_policies
-
     by_path = {"prod/adapter": SFT, "new/adapter": GRPO}
     found = evaluate_policies(
         lake,
@@ -168,9 +165,6 @@ def test_the_publish_gate_compares_the_candidate_with_the_incumbent(lake: Lake) 
 
 
 def test_greedy_scores_sit_beside_the_sampled_ones_and_reach_the_runs_table(lake: Lake) -> None:
-    from judging.evaluation_stats import evaluation_table, independent_difference, record_evaluation
-    from store.metrics import EvaluationTableRow
-
     sampled = {"a": 0.5, "b": 0.25}
     greedy = {"a": 1.0, "b": 0.0}  # one sample per scenario at T=0: every score is 0 or 1
     (row,) = evaluation_table([("sft", "m+sft", sampled)], greedy={"sft": greedy})

@@ -8,7 +8,16 @@ import time
 
 import pytest
 
-from judging import JudgeConfig, JudgeConfigError, ScoreConfig, ruler_score_group, score
+from judging import (
+    ConfigValueError,
+    JudgeConfig,
+    JudgeConfigError,
+    JudgeUnreachableError,
+    RulerJudge,
+    ScoreConfig,
+    ruler_score_group,
+    score,
+)
 from judging.ruler.cache import JudgeCache
 from store.catalog.connection import connect
 from store.writer import write
@@ -244,8 +253,6 @@ def test_groups_without_content_fail_with_a_reason_and_cost_nothing(lake, judge_
 def test_a_judge_that_is_down_stops_the_run(lake, judge_config):
     import socket
 
-    from judging import JudgeUnreachableError
-
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -288,8 +295,6 @@ def test_structured_output_modes(lake, judge_server, judge_config, mode, sent):
 
 
 def test_ruler_without_a_named_judge_model_is_refused_before_any_call() -> None:
-    from judging import ConfigValueError, JudgeConfig, RulerJudge
-
     with pytest.raises(ConfigValueError, match="RULER needs a judge model") as raised:
         RulerJudge(JudgeConfig())
     assert raised.value.field == "model"

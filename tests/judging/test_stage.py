@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from flows.cli import app
 from judging import (
     ScoreConfig,
     SqlReward,
@@ -104,8 +105,6 @@ def test_by_default_a_reward_scores_what_it_can_and_counts_what_it_left_out(qa_l
 
 def test_score_command_says_what_it_left_out(qa_lake):
     from typer.testing import CliRunner
-
-    from flows.cli import app
 
     result = CliRunner().invoke(app, ["score", "-r", "exact_match", "--no-progress", "--lake", qa_lake.root])
     assert result.exit_code == 0, result.output

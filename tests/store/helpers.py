@@ -9,6 +9,7 @@ from typing import Any
 
 from store.catalog.connection import connect
 from store.lake import Lake
+from store.metrics import row_metrics
 
 T0 = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
 
@@ -49,8 +50,6 @@ def count(lake: Lake | str, sql: str) -> Any:
 def run_metrics(lake: Lake | str | os.PathLike[str], run_id: str) -> list[tuple[int, str, dict[str, Any]]]:
     """(step, stage, metrics) of a run's `runs` rows by step, the metrics as trajlake reads them
     back (its `scalars` and `tags`: `store.metrics.row_metrics`)."""
-    from store.metrics import row_metrics
-
     with connect(lake) as con:
         rows = con.execute(
             "SELECT step, stage, scalars, tags FROM runs WHERE run_id = ? ORDER BY step", [run_id]

@@ -12,6 +12,7 @@ from store.lake import Lake
 from store.maintenance import CompactConfig, compact
 from store.writer import write
 from tests.conftest import s3_lake_at
+from tests.store.helpers import make_traj
 
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
 
@@ -59,8 +60,6 @@ def test_write_query_scan_compact_round_trip(s3_lake: Lake) -> None:
 def test_concurrent_writers_on_the_bucket_lose_and_duplicate_nothing(s3_lake: Lake) -> None:
     """delta-rs commits to S3 with conditional writes (If-None-Match), which moto enforces."""
     from concurrent.futures import ThreadPoolExecutor
-
-    from tests.store.helpers import make_traj
 
     def writer(w: int) -> int:
         for batch in range(4):

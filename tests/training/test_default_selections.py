@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from flows.config.options import value_in_effect
 from flows.config.sections import Selections
 from store.catalog.connection import connect
 from store.lake import Lake
@@ -86,7 +87,6 @@ def test_every_default_selection_is_declared_once() -> None:
 
     # the command line, the flow's [select] table and the libraries start from the same strings
     # `train sft --sql` left out takes `[select] sft` in effect, whose declared default is the store's
-    from flows.config.options import value_in_effect
 
     assert default(train_sft_command, "sql") is None
     assert value_in_effect("select.sft")[0] is SFT_TRAJECTORIES is Selections().sft

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from flows.cli import app
 from flows.report.lineage import erased_data_warning
 from flows.stages.forget import carry_out, plan
 from store.catalog.connection import connect
@@ -81,8 +82,6 @@ def test_forget_marks_published_and_unpublished_adapters_that_saw_the_user(
 
 def test_retrain_runs_the_recorded_stages_without_the_erased_rows(tiny_model: Path, tmp_path: Path) -> None:
     from typer.testing import CliRunner
-
-    from flows.cli import app
 
     lake = Lake(str(tmp_path / "lake"))
     rows, _ = stored_groups(str(tiny_model), groups=2, size=2, multi_turn=False)

@@ -26,6 +26,7 @@ from tests.training.train_helpers import (
     traj,
     turn,
 )
+from training.datasets import sampled_temperature
 from training.errors import BadHyperparameter, MissingTokenData, NonFiniteLoss
 from training.grpo import grpo_trainer_class, train_grpo
 from training.grpo_config import LOSS_TYPES, TrajlakeGRPOConfig
@@ -309,8 +310,6 @@ def test_missing_adapter_folder_fails_before_work(groups_lake: Lake, tmp_path: P
 
 
 def test_the_recorded_temperature_is_one_positive_value_or_none() -> None:
-    from training.datasets import sampled_temperature
-
     assert sampled_temperature(ALL, [{"temperature": None}, {"temperature": None}]) is None  # config's then
     assert sampled_temperature(ALL, [{"temperature": 0.8}, {"temperature": None}]) == 0.8
     with pytest.raises(SelectionError) as info:  # TRL would divide the logits by zero

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from flows.cli import app
 from store.catalog.connection import connect
 from store.catalog.versions import snapshot
 from store.lake import Lake
@@ -80,8 +81,6 @@ def test_train_grpo_as_of_trains_on_the_recorded_snapshot(
     """`trajlake train grpo --as-of TABLE=VERSION` trains on the rows of those versions, and the
     run's lineage names them (as `train sft --as-of` does), whatever the lake holds now."""
     from typer.testing import CliRunner
-
-    from flows.cli import app
 
     rows, rewards = stored_groups(str(tiny_model), groups=2, size=2)
     write(lake, "trajectories", rows)

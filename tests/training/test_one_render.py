@@ -10,6 +10,7 @@ from store.writer import write
 from tests.training.helpers import make_trajectory
 from training.chat.render import ChatRenderer, canonical_tools, parse_tools, template_messages
 from training.datasets import select_sft
+from training.run import load_tokenizer
 from training.sft import tokenize_conversations
 
 # A template that renders what the stock Qwen one leaves out (names on every role), so any
@@ -49,8 +50,6 @@ def test_sft_no_longer_trains_the_template_newlines_replay_never_samples(tiny_mo
     `<|im_start|>assistant` (part of replay's prompt) and the one after `<|im_end|>` (template
     text replay appends after a turn); SFT's mask is now exactly the sampled tokens."""
     from trl.chat_template_utils import get_training_chat_template
-
-    from training.run import load_tokenizer
 
     tokenizer = load_tokenizer(str(tiny_model))
     row = make_trajectory("newlines")

@@ -12,6 +12,7 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
+from flows.cli import app
 from store.catalog.connection import scan
 from store.catalog.versions import snapshot
 from store.lake import Lake
@@ -29,6 +30,8 @@ from training.grpo_config import TrajlakeGRPOConfig
 from training.lineage import digest_ids
 from training.publish import EvalGate, PublishConfig, publish
 from training.registry import adapter_rows, read_manifest, resolve_adapter
+from training.replay.rollout.openai_app import LoopbackServer, create_app
+from training.replay.samplers import make_sampler
 from training.run import TrainResult
 from training.serving import load_into_vllm, vllm_problems
 from training.sft import train_sft
@@ -209,8 +212,6 @@ def test_gate_refuses_a_worse_adapter_unless_forced(trained) -> None:  # type: i
 
 
 def test_load_into_vllm_protocol_server(trained, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
-    from training.replay.rollout.openai_app import LoopbackServer, create_app
-    from training.replay.samplers import make_sampler
 
     lake, grpo, _ = trained
     with make_sampler("transformers", str(tiny_model)) as sampler, LoopbackServer(create_app(sampler)) as url:
@@ -224,8 +225,6 @@ def test_load_into_vllm_protocol_server(trained, tiny_model: Path) -> None:  # t
 
 
 def test_load_into_several_servers_says_which_failed(trained, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
-    from training.replay.rollout.openai_app import LoopbackServer, create_app
-    from training.replay.samplers import make_sampler
 
     lake, grpo, _ = trained
     with (
@@ -273,8 +272,6 @@ def test_bad_names(trained) -> None:  # type: ignore[no-untyped-def]
 
 def test_cli_train_sft_then_grpo_then_publish(tiny_model: Path, tmp_path: Path) -> None:
     from typer.testing import CliRunner
-
-    from flows.cli import app
 
     lake = Lake(str(tmp_path / "lake"))
     rows, rewards = stored_groups(str(tiny_model), groups=2, size=2, multi_turn=False)

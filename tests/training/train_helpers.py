@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from store.rows import utc_now
+from training.models.adapters import peft_wrapping
 
 
 def msg(role: str, content: str | None = None, **kw: Any) -> dict[str, Any]:
@@ -175,7 +176,6 @@ def parity_trainers(lake: Any, model: str, tmp: Path, temperature: float) -> tup
 
     from training.datasets import select_grpo
     from training.grpo import grpo_dataset, grpo_trainer_class, stored_reward
-    from training.models.adapters import peft_wrapping
 
     selection = select_grpo(lake, "SELECT trajectory_id FROM trajectories")
     dataset = grpo_dataset(selection.examples)

@@ -42,6 +42,7 @@ from store.writer import write
 from training.replay.errors import ReplaySetupError
 from training.replay.rollout.loop import AgentLoop, Episode, RolloutLimits
 from training.replay.rollout.tools import ToolSource, make_tools
+from training.replay.rollout.user import UserRollouts
 from training.replay.samplers.base import Sampler, SamplingParams
 from training.replay.scenario_io import read_scenarios
 from training.replay.scenarios import Scenario
@@ -269,8 +270,6 @@ async def areplay(
     tools = tools or make_tools()
     runner: Any
     if rollout is not None:
-        from training.replay.rollout.user import UserRollouts
-
         runner = UserRollouts(sampler, rollout, params=config.sampling, limits=config.limits)
         tools_desc = f"rollout:{runner.describe()}"
     else:

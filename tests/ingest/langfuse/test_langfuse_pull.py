@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import ingest.langfuse.pull as pull_module
 from ingest.langfuse import LangfuseUnavailable, PullFilters, pull_langfuse, read_state, scope_of
 from store.catalog.versions import snapshot
 from store.lake import Lake
@@ -218,8 +219,6 @@ def test_crash_between_spans_and_trajectories_is_repaired_on_resume(
     lake: Lake,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import ingest.langfuse.pull as pull_module
-
     real = pull_module.assemble_traces
     calls = []
 

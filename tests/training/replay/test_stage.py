@@ -14,16 +14,20 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from flows.cli import app
 from store.catalog.connection import connect
 from store.lake import Lake
 from store.writer import write
+from tests.store.helpers import make_traj
 from tests.training.helpers import TOOLS, ScriptedSampler, calculator_script, make_trajectory
+from training.replay.errors import ReplayError
 from training.replay.rollout.loop import RolloutLimits
+from training.replay.rollout.openai_app import LoopbackServer, create_app
 from training.replay.rollout.tools import make_tools
 from training.replay.samplers import make_sampler
 from training.replay.samplers.base import Completion, SampleRequest, SamplingParams
 from training.replay.scenario_io import create_scenarios, load_scenarios
-from training.replay.stage import ReplayConfig, group_id_for, replay
+from training.replay.stage import ReplayConfig, ReplaySetupError, group_id_for, replay
 
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
 
@@ -224,8 +228,6 @@ def test_resumes_after_kill_without_half_groups(lake: Lake, tmp_path: Path, tiny
 
 
 def test_cli_scenarios_replay_and_sql_show_complete_groups(lake: Lake, tiny_model: Path) -> None:
-    from flows.cli import app
-
     write(lake, "trajectories", [make_trajectory("prod-1"), make_trajectory("prod-2")])
     runner = CliRunner()
     out = runner.invoke(
@@ -261,9 +263,6 @@ def test_cli_scenarios_replay_and_sql_show_complete_groups(lake: Lake, tiny_mode
 
 
 def test_cli_errors_are_clear(lake: Lake, tiny_model: Path) -> None:
-    from flows.cli import app
-    from tests.store.helpers import make_traj
-
     runner = CliRunner()
     write(lake, "trajectories", [make_traj(0)])  # a lake, but no scenario in it
     out = runner.invoke(
@@ -309,8 +308,6 @@ def test_scenarios_from_trajectories_replay_with_recorded_tools(lake: Lake, tiny
 
 def test_multi_turn_replay_over_the_vllm_protocol(lake: Lake, tmp_path: Path, tiny_model: Path) -> None:
     """vllm-server backend end to end: token-id prompts over loopback HTTP, tools, groups in the lake."""
-    from training.replay.rollout.openai_app import LoopbackServer, create_app
-
     _load(lake, tmp_path, count=2)
     server_side = ScriptedSampler(str(tiny_model), calculator_script)
     with (
@@ -346,8 +343,6 @@ def test_multi_turn_replay_over_the_vllm_protocol(lake: Lake, tmp_path: Path, ti
     ],
 )
 def test_each_setting_is_checked_where_it_is_declared(build: Any, name: str, message: str) -> None:
-    from training.replay.errors import ReplayError
-
     with pytest.raises(ReplayError) as info:
         build()
     assert info.value.field == name and message in str(info.value)  # type: ignore[attr-defined]
@@ -396,9 +391,6 @@ def test_a_rerun_resumes_groups_found_by_their_columns_whatever_their_id(
 
 def test_only_an_evaluations_greedy_replay_may_sample_one_answer_at_temperature_0() -> None:
     import dataclasses
-
-    from training.replay.samplers.base import SamplingParams
-    from training.replay.stage import ReplayConfig, ReplaySetupError
 
     greedy = ReplayConfig(group_size=1, sampling=SamplingParams(temperature=0.0), greedy=True)
     assert greedy.group_size == 1

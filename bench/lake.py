@@ -4,12 +4,12 @@
     python bench/lake.py --n 100000 --keep /tmp/lake
 
 1. **Write.** A child process generates synthetic trajectories and rewards and writes
-   them with `store.write` (Delta MERGE on the key); it reports rows/s (time spent
+   them with `store.writer.write` (Delta MERGE on the key); it reports rows/s (time spent
    generating is subtracted) and its peak RSS. Then upserts: 10% of the trajectories
    written again (re-assembled), and small batches of new keys into the full table (what
    a collector's assembler commits every second). Targets: >= 100,000 new trajectories/s,
    peak RSS < 2 GB.
-2. **Queries** through trajlake's views, on the lake as written and after `store.compact`,
+2. **Queries** through trajlake's views, on the lake as written and after `store.maintenance.compact`,
    against plain DuckDB over one ideally compacted Parquet file per table holding the
    same rows, and over the previous release's format: the same rows as append-only
    Parquet files in which upserted keys repeat, read through its deduplicating window.
@@ -196,7 +196,7 @@ def old_format_connection(root: str, n: int, out: str) -> duckdb.DuckDBPyConnect
         f"{out}/trajectories/first.parquet",
         compression="zstd",
     )
-    # `store.connect` opens no file, so pyarrow writes what it reads (bench/lake.py broke when it stopped)
+    # `store.catalog.connection.connect` opens no file, so pyarrow writes what it reads (bench/lake.py broke when it stopped)
     pq.write_table(
         con.sql("SELECT * FROM rewards").fetch_arrow_table(), f"{out}/rewards.parquet", compression="zstd"
     )

@@ -3,7 +3,7 @@ optionally through a LoRA adapter that answers under its served name.
 
 The adapter is a folder or a registry reference (`calculator-agent:production`,
 `name:3`). A published version is served as `<name>-v<version>`
-(`store.served_adapter_name`), the name `trajlake publish --load-into` gives vLLM, so an
+(`store.rows.served_adapter_name`), the name `trajlake publish --load-into` gives vLLM, so an
 agent pointed at this server records that name as its model on every trace, and the
 lake's `policy_performance` view attributes its production feedback to that version.
 The demo runs this very app for its second production batch.

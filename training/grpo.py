@@ -55,7 +55,7 @@ def train_grpo(
     callbacks: Sequence[Any] = (),
 ) -> TrainResult:
     """Train (or continue) a LoRA adapter with GRPO on the stored groups `sql` selects
-    (`store.GRPO_TRAJECTORIES`: every replayed trajectory with token data outside the val scenarios).
+    (`store.selections.GRPO_TRAJECTORIES`: every replayed trajectory with token data outside the val scenarios).
 
     `adapter` is the adapter folder to continue from (the SFT stage's output), or None
     for a fresh LoRA on `base_model`. Selection, token data and configuration are

@@ -5,7 +5,7 @@ A published version is a folder holding the PEFT files, the tokenizer, the run r
 nanochat's manifest-last download). The registry defaults to `<lake>/_registry` and can
 be any local path or fsspec URL. Aliases (`latest`, `production`, ...) live in the rows'
 `aliases` lists; `alias_moves` says which rows lose an alias a new version takes, so
-one `store.write` moves them atomically.
+one `store.writer.write` moves them atomically.
 """
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ def migrate_cmd(lake: LakeOption = None) -> None:
         console.print(f"old files moved to {the_lake.url('_legacy')}; delete them once the lake is checked")
 
 
-# `trajlake compact`'s options: `store.CompactConfig`'s fields (command line only).
+# `trajlake compact`'s options: `store.maintenance.CompactConfig`'s fields (command line only).
 
 app = command_app()  # its commands join `trajlake` on first use (flows.cli)
 app.command("compact")(configured(compact_cmd, compaction=CompactConfig))

@@ -49,7 +49,7 @@ def lake_settings() -> LakeSettings:
 
 def resolve_lake(lake: str | None, *, must_exist: bool = False) -> Lake:
     """The lake named on the command line, else $TRAJLAKE_LAKE, else the config file's `lake.path`, else
-    `store.DEFAULT_LAKE`.
+    `store.lake.DEFAULT_LAKE`.
 
     A path that is a file is refused (exit 2) for every command; commands that only read
     (`must_exist=True`) also refuse a lake that is not there, naming the path, rather than

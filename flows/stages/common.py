@@ -20,7 +20,7 @@ class StageError(SettingError):
 
 
 def lake_of(config: Settings) -> Lake:
-    """The configured lake, checked as every command checks its `--lake` (`store.open_lake`)."""
+    """The configured lake, checked as every command checks its `--lake` (`store.lake.open_lake`)."""
     settings = config.lake
     try:
         return open_lake(settings.path, sql_lake_only=settings.sql_lake_only)

@@ -1,14 +1,14 @@
 """A pipeline run's own record: where it starts, what it learns from, what it trained and decided.
 
 A scheduled pipeline runs night after night on one lake, so each run must know what the
-previous ones did (`store.PipelineRun` rows in `runs`):
+previous ones did (`store.pipeline_runs.PipelineRun` rows in `runs`):
 
 - **its own folder**: the run id is the Prefect flow run's id, so a retried flow run finds
   its record and resumes its own checkpoints, and a new run never resumes a finished one;
 - **where it starts** (`pipeline.start_from`): the adapter holding `production` (its lineage
   extended; SFT only with `pipeline.sft_on_production`), or the base model with SFT;
 - **what it learns from**: the scenarios new since the last finished run plus
-  `pipeline.window_days` before it (`store.scenarios_since`), replayed with the policy it
+  `pipeline.window_days` before it (`store.selections.scenarios_since`), replayed with the policy it
   trains, so a scenario seen before comes back with each new policy; a night that brought
   no new scenario trains nothing, whatever the window (the window's older scenarios were
   learned from already, and the same data would give the candidate the gate just judged);
@@ -74,7 +74,7 @@ def begin_pipeline_run(config: Settings, flow_run_id: str | None) -> PipelineRun
 
     A lake holding rows an older trajlake wrote without the typed columns a run builds on (the
     previous runs' records, replayed groups' sampling) is refused before anything is recorded
-    (`store.LegacyRows`, naming `trajlake migrate`; `refuse_pipeline_run` records why).
+    (`store.errors.LegacyRows`, naming `trajlake migrate`; `refuse_pipeline_run` records why).
     """
     lake = lake_of(config)
     require_migrated(lake)

@@ -40,7 +40,6 @@ def test_the_small_demo_runs_on_vllm_with_smollm2(tmp_path: Path, monkeypatch: p
     assert (summary["model"], summary["backend"]) == (SMOLLM2, "vllm")
     assert [s["stage"] for s in summary["stages"]] == ["base", "sft", "grpo-1"]
     # SmolLM2's own template ignores tools: the demo's server renders chat requests with trajlake's
-
     server = demo_vllm_server(tmp_path / "models" / SMOLLM2, tmp_path / "probe", 48)
     template = server.command[server.command.index("--chat-template") + 1]
     assert "<tool_call>" in Path(template).read_text()

@@ -295,7 +295,7 @@ def test_bad_selections_exit_2_and_erase_nothing(full_lake: Lake, args: list[str
 
 KILLED_MIDWAY = """
 import os, signal, sys
-from store import Lake
+from store.lake import Lake
 from store.erasure import ErasureSelection, delete_rows, plan_erasure, save_pending
 
 lake = Lake(sys.argv[1])

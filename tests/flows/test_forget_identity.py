@@ -1,7 +1,7 @@
 """`trajlake forget` finds a user by the identity attributes, in any encoding, and nothing else.
 
 The spans come through a real `trajlake collect` process (which stores attributes as raw
-UTF-8 JSON) and, for the same user, through `store.write` with `json.dumps` (`\\u00fc`
+UTF-8 JSON) and, for the same user, through `store.writer.write` with `json.dumps` (`\\u00fc`
 escapes): both are the user's and go. A trace of someone else that only mentions the id
 (`app.target_user`), spans whose `gen_ai.operation.name` is `chat` and a `service.name`
 stay: the id is not an identity there.

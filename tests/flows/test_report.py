@@ -234,9 +234,10 @@ def test_plots_leave_the_processs_matplotlib_backend_alone(lake: Lake) -> None:
     # A notebook or a GUI that renders a report keeps its own backend (`matplotlib.use("Agg")`
     # at import switched it); the plots still come out as PNG.
     program = (
-        "import sys, base64, matplotlib; matplotlib.use('svg'); import store\n"
+        "import sys, base64, matplotlib; matplotlib.use('svg')\n"
+        "from store.lake import Lake\n"
         "from flows.report import render_report, report_data\n"
-        "page = render_report(report_data(store.Lake(sys.argv[1]), 'exact_match'))\n"
+        "page = render_report(report_data(Lake(sys.argv[1]), 'exact_match'))\n"
         "print(matplotlib.get_backend(), page.count('data:image/png;base64,iVBORw0KGgo'))\n"
     )
     seed_rounds(lake)

@@ -6,7 +6,7 @@ erasure was starting included (one run finishes the job, and its audit row count
 pass); readers keep answering.
 
 The readers are separate processes opening the tables with delta-rs (`DeltaTable`, where a
-native crash was once seen while `forget` rewrote) and querying through `store.connect`: a
+native crash was once seen while `forget` rewrote) and querying through `store.catalog.connection.connect`: a
 reader killed by a signal fails the test, naming it. This file carries no marker, so CI's
 `pytest -m "not vllm"` runs it.
 """
@@ -47,9 +47,10 @@ T0 = datetime(2026, 11, 20, tzinfo=UTC)
 READER = r"""
 import json, os, sys, time
 from deltalake import DeltaTable
-import store
+from store.catalog.connection import connect
+from store.lake import Lake
 
-lake, stop = store.Lake(sys.argv[1]), sys.argv[2]
+lake, stop = Lake(sys.argv[1]), sys.argv[2]
 counts, problems = {"opens": 0, "queries": 0}, []
 
 def again(work, name):
@@ -64,7 +65,7 @@ def again(work, name):
             time.sleep(0.05)
 
 def query():
-    con = store.connect(lake)
+    con = connect(lake)
     try:
         con.execute("SELECT count(*) FROM spans").fetchall()
     finally:

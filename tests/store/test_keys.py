@@ -103,11 +103,11 @@ _SAME_KEYS = textwrap.dedent(
     import sys
     import time
     from datetime import datetime, UTC
-    import store
+    from store.writer import write
 
     worker, start = int(sys.argv[2]), float(sys.argv[3])
     t0 = datetime(2026, 11, 20, 12, tzinfo=UTC)
-    store.write(sys.argv[1], "runs", [{"run_id": f"warm{worker}", "step": 0, "stage": "sft"}])
+    write(sys.argv[1], "runs", [{"run_id": f"warm{worker}", "step": 0, "stage": "sft"}])
     time.sleep(max(0.0, start - time.time()))  # every worker starts writing spans at once
     for batch in range(8):
         # Every worker delivers the same spans (a client retrying against another collector),
@@ -118,7 +118,7 @@ _SAME_KEYS = textwrap.dedent(
             {"trace_id": t, "span_id": "1" * 16, "source": "otel", "start_time": t0, "received_at": t0}
             for t in shared + own
         ]
-        store.write(sys.argv[1], "spans", rows)
+        write(sys.argv[1], "spans", rows)
     """
 )
 

@@ -1,9 +1,9 @@
 """`Lake.sql_lake_only`: SQL that reads the lake's tables and nothing else (issue 13, #9; issue 45).
 
-Library connections (`store.connect`: selections, `--sql-reward`, scenario queries) never
+Library connections (`store.catalog.connection.connect`: selections, `--sql-reward`, scenario queries) never
 open a file: the tables come in as Arrow datasets and DuckDB's external access is off with
 nothing allowed, not even the table folders (what DuckDB may read it may also write).
-`trajlake sql` (`store.query_lake`) reads local files too, on a thread the kernel forbids
+`trajlake sql` (`store.user_sql.query_lake`) reads local files too, on a thread the kernel forbids
 to write (Landlock), unless `sql_lake_only` is on: then it reads the tables only, for a
 local lake and for an S3 lake (no other bucket, no other prefix).
 """
@@ -108,11 +108,13 @@ def test_an_s3_lake_reads_its_tables_and_no_other_bucket(s3_endpoint: str) -> No
 POOL_PROBE = """
 import sys
 import pyarrow as pa, pyarrow.dataset as ds
-import store
+from store.lake import Lake
+from store.user_sql import query_lake
+from store.writer import write
 from tests.store.helpers import make_traj
-lake = store.Lake(sys.argv[1] + "/lake")
-store.write(lake, "trajectories", [make_traj(i) for i in range(4)])  # starts no pyarrow pool thread
-result = store.query_lake(lake, "SELECT count(*) FROM trajectories WHERE trajectory_id > 't1'")
+lake = Lake(sys.argv[1] + "/lake")
+write(lake, "trajectories", [make_traj(i) for i in range(4)])  # starts no pyarrow pool thread
+result = query_lake(lake, "SELECT count(*) FROM trajectories WHERE trajectory_id > 't1'")
 assert result.local_files, result
 print(result.rows)
 # A pyarrow pool thread the query started would refuse this write (Landlock is inherited).

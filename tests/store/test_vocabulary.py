@@ -100,7 +100,7 @@ def test_no_code_spells_a_vocabulary_value_in_sql() -> None:
     import ast
     import re
 
-    # `source = 'replay'` typed by hand in a library's SQL: it must come from `store.equals`/`one_of`.
+    # `source = 'replay'` typed by hand in a library's SQL: it must come from `store.vocabulary.equals`/`one_of`.
     # Docstrings may show SQL; the demo's printed example queries are there for a person to read.
     pattern = re.compile(
         r"\b\"?(source|status|split|stage)\"?\s*(=|<>|!=|IN\s*\()\s*'[a-z_0-9]+'", re.IGNORECASE

@@ -201,7 +201,7 @@ def test_a_column_added_to_the_schema_is_added_to_the_table(
 _SLOW_WRITER = textwrap.dedent(
     """
     import sys, time
-    import store
+    from store.writer import write
     from bench.synthetic import synthetic_trajectories
 
     def slow():
@@ -211,7 +211,7 @@ _SLOW_WRITER = textwrap.dedent(
             time.sleep(0.05)
             yield batch
 
-    store.write(sys.argv[1], "trajectories", slow(), batch_rows=2_000)
+    write(sys.argv[1], "trajectories", slow(), batch_rows=2_000)
     """
 )
 
@@ -241,16 +241,16 @@ def test_writer_killed_mid_write_commits_nothing(lake: Lake, tmp_path: Path) -> 
 _WRITER = textwrap.dedent(
     """
     import sys
-    import store
+    from store.writer import write
     from tests.store.helpers import make_traj
 
     worker = int(sys.argv[2])
     for batch in range(6):
         rows = [make_traj(worker * 1000 + batch * 50 + i, day=i % 3) for i in range(50)]
-        store.write(sys.argv[1], "trajectories", rows)
+        write(sys.argv[1], "trajectories", rows)
         # Re-send one batch, as a retrying client would: must not duplicate rows.
         if batch == 3:
-            store.write(sys.argv[1], "trajectories", rows)
+            write(sys.argv[1], "trajectories", rows)
     """
 )
 

@@ -87,7 +87,6 @@ def test_every_default_selection_is_declared_once() -> None:
 
     # the command line, the flow's [select] table and the libraries start from the same strings
     # `train sft --sql` left out takes `[select] sft` in effect, whose declared default is the store's
-
     assert default(train_sft_command, "sql") is None
     assert value_in_effect("select.sft")[0] is SFT_TRAJECTORIES is Selections().sft
     assert default(train_grpo_command, "sql") is GRPO_TRAJECTORIES

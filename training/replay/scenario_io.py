@@ -1,7 +1,7 @@
 """Scenarios in the lake: cut them from selected trajectories, load them from JSONL, read them back.
 
 The pure cutting and parsing live in `training.replay.scenarios`; this module is the I/O
-around them. Every write is one atomic `store.write`, so a failed selection or a bad
+around them. Every write is one atomic `store.writer.write`, so a failed selection or a bad
 JSONL line leaves nothing behind.
 """
 
@@ -132,7 +132,7 @@ def labels_and_ratings(
 def keep_creation_times(lake: Lake | str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """`rows` with the `created_at` of the scenarios the lake already holds: re-creating a scenario
     (every pipeline run re-creates them all) updates it but does not make it new, so a run can tell
-    the scenarios its traffic brought (`store.scenarios_since`) from the ones it has seen."""
+    the scenarios its traffic brought (`store.selections.scenarios_since`) from the ones it has seen."""
     lake = Lake.of(lake)
     if not lake.has_table("scenarios"):
         return rows

@@ -4,7 +4,7 @@ Used by the corpus tests (`tests/ingest/test_frameworks.py`) and the diagnosis s
 (`check_corpus`): the project's collector runs in-process, served by uvicorn on loopback
 with its lifespan (stopping it flushes and assembles everything); every recorded body is
 POSTed to its recorded path with its recorded Content-Type / Content-Encoding; then
-`trajectories` and `rewards` are read through `store.connect`.
+`trajectories` and `rewards` are read through `store.catalog.connection.connect`.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
-from flows.commands import command_app
+from flows.commands import command_app, replay_cmds
 from flows.commands.options import configured
 from flows.commands.replay_cmds import replay_command, scenarios_create
 from flows.config import ConfigError
@@ -24,7 +24,6 @@ from store import writer
 from store.lake import DEFAULT_LAKE
 from store.selections import TRAIN_SCENARIOS
 from tests.training.train_helpers import stored_groups
-from training.replay import scenario_io
 from training.replay.samplers import SamplerConfig
 from training.replay.samplers.base import SamplingParams
 from training.replay.scenarios import ScenarioConfig, ScenarioResult
@@ -159,7 +158,7 @@ def test_a_toml_key_an_environment_variable_and_an_option_reach_the_same_field(
         seen.append(config)
         return ScenarioResult(["s"], splits={"train": 1})
 
-    monkeypatch.setattr(scenario_io, "create_scenarios", create)
+    monkeypatch.setattr(replay_cmds, "create_scenarios", create)
     monkeypatch.chdir(tmp_path)
     writer.write(str(tmp_path / "l"), "runs", [{"run_id": "r", "step": 0, "stage": "sft"}])  # a lake to read
     monkeypatch.setenv("TRAJLAKE_CONFIG", write(tmp_path, "[scenarios]\nval_fraction = 0.3\nturn = 1\n"))
@@ -257,7 +256,7 @@ def test_commands_take_what_the_configuration_says_when_an_option_is_left_out(
         seen.append(sql)
         return ScenarioResult(["s"], splits={"train": 1})
 
-    monkeypatch.setattr(scenario_io, "create_scenarios", create)
+    monkeypatch.setattr(replay_cmds, "create_scenarios", create)
     monkeypatch.setenv("TRAJLAKE_CONFIG", config)
     result = CliRunner().invoke(app, ["scenarios", "create", "--lake", str(lake)])
     assert result.exit_code == 0, result.output

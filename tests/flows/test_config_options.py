@@ -15,8 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
+from flows.commands import replay_cmds
 from store import writer
-from training.replay import stage
 
 
 @pytest.fixture
@@ -136,7 +136,7 @@ def test_replay_replays_the_configured_selection(
             failed=[],
         )
 
-    monkeypatch.setattr(stage, "replay", replay)
+    monkeypatch.setattr(replay_cmds, "run_replay", replay)
     configure(
         f'[sampler]\nmodel = "{tiny_model}"\n[select]\nreplay = "SELECT scenario_id FROM scenarios LIMIT 3"\n'
     )

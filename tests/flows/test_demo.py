@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-import training.publish
 from flows.demo.run import run_demo
 from store.catalog.connection import connect
 from store.lake import Lake
@@ -50,7 +49,7 @@ def test_small_demo_runs_the_whole_loop(tmp_path: Path, monkeypatch: pytest.Monk
     calls: list[tuple] = []
     counting(monkeypatch, flows.stages.evaluate, "replay_policy", calls)
     counting(monkeypatch, flows.stages.evaluate, "score_reward", calls)
-    counting(monkeypatch, training.publish, "publish", calls)
+    counting(monkeypatch, flows.stages.evaluate, "publish", calls)
     result = run_demo(tmp_path / "demo", size="small")
     lake = Lake(result["lake"])
     con = connect(lake)

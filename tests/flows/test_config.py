@@ -18,6 +18,7 @@ from flows.config.checks import load_config
 from flows.config.options import value_in_effect
 from flows.config.root import Settings
 from flows.config.sections import LakeSettings
+from flows.demo.config import SIZES, write_demo_config
 from flows.stages import StageError, base_model
 from ingest.otlp.config import CollectorConfig
 from store import writer
@@ -329,8 +330,6 @@ def test_help_shows_the_value_the_command_will_use(tmp_path: Path, monkeypatch: 
 
 def test_a_copied_demo_workdir_reads_and_writes_its_own_lake(tmp_path: Path) -> None:
     import shutil
-
-    from flows.demo.config import SIZES, write_demo_config
 
     first = tmp_path / "demo"
     (first / "model").mkdir(parents=True)

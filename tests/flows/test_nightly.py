@@ -25,6 +25,7 @@ from store.catalog.connection import connect
 from store.errors import LegacyRows
 from store.migrate import migrate, require_migrated
 from store.pipeline_runs import pipeline_runs
+from tests.store.test_typed_columns import AT, RUN, old_layout, old_replayed
 from training.registry import resolve_adapter
 from training.run import read_run_record
 from training.tiny import build_tiny_model
@@ -302,7 +303,6 @@ def test_a_lake_an_older_trajlake_wrote_fails_the_run_in_one_line_naming_migrate
 
     from flows.config.checks import load_config
     from flows.prefect_flows import pipeline_flow
-    from tests.store.test_typed_columns import AT, RUN, old_layout, old_replayed
 
     lake = tmp_path / "lake"
     old_layout(lake, "trajectories", [old_replayed("t-1", 0.8)])

@@ -16,6 +16,7 @@ from store.lake import Lake
 from store.pipeline_runs import PipelineRun, record_pipeline_run
 from store.rows import served_adapter_name, utc_now
 from store.writer import write
+from tests.store.test_typed_columns import AT, RUN, old_layout, old_replayed
 
 
 def seed_rounds(lake: Lake) -> None:
@@ -255,8 +256,6 @@ def test_a_lake_an_older_trajlake_wrote_reads_as_it_is(tmp_path) -> None:
     import json
 
     from typer.testing import CliRunner
-
-    from tests.store.test_typed_columns import AT, RUN, old_layout, old_replayed
 
     lake = tmp_path / "lake"
     old_layout(lake, "trajectories", [old_replayed("t-1", 0.8)])

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from flows.cli import app
 from store.catalog.connection import connect
 from store.lake import Lake
+from training.replay.scenario_io import create_scenarios
 from training.replay.scenarios import ScenarioConfig
 
 CALL = {
@@ -80,8 +81,6 @@ def test_conversations_become_trajectories(lake: Lake, tmp_path: Path) -> None:
     again = ingest(lake, tmp_path / "a.jsonl")  # re-importing changes nothing
     assert again.exit_code == 0
     assert con.execute("SELECT count(*) FROM trajectories").fetchone()[0] == 2
-
-    from training.replay.scenario_io import create_scenarios
 
     cut = create_scenarios(
         lake, "SELECT trajectory_id FROM trajectories WHERE source = 'import'", ScenarioConfig()

@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from ingest.assembly.normalize.types import make_message, make_tool_call
 from store.messages import lake_message, lake_tool_call
 from store.metrics import DIFF_PREFIX, GRPO_METRICS, EvaluationTableRow, is_table_row
 from store.policy_names import join_policy, split_policy
@@ -226,8 +227,6 @@ def test_the_sampling_record_is_the_sampling_column() -> None:
 
 
 def test_one_message_shape_the_schema_declares() -> None:
-    from ingest.assembly.normalize.types import make_message, make_tool_call
-
     fields = [f.name for f in MESSAGE]
     assert list(lake_message("user", "Hi")) == fields
     assert list(lake_tool_call("c1", "add", "{}")) == [f.name for f in TOOL_CALL]

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from store.rows import utc_now
+from training.datasets import select_grpo
 from training.models.adapters import peft_wrapping
 
 
@@ -174,7 +175,6 @@ def parity_trainers(lake: Any, model: str, tmp: Path, temperature: float) -> tup
     import torch
     from trl import GRPOTrainer
 
-    from training.datasets import select_grpo
     from training.grpo import grpo_dataset, grpo_trainer_class, stored_reward
 
     selection = select_grpo(lake, "SELECT trajectory_id FROM trajectories")

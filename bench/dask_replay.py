@@ -22,20 +22,16 @@ sys.path.insert(0, str(ROOT))
 
 
 from bench.replay import print_scaling, scaling_workload  # noqa: E402
+from training.replay.rollout.loop import RolloutLimits  # noqa: E402
+from training.replay.samplers import make_sampler  # noqa: E402
+from training.replay.samplers.base import SamplingParams  # noqa: E402
+from training.replay.scenario_io import shard_selection  # noqa: E402
+from training.replay.stage import ReplayConfig, replay  # noqa: E402
 
 
 def replay_shard(lake: str, model: str, shard: int, shards: int, run: str, args: dict) -> int:
     """One task: replay shard `shard` of `shards` of every scenario; returns the tokens generated."""
     import torch
-
-    from training.replay import (
-        ReplayConfig,
-        RolloutLimits,
-        SamplingParams,
-        make_sampler,
-        replay,
-        shard_selection,
-    )
 
     torch.set_num_threads(1)
     config = ReplayConfig(

@@ -25,24 +25,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rich.console import Console
 from rich.table import Table
 
-import store
 from bench.synthetic import synthetic_rewards, synthetic_trajectories
 from flows.stages.forget import carry_out, plan
+from store.catalog.connection import connect
+from store.catalog.versions import snapshot
 from store.erasure import ErasureSelection
+from store.lake import Lake
+from store.writer import write
 
 SEED = 7
 
 
 def build_lake(root: str, n: int) -> float:
     start = time.perf_counter()
-    store.write(root, "trajectories", synthetic_trajectories(n, SEED, batch_size=20_000))
-    store.write(root, "rewards", synthetic_rewards(n, SEED))
+    write(root, "trajectories", synthetic_trajectories(n, SEED, batch_size=20_000))
+    write(root, "rewards", synthetic_rewards(n, SEED))
     return time.perf_counter() - start
 
 
-def pick_user(lake: store.Lake) -> tuple[str, int]:
+def pick_user(lake: Lake) -> tuple[str, int]:
     """A user still in the lake, with how many conversations they have."""
-    con = store.connect(lake)
+    con = connect(lake)
     try:
         return con.sql(
             "SELECT user_id, count(*) FROM trajectories WHERE user_id IS NOT NULL "
@@ -60,14 +63,14 @@ def main() -> None:
     parser.add_argument("--keep", help="Lake folder to build once and reuse (default: a temporary one).")
     args = parser.parse_args()
     root = args.keep or tempfile.mkdtemp(prefix="trajlake-forget-")
-    lake = store.Lake(root)
+    lake = Lake(root)
     console = Console()
     built = None
     if not lake.has_table("trajectories"):
         console.print(f"writing {args.n:,} trajectories to {root} …")
         built = build_lake(root, args.n)
-    rows = store.connect(lake).sql("SELECT count(*) FROM trajectories").fetchall()[0][0]
-    files = {t: len(store.snapshot(lake)[t].files) for t in ("trajectories", "rewards")}
+    rows = connect(lake).sql("SELECT count(*) FROM trajectories").fetchall()[0][0]
+    files = {t: len(snapshot(lake)[t].files) for t in ("trajectories", "rewards")}
     user, conversations = pick_user(lake)
 
     start = time.perf_counter()

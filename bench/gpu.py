@@ -43,7 +43,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.grpo_agent import GROUP_SIZE, run, sync, table_rows  # noqa: E402
+from bench.grpo_agent import GROUP_SIZE, agent_groups, batches, run, sync, table_rows, trainer_for  # noqa: E402
 
 PEAK_BF16 = {"H100": 989.4e12, "H200": 989.4e12, "A100": 312e12}  # dense, SXM
 
@@ -273,8 +273,6 @@ def sampler(model: Path, args: argparse.Namespace) -> list[dict[str, str]]:
 def profile_packed_step(args: argparse.Namespace, work: Path, tiny: Path) -> None:
     """Where a tree-packed step of one group spends its time (printed for the note)."""
     from torch.profiler import ProfilerActivity, profile
-
-    from bench.grpo_agent import agent_groups, batches, trainer_for
 
     rows = agent_groups(2, args.prompt_len, args.id_range, seed=0)
     trainer = trainer_for(work / "wide", rows, True, True, "sdpa", True, work)

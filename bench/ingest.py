@@ -42,14 +42,16 @@ from rich.table import Table  # noqa: E402
 import ingest.assembly  # noqa: E402
 from bench.otlp_workload import SPANS_PER_REQUEST, make_bodies  # noqa: E402
 from flows.background import free_port  # noqa: E402
+from ingest import LakeSpanExporter  # noqa: E402
+from ingest.assembly import assemble  # noqa: E402
+from ingest.otlp.convert import spans_from_request  # noqa: E402
+from ingest.redact import redact_table  # noqa: E402
+from store.catalog.versions import snapshot  # noqa: E402
 
 # --- 1 and 2: without HTTP ---------------------------------------------------------------------------
 
 
 def bench_conversion(bodies: list[bytes], seconds: float) -> dict[str, float]:
-    from ingest.otlp.convert import spans_from_request
-    from ingest.redact import redact_table
-
     spans = 0
     size = 0
     start, cpu = time.perf_counter(), time.process_time()
@@ -69,9 +71,6 @@ def bench_in_process(bodies: list[bytes], lake: str, seconds: float) -> dict[str
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    import store
-    from ingest import LakeSpanExporter
 
     memory = InMemorySpanExporter()
     provider = TracerProvider()
@@ -97,7 +96,7 @@ def bench_in_process(bodies: list[bytes], lake: str, seconds: float) -> dict[str
             exported += len(sdk_spans[i : i + batch])
     exporter.force_flush()  # counted: the spans are in the lake only after this
     elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
-    files = len(store.snapshot(lake)["spans"].files)
+    files = len(snapshot(lake)["spans"].files)
     exporter.shutdown()
     return {"spans_s": exported / elapsed, "spans_cpu_s": exported / cpu, "files": files, "spans": exported}
 
@@ -105,9 +104,6 @@ def bench_in_process(bodies: list[bytes], lake: str, seconds: float) -> dict[str
 def bench_assembly(bodies: list[bytes]) -> dict[str, float]:
     """`assemble` (spans -> trajectories) over the same traces: what the assembler thread sustains."""
     import pyarrow as pa
-
-    from ingest.assembly import assemble
-    from ingest.otlp.convert import spans_from_request
 
     tables = []
     for body in bodies:

@@ -36,11 +36,13 @@ sys.path[:] = [str(ROOT), *(p for p in sys.path if Path(p or ".").resolve() != R
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-import store  # noqa: E402
 from bench.synthetic import synthetic_trajectories  # noqa: E402
 from judging import DEFAULT_RUBRIC, JudgeConfig, ScoreConfig, SqlReward, score  # noqa: E402
 from judging.ruler.prompt import build_prompt  # noqa: E402
 from judging.select import load_groups  # noqa: E402
+from store.catalog.connection import connect  # noqa: E402
+from store.lake import Lake  # noqa: E402
+from store.writer import write  # noqa: E402
 
 GROUP_SIZE = 4
 
@@ -74,10 +76,8 @@ async def _bare_client(base_url: str, prompt: list[dict[str, str]], n: int, conc
     return elapsed
 
 
-def bench_ruler(
-    lake: store.Lake, base_url: str, latency: float, levels: list[int], rounds: int
-) -> list[tuple]:
-    con = store.connect(lake)
+def bench_ruler(lake: Lake, base_url: str, latency: float, levels: list[int], rounds: int) -> list[tuple]:
+    con = connect(lake)
     [(first,)] = con.execute("SELECT min(group_id) FROM trajectories").fetchall()
     members = load_groups(con, [first])[first]
     prompt = build_prompt(
@@ -103,9 +103,9 @@ def bench_ruler(
     return results
 
 
-def bench_programmatic(lake: store.Lake) -> list[tuple]:
+def bench_programmatic(lake: Lake) -> list[tuple]:
     results = []
-    n = store.connect(lake).execute("SELECT count(*) FROM trajectories").fetchone()[0]
+    n = connect(lake).execute("SELECT count(*) FROM trajectories").fetchone()[0]
     for label, reward in (
         ("valid_json (Python)", "valid_json"),
         ("tool_success (Python)", "tool_success"),
@@ -170,10 +170,10 @@ def main() -> None:
     base_url = ports.get(timeout=120)
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            lake = store.Lake(f"{tmp}/lake")
+            lake = Lake(f"{tmp}/lake")
             n = args.rounds * max(levels) * GROUP_SIZE
             for batch in synthetic_trajectories(n, seed=1, replayed_fraction=1.0, group_size=GROUP_SIZE):
-                store.write(lake, "trajectories", batch)
+                write(lake, "trajectories", batch)
             console.print(
                 ruler_table(bench_ruler(lake, base_url, args.latency, levels, args.rounds), args.latency)
             )
@@ -183,9 +183,9 @@ def main() -> None:
                 "client alone sending the same prompts to the same judge (this machine's ceiling)."
             )
         with tempfile.TemporaryDirectory() as tmp:
-            lake = store.Lake(f"{tmp}/lake")
+            lake = Lake(f"{tmp}/lake")
             for batch in synthetic_trajectories(args.trajectories, seed=2):
-                store.write(lake, "trajectories", batch)
+                write(lake, "trajectories", batch)
             table = Table(title=f"Programmatic rewards over {args.trajectories:,} synthetic trajectories")
             for column in ("reward", "trajectories", "rows written", "seconds", "rows/s"):
                 table.add_column(column, justify="right")

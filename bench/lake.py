@@ -4,12 +4,12 @@
     python bench/lake.py --n 100000 --keep /tmp/lake
 
 1. **Write.** A child process generates synthetic trajectories and rewards and writes
-   them with `store.write` (Delta MERGE on the key); it reports rows/s (time spent
+   them with `store.writer.write` (Delta MERGE on the key); it reports rows/s (time spent
    generating is subtracted) and its peak RSS. Then upserts: 10% of the trajectories
    written again (re-assembled), and small batches of new keys into the full table (what
    a collector's assembler commits every second). Targets: >= 100,000 new trajectories/s,
    peak RSS < 2 GB.
-2. **Queries** through trajlake's views, on the lake as written and after `store.compact`,
+2. **Queries** through trajlake's views, on the lake as written and after `store.maintenance.compact`,
    against plain DuckDB over one ideally compacted Parquet file per table holding the
    same rows, and over the previous release's format: the same rows as append-only
    Parquet files in which upserted keys repeat, read through its deduplicating window.
@@ -40,10 +40,12 @@ import pyarrow.parquet as pq
 from rich.console import Console
 from rich.table import Table
 
-import store
 from bench.synthetic import synthetic_rewards, synthetic_trajectories, trajectory_ids
-from store import CompactConfig, compact
 from store.catalog import DERIVED_VIEWS
+from store.catalog.connection import connect
+from store.maintenance import CompactConfig, compact
+from store.schema import empty_table, table_spec
+from store.writer import write
 
 SEED = 7
 
@@ -97,12 +99,12 @@ def _cpu() -> float:
 def _write_child(root: str, n: int, queue: Any) -> None:
     start, cpu = time.perf_counter(), _cpu()
     trajectories = _Timed(synthetic_trajectories(n, SEED, batch_size=20_000))
-    result = store.write(root, "trajectories", trajectories)
+    result = write(root, "trajectories", trajectories)
     t_elapsed = time.perf_counter() - start
     t_cpu = _cpu() - cpu - trajectories.cpu_seconds
     start = time.perf_counter()
     rewards = _Timed(synthetic_rewards(n, SEED))
-    reward_result = store.write(root, "rewards", rewards)
+    reward_result = write(root, "rewards", rewards)
     r_elapsed = time.perf_counter() - start
     queue.put(
         {
@@ -140,13 +142,13 @@ def upserted(n: int) -> Iterator[pa.Table]:
 
 def bench_upserts(root: str, n: int) -> dict[str, float]:
     start = time.perf_counter()
-    result = store.write(root, "trajectories", upserted(n))
+    result = write(root, "trajectories", upserted(n))
     upsert_s = time.perf_counter() - start
     small = []
     for k in range(5):  # new keys into the full table, as an assembler commits them
         rows = synthetic_trajectories(1_000, SEED + 100 + k, batch_size=1_000)
         start = time.perf_counter()
-        store.write(root, "trajectories", rows)
+        write(root, "trajectories", rows)
         small.append(time.perf_counter() - start)
     return {"upserted": result.updated, "upsert_s": upsert_s, "small_s": sorted(small)[len(small) // 2]}
 
@@ -156,9 +158,9 @@ def bench_upserts(root: str, n: int) -> dict[str, float]:
 
 def single_file_connection(root: str, out: str) -> duckdb.DuckDBPyConnection:
     """Plain DuckDB over one Parquet file per table (the lake's rows, deduplicated)."""
-    con = store.connect(root)
+    con = connect(root)
     for table in ("trajectories", "rewards"):
-        spec = store.table_spec(table)
+        spec = table_spec(table)
         reader = con.sql(f"SELECT * FROM {table}").to_arrow_reader(65_536)
         path = f"{out}/{table}.parquet"
         with pq.ParquetWriter(path, spec.schema, compression="zstd") as writer:
@@ -177,7 +179,7 @@ def single_file_connection(root: str, out: str) -> duckdb.DuckDBPyConnection:
 def old_format_connection(root: str, n: int, out: str) -> duckdb.DuckDBPyConnection:
     """The previous release's format: append-only files (upserted keys repeat) read through its window."""
     os.makedirs(f"{out}/trajectories", exist_ok=True)
-    con = store.connect(root)
+    con = connect(root)
     for name, sql in (
         ("base", "SELECT * FROM trajectories WHERE model <> 'reassembled'"),
         ("again", "SELECT * FROM trajectories WHERE model = 'reassembled'"),
@@ -194,7 +196,7 @@ def old_format_connection(root: str, n: int, out: str) -> duckdb.DuckDBPyConnect
         f"{out}/trajectories/first.parquet",
         compression="zstd",
     )
-    # `store.connect` opens no file, so pyarrow writes what it reads (bench/lake.py broke when it stopped)
+    # `store.catalog.connection.connect` opens no file, so pyarrow writes what it reads (bench/lake.py broke when it stopped)
     pq.write_table(
         con.sql("SELECT * FROM rewards").fetch_arrow_table(), f"{out}/rewards.parquet", compression="zstd"
     )
@@ -211,7 +213,7 @@ def old_format_connection(root: str, n: int, out: str) -> duckdb.DuckDBPyConnect
 
 def _add_derived_views(con: duckdb.DuckDBPyConnection) -> None:
     """trajlake's derived views over a baseline's `trajectories` and `rewards` (no adapters published)."""
-    con.register("adapters", store.empty_table("adapters"))
+    con.register("adapters", empty_table("adapters"))
     for name, sql in DERIVED_VIEWS.items():
         con.execute(f"CREATE VIEW {name} AS {sql}")
 
@@ -260,14 +262,14 @@ def main() -> None:
     one_id = trajectory_ids(1, SEED, start=args.n // 2 + 17).to_pylist()[0]
 
     with console.status("querying the lake as written…"):
-        fresh = run_queries({"fresh": store.connect(root)}, args.repeat, one_id)["fresh"]
+        fresh = run_queries({"fresh": connect(root)}, args.repeat, one_id)["fresh"]
     with console.status("compacting…"):
         start = time.perf_counter()
         results = compact(root, CompactConfig(tables=("trajectories", "rewards"), retention_hours=0))
         compact_s = time.perf_counter() - start
     with console.status("building the single-file baseline and the previous release's format…"):
         setups = {
-            "compacted": store.connect(root),
+            "compacted": connect(root),
             "single": single_file_connection(root, f"{work}/single"),
             "old": old_format_connection(root, args.n, f"{work}/old"),
         }

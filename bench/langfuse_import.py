@@ -23,9 +23,9 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import store
 from ingest.langfuse import import_langfuse_export
+from store.catalog.connection import connect
+from store.lake import Lake
 
 SYSTEM = {"role": "system", "content": "You are a weather assistant. Use tools."}
 TOOL = {
@@ -148,7 +148,7 @@ def main() -> None:
 
     work = args.keep or Path(tempfile.mkdtemp(prefix="lf-bench-"))
     work.mkdir(parents=True, exist_ok=True)
-    export, lake = work / "export.jsonl", store.Lake(str(work / "lake"))
+    export, lake = work / "export.jsonl", Lake(str(work / "lake"))
     console = Console()
     t0 = datetime(2026, 11, 1, tzinfo=UTC)
     started = time.perf_counter()
@@ -161,7 +161,7 @@ def main() -> None:
     )
 
     report = import_langfuse_export(lake, export, show_progress=True, workers=args.workers)
-    con = store.connect(lake)
+    con = connect(lake)
     check = con.sql(
         "SELECT count(*), count(*) FILTER (WHERE len(messages) = 5) FROM trajectories"
     ).fetchall()[0]

@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rich.console import Console
 from rich.table import Table
 
-import store
+from bench.replay_rounds import rounds
+from store.lake import Lake
 from training.chat.render import ChatRenderer
 from training.models.known import resolve_model
 from training.replay.rollout.loop import RolloutLimits
@@ -55,7 +56,7 @@ def _scenarios_file(path: Path, count: int) -> Path:
     return path
 
 
-def scaling_workload(doc: str, prefix: str) -> tuple[argparse.Namespace, str, store.Lake]:
+def scaling_workload(doc: str, prefix: str) -> tuple[argparse.Namespace, str, Lake]:
     """The scale-out benches' options and workload: (args, the tiny model, a lake of scenarios)."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenarios", type=int, default=32)
@@ -64,7 +65,7 @@ def scaling_workload(doc: str, prefix: str) -> tuple[argparse.Namespace, str, st
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix=prefix))
-    lake = store.Lake(str(work / "lake"))
+    lake = Lake(str(work / "lake"))
     load_scenarios(lake, _scenarios_file(work / "scenarios.jsonl", args.scenarios))
     return args, str(tiny_model_path()), lake
 
@@ -169,7 +170,7 @@ def vs_bare(argv: list[str]) -> None:
 
     model = resolve_model(args.model) if args.model else str(tiny_model_path())
     work = Path(tempfile.mkdtemp(prefix="trajlake-bench-replay-"))
-    lake = store.Lake(str(work / "lake"))
+    lake = Lake(str(work / "lake"))
     load_scenarios(lake, _scenarios_file(work / "scenarios.jsonl", args.scenarios))
     scenarios = read_scenarios(lake)
 
@@ -248,8 +249,6 @@ def main() -> None:
     if "--vs-bare" in sys.argv[1:]:
         vs_bare(sys.argv[1:])
     else:
-        from bench.replay_rounds import rounds
-
         rounds(sys.argv[1:])
 
 

@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import store
 from bench.flops import TokenCounter, matmul_peak, parameters
+from store.lake import Lake
 from training.models.known import resolve_model
 from training.replay.rollout.loop import RolloutLimits
 from training.replay.rollout.tools import make_tools
@@ -81,7 +81,7 @@ def rounds(argv: list[str]) -> None:
         torch.set_num_threads(args.torch_threads)
     model = resolve_model(args.model) if args.model else str(tiny_model_path())
     work = Path(tempfile.mkdtemp(prefix="trajlake-bench-rounds-"))
-    lake = store.Lake(str(work / "lake"))
+    lake = Lake(str(work / "lake"))
     load_scenarios(lake, _scenarios(work / "scenarios.jsonl", args.scenarios))
     paths = (
         {"former (generate)": False}

@@ -24,8 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rich.console import Console
 from rich.table import Table
 
-import store
 from bench.synthetic import synthetic_rewards, synthetic_trajectories
+from store.catalog.connection import connect
+from store.writer import write
 
 SEED = 11
 
@@ -46,13 +47,11 @@ def main() -> None:
         written = 0.0
         if not Path(root, "trajectories").exists():
             start = time.perf_counter()
-            store.write(
-                root, "trajectories", synthetic_trajectories(args.trajectories, SEED, batch_size=50_000)
-            )
-            store.write(root, "rewards", synthetic_rewards(args.trajectories, SEED))
+            write(root, "trajectories", synthetic_trajectories(args.trajectories, SEED, batch_size=50_000))
+            write(root, "rewards", synthetic_rewards(args.trajectories, SEED))
             written = time.perf_counter() - start
             console.log(f"lake written in {written:.0f} s")
-        con = store.connect(root, read_only=True)
+        con = connect(root, read_only=True)
         rows = {
             t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("trajectories", "rewards")
         }

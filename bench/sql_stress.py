@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import store
 from bench.synthetic import synthetic_rewards, synthetic_trajectories
 from flows.demo.config import SQL_RECIPES
+from store.lake import Lake
+from store.writer import write
 
 # The README's and the docs' queries besides the demo's recipes.
 DOC_QUERIES = [
@@ -58,18 +58,18 @@ def statements() -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def build_lake(root: Path, trajectories: int = 2_000) -> store.Lake:
+def build_lake(root: Path, trajectories: int = 2_000) -> Lake:
     """A lake with appended and MERGE-written files in `trajectories` and `rewards`."""
-    lake = store.Lake(str(root))
+    lake = Lake(str(root))
     options = {"replayed_fraction": 0.5, "group_size": 4}
     for table in synthetic_trajectories(trajectories, seed=7, batch_size=trajectories // 4, **options):
-        store.write(lake, "trajectories", table)
+        write(lake, "trajectories", table)
     for table in synthetic_rewards(trajectories, seed=7, batch_size=trajectories // 4, **options):
-        store.write(lake, "rewards", table)
+        write(lake, "rewards", table)
     # Writing a slice again goes through MERGE, whose files carry `string_view` columns.
     again = next(synthetic_trajectories(trajectories // 4, seed=7, **options))
-    store.write(lake, "trajectories", again)
-    store.write(lake, "rewards", next(synthetic_rewards(trajectories // 4, seed=7, **options)))
+    write(lake, "trajectories", again)
+    write(lake, "rewards", next(synthetic_rewards(trajectories // 4, seed=7, **options)))
     return lake
 
 
@@ -124,7 +124,7 @@ def stress(
         return list(pool.map(lambda args: run_command(args, timeout_s), jobs))
 
 
-def commands_for(lake: store.Lake) -> list[list[str]]:
+def commands_for(lake: Lake) -> list[list[str]]:
     sql = [["sql", "--lake", lake.root, statement] for statement in statements()]
     bad_report = [["report", "--lake", lake.root, "--since", "yesterday-ish", "--out", os.devnull]]
     return sql + bad_report

@@ -59,8 +59,8 @@ def small_lake(folder: Path) -> str:
     """A lake with six trajectories (the tests' rows), written in a process of its own."""
     lake = str(folder / "lake")
     program = (
-        "import sys, store; from tests.store.helpers import make_traj; "
-        "store.write(sys.argv[1], 'trajectories', [make_traj(i) for i in range(6)])"
+        "import sys; from store.writer import write; from tests.store.helpers import make_traj; "
+        "write(sys.argv[1], 'trajectories', [make_traj(i) for i in range(6)])"
     )
     subprocess.run([sys.executable, "-c", program, lake], cwd=ROOT, check=True)
     return lake

@@ -47,7 +47,8 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-import store  # noqa: E402
+from bench.flops import parameters  # noqa: E402
+from bench.grpo_agent import main as agent_workload  # noqa: E402
 from bench.train_stock import grpo_stock, sft_stock  # noqa: E402
 from bench.train_workload import (  # noqa: E402
     TOOLS,
@@ -58,21 +59,27 @@ from bench.train_workload import (  # noqa: E402
     make_groups,
     sft_kwargs,
 )
+from store.catalog.connection import connect  # noqa: E402
+from store.lake import Lake  # noqa: E402
 from store.metrics import TREE_PACKING_SAVED_SHARE, row_metrics  # noqa: E402
+from store.rows import utc_now  # noqa: E402
+from store.vocabulary import equals  # noqa: E402
+from store.writer import write  # noqa: E402
+from training.tiny import tiny_model_path  # noqa: E402
 
 # --- SFT -------------------------------------------------------------------------------------------
 
 
-def last_step_metrics(lake: store.Lake, run_id: str) -> dict[str, Any]:
+def last_step_metrics(lake: Lake, run_id: str) -> dict[str, Any]:
     """The metrics the run's last step logged (`runs.scalars` and `tags`)."""
-    with store.connect(lake) as con:
+    with connect(lake) as con:
         scalars, tags = con.execute(
             "SELECT scalars, tags FROM runs WHERE run_id = ? ORDER BY step DESC LIMIT 1", [run_id]
         ).fetchone()
     return row_metrics(scalars, tags)
 
 
-def sft_ours(model: str, lake: store.Lake, args: argparse.Namespace, out: Path) -> dict[str, float]:
+def sft_ours(model: str, lake: Lake, args: argparse.Namespace, out: Path) -> dict[str, float]:
     """`train_sft` with trajlake's defaults for this device."""
     from training.sft import train_sft
     from training.sft_config import TrajlakeSFTConfig
@@ -80,7 +87,7 @@ def sft_ours(model: str, lake: store.Lake, args: argparse.Namespace, out: Path) 
     config = TrajlakeSFTConfig(output_dir=str(out), **sft_kwargs(args))
     result = train_sft(
         lake,
-        f"SELECT trajectory_id FROM trajectories WHERE {store.equals('source', 'otel', table='trajectories')}",
+        f"SELECT trajectory_id FROM trajectories WHERE {equals('source', 'otel', table='trajectories')}",
         model,
         out,
         config,
@@ -100,7 +107,7 @@ def sft_ours(model: str, lake: store.Lake, args: argparse.Namespace, out: Path) 
 
 
 def grpo_ours(
-    model: str, lake: store.Lake, args: argparse.Namespace, out: Path, settings: dict[str, Any]
+    model: str, lake: Lake, args: argparse.Namespace, out: Path, settings: dict[str, Any]
 ) -> dict[str, float]:
     """`train_grpo`; `settings` overrides (empty: its defaults, sampler correction included)."""
     from training.grpo import train_grpo
@@ -109,7 +116,7 @@ def grpo_ours(
     config = TrajlakeGRPOConfig(output_dir=str(out), **grpo_kwargs(args), **settings)
     result = train_grpo(
         lake,
-        f"SELECT trajectory_id FROM trajectories WHERE {store.equals('source', 'replay', table='trajectories')}",
+        f"SELECT trajectory_id FROM trajectories WHERE {equals('source', 'replay', table='trajectories')}",
         model,
         None,
         out,
@@ -165,8 +172,6 @@ def flop_shares(
     forward + backward used (6 x parameters x tokens computed: a tree-packed GRPO batch computes
     its tree's nodes, not every row's tokens)."""
     from transformers import AutoModelForCausalLM
-
-    from bench.flops import parameters
 
     params = parameters(AutoModelForCausalLM.from_pretrained(model))
     out: dict[str, Any] = {
@@ -225,8 +230,6 @@ def main() -> None:
     )
     args, rest = parser.parse_known_args()
     if args.workload == "agent":
-        from bench.grpo_agent import main as agent_workload
-
         agent_workload(rest)
         return
 
@@ -237,8 +240,6 @@ def main() -> None:
     transformers.logging.set_verbosity_error()
     logging.getLogger("trl").setLevel(logging.ERROR)
     from transformers import AutoTokenizer
-
-    from training.tiny import tiny_model_path
 
     console = Console(width=160)
     work = Path(tempfile.mkdtemp(prefix="trajlake-bench-train-"))
@@ -251,9 +252,9 @@ def main() -> None:
         vocab = len(AutoTokenizer.from_pretrained(model))
         rng = random.Random(0)
         convs = [conversation(i, rng) for i in range(args.conversations)]
-        lake = store.Lake(str(work / "lake"))
-        now = store.utc_now()
-        store.write(
+        lake = Lake(str(work / "lake"))
+        now = utc_now()
+        write(
             lake,
             "trajectories",
             [

@@ -7,8 +7,11 @@ import json
 import random
 from typing import Any
 
-import store
+from store.lake import Lake
 from store.messages import lake_message as message
+from store.rows import utc_now
+from store.writer import write
+from training.chat.render import template_messages
 
 TOOLS = [
     {
@@ -41,8 +44,6 @@ def conversation(i: int, rng: random.Random) -> list[dict[str, Any]]:
 
 
 def chat_form(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    from training.chat.render import template_messages
-
     return template_messages(messages)
 
 
@@ -63,9 +64,9 @@ def make_groups(args: argparse.Namespace, vocab: int, rng: random.Random) -> lis
     return groups
 
 
-def grpo_lake(lake: store.Lake, groups: list[dict[str, Any]]) -> None:
+def grpo_lake(lake: Lake, groups: list[dict[str, Any]]) -> None:
     rows, rewards = [], []
-    now = store.utc_now()
+    now = utc_now()
     for g in groups:
         for k, m in enumerate(g["members"]):
             tid = f"{g['id']}-{k}"
@@ -87,8 +88,8 @@ def grpo_lake(lake: store.Lake, groups: list[dict[str, Any]]) -> None:
             rewards.append(
                 {"trajectory_id": tid, "name": "r", "scorer": "bench", "value": m["reward"], "scored_at": now}
             )
-    store.write(lake, "trajectories", rows)
-    store.write(lake, "rewards", rewards)
+    write(lake, "trajectories", rows)
+    write(lake, "rewards", rewards)
 
 
 # --- the settings both sides of a comparison share ---------------------------------------------------

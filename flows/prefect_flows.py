@@ -31,11 +31,13 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 
-import store
 from flows import progress, stages
 from flows.config.checks import load_config
 from flows.config.root import Settings
 from flows.config.sections import Selections
+from store.errors import LegacyRows
+from store.lake import Lake
+from store.pipeline_runs import PipelineRun
 
 if TYPE_CHECKING:
     import judging
@@ -129,7 +131,7 @@ def ingest_flow(
 
 def _replay(
     config: Settings,
-    lake: store.Lake,
+    lake: Lake,
     select: Selections,
     adapter: str | None,
     round_number: int,
@@ -157,7 +159,7 @@ def _replay(
     return stages.merge_shards([future.result() for future in futures])
 
 
-def _score(config: Settings, lake: store.Lake, group_ids: list[str] | None) -> stages.RoundScores:
+def _score(config: Settings, lake: Lake, group_ids: list[str] | None) -> stages.RoundScores:
     """Each reward (and with `replay_shards`, each shard of the groups) as its own task, concurrently
     under the flow's task runner, then the combination."""
     rewards = stages.rewards_to_score(config.score)
@@ -203,7 +205,7 @@ def pipeline_flow(
         run = stages.begin_pipeline_run(
             the_lake, flow_run.id, pipeline=config.pipeline, publish=config.publish
         )
-    except stages.LegacyRows as exc:  # through `stages`: see `test_the_flow_pickles_by_value`
+    except LegacyRows as exc:
         # An older lake is the user's to migrate, not a fault of the flow: the run's record says
         # why in one line, and the flow run fails with it (a returned state: no traceback).
         refused = stages.refuse_pipeline_run(the_lake, flow_run.id, exc, pipeline=config.pipeline)
@@ -233,7 +235,7 @@ class _Steps:
         self.logger = logger
         self.timings: list[tuple[str, float]] = []  # wall seconds of each step
         self.current = "start"
-        self.run: store.PipelineRun | None = None  # the newest state of the run's record
+        self.run: PipelineRun | None = None  # the newest state of the run's record
 
     def __call__(self, name: str, task_: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         self.current = name
@@ -249,8 +251,8 @@ class _Steps:
 
 def _pipeline_steps(
     config: Settings,
-    lake: store.Lake,
-    run: store.PipelineRun,
+    lake: Lake,
+    run: PipelineRun,
     rounds: int,
     force_publish: bool,
     timed: _Steps,
@@ -396,7 +398,7 @@ def _pipeline_steps(
     return result
 
 
-def _report(config: Settings, lake: store.Lake, timed: _Steps) -> stages.PipelineReport:
+def _report(config: Settings, lake: Lake, timed: _Steps) -> stages.PipelineReport:
     """The lake's report after the run, linked from an artifact."""
     report: stages.PipelineReport = timed(
         "report", report_task, lake, sampler=config.sampler, pipeline=config.pipeline, score=config.score

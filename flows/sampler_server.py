@@ -3,7 +3,7 @@ optionally through a LoRA adapter that answers under its served name.
 
 The adapter is a folder or a registry reference (`calculator-agent:production`,
 `name:3`). A published version is served as `<name>-v<version>`
-(`store.served_adapter_name`), the name `trajlake publish --load-into` gives vLLM, so an
+(`store.rows.served_adapter_name`), the name `trajlake publish --load-into` gives vLLM, so an
 agent pointed at this server records that name as its model on every trace, and the
 lake's `policy_performance` view attributes its production feedback to that version.
 The demo runs this very app for its second production batch.
@@ -22,8 +22,13 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import store
+from store.lake import Lake
+from store.rows import served_adapter_name
+from training.models.adapters import check_adapter_files
+from training.replay.rollout.model_bounds import model_bounds
+from training.replay.rollout.openai_app import create_app
 from training.replay.rollout.request_limits import RequestLimits, guarded, request_problem
+from training.replay.samplers import adapter_name, make_sampler
 
 __all__ = ["RequestLimits", "guarded", "request_problem", "sampler_app", "served_adapter"]
 
@@ -32,7 +37,7 @@ if TYPE_CHECKING:
 
 
 def served_adapter(
-    adapter: str | None, *, lake: store.Lake | str | None = None, served_name: str | None = None
+    adapter: str | None, *, lake: Lake | str | None = None, served_name: str | None = None
 ) -> tuple[str | None, str | None]:
     """(adapter folder, served name) of a folder or a registry reference; (None, None) without one.
 
@@ -47,10 +52,8 @@ def served_adapter(
         manifest = folder / "manifest.json"
         if served_name is None and manifest.exists():
             published = json.loads(manifest.read_text())
-            served_name = store.served_adapter_name(published["name"], int(published["version"]))
+            served_name = served_adapter_name(published["name"], int(published["version"]))
         if served_name is None:
-            from training.replay.samplers import adapter_name
-
             served_name = adapter_name(str(folder))
         return str(folder), served_name
     if lake is None:
@@ -61,14 +64,14 @@ def served_adapter(
     from training.registry import resolve_adapter
 
     row = resolve_adapter(lake, adapter)
-    return str(row["path"]), served_name or store.served_adapter_name(row["name"], int(row["version"]))
+    return str(row["path"]), served_name or served_adapter_name(row["name"], int(row["version"]))
 
 
 def sampler_app(
     model: str,
     adapter: str | None = None,
     *,
-    lake: store.Lake | str | None = None,
+    lake: Lake | str | None = None,
     served_name: str | None = None,
     defaults: SamplingParams | None = None,
     limits: RequestLimits | None = None,
@@ -78,11 +81,6 @@ def sampler_app(
     `limits` bound what a request may ask (`RequestLimits`' defaults when None), and a
     request naming a model other than the base model or the served adapter is answered 404.
     Close the sampler when done (`with sampler:`)."""
-    from training.models.adapters import check_adapter_files
-    from training.replay.rollout.model_bounds import model_bounds
-    from training.replay.rollout.openai_app import create_app
-    from training.replay.samplers import make_sampler
-
     path, name = served_adapter(adapter, lake=lake, served_name=served_name)
     if path is not None:
         check_adapter_files(path)  # a truncated file is refused now, not on the first request

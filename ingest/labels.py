@@ -43,11 +43,15 @@ from typing import Any
 
 import pyarrow as pa
 
-import store
 from ingest.errors import MalformedPayload
 from ingest.jsonl.lines import DEFAULT_MAX_LINE_BYTES, read_lines
 from ingest.scores import score_text
+from store.catalog.connection import connect
+from store.lake import Lake
+from store.rows import utc_now
 from store.schema import LABELS, REWARDS
+from store.vocabulary import PRODUCTION_SOURCES, one_of
+from store.writer import write
 
 FIX = "fix the file and import it again"
 DEFAULT_NAME = "expected"
@@ -230,18 +234,18 @@ def label_row(obj: Any, *, now: datetime) -> dict[str, Any]:
 
 
 def _conversations(
-    lake: store.Lake, rows: list[dict[str, Any]]
+    lake: Lake, rows: list[dict[str, Any]]
 ) -> dict[str, list[tuple[str, str | None, str | None]]]:
     """(trajectory_id, trace_id, user_id) of the production conversations the rows name, by the
     id each row gave (a trajectory id, or a trace id)."""
     if not lake.has_table("trajectories"):
         return {}
     wanted = sorted({r["trajectory_id"] for r in rows} | {r["trace_id"] for r in rows if r["trace_id"]})
-    with store.connect(lake, read_only=True) as con:
+    with connect(lake, read_only=True) as con:
         con.register("__ids", pa.table({"v": pa.array(wanted, pa.string())}))
         found = con.sql(
             "SELECT trajectory_id, trace_id, user_id FROM trajectories "
-            f"WHERE {store.one_of('source', store.PRODUCTION_SOURCES, table='trajectories')} "
+            f"WHERE {one_of('source', PRODUCTION_SOURCES, table='trajectories')} "
             "AND (trajectory_id IN (SELECT v FROM __ids) OR trace_id IN (SELECT v FROM __ids)) "
             "ORDER BY trajectory_id"
         ).fetchall()
@@ -273,7 +277,7 @@ def resolve(row: dict[str, Any], known: dict[str, list[tuple[str, str | None, st
 
 
 def import_labels(
-    lake: store.Lake | str | os.PathLike[str],
+    lake: Lake | str | os.PathLike[str],
     paths: Sequence[str | os.PathLike[str]],
     *,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
@@ -281,8 +285,8 @@ def import_labels(
     """Import labels and feedback from JSONL files (one commit per table: `labels`, then the
     `user_feedback` rows of `rewards`); `MalformedPayload` naming `file:line` for the first bad
     line, or a conversation labelled (or rated) twice, and nothing is written."""
-    lake = store.Lake.of(lake)
-    now = store.utc_now()
+    lake = Lake.of(lake)
+    now = utc_now()
     rows, where_of = [], []
     for path in paths:
         for number, obj in read_lines(path, max_line_bytes, what="label"):
@@ -320,7 +324,7 @@ def import_labels(
             rated[key[0]] = where
             feedback.append(feedback_row(row, value))
     if labels:
-        store.write(lake, LABELS.name, labels)
+        write(lake, LABELS.name, labels)
     if feedback:
-        store.write(lake, REWARDS.name, feedback)
+        write(lake, REWARDS.name, feedback)
     return LabelImport(labels=len(labels), files=len(paths), matched=matched, feedback=len(feedback))

@@ -28,14 +28,17 @@ from datetime import date, timedelta
 import pyarrow as pa
 import pyarrow.compute as pc
 
-import store
 from ingest.assembly import Assembled, assemble
 from ingest.redact import redact_table
+from store.catalog.connection import connect
+from store.lake import Lake
 from store.schema import INGEST_ERRORS, LABELS, PARTITION_COLUMN, REWARDS, SPANS, TRAJECTORIES, WRITTEN_AT
+from store.vocabulary import SPAN_SOURCES, equals, one_of
+from store.writer import write
 
 log = logging.getLogger("trajlake.ingest.lakeio")
 
-LakeLike = store.Lake | str | os.PathLike[str]
+LakeLike = Lake | str | os.PathLike[str]
 CHUNK_ROWS = 50_000
 
 
@@ -59,7 +62,7 @@ class AssembleResult:
     def summary(self) -> str:
         failed = (
             f"; {self.failed:,} traces failed to assemble (their spans are kept; see "
-            f"`SELECT * FROM ingest_errors WHERE {store.equals('status', 'failed', table='ingest_errors')}`)"
+            f"`SELECT * FROM ingest_errors WHERE {equals('status', 'failed', table='ingest_errors')}`)"
             if self.failed
             else ""
         )
@@ -78,11 +81,11 @@ def spans_of_traces(
     """The newest row of every span of the given traces (all traces: `None`), ordered by trace,
     in tables that never split a trace. `since`: only traces with a span on or after that day
     (each still read whole: a trace crossing midnight is never rebuilt from half its spans)."""
-    lake = store.Lake.of(lake)
+    lake = Lake.of(lake)
     wanted = None if trace_ids is None else sorted(set(trace_ids))
     if wanted == [] or not lake.has_table(SPANS.name):
         return
-    with store.connect(lake, read_only=True) as con:
+    with connect(lake, read_only=True) as con:
         where = []
         if wanted is not None:
             con.register("__wanted", pa.table({"trace_id": pa.array(wanted, pa.string())}))
@@ -176,34 +179,34 @@ def write_chunks(
             # so the secret rules run again over what is stored.
             yield redact_table(chunk.trajectories, None)
 
-    result.trajectories = store.write(lake, TRAJECTORIES.name, trajectories(), within=span_days).rows
+    result.trajectories = write(lake, TRAJECTORIES.name, trajectories(), within=span_days).rows
     if rewards:
-        result.rewards = store.write(lake, REWARDS.name, rewards).rows
+        result.rewards = write(lake, REWARDS.name, rewards).rows
     if labels:
-        result.labels = store.write(lake, LABELS.name, labels).rows
+        result.labels = write(lake, LABELS.name, labels).rows
     if failures:
-        result.failed = store.write(lake, INGEST_ERRORS.name, failures).rows
+        result.failed = write(lake, INGEST_ERRORS.name, failures).rows
         log.warning("%d trace(s) failed to assemble; recorded in `ingest_errors`", result.failed)
-    _resolve_failures(store.Lake.of(lake), assembled)
+    _resolve_failures(Lake.of(lake), assembled)
     return result
 
 
-def _resolve_failures(lake: store.Lake, assembled: list[str]) -> None:
+def _resolve_failures(lake: Lake, assembled: list[str]) -> None:
     """Mark earlier failures of traces that have now gone through as resolved."""
     if not assembled or not lake.has_table(INGEST_ERRORS.name):
         return
-    with store.connect(lake, read_only=True) as con:
+    with connect(lake, read_only=True) as con:
         con.register("__assembled", pa.table({"trace_id": pa.array(assembled, pa.string())}))
         failed = con.sql(
             "SELECT * EXCLUDE (_written_at) FROM ingest_errors "
-            f"WHERE {store.equals('status', 'failed', table='ingest_errors')} AND {store.equals('stage', 'assemble', table='ingest_errors')} "
+            f"WHERE {equals('status', 'failed', table='ingest_errors')} AND {equals('stage', 'assemble', table='ingest_errors')} "
             "AND trace_id IN (SELECT trace_id FROM __assembled)"
         ).to_arrow_table()
     if failed.num_rows:
         resolved = failed.set_column(
             failed.schema.get_field_index("status"), "status", pa.array(["resolved"] * failed.num_rows)
         )
-        store.write(lake, INGEST_ERRORS.name, resolved)
+        write(lake, INGEST_ERRORS.name, resolved)
 
 
 def assemble_traces(
@@ -238,19 +241,19 @@ def pending_trace_ids(lake: LakeLike, *, written_within: timedelta | None = None
     span (row groups outside it are skipped by their statistics): what a collector that
     died left unassembled, without reading the whole lake's history on every start.
     """
-    lake = store.Lake.of(lake)
+    lake = Lake.of(lake)
     if not lake.has_table(SPANS.name):
         return []
     recent = ""
     if written_within is not None:
         seconds = int(written_within.total_seconds())
         recent = f"WHERE s.{WRITTEN_AT} >= (SELECT max({WRITTEN_AT}) FROM spans) - INTERVAL {seconds} SECOND"
-    with store.connect(lake, read_only=True) as con:
+    with connect(lake, read_only=True) as con:
         rows = con.execute(
             f"""
             SELECT s.trace_id FROM spans s
             LEFT JOIN (SELECT trace_id, max({WRITTEN_AT}) AS assembled_at FROM trajectories
-                       WHERE {store.one_of("source", store.SPAN_SOURCES, table="trajectories")} GROUP BY trace_id) t USING (trace_id)
+                       WHERE {one_of("source", SPAN_SOURCES, table="trajectories")} GROUP BY trace_id) t USING (trace_id)
             {recent}
             GROUP BY s.trace_id, t.assembled_at
             HAVING t.assembled_at IS NULL OR max(s.{WRITTEN_AT}) > t.assembled_at

@@ -21,10 +21,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from statistics import median
 
-import store
 from judging.select import candidates_sql, run_checked, where_clause
+from store.catalog.connection import connect
+from store.lake import Lake
+from store.vocabulary import equals
 
-OK = store.equals("status", "ok", table="rewards")
+OK = equals("status", "ok", table="rewards")
 
 
 @dataclass
@@ -110,15 +112,15 @@ def _split(spec: str) -> tuple[str, str | None]:
 
 
 def agreement(
-    lake: store.Lake | str | os.PathLike[str], a: str, b: str, *, where: str | None = None
+    lake: Lake | str | os.PathLike[str], a: str, b: str, *, where: str | None = None
 ) -> AgreementReport:
     """Rank agreement within groups between rewards `a` and `b`.
 
     Each is a reward name (`ruler`), or `name@scorer` to pin one scorer when several
     wrote the same name; without a scorer the newest successful value is used.
     """
-    lake = store.Lake.of(lake)
-    con = store.connect(lake)
+    lake = Lake.of(lake)
+    con = connect(lake)
     (name_a, scorer_a), (name_b, scorer_b) = _split(a), _split(b)
     sql = f"""
         WITH candidates AS ({candidates_sql()}),

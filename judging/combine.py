@@ -24,10 +24,14 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-import store
 from judging.errors import ConfigValueError
 from judging.select import candidates_sql, run_checked, where_clause
 from judging.writer import reward_row
+from store.catalog.connection import connect
+from store.lake import Lake
+from store.rows import new_run_id, utc_now
+from store.vocabulary import equals
+from store.writer import write
 
 
 @dataclass
@@ -78,7 +82,7 @@ def _check_weights(weights: dict[str, float]) -> None:
 
 
 def combine(
-    lake: store.Lake | str | os.PathLike[str],
+    lake: Lake | str | os.PathLike[str],
     weights: dict[str, float],
     name: str = "combined",
     *,
@@ -88,17 +92,17 @@ def combine(
 ) -> CombineSummary:
     """Write the weighted combination of named rewards as reward `name` (see the module docstring)."""
     _check_weights(weights)
-    lake = store.Lake.of(lake)
+    lake = Lake.of(lake)
     scorer = combined_scorer(weights, normalize)
-    run_id = run_id or store.new_run_id("score")
-    con = store.connect(lake)
+    run_id = run_id or new_run_id("score")
+    con = connect(lake)
     names = sorted(weights)
     sql = f"""
         WITH candidates AS ({candidates_sql()}),
              picked AS (SELECT trajectory_id, group_id FROM candidates {where_clause(where)}),
              ok AS (SELECT trajectory_id, name, value, scorer FROM latest_rewards WHERE name IN (SELECT unnest($names))),
              bad AS (SELECT DISTINCT trajectory_id, name FROM rewards
-                     WHERE name IN (SELECT unnest($names)) AND {store.equals("status", "failed", table="rewards")})
+                     WHERE name IN (SELECT unnest($names)) AND {equals("status", "failed", table="rewards")})
         SELECT p.trajectory_id, p.group_id,
                list({{'name': ok.name, 'value': ok.value, 'scorer': ok.scorer}}) FILTER (WHERE ok.name IS NOT NULL) AS ok,
                (SELECT list(b.name) FROM bad b WHERE b.trajectory_id = p.trajectory_id) AS bad
@@ -117,7 +121,7 @@ def combine(
     summary = CombineSummary(name, scorer, run_id)
     out: list[dict[str, Any]] = []
     values_written: list[float] = []
-    scored_at = store.utc_now()
+    scored_at = utc_now()
     for tid, group_id, ok, bad in rows:
         components = {c["name"]: c for c in (ok or [])}
         if not components and not bad:
@@ -180,7 +184,7 @@ def combine(
             continue
         out.append(row)
     if out:
-        store.write(lake, "rewards", out)
+        write(lake, "rewards", out)
     if values_written:
         summary.mean = sum(values_written) / len(values_written)
     return summary

@@ -13,7 +13,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import store
 from judging.errors import JudgingError
 from judging.evaluation_stats import (
     Comparison,
@@ -23,6 +22,7 @@ from judging.evaluation_stats import (
     production_success,
     record_evaluation,
 )
+from store.lake import Lake
 
 #: A policy to measure: its label in the table and its adapter folder (None: the base model).
 Labelled = tuple[str, str | None]
@@ -62,7 +62,7 @@ class Evaluation:
 
 
 def evaluate_policies(
-    lake: store.Lake | str,
+    lake: Lake | str,
     measure: Callable[[str | None], Measured],
     *,
     candidate: str | None,

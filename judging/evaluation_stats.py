@@ -34,8 +34,12 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 
-import store
+from store.catalog.connection import connect
+from store.lake import Lake
 from store.metrics import ROLE, EvaluationRole, EvaluationTableRow
+from store.rows import new_run_id, runs_row
+from store.vocabulary import PRODUCTION_SOURCES
+from store.writer import write
 
 CONFIDENCE = 0.95
 RESAMPLES = 4000
@@ -226,15 +230,15 @@ def evaluation_table(
 
 
 def production_success(
-    lake: store.Lake | str,
+    lake: Lake | str,
     reward: str,
     *,
-    sources: Sequence[str] = store.PRODUCTION_SOURCES,
+    sources: Sequence[str] = PRODUCTION_SOURCES,
     **bootstrap: int | float,
 ) -> list[StageScore]:
     """Per production policy (the `policy` of its trajectories), the mean of `reward` over its
     trajectories with a bootstrap interval over them, in the order they first served."""
-    with store.connect(lake, read_only=True) as con:
+    with connect(lake, read_only=True) as con:
         rows = con.execute(
             """
             SELECT t.policy, list(r.value ORDER BY t.trajectory_id)
@@ -252,11 +256,11 @@ def production_success(
     return out
 
 
-def scenario_scores(lake: store.Lake | str, reward: str, group_ids: Sequence[str]) -> dict[str, float]:
+def scenario_scores(lake: Lake | str, reward: str, group_ids: Sequence[str]) -> dict[str, float]:
     """`{scenario_id: mean reward}` of the trajectories of `group_ids` (scored under `reward`)."""
     if not group_ids:
         return {}
-    with store.connect(lake, read_only=True) as con:
+    with connect(lake, read_only=True) as con:
         con.register("__groups", pa.table({"group_id": pa.array(list(group_ids), pa.string())}))
         rows = con.execute(
             """
@@ -272,14 +276,14 @@ def scenario_scores(lake: store.Lake | str, reward: str, group_ids: Sequence[str
 
 
 def record_evaluation(
-    lake: store.Lake | str,
+    lake: Lake | str,
     comparison: Comparison,
     table: Sequence[StageScore] = (),
     **context: str,
 ) -> str:
     """Write the comparison to the `runs` table (stage `eval`: candidate and baseline at steps 0
     and 1, then one step per row of `table`); returns the run id."""
-    run_id = store.new_run_id("eval")
+    run_id = new_run_id("eval")
     rows = []
     compared: tuple[tuple[EvaluationRole, PolicyScore], ...] = (
         ("candidate", comparison.candidate),
@@ -298,11 +302,11 @@ def record_evaluation(
             "difference": comparison.difference,
             "difference_ci": list(comparison.difference_ci),
         }
-        rows.append(store.runs_row(run_id, step, "eval", metrics))
+        rows.append(runs_row(run_id, step, "eval", metrics))
     for step, row in enumerate(table, start=2):
         metrics = {**context, ROLE: "table", "reward": comparison.reward, **table_metrics(row)}
-        rows.append(store.runs_row(run_id, step, "eval", metrics))
-    store.write(lake, "runs", rows)
+        rows.append(runs_row(run_id, step, "eval", metrics))
+    write(lake, "runs", rows)
     return run_id
 
 

@@ -29,7 +29,6 @@ import os
 import time
 from typing import Any
 
-import store
 from judging.config import JudgeConfig, ScoreConfig
 from judging.errors import RewardSpecError, SqlRewardError
 from judging.registry import ProgrammaticReward, evaluate_reward, get_reward
@@ -47,6 +46,9 @@ from judging.sql_reward import SqlReward, sql_reward_query
 from judging.summary import ScoreSummary
 from judging.writer import ProgressBar, RewardWriter, finish_summary, reward_row
 from store.catalog import check_read_only
+from store.catalog.connection import connect
+from store.lake import Lake
+from store.rows import new_run_id, utc_now
 
 RewardSpec = str | ProgrammaticReward | SqlReward
 
@@ -63,7 +65,7 @@ def resolve_reward(reward: RewardSpec, name: str | None = None) -> ProgrammaticR
 
 
 def score(
-    lake: store.Lake | str | os.PathLike[str],
+    lake: Lake | str | os.PathLike[str],
     reward: RewardSpec,
     config: ScoreConfig | None = None,
     judge: JudgeConfig | None = None,
@@ -73,10 +75,10 @@ def score(
     >>> score("lake", "exact_match", ScoreConfig(where="split = 'val'"))  # doctest: +SKIP
     >>> score("lake", "ruler", judge=JudgeConfig(model="o3"))  # doctest: +SKIP
     """
-    lake = store.Lake.of(lake)
+    lake = Lake.of(lake)
     config = config or ScoreConfig()
     resolved = resolve_reward(reward, config.name)
-    run_id = config.run_id or store.new_run_id("score")
+    run_id = config.run_id or new_run_id("score")
     started = time.monotonic()
     if isinstance(resolved, str):  # "ruler"
         if judge is None:
@@ -93,10 +95,8 @@ def score(
 # --- programmatic rewards --------------------------------------------------------------------
 
 
-def _score_function(
-    lake: store.Lake, reward: ProgrammaticReward, config: ScoreConfig, run_id: str
-) -> ScoreSummary:
-    con = store.connect(lake)
+def _score_function(lake: Lake, reward: ProgrammaticReward, config: ScoreConfig, run_id: str) -> ScoreSummary:
+    con = connect(lake)
     # Without a `where` of the run's own, a reward that declares what it can score scores only that.
     scope = reward.scope if not (config.where and config.where.strip()) else None
     where = scope.where if scope else config.where
@@ -115,14 +115,14 @@ def _score_function(
     meta = {"kind": "function", "path": reward.path, "version": reward.version}
     scenarios: dict[str, dict[str, Any]] = {}
     stream = stream_trajectories(con, where, reward.scorer, config.force, config.load_turns)
-    scenario_con = store.connect(lake)  # the stream holds `con` open; scenarios are read beside it
+    scenario_con = connect(lake)  # the stream holds `con` open; scenarios are read beside it
     bar = ProgressBar(config.progress, reward.name, todo)
     with bar:
         try:
             while batch := list(itertools.islice(stream, 2048)):
                 wanted = {t["scenario_id"] for t in batch if t.get("scenario_id")} - scenarios.keys()
                 scenarios.update(scenarios_by_id(scenario_con, wanted))
-                scored_at = store.utc_now()
+                scored_at = utc_now()
                 out = []
                 for traj in batch:
                     scenario = scenarios.get(traj["scenario_id"]) if traj.get("scenario_id") else None
@@ -153,8 +153,8 @@ def _score_function(
 # --- SQL rewards -----------------------------------------------------------------------------
 
 
-def _score_sql(lake: store.Lake, reward: SqlReward, config: ScoreConfig, run_id: str) -> ScoreSummary:
-    con = store.connect(lake)
+def _score_sql(lake: Lake, reward: SqlReward, config: ScoreConfig, run_id: str) -> ScoreSummary:
+    con = connect(lake)
     summary = ScoreSummary(config.name or reward.name, reward.scorer, run_id, "sql")
     name = config.name or reward.name
     query = sql_reward_query(reward, candidates_sql(), where_clause(config.where), config.force, DONE)
@@ -175,7 +175,7 @@ def _score_sql(lake: store.Lake, reward: SqlReward, config: ScoreConfig, run_id:
     with bar:
         try:
             for batch in reader:
-                scored_at = store.utc_now()
+                scored_at = utc_now()
                 rows = []
                 for r in batch.to_pylist():
                     error, explanation = _sql_value_problem(r["value"])

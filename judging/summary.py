@@ -14,7 +14,9 @@ from typing import Any
 
 import pyarrow as pa
 
-import store
+from store.catalog.connection import connect
+from store.lake import Lake
+from store.vocabulary import equals
 
 
 @dataclass
@@ -121,9 +123,9 @@ class RewardStats:
         return dict(self.__dict__)
 
 
-def reward_stats(lake: store.Lake | str, reward: str, group_ids: list[str] | None = None) -> RewardStats:
+def reward_stats(lake: Lake | str, reward: str, group_ids: list[str] | None = None) -> RewardStats:
     """Mean, spread and all-equal groups of `reward` over `group_ids` (every replayed group if None)."""
-    with store.connect(lake, read_only=True) as con:
+    with connect(lake, read_only=True) as con:
         con.register("__groups", pa.table({"group_id": pa.array(list(group_ids or []), pa.string())}))
 
         def within(alias: str) -> str:
@@ -133,7 +135,7 @@ def reward_stats(lake: store.Lake | str, reward: str, group_ids: list[str] | Non
             f"""
             SELECT avg(r.value), coalesce(stddev_pop(r.value), 0), count(*)
             FROM trajectories t JOIN latest_rewards r USING (trajectory_id)
-            WHERE r.name = $reward AND {store.equals("t.source", "replay", table="trajectories")} {within("t")}
+            WHERE r.name = $reward AND {equals("t.source", "replay", table="trajectories")} {within("t")}
             """,
             {"reward": reward},
         ).fetchall()[0]

@@ -19,15 +19,16 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-import store
 from judging.summary import ScoreSummary, count_failures, value_stats
+from store.lake import Lake
+from store.writer import write
 
 
 @dataclass
 class RewardWriter:
     """Buffers reward rows and commits them in batches; keeps a light copy for the summary."""
 
-    lake: store.Lake
+    lake: Lake
     flush_every: int
     flush_interval_s: float
     flush_rows: int = 50_000
@@ -55,7 +56,7 @@ class RewardWriter:
 
     def flush(self) -> None:
         if self.buffer:
-            store.write(self.lake, "rewards", self.buffer)
+            write(self.lake, "rewards", self.buffer)
             self.rows_written += len(self.buffer)
         self.buffer = []
         self._groups_pending = 0

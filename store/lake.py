@@ -36,7 +36,7 @@ class Lake:
     root: str
     storage_options: dict[str, Any] = field(default_factory=dict)  # fsspec's spelling
     # SQL on this lake's connections reads the lake's tables and nothing else: no local
-    # file, no other bucket, no URL (`store.connect`). For anything that runs SQL it did
+    # file, no other bucket, no URL (`store.catalog.connection.connect`). For anything that runs SQL it did
     # not write itself; off for a user's own shell, where `read_csv('notes.csv')` is fine.
     sql_lake_only: bool = False
 
@@ -165,7 +165,7 @@ class Lake:
         if must_exist and not any(self.has_table(name) for name in TABLES):
             return (
                 f"no lake at `{self.root}`: it holds none of the lake's tables ({', '.join(TABLES)}); "
-                "`trajlake collect`, `trajlake ingest` or `store.write` create them"
+                "`trajlake collect`, `trajlake ingest` or `store.writer.write` create them"
             )
         return None
 

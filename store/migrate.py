@@ -23,7 +23,7 @@ and the row with the newest `_written_at` was the current one. Migrating a table
    to `<lake>/_legacy/_compaction/`), where they can be deleted once the lake is checked.
 
 Each step can be repeated: a rerun after a crash re-commits the same rows, which replace
-nothing newer (`store.write` keeps the newest `_written_at` per key), then moves what is
+nothing newer (`store.writer.write` keeps the newest `_written_at` per key), then moves what is
 left. Stop collectors and other writers while a lake migrates.
 """
 

@@ -4,7 +4,7 @@ The check is the first of two walls and gives the clear error: each statement's 
 comes from DuckDB's parser, and what an `EXPLAIN` explains must itself only read. It is
 not what makes writing impossible, since DuckDB's grammar keeps finding new places for a
 statement (`WITH a AS (COPY ... TO 'f') SELECT 1` parses as a SELECT). The second wall
-is the connection itself: `store.connect` gives DuckDB no file to open at all, and
+is the connection itself: `store.catalog.connection.connect` gives DuckDB no file to open at all, and
 `trajlake sql`'s local-file mode runs on a thread the kernel forbids to write
 (`store.user_sql`, `store.sandbox`).
 """

@@ -3,7 +3,7 @@
 Two ways to run it, and neither can write a file whatever the statement:
 
 - **lake only** (`lake.sql_lake_only`, or where the system has no write sandbox): a
-  `store.connect` connection. DuckDB gets no file at all (the tables arrive as Arrow
+  `store.catalog.connection.connect` connection. DuckDB gets no file at all (the tables arrive as Arrow
   datasets, external access is off with nothing allowed), so reading `/etc/passwd` and
   writing `/tmp/x.csv` fail alike with DuckDB's permission error.
 - **local files** (the default on Linux with Landlock): the same tables (read by DuckDB's

@@ -25,6 +25,11 @@ narrowed to the files that hold them.
 
 from __future__ import annotations
 
+# A first write may come from an exit hook (OTel exporters flush there; tests/store/
+# test_shutdown_write.py), when a library that registers a thread exit hook as it is imported
+# (`concurrent.futures.thread`, which polars imports) can no longer be imported: import it
+# with this module, so it registers its exit hook now, not at exit.
+import concurrent.futures.thread  # noqa: F401
 import os
 import random
 import time

@@ -8,7 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from store import Lake
+from flows.demo.base_model import pretrain_base_model
+from store.lake import Lake
+from training.replay.samplers import make_sampler
+from training.replay.samplers.vllm_launch import VLLMServerProcess
+from training.tiny import tiny_model_path
 
 
 @pytest.hookimpl(trylast=True)
@@ -59,8 +63,6 @@ def lake(tmp_path: Path) -> Lake:
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Path of the tiny Qwen2-style model and tokenizer (built once per session, read-only by convention)."""
-    from training.tiny import tiny_model_path
-
     return tiny_model_path(tmp_path_factory.getbasetemp() / "tiny-model-cache")
 
 
@@ -74,8 +76,6 @@ VLLM_MISSING = (
 def pretrained_model(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The demo's pretrained base (the tiny shape with its shipped weights): it writes tool calls,
     so rollouts on it take several turns."""
-    from flows.demo.base_model import pretrain_base_model
-
     return pretrain_base_model(tiny_model, tmp_path_factory.mktemp("pretrained") / "base")
 
 
@@ -83,7 +83,6 @@ def pretrained_model(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory)
 def vllm_server(pretrained_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real vLLM OpenAI-compatible server of `pretrained_model` (fp32, LoRA, processed logprobs): its URL."""
     pytest.importorskip("vllm", reason=VLLM_MISSING)
-    from training.replay.samplers.vllm_launch import VLLMServerProcess
 
     log = tmp_path_factory.mktemp("vllm-server") / "server.log"
     server = VLLMServerProcess(pretrained_model, log_path=log, max_lora_rank=8, max_model_len=2048)
@@ -95,7 +94,6 @@ def vllm_server(pretrained_model: Path, tmp_path_factory: pytest.TempPathFactory
 def vllm_engine(pretrained_model: Path) -> Iterator[object]:
     """vLLM's in-process engine (`vllm.LLM`) on `pretrained_model`, fp32, as the `vllm` sampler backend."""
     pytest.importorskip("vllm", reason=VLLM_MISSING)
-    from training.replay.samplers import make_sampler
 
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     sampler = make_sampler(

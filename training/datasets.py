@@ -27,8 +27,10 @@ from typing import Any
 
 import duckdb
 
-import store
+from store.catalog.connection import check_selection, connect
 from store.errors import SelectionError
+from store.lake import Lake
+from store.migrate import check_migrated
 from store.sampling import GROUP_TEMPERATURE_RULE, is_group_temperature
 from training.advantages import AdvantageReport, ScaleRewards, compute_advantages
 from training.chat.render import parse_tools, template_messages
@@ -43,7 +45,7 @@ TRUNCATED_FINISH_REASONS = frozenset({"length", "max_tokens"})
 
 def _selected(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[str], bool]:
     """Run the user's query (read-only) and return its columns and whether it carries a `reward`."""
-    _, columns = store.check_selection(con, sql, "trajectory_id")
+    _, columns = check_selection(con, sql, "trajectory_id")
     return columns, "reward" in columns
 
 
@@ -67,15 +69,15 @@ class SFTSelection:
     lineage: Lineage
 
 
-def select_sft(lake: store.Lake | str, sql: str, *, as_of: Mapping[str, int] | None = None) -> SFTSelection:
+def select_sft(lake: Lake | str, sql: str, *, as_of: Mapping[str, int] | None = None) -> SFTSelection:
     """Conversations of the trajectories that `sql` selects.
 
     Each row is `{"trajectory_id", "messages": [chat messages], "tools": list | None}`.
     Trajectories without an assistant message are skipped (nothing to learn from them).
     """
-    lake = store.Lake.of(lake)
+    lake = Lake.of(lake)
     snapshot = selection_snapshot(lake, as_of)
-    con = store.connect(lake, snapshot=snapshot)
+    con = connect(lake, snapshot=snapshot)
     _selected(con, sql)
     text = sql.strip().rstrip(";")
     try:
@@ -205,7 +207,7 @@ def flatten_turns(
 
 
 def select_grpo(
-    lake: store.Lake | str,
+    lake: Lake | str,
     sql: str,
     *,
     reward_name: str | None = None,
@@ -225,10 +227,10 @@ def select_grpo(
     a replay's group ids hash its policy, which names the adapter's run (a random run id), so
     ordering by them alone would make training depend on which run sampled them.
     """
-    lake = store.Lake.of(lake)
+    lake = Lake.of(lake)
     snapshot = selection_snapshot(lake, as_of)
-    con = store.connect(lake, snapshot=snapshot)
-    store.check_migrated(con, "trajectories")  # the temperature comes from `sampling`
+    con = connect(lake, snapshot=snapshot)
+    check_migrated(con, "trajectories")  # the temperature comes from `sampling`
     _, has_reward = _selected(con, sql)
     text = sql.strip().rstrip(";")
     scorers: list[str] = []

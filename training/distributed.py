@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-import store
+from store.lake import Lake
+from training.errors import TrainingError
 from training.lineage import READ_TABLES, selection_snapshot
 
 T = TypeVar("T")
@@ -48,7 +49,7 @@ def from_writer(value: T) -> T:
     return box[0]  # type: ignore[return-value]
 
 
-def shared_snapshot(lake: store.Lake, as_of: Mapping[str, int] | None) -> Mapping[str, int] | None:
+def shared_snapshot(lake: Lake, as_of: Mapping[str, int] | None) -> Mapping[str, int] | None:
     """The table versions every rank selects from: `as_of` when given, else the versions rank 0
     sees now (None in a single process: read the lake as it is)."""
     if as_of is not None or world_size() == 1:
@@ -72,7 +73,6 @@ def on_writer(fn: Any, *args: Any, **kwargs: Any) -> Any:
     """`fn(*args)` on rank 0, its result on every rank; its error raised on every rank."""
     if world_size() == 1:
         return fn(*args, **kwargs)
-    from training.errors import TrainingError
 
     outcome: tuple[str, Any] | None = None
     error: Exception | None = None

@@ -26,12 +26,15 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-import store
+from store.catalog.connection import connect
+from store.catalog.versions import snapshot
 from store.errors import StoreError
+from store.lake import Lake
 from store.vocabulary import equals
+from store.writer import write
 from training.lineage import as_of_versions
 from training.models.adapters import RUN_RECORD
-from training.registry import adapter_rows
+from training.registry import adapter_rows, resolve_adapter
 
 
 def lineage_entries(row: dict[str, Any]) -> list[dict[str, Any]]:
@@ -44,12 +47,12 @@ def lineage_entries(row: dict[str, Any]) -> list[dict[str, Any]]:
     return [e for e in entries if isinstance(e, dict) and e.get("sql")]
 
 
-def arrivals(lake: store.Lake, trajectory_ids: Sequence[str]) -> pa.Table:
+def arrivals(lake: Lake, trajectory_ids: Sequence[str]) -> pa.Table:
     """The erased conversations as `v` (trajectory id) and `arrived` (the earliest time their data
     can have been in the lake; null where unknown): their spans' first `received_at`, else a
     replay's `started_at`. Read before the erasure, while the rows exist."""
     ids = pa.table({"v": pa.array(sorted(set(trajectory_ids)), pa.string())})
-    con = store.connect(lake)
+    con = connect(lake)
     try:
         con.register("erased_ids", ids)
         spans = "SELECT trace_id, min(received_at) AS received FROM spans GROUP BY trace_id"
@@ -68,12 +71,12 @@ def arrivals(lake: store.Lake, trajectory_ids: Sequence[str]) -> pa.Table:
     return table
 
 
-def saw_erased(lake: store.Lake, entry: dict[str, Any], erased: pa.Table) -> bool:
+def saw_erased(lake: Lake, entry: dict[str, Any], erased: pa.Table) -> bool:
     """Whether the selection of one lineage record, as of its versions, returned an erased id
     (`erased`: `arrivals`); with the versions gone, whether any erased conversation had arrived
     by the time of the version read."""
     try:
-        con = store.connect(lake, snapshot=store.snapshot(lake, as_of_versions(entry)))
+        con = connect(lake, snapshot=snapshot(lake, as_of_versions(entry)))
     except (StoreError, OSError, ValueError) as exc:  # versions gone: decide by the data times
         del exc
         return arrived_before(entry, erased)
@@ -108,9 +111,9 @@ def arrived_before(entry: dict[str, Any], erased: pa.Table) -> bool:
     return any(t is None or t <= read_at for t in times)
 
 
-def adapters_trained_on(lake: store.Lake | str, trajectory_ids: Sequence[str]) -> list[dict[str, Any]]:
+def adapters_trained_on(lake: Lake | str, trajectory_ids: Sequence[str]) -> list[dict[str, Any]]:
     """The `adapters` rows whose training selections returned any of `trajectory_ids`."""
-    lake = store.Lake.of(lake)
+    lake = Lake.of(lake)
     if not trajectory_ids or not lake.has_table("adapters"):
         return []
     erased = arrivals(lake, trajectory_ids)
@@ -121,11 +124,9 @@ def adapters_trained_on(lake: store.Lake | str, trajectory_ids: Sequence[str]) -
     ]
 
 
-def mark_adapters(lake: store.Lake | str, refs: Sequence[str], erasure_id: str) -> list[str]:
+def mark_adapters(lake: Lake | str, refs: Sequence[str], erasure_id: str) -> list[str]:
     """Mark the adapters `refs` (`name:version`) trained_on_erased_data in one commit; returns
     the refs still in the table. Marking twice changes nothing (a resumed erasure)."""
-    from training.registry import resolve_adapter
-
     rows = [resolve_adapter(lake, ref) for ref in refs]
     if not rows:
         return []
@@ -137,7 +138,7 @@ def mark_adapters(lake: store.Lake | str, refs: Sequence[str], erasure_id: str) 
         }
         for row in rows
     ]
-    store.write(lake, "adapters", marked)
+    write(lake, "adapters", marked)
     return [f"{r['name']}:{r['version']}" for r in rows]
 
 
@@ -163,7 +164,7 @@ def erasure_marks(record: dict[str, Any]) -> list[str]:
     return sorted(marks)
 
 
-def run_records_trained_on(lake: store.Lake, trajectory_ids: Sequence[str]) -> list[str]:
+def run_records_trained_on(lake: Lake, trajectory_ids: Sequence[str]) -> list[str]:
     """The run records of adapters under the lake (`_work`, `--output-dir`s inside it, registry
     copies), published or not, whose training selections returned an erased trajectory.
     Local lakes only."""

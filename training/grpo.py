@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import store
+from store.lake import Lake
 from training.datasets import select_grpo
 from training.distributed import on_writer, shared_snapshot
 from training.grpo_config import TrajlakeGRPOConfig
@@ -43,7 +43,7 @@ from training.run import (
 
 
 def train_grpo(
-    lake: store.Lake | str,
+    lake: Lake | str,
     sql: str,
     base_model: str | os.PathLike[str],
     adapter: str | os.PathLike[str] | None,
@@ -55,7 +55,7 @@ def train_grpo(
     callbacks: Sequence[Any] = (),
 ) -> TrainResult:
     """Train (or continue) a LoRA adapter with GRPO on the stored groups `sql` selects
-    (`store.GRPO_TRAJECTORIES`: every replayed trajectory with token data outside the val scenarios).
+    (`store.selections.GRPO_TRAJECTORIES`: every replayed trajectory with token data outside the val scenarios).
 
     `adapter` is the adapter folder to continue from (the SFT stage's output), or None
     for a fresh LoRA on `base_model`. Selection, token data and configuration are
@@ -65,7 +65,7 @@ def train_grpo(
     the temperature the groups recorded when they were sampled (`config.temperature` only
     for rows that recorded none).
     """
-    lake = store.Lake.of(lake)
+    lake = Lake.of(lake)
     base_model = str(base_model)
     adapter = str(adapter) if adapter is not None else None
     output_dir = Path(output_dir)

@@ -25,8 +25,9 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import store
+from store.catalog.connection import connect
 from store.errors import SelectionError
+from store.lake import Lake
 from store.policy_names import join_policy
 from training.datasets import GRPOExample
 from training.lineage import selection_snapshot
@@ -118,7 +119,7 @@ def within_staleness(sql: str, policies: Sequence[str]) -> str:
 
 
 def bound_staleness(
-    lake: store.Lake,
+    lake: Lake,
     sql: str,
     base_model: str,
     adapter: str | None,
@@ -133,7 +134,7 @@ def bound_staleness(
     """
     policies = policy_lineage(base_model, adapter, max_staleness)
     narrowed = within_staleness(sql, policies)
-    with store.connect(lake, read_only=True, snapshot=selection_snapshot(lake, as_of)) as con:
+    with connect(lake, read_only=True, snapshot=selection_snapshot(lake, as_of)) as con:
         total = con.execute(f"SELECT count(*) FROM ({sql.strip().rstrip(';')})").fetchall()[0][0]
         fresh = con.execute(f"SELECT count(*) FROM ({narrowed})").fetchall()[0][0]
         if total and not fresh:

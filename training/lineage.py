@@ -17,7 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import store
+from store.catalog.versions import Snapshot
+from store.catalog.versions import snapshot as take_snapshot
+from store.lake import Lake
 
 # The tables a selection reads: its SQL may name any view, and the training rows join these.
 READ_TABLES = ("trajectories", "rewards", "scenarios")
@@ -36,9 +38,7 @@ class Lineage:
     reward_scorers: list[str] = field(default_factory=list)
 
     @classmethod
-    def of(
-        cls, sql: str, ids: Sequence[str], lake: store.Lake, snapshot: store.Snapshot, **reward: Any
-    ) -> Lineage:
+    def of(cls, sql: str, ids: Sequence[str], lake: Lake, snapshot: Snapshot, **reward: Any) -> Lineage:
         """The lineage of the rows `ids` that `sql` selected from `snapshot` of `lake`."""
         return cls(
             sql=sql,
@@ -66,12 +66,12 @@ def digest_ids(ids: Sequence[str]) -> str:
     return f"sha256:{h.hexdigest()}"
 
 
-def selection_snapshot(lake: store.Lake, as_of: Mapping[str, int] | None = None) -> store.Snapshot:
+def selection_snapshot(lake: Lake, as_of: Mapping[str, int] | None = None) -> Snapshot:
     """The snapshot a selection reads: the lake now, or the table versions of an earlier lineage."""
-    return store.snapshot(lake, dict(as_of or {}))
+    return take_snapshot(lake, dict(as_of or {}))
 
 
-def versions_read(snapshot: store.Snapshot) -> dict[str, dict[str, Any]]:
+def versions_read(snapshot: Snapshot) -> dict[str, dict[str, Any]]:
     """The lineage entry of a snapshot: version and commit time of each table a selection reads."""
     return {name: snapshot[name].lineage() for name in READ_TABLES if snapshot[name].version is not None}
 

@@ -12,6 +12,8 @@ from typing import Any
 
 from store.errors import check_settings
 from training.errors import BadHyperparameter
+from training.models.adapters import peft_wrapping
+from training.models.known import resolve_model
 
 # vLLM's `--max-lora-rank` accepts exactly these values (vllm/config/lora.py).
 VLLM_LORA_RANKS: tuple[int, ...] = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -94,16 +96,12 @@ def trainable_policy(
     """The model to train and the PEFT config to pass TRL: the base model (a known name resolved to
     its fetched folder, `training.models.known`) and a new adapter's config, or, continuing from
     `adapter`, that adapter loaded trainable (and None)."""
-    from training.models.known import resolve_model
-
     base_model = resolve_model(base_model)
     if adapter is None:
         return base_model, lora.lora_config()
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
-
-    from training.models.adapters import peft_wrapping
 
     model = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.bfloat16 if bf16 else torch.float32)
     with peft_wrapping():

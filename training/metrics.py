@@ -26,7 +26,9 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-import store
+from store.lake import Lake
+from store.rows import runs_row
+from store.writer import write
 from training.distributed import is_writer
 
 # Keys TRL logs that are not per-step metrics (end-of-training summaries are kept, under their names).
@@ -45,13 +47,13 @@ class RunsTableCallback(TrainerCallback):
 
     def __init__(
         self,
-        lake: store.Lake | str,
+        lake: Lake | str,
         run_id: str,
         stage: str,
         extra: dict[str, Any] | None = None,
         flush_every_s: float = 30.0,
     ) -> None:
-        self.lake = store.Lake.of(lake)
+        self.lake = Lake.of(lake)
         self.run_id = run_id
         self.stage = stage
         self.extra = dict(extra or {})
@@ -68,10 +70,8 @@ class RunsTableCallback(TrainerCallback):
         if self._buffer and not is_writer():
             self._buffer.clear()  # every rank logs the same (gathered) metrics: rank 0 writes them
         if self._buffer:
-            rows = [
-                store.runs_row(self.run_id, step, self.stage, m) for step, m in sorted(self._buffer.items())
-            ]
-            store.write(self.lake, "runs", rows)
+            rows = [runs_row(self.run_id, step, self.stage, m) for step, m in sorted(self._buffer.items())]
+            write(self.lake, "runs", rows)
             self.rows_written += len(rows)
             self._buffer.clear()
         self._last_flush = time.monotonic()

@@ -25,7 +25,10 @@ from typing import Any
 
 import fsspec
 
-import store
+from store.lake import Lake
+from store.rows import served_adapter_name, utc_now
+from store.writer import write
+from training.erasure import erasure_marks
 from training.errors import BadHyperparameter, PromotionRefused, PublishError
 from training.registry import (
     LATEST,
@@ -184,7 +187,7 @@ def build_manifest(
         "name": name,
         "version": version,
         "path": path,
-        "published_at": store.utc_now().isoformat(),
+        "published_at": utc_now().isoformat(),
         "base_model": base_model,
         "stages": record.get("stages", []),
         "run_ids": record.get("run_ids", []),
@@ -227,7 +230,7 @@ def refuse_promotion(name: str, gate: EvalGate) -> PromotionRefused:
 
 
 def publish(
-    lake: store.Lake | str,
+    lake: Lake | str,
     adapter_dir: str | os.PathLike[str],
     config: PublishConfig | None = None,
     *,
@@ -243,7 +246,7 @@ def publish(
     id, whether it started from the production adapter or the base model, the data window),
     kept in the manifest and the row's metrics. Every check runs before anything is written.
     """
-    lake = store.Lake.of(lake)
+    lake = Lake.of(lake)
     config = config or PublishConfig()
     name = config.name
     folder = Path(adapter_dir)
@@ -315,12 +318,12 @@ def publish(
             },
             default=str,
         ),
-        "published_at": store.utc_now(),
+        "published_at": utc_now(),
         "aliases": list(dict.fromkeys(aliases)),
         "trained_on_erased_data": bool(erasures),
         "erasures": erasures,
     }
-    store.write(lake, "adapters", [new_row, *moved])  # one commit: aliases move atomically
+    write(lake, "adapters", [new_row, *moved])  # one commit: aliases move atomically
     published = PublishedAdapter(
         name=name,
         version=version,
@@ -340,7 +343,7 @@ def publish(
 def load_everywhere(published: PublishedAdapter, config: PublishConfig, target: str) -> None:
     """Hot-load the version into every `load_into` server; a `PublishError` afterwards names the
     ones that failed (the version is published either way, and loaded where it could be)."""
-    served = store.served_adapter_name(published.name, published.version)
+    served = served_adapter_name(published.name, published.version)
     urls = [config.load_into] if isinstance(config.load_into, str) else list(config.load_into or [])
     failed: dict[str, str] = {}
     for url in urls:
@@ -369,11 +372,9 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def erased_data_marks(lake: store.Lake, record: dict[str, Any] | None) -> list[str]:
+def erased_data_marks(lake: Lake, record: dict[str, Any] | None) -> list[str]:
     """Erasures of data this adapter was trained on: marks on its run record's chain and on the
     published adapter it continued."""
-    from training.erasure import erasure_marks
-
     marks = set(erasure_marks(record or {}))
     parent = _parent_ref(lake, record)
     if parent and ":" in parent:
@@ -384,7 +385,7 @@ def erased_data_marks(lake: store.Lake, record: dict[str, Any] | None) -> list[s
     return sorted(marks)
 
 
-def _parent_ref(lake: store.Lake, record: dict[str, Any] | None) -> str | None:
+def _parent_ref(lake: Lake, record: dict[str, Any] | None) -> str | None:
     """`name:version` of the nearest published adapter up the run's parent chain (a pipeline run's
     last round continues its earlier rounds, which continued the production adapter), else the
     folder of the adapter it continued, if any."""

@@ -5,7 +5,7 @@ A published version is a folder holding the PEFT files, the tokenizer, the run r
 nanochat's manifest-last download). The registry defaults to `<lake>/_registry` and can
 be any local path or fsspec URL. Aliases (`latest`, `production`, ...) live in the rows'
 `aliases` lists; `alias_moves` says which rows lose an alias a new version takes, so
-one `store.write` moves them atomically.
+one `store.writer.write` moves them atomically.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from typing import Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-import store
+from store.catalog.connection import connect
+from store.lake import Lake
 from training.errors import AdapterNotFound
 
 REGISTRY_DIR = "_registry"
@@ -30,16 +31,16 @@ LATEST = "latest"
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
-def registry_url(lake: store.Lake, registry: str | None) -> str:
+def registry_url(lake: Lake, registry: str | None) -> str:
     """The registry root: the given path/URL, else `<lake>/_registry`."""
     if registry:
         return registry if "://" in registry else str(Path(registry).expanduser().absolute())
     return lake.url(REGISTRY_DIR)
 
 
-def adapter_rows(lake: store.Lake | str, name: str | None = None) -> list[dict[str, Any]]:
+def adapter_rows(lake: Lake | str, name: str | None = None) -> list[dict[str, Any]]:
     """Current rows of the `adapters` table (one per name/version), optionally for one name."""
-    con = store.connect(lake)
+    con = connect(lake)
     where, params = ("WHERE name = $name", {"name": name}) if name else ("", None)
     table = con.sql(
         f"SELECT * EXCLUDE (_written_at) FROM adapters {where} ORDER BY name, version", params=params
@@ -47,7 +48,7 @@ def adapter_rows(lake: store.Lake | str, name: str | None = None) -> list[dict[s
     return table.to_arrow_table().to_pylist()
 
 
-def resolve_adapter(lake: store.Lake | str, ref: str) -> dict[str, Any]:
+def resolve_adapter(lake: Lake | str, ref: str) -> dict[str, Any]:
     """The `adapters` row for `name`, `name:<version>` or `name:<alias>` (default alias `latest`)."""
     name, _, which = ref.partition(":")
     which = which or LATEST
@@ -114,9 +115,9 @@ def read_manifest(path: str) -> dict[str, Any]:
         return json.loads(f.read())
 
 
-def lineage_versions(lake: store.Lake | str) -> dict[str, set[int]]:
+def lineage_versions(lake: Lake | str) -> dict[str, set[int]]:
     """Per table, the versions published adapters were trained on (vacuum keeps their files)."""
-    lake = store.Lake.of(lake)
+    lake = Lake.of(lake)
     if not lake.has_table("adapters"):
         return {}
     out: dict[str, set[int]] = {}
@@ -128,7 +129,7 @@ def lineage_versions(lake: store.Lake | str) -> dict[str, set[int]]:
     return out
 
 
-def stage_lineage(lake: store.Lake | str, ref: str, stage: str) -> dict[str, Any]:
+def stage_lineage(lake: Lake | str, ref: str, stage: str) -> dict[str, Any]:
     """The lineage a published adapter (`name:version|alias`) recorded for its last `stage` run."""
     row = resolve_adapter(lake, ref)
     chain = [entry for entry in json.loads(row["data"] or "[]") if entry.get("stage") == stage]

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-import store
+from store.lake import Lake
 from training.errors import TrainingError
 from training.registry import resolve_adapter
 from training.run import TrainResult, read_run_record
@@ -40,7 +40,7 @@ def stage_config(config_class: type, hyperparameters: dict[str, Any], output_dir
 
 
 def retrain(
-    lake: store.Lake | str, ref: str, output_dir: str | os.PathLike[str], *, base_model: str | None = None
+    lake: Lake | str, ref: str, output_dir: str | os.PathLike[str], *, base_model: str | None = None
 ) -> TrainResult:
     """Run again the stages adapter `ref` (`name`, `name:version`, `name:alias`) was trained with,
     on the lake's current tables, from the base model; returns the last stage's result."""
@@ -49,7 +49,7 @@ def retrain(
     from training.sft import train_sft
     from training.sft_config import TrajlakeSFTConfig
 
-    lake = store.Lake.of(lake)
+    lake = Lake.of(lake)
     row = resolve_adapter(lake, ref)
     record = read_run_record(row["path"]) if Path(str(row["path"])).exists() else None
     stages = recorded_stages(record or {})

@@ -19,10 +19,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import store
+from store.rows import new_run_id
+from training.chat.templates import chat_template_for, template_identity
 from training.distributed import is_writer, wait_for_writer
 from training.errors import BadHyperparameter, NonFiniteLoss, TrainingError
 from training.models.adapters import RUN_RECORD
+from training.models.known import resolve_model
 from training.models.policies import adapter_label
 
 CHECKPOINTS = "checkpoints"
@@ -66,7 +68,7 @@ def start_run(
             "to continue it, or choose a new output folder"
         )
     folder.mkdir(parents=True, exist_ok=True)
-    run_id = run_id or store.new_run_id(stage)
+    run_id = run_id or new_run_id(stage)
     state_path.write_text(json.dumps({"run_id": run_id, "stage": stage, **inputs}, indent=2, default=str))
     return run_id
 
@@ -75,8 +77,6 @@ def check_base_model(base_model: str) -> None:
     """Refuse a base model that cannot be loaded, before a run writes anything: one line naming it
     (transformers' own error is a page of traceback, after the run folder exists)."""
     from transformers import AutoConfig
-
-    from training.models.known import resolve_model
 
     try:
         AutoConfig.from_pretrained(resolve_model(base_model))
@@ -97,9 +97,6 @@ def load_tokenizer(base_model: str) -> Any:
     a pad token and the chat template every use renders with (`chat_template_for`): the trainers
     save it beside the adapter, so the adapter travels with the template it was trained on."""
     from transformers import AutoTokenizer
-
-    from training.chat.templates import chat_template_for
-    from training.models.known import resolve_model
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(base_model))
     if tokenizer.pad_token is None:
@@ -249,7 +246,6 @@ def train_and_record(
     """Train (from the newest checkpoint when resuming), stop on a non-finite loss, save the
     adapter, then write the run record beside it, last."""
     # The trainers' side of this module: `read_run_record` (publish, the CLI) needs no transformers.
-    from training.chat.templates import template_identity
     from training.metrics import without_raw_log_lines
 
     checkpoint = last_checkpoint(output_dir) if resume else None

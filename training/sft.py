@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import store
+from store.lake import Lake
 from training.chat.render import ChatRenderer
 from training.datasets import SFTSelection, select_sft
 from training.distributed import on_writer, shared_snapshot
@@ -93,7 +93,7 @@ def packing_efficiency(dataset: Any, max_length: int) -> float:
 
 
 def train_sft(
-    lake: store.Lake | str,
+    lake: Lake | str,
     sql: str,
     base_model: str | os.PathLike[str],
     output_dir: str | os.PathLike[str],
@@ -113,7 +113,7 @@ def train_sft(
     from the newest checkpoint under `<output_dir>/checkpoints`. `as_of` reads the lake at
     the table versions of an earlier lineage (`training.lineage.as_of_versions`).
     """
-    lake = store.Lake.of(lake)
+    lake = Lake.of(lake)
     base_model = str(base_model)
     output_dir = Path(output_dir)
     # the config first: under torchrun / accelerate launch, making it joins the process group

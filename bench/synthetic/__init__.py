@@ -4,13 +4,13 @@ Tests and benchmarks need lake data that looks like production: multi-turn agent
 conversations with tool calls (some of which fail), replayed groups that share a scenario
 and a prompt, token ids and logprobs for the replayed ones, and rewards from several
 scorers. This module makes such data as Arrow tables in the lake's exact schemas, so it
-can go straight into `store.write`:
+can go straight into `store.writer.write`:
 
->>> import store
+>>> from store.writer import write
 >>> from bench.synthetic import synthetic_trajectories, synthetic_rewards
 >>> for batch in synthetic_trajectories(1_000, seed=7):  # doctest: +SKIP
-...     store.write(lake, "trajectories", batch)
->>> store.write(lake, "rewards", synthetic_rewards(1_000, seed=7))  # doctest: +SKIP
+...     write(lake, "trajectories", batch)
+>>> write(lake, "rewards", synthetic_rewards(1_000, seed=7))  # doctest: +SKIP
 
 Why it is shaped this way:
 

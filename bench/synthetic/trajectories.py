@@ -82,7 +82,7 @@ def synthetic_trajectories(
     """`n` synthetic trajectories in the `trajectories` schema, `batch_size` rows per table.
 
     Options are the fields of `SyntheticConfig` (or pass `config=`). `_written_at` is
-    left null for `store.write` to stamp.
+    left null for `store.writer.write` to stamp.
 
     >>> t = next(synthetic_trajectories(8, seed=1, replayed_fraction=1.0, group_size=4))
     >>> t.num_rows, t["group_id"][0].as_py() == t["group_id"][3].as_py()

@@ -30,6 +30,12 @@ from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.structure.files import File, Files
 from mkdocs.structure.pages import Page
 
+from flows.config.keys import describe
+from flows.config.naming import section_fields
+from flows.config.options import options_of
+from flows.config.trainers import TRAINERS
+from store import schema, vocabulary
+
 log = logging.getLogger("mkdocs.hooks.trajlake")
 
 SOURCE_DIR = "source"  # where the generated pages of repository files go in the site
@@ -177,8 +183,6 @@ def _vocabulary(text: str) -> str:
     """A comment naming `store.vocabulary.X` with X's values spelled out."""
     from typing import get_args
 
-    from store import vocabulary
-
     def spell(match: re.Match[str]) -> str:
         values = get_args(getattr(vocabulary, match.group(1), None))
         return "one of " + ", ".join(f"`{v}`" for v in values) if values else match.group(0)
@@ -194,8 +198,6 @@ def _escape(text: str) -> str:
 
 
 def schema_reference(config: MkDocsConfig) -> str:
-    from store import schema
-
     source = (_root(config) / "store" / "schema.py").read_text(encoding="utf-8")
     blocks, comments = _schema_comments(source)
     declared = {name: value for name, value in vars(schema).items() if isinstance(value, schema.TableSpec)}
@@ -243,11 +245,7 @@ def schema_reference(config: MkDocsConfig) -> str:
 def configuration_reference(config: MkDocsConfig) -> str:
     """One table per TOML table of `flows.config.Settings`, read from the sections' declarations
     (TRL's fields from TRL), as `trajlake config` lists them."""
-    from flows.config.keys import describe
-    from flows.config.naming import section_fields
-    from flows.config.options import options_of
     from flows.config.root import Settings
-    from flows.config.trainers import TRAINERS
 
     declared = {key: tp for key, _, tp in section_fields(Settings)}
     flags: dict[str, str] = {}  # TOML key -> the option that sets it, on the commands that read its table

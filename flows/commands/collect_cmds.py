@@ -10,7 +10,9 @@ import typer
 
 from flows.commands import command_app
 from flows.commands.options import LakeOption, build, configured, fail, resolve_lake
+from ingest.lakeio import rebuild
 from ingest.otlp.config import CollectorConfig
+from ingest.otlp.memory import reexec_bounded
 
 
 def collect(
@@ -21,7 +23,6 @@ def collect(
     """OTLP/HTTP receiver: /v1/traces, /v1/logs, Langfuse /api/public/otel/v1/traces and /api/public/scores, GET /health."""
     from dataclasses import fields
 
-    from ingest.otlp.memory import reexec_bounded
     from ingest.otlp.server import serve
 
     resolved = resolve_lake(lake)
@@ -59,8 +60,6 @@ def assemble(
 ) -> None:
     """(Re)build trajectories and rewards from the raw `spans` table, deterministically."""
     from rich.progress import Progress, SpinnerColumn, TextColumn
-
-    from ingest.lakeio import rebuild
 
     resolved = resolve_lake(lake, must_exist=True)
     since_day: date | None = since.date() if since else None

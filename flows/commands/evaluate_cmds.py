@@ -19,6 +19,7 @@ from flows.commands import command_app
 from flows.commands.options import LakeOption, fail, quiet_libraries
 from flows.config.checks import load_config
 from flows.config.errors import ConfigError
+from flows.stages import StageError, base_model, compare_policies, default_policies
 
 ConfigOption = Annotated[
     str | None,
@@ -84,10 +85,6 @@ def evaluate(
     """
     from flows.stages import (
         ReplaySections,
-        StageError,
-        base_model,
-        compare_policies,
-        default_policies,
         lake_of,
     )
 

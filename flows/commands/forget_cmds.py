@@ -13,8 +13,10 @@ from rich.console import Console
 from flows.commands import command_app
 from flows.commands.options import LakeOption, fail, resolve_lake
 from flows.commands.store_cmds import print_rows
-from store import SelectionError, StoreError
 from store.erasure import ErasureSelection, pending_plans, plan_summary
+from store.errors import SelectionError, StoreError
+from training.errors import TrainingError
+from training.retrain import retrain as run_stages
 
 
 def forget(
@@ -124,9 +126,6 @@ def retrain(
 ) -> None:
     """Train an adapter again on the current tables: its recorded stages (selection SQL,
     hyperparameters) from the base model, e.g. after `trajlake forget` marked it."""
-    from training.errors import TrainingError
-    from training.retrain import retrain as run_stages
-
     the_lake = resolve_lake(lake, must_exist=True)
     try:
         result = run_stages(the_lake, adapter, output_dir, base_model=base_model)

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from flows.commands.options import LakeOption, current_settings, fail, resolve_lake
+from store.errors import StoreError
 
 
 def jsonl(
@@ -29,7 +30,6 @@ def jsonl(
     refused unless --replace."""
     from ingest.errors import IngestError
     from ingest.jsonl import import_files
-    from store import StoreError
 
     the_lake = resolve_lake(lake)
     redaction = current_settings().collector.redaction  # the collector's rules

@@ -10,6 +10,7 @@ import typer
 
 from flows.commands import command_app
 from flows.commands.options import LakeOption, fail, resolve_lake
+from store.errors import StoreError
 
 labels_app = command_app(
     help="Labels: what a conversation's right answer was (`labels` table), from files or with feedback.",
@@ -29,7 +30,6 @@ def import_(
     with its file:line (exit 2). Scenarios take a labelled conversation's `expected` from its label."""
     from ingest.errors import IngestError
     from ingest.labels import import_labels
-    from store import StoreError
 
     the_lake = resolve_lake(lake)
     try:

@@ -18,6 +18,12 @@ from flows.commands import command_app
 from flows.commands.import_cmds import jsonl
 from flows.commands.options import LakeOption, build, configured, fail, resolve_lake
 from flows.config.root import LangfuseSection
+from ingest.langfuse import (
+    DEFAULT_CATEGORY_VALUES,
+    LangfuseIngestError,
+    import_langfuse_export,
+    pull_langfuse,
+)
 
 ingest_app = command_app(
     name="ingest",
@@ -27,8 +33,6 @@ ingest_app = command_app(
 
 
 def _categories(pairs: list[str]) -> dict[str, float]:
-    from ingest.langfuse import DEFAULT_CATEGORY_VALUES
-
     mapping = dict(DEFAULT_CATEGORY_VALUES)
     for pair in pairs:
         label, sep, value = pair.rpartition("=")
@@ -71,8 +75,6 @@ def langfuse(
     lake: LakeOption = None,
 ) -> None:
     """Pull traces, observations and scores from Langfuse (incrementally), or import an export file."""
-    from ingest.langfuse import LangfuseIngestError, import_langfuse_export, pull_langfuse
-
     target = resolve_lake(lake)
     categories = _categories(category or [])
     try:

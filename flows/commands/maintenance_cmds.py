@@ -8,8 +8,10 @@ from rich.console import Console
 from flows.commands import command_app
 from flows.commands.options import LakeOption, configured, fail, resolve_lake
 from flows.commands.store_cmds import print_rows
-from store import StoreError
-from store.maintenance import CompactConfig
+from store.errors import StoreError
+from store.maintenance import CompactConfig, compact
+from store.migrate import migrate
+from training.registry import lineage_versions
 
 
 def compact_cmd(compaction: CompactConfig, lake: LakeOption = None) -> None:
@@ -18,9 +20,6 @@ def compact_cmd(compaction: CompactConfig, lake: LakeOption = None) -> None:
     Safe while collectors write and queries read. Vacuum keeps the files of every table
     version a published adapter was trained on, whatever the retention.
     """
-    from store import compact
-    from training.registry import lineage_versions
-
     the_lake = resolve_lake(lake)
     config = compaction
     console = Console(stderr=True)
@@ -60,8 +59,6 @@ def migrate_cmd(lake: LakeOption = None) -> None:
     The Parquet-files release's tables become Delta tables; rows whose values an older release
     kept in JSON text only get their typed columns filled from it.
     """
-    from store import migrate
-
     the_lake = resolve_lake(lake)
     console = Console(stderr=True)
     try:
@@ -78,7 +75,7 @@ def migrate_cmd(lake: LakeOption = None) -> None:
         console.print(f"old files moved to {the_lake.url('_legacy')}; delete them once the lake is checked")
 
 
-# `trajlake compact`'s options: `store.CompactConfig`'s fields (command line only).
+# `trajlake compact`'s options: `store.maintenance.CompactConfig`'s fields (command line only).
 
 app = command_app()  # its commands join `trajlake` on first use (flows.cli)
 app.command("compact")(configured(compact_cmd, compaction=CompactConfig))

@@ -9,6 +9,7 @@ import typer
 
 from flows.commands import command_app
 from flows.commands.options import fail
+from training.models.known import KNOWN_MODELS, ModelFetchError, fetch_model, fetched_path
 
 model_app = command_app(
     help="Base models trajlake knows by name: fetch (download + convert once), list.", no_args_is_help=True
@@ -30,8 +31,6 @@ def fetch(
     ] = None,
 ) -> None:
     """Download, check and convert a known model once; print its folder (a no-op when already there)."""
-    from training.models.known import ModelFetchError, fetch_model, fetched_path
-
     try:
         if fetched_path(name, models_dir) is None:
             typer.echo(f"fetching and converting `{name}` (once) ...", err=True)
@@ -50,8 +49,6 @@ def list_models(
     ] = None,
 ) -> None:
     """The known model names, their licence, and where each is when fetched."""
-    from training.models.known import KNOWN_MODELS, fetched_path
-
     for name, recipe in sorted(KNOWN_MODELS.items()):
         path = fetched_path(name, models_dir)
         where = str(path) if path else f"not fetched (`trajlake model fetch {name}`)"

@@ -12,8 +12,8 @@ from flows.config.lake import load_lake
 from flows.config.naming import variable_of
 from flows.config.options import configured, value_in_effect
 from flows.config.sections import LakeSettings
-from store import DEFAULT_LAKE, Lake, LakeUnusable, open_lake
-from store.errors import SettingError
+from store.errors import LakeUnusable, SettingError
+from store.lake import DEFAULT_LAKE, Lake, open_lake
 
 __all__ = [
     "LakeOption",
@@ -49,7 +49,7 @@ def lake_settings() -> LakeSettings:
 
 def resolve_lake(lake: str | None, *, must_exist: bool = False) -> Lake:
     """The lake named on the command line, else $TRAJLAKE_LAKE, else the config file's `lake.path`, else
-    `store.DEFAULT_LAKE`.
+    `store.lake.DEFAULT_LAKE`.
 
     A path that is a file is refused (exit 2) for every command; commands that only read
     (`must_exist=True`) also refuse a lake that is not there, naming the path, rather than

@@ -11,8 +11,19 @@ import typer
 
 from flows.commands import command_app
 from flows.commands.options import LakeOption, fail, quiet_libraries
+from flows.config.checks import check as check_settings
 from flows.config.checks import load_config
 from flows.config.errors import ConfigError
+from flows.config.keys import describe
+from flows.config.root import in_effect, load_settings
+from flows.deployments import serve_deployments
+from flows.progress import console_progress
+from flows.stages.common import StageError, base_model, loadable_base_model
+from ingest.assembly import BUILD
+from store.errors import LegacyRows
+from store.migrate import require_migrated
+from store.pipeline_runs import pipeline_runs
+from training.models.known import KNOWN_MODELS
 
 ConfigOption = Annotated[
     str | None,
@@ -50,8 +61,6 @@ def _configure(config: str | None, lake: str | None) -> Any:
     Everything configured here runs the pipeline (now or on a schedule), which trains on the
     base model: an unset `sampler.model` is refused here, before any work.
     """
-    from flows.stages.common import StageError, base_model
-
     try:
         cfg = load_config(config).with_lake(lake)
         base_model(cfg.sampler)
@@ -73,17 +82,14 @@ def pipeline(
 ) -> None:
     """Run the whole loop once as a Prefect flow."""
     cfg = _configure(config, lake)
-    import store
-    from flows.stages.common import StageError, loadable_base_model
 
     try:
         loadable_base_model(cfg.sampler)
-        store.require_migrated(cfg.lake.path)  # before Prefect starts: an older lake, one line
-    except (StageError, store.LegacyRows) as exc:
+        require_migrated(cfg.lake.path)  # before Prefect starts: an older lake, one line
+    except (StageError, LegacyRows) as exc:
         raise fail(str(exc), 2) from None
     quiet_libraries()
     from flows.prefect_flows import run_pipeline
-    from flows.progress import console_progress
 
     try:
         with console_progress():  # each step as it starts and ends, and the trainers' loss
@@ -110,9 +116,7 @@ def pipeline(
 
 def _failed_run(cfg: Any) -> Any:
     """The newest pipeline run of the lake, when it is recorded as failed (its step and error)."""
-    import store
-
-    runs = store.pipeline_runs(cfg.lake.path, skip_unmigrated=True)
+    runs = pipeline_runs(cfg.lake.path, skip_unmigrated=True)
     return runs[-1] if runs and runs[-1].status == "failed" else None
 
 
@@ -128,7 +132,6 @@ def serve(
     deployments' `sql_lake_only` parameter for every flow run they start).
     """
     cfg = _configure(config, lake)
-    from flows.deployments import serve_deployments
 
     names = serve_deployments(cfg, config, run_once=once)
     typer.echo("served: " + ", ".join(names))
@@ -176,18 +179,14 @@ def demo(
             "`.venv-vllm/bin/trajlake demo --backend vllm` (README: vLLM)",
             2,
         )
-    if model != "tiny" and "/" not in model and not Path(model).exists():
-        from training.models.known import KNOWN_MODELS
-
-        if model not in KNOWN_MODELS:
-            raise fail(
-                f"unknown --model `{model}`: not a folder, a hub id (owner/name) or a known name "
-                f"({', '.join(['tiny', *KNOWN_MODELS])})",
-                2,
-            )
+    if model != "tiny" and "/" not in model and not Path(model).exists() and model not in KNOWN_MODELS:
+        raise fail(
+            f"unknown --model `{model}`: not a folder, a hub id (owner/name) or a known name "
+            f"({', '.join(['tiny', *KNOWN_MODELS])})",
+            2,
+        )
     _prefect_defaults(workdir.absolute() / ".prefect")
     quiet_libraries()
-    from flows.progress import console_progress
 
     with console_progress():  # the pipeline's steps and the trainers' loss between the demo's own lines
         run_demo(
@@ -215,10 +214,6 @@ def config_reference(
 ) -> None:
     """Print every configuration key with the value in effect and where it came from (the environment,
     trajlake.toml or the default), and its meaning."""
-    from flows.config.checks import check as check_settings
-    from flows.config.keys import describe
-    from flows.config.root import in_effect, load_settings
-
     if markdown:
         typer.echo("| key | default | meaning |\n| --- | --- | --- |")
         for key in describe():
@@ -230,7 +225,6 @@ def config_reference(
             check_settings(load_settings(config), config)
     except ConfigError as exc:
         raise fail(str(exc), 2) from None
-    from ingest.assembly import BUILD
 
     typer.echo(f"# the assembler runs: {BUILD}")
     for key in describe():

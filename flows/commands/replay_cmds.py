@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 
-import store
 from flows.commands import command_app
 from flows.commands.options import (
     LakeOption,
@@ -20,8 +19,20 @@ from flows.commands.options import (
     setting,
 )
 from flows.config.root import ServeSamplerSection
-from training.replay import ReplayConfig, SamplerConfig, ScenarioConfig
+from flows.sampler_server import sampler_app
+from store.errors import LegacyRows, address_rules
+from store.selections import TRAIN_SCENARIOS
+from training.chat.templates import ChatTemplateError
+from training.errors import AdapterNotFound, AdapterNotServable
+from training.models.known import KNOWN_MODELS
+from training.replay.errors import ReplayError, ScenarioError
 from training.replay.rollout.tools import ToolsConfig
+from training.replay.samplers import SamplerConfig
+from training.replay.scenario_io import create_scenarios, load_scenarios
+from training.replay.scenarios import ScenarioConfig
+from training.replay.stage import ReplayConfig
+from training.replay.stage import replay as run_replay
+from training.tiny import build_tiny_model
 
 scenarios_app = command_app(
     help="Make replayable scenarios from trajectories, or load them from JSONL.", no_args_is_help=True
@@ -45,8 +56,6 @@ def scenarios_create(
     lake: LakeOption = None,
 ) -> None:
     """Cut scenarios (prompt prefix, tools, expected outcome, recorded tool results) from selected trajectories."""
-    from training.replay import ScenarioError, create_scenarios
-
     sql = sql or setting("select.scenarios")
 
     try:
@@ -66,8 +75,6 @@ def scenarios_load(
     lake: LakeOption = None,
 ) -> None:
     """Load scenarios from a JSONL file (all lines are checked before anything is written)."""
-    from training.replay import ScenarioError, load_scenarios
-
     try:
         result = load_scenarios(resolve_lake(lake), path, scenarios)
     except ScenarioError as exc:
@@ -90,7 +97,7 @@ def replay_command(
             help=in_effect_help(
                 "select.replay",
                 "SQL returning `scenario_id`s (default: `[select] replay` of trajlake.toml or "
-                f"$TRAJLAKE_SELECT__REPLAY, else the train scenarios: {store.TRAIN_SCENARIOS}).",
+                f"$TRAJLAKE_SELECT__REPLAY, else the train scenarios: {TRAIN_SCENARIOS}).",
             ),
             show_default=False,
         ),
@@ -103,10 +110,6 @@ def replay_command(
     lake: LakeOption = None,
 ) -> None:
     """Group sampling: G token-exact trajectories per scenario (resumable: complete groups are skipped)."""
-    from training.chat.templates import ChatTemplateError
-    from training.replay import ReplayError
-    from training.replay import replay as run_replay
-
     scenarios = scenarios or setting("select.replay")
     the_lake = resolve_lake(lake, must_exist=True)  # before a model is loaded
     quiet_libraries()
@@ -127,7 +130,7 @@ def replay_command(
                 tools=tools.build(),
                 rollout=rollout,
             )
-    except store.LegacyRows as exc:  # an older lake: `trajlake migrate` first
+    except LegacyRows as exc:  # an older lake: `trajlake migrate` first
         raise fail(str(exc), 2) from None
     except (ReplayError, ChatTemplateError) as exc:
         raise fail(str(exc)) from None
@@ -182,11 +185,9 @@ def serve_sampler(
     """
     import uvicorn
 
-    from flows.sampler_server import sampler_app
     from ingest.otlp.server import guarded_protocol
-    from training.errors import AdapterNotFound, AdapterNotServable
 
-    for rule, holds, allowed in store.address_rules(host, port):
+    for rule, holds, allowed in address_rules(host, port):
         if not holds:
             raise fail(f"--{rule} must be {allowed}, got {host if rule == 'host' else port!r}", 2)
     request_limits = defaults.limits
@@ -225,8 +226,6 @@ def serve_sampler(
 def check_model_folder(model: str) -> None:
     """A clean exit 2 for a `--model` that names a path that is not there (else transformers
     answers a 115-line traceback about hub repository ids); a known name or a hub id passes."""
-    from training.models.known import KNOWN_MODELS
-
     looks_like_path = model.startswith((".", "/", "~")) or Path(model).exists() or model.count("/") > 1
     if model in KNOWN_MODELS or not looks_like_path:
         return
@@ -248,8 +247,6 @@ def tiny_model(
     seed: Annotated[int, typer.Option(help="Seed of the random weights and the tokenizer corpus.")] = 0,
 ) -> None:
     """Build the tiny Qwen2-style test model (offline, deterministic, a no-op if already built)."""
-    from training.tiny import build_tiny_model
-
     typer.echo(str(build_tiny_model(path, seed=seed)))
 
 

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from flows.commands import command_app
 from flows.commands.options import LakeOption, fail, resolve_lake
-from store import StoreError
+from store.errors import StoreError
 
 
 def report(

@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+import judging
 from flows.commands import command_app
 from flows.commands.options import LakeOption, build, configured, fail, resolve_lake, setting
 from judging.config import JudgeConfig, ScoreConfig
@@ -105,8 +106,6 @@ def score(
     fmt: FormatOption = "table",
 ) -> None:
     """Score trajectories with RULER, programmatic or SQL rewards; idempotent and resumable."""
-    import judging
-
     configured_rewards = [] if sql_reward is not None else list(setting("score.rewards"))
     specs = list(reward or configured_rewards)
     if not specs and sql_reward is None:
@@ -153,8 +152,6 @@ def combine(
     lake: LakeOption = None,
 ) -> None:
     """Combine named rewards with weights into the one reward training uses (default name `combined`)."""
-    import judging
-
     weights: dict[str, float] = {}
     for item in weight:
         key, sep, value = item.partition("=")
@@ -186,8 +183,6 @@ def agreement(
     fmt: FormatOption = "table",
 ) -> None:
     """Rank agreement of two rewards within groups (Spearman's rho, pairwise agreement)."""
-    import judging
-
     try:
         report = judging.agreement(resolve_lake(lake, must_exist=True), a, b, where=where)
     except judging.JudgingError as exc:

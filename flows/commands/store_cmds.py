@@ -18,9 +18,9 @@ from rich.text import Text
 
 from flows.commands import command_app
 from flows.commands.options import LakeOption, fail, lake_settings, resolve_lake
-from store import QueryTimeout, ReadOnlyViolation, StoreError, query_lake
 from store.catalog import table_stats
-from store.user_sql import local_files_problem
+from store.errors import QueryTimeout, ReadOnlyViolation, StoreError
+from store.user_sql import local_files_problem, query_lake
 
 
 def _plain(value: Any) -> Any:

@@ -8,10 +8,17 @@ from typing import Annotated
 
 import typer
 
-import store
 from flows.commands import LazyGroup, command_app
 from flows.commands.options import LakeOption, configured, fail, resolve_lake
+from flows.config.checks import load_config
+from flows.config.errors import ConfigError
+from flows.stages import StageError
+from judging import RewardSpecError, resolve_reward_key
+from store.selections import VAL_SCENARIOS
+from training.errors import PromotionRefused, TrainingError
 from training.publish import PublishConfig
+from training.publish import publish as publish_version
+from training.run import read_run_record
 
 
 class TrainGroup(LazyGroup):
@@ -53,7 +60,7 @@ def publish_command(
     ] = None,
     eval_scenarios: Annotated[
         str, typer.Option(help="SQL returning the `scenario_id`s to evaluate on.")
-    ] = store.VAL_SCENARIOS,
+    ] = VAL_SCENARIOS,
     force: Annotated[
         bool, typer.Option("--force", help="Promote even if the gate finds it no better.")
     ] = False,
@@ -68,9 +75,6 @@ def publish_command(
     recorded in `runs` (stage `publish`) and listed in the report's pipeline runs.
     """
     from flows.stages.evaluate import record_publish_decision
-    from training.errors import PromotionRefused, TrainingError
-    from training.publish import publish as publish_version
-    from training.run import read_run_record
 
     the_lake = resolve_lake(lake)
     config = publish
@@ -118,11 +122,8 @@ def _evaluate(
     """The gate for `publish --eval-reward`: the pipeline's evaluation, on the settings in effect."""
     if not reward:
         return None
-    from flows.config.checks import load_config
-    from flows.config.errors import ConfigError
-    from flows.stages import ReplaySections, StageError, lake_of
+    from flows.stages import ReplaySections, lake_of
     from flows.stages.evaluate import evaluate_adapter, gate_of
-    from judging import RewardSpecError, resolve_reward_key
 
     if not model:
         raise fail("the gate needs the base model; pass --base-model", 2)

@@ -17,7 +17,6 @@ from typing import Annotated, Any
 
 import typer
 
-import store
 from flows.commands import command_app
 from flows.commands.options import (
     LakeOption,
@@ -34,7 +33,14 @@ from flows.config.options import value_in_effect
 from flows.config.root import in_effect
 from flows.config.trainers import TRAINERS, TrainSettings
 from flows.progress import console_progress
-from store.errors import SettingError
+from judging import RewardSpecError, reward_name
+from store.catalog.versions import snapshot
+from store.errors import LegacyRows, SelectionError, SettingError
+from store.selections import GRPO_TRAJECTORIES
+from training.distributed import is_writer
+from training.errors import AdapterNotFound, BadHyperparameter, TrainingError
+from training.lineage import as_of_versions as of_lineage
+from training.registry import resolve_adapter, stage_lineage
 
 SetOption = Annotated[
     list[str] | None,
@@ -122,9 +128,6 @@ def as_of_versions(values: list[str] | None, stage: str, lake: Any) -> dict[str,
     """`--as-of` as `{table: version}`: explicit pairs, or the lineage of a published adapter's stage."""
     if not values:
         return None
-    from training.errors import AdapterNotFound
-    from training.lineage import as_of_versions as of_lineage
-    from training.registry import stage_lineage
 
     versions: dict[str, int] = {}
     for value in values:
@@ -138,7 +141,7 @@ def as_of_versions(values: list[str] | None, stage: str, lake: Any) -> dict[str,
             versions.update(of_lineage(stage_lineage(lake, value, stage)))
         except AdapterNotFound as exc:
             raise fail(str(exc), 2) from None
-    current = store.snapshot(lake)
+    current = snapshot(lake)
     for table, version in versions.items():
         if table not in current:
             raise fail(f"--as-of `{table}`: not a table of the lake; its tables: {', '.join(current)}", 2)
@@ -150,8 +153,6 @@ def as_of_versions(values: list[str] | None, stage: str, lake: Any) -> dict[str,
 
 
 def print_result(result: Any) -> None:
-    from training.distributed import is_writer
-
     if not is_writer():  # several processes (torchrun, accelerate launch): rank 0 speaks for the run
         return
     typer.echo(f"{result.stage}: run `{result.run_id}`, {result.global_step} steps")
@@ -174,8 +175,6 @@ def run_stage(
 ) -> None:
     """One training command: its lake, config and snapshot checked before `train(lake, config, as_of)`
     runs; a training error is one line and exit 1."""
-    from training.errors import BadHyperparameter, TrainingError
-
     config = stage_config(stage, values, output, overrides, **extra)
     the_lake = resolve_lake(lake, must_exist=True)  # training reads what the lake holds
     quiet_libraries()  # the trainer's own progress and trajlake's summary, not the libraries' bars
@@ -185,10 +184,10 @@ def run_stage(
             result = train(the_lake, config, versions)
     except (
         BadHyperparameter,
-        store.LegacyRows,
+        LegacyRows,
     ) as exc:  # bad input (a base model that does not load, an older lake): exit 2
         raise fail(str(exc), 2) from None
-    except (TrainingError, store.SelectionError) as exc:
+    except (TrainingError, SelectionError) as exc:
         raise fail(str(exc)) from None
     print_result(result)
 
@@ -236,7 +235,7 @@ def train_grpo_command(
             help="SQL returning the `trajectory_id`s of scored groups with token data (and optionally "
             "`reward`); default: every replayed trajectory with token data outside the val scenarios."
         ),
-    ] = store.GRPO_TRAJECTORIES,
+    ] = GRPO_TRAJECTORIES,
     adapter: Annotated[
         str | None,
         typer.Option(help="Adapter to continue from: a folder, or a registry ref name[:version|:alias]."),
@@ -260,7 +259,6 @@ def train_grpo_command(
 ) -> None:
     """Train (or continue) a LoRA adapter with GRPO on stored, scored groups."""
     from training.grpo import train_grpo
-    from training.registry import resolve_adapter
 
     model = option_or_setting(base_model, "sampler.model", "--base-model", BASE_MODEL_MEANING)
 
@@ -277,8 +275,6 @@ def train_grpo_command(
             raise fail(str(exc), 2) from None
         reward = None if source == "default" else configured_reward
     if reward is not None and ":" in reward:  # a spec: its rows' name
-        from judging import RewardSpecError, reward_name
-
         try:
             reward = reward_name(reward)
         except RewardSpecError as exc:

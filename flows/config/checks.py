@@ -14,12 +14,12 @@ from typing import Any
 
 import duckdb
 
-import store
 from flows.config.errors import ConfigError
 from flows.config.naming import config_file
 from flows.config.root import Settings, load_settings, source_of
 from judging import RewardSpecError, resolve_reward_key
-from store.errors import SettingError
+from store.catalog.connection import check_selection, connect
+from store.errors import SelectionError, SettingError
 from training.replay.errors import ToolSourceError
 from training.replay.rollout.tools import CallableTools
 
@@ -109,10 +109,10 @@ class _SchemaCatalog:
         _check_selection(sql)
         if self.con is None:
             with tempfile.TemporaryDirectory() as folder:  # never written: the views are the schema's
-                self.con = store.connect(os.path.join(folder, "lake"), read_only=True)
+                self.con = connect(os.path.join(folder, "lake"), read_only=True)
         try:
-            store.check_selection(self.con, sql, column)
-        except store.SelectionError as exc:
+            check_selection(self.con, sql, column)
+        except SelectionError as exc:
             raise ValueError(str(exc).splitlines()[0]) from None
 
 

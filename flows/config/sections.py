@@ -10,7 +10,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import store
+from store.errors import check_settings
+from store.lake import DEFAULT_LAKE
+from store.selections import PRODUCTION_TRAJECTORIES, SFT_TRAJECTORIES, TRAIN_SCENARIOS, VAL_SCENARIOS
 
 
 def _help(text: str, default: Any = None, factory: Any = None, **metadata: Any) -> Any:
@@ -26,7 +28,7 @@ MEMORY_SIZE = re.compile(r"\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?\s*"
 @dataclass(frozen=True)
 class LakeSettings:
     path: str = _help(
-        "Lake directory or object-store URL.", store.DEFAULT_LAKE, variable="TRAJLAKE_LAKE", path=True
+        "Lake directory or object-store URL.", DEFAULT_LAKE, variable="TRAJLAKE_LAKE", path=True
     )
     sql_lake_only: bool = _help(
         "SQL may read the lake's tables and nothing else: no local file, other bucket or URL "
@@ -44,7 +46,7 @@ class LakeSettings:
     )
 
     def __post_init__(self) -> None:
-        store.check_settings(
+        check_settings(
             self,
             ("sql_timeout_s", math.isfinite(self.sql_timeout_s) and self.sql_timeout_s >= 0, ">= 0 seconds"),
             (
@@ -61,11 +63,11 @@ class Selections:
 
     scenarios: str = _help(
         "SELECT returning the `trajectory_id`s whose prompt prefixes become scenarios.",
-        store.PRODUCTION_TRAJECTORIES,
+        PRODUCTION_TRAJECTORIES,
     )
-    replay: str = _help("SELECT returning the `scenario_id`s each round replays.", store.TRAIN_SCENARIOS)
-    sft: str = _help("SELECT returning the `trajectory_id`s SFT imitates.", store.SFT_TRAJECTORIES)
-    evaluate: str = _help("SELECT returning the `scenario_id`s the evaluation replays.", store.VAL_SCENARIOS)
+    replay: str = _help("SELECT returning the `scenario_id`s each round replays.", TRAIN_SCENARIOS)
+    sft: str = _help("SELECT returning the `trajectory_id`s SFT imitates.", SFT_TRAJECTORIES)
+    evaluate: str = _help("SELECT returning the `scenario_id`s the evaluation replays.", VAL_SCENARIOS)
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,7 @@ class EvaluateSettings:
 
     def __post_init__(self) -> None:
         # 0 stands for `replay.group_size`; any other value is checked by the replay (`flows.config`)
-        store.check_settings(self, ("group_size", self.group_size >= 0, ">= 0"))
+        check_settings(self, ("group_size", self.group_size >= 0, ">= 0"))
 
 
 @dataclass(frozen=True)
@@ -190,7 +192,7 @@ class PipelineSettings:
     )
 
     def __post_init__(self) -> None:
-        store.check_settings(
+        check_settings(
             self,
             ("rounds", self.rounds >= 1, ">= 1"),
             ("scenarios_per_round", self.scenarios_per_round >= 0, ">= 0"),

@@ -14,6 +14,7 @@ from typing import Any
 
 from opentelemetry import trace
 
+import ingest
 from flows.demo.task import SYSTEM_PROMPT, TOOL_DEFINITIONS, TOOLS
 
 AGENT_NAME = "calculator"
@@ -94,7 +95,6 @@ def record_feedback(provider: Any, run: AgentRun, correct: bool, correction: str
     """
     if run.span_context is None:
         return
-    import ingest
 
     ingest.feedback(
         correct,

@@ -30,6 +30,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from training.tiny import _PHRASES, TOOLS, _render, build_tiny_model, training_corpus
+
 MARKER = "trajlake-demo-base.json"
 WEIGHTS = Path(__file__).with_name("base_model.safetensors")
 # Bump when the corpus or the loop changes: cached and shipped weights of another recipe are not used.
@@ -55,8 +57,6 @@ def pretraining_corpus(
     the answer.", numbers are signed and up to 999: the skills transfer to the demo's task
     but its exact answer format (the bare number) is not in the corpus.
     """
-    from training.tiny import _PHRASES, TOOLS, _render, training_corpus
-
     rng = random.Random(seed + 7)
     texts = training_corpus(seed=seed, conversations=conversations) if conversations else []
     for _ in range(short_chats):
@@ -266,8 +266,6 @@ def main() -> None:  # pragma: no cover - regenerates package data
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from training.tiny import build_tiny_model
 
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:

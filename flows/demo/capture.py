@@ -14,15 +14,19 @@ from typing import Any
 
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 
+import ingest
 from flows.background import BackgroundServer
+from flows.demo import agent, teacher
 from flows.demo.task import make_questions, system_prompt
+from ingest.otlp.collector import Collector
+from ingest.otlp.config import CollectorConfig
+from store.catalog.connection import connect
+from store.vocabulary import equals
 
 
 def collector_app(lake: str | os.PathLike[str], **overrides: Any) -> tuple[Any, Any]:
     """A `trajlake collect` ASGI app and its `Collector`, tuned to flush and assemble quickly."""
     from ingest.otlp.app import create_app
-    from ingest.otlp.collector import Collector
-    from ingest.otlp.config import CollectorConfig
 
     settings = {"flush_seconds": 0.5, "idle_timeout_s": 2.0, "assemble_interval_s": 0.5, **overrides}
     config = CollectorConfig(lake=str(lake), **settings)
@@ -34,14 +38,12 @@ def finish_collection(collector: Any) -> dict[str, int]:
     """Flush what the collector spooled and assemble every pending trace; returns its counters and
     the production trajectories the lake holds (a trace re-assembled when its feedback arrives
     late is written again under its key: the collector's write count is not the lake's rows)."""
-    import store
-
     collector.flush()
     collector.assemble_ready(everything=True)
     stats = collector.stats
-    with store.connect(collector.config.lake, read_only=True) as con:
+    with connect(collector.config.lake, read_only=True) as con:
         [(production,)] = con.execute(
-            f"SELECT count(*) FROM trajectories WHERE {store.equals('source', 'otel', table='trajectories')}"
+            f"SELECT count(*) FROM trajectories WHERE {equals('source', 'otel', table='trajectories')}"
         ).fetchall()
     return {
         "spans": stats.rows_flushed,
@@ -74,8 +76,6 @@ def instrument_agent(endpoint: str, service_name: str, seed: int | None = None) 
     """Tracing and feedback of an agent to a collector (`ingest.instrument`): (provider, uninstrument).
 
     `seed`: seeded trace and span ids (`SeededIds`); None: the SDK's random ones."""
-    import ingest
-
     provider = ingest.instrument(
         endpoint=endpoint,
         service_name=service_name,
@@ -127,8 +127,6 @@ def capture_production_traces(
     from concurrent.futures import ThreadPoolExecutor
 
     import openai
-
-    from flows.demo import agent, teacher
 
     stats: dict[str, Any] = {}
     asked = make_questions(questions, seed=seed, task=task)

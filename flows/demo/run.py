@@ -51,6 +51,8 @@ from flows.demo.config import (  # noqa: F401 (re-exported: the demo's tests and
     write_demo_config,
 )
 from flows.demo.serving import demo_vllm_server, serve_second_batch
+from flows.demo.summary import demo_summary, print_learning, print_summary, print_timings, write_summary
+from training.models.known import KNOWN_MODELS, fetch_model
 
 console = Console()
 
@@ -120,7 +122,6 @@ def run_demo(
         result = _run_demo(workdir, spec, name, folder, steps, judge_base_url, judge_model, vllm_url)
     finally:
         stack.close()
-    from flows.demo.summary import demo_summary, write_summary
 
     summary = demo_summary(
         model=model,
@@ -139,8 +140,6 @@ def run_demo(
 
 def _real_model(model: str) -> Path:
     """A real base model's folder: a known name fetched (and converted) once, else the folder or hub id."""
-    from training.models.known import KNOWN_MODELS, fetch_model
-
     if model in KNOWN_MODELS:
         return fetch_model(model)
     return Path(model)
@@ -158,7 +157,6 @@ def _run_demo(
 ) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
-    from flows.demo.summary import print_learning, print_summary, print_timings
     from flows.prefect_flows import run_pipeline
     from flows.report import report_data, write_report
 

@@ -8,6 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from flows.demo.capture import capture_production_traces
+from flows.sampler_server import sampler_app
+from store.rows import served_adapter_name
+from training.replay.samplers import SamplingParams
+from training.replay.samplers.vllm_launch import VLLMServerProcess
+from training.serving import load_into_vllm
 
 TEMPERATURE = 0.8  # the policy's sampling temperature: replay, evaluation and serving alike
 
@@ -15,8 +20,6 @@ TEMPERATURE = 0.8  # the policy's sampling temperature: replay, evaluation and s
 def demo_vllm_server(model: Path, workdir: Path, max_new_tokens: int) -> Any:
     """A vLLM server of the demo's base model: fp32 (the trainer's dtype), LoRA hot-loading, Hermes
     tool calls for the agent, and the demo's sampling defaults for requests that set none."""
-    from training.replay.samplers.vllm_launch import VLLMServerProcess
-
     defaults = json.dumps({"temperature": TEMPERATURE, "max_new_tokens": max_new_tokens})
     return VLLMServerProcess(
         model,
@@ -46,12 +49,7 @@ def serve_second_batch(
     """New questions, the same instrumented agent, the published adapter as its LLM: `trajlake
     serve-sampler`'s app serving `calculator-agent:<version>` under its served name, or the
     vLLM server at `vllm_url` after the version is hot-loaded into it (`publish --load-into`)."""
-    from flows.sampler_server import sampler_app
-
     if vllm_url:
-        from store import served_adapter_name
-        from training.serving import load_into_vllm
-
         served = served_adapter_name(published["name"], published["version"])
         load_into_vllm(vllm_url, served, published["path"], replaces=published["name"])
         stats = capture_production_traces(
@@ -59,7 +57,6 @@ def serve_second_batch(
         )
         return {**stats, "model": served, "success": stats["correct"] / max(1, stats["agent_runs"])}
     ref = f"{published['name']}:{published['version']}"
-    from training.replay.samplers import SamplingParams
 
     defaults = SamplingParams(temperature=TEMPERATURE, max_tokens=max_new_tokens)
     app, sampler, served = sampler_app(str(model), ref, lake=str(lake), defaults=defaults)

@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass
 
 from judging import needs_expected
+from judging.trajectory import expected_answer, final_answer
 from training.tiny import TOOLS as TINY_MODEL_TOOLS
 
 SYSTEM_PROMPT = "You are a careful math assistant. Use the calculator tool when needed."
@@ -249,8 +250,6 @@ def calculator_reward(trajectory: dict, scenario: dict | None) -> float:
     >>> calculator_reward(good, {"expected": '"7"'})
     1.0
     """
-    from judging.trajectory import expected_answer, final_answer
-
     expected = str(expected_answer(scenario)).strip()
     if (final_answer(trajectory) or "").strip() == expected:
         return 1.0

@@ -7,8 +7,9 @@ each pipeline run.
 - `render`: the HTML.
 """
 
-from flows.report.data import PublishedComparison, ReportData, report_data
+from flows.report.data import PublishedComparison, ReportData, default_reward, newest_adapter, report_data
 from flows.report.render import render_report, write_report
+from store.catalog.connection import connect
 
 __all__ = [
     "PublishedComparison",
@@ -33,10 +34,7 @@ def build_report(
     """The report of a lake written to `out`: the newest evaluation, adapter and groups unless
     chosen (`adapter` = `name` or `name:vN`: a name alone shows its version in production, else its
     newest; `options` go to `report_data`). Returns the path and what it shows."""
-    import store
-    from flows.report.data import default_reward, newest_adapter
-
-    con = store.connect(lake, read_only=True)
+    con = connect(lake, read_only=True)
     reward = reward or default_reward(con)
     if reward is None:
         raise ValueError(f"the lake `{lake}` has no scored replayed trajectories to report on")

@@ -20,14 +20,21 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-import store
 from flows.report.groups import GroupView, group_view
 from flows.report.production import Conversation, TrafficRow, newest_conversations, production_traffic
 from flows.report.sampling import SamplerGapRow, gap_steps, sampler_gap_rows
 from flows.report.window import time_window
+from store.catalog.connection import connect
+from store.lake import Lake
 from store.metrics import EvaluationTableRow, is_table_row, row_metrics
+from store.pipeline_runs import GateDecision, PipelineRun
+from store.pipeline_runs import gate_decisions as read_gate_decisions
+from store.pipeline_runs import pipeline_runs as read_pipeline_runs
+from store.schema import TABLES
+from store.selections import OUTSIDE_VAL_SCENARIOS
+from store.vocabulary import PRODUCTION_SOURCES, equals, one_of
 
-REPLAYED = store.equals("t.source", "replay", table="trajectories")
+REPLAYED = equals("t.source", "replay", table="trajectories")
 PIPELINE_ROUND = "t.replay_run LIKE 'round-%'"  # flows.stages.replay's run names
 GROUPS_PER_POLICY = 200  # the reward-distribution plot's sample of each policy's groups
 
@@ -109,10 +116,8 @@ class ReportData:
     groups: GroupView | None = None
     # per production policy, in the order they first served: its trajectories' feedback values
     production_values: list[tuple[str, list[float]]] = field(default_factory=list)
-    pipeline_runs: list[store.PipelineRun] = field(default_factory=list)  # oldest first
-    gate_decisions: list[store.GateDecision] = field(
-        default_factory=list
-    )  # `trajlake publish`'s, oldest first
+    pipeline_runs: list[PipelineRun] = field(default_factory=list)  # oldest first
+    gate_decisions: list[GateDecision] = field(default_factory=list)  # `trajlake publish`'s, oldest first
     traffic: list[TrafficRow] = field(default_factory=list)  # every production trajectory, per day
     traffic_left_out: int = 0
     conversations: list[Conversation] = field(default_factory=list)  # the newest production ones
@@ -121,7 +126,7 @@ class ReportData:
 
 
 def report_data(
-    lake: store.Lake | str | os.PathLike[str],
+    lake: Lake | str | os.PathLike[str],
     reward_name: str,
     *,
     title: str = "trajlake pipeline report",
@@ -147,10 +152,10 @@ def report_data(
     """
     # Read-only: a lake an older trajlake wrote reads as it is, its rows without the typed
     # columns (`trajlake migrate` fills them) left out of what those columns drive.
-    con = store.connect(lake)
+    con = connect(lake)
     window, params = time_window(since, until)
     day_window, day_params = time_window(since, until, "t.day")
-    pipeline_runs = store.pipeline_runs(lake, skip_unmigrated=True)
+    pipeline_runs = read_pipeline_runs(lake, skip_unmigrated=True)
     evaluated = [run.eval_run_id for run in pipeline_runs if run.eval_run_id]
     learning, success_reward = learning_rows(con, eval_run or (evaluated[-1] if evaluated else None))
     # a lake the pipeline runs on: its rounds are the pipeline's (an ad-hoc replay is not a round)
@@ -175,7 +180,7 @@ def report_data(
         FROM scored s GROUP BY s.policy ORDER BY first_seen
         """.replace("{window}", window)
         .replace("{rounds_only}", rounds_only)
-        .replace("{outside_val}", store.OUTSIDE_VAL_SCENARIOS)
+        .replace("{outside_val}", OUTSIDE_VAL_SCENARIOS)
         .replace("{replayed}", REPLAYED),
         [reward_name, *params],
     ).fetchall()
@@ -187,7 +192,7 @@ def report_data(
         f"""
         SELECT t.policy, t.group_id, list(r.value ORDER BY r.value) AS values
         FROM trajectories t JOIN latest_rewards r USING (trajectory_id)
-        WHERE {REPLAYED} AND r.name = ? AND t.group_id IS NOT NULL {window} AND {store.OUTSIDE_VAL_SCENARIOS}
+        WHERE {REPLAYED} AND r.name = ? AND t.group_id IS NOT NULL {window} AND {OUTSIDE_VAL_SCENARIOS}
             {rounds_only}
         GROUP BY t.policy, t.group_id
         QUALIFY row_number() OVER (PARTITION BY t.policy ORDER BY hash(t.group_id)) <= {GROUPS_PER_POLICY}
@@ -238,7 +243,7 @@ def report_data(
         production_days=production_days,
         groups=groups,
         pipeline_runs=pipeline_runs,
-        gate_decisions=store.gate_decisions(lake, skip_unmigrated=True),
+        gate_decisions=read_gate_decisions(lake, skip_unmigrated=True),
         traffic=traffic,
         traffic_left_out=traffic_left_out,
         conversations=newest_conversations(con, production_reward),
@@ -274,7 +279,7 @@ def newest_adapter(con: Any) -> str | None:
 def learning_rows(con: Any, eval_run: str | None = None) -> tuple[list[StageRow], str]:
     """The table of an evaluation run (`runs`, stage `eval`, role `table`; default the newest) and its reward."""
     run = con.execute(
-        f"""SELECT run_id FROM runs WHERE {store.equals("stage", "eval", table="runs")} AND (? IS NULL OR run_id = ?)
+        f"""SELECT run_id FROM runs WHERE {equals("stage", "eval", table="runs")} AND (? IS NULL OR run_id = ?)
            ORDER BY "at" DESC, run_id DESC LIMIT 1""",
         [eval_run, eval_run],
     ).fetchone()
@@ -310,7 +315,7 @@ def production_values(con: Any, reward: str) -> list[tuple[str, list[float]]]:
         SELECT t.policy, list(r.value ORDER BY t.trajectory_id)
         FROM trajectories t JOIN latest_rewards r USING (trajectory_id)
         WHERE r.name = ? AND r.value IS NOT NULL AND t.policy IS NOT NULL
-              AND {store.one_of("t.source", store.PRODUCTION_SOURCES, table="trajectories")}
+              AND {one_of("t.source", PRODUCTION_SOURCES, table="trajectories")}
         GROUP BY t.policy ORDER BY min(t.started_at), t.policy
         """,
         [reward],
@@ -338,6 +343,4 @@ class _Count:
 
 
 def _table_counts(con: Any) -> list[_Count]:
-    return [
-        _Count(name, con.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0]) for name in store.TABLES
-    ]
+    return [_Count(name, con.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0]) for name in TABLES]

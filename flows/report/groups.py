@@ -19,8 +19,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import store
 from flows.report.window import time_window
+from store.selections import OUTSIDE_VAL_SCENARIOS
+from store.vocabulary import equals
 from training.advantages import compute_advantages
 
 LOW_PROBABILITY = math.log(0.2)  # tokens sampled with p < 0.2 are highlighted
@@ -73,7 +74,7 @@ def group_view(
         WITH v AS (
             SELECT t.group_id, t.scenario_id, t.policy, t.started_at, r.trajectory_id, r.name, r.value
             FROM trajectories t JOIN latest_rewards r USING (trajectory_id)
-            WHERE {store.equals("t.source", "replay", table="trajectories")} AND t.group_id IS NOT NULL {window} AND {store.OUTSIDE_VAL_SCENARIOS}
+            WHERE {equals("t.source", "replay", table="trajectories")} AND t.group_id IS NOT NULL {window} AND {OUTSIDE_VAL_SCENARIOS}
         ),
         tops AS (
             SELECT group_id, name, arg_max(trajectory_id, value) AS top, max(value) AS best, min(value) AS low
@@ -121,7 +122,7 @@ def _fill_members(con: Any, groups: dict[str, Group], reward: str, tokenizer: An
     rows = con.execute(
         f"""
         SELECT group_id, trajectory_id, messages, final_output, turns, status FROM trajectories
-        WHERE {store.equals("source", "replay", table="trajectories")} AND group_id IN (SELECT unnest(?)) ORDER BY group_id, trajectory_id
+        WHERE {equals("source", "replay", table="trajectories")} AND group_id IN (SELECT unnest(?)) ORDER BY group_id, trajectory_id
         """,
         [ids],
     ).fetchall()
@@ -130,7 +131,7 @@ def _fill_members(con: Any, groups: dict[str, Group], reward: str, tokenizer: An
         f"""
         SELECT r.trajectory_id, r.name, r.scorer, r.value, r.explanation
         FROM latest_rewards r JOIN trajectories t USING (trajectory_id)
-        WHERE {store.equals("t.source", "replay", table="trajectories")} AND t.group_id IN (SELECT unnest(?)) ORDER BY r.name
+        WHERE {equals("t.source", "replay", table="trajectories")} AND t.group_id IN (SELECT unnest(?)) ORDER BY r.name
         """,
         [ids],
     ).fetchall():

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import store
+from store.vocabulary import PRODUCTION_SOURCES, one_of
 
-PRODUCTION = store.one_of("t.source", store.PRODUCTION_SOURCES, table="trajectories")
+PRODUCTION = one_of("t.source", PRODUCTION_SOURCES, table="trajectories")
 MAX_ROWS = 200  # (source, policy, day) rows shown; the rest are counted in a note
 SAMPLE = 8  # newest conversations shown
 

@@ -167,7 +167,7 @@ def pipeline_runs_section(data: ReportData) -> list[str]:
 def run_outcome(run: Any, *, still_running: bool) -> str:
     """What a pipeline run's row says it came to.
 
-    >>> from store import PipelineRun
+    >>> from store.pipeline_runs import PipelineRun
     >>> run_outcome(PipelineRun("p", "t", status="failed", error="sft: OSError: disk full"), still_running=False)
     'failed at sft: OSError: disk full'
     >>> run_outcome(PipelineRun("p", "t"), still_running=False)

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import store
 from store.metrics import (
     IMPORTANCE_RATIO_MEAN,
     IMPORTANCE_RATIO_MIN,
@@ -20,8 +19,9 @@ from store.metrics import (
     SAMPLER_GAP_MEAN,
     metric_sql,
 )
+from store.vocabulary import equals
 
-GRPO_RUNS = store.equals("stage", "grpo", table="runs")
+GRPO_RUNS = equals("stage", "grpo", table="runs")
 
 
 @dataclass

@@ -58,10 +58,8 @@ from flows.stages.score import (
     shard_groups,
 )
 from flows.stages.train import grpo_stage, sft_stage
-from store import LegacyRows  # what `begin_pipeline_run` raises for a lake to migrate
 
 __all__ = [
-    "LegacyRows",
     "PipelineReport",
     "PolicyReplay",
     "Publication",

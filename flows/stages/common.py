@@ -8,24 +8,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import store
 from flows.config.sections import LakeSettings, PipelineSettings
+from store.errors import LakeUnusable, SettingError
+from store.lake import Lake, open_lake
 from training.replay.samplers import SamplerConfig
 
 
-class StageError(store.SettingError):
+class StageError(SettingError):
     """A stage cannot run with this configuration or lake state; `field` names the key at fault."""
 
     def __init__(self, key: str, detail: str) -> None:
         super().__init__(f"`{key}`: {detail}", field=key)
 
 
-def lake_of(settings: LakeSettings) -> store.Lake:
+def lake_of(settings: LakeSettings) -> Lake:
     """The lake `[lake]` names, checked as every command checks its `--lake` (`store.open_lake`):
     how a flow (or a command running stages) opens its lake, once, for every stage it runs."""
     try:
-        return store.open_lake(settings.path, sql_lake_only=settings.sql_lake_only)
-    except store.LakeUnusable as exc:
+        return open_lake(settings.path, sql_lake_only=settings.sql_lake_only)
+    except LakeUnusable as exc:
         raise StageError("lake.path", str(exc)) from None
 
 
@@ -64,7 +65,7 @@ def sampler_for(sampler: SamplerConfig, adapter: str | None) -> Any:
     return sampler.build(adapter, model=base_model(sampler))
 
 
-def work_dir(lake: store.Lake, pipeline: PipelineSettings, *parts: str) -> Path:
+def work_dir(lake: Lake, pipeline: PipelineSettings, *parts: str) -> Path:
     """Checkpoints and adapters: `pipeline.work_dir`, else `<lake>/_work` (kept out of the tables)."""
     if pipeline.work_dir:
         root = Path(pipeline.work_dir)
@@ -77,7 +78,7 @@ def work_dir(lake: store.Lake, pipeline: PipelineSettings, *parts: str) -> Path:
     return root.joinpath(*parts)
 
 
-def run_dir(lake: store.Lake, pipeline: PipelineSettings, pipeline_run: str, *parts: str) -> Path:
+def run_dir(lake: Lake, pipeline: PipelineSettings, pipeline_run: str, *parts: str) -> Path:
     """A pipeline run's own folder of checkpoints and adapters: `<work>/<pipeline run id>/...`."""
     if not pipeline_run:
         raise StageError("pipeline_run", "no pipeline run id: a training stage needs its run's folder")

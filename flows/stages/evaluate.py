@@ -24,13 +24,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import store
 from flows.config.sections import EvaluateSettings, PipelineSettings, ScoreSettings, Selections
 from flows.stages.common import StageError, base_model
 from flows.stages.replay import ReplaySections, replay_policy
 from flows.stages.score import score_reward
 from judging.config import JudgeConfig
+from store import pipeline_runs
+from store.lake import Lake
+from store.pipeline_runs import GateDecision
+from store.rows import utc_now
+from training.errors import AdapterNotFound
 from training.publish import PublishConfig
+from training.registry import resolve_adapter
 from training.replay.samplers import SamplerConfig
 
 if TYPE_CHECKING:
@@ -90,7 +95,7 @@ def stage_policies(
 
 
 def evaluate_adapter(
-    lake: store.Lake,
+    lake: Lake,
     adapter: str,
     stages: list[tuple[str, str | None]] | None = None,
     *,
@@ -134,7 +139,7 @@ def evaluate_adapter(
 
 
 def measurer(
-    lake: store.Lake,
+    lake: Lake,
     *,
     evaluate: EvaluateSettings,
     select: Selections,
@@ -169,13 +174,10 @@ def measurer(
     return measure
 
 
-def policy_of(lake: store.Lake, ref: str) -> tuple[str, str | None]:
+def policy_of(lake: Lake, ref: str) -> tuple[str, str | None]:
     """A policy named on the command line as (label, adapter folder | None): `base` (the base model),
     an adapter folder, or a published adapter `name`, `name:alias` or `name:vN` (its label
     `name:vN`). An unknown one is a `StageError` listing what the registry holds."""
-    from training.errors import AdapterNotFound
-    from training.registry import resolve_adapter
-
     if ref == BASE:
         return BASE, None
     if Path(ref).is_dir():
@@ -192,7 +194,7 @@ def policy_of(lake: store.Lake, ref: str) -> tuple[str, str | None]:
     return f"{row['name']}:v{row['version']}", str(row["path"])
 
 
-def default_policies(lake: store.Lake, publish: PublishConfig) -> list[str]:
+def default_policies(lake: Lake, publish: PublishConfig) -> list[str]:
     """What `trajlake evaluate` compares when no policy is named: the base model, and the adapter
     holding `production` under `publish.name` when one does."""
     from training.errors import AdapterNotFound
@@ -207,7 +209,7 @@ def default_policies(lake: store.Lake, publish: PublishConfig) -> list[str]:
 
 
 def compare_policies(
-    lake: store.Lake,
+    lake: Lake,
     policies: list[str],
     *,
     production: bool = True,
@@ -249,8 +251,6 @@ def compare_policies(
 
 def gate_of(evaluation: judging.Evaluation, forced: bool) -> EvalGate:
     """The publish gate of an `evaluate_adapter` result."""
-    from training.publish import EvalGate
-
     comparison = evaluation.comparison
     return EvalGate(
         candidate=comparison.candidate.mean,
@@ -291,7 +291,7 @@ def refused_decision(name: str, gate: EvalGate, adapter: str) -> str:
 
 
 def publish_adapter(
-    lake: store.Lake,
+    lake: Lake,
     adapter: str,
     evaluation: judging.Evaluation,
     force: bool = False,
@@ -327,21 +327,21 @@ def publish_adapter(
 
 
 def record_publish_decision(
-    lake: store.Lake, candidate: str, gate: EvalGate, published: PublishedAdapter | None, name: str
-) -> store.GateDecision:
+    lake: Lake, candidate: str, gate: EvalGate, published: PublishedAdapter | None, name: str
+) -> GateDecision:
     """Record the decision of a gate run outside a pipeline run (`trajlake publish`) in `runs`, where
     the report's pipeline runs show it beside the nights'."""
     ref = f"{published.name}:v{published.version}" if published else None
-    decision = store.GateDecision(
+    decision = GateDecision(
         run_id=f"publish-{uuid.uuid4()}",
-        at=store.utc_now().isoformat(),
+        at=utc_now().isoformat(),
         candidate=candidate,
         decision=gate.decision(ref) if ref else gate.decision(f"{name} candidate") + "; nothing published",
         promoted=bool(published and published.promoted),
         published=ref,
         eval_run_id=gate.eval_run_id,
     )
-    store.record_gate_decision(lake, decision)
+    pipeline_runs.record_gate_decision(lake, decision)
     return decision
 
 

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import store
 from ingest.otlp.collector import default_spool_root
 from ingest.otlp.spool.erase import count_in_spools, erase_from_spools, segment_as_json
 from judging.ruler.cache import JudgeCache
@@ -45,6 +44,9 @@ from store.erasure import (
     verify_erased,
 )
 from store.errors import StoreError
+from store.lake import Lake
+from store.rows import utc_now
+from store.writer import write
 from training.erasure import (
     adapters_trained_on,
     mark_adapters,
@@ -83,7 +85,7 @@ class ErasureReport:
 
 
 def plan(
-    lake: store.Lake, selection: ErasureSelection, *, reason: str = "forget", requested_by: str = ""
+    lake: Lake, selection: ErasureSelection, *, reason: str = "forget", requested_by: str = ""
 ) -> tuple[ErasurePlan, list[str]]:
     """The plan of `selection` and the adapters it would mark (a dry run: nothing changes)."""
     erasure = plan_erasure(lake, selection, reason=reason, requested_by=requested_by)  # type: ignore[arg-type]
@@ -98,7 +100,7 @@ def spool_identity(erasure: ErasurePlan) -> tuple[str, str] | None:
     return erasure.selection_kind, erasure.selection_value
 
 
-def derived_counts(lake: store.Lake, erasure: ErasurePlan) -> dict[str, int]:
+def derived_counts(lake: Lake, erasure: ErasurePlan) -> dict[str, int]:
     """What a dry run lists besides the tables' rows: spool rows and judge cache entries."""
     spool = 0
     if lake.is_local:
@@ -112,7 +114,7 @@ def derived_counts(lake: store.Lake, erasure: ErasurePlan) -> dict[str, int]:
 
 
 def carry_out(
-    lake: store.Lake,
+    lake: Lake,
     erasure: ErasurePlan,
     *,
     spool_wait_s: float = 30.0,
@@ -172,12 +174,12 @@ def carry_out(
     report.tables = [totals[name] for name in ERASED_TABLES if name in totals]
     report.spool_rows, report.cache_entries = derived["spool_rows"], derived["judge_cache_entries"]
     report.verified = True
-    store.write(lake, "erasures", [audit_row(report)])
+    write(lake, "erasures", [audit_row(report)])
     drop_pending(lake, erasure)
     return report
 
 
-def _add_adapters(lake: store.Lake, erasure: ErasurePlan, trajectory_ids: Sequence[str]) -> None:
+def _add_adapters(lake: Lake, erasure: ErasurePlan, trajectory_ids: Sequence[str]) -> None:
     """Add the adapters (and unpublished run records) trained on `trajectory_ids` to the plan."""
     found = [f"{r['name']}:{r['version']}" for r in adapters_trained_on(lake, trajectory_ids)]
     erasure.adapters = sorted({*(erasure.adapters or []), *found})
@@ -186,7 +188,7 @@ def _add_adapters(lake: store.Lake, erasure: ErasurePlan, trajectory_ids: Sequen
     )
 
 
-def _erase_spools(lake: store.Lake, erasure: ErasurePlan, wait_s: float, step: Callable[[str], None]) -> int:
+def _erase_spools(lake: Lake, erasure: ErasurePlan, wait_s: float, step: Callable[[str], None]) -> int:
     """Spool rows removed; raises `ErasureIncomplete` when live collectors keep erased rows."""
     if not lake.is_local:
         return 0
@@ -203,13 +205,13 @@ def _erase_spools(lake: store.Lake, erasure: ErasurePlan, wait_s: float, step: C
     return spools.rows_removed
 
 
-def _save_progress(lake: store.Lake, erasure: ErasurePlan, totals: dict[str, TableErasure]) -> None:
+def _save_progress(lake: Lake, erasure: ErasurePlan, totals: dict[str, TableErasure]) -> None:
     for name, total in totals.items():
         erasure.progress[name] = {count: getattr(total, count) for count in COUNTS}
     save_pending(lake, erasure)
 
 
-def _take_in_arrivals(lake: store.Lake, erasure: ErasurePlan) -> bool:
+def _take_in_arrivals(lake: Lake, erasure: ErasurePlan) -> bool:
     """Plan the selection again and merge what it reaches now into `erasure` (rows that arrived
     after the plan, or that a concurrent writer committed past a delete's bound); True when
     rows are left to delete."""
@@ -239,7 +241,7 @@ def audit_row(report: ErasureReport) -> dict[str, Any]:
         "reason": erasure.reason,
         "requested_by": erasure.requested_by,
         "requested_at": datetime.fromisoformat(erasure.requested_at),
-        "finished_at": store.utc_now(),
+        "finished_at": utc_now(),
         "selection_kind": erasure.selection_kind,
         "selection_digest": erasure.selection_digest,
         "rows": json.dumps({t.table: t.rows_deleted for t in report.tables}),
@@ -257,14 +259,14 @@ def audit_row(report: ErasureReport) -> dict[str, Any]:
     }
 
 
-def finish_pending(lake: store.Lake, **options: Any) -> list[ErasureReport]:
+def finish_pending(lake: Lake, **options: Any) -> list[ErasureReport]:
     """Finish the erasures a killed `forget` left (their saved plans)."""
     return [carry_out(lake, erasure, **options) for erasure in pending_plans(lake)]
 
 
-def apply_retention(lake: store.Lake, retention: RetentionConfig, **options: Any) -> ErasureReport | None:
+def apply_retention(lake: Lake, retention: RetentionConfig, **options: Any) -> ErasureReport | None:
     """Erase production data older than `retention.production_days` (None: nothing to erase)."""
-    cutoff = retention.cutoff(store.utc_now())
+    cutoff = retention.cutoff(utc_now())
     if cutoff is None:
         return None
     finish_pending(lake, **options)

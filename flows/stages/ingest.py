@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import store
 from flows.config.root import LangfuseSection
 from flows.stages.common import StageError
 from store.erasure import RetentionConfig
+from store.lake import Lake
 
 
-def pull_langfuse_stage(lake: store.Lake, langfuse: LangfuseSection) -> int:
+def pull_langfuse_stage(lake: Lake, langfuse: LangfuseSection) -> int:
     """Pull what is new in the Langfuse project `[langfuse]` names; returns trajectories written."""
     from ingest.langfuse.errors import InvalidLangfuseConfig
     from ingest.langfuse.pull import pull_langfuse
@@ -21,14 +21,14 @@ def pull_langfuse_stage(lake: store.Lake, langfuse: LangfuseSection) -> int:
         raise StageError(f"langfuse.{exc.field}", str(exc)) from None
 
 
-def assemble_pending(lake: store.Lake) -> int:
+def assemble_pending(lake: Lake) -> int:
     """Assemble traces whose spans arrived after their last assembly; returns trajectories written."""
     from ingest.lakeio import assemble_traces, pending_trace_ids
 
     return assemble_traces(lake, pending_trace_ids(lake)).trajectories
 
 
-def retention_stage(lake: store.Lake, retention: RetentionConfig) -> int:
+def retention_stage(lake: Lake, retention: RetentionConfig) -> int:
     """Erase production data past `[retention] production_days` (as `trajlake forget` does);
     returns the trajectories erased."""
     from flows.stages.forget import apply_retention

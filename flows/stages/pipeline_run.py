@@ -1,14 +1,14 @@
 """A pipeline run's own record: where it starts, what it learns from, what it trained and decided.
 
 A scheduled pipeline runs night after night on one lake, so each run must know what the
-previous ones did (`store.PipelineRun` rows in `runs`):
+previous ones did (`store.pipeline_runs.PipelineRun` rows in `runs`):
 
 - **its own folder**: the run id is the Prefect flow run's id, so a retried flow run finds
   its record and resumes its own checkpoints, and a new run never resumes a finished one;
 - **where it starts** (`pipeline.start_from`): the adapter holding `production` (its lineage
   extended; SFT only with `pipeline.sft_on_production`), or the base model with SFT;
 - **what it learns from**: the scenarios new since the last finished run plus
-  `pipeline.window_days` before it (`store.scenarios_since`), replayed with the policy it
+  `pipeline.window_days` before it (`store.selections.scenarios_since`), replayed with the policy it
   trains, so a scenario seen before comes back with each new policy; a night that brought
   no new scenario trains nothing, whatever the window (the window's older scenarios were
   learned from already, and the same data would give the candidate the gate just judged);
@@ -26,9 +26,23 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import store
 from flows.config.sections import PipelineSettings, Selections
+from store.catalog.connection import check_selection, connect
+from store.catalog.versions import snapshot
+from store.errors import LegacyRows
+from store.lake import Lake
+from store.migrate import require_migrated
+from store.pipeline_runs import (
+    PipelineRun,
+    last_finished_run,
+    learning_since,
+    pipeline_runs,
+    record_pipeline_run,
+)
+from store.rows import utc_now
+from store.selections import scenarios_since, trajectories_since
 from training.publish import PublishConfig
+from training.run import CHECKPOINTS
 
 if TYPE_CHECKING:
     import judging
@@ -41,7 +55,7 @@ def pipeline_run_id(flow_run_id: str | None) -> str:
     return f"pipeline-{flow_run_id or uuid.uuid4()}"
 
 
-def production_adapter(lake: store.Lake, publish: PublishConfig) -> tuple[str, str] | None:
+def production_adapter(lake: Lake, publish: PublishConfig) -> tuple[str, str] | None:
     """(`name:vN`, folder) of the adapter holding `production` under `publish.name`, if any."""
     from training.errors import AdapterNotFound
     from training.registry import PRODUCTION, resolve_adapter
@@ -59,8 +73,8 @@ START_STEP = "start"
 
 
 def begin_pipeline_run(
-    lake: store.Lake, flow_run_id: str | None, *, pipeline: PipelineSettings, publish: PublishConfig
-) -> store.PipelineRun:
+    lake: Lake, flow_run_id: str | None, *, pipeline: PipelineSettings, publish: PublishConfig
+) -> PipelineRun:
     """Record the run's start (or, for a retried flow run, take up its record as it began).
 
     A lake holding rows an older trajlake wrote without the typed columns a run builds on (the
@@ -68,20 +82,20 @@ def begin_pipeline_run(
     (`store.LegacyRows`, naming `trajlake migrate`; `refuse_pipeline_run` records why). Where it
     starts is `pipeline.start_from` (the adapter holding `production` under `publish.name`).
     """
-    store.require_migrated(lake)
+    require_migrated(lake)
     run_id = pipeline_run_id(flow_run_id)
-    for earlier in store.pipeline_runs(lake):
+    for earlier in pipeline_runs(lake):
         if earlier.run_id == run_id and not _never_began(earlier):
             if earlier.status == "failed":  # retried after a failure: running again
                 earlier = replace(earlier, status="running", error=None, finished_at=None)
-                store.record_pipeline_run(lake, earlier)
+                record_pipeline_run(lake, earlier)
             return earlier
-    previous = store.last_finished_run(lake)
+    previous = last_finished_run(lake)
     start = production_adapter(lake, publish) if pipeline.start_from == "production" else None
-    since = store.learning_since(previous, pipeline.window_days)
-    run = store.PipelineRun(
+    since = learning_since(previous, pipeline.window_days)
+    run = PipelineRun(
         run_id=run_id,
-        started_at=store.utc_now().isoformat(),
+        started_at=utc_now().isoformat(),
         flow_run_id=flow_run_id,
         start_from=pipeline.start_from,
         start_adapter=start[0] if start else None,
@@ -90,50 +104,50 @@ def begin_pipeline_run(
         since=since.isoformat() if since else None,
         new_since=previous.data_until if previous else None,
         previous_run=previous.run_id if previous else None,
-        table_versions={name: v.version for name, v in store.snapshot(lake).items() if v.version is not None},
+        table_versions={name: v.version for name, v in snapshot(lake).items() if v.version is not None},
     )
-    store.record_pipeline_run(lake, run)
+    record_pipeline_run(lake, run)
     return run
 
 
 def refuse_pipeline_run(
-    lake: store.Lake, flow_run_id: str | None, error: store.LegacyRows, *, pipeline: PipelineSettings
-) -> store.PipelineRun:
+    lake: Lake, flow_run_id: str | None, error: LegacyRows, *, pipeline: PipelineSettings
+) -> PipelineRun:
     """Record a run that could not begin (`begin_pipeline_run` refused the lake): failed at
     `start` with the reason, the report and `trajlake pipeline` show it. A retry of the same
     flow run after `trajlake migrate` begins afresh."""
-    run = store.PipelineRun(
+    run = PipelineRun(
         run_id=pipeline_run_id(flow_run_id),
-        started_at=store.utc_now().isoformat(),
+        started_at=utc_now().isoformat(),
         flow_run_id=flow_run_id,
         start_from=pipeline.start_from,
     )
     return fail_pipeline_run(lake, run, START_STEP, error)
 
 
-def _never_began(run: store.PipelineRun) -> bool:
+def _never_began(run: PipelineRun) -> bool:
     return run.status == "failed" and (run.error or "").startswith(f"{START_STEP}: ")
 
 
-def mark_data_seen(lake: store.Lake, run: store.PipelineRun) -> store.PipelineRun:
+def mark_data_seen(lake: Lake, run: PipelineRun) -> PipelineRun:
     """After the scenarios step: what exists now is this run's data; the next run's starts after."""
     if run.data_until:
         return run  # a retried run keeps the line it drew
-    run = replace(run, data_until=store.utc_now().isoformat())
-    store.record_pipeline_run(lake, run)
+    run = replace(run, data_until=utc_now().isoformat())
+    record_pipeline_run(lake, run)
     return run
 
 
-def learning_selections(run: store.PipelineRun, select: Selections) -> Selections:
+def learning_selections(run: PipelineRun, select: Selections) -> Selections:
     """The selections kept to what `run` learns from: the replayed scenarios to its window; SFT to
     its window only when it continues the production adapter (from the base model, SFT reads all
     selected conversations)."""
     since = run.since_time
-    sft = store.trajectories_since(select.sft, since) if run.start_adapter else select.sft
-    return dataclasses.replace(select, replay=store.scenarios_since(select.replay, since), sft=sft)
+    sft = trajectories_since(select.sft, since) if run.start_adapter else select.sft
+    return dataclasses.replace(select, replay=scenarios_since(select.replay, since), sft=sft)
 
 
-def origin_of(run: store.PipelineRun) -> dict[str, Any]:
+def origin_of(run: PipelineRun) -> dict[str, Any]:
     """What a version published by `run` records of how it came about (`training.publish`'s origin)."""
     return {
         "pipeline_run": run.run_id,
@@ -144,7 +158,7 @@ def origin_of(run: store.PipelineRun) -> dict[str, Any]:
     }
 
 
-def nothing_to_learn(lake: store.Lake, run: store.PipelineRun, *, select: Selections) -> str | None:
+def nothing_to_learn(lake: Lake, run: PipelineRun, *, select: Selections) -> str | None:
     """Why `run` trains nothing, or None when it has something to learn.
 
     `select` is the run's learning selections (`learning_selections`). A later run needs a train
@@ -153,7 +167,7 @@ def nothing_to_learn(lake: store.Lake, run: store.PipelineRun, *, select: Select
     would give again the candidate the gate has just judged.
     """
     if run.new_since and not scenarios_to_learn(
-        lake, store.scenarios_since(select.replay, datetime.fromisoformat(run.new_since))
+        lake, scenarios_since(select.replay, datetime.fromisoformat(run.new_since))
     ):
         return f"nothing to learn: no train scenario new since {run.new_since}"
     if not scenarios_to_learn(lake, select.replay):
@@ -163,25 +177,25 @@ def nothing_to_learn(lake: store.Lake, run: store.PipelineRun, *, select: Select
     return None
 
 
-def scenarios_to_learn(lake: store.Lake, selection: str) -> int:
+def scenarios_to_learn(lake: Lake, selection: str) -> int:
     """How many scenarios `selection` (returning `scenario_id`) holds."""
-    with store.connect(lake, read_only=True) as con:
-        text, _ = store.check_selection(con, selection, "scenario_id")
+    with connect(lake, read_only=True) as con:
+        text, _ = check_selection(con, selection, "scenario_id")
         (count,) = con.execute(f"SELECT count(DISTINCT scenario_id) FROM ({text})").fetchone() or (0,)
         return int(count)
 
 
-def record_learned_from(lake: store.Lake, run: store.PipelineRun, *, select: Selections) -> store.PipelineRun:
+def record_learned_from(lake: Lake, run: PipelineRun, *, select: Selections) -> PipelineRun:
     """`run` with what its (windowed) replay selection holds, by what production said of each
     scenario's conversation: rated right, failures with a label, failures without one (recorded);
     nothing when the run has nothing to learn (`nothing_to_learn`: its window is all seen)."""
     keys = ("scenarios", "rated_right", "failures", "failures_labelled", "failures_unlabelled", "unrated")
     if nothing_to_learn(lake, run, select=select):
         run = replace(run, learned_from=dict.fromkeys(keys, 0))
-        store.record_pipeline_run(lake, run)
+        record_pipeline_run(lake, run)
         return run
-    with store.connect(lake, read_only=True) as con:
-        text, _ = store.check_selection(con, select.replay, "scenario_id")
+    with connect(lake, read_only=True) as con:
+        text, _ = check_selection(con, select.replay, "scenario_id")
         row = con.execute(
             f"""
             SELECT count(*),
@@ -194,27 +208,27 @@ def record_learned_from(lake: store.Lake, run: store.PipelineRun, *, select: Sel
             """
         ).fetchone() or (0, 0, 0, 0, 0, 0)
     run = replace(run, learned_from=dict(zip(keys, map(int, row), strict=True)))
-    store.record_pipeline_run(lake, run)
+    record_pipeline_run(lake, run)
     return run
 
 
 def finish_pipeline_run(
-    lake: store.Lake,
-    run: store.PipelineRun,
+    lake: Lake,
+    run: PipelineRun,
     *,
     pipeline: PipelineSettings,
     trained: list[TrainResult],
     publication: Publication | None = None,
     evaluation: judging.Evaluation | None = None,
     decision: str | None = None,
-) -> store.PipelineRun:
+) -> PipelineRun:
     """Record the run as finished: its training runs and steps, the version it published and the
     gate's decision (or why nothing was trained); its checkpoints go unless `pipeline.keep_checkpoints`."""
     gate = publication.gate if publication else None
     run = replace(
         run,
         status="finished",
-        finished_at=store.utc_now().isoformat(),
+        finished_at=utc_now().isoformat(),
         training_runs=[t.run_id for t in trained],
         training_steps=sum(t.global_step for t in trained),
         adapter=trained[-1].adapter_dir if trained else None,
@@ -223,32 +237,28 @@ def finish_pipeline_run(
         decision=(publication.decision if publication else None) or decision,
         eval_run_id=evaluation.run_id if evaluation else None,
     )
-    store.record_pipeline_run(lake, run)
+    record_pipeline_run(lake, run)
     if not pipeline.keep_checkpoints:
         drop_checkpoints(trained)
     return run
 
 
-def fail_pipeline_run(
-    lake: store.Lake, run: store.PipelineRun, step: str, error: BaseException
-) -> store.PipelineRun:
+def fail_pipeline_run(lake: Lake, run: PipelineRun, step: str, error: BaseException) -> PipelineRun:
     """Record the run as failed at `step` with `error` in one line (the flow then raises it as it was):
     the report shows why, and the next run learns from what this one did not finish."""
     first_line = (str(error).strip().splitlines() or [""])[0][:500]
     run = replace(
         run,
         status="failed",
-        finished_at=store.utc_now().isoformat(),
+        finished_at=utc_now().isoformat(),
         error=f"{step}: {type(error).__name__}" + (f": {first_line}" if first_line else ""),
     )
-    store.record_pipeline_run(lake, run)
+    record_pipeline_run(lake, run)
     return run
 
 
 def drop_checkpoints(trained: list[TrainResult]) -> None:
     """Delete a finished run's training checkpoints (no resume needs them any more); the adapters
     stay, since lineage names them."""
-    from training.run import CHECKPOINTS
-
     for stage in trained:
         shutil.rmtree(Path(stage.adapter_dir).parent / CHECKPOINTS, ignore_errors=True)

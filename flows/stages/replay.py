@@ -6,14 +6,14 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import store
 from flows.config.root import Settings
 from flows.config.sections import PipelineSettings, Selections
 from flows.stages.common import StageError, sampler_for
+from store.lake import Lake
 from training.replay.rollout.tools import ToolsConfig
 from training.replay.samplers import SamplerConfig
 from training.replay.scenarios import ScenarioConfig
-from training.replay.stage import ReplayConfig
+from training.replay.stage import ReplayConfig, replay
 
 if TYPE_CHECKING:
     from flows.stages.score import RoundScores
@@ -106,9 +106,9 @@ class RoundSummary:
         )
 
 
-def make_scenarios(lake: store.Lake, *, select: Selections, scenarios: ScenarioConfig) -> ScenarioCounts:
+def make_scenarios(lake: Lake, *, select: Selections, scenarios: ScenarioConfig) -> ScenarioCounts:
     """Scenarios from the trajectories `select.scenarios` picks (idempotent: same ids, same split)."""
-    from training.replay import create_scenarios
+    from training.replay.scenario_io import create_scenarios
 
     result = create_scenarios(lake, select.scenarios, scenarios)
     if not result.splits.get("train"):
@@ -124,7 +124,7 @@ def make_scenarios(lake: store.Lake, *, select: Selections, scenarios: ScenarioC
 
 
 def replay_policy(
-    lake: store.Lake,
+    lake: Lake,
     adapter: str | None,
     scenarios: str,
     *,
@@ -137,8 +137,6 @@ def replay_policy(
     """Group-sample `scenarios` with the base model or `adapter` (`group_size`: instead of the
     configured one; `greedy`: one sample per scenario at temperature 0); resumable (complete
     groups are skipped)."""
-    from training.replay import replay
-
     configured = dataclasses.replace(
         replaying.replay, run=run, group_size=group_size or replaying.replay.group_size
     )
@@ -173,17 +171,17 @@ def replay_policy(
 
 
 def round_scenarios(
-    lake: store.Lake, round_number: int, draw: int = 0, *, select: Selections, pipeline: PipelineSettings
+    lake: Lake, round_number: int, draw: int = 0, *, select: Selections, pipeline: PipelineSettings
 ) -> str:
     """`select.replay`, or this round's slice of it (and of a dynamic-sampling draw) with `scenarios_per_round`."""
-    from training.replay import slice_selection
+    from training.replay.scenario_io import slice_selection
 
     index = (round_number - 1) * (1 + pipeline.dynamic_sampling_draws) + draw
     return slice_selection(lake, select.replay, pipeline.scenarios_per_round, max(index, 0))
 
 
 def replay_round(
-    lake: store.Lake,
+    lake: Lake,
     adapter: str | None,
     round_number: int,
     draw: int = 0,
@@ -197,7 +195,7 @@ def replay_round(
     """One round's group sampling of the train scenarios with the current policy (`draw` > 0: a dynamic-
     sampling draw of further scenarios for the same round; `shard` of `shards`: that share of its
     scenarios). Seeds and group ids come from the scenario, so shards sample what one task would."""
-    from training.replay import shard_selection
+    from training.replay.scenario_io import shard_selection
 
     seed = (replaying.replay.sampling.seed or 0) + round_number + 1000 * draw
     run = f"round-{round_number}" + (f"-draw-{draw}" if draw else "")

@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import store
 from flows.config.sections import ScoreSettings
 from judging.config import JudgeConfig
+from store.lake import Lake
+from store.vocabulary import equals
 
 if TYPE_CHECKING:
     from judging.summary import RewardStats, ScoreSummary
@@ -53,7 +54,7 @@ def merge_score_rows(runs: list[ScoreSummary]) -> list[dict[str, Any]]:
 
 def replay_filter(group_ids: list[str] | None) -> str:
     """The `--where` of a scoring run over replayed groups (all of them when `group_ids` is None)."""
-    where = store.equals("source", "replay", table="trajectories")
+    where = equals("source", "replay", table="trajectories")
     if group_ids:
         quoted = ", ".join("'" + g.replace("'", "''") + "'" for g in group_ids)
         where += f" AND group_id IN ({quoted})"
@@ -75,7 +76,7 @@ def combined_weights(score: ScoreSettings) -> dict[str, float]:
 
 
 def score_reward(
-    lake: store.Lake, reward: str, group_ids: list[str] | None = None, *, judge: JudgeConfig
+    lake: Lake, reward: str, group_ids: list[str] | None = None, *, judge: JudgeConfig
 ) -> ScoreSummary:
     """Score the replayed trajectories (of `group_ids`) with one reward; skips what that scorer already
     scored (`judge`: the `[judge]` table, which `ruler` uses)."""
@@ -85,9 +86,7 @@ def score_reward(
     return score(lake, reward, where, judge=judge if reward == "ruler" else None)
 
 
-def finish_scoring(
-    lake: store.Lake, group_ids: list[str] | None = None, *, score: ScoreSettings
-) -> RewardStats:
+def finish_scoring(lake: Lake, group_ids: list[str] | None = None, *, score: ScoreSettings) -> RewardStats:
     """Write the combined reward (when weights are configured); stats of the reward training uses."""
     from judging import combine
     from judging.summary import reward_stats
@@ -98,7 +97,7 @@ def finish_scoring(
 
 
 def score_round(
-    lake: store.Lake, group_ids: list[str] | None = None, *, score: ScoreSettings, judge: JudgeConfig
+    lake: Lake, group_ids: list[str] | None = None, *, score: ScoreSettings, judge: JudgeConfig
 ) -> RoundScores:
     """Every configured reward, one after the other, then the training reward's stats (the flow
     runs the rewards as concurrent tasks instead)."""

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import store
 from flows.config.sections import PipelineSettings, ScoreSettings, Selections
 from flows.config.trainers import TrainSettings
 from flows.stages.common import base_model, run_dir
 from flows.stages.score import training_reward
+from store.lake import Lake
+from store.selections import grpo_trajectories_of
 from training.replay.samplers import SamplerConfig
 
 if TYPE_CHECKING:
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
 
 def sft_stage(
-    lake: store.Lake,
+    lake: Lake,
     pipeline_run: str,
     round_number: int = 0,
     adapter: str | None = None,
@@ -41,7 +42,7 @@ def sft_stage(
 
 
 def grpo_stage(
-    lake: store.Lake,
+    lake: Lake,
     pipeline_run: str,
     adapter: str | None,
     round_number: int,
@@ -56,7 +57,7 @@ def grpo_stage(
     `adapter`, on the reward `score.reward` names."""
     from training.grpo import train_grpo
 
-    sql = store.grpo_trajectories_of(group_ids)  # the round's groups, outside the val scenarios
+    sql = grpo_trajectories_of(group_ids)  # the round's groups, outside the val scenarios
     output = run_dir(lake, pipeline, pipeline_run, f"grpo-{round_number}")
     grpo_config = train.grpo_config(str(output / "checkpoints"), reward_name=training_reward(score))
     return train_grpo(lake, sql, base_model(sampler), adapter, output, grpo_config, resume=True)

@@ -87,7 +87,7 @@ def assemble(spans: pa.Table) -> Assembled:
     A trace whose assembly raises (a shape no normaliser expected) is a failure row of its
     own, never a failure of the batch: the other traces still assemble.
 
-    >>> assemble(store.empty_table("spans")).trajectories.num_rows  # doctest: +SKIP
+    >>> assemble(store.schema.empty_table("spans")).trajectories.num_rows  # doctest: +SKIP
     0
     """
     with _collections_paused():

@@ -20,13 +20,16 @@ from typing import Any
 
 import pyarrow as pa
 
-import store
 from ingest.errors import MalformedPayload
 from ingest.jsonl.convert import SCORER, LineError, convert
 from ingest.jsonl.lines import DEFAULT_MAX_LINE_BYTES, FIX, read_lines
 from ingest.redact import RedactionConfig, redact_table
+from store.catalog.connection import connect
 from store.conform import rows_to_batch
+from store.lake import Lake
+from store.rows import utc_now
 from store.schema import TABLES
+from store.writer import write
 
 # What a line decides about its trajectory, compared with the lake's row on a re-import.
 # `started_at` is compared only when the line gives one (else the import's time stands in).
@@ -67,7 +70,7 @@ class _Line:
 def _read(paths: Sequence[str | os.PathLike[str]], max_line_bytes: int) -> list[_Line]:
     """Every line converted; an id twice in one file is an error, and so is an id in two files
     with different conversations (the same conversation in two files is kept once)."""
-    now = store.utc_now()
+    now = utc_now()
     lines: list[_Line] = []
     seen: dict[str, _Line] = {}
     for path in paths:
@@ -96,11 +99,11 @@ def _read(paths: Sequence[str | os.PathLike[str]], max_line_bytes: int) -> list[
     return lines
 
 
-def _in_lake(lake: store.Lake, ids: list[str]) -> tuple[dict[str, dict[str, Any]], dict[str, float | None]]:
+def _in_lake(lake: Lake, ids: list[str]) -> tuple[dict[str, dict[str, Any]], dict[str, float | None]]:
     """The lake's trajectories of `ids` (compared columns) and their imported feedback values."""
     if not ids:
         return {}, {}
-    with store.connect(lake, read_only=True) as con:
+    with connect(lake, read_only=True) as con:
         con.register("__ids", pa.table({"trajectory_id": pa.array(ids, pa.string())}))
         columns = ", ".join(f'"{c}"' for c in ("trajectory_id", "started_at", *COMPARED))
         rows = con.sql(
@@ -120,7 +123,7 @@ def _differences(line: _Line, new: dict[str, Any], old: dict[str, Any]) -> list[
 
 
 def import_files(
-    lake: store.Lake | str,
+    lake: Lake | str,
     paths: Sequence[str | os.PathLike[str]],
     redaction: RedactionConfig | None = None,
     *,
@@ -130,7 +133,7 @@ def import_files(
     """Import every conversation of `paths` (one JSON object per line; blank lines skipped): the
     new or changed trajectories in one commit, then their feedback; nothing at all when any line
     is bad, and no commit when nothing changed."""
-    lake = store.Lake.of(lake)
+    lake = Lake.of(lake)
     lines = _read(paths, max_line_bytes)
     if not lines:
         return ImportResult(files=len(paths), trajectories=0, feedback=0)
@@ -165,7 +168,7 @@ def import_files(
         if line.reward is not None and (tid not in feedback or stored != line.reward["value"]):
             rewards.append(line.reward)
     if keep:
-        store.write(lake, "trajectories", table.take(keep))
+        write(lake, "trajectories", table.take(keep))
     if rewards:
-        store.write(lake, "rewards", rewards)
+        write(lake, "rewards", rewards)
     return ImportResult(files=len(paths), trajectories=len(keep), feedback=len(rewards), unchanged=unchanged)

@@ -33,7 +33,6 @@ from typing import Any
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-import store
 from ingest.lakeio import AssembleResult, assemble_traces
 from ingest.langfuse.client import LangfuseClient, Page
 from ingest.langfuse.config import LangfuseConfig, PullFilters, scope_of
@@ -53,7 +52,8 @@ from ingest.langfuse.watermark import PullState, read_state, save_state
 from ingest.records import BadRecord
 from ingest.redact import redact_rows
 from ingest.scores import score_target, score_to_reward
-from store import Lake
+from store.lake import Lake
+from store.rows import utc_now
 
 MAX_PROBLEMS_KEPT = 20
 
@@ -115,9 +115,7 @@ def pull_langfuse(
     state = read_state(lake, scope)
     report = PullReport(scope=scope, window_from=None, window_to=None, resumed=state.in_progress)
     if not state.in_progress:
-        state.window_from, state.window_to = plan_window(
-            state, filters, config.overlap, now or store.utc_now()
-        )
+        state.window_from, state.window_to = plan_window(state, filters, config.overlap, now or utc_now())
         state.phase, state.cursor, state.counts = "observations", None, {}
     report.window_from, report.window_to = state.window_from, state.window_to
     if state.window_from is not None and state.window_to is not None and state.window_from >= state.window_to:
@@ -226,7 +224,7 @@ def _pull_observations(run: _Pull) -> None:
         )
 
     def commit(observations: list[dict[str, Any]], first: bool, done: bool) -> None:
-        received_at = store.utc_now()
+        received_at = utc_now()
         rows = []
         for obs in observations:
             try:

@@ -17,10 +17,12 @@ from typing import Any
 
 import pyarrow as pa
 
-import store
 from ingest.labels import correction_label
 from ingest.redact import redact_rows
-from store import Lake
+from store.catalog.connection import connect
+from store.lake import Lake
+from store.vocabulary import equals
+from store.writer import write
 
 # `assemble` sets source 'langfuse' on trajectories whose spans all came from Langfuse.
 TRAJECTORY_SOURCE = "langfuse"
@@ -29,7 +31,7 @@ TRAJECTORY_SOURCE = "langfuse"
 def write_spans(lake: Lake, rows: Iterable[dict[str, Any]] | pa.Table) -> int:
     """Write span rows (all or nothing), replacing the stored versions of observations that
     changed since they were last pulled; returns how many."""
-    return store.write(lake, "spans", rows, upsert=True).rows
+    return write(lake, "spans", rows, upsert=True).rows
 
 
 # Columns that say what a span is; `received_at` (when we fetched it) is not among them.
@@ -124,7 +126,7 @@ def write_labels(lake: Lake, rows: list[dict[str, Any]]) -> int:
     if not rows:
         return 0
     rows = sorted(redact_rows(rows), key=lambda r: r["labeled_at"])  # later rows win: newest last
-    return store.write(lake, "labels", rows).rows
+    return write(lake, "labels", rows).rows
 
 
 def trace_attributes(lake: Lake, trace_ids: Iterable[str]) -> dict[str, list[str]]:
@@ -134,7 +136,7 @@ def trace_attributes(lake: Lake, trace_ids: Iterable[str]) -> dict[str, list[str
         "spans",
         {"trace_id": sorted(set(trace_ids))},
         "SELECT trace_id, attributes FROM spans "
-        f"WHERE {store.equals('source', 'langfuse', table='spans')} AND trace_id IN (SELECT trace_id FROM __keys)",
+        f"WHERE {equals('source', 'langfuse', table='spans')} AND trace_id IN (SELECT trace_id FROM __keys)",
     )
     out: dict[str, list[str]] = {}
     for trace_id, attributes in rows:
@@ -171,7 +173,7 @@ def write_rewards(lake: Lake, rows: list[dict[str, Any]]) -> tuple[int, dict[str
                 continue
         fresh.append(row)
     fresh.sort(key=lambda r: r["scored_at"])  # later rows win in the view: newest last
-    written = store.write(lake, "rewards", fresh).rows if fresh else 0
+    written = write(lake, "rewards", fresh).rows if fresh else 0
     return written, skipped
 
 
@@ -202,7 +204,7 @@ def _select_by_keys(
     (one text column per key); none when no key is wanted or the lake has no `table` yet."""
     if not next(iter(keys.values()), None) or not lake.has_table(table):
         return []
-    con = store.connect(lake)
+    con = connect(lake)
     try:
         con.register(
             "__keys", pa.table({name: pa.array(values, pa.string()) for name, values in keys.items()})

@@ -24,8 +24,10 @@ from typing import Any, Literal
 
 import polars as pl
 
-import store
-from store import Lake
+from store.catalog.connection import scan
+from store.lake import Lake
+from store.rows import utc_now
+from store.writer import write
 
 SOURCE = "langfuse"
 Phase = Literal["idle", "observations", "scores"]
@@ -64,16 +66,14 @@ class PullState:
             "watermark": self.watermark,
             "cursor": self.cursor,
             "state": json.dumps(state, default=str),
-            "updated_at": store.utc_now(),
+            "updated_at": utc_now(),
         }
 
 
 def read_state(lake: Lake, scope: str) -> PullState:
     """The newest saved state of `scope`, or a fresh one when it was never pulled."""
     frame = (
-        store.scan(lake, "watermarks")
-        .filter((pl.col("source") == SOURCE) & (pl.col("scope") == scope))
-        .collect()
+        scan(lake, "watermarks").filter((pl.col("source") == SOURCE) & (pl.col("scope") == scope)).collect()
     )
     if frame.is_empty():
         return PullState(scope=scope)
@@ -94,7 +94,7 @@ def read_state(lake: Lake, scope: str) -> PullState:
 
 def save_state(lake: Lake, state: PullState) -> None:
     """Append `state` as the scope's newest watermark row (durably)."""
-    store.write(lake, "watermarks", [state.to_row()])
+    write(lake, "watermarks", [state.to_row()])
 
 
 def _time(value: str | None) -> datetime | None:

@@ -32,7 +32,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-import store
 from ingest.errors import IngestError, LakeUnavailable, MalformedPayload
 from ingest.langfuse.sink import correction_labels, write_labels
 from ingest.otlp.collector import Collector
@@ -58,6 +57,10 @@ from ingest.otlp.http import (
     response_media,
 )
 from ingest.scores import ScoreBatch, scores_to_rewards
+from store.errors import SchemaViolation
+from store.lake import Lake
+from store.rows import utc_now
+from store.writer import write
 
 log = logging.getLogger("trajlake.ingest.otlp.app")
 
@@ -134,7 +137,7 @@ def create_app(config: CollectorConfig, collector: Collector | None = None) -> S
                 document = json.loads(body)
             except (ValueError, UnicodeDecodeError, RecursionError) as exc:
                 raise MalformedPayload("scores JSON", str(exc)[:200]) from None
-            batch = scores_to_rewards(document, received_at=store.utc_now(), redaction=config.redaction)
+            batch = scores_to_rewards(document, received_at=utc_now(), redaction=config.redaction)
             if batch.rows:
                 await asyncio.to_thread(write_scores, runtime.lake, batch, config.retry_after_s)
         except IngestError as exc:
@@ -228,13 +231,13 @@ def create_app(config: CollectorConfig, collector: Collector | None = None) -> S
     return app
 
 
-def write_scores(lake: store.Lake, batch: ScoreBatch, retry_after: int) -> None:
+def write_scores(lake: Lake, batch: ScoreBatch, retry_after: int) -> None:
     """Write a batch's reward rows; a row the lake refuses moves to the batch's errors
     without holding the others back. A failing disk is a retryable 503."""
     try:
         try:
-            store.write(lake, "rewards", batch.rows)
-        except store.SchemaViolation:
+            write(lake, "rewards", batch.rows)
+        except SchemaViolation:
             _write_one_by_one(lake, batch)  # one row is bad: find it (scores are few)
         # a correction is also the conversation's right answer: a label, as pulled ones are
         # (written after its reward: a retried request rewrites both under their keys)
@@ -246,7 +249,7 @@ def write_scores(lake: store.Lake, batch: ScoreBatch, retry_after: int) -> None:
         raise LakeUnavailable(lake.root, exc, retry_after) from None
 
 
-def _write_one_by_one(lake: store.Lake, batch: ScoreBatch) -> None:
+def _write_one_by_one(lake: Lake, batch: ScoreBatch) -> None:
     """Write a batch's reward rows one at a time; a row the lake refuses moves to the batch's
     errors without holding the others back."""
     kept = []
@@ -254,8 +257,8 @@ def _write_one_by_one(lake: store.Lake, batch: ScoreBatch) -> None:
         batch.rows, batch.ids, batch.scores, batch.trace_ids, strict=True
     ):
         try:
-            store.write(lake, "rewards", [row])
-        except store.SchemaViolation as exc:
+            write(lake, "rewards", [row])
+        except SchemaViolation as exc:
             batch.errors.append(f"score `{score_id}`: {exc}")
             continue
         kept.append((row, score_id, score, trace_id))

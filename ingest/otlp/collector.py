@@ -21,7 +21,6 @@ from typing import Any
 
 import pyarrow as pa
 
-import store
 from ingest.errors import Overloaded, RedactionFailed, SpoolWriteFailed, describe_write_error
 from ingest.lakeio import assemble_traces, pending_trace_ids
 from ingest.otlp.config import CollectorConfig
@@ -29,6 +28,9 @@ from ingest.otlp.memory import allocators, release_memory, rss_mb
 from ingest.otlp.spool import Spool, claim_spool, decode_table, encode_table, frame, read_segment
 from ingest.pending import PendingTraces
 from ingest.redact import redact_table
+from store.errors import SchemaViolation
+from store.lake import Lake
+from store.writer import write
 
 log = logging.getLogger("trajlake.ingest.otlp.collector")
 
@@ -46,7 +48,7 @@ class CollectorStats:
     errors: int = 0
 
 
-def default_spool_root(lake: store.Lake) -> Path:
+def default_spool_root(lake: Lake) -> Path:
     """Where collectors of `lake` keep their spools: one directory per live process under it."""
     if lake.is_local:
         return Path(lake.root) / "_spool"
@@ -61,7 +63,7 @@ class Collector:
 
     def __init__(self, config: CollectorConfig) -> None:
         self.config = config
-        self.lake = store.Lake.of(config.lake)
+        self.lake = Lake.of(config.lake)
         self._sealed = threading.Event()
         # A spool of this process's own: the configured directory, or one claimed under the
         # lake's spool root (where the spools of collectors that died are adopted on start).
@@ -97,11 +99,6 @@ class Collector:
         """Open the spool (recovering what a previous run left) and start the background threads."""
         if self.config.exposure_warning:
             log.warning("%s", self.config.exposure_warning)
-        # The last flush may run from an exit hook (`ingest.instrument`), too late to import a
-        # lake library for the first time: the lake code it reaches is loaded now (`dir(store)`
-        # is store's public surface, each name loaded on first use).
-        for name in dir(store):
-            getattr(store, name)
         self.spool.start(adopt_from=self._spool_root)
         self._sealed.set()  # recovered and adopted segments are flushed right away
         workers: list[tuple[str, Callable[[], None]]] = [("trajlake-flusher", self._flush_loop)]
@@ -221,8 +218,8 @@ class Collector:
                         table = pa.concat_tables(
                             [decode_table(r) for r in records], promote_options="default"
                         )
-                        result = store.write(self.lake, "spans", table, durable=True)
-                    except (pa.ArrowInvalid, store.SchemaViolation) as exc:
+                        result = write(self.lake, "spans", table, durable=True)
+                    except (pa.ArrowInvalid, SchemaViolation) as exc:
                         # Not a transient failure (those are OSErrors, retried): write the
                         # records one by one and keep only the bad ones aside, rather than
                         # block the spool forever or hold good rows back with a bad one.
@@ -243,8 +240,8 @@ class Collector:
         for record in records:
             try:
                 table = decode_table(record)
-                result = store.write(self.lake, "spans", table, durable=True)
-            except (pa.ArrowInvalid, store.SchemaViolation) as exc:
+                result = write(self.lake, "spans", table, durable=True)
+            except (pa.ArrowInvalid, SchemaViolation) as exc:
                 with failed.open("ab") as handle:  # same record format: readable with `read_segment`
                     handle.write(frame(record))
                     handle.flush()

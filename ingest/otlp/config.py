@@ -9,9 +9,10 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
-import store
 from ingest.errors import CollectorSettingError
 from ingest.redact import RedactionConfig
+from store.errors import address_rules, check_settings
+from store.lake import DEFAULT_LAKE
 
 MIB = 1024 * 1024
 
@@ -22,7 +23,7 @@ class CollectorConfig:
 
     # --- where data goes
     lake: str = field(
-        default=store.DEFAULT_LAKE, metadata={"help": "Lake path or URL the spans and trajectories go to."}
+        default=DEFAULT_LAKE, metadata={"help": "Lake path or URL the spans and trajectories go to."}
     )
     spool_dir: str | None = field(
         default=None,
@@ -116,7 +117,7 @@ class CollectorConfig:
                 "`langfuse_public_key` and `langfuse_secret_key`: set both Langfuse keys or neither",
                 field="langfuse_public_key",
             )
-        store.check_settings(
+        check_settings(
             self,
             *(
                 (name, getattr(self, name) > 0, "positive")
@@ -129,7 +130,7 @@ class CollectorConfig:
                     "request_timeout_s",
                 )
             ),
-            *store.address_rules(self.host, self.port),
+            *address_rules(self.host, self.port),
             error=CollectorSettingError,
         )
 

@@ -30,12 +30,12 @@ from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportRes
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-import store
 from ingest.otlp.collector import Collector
 from ingest.otlp.config import CollectorConfig
 from ingest.otlp.convert import logs_from_request
 from ingest.otlp.sdk_spans import spans_from_sdk
 from ingest.redact import RedactionConfig
+from store.lake import Lake
 
 log = logging.getLogger("trajlake.ingest.otlp.exporter")
 
@@ -53,7 +53,7 @@ class LakeSpanExporter(SpanExporter):
 
     def __init__(
         self,
-        lake: store.Lake | str | os.PathLike[str],
+        lake: Lake | str | os.PathLike[str],
         *,
         redaction: RedactionConfig | None = None,
         assemble: bool = True,
@@ -61,7 +61,7 @@ class LakeSpanExporter(SpanExporter):
         flush_seconds: float = 2.0,
         spool_dir: str | None = None,
     ) -> None:
-        self.lake = store.Lake.of(lake)
+        self.lake = Lake.of(lake)
         self.source = source
         self.collector = Collector(
             CollectorConfig(

@@ -31,10 +31,10 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 
-import store
 from ingest.errors import InstrumentError
 from ingest.otlp.exporter import LakeLogExporter, LakeSpanExporter
 from ingest.redact import RedactionConfig
+from store.lake import Lake
 
 log = logging.getLogger("trajlake.ingest.otlp.instrument")
 
@@ -116,7 +116,7 @@ class _LogsAlongside(SpanProcessor):
 
 
 def instrument(
-    lake: store.Lake | str | os.PathLike[str] | None = None,
+    lake: Lake | str | os.PathLike[str] | None = None,
     endpoint: str | None = None,
     *,
     service_name: str = "agent",

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import store
+from store.vocabulary import equals
 
 RewardValue = float | dict[str, float]
 RewardFn = Callable[[dict[str, Any], dict[str, Any] | None], RewardValue]
@@ -43,7 +43,7 @@ class RewardScope:
 
 # Rewards that compare with the scenario's expected outcome can score replays of scenarios that have one.
 EXPECTED_OUTCOME = RewardScope(
-    f"{store.equals('source', 'replay', table='trajectories')} AND expected IS NOT NULL AND expected <> ''",
+    f"{equals('source', 'replay', table='trajectories')} AND expected IS NOT NULL AND expected <> ''",
     "replayed trajectories of scenarios with an expected outcome",
 )
 

@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from store import Lake
+from store.lake import Lake
 
 CACHE_DIR = ("_cache", "judge")
 

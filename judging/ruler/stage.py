@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import store
 from judging.config import JudgeConfig, ScoreConfig
 from judging.errors import JudgeUnreachableError
 from judging.ruler.cache import JudgeCache
@@ -20,6 +19,9 @@ from judging.ruler.group import GroupVerdict, RulerJudge, run_sync
 from judging.select import selected_groups, stream_groups
 from judging.summary import ScoreSummary
 from judging.writer import ProgressBar, RewardWriter, finish_summary, reward_row
+from store.catalog.connection import connect
+from store.lake import Lake
+from store.rows import utc_now
 
 # After this many groups in a row fail with `judge_unreachable` (retries included), the
 # endpoint is down: stop instead of recording the same failure for every remaining group.
@@ -30,7 +32,7 @@ def ruler_rows(
     verdict: GroupVerdict, judge: RulerJudge, name: str, run_id: str, group_id: str
 ) -> list[dict[str, Any]]:
     """The rows of one judged group: one per trajectory, scores or the group's failure."""
-    scored_at = store.utc_now()
+    scored_at = utc_now()
     base = {
         "kind": "ruler",
         "judge_model": judge.config.model,
@@ -83,12 +85,10 @@ def ruler_rows(
     return rows
 
 
-def score_ruler(
-    lake: store.Lake, judge_config: JudgeConfig, config: ScoreConfig, run_id: str
-) -> ScoreSummary:
+def score_ruler(lake: Lake, judge_config: JudgeConfig, config: ScoreConfig, run_id: str) -> ScoreSummary:
     judge = RulerJudge(judge_config, JudgeCache(lake))
     name = config.name or "ruler"
-    con = store.connect(lake)
+    con = connect(lake)
     groups, done, small = selected_groups(
         con, config.where, judge.scorer, config.force, config.min_group_size
     )

@@ -29,7 +29,7 @@ def connect(
     """An in-memory DuckDB connection with the lake's views, that cannot open any file.
 
     The views read a snapshot: every table's version when `connect` (or `refresh`) ran,
-    or the `snapshot` given (`store.snapshot(lake, versions)` for time travel). Data
+    or the `snapshot` given (`store.catalog.versions.snapshot(lake, versions)` for time travel). Data
     committed later is seen after `refresh(con, lake)` or on a new connection;
     connections are cheap, so take a new one per unit of work.
 

@@ -16,7 +16,7 @@ So for each table of the plan:
    vacuumed too once they are an hour old; younger ones may be a live writer's next
    commit, so `store.erasure.verify` looks inside them instead.
 
-Time travel to a version before the erasure is then impossible: `store.snapshot` says
+Time travel to a version before the erasure is then impossible: `store.catalog.versions.snapshot` says
 the data was erased (`DataErased`). Readers holding a snapshot opened just before a
 purge can fail with a missing file; they succeed when run again.
 

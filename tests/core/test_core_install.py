@@ -22,7 +22,9 @@ import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-import store
+from store.lake import Lake
+from store.rows import utc_now
+from store.writer import write
 
 ROOT = Path(__file__).resolve().parents[2]
 EXTRAS = ("torch", "transformers", "trl", "peft", "prefect", "accelerate", "datasets")
@@ -52,7 +54,7 @@ def trajlake(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[st
     )
 
 
-def sql(lake: store.Lake, query: str) -> list[dict[str, object]]:
+def sql(lake: Lake, query: str) -> list[dict[str, object]]:
     result = trajlake("sql", "--lake", lake.root, "--format", "json", query)
     assert result.returncode == 0, result.stderr
     rows: list[dict[str, object]] = json.loads(result.stdout)
@@ -111,7 +113,7 @@ def test_a_command_of_a_missing_extra_exits_2_naming_it(command: list[str], extr
     assert f"pip install 'trajlake[{extras}]'" in lines[0] and f"`trajlake {command[0]}`" in lines[0]
 
 
-def test_collect_then_sql_then_forget_on_the_core_install(lake: store.Lake) -> None:
+def test_collect_then_sql_then_forget_on_the_core_install(lake: Lake) -> None:
     port = free_port()
     collector = subprocess.Popen(
         [sys.executable, "-m", "flows.cli", "collect", "--lake", lake.root, "--port", str(port)],
@@ -156,10 +158,10 @@ def test_collect_then_sql_then_forget_on_the_core_install(lake: store.Lake) -> N
     assert sql(lake, "SELECT verified FROM erasures") == [{"verified": True}]
 
 
-def test_the_report_on_the_core_install(lake: store.Lake, tmp_path: Path) -> None:
-    now = store.utc_now()
+def test_the_report_on_the_core_install(lake: Lake, tmp_path: Path) -> None:
+    now = utc_now()
     values = [0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0]
-    store.write(
+    write(
         lake,
         "trajectories",
         [
@@ -173,7 +175,7 @@ def test_the_report_on_the_core_install(lake: store.Lake, tmp_path: Path) -> Non
             for i in range(len(values))
         ],
     )
-    store.write(
+    write(
         lake,
         "rewards",
         [
@@ -188,7 +190,7 @@ def test_the_report_on_the_core_install(lake: store.Lake, tmp_path: Path) -> Non
     assert "exact_match" in html and "data:image/png;base64," in html  # matplotlib's plot, embedded
 
 
-def test_the_langfuse_import_on_the_core_install(lake: store.Lake, tmp_path: Path) -> None:
+def test_the_langfuse_import_on_the_core_install(lake: Lake, tmp_path: Path) -> None:
     records = [
         {
             "id": "lf-trace",

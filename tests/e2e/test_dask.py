@@ -14,7 +14,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import store
+from flows.cli import app
+from store.catalog.connection import connect
+from store.lake import Lake
+from store.writer import write
 from tests.training.helpers import make_trajectory
 
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
@@ -23,17 +26,17 @@ distributed = pytest.importorskip("distributed", reason="Dask is the [dask] extr
 pytest.importorskip("prefect_dask", reason="Dask is the [dask] extra (prefect-dask)")
 
 
-def production(lake: store.Lake) -> None:
+def production(lake: Lake) -> None:
     rows = []
     for i in range(16):
         a, b = 3 + i, 4 + 2 * i
         row = make_trajectory(f"p{i:02d}")
         row["messages"][1]["content"] = f"What is {a} + {b}?"
         rows.append(row)
-    store.write(lake, "trajectories", rows)
+    write(lake, "trajectories", rows)
 
 
-def config_file(tmp_path: Path, lake: store.Lake, model: Path, runner: str, address: str = "") -> str:
+def config_file(tmp_path: Path, lake: Lake, model: Path, runner: str, address: str = "") -> str:
     path = tmp_path / f"{runner}.toml"
     path.write_text(
         f"""
@@ -82,8 +85,8 @@ name = "dask-agent"
     return str(path)
 
 
-def lake_contents(lake: store.Lake) -> dict[str, object]:
-    con = store.connect(lake)
+def lake_contents(lake: Lake) -> dict[str, object]:
+    con = connect(lake)
     groups = con.execute(
         """SELECT group_id, count(*) AS n, list(turns[1].completion_token_ids ORDER BY trajectory_id)
            FROM trajectories WHERE source = 'replay' AND replay_run = 'round-1'
@@ -100,7 +103,7 @@ def lake_contents(lake: store.Lake) -> dict[str, object]:
 def test_dask_workers_write_what_threads_write(tmp_path: Path, tiny_model: Path) -> None:
     from flows.prefect_flows import run_pipeline
 
-    threads_lake, dask_lake = store.Lake(str(tmp_path / "threads")), store.Lake(str(tmp_path / "dask"))
+    threads_lake, dask_lake = Lake(str(tmp_path / "threads")), Lake(str(tmp_path / "dask"))
     for lake in (threads_lake, dask_lake):
         production(lake)
     expected_result = run_pipeline(
@@ -124,7 +127,7 @@ def test_dask_workers_write_what_threads_write(tmp_path: Path, tiny_model: Path)
         while time.monotonic() < deadline and not killed:
             try:
                 replayed = (
-                    store.connect(dask_lake)
+                    connect(dask_lake)
                     .execute("SELECT count(*) FROM trajectories WHERE source = 'replay'")
                     .fetchone()[0]
                 )
@@ -156,12 +159,10 @@ def test_dask_workers_write_what_threads_write(tmp_path: Path, tiny_model: Path)
     ]
     for name, weight in adapters[0].items():
         torch.testing.assert_close(weight, adapters[1][name], rtol=0, atol=1e-6, msg=name)
-    assert store.connect(dask_lake).execute("SELECT count(*) FROM adapters").fetchone()[0] == 1
+    assert connect(dask_lake).execute("SELECT count(*) FROM adapters").fetchone()[0] == 1
 
     # `trajlake report` on a lake the pipeline wrote with no demo code involved
     from typer.testing import CliRunner
-
-    from flows.cli import app
 
     out = tmp_path / "report.html"
     shown = CliRunner().invoke(app, ["report", "--lake", threads_lake.root, "--out", str(out)])
@@ -173,12 +174,12 @@ def test_dask_workers_write_what_threads_write(tmp_path: Path, tiny_model: Path)
 
 def test_the_flow_pickles_by_value() -> None:
     """Under the Dask runner Prefect ships the flow's function to the cluster by value (the module
-    attribute is the `Flow`, not the function), with the modules its code names: a name of
-    `store` there broke every Dask run (`store` is a lazy_loader module, which cloudpickle cannot
-    pickle). The flow names what it needs through `flows.stages`."""
+    attribute is the `Flow`, not the function), with the modules and classes its code names: a
+    name of `store` there broke every Dask run while `store` was a lazy_loader module, which
+    cloudpickle cannot pickle. The flow names `store.errors.LegacyRows` itself."""
     import cloudpickle
 
     from flows.prefect_flows import pipeline_flow
 
-    assert "store" not in pipeline_flow.fn.__code__.co_names
+    assert "LegacyRows" in pipeline_flow.fn.__code__.co_names  # a name of store's is shipped
     assert cloudpickle.loads(cloudpickle.dumps(pipeline_flow.fn)).__name__ == "pipeline_flow"

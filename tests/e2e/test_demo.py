@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
-import store
 from flows.demo.run import run_demo
+from store.catalog.connection import connect
+from store.lake import Lake
+from store.pipeline_runs import pipeline_runs
 from tests.flows.report.browser import chromium, console_errors, decoded_images, screenshot_sections
 
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
@@ -43,15 +45,14 @@ def counting(monkeypatch: pytest.MonkeyPatch, module: object, name: str, calls: 
 @pytest.mark.usefixtures("prefect_api")
 def test_small_demo_runs_the_whole_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import flows.stages.evaluate
-    import training.publish
 
     calls: list[tuple] = []
     counting(monkeypatch, flows.stages.evaluate, "replay_policy", calls)
     counting(monkeypatch, flows.stages.evaluate, "score_reward", calls)
-    counting(monkeypatch, training.publish, "publish", calls)
+    counting(monkeypatch, flows.stages.evaluate, "publish", calls)
     result = run_demo(tmp_path / "demo", size="small")
-    lake = store.Lake(result["lake"])
-    con = store.connect(lake)
+    lake = Lake(result["lake"])
+    con = connect(lake)
 
     # production traces -> trajectories with every message, via the real collector
     otel = con.execute(
@@ -114,7 +115,7 @@ def test_small_demo_runs_the_whole_loop(tmp_path: Path, monkeypatch: pytest.Monk
     # each night evaluated once, published once: one replay and one scoring per policy of the
     # learning curve (base model = the baseline, SFT, the round's adapter = the candidate); the
     # small demo's first night is not promoted, so its second starts from the base model again
-    nights = store.pipeline_runs(lake)
+    nights = pipeline_runs(lake)
     assert [(n.start_adapter, n.sft, n.status) for n in nights] == [(None, True, "finished")] * 2
     # every policy sampled (at the replay temperature) and greedily (T=0, one sample per scenario)
     night = ["replay_policy", "score_reward"] * 6 + ["publish"]

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-import store
 from flows.demo.run import run_demo
+from store.catalog.connection import connect
+from store.lake import Lake
 from training.chat.templates import TOOL_CHATML_NAME
 from training.models.known import MODELS_ENV, fetch_model
 
@@ -36,7 +37,7 @@ def test_small_demo_on_smollm2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert summary["production"]["after_policy"] == "calculator-agent-v1"
     assert [n["night"] for n in summary["nights"]] == [1, 2] and all(n["decision"] for n in summary["nights"])
 
-    con = store.connect(store.Lake(result["lake"]))
+    con = connect(Lake(result["lake"]))
     # the mixed task reached the lake: word problems among the production questions
     users = con.execute(
         "SELECT content FROM messages m JOIN trajectories t USING (trajectory_id) "

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-import store
 from flows.demo.run import run_demo
+from flows.demo.serving import demo_vllm_server
+from store.catalog.connection import connect
+from store.lake import Lake
 from store.metrics import IMPORTANCE_RATIO_MEAN, SAMPLER_GAP_MEAN, row_metrics
 from training.models.known import MODELS_ENV, fetch_model
 
@@ -38,15 +40,13 @@ def test_the_small_demo_runs_on_vllm_with_smollm2(tmp_path: Path, monkeypatch: p
     assert (summary["model"], summary["backend"]) == (SMOLLM2, "vllm")
     assert [s["stage"] for s in summary["stages"]] == ["base", "sft", "grpo-1"]
     # SmolLM2's own template ignores tools: the demo's server renders chat requests with trajlake's
-    from flows.demo.serving import demo_vllm_server
-
     server = demo_vllm_server(tmp_path / "models" / SMOLLM2, tmp_path / "probe", 48)
     template = server.command[server.command.index("--chat-template") + 1]
     assert "<tool_call>" in Path(template).read_text()
 
 
 def check_the_vllm_demo(result: dict, workdir: Path) -> None:
-    con = store.connect(store.Lake(result["lake"]))
+    con = connect(Lake(result["lake"]))
     backends = con.execute(
         "SELECT DISTINCT json_extract_string(metadata, '$.backend') FROM trajectories WHERE source = 'replay'"
     ).fetchall()

@@ -16,11 +16,19 @@ from typing import Any
 
 import pytest
 
-import store
+from flows import stages
+from flows.demo.base_model import pretrain_base_model
 from flows.demo.capture import capture_production_traces
 from flows.demo.run import SIZES, write_demo_config
 from flows.demo.serving import serve_second_batch
+from store.catalog.connection import connect
+from store.errors import LegacyRows
+from store.migrate import migrate, require_migrated
+from store.pipeline_runs import pipeline_runs
+from tests.store.test_typed_columns import AT, RUN, old_layout, old_replayed
 from training.registry import resolve_adapter
+from training.run import read_run_record
+from training.tiny import build_tiny_model
 
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
 
@@ -31,9 +39,6 @@ EVERY_CONVERSATION = "SELECT trajectory_id FROM trajectories WHERE source = 'ote
 
 @pytest.fixture(scope="module")
 def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from flows.demo.base_model import pretrain_base_model
-    from training.tiny import build_tiny_model
-
     root = tmp_path_factory.mktemp("nightly-model")
     return pretrain_base_model(build_tiny_model(root / "tiny"), root / "model")
 
@@ -77,7 +82,7 @@ def test_three_nights_each_train_from_production_on_what_is_new(
             assert served["model"] == f"{NAME}-v{night - 1}"
         results.append(run_pipeline(str(config), str(lake), rounds=1))
 
-    runs = store.pipeline_runs(lake)
+    runs = pipeline_runs(lake)
     assert [r.run_id for r in runs] == [r["run"].run_id for r in results]
     for result in results:  # the flow's result is JSON but for the run's record: no stage result leaks in
         json.dumps({key: value for key, value in result.items() if key != "run"})
@@ -93,7 +98,7 @@ def test_three_nights_each_train_from_production_on_what_is_new(
         (f"{NAME}:v2", False),
     ]
     # each night trained new steps, in its own runs, written while it ran
-    con = store.connect(lake)
+    con = connect(lake)
     seen: set[str] = set()
     for run in runs:
         assert run.training_steps > 0 and run.training_runs
@@ -185,7 +190,7 @@ def test_a_night_without_new_traffic_trains_nothing_and_says_so(
     assert run.decision == f"nothing to learn: no train scenario new since {first['run'].data_until}"
     assert run.since is not None and run.since < run.new_since == first["run"].data_until
     published = 1 if first["run"].published else 0  # the demo publishes night 1 (`latest_if_refused`)
-    assert len(store.connect(lake).execute("SELECT * FROM adapters").fetchall()) == published
+    assert len(connect(lake).execute("SELECT * FROM adapters").fetchall()) == published
 
 
 @pytest.mark.usefixtures("prefect_api")
@@ -223,7 +228,7 @@ def test_each_trigger_of_the_served_deployment_trains_its_own_run(
             return [(await client.read_flow_run(run_id)).state.type.value for run_id in triggered]
 
     assert asyncio.run(states()) == ["COMPLETED", "COMPLETED"]
-    runs = store.pipeline_runs(lake)
+    runs = pipeline_runs(lake)
     assert [r.flow_run_id for r in runs] == triggered
     assert all(r.status == "finished" and r.training_steps > 0 for r in runs)
     assert not set(runs[0].training_runs) & set(runs[1].training_runs)
@@ -232,7 +237,6 @@ def test_each_trigger_of_the_served_deployment_trains_its_own_run(
 
 
 def test_a_retried_flow_run_takes_up_its_own_record_and_folder(tmp_path: Path, demo_model: Path) -> None:
-    from flows import stages
     from flows.config.checks import load_config
     from training.run import TrainResult
 
@@ -247,7 +251,7 @@ def test_a_retried_flow_run_takes_up_its_own_record_and_folder(tmp_path: Path, d
     assert stages.begin_pipeline_run(the_lake, "flow-run-1", **sections) == first  # a retry: as it began
     other = stages.begin_pipeline_run(the_lake, "flow-run-2", **sections)
     assert other.run_id != first.run_id
-    assert [r.run_id for r in store.pipeline_runs(lake)] == [first.run_id, other.run_id]
+    assert [r.run_id for r in pipeline_runs(lake)] == [first.run_id, other.run_id]
 
     stages.make_scenarios(the_lake, select=config.select, scenarios=config.scenarios)
 
@@ -274,7 +278,6 @@ def test_sft_on_production_continues_the_production_adapter_on_the_new_conversat
     tmp_path: Path, demo_model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from flows.prefect_flows import run_pipeline
-    from training.run import read_run_record
 
     lake, config = promoting_lake(tmp_path, demo_model, monkeypatch)
     first = run_pipeline(str(config), str(lake), rounds=1)["run"]
@@ -312,10 +315,8 @@ def test_a_lake_an_older_trajlake_wrote_fails_the_run_in_one_line_naming_migrate
     import subprocess
     import sys
 
-    from flows import stages
     from flows.config.checks import load_config
     from flows.prefect_flows import pipeline_flow
-    from tests.store.test_typed_columns import AT, RUN, old_layout, old_replayed
 
     lake = tmp_path / "lake"
     old_layout(lake, "trajectories", [old_replayed("t-1", 0.8)])
@@ -346,20 +347,20 @@ def test_a_lake_an_older_trajlake_wrote_fails_the_run_in_one_line_naming_migrate
     assert "Traceback" not in cli.stdout + cli.stderr and cli.returncode == 2, cli.stderr[-2000:]
     (line,) = cli.stderr.strip().splitlines()
     assert line.startswith("error: ") and "trajlake migrate" in line
-    assert store.pipeline_runs(lake, skip_unmigrated=True) == []  # refused before anything ran
+    assert pipeline_runs(lake, skip_unmigrated=True) == []  # refused before anything ran
 
     capfd.readouterr()
     state = pipeline_flow(config_file=str(config), lake=str(lake), return_state=True)
     printed = capfd.readouterr()
     assert state.is_failed() and "trajlake migrate" in (state.message or "")
     assert "Traceback" not in printed.out + printed.err, printed.err[-2000:]
-    (refused,) = store.pipeline_runs(lake, skip_unmigrated=True)
+    (refused,) = pipeline_runs(lake, skip_unmigrated=True)
     assert refused.status == "failed" and refused.error is not None
     assert refused.error.startswith("start: LegacyRows: ") and "trajlake migrate" in refused.error
-    with pytest.raises(store.LegacyRows):  # the older rows are as they were
-        store.require_migrated(lake)
+    with pytest.raises(LegacyRows):  # the older rows are as they were
+        require_migrated(lake)
 
-    store.migrate(lake)
+    migrate(lake)
     settings = load_config(config).with_lake(str(lake))
     retried = stages.begin_pipeline_run(
         stages.lake_of(settings.lake),

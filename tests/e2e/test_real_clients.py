@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from store import Lake
+from store.lake import Lake
 from tests.ingest.conftest import sql, wait_for
 from tests.ingest.fake_openai import (
     FINAL_ANSWER,

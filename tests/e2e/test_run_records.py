@@ -13,16 +13,18 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import store
 from flows import stages
 from flows.cli import app
 from flows.commands.pipeline_cmds import PREFECT_LOGGING
 from flows.config.checks import load_config
+from flows.demo.base_model import pretrain_base_model
 from flows.demo.capture import capture_production_traces
 from flows.demo.config import write_demo_config
 from flows.demo.run import SIZES
 from flows.report import render_report, report_data
+from store.pipeline_runs import gate_decisions, pipeline_runs
 from training.registry import adapter_rows
+from training.tiny import build_tiny_model
 
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
 
@@ -32,9 +34,6 @@ SPEC = SIZES["small"]
 
 @pytest.fixture(scope="module")
 def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from flows.demo.base_model import pretrain_base_model
-    from training.tiny import build_tiny_model
-
     root = tmp_path_factory.mktemp("records-model")
     return pretrain_base_model(build_tiny_model(root / "tiny"), root / "model")
 
@@ -59,7 +58,7 @@ def test_a_failed_run_says_failed_where_and_why(
     monkeypatch.setenv("TRAJLAKE_SELECT__SCENARIOS", "SELECT trajectory_id FROM trajectories WHERE false")
     out = CliRunner().invoke(app, ["pipeline", "--config", str(config), "--lake", str(lake)])
     assert out.exit_code == 1, out.output
-    (run,) = store.pipeline_runs(lake)
+    (run,) = pipeline_runs(lake)
     assert run.status == "failed" and run.finished_at
     assert run.error is not None
     assert run.error.startswith("scenarios: ScenarioError: the selection returned no trajectories"), run.error
@@ -101,7 +100,7 @@ def test_every_gate_decision_of_trajlake_publish_is_recorded_and_reported(
     assert refused.exit_code == 1 and "nothing was published" in refused.output, refused.output
     assert [r["version"] for r in adapter_rows(lake, NAME)] == [1]  # no refused version piles up
 
-    first, second = store.gate_decisions(lake)
+    first, second = gate_decisions(lake)
     assert (first.published, first.promoted, first.candidate) == (f"{NAME}:v1", True, adapter)
     assert first.decision.startswith(f"{NAME}:v1 promoted")
     assert (second.published, second.promoted) == (None, False)
@@ -109,7 +108,7 @@ def test_every_gate_decision_of_trajlake_publish_is_recorded_and_reported(
         f"{NAME} candidate not promoted: +0.000 [+0.000, +0.000] against {NAME}:v1"
     )
     assert second.decision.endswith("; nothing published") and second.eval_run_id
-    assert store.pipeline_runs(lake) == []  # a gate decision is not a night: the next run's "new" is unmoved
+    assert pipeline_runs(lake) == []  # a gate decision is not a night: the next run's "new" is unmoved
 
     # a version published without `production`: the report's lineage stays on production's version
     assert runner.invoke(app, ["publish", adapter, "--lake", str(lake), "--name", NAME]).exit_code == 0

@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 
-import store
 from judging.trajectory import expected_answer
+from store.catalog.connection import connect
+from store.lake import Lake
 from training.models.known import MODELS_ENV, fetch_model
 
 pytestmark = [pytest.mark.realmodel, pytest.mark.slow]
@@ -73,7 +74,7 @@ def test_shop_example_runs_the_loop(tmp_path: Path) -> None:
     finally:
         sys.path.remove(str(EXAMPLE))
 
-    con = store.connect(store.Lake(str(work / "lake")))
+    con = connect(Lake(str(work / "lake")))
     rows = con.execute(
         "SELECT model, count(*) FROM trajectories WHERE agent_name = 'shop' AND source = 'otel' GROUP BY ALL"
     ).fetchall()

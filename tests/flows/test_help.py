@@ -12,6 +12,7 @@ import typer
 from typer.testing import CliRunner
 
 from flows.cli import app
+from flows.config.keys import first_sentence
 
 # A bracketed token of a help text: what rich would take for a markup tag, and drop.
 BRACKETED = re.compile(r"\[[^\[\]\n]*\]")
@@ -64,8 +65,6 @@ def test_every_bracketed_word_of_the_help_texts_is_shown(path: tuple[str, ...], 
 
 
 def test_help_prose_is_not_cut_where_its_source_lines_end() -> None:
-    from flows.config.keys import first_sentence
-
     result = CliRunner().invoke(app, ["serve-sampler", "--help"], env={"COLUMNS": "80"}, terminal_width=80)
     assert result.exit_code == 0
     # one paragraph, filled to the width: the docstring's own line breaks are gone

@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from flows.demo.base_model import pretrain_base_model
+from training.tiny import build_tiny_model
+
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
 
 #: a line of `dis` output, as dill's disassembly of a hashed function printed into the run's log
@@ -24,9 +27,6 @@ BYTECODE = re.compile(r"\b(LOAD|STORE|CALL|RETURN|BUILD|PUSH|POP)_[A-Z_]+\b")
 
 @pytest.fixture(scope="module")
 def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from flows.demo.base_model import pretrain_base_model
-    from training.tiny import build_tiny_model
-
     root = tmp_path_factory.mktemp("logs-model")
     return pretrain_base_model(build_tiny_model(root / "tiny"), root / "model")
 

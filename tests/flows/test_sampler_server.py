@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-import store
 from flows.sampler_server import RequestLimits, request_problem, sampler_app, served_adapter
+from store.lake import Lake
 from training.publish import PublishConfig, publish
 from training.replay.samplers import SamplingParams
 from training.sft_config import TrajlakeSFTConfig
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "
 
 
 @pytest.fixture
-def published(tiny_model: Path, lake: store.Lake, tmp_path: Path) -> str:
+def published(tiny_model: Path, lake: Lake, tmp_path: Path) -> str:
     """A fresh (untrained) LoRA on the tiny model, published twice as `calc` v1 and v2."""
     from peft import get_peft_model
     from transformers import AutoModelForCausalLM
@@ -32,7 +32,7 @@ def published(tiny_model: Path, lake: store.Lake, tmp_path: Path) -> str:
 
 
 def test_published_versions_answer_under_their_served_name(
-    tiny_model: Path, lake: store.Lake, published: str
+    tiny_model: Path, lake: Lake, published: str
 ) -> None:
     path, name = served_adapter("calc:1", lake=lake)
     assert name == "calc-v1" and path.endswith("/calc/v1")

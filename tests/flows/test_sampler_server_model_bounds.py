@@ -20,7 +20,7 @@ from starlette.testclient import TestClient
 
 from flows.sampler_server import sampler_app
 from training.replay.rollout.openai_app import LoopbackServer
-from training.replay.rollout.request_limits import RequestLimits
+from training.replay.rollout.request_limits import RequestLimits, guarded
 from training.replay.samplers import SamplingParams
 
 DEEP = json.loads("[" * 500 + "5" + "]" * 500)
@@ -160,8 +160,6 @@ def test_the_guard_reads_no_further_than_the_body_limit() -> None:
     """Where the memory bound is decided: a body past `max_body_bytes` is read no further
     than the chunk that crossed it (the RSS tests measure the same end to end)."""
     import asyncio
-
-    from training.replay.rollout.request_limits import guarded
 
     limits = RequestLimits(max_body_bytes=1 << 20)
     chunk, pulled, sent = b"x" * 65536, [0], []

@@ -20,13 +20,14 @@ from typing import Any
 import pytest
 import typer
 
-import store
 from flows.cli import SUMMARIES, TrajlakeGroup, app
 from flows.commands import LazyGroup
 from flows.commands.train_cmds import TrainGroup
 from flows.config.lake import load_lake
 from flows.config.lake_sources import read_lake
 from flows.config.sections import LakeSettings
+from store.lake import Lake
+from store.writer import write
 from tests.store.helpers import make_traj
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,8 +95,8 @@ def test_every_help_but_trls_options_imports_no_heavy_library() -> None:
     assert first is None, f"`trajlake {' '.join(first['argv'])}` imported {first['heavy']}"
 
 
-def test_sql_imports_no_heavy_library(lake: store.Lake) -> None:
-    store.write(lake, "trajectories", [make_traj(i) for i in range(3)])
+def test_sql_imports_no_heavy_library(lake: Lake) -> None:
+    write(lake, "trajectories", [make_traj(i) for i in range(3)])
     # nor pandas (pyarrow builds it in for arrays made from Python objects) nor polars
     (ran,) = run_in_one_process(
         ["sql", "SELECT count(*) FROM trajectories", "--lake", lake.root], heavy=(*HEAVY, "pandas", "polars")
@@ -151,11 +152,11 @@ def test_each_listed_summary_is_the_commands_own(group: type[LazyGroup]) -> None
     assert SUMMARIES is TrajlakeGroup.summaries
 
 
-def test_sql_with_nothing_to_read_loads_no_settings_library(lake: store.Lake) -> None:
+def test_sql_with_nothing_to_read_loads_no_settings_library(lake: Lake) -> None:
     """With no trajlake.toml and no `TRAJLAKE_LAKE*` variable, `[lake]` is its declared defaults:
     `trajlake sql` imports neither pydantic-settings nor fsspec, nor pyarrow.compute (together
     half its start-up beyond duckdb and pyarrow; bench/startup.py)."""
-    store.write(lake, "trajectories", [make_traj(i) for i in range(3)])
+    write(lake, "trajectories", [make_traj(i) for i in range(3)])
     (ran,) = run_in_one_process(
         ["sql", "SELECT count(*) FROM trajectories", "--lake", lake.root],
         heavy=("pydantic_settings", "fsspec", "pyarrow.compute"),

@@ -16,7 +16,7 @@ from flows.cli import app as cli_app
 from ingest.otlp.app import create_app
 from ingest.otlp.collector import Collector
 from ingest.otlp.config import CollectorConfig
-from store import Lake
+from store.lake import Lake
 from tests.ingest.fake_openai import serve_in_thread
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-import store
 from ingest.lakeio import spans_of_traces
 from ingest.pending import PendingTraces
+from store.lake import Lake
+from store.writer import write
 from tests.ingest.span_rows import agent, chat, spans_table, text
 
 
@@ -29,10 +30,10 @@ def test_root_makes_a_trace_ready_idle_timeout_catches_the_rest_and_late_spans_c
     assert len(pending) == 0
 
 
-def test_spans_of_traces_reads_every_span_of_the_asked_traces_whole(lake: store.Lake) -> None:
-    store.write(lake, "spans", rows("1" * 32, root=True))
-    store.write(lake, "spans", rows("2" * 32, root=True))
-    store.write(lake, "spans", rows("1" * 32, root=False))  # a late copy of one span: one row per span
+def test_spans_of_traces_reads_every_span_of_the_asked_traces_whole(lake: Lake) -> None:
+    write(lake, "spans", rows("1" * 32, root=True))
+    write(lake, "spans", rows("2" * 32, root=True))
+    write(lake, "spans", rows("1" * 32, root=False))  # a late copy of one span: one row per span
     chunks = list(spans_of_traces(lake, ["1" * 32], chunk_rows=1))
     assert [c.num_rows for c in chunks] == [2]  # a chunk never splits a trace
     assert set(chunks[0].column("trace_id").to_pylist()) == {"1" * 32}

@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-import store
+from store.lake import Lake
+from store.writer import write
 
 T0 = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
 
@@ -74,7 +75,7 @@ def good_answers(n: int) -> list[str]:
     return [" ".join(["good"] * (i % 5)) + f" answer {i}" for i in range(n)]
 
 
-def write_groups(lake: store.Lake, n_groups: int, size: int = 4, prefix: str = "g") -> list[dict[str, Any]]:
+def write_groups(lake: Lake, n_groups: int, size: int = 4, prefix: str = "g") -> list[dict[str, Any]]:
     rows = [t for g in range(n_groups) for t in make_group(f"{prefix}{g:03d}", good_answers(size))]
-    store.write(lake, "trajectories", rows)
+    write(lake, "trajectories", rows)
     return rows

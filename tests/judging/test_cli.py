@@ -12,8 +12,10 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-import store
 from flows.cli import app
+from store.catalog.connection import connect
+from store.lake import Lake
+from store.writer import write
 from tests.judging.fake_judge import FakeJudge, JudgeServer
 from tests.judging.helpers import make_scenario, write_groups
 from tests.store.helpers import make_traj
@@ -30,7 +32,7 @@ def cli(*args: str) -> str:
 
 
 def test_ruler_and_programmatic_rewards_side_by_side_in_sql(lake, judge_server):
-    store.write(lake, "scenarios", [make_scenario("s", '{"answer": "good good answer 2"}')])
+    write(lake, "scenarios", [make_scenario("s", '{"answer": "good good answer 2"}')])
     write_groups(lake, 3, size=3)
     judge = ["--judge-model", "stand-in-judge", "--judge-base-url", judge_server.base_url]
     out = cli("score", "--lake", lake.root, "--reward", "ruler", *judge, "--no-progress")
@@ -77,7 +79,7 @@ def test_ruler_and_programmatic_rewards_side_by_side_in_sql(lake, judge_server):
 def test_cli_errors_are_one_clear_line(lake, tmp_path):
     missing = runner.invoke(app, ["score", "--lake", str(tmp_path / "typo"), "--reward", "exact_match"])
     assert missing.exit_code == 2 and "no lake at" in missing.output  # not "0 reward rows"
-    store.write(lake, "trajectories", [make_traj(0)])
+    write(lake, "trajectories", [make_traj(0)])
     result = runner.invoke(app, ["score", "--lake", lake.root, "--reward", "exact"])
     assert result.exit_code == 1 and "reward `exact`" in result.output and "exact_match" in result.output
     result = runner.invoke(app, ["score", "--lake", lake.root, "--reward", "ruler"])
@@ -86,7 +88,7 @@ def test_cli_errors_are_one_clear_line(lake, tmp_path):
     assert result.exit_code == 2 and "name=number" in result.output
 
 
-def _spawn_score(lake: store.Lake, base_url: str, *extra: str) -> subprocess.Popen:
+def _spawn_score(lake: Lake, base_url: str, *extra: str) -> subprocess.Popen:
     command = [
         sys.executable,
         "-m",
@@ -124,7 +126,7 @@ def test_a_killed_run_resumes_without_paying_twice(lake):
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         answered_before = server.judge.answered
-        con = store.connect(lake)
+        con = connect(lake)
         committed = con.execute("SELECT count(DISTINCT group_id) FROM rewards").fetchone()[0]
         assert 2 <= committed < 10  # some batches committed, the rest lost with the process
 
@@ -138,7 +140,7 @@ def test_a_killed_run_resumes_without_paying_twice(lake):
         assert summary.cache_hits >= answered_before - committed - 1
         assert server.judge.answered <= 10 + 1  # at most the one in flight at the kill is paid twice
     final = (
-        store.connect(lake)
+        connect(lake)
         .execute("SELECT count(*), count(DISTINCT trajectory_id), bool_and(status = 'ok') FROM rewards")
         .fetchone()
     )
@@ -155,7 +157,7 @@ def test_ctrl_c_commits_what_was_judged(lake):
         answered = server.judge.answered
     said = err.decode()[-3000:]
     assert proc.returncode != 0, said
-    groups = store.connect(lake).execute("SELECT count(DISTINCT group_id) FROM rewards").fetchone()[0]
+    groups = connect(lake).execute("SELECT count(DISTINCT group_id) FROM rewards").fetchone()[0]
     # interrupted mid-run, nothing judged was lost
     assert answered - 1 <= groups <= answered < 10, (answered, groups, said)
 
@@ -177,5 +179,5 @@ def test_two_workers_at_once_judge_each_group_once(lake):
     for path in files:
         with open(path) as handle:
             assert json.load(handle)["verdicts"]  # whole entries
-    rows = store.connect(lake).execute("SELECT count(DISTINCT trajectory_id) FROM latest_rewards").fetchone()
+    rows = connect(lake).execute("SELECT count(DISTINCT trajectory_id) FROM latest_rewards").fetchone()
     assert rows == (24,)

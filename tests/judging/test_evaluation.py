@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-import store
+from judging import Measured, NothingScored, evaluate_policies
 from judging.evaluation_stats import (
     bootstrap_ci,
     compare,
     evaluation_table,
+    independent_difference,
     production_success,
     record_evaluation,
 )
+from store.catalog.connection import connect
+from store.lake import Lake
+from store.metrics import EvaluationTableRow
+from store.writer import write
 from tests.judging.helpers import T0, make_traj
 from tests.store.helpers import run_metrics
 
@@ -65,14 +70,14 @@ def test_noise_gives_an_interval_around_zero() -> None:
     assert low < 0 < high  # unpaired means are equal; every paired difference is +-1: no evidence
 
 
-def test_production_success_per_policy_from_feedback(lake: store.Lake) -> None:
+def test_production_success_per_policy_from_feedback(lake: Lake) -> None:
     rows = [make_traj(f"p{i}", "x", source="otel", policy="prod-llm") for i in range(10)]
     rows += [make_traj(f"a{i}", "x", source="otel", policy="agent-v1") for i in range(4)]
     rows += [make_traj(f"r{i}", "x", source="replay", policy="agent-v1") for i in range(4)]  # not production
-    store.write(lake, "trajectories", rows)
+    write(lake, "trajectories", rows)
     feedback = [(f"p{i}", float(i < 8)) for i in range(10)] + [(f"a{i}", 1.0) for i in range(4)]
     feedback += [(f"r{i}", 0.0) for i in range(4)]
-    store.write(
+    write(
         lake,
         "rewards",
         [
@@ -86,7 +91,7 @@ def test_production_success_per_policy_from_feedback(lake: store.Lake) -> None:
     assert production_success(lake, "no_such_reward") == []
 
 
-def test_record_writes_the_comparison_then_the_table(lake: store.Lake) -> None:
+def test_record_writes_the_comparison_then_the_table(lake: Lake) -> None:
     rows = evaluation_table([("base", "m", BASE), ("sft", "m+sft", SFT)], references=("base",))
     comparison = compare("exact_match", ("m+sft", SFT), ("m", BASE))
     run_id = record_evaluation(lake, comparison, rows, adapter="agent")
@@ -108,9 +113,7 @@ def test_a_policys_interval_does_not_depend_on_the_order_its_scores_were_read() 
 # --- the procedure ---------------------------------------------------------------------------------
 
 
-def test_the_procedure_measures_each_policy_once_and_always_shows_the_baseline(lake: store.Lake) -> None:
-    from judging import Measured, evaluate_policies
-
+def test_the_procedure_measures_each_policy_once_and_always_shows_the_baseline(lake: Lake) -> None:
     measured: list[str | None] = []
     by_path = {None: BASE, "sft/adapter": SFT, "grpo-1/adapter": GRPO, "prod/adapter": SFT}
 
@@ -134,14 +137,12 @@ def test_the_procedure_measures_each_policy_once_and_always_shows_the_baseline(l
     assert found.comparison.baseline.policy == "prod/adapter"
     assert found.comparison.difference == pytest.approx(0.4)  # GRPO solves 8 of the 20 odd ones more
     assert found.table[2].difference("sft").mean == pytest.approx(0.4)
-    with store.connect(lake, read_only=True) as con:
+    with connect(lake, read_only=True) as con:
         steps = con.execute(f"SELECT count(*) FROM runs WHERE run_id = '{found.run_id}'").fetchone()[0]
     assert steps == 2 + 4  # candidate, baseline, then the table
 
 
-def test_nothing_scored_is_refused_before_anything_is_recorded(lake: store.Lake) -> None:
-    from judging import Measured, NothingScored, evaluate_policies
-
+def test_nothing_scored_is_refused_before_anything_is_recorded(lake: Lake) -> None:
     def measure(path: str | None) -> Measured:
         return Measured(path or "model", "exact_match", {} if path else BASE)
 
@@ -150,9 +151,7 @@ def test_nothing_scored_is_refused_before_anything_is_recorded(lake: store.Lake)
     assert not lake.has_table("runs")
 
 
-def test_the_publish_gate_compares_the_candidate_with_the_incumbent(lake: store.Lake) -> None:
-    from judging import Measured, evaluate_policies
-
+def test_the_publish_gate_compares_the_candidate_with_the_incumbent(lake: Lake) -> None:
     by_path = {"prod/adapter": SFT, "new/adapter": GRPO}
     found = evaluate_policies(
         lake,
@@ -165,10 +164,7 @@ def test_the_publish_gate_compares_the_candidate_with_the_incumbent(lake: store.
     assert found.comparison.better and found.baseline == "calc:v3"
 
 
-def test_greedy_scores_sit_beside_the_sampled_ones_and_reach_the_runs_table(lake: store.Lake) -> None:
-    from judging.evaluation_stats import evaluation_table, independent_difference, record_evaluation
-    from store.metrics import EvaluationTableRow
-
+def test_greedy_scores_sit_beside_the_sampled_ones_and_reach_the_runs_table(lake: Lake) -> None:
     sampled = {"a": 0.5, "b": 0.25}
     greedy = {"a": 1.0, "b": 0.0}  # one sample per scenario at T=0: every score is 0 or 1
     (row,) = evaluation_table([("sft", "m+sft", sampled)], greedy={"sft": greedy})

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-import store
+from flows.cli import app
 from judging import (
     ScoreConfig,
     SqlReward,
@@ -17,6 +17,9 @@ from judging import (
     get_reward,
     score,
 )
+from store.catalog.connection import connect
+from store.rows import utc_now
+from store.writer import write
 from tests.judging.helpers import make_group, make_scenario, make_traj
 
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
@@ -25,7 +28,7 @@ QUIET = ScoreConfig(progress=False)
 
 
 def rows(lake, name: str) -> dict[str, tuple]:
-    con = store.connect(lake)
+    con = connect(lake)
     result = con.execute(
         "SELECT trajectory_id, value, status, error, explanation, group_id, scorer FROM rewards "
         "WHERE name = ? ORDER BY trajectory_id",
@@ -37,13 +40,13 @@ def rows(lake, name: str) -> dict[str, tuple]:
 @pytest.fixture
 def qa_lake(lake):
     """Two groups answering a scenario with an expected answer, one production trace without scenario."""
-    store.write(lake, "scenarios", [make_scenario("capital", '{"answer": "Paris"}')])
+    write(lake, "scenarios", [make_scenario("capital", '{"answer": "Paris"}')])
     trajectories = [
         *make_group("g1", ["Paris", "paris.", "Lyon"], scenario_id="capital"),
         *make_group("g2", ["Paris", "Paris"], scenario_id="capital"),
         make_traj("prod-1", '{"ok": true}'),
     ]
-    store.write(lake, "trajectories", trajectories)
+    write(lake, "trajectories", trajectories)
     return lake
 
 
@@ -73,7 +76,7 @@ def test_rerun_skips_what_this_scorer_scored_and_retries_failures(qa_lake):
     again = score(qa_lake, "normalized_match", everything)
     # five ok rows are skipped, the failed one is tried again (and fails again)
     assert (again.trajectories_skipped, again.rows_written) == (5, 1)
-    store.write(qa_lake, "trajectories", [make_traj("prod-1", "Paris", scenario_id="capital")])
+    write(qa_lake, "trajectories", [make_traj("prod-1", "Paris", scenario_id="capital")])
     third = score(qa_lake, "normalized_match", everything)
     assert third.rows_written == 1 and rows(qa_lake, "normalized_match")["prod-1"][:2] == (1.0, "ok")
     forced = score(qa_lake, "normalized_match", ScoreConfig(progress=False, where="true", force=True))
@@ -84,8 +87,8 @@ def test_by_default_a_reward_scores_what_it_can_and_counts_what_it_left_out(qa_l
     """exact_match needs an expected outcome: by default it scores replays of scenarios that have
     one, writes nothing for the rest (no `no_expected` row per production trace, rerun after
     rerun), and says how many it left out."""
-    store.write(qa_lake, "scenarios", [make_scenario("open", None)])
-    store.write(
+    write(qa_lake, "scenarios", [make_scenario("open", None)])
+    write(
         qa_lake,
         "trajectories",
         [make_traj("prod-2", "Paris", source="otel"), *make_group("g3", ["x", "y"], scenario_id="open")],
@@ -102,8 +105,6 @@ def test_by_default_a_reward_scores_what_it_can_and_counts_what_it_left_out(qa_l
 
 def test_score_command_says_what_it_left_out(qa_lake):
     from typer.testing import CliRunner
-
-    from flows.cli import app
 
     result = CliRunner().invoke(app, ["score", "-r", "exact_match", "--no-progress", "--lake", qa_lake.root])
     assert result.exit_code == 0, result.output
@@ -215,7 +216,7 @@ def test_combined_reward_weights_named_rewards(qa_lake):
     assert got["prod-1"][1:3] == ("failed", "component_failed")
     assert summary.combined == 5 and summary.failed == {"component_failed": 1}
     assert combine(qa_lake, weights).unchanged == 6  # nothing changed: nothing rewritten
-    store.write(qa_lake, "trajectories", [make_traj("g1-2", "Paris", group_id="g1", scenario_id="capital")])
+    write(qa_lake, "trajectories", [make_traj("g1-2", "Paris", group_id="g1", scenario_id="capital")])
     score(qa_lake, "exact_match", ScoreConfig(progress=False, force=True, where="trajectory_id = 'g1-2'"))
     rerun = combine(qa_lake, weights)
     assert rerun.unchanged == 5 and rows(qa_lake, "combined")["g1-2"][0] == pytest.approx(0.75 + 0.25 * 0.4)
@@ -230,10 +231,10 @@ def test_combine_rejects_bad_weights(qa_lake):
 
 def test_agreement_is_rank_correlation_within_groups(lake):
     trajs = [t for g in range(3) for t in make_group(f"g{g}", ["a", "b", "c", "d"])]
-    store.write(lake, "trajectories", trajs)
+    write(lake, "trajectories", trajs)
     values_a = [0.1, 0.4, 0.6, 0.9]
     values_b = {"g0": [1, 2, 3, 4], "g1": [4, 3, 2, 1], "g2": [5, 5, 5, 5]}  # same, reversed, constant
-    now = store.utc_now()
+    now = utc_now()
     reward_rows = [
         {
             "trajectory_id": f"{g}-{i}",
@@ -248,7 +249,7 @@ def test_agreement_is_rank_correlation_within_groups(lake):
         for name, vals in (("a", values_a), ("b", values_b[g]))
         for i, v in enumerate(vals)
     ]
-    store.write(lake, "rewards", reward_rows)
+    write(lake, "rewards", reward_rows)
     report = agreement(lake, "a", "b")
     by_group = {g.group_id: g.spearman for g in report.per_group}
     assert by_group == {"g0": 1.0, "g1": -1.0, "g2": None}
@@ -265,7 +266,7 @@ def test_penalties_and_task_reward_in_one_lake(qa_lake):
 
 def test_metadata_records_the_function_and_version(qa_lake):
     score(qa_lake, "tests.judging.custom_rewards:answer_length_reward", QUIET)
-    con = store.connect(qa_lake)
+    con = connect(qa_lake)
     meta, scorer = con.execute(
         "SELECT metadata, scorer FROM rewards WHERE name = 'answer_length' LIMIT 1"
     ).fetchone()

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import store
 from flows.cli import app
+from store.lake import Lake
+from store.writer import write
 from tests.store.helpers import make_traj
 
 pytestmark = pytest.mark.reliability
@@ -84,7 +85,7 @@ def test_a_writing_command_starts_a_new_lake(tmp_path: Path) -> None:
     scenarios.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
     code, output = invoke("scenarios", "load", str(scenarios), "--lake", str(tmp_path / "new"))
     assert code == 0, output
-    assert store.Lake(str(tmp_path / "new")).has_table("scenarios")
+    assert Lake(str(tmp_path / "new")).has_table("scenarios")
 
 
 @pytest.mark.parametrize(
@@ -98,7 +99,7 @@ def test_unreadable_scenario_files_are_errors_with_the_line(
     path.write_bytes(b'{"messages": [{"role": "user", "content": "ok"}]}\n' + content)
     code, output = invoke("scenarios", "load", str(path), "--lake", str(tmp_path / "lake"))
     assert code == 1 and f"{path}:2" in output and needle in output
-    assert not store.Lake(str(tmp_path / "lake")).has_table("scenarios")
+    assert not Lake(str(tmp_path / "lake")).has_table("scenarios")
 
 
 @pytest.mark.parametrize(
@@ -123,10 +124,10 @@ def test_unreadable_langfuse_exports_are_errors_with_the_line(
 
 
 def test_sql_lake_only_switch_refuses_files_outside_the_lake(
-    lake: store.Lake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    lake: Lake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
 
-    store.write(lake, "trajectories", [make_traj(0)])
+    write(lake, "trajectories", [make_traj(0)])
     outside = tmp_path / "notes.csv"
     outside.write_text("a\n1\n")
     query = f"SELECT count(*) AS n FROM read_csv('{outside}')"
@@ -156,7 +157,7 @@ def test_a_grpo_field_the_groups_decide_is_refused_not_ignored(tmp_path: Path, f
 
 def test_a_base_model_that_does_not_load_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
     lake = tmp_path / "lake"
-    store.write(str(lake), "trajectories", [{**make_traj(i), "has_content": True} for i in range(3)])
+    write(str(lake), "trajectories", [{**make_traj(i), "has_content": True} for i in range(3)])
     missing = str(tmp_path / "no-such-model")
     code, output = invoke(
         "train", "sft", "--base-model", missing, "-o", str(tmp_path / "o"), "--lake", str(lake)
@@ -170,12 +171,12 @@ def test_a_base_model_that_does_not_load_is_one_line_and_writes_nothing(tmp_path
     config.write_text(f'[sampler]\nmodel = "{missing}"\n')
     code, output = invoke("pipeline", "--config", str(config), "--lake", str(lake))
     assert code == 2 and "`sampler.model`" in output and f"`{missing}` cannot be loaded" in output
-    assert not store.Lake(str(lake)).has_table("scenarios")
+    assert not Lake(str(lake)).has_table("scenarios")
 
 
 def test_as_of_a_version_the_lake_does_not_have_is_one_line(tmp_path: Path) -> None:
     lake = tmp_path / "lake"
-    store.write(str(lake), "trajectories", [{**make_traj(0), "has_content": True}])
+    write(str(lake), "trajectories", [{**make_traj(0), "has_content": True}])
     for as_of, says in (("trajectories=9999", "the table has versions 0.."), ("nope=1", "not a table")):
         code, output = invoke(
             "train",

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-import store
+from store.lake import Lake
+from store.writer import write
 from tests.store.helpers import make_traj
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
@@ -102,8 +103,8 @@ def assert_one_line(result: subprocess.CompletedProcess[str], words: str) -> Non
 
 @pytest.fixture(scope="module")
 def a_lake(tmp_path_factory: pytest.TempPathFactory) -> str:
-    lake = store.Lake(str(tmp_path_factory.mktemp("one-line") / "lake"))
-    store.write(lake, "trajectories", [make_traj(0)])
+    lake = Lake(str(tmp_path_factory.mktemp("one-line") / "lake"))
+    write(lake, "trajectories", [make_traj(0)])
     return lake.root
 
 

@@ -18,9 +18,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-import store
 from flows.background import free_port
-from store import CompactConfig, compact
+from store.catalog.connection import connect
+from store.lake import Lake
+from store.maintenance import CompactConfig, compact
 from tests.conftest import s3_lake_at
 from tests.reliability.test_durability import random_request, start
 
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "
 SECONDS = 8
 
 
-def run_together(lake: store.Lake, env: dict[str, str] | None = None) -> None:
+def run_together(lake: Lake, env: dict[str, str] | None = None) -> None:
     ports = [free_port(), free_port()]
     processes = [start(lake, port, env) for port in ports]
     acknowledged: set[tuple[str, str]] = set()
@@ -56,7 +57,7 @@ def run_together(lake: store.Lake, env: dict[str, str] | None = None) -> None:
 
     def reader() -> None:
         while not stop.is_set():
-            con = store.connect(lake)
+            con = connect(lake)
             total, distinct = con.execute(
                 "SELECT count(*), count(DISTINCT (trace_id, span_id)) FROM spans"
             ).fetchone()
@@ -91,7 +92,7 @@ def run_together(lake: store.Lake, env: dict[str, str] | None = None) -> None:
         )
 
     assert not problems, problems[:5]
-    con = store.connect(lake)
+    con = connect(lake)
     stored = con.execute("SELECT trace_id, span_id FROM spans").fetchall()
     assert len(stored) == len(set(stored))  # none doubled
     missing = acknowledged - set(stored)
@@ -116,7 +117,7 @@ def guard(work: Callable[[], None], problems: list[str]) -> Callable[[], None]:
     return run
 
 
-def test_two_collectors_a_compaction_and_a_reader_on_one_local_lake(lake: store.Lake) -> None:
+def test_two_collectors_a_compaction_and_a_reader_on_one_local_lake(lake: Lake) -> None:
     run_together(lake)
 
 

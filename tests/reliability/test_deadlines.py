@@ -20,7 +20,7 @@ import time
 import pytest
 
 from flows.background import free_port
-from store import Lake
+from store.lake import Lake
 from tests.reliability.test_durability import start
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]

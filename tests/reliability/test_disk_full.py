@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from ingest.otlp.app import create_app
-from store import Lake
+from store.lake import Lake
 from tests.ingest.conftest import make_config, sql, wait_for
 from tests.ingest.fake_openai import serve_in_thread
 from tests.reliability.test_durability import random_request

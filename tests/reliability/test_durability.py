@@ -21,10 +21,12 @@ import pyarrow.parquet as pq
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-import store
 from flows.background import free_port
+from ingest.otlp.collector import Collector
+from ingest.otlp.config import CollectorConfig
 from ingest.otlp.spool import HEADER, MAGIC, Spool, decode_table, encode_table, read_segment
-from store import Lake
+from store.catalog.versions import snapshot
+from store.lake import Lake
 from tests.ingest.conftest import STARTED, sql, wait_for
 
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
@@ -119,7 +121,7 @@ def test_kill_9_under_load_loses_no_acknowledged_span(lake: Lake) -> None:
     for thread in threads:
         thread.join()
     # No partial commit is visible: every file of the current table version reads in full.
-    for path in store.snapshot(lake)["spans"].files:
+    for path in snapshot(lake)["spans"].files:
         pq.read_table(path)
     restarted = start(lake, port)  # recovers the spool
     restarted.send_signal(signal.SIGINT)  # graceful stop flushes everything
@@ -205,9 +207,6 @@ def test_an_unwritable_segment_is_kept_aside_and_does_not_block_the_spool(start_
 
 
 def test_flush_after_stop_returns_at_once(tmp_path: Path) -> None:
-    from ingest.otlp.collector import Collector
-    from ingest.otlp.config import CollectorConfig
-
     runtime = Collector(CollectorConfig(lake=str(tmp_path / "lake"), assemble=False))
     runtime.start()
     runtime.spool.append(pa.table({"x": [1]})).result(timeout=10)  # rejected rows: kept aside

@@ -6,7 +6,7 @@ erasure was starting included (one run finishes the job, and its audit row count
 pass); readers keep answering.
 
 The readers are separate processes opening the tables with delta-rs (`DeltaTable`, where a
-native crash was once seen while `forget` rewrote) and querying through `store.connect`: a
+native crash was once seen while `forget` rewrote) and querying through `store.catalog.connection.connect`: a
 reader killed by a signal fails the test, naming it. This file carries no marker, so CI's
 `pytest -m "not vllm"` runs it.
 """
@@ -26,9 +26,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-import store
 from flows.stages.forget import carry_out, plan
+from store.catalog.connection import connect
+from store.catalog.versions import snapshot
 from store.erasure import ErasureSelection, files_holding, identity_rows
+from store.lake import Lake
+from store.writer import write
 from tests.ingest.fake_openai import free_port
 from tests.reliability.test_collectors_together import body_trace_id
 from tests.reliability.test_durability import ROOT, random_request, start
@@ -44,9 +47,10 @@ T0 = datetime(2026, 11, 20, tzinfo=UTC)
 READER = r"""
 import json, os, sys, time
 from deltalake import DeltaTable
-import store
+from store.catalog.connection import connect
+from store.lake import Lake
 
-lake, stop = store.Lake(sys.argv[1]), sys.argv[2]
+lake, stop = Lake(sys.argv[1]), sys.argv[2]
 counts, problems = {"opens": 0, "queries": 0}, []
 
 def again(work, name):
@@ -61,7 +65,7 @@ def again(work, name):
             time.sleep(0.05)
 
 def query():
-    con = store.connect(lake)
+    con = connect(lake)
     try:
         con.execute("SELECT count(*) FROM spans").fetchall()
     finally:
@@ -75,7 +79,7 @@ print(json.dumps({**counts, "problems": problems[:5]}))
 """
 
 
-def _reader(lake: store.Lake, stop: Path) -> subprocess.Popen[bytes]:
+def _reader(lake: Lake, stop: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-X", "faulthandler", "-c", READER, lake.root, str(stop)],
         cwd=ROOT,
@@ -120,10 +124,10 @@ def _users_request(seq: int) -> tuple[bytes, list[str]]:
     return request.SerializeToString(), ids
 
 
-def _users_data(lake: store.Lake) -> None:
+def _users_data(lake: Lake) -> None:
     for batch in range(3):
         traces = [f"{batch:02x}{i:030x}" for i in range(5)]
-        store.write(
+        write(
             lake,
             "spans",
             [
@@ -137,7 +141,7 @@ def _users_data(lake: store.Lake) -> None:
                 for i, t in enumerate(traces)
             ],
         )
-        store.write(
+        write(
             lake,
             "trajectories",
             [
@@ -154,7 +158,7 @@ def _users_data(lake: store.Lake) -> None:
         )
 
 
-def test_forget_under_collector_load_loses_nothing_acknowledged(lake: store.Lake, tmp_path: Path) -> None:
+def test_forget_under_collector_load_loses_nothing_acknowledged(lake: Lake, tmp_path: Path) -> None:
     _users_data(lake)
     ports = [free_port(), free_port()]
     processes = [start(lake, port) for port in ports]
@@ -225,15 +229,15 @@ def test_forget_under_collector_load_loses_nothing_acknowledged(lake: store.Lake
     # every span of the user that was acknowledged went, in this one run, and the audit says so
     deleted = {t.table: t.rows_deleted for t in report.tables}
     assert deleted["trajectories"] == 15 and deleted["spans"] == 15 + len(users_acknowledged)
-    audit = store.connect(lake).execute("SELECT rows, files_rewritten FROM erasures").fetchall()
+    audit = connect(lake).execute("SELECT rows, files_rewritten FROM erasures").fetchall()
     assert len(audit) == 1 and json.loads(audit[0][0]) == deleted
     assert audit[0][1] == report.files_rewritten > 0
-    assert identity_rows(lake, store.snapshot(lake), "user_id", USER) == {"trajectories": 0, "spans": 0}
+    assert identity_rows(lake, snapshot(lake), "user_id", USER) == {"trajectories": 0, "spans": 0}
     assert not problems, problems[:5]
     for read in reads:
         assert not read["problems"], read
         assert int(str(read["opens"])) > 10 and int(str(read["queries"])) > 3, read
-    stored = store.connect(lake).execute("SELECT trace_id, span_id FROM spans").fetchall()
+    stored = connect(lake).execute("SELECT trace_id, span_id FROM spans").fetchall()
     assert len(stored) == len(set(stored))
     missing = acknowledged - set(stored)
     assert not missing, f"{len(missing)} of {len(acknowledged)} acknowledged spans lost"

@@ -21,6 +21,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ingest.otlp.app import create_app
+from ingest.otlp.convert import KINDS, STATUS
+from store.schema import LOG_KIND
 from tests.ingest.conftest import sql
 from tests.ingest.otlp_cases import as_json, chat_trace
 
@@ -290,10 +293,6 @@ def post_paths(app: Any) -> list[str]:
 def test_ten_thousand_seeded_bodies_on_every_post_endpoint_get_no_5xx_and_write_nothing_malformed(
     start_collector,  # type: ignore[no-untyped-def]
 ) -> None:
-    from ingest.otlp.app import create_app
-    from ingest.otlp.convert import KINDS, STATUS
-    from store.schema import LOG_KIND
-
     collector = start_collector(idle_timeout_s=0.5)
     paths = post_paths(create_app(collector.config))
     assert {"/v1/traces", "/v1/logs", "/api/public/otel/v1/traces", "/api/public/scores"} <= set(paths)

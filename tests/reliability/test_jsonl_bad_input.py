@@ -12,9 +12,11 @@ import pytest
 from deltalake import DeltaTable
 from typer.testing import CliRunner
 
-import store
 from flows.cli import app
+from flows.commands.import_cmds import jsonl
 from ingest.jsonl.lines import DEFAULT_MAX_LINE_BYTES, MAX_DEPTH
+from store.catalog.connection import connect
+from store.lake import Lake
 
 pytestmark = pytest.mark.reliability
 
@@ -26,18 +28,18 @@ GOOD = {
 OTHER = {"id": "b2", "messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]}
 
 
-def ingest(lake: store.Lake, *args: str) -> object:
+def ingest(lake: Lake, *args: str) -> object:
     return CliRunner().invoke(app, ["ingest", "jsonl", *args, "--lake", lake.root])
 
 
-def versions(lake: store.Lake) -> dict[str, int | None]:
+def versions(lake: Lake) -> dict[str, int | None]:
     return {
         t: (DeltaTable(lake.table_uri(t)).version() if lake.has_table(t) else None)
         for t in ("trajectories", "rewards")
     }
 
 
-def refused(lake: store.Lake, path: Path, line: int, *needles: str, args: tuple[str, ...] = ()) -> None:
+def refused(lake: Lake, path: Path, line: int, *needles: str, args: tuple[str, ...] = ()) -> None:
     before = versions(lake)
     result = ingest(lake, str(path), *args)
     assert result.exit_code == 2, result.output
@@ -48,16 +50,14 @@ def refused(lake: store.Lake, path: Path, line: int, *needles: str, args: tuple[
     assert versions(lake) == before  # nothing written
 
 
-def test_a_line_nested_100000_deep_is_refused_not_a_traceback(lake: store.Lake, tmp_path: Path) -> None:
+def test_a_line_nested_100000_deep_is_refused_not_a_traceback(lake: Lake, tmp_path: Path) -> None:
     path = tmp_path / "deep.jsonl"
     deep = '{"messages": [' + "[" * 100_000 + "]" * 100_000 + "]}"
     path.write_text(json.dumps(GOOD) + "\n" + deep + "\n")
     refused(lake, path, 2, f"deeper than {MAX_DEPTH} levels")
 
 
-def test_nesting_just_over_the_limit_is_refused_at_the_limit_accepted(
-    lake: store.Lake, tmp_path: Path
-) -> None:
+def test_nesting_just_over_the_limit_is_refused_at_the_limit_accepted(lake: Lake, tmp_path: Path) -> None:
     inner = {"k": None}
     for _ in range(MAX_DEPTH - 2):  # the line and the chain under `metadata`: exactly MAX_DEPTH levels
         inner = {"k": inner}
@@ -70,7 +70,7 @@ def test_nesting_just_over_the_limit_is_refused_at_the_limit_accepted(
 
 
 @pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "1e999", "-1e999"])
-def test_non_finite_feedback_is_refused(lake: store.Lake, tmp_path: Path, value: str) -> None:
+def test_non_finite_feedback_is_refused(lake: Lake, tmp_path: Path, value: str) -> None:
     path = tmp_path / "nan.jsonl"
     path.write_text(
         json.dumps(OTHER) + "\n" + json.dumps(GOOD).replace('"feedback": 1', f'"feedback": {value}') + "\n"
@@ -78,15 +78,13 @@ def test_non_finite_feedback_is_refused(lake: store.Lake, tmp_path: Path, value:
     refused(lake, path, 2, "finite")
 
 
-def test_non_finite_numbers_are_refused_anywhere_in_a_line(lake: store.Lake, tmp_path: Path) -> None:
+def test_non_finite_numbers_are_refused_anywhere_in_a_line(lake: Lake, tmp_path: Path) -> None:
     path = tmp_path / "meta.jsonl"
     path.write_text(json.dumps(GOOD)[:-1] + ', "metadata": {"cost": 1e999}}\n')
     refused(lake, path, 1, "out of range")
 
 
-def test_a_line_over_the_size_limit_is_refused_without_reading_it_whole(
-    lake: store.Lake, tmp_path: Path
-) -> None:
+def test_a_line_over_the_size_limit_is_refused_without_reading_it_whole(lake: Lake, tmp_path: Path) -> None:
     path = tmp_path / "big.jsonl"
     with path.open("w") as handle:
         handle.write(json.dumps(GOOD) + "\n")
@@ -125,25 +123,19 @@ def test_a_line_over_the_size_limit_is_refused_without_reading_it_whole(
     path.unlink()
 
 
-def test_the_line_limit_is_stated_and_the_same_in_the_cli(lake: store.Lake) -> None:
-    from flows.commands.import_cmds import jsonl
-
+def test_the_line_limit_is_stated_and_the_same_in_the_cli(lake: Lake) -> None:
     default = jsonl.__defaults__[1] if jsonl.__defaults__ else None  # (lake, max_line_bytes, replace)
     assert default == DEFAULT_MAX_LINE_BYTES == 16 * 1024 * 1024
 
 
-def test_a_duplicate_id_within_one_file_is_refused_naming_both_lines(
-    lake: store.Lake, tmp_path: Path
-) -> None:
+def test_a_duplicate_id_within_one_file_is_refused_naming_both_lines(lake: Lake, tmp_path: Path) -> None:
     path = tmp_path / "dup.jsonl"
     changed = {**GOOD, "messages": [{"role": "user", "content": "other"}]}
     path.write_text("\n".join(json.dumps(x) for x in (GOOD, OTHER, changed)) + "\n")
     refused(lake, path, 3, "import-a1", f"{path}:1")
 
 
-def test_a_reimport_of_an_id_with_new_content_is_refused_unless_replace(
-    lake: store.Lake, tmp_path: Path
-) -> None:
+def test_a_reimport_of_an_id_with_new_content_is_refused_unless_replace(lake: Lake, tmp_path: Path) -> None:
     first = tmp_path / "first.jsonl"
     first.write_text(json.dumps(GOOD) + "\n")
     assert ingest(lake, str(first)).exit_code == 0
@@ -160,16 +152,14 @@ def test_a_reimport_of_an_id_with_new_content_is_refused_unless_replace(
     refused(lake, third, 1, "feedback (1.0 -> 0.0)")
     replaced = ingest(lake, str(second), "--replace")
     assert replaced.exit_code == 0, replaced.output
-    with store.connect(lake) as con:
+    with connect(lake) as con:
         assert con.execute(
             "SELECT final_output FROM trajectories WHERE trajectory_id = 'import-a1'"
         ).fetchone() == ("CHANGED",)
         assert con.execute("SELECT count(*) FROM trajectories").fetchone() == (2,)
 
 
-def test_a_reimport_that_changes_nothing_commits_nothing_and_says_so(
-    lake: store.Lake, tmp_path: Path
-) -> None:
+def test_a_reimport_that_changes_nothing_commits_nothing_and_says_so(lake: Lake, tmp_path: Path) -> None:
     path = tmp_path / "a.jsonl"
     no_id = {"messages": [{"role": "user", "content": "digest me"}]}  # its id is a digest of the conversation
     path.write_text("\n".join(json.dumps(x) for x in (GOOD, OTHER, no_id)) + "\n")
@@ -188,9 +178,7 @@ def test_a_reimport_that_changes_nothing_commits_nothing_and_says_so(
     assert versions(lake)["trajectories"] == (before["trajectories"] or 0) + 1
 
 
-def test_an_id_in_two_files_is_kept_once_when_alike_and_refused_when_not(
-    lake: store.Lake, tmp_path: Path
-) -> None:
+def test_an_id_in_two_files_is_kept_once_when_alike_and_refused_when_not(lake: Lake, tmp_path: Path) -> None:
     one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
     one.write_text(json.dumps(GOOD) + "\n")
     two.write_text(json.dumps(OTHER) + "\n" + json.dumps(GOOD) + "\n")
@@ -198,7 +186,7 @@ def test_an_id_in_two_files_is_kept_once_when_alike_and_refused_when_not(
     assert result.exit_code == 0 and "imported 2 conversations" in result.output, result.output
     other = tmp_path / "three.jsonl"
     other.write_text(json.dumps({**GOOD, "messages": [{"role": "user", "content": "not the same"}]}) + "\n")
-    fresh = store.Lake(str(tmp_path / "fresh"))
+    fresh = Lake(str(tmp_path / "fresh"))
     result = ingest(fresh, str(one), str(other))
     assert result.exit_code == 2 and f"{other}:1" in result.output and f"{one}:1" in result.output, (
         result.output

@@ -17,7 +17,7 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from flows.background import free_port
-from store import Lake
+from store.lake import Lake
 from tests.ingest.conftest import sql, wait_for
 from tests.ingest.otlp_cases import chat_trace
 from tests.reliability.test_durability import start

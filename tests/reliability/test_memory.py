@@ -24,7 +24,7 @@ from bench.collector_memory import ALLOCATOR_ENV, load, stalled_client, wait_idl
 from bench.ingest import rss_mb
 from bench.otlp_workload import make_bodies
 from flows.background import free_port
-from store import Lake
+from store.lake import Lake
 from tests.reliability.test_durability import start
 
 pytestmark = [

@@ -30,11 +30,11 @@ import pyarrow as pa
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-import store
 from ingest.langfuse import import_langfuse_export
 from ingest.otlp.spool.records import decode_table, read_segment
 from ingest.redact import RedactionConfig, prefilter_hits, redact_table, redact_text
-from store import Lake
+from store.lake import Lake
+from store.schema import TABLES
 from tests.ingest.conftest import wait_for
 from tests.store.test_log_statistics import delta_log_text
 
@@ -201,7 +201,7 @@ def every_string(lake: Lake) -> dict[str, list[str]]:
     from deltalake import DeltaTable
 
     out: dict[str, list[str]] = {}
-    for name in store.TABLES:
+    for name in TABLES:
         if not lake.has_table(name):
             continue
         table = DeltaTable(lake.table_uri(name)).to_pyarrow_table()
@@ -279,7 +279,7 @@ def log_leaks(lake: Lake) -> list[str]:
     from deltalake import DeltaTable
 
     found = []
-    for name in store.TABLES:
+    for name in TABLES:
         if lake.has_table(name):
             DeltaTable(lake.table_uri(name)).create_checkpoint()
             for file, text in delta_log_text(lake, name).items():

@@ -28,7 +28,7 @@ from bench.otlp_workload import make_bodies
 from flows.background import free_port
 from ingest.otlp.app import create_app
 from ingest.otlp.server import server_config
-from store import Lake
+from store.lake import Lake
 from tests.ingest.conftest import make_config, wait_for
 from tests.reliability.test_durability import start
 

@@ -21,10 +21,15 @@ import duckdb
 import pytest
 from typer.testing import CliRunner
 
-import store
 from flows.cli import app
 from store.catalog import open_connection
+from store.catalog.connection import check_selection, connect
+from store.catalog.versions import snapshot
+from store.errors import StoreError
+from store.lake import Lake
+from store.readonly import run_read_only
 from store.sandbox import run_without_writes, write_sandbox_problem
+from store.writer import write
 from tests.reliability.sql_corpus import PLACES, STATEMENTS, Case, Targets, changes, corpus, tree
 from tests.store.helpers import make_traj
 
@@ -32,11 +37,11 @@ pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 
 
 @pytest.fixture
-def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[store.Lake, Targets]]:
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Lake, Targets]]:
     """A lake with data, a working directory and a $HOME inside the watched folder."""
 
-    lake = store.Lake(str(tmp_path / "lake"))
-    store.write(lake, "trajectories", [make_traj(i) for i in range(4)])
+    lake = Lake(str(tmp_path / "lake"))
+    write(lake, "trajectories", [make_traj(i) for i in range(4)])
     for name in ("cwd", "home", "targets"):
         (tmp_path / name).mkdir()
     monkeypatch.chdir(tmp_path / "cwd")
@@ -54,7 +59,7 @@ def watched(targets: Targets) -> dict[str, tuple[int, int]]:
     return found
 
 
-def test_the_corpus_covers_every_statement_and_place(world: tuple[store.Lake, Targets]) -> None:
+def test_the_corpus_covers_every_statement_and_place(world: tuple[Lake, Targets]) -> None:
     cases, refused = corpus(world[1])
     assert {c.statement for c in cases} == set(STATEMENTS)
     assert {c.place for c in cases} == set(PLACES)
@@ -72,7 +77,7 @@ def test_the_corpus_covers_every_statement_and_place(world: tuple[store.Lake, Ta
 
 @pytest.mark.parametrize("lake_only", [False, True])
 def test_no_statement_writes_through_trajlake_sql(
-    world: tuple[store.Lake, Targets], tmp_path: Path, lake_only: bool
+    world: tuple[Lake, Targets], tmp_path: Path, lake_only: bool
 ) -> None:
     lake, targets = world
     config = tmp_path / "trajlake.toml"
@@ -90,7 +95,7 @@ def test_no_statement_writes_through_trajlake_sql(
         assert result.exception is None or isinstance(result.exception, SystemExit), (case.id, result.output)
         if case.writes:
             assert result.exit_code in (1, 2), (case.id, case.sql, result.output)
-    with store.connect(lake, read_only=True) as con:
+    with connect(lake, read_only=True) as con:
         assert con.execute("SELECT count(*) FROM trajectories").fetchone() == (4,)
 
 
@@ -108,9 +113,9 @@ def _run_each(con: duckdb.DuckDBPyConnection, sql: str) -> None:
 
 
 @pytest.mark.parametrize("lake_only", [False, True])
-def test_no_statement_writes_through_the_library(world: tuple[store.Lake, Targets], lake_only: bool) -> None:
+def test_no_statement_writes_through_the_library(world: tuple[Lake, Targets], lake_only: bool) -> None:
     lake, targets = world
-    lake = store.Lake(lake.root, sql_lake_only=lake_only)
+    lake = Lake(lake.root, sql_lake_only=lake_only)
     cases, _ = corpus(targets)
     before = watched(targets)
 
@@ -118,17 +123,17 @@ def test_no_statement_writes_through_the_library(world: tuple[store.Lake, Target
         after = watched(targets)
         assert not changes(before, after), (entry, case.id, case.sql, changes(before, after))
 
-    with store.connect(lake, read_only=True) as user, store.connect(lake) as stage:
+    with connect(lake, read_only=True) as user, connect(lake) as stage:
         for case in cases:
             try:  # what `trajlake sql` and the report run on
-                store.run_read_only(user, case.sql)
-            except (duckdb.Error, store.StoreError):
+                run_read_only(user, case.sql)
+            except (duckdb.Error, StoreError):
                 pass
             check(case, "run_read_only")
             try:  # a selection, as the stages run it on their own connection
-                text, _ = store.check_selection(stage, case.sql, "x")
+                text, _ = check_selection(stage, case.sql, "x")
                 stage.execute(f"SELECT x FROM ({text})").fetchall()
-            except (duckdb.Error, store.StoreError):
+            except (duckdb.Error, StoreError):
                 pass
             check(case, "check_selection")
             _run_each(user, case.sql)  # no statement check at all
@@ -136,12 +141,12 @@ def test_no_statement_writes_through_the_library(world: tuple[store.Lake, Target
 
 
 @pytest.mark.skipif(write_sandbox_problem() is not None, reason="no write sandbox (Landlock) here")
-def test_no_statement_writes_inside_the_sandbox_even_unchecked(world: tuple[store.Lake, Targets]) -> None:
+def test_no_statement_writes_inside_the_sandbox_even_unchecked(world: tuple[Lake, Targets]) -> None:
     """`trajlake sql`'s local-files mode leaves DuckDB's file access on: the kernel holds."""
     lake, targets = world
     cases, _ = corpus(targets)
     before = watched(targets)
-    pinned = store.snapshot(lake)
+    pinned = snapshot(lake)
 
     def everything() -> list[str]:
         con = open_connection(lake, read_only=True, pinned=pinned, memory_limit=None, local_files=True)

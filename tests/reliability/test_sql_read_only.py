@@ -15,8 +15,10 @@ import duckdb
 import pytest
 from typer.testing import CliRunner
 
-import store
 from flows.cli import app
+from store.catalog.connection import connect
+from store.lake import Lake
+from store.writer import write
 from tests.store.helpers import make_traj
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
@@ -80,16 +82,14 @@ def _files(root: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def filled(lake: store.Lake) -> store.Lake:
-    store.write(lake, "trajectories", [make_traj(i) for i in range(4)])
+def filled(lake: Lake) -> Lake:
+    write(lake, "trajectories", [make_traj(i) for i in range(4)])
     return lake
 
 
 @pytest.mark.parametrize("lake_only", [False, True])
 @pytest.mark.parametrize("sql", WRITES + INSIDE_THE_LAKE)
-def test_trajlake_sql_refuses_every_write(
-    filled: store.Lake, tmp_path: Path, sql: str, lake_only: bool
-) -> None:
+def test_trajlake_sql_refuses_every_write(filled: Lake, tmp_path: Path, sql: str, lake_only: bool) -> None:
     data_file = next((Path(filled.root) / "trajectories").rglob("*.parquet"))
     text = sql.format(
         out=tmp_path / "out.csv",
@@ -110,13 +110,13 @@ def test_trajlake_sql_refuses_every_write(
     assert not (tmp_path / "out.csv").exists() and not (tmp_path / "export").exists()
     assert not (tmp_path / "other.duckdb").exists()
     assert _files(Path(filled.root)) == before
-    with store.connect(filled, read_only=True) as con:
+    with connect(filled, read_only=True) as con:
         assert con.execute("SELECT count(*) FROM trajectories").fetchone() == (4,)
 
 
 @pytest.mark.parametrize("lake_only", [False, True])
 @pytest.mark.parametrize("sql", NESTED)
-def test_nested_writes_are_impossible(filled: store.Lake, tmp_path: Path, sql: str, lake_only: bool) -> None:
+def test_nested_writes_are_impossible(filled: Lake, tmp_path: Path, sql: str, lake_only: bool) -> None:
     data_file = next((Path(filled.root) / "trajectories").rglob("*.parquet"))
     text = sql.format(out=tmp_path / "out.csv", dir=tmp_path / "parts", data_file=data_file)
     (tmp_path / "trajlake.toml").write_text(f"[lake]\nsql_lake_only = {str(lake_only).lower()}\n")
@@ -130,7 +130,7 @@ def test_nested_writes_are_impossible(filled: store.Lake, tmp_path: Path, sql: s
     assert not (tmp_path / "out.csv").exists() and not (tmp_path / "parts").exists()
     assert _files(Path(filled.root)) == before
     # The library's connections refuse it too, with no statement check in front.
-    with store.connect(filled, read_only=True) as con:
+    with connect(filled, read_only=True) as con:
         for statement in con.extract_statements(text):
             try:
                 con.execute(statement.query).fetchall()
@@ -149,12 +149,12 @@ def test_nested_writes_are_impossible(filled: store.Lake, tmp_path: Path, sql: s
         "DESCRIBE trajectories",
     ],
 )
-def test_reading_still_works(filled: store.Lake, sql: str) -> None:
+def test_reading_still_works(filled: Lake, sql: str) -> None:
     result = CliRunner().invoke(app, ["sql", "--lake", filled.root, "--", sql])
     assert result.exit_code == 0, result.output
 
 
-def test_a_query_past_its_time_limit_is_interrupted(filled: store.Lake, tmp_path: Path) -> None:
+def test_a_query_past_its_time_limit_is_interrupted(filled: Lake, tmp_path: Path) -> None:
     (tmp_path / "trajlake.toml").write_text("[lake]\nsql_timeout_s = 0.5\n")
     result = CliRunner().invoke(
         app,
@@ -164,7 +164,7 @@ def test_a_query_past_its_time_limit_is_interrupted(filled: store.Lake, tmp_path
     assert result.exit_code == 2 and "ran past its limit of 0.5 s" in result.output
 
 
-def test_a_query_past_its_memory_limit_fails_without_spilling(filled: store.Lake, tmp_path: Path) -> None:
+def test_a_query_past_its_memory_limit_fails_without_spilling(filled: Lake, tmp_path: Path) -> None:
     (tmp_path / "trajlake.toml").write_text('[lake]\nsql_memory_limit = "64MB"\n')
     result = CliRunner().invoke(
         app,
@@ -174,7 +174,7 @@ def test_a_query_past_its_memory_limit_fails_without_spilling(filled: store.Lake
     assert result.exit_code == 1 and "memory" in result.output.lower(), result.output
 
 
-def test_a_failing_query_exits_cleanly_every_time(filled: store.Lake) -> None:
+def test_a_failing_query_exits_cleanly_every_time(filled: Lake) -> None:
     """The time limit's timer must be gone before the process exits: a thread still winding down
     at exit aborted the interpreter about one run in two ('FATAL: exception not rethrown')."""
     import subprocess

@@ -17,8 +17,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-import store
 from bench.sql_stress import build_lake, commands_for, statements, stress
+from store.catalog.versions import snapshot
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 
@@ -26,8 +26,7 @@ pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 def test_every_documented_query_exits_cleanly_in_fresh_processes_under_load(tmp_path: Path) -> None:
     lake = build_lake(tmp_path / "lake", trajectories=400)
     kinds = {
-        str(pq.read_schema(path).field("trajectory_id").type)
-        for path in store.snapshot(lake)["trajectories"].files
+        str(pq.read_schema(path).field("trajectory_id").type) for path in snapshot(lake)["trajectories"].files
     }
     assert kinds == {"string", "string_view"}  # appended and MERGE-written files both
     assert any("LIMIT" in s for s in statements()) and any("LIMIT" not in s for s in statements())

@@ -7,7 +7,9 @@ import os
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import store
+from store.catalog.connection import connect
+from store.lake import Lake
+from store.metrics import row_metrics
 
 T0 = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
 
@@ -25,34 +27,30 @@ def make_traj(i: int, *, model: str = "m1", day: int = 0, **extra: Any) -> dict[
     return row
 
 
-def visible_files(lake: store.Lake, table: str) -> list[str]:
+def visible_files(lake: Lake, table: str) -> list[str]:
     """What a plain `**/*.parquet` glob sees."""
     return sorted(glob.glob(os.path.join(lake.root, table, "**", "*.parquet"), recursive=True))
 
 
-def all_files(lake: store.Lake) -> list[str]:
+def all_files(lake: Lake) -> list[str]:
     """Every file under the lake, hidden temporaries included."""
     return sorted(
         os.path.join(d, f) for d, _, files in os.walk(lake.root) for f in files if "_compaction" not in d
     )
 
 
-def count(lake: store.Lake | str, sql: str) -> Any:
-    con = store.connect(lake)
+def count(lake: Lake | str, sql: str) -> Any:
+    con = connect(lake)
     try:
         return con.execute(sql).fetchall()[0][0]
     finally:
         con.close()
 
 
-def run_metrics(
-    lake: store.Lake | str | os.PathLike[str], run_id: str
-) -> list[tuple[int, str, dict[str, Any]]]:
+def run_metrics(lake: Lake | str | os.PathLike[str], run_id: str) -> list[tuple[int, str, dict[str, Any]]]:
     """(step, stage, metrics) of a run's `runs` rows by step, the metrics as trajlake reads them
     back (its `scalars` and `tags`: `store.metrics.row_metrics`)."""
-    from store.metrics import row_metrics
-
-    with store.connect(lake) as con:
+    with connect(lake) as con:
         rows = con.execute(
             "SELECT step, stage, scalars, tags FROM runs WHERE run_id = ? ORDER BY step", [run_id]
         ).fetchall()

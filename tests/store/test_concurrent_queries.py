@@ -15,7 +15,10 @@ from pathlib import Path
 
 import pyarrow as pa
 
-import store
+from store.catalog.connection import connect
+from store.lake import Lake
+from store.rows import utc_now
+from store.writer import write
 from tests.training.helpers import make_trajectory
 
 THREADS = 6
@@ -24,15 +27,15 @@ DEFAULT_IO_THREADS = 8  # pyarrow's own default
 
 def test_concurrent_filtered_joins_over_many_files_all_finish(tmp_path: Path) -> None:
     assert pa.io_thread_count() == DEFAULT_IO_THREADS  # importing store resized no pool
-    lake = store.Lake(str(tmp_path / "lake"))
+    lake = Lake(str(tmp_path / "lake"))
     for f in range(12):  # a file per write: each filtered scan probes every file
         ids = [f"t{f}-{i}" for i in range(20)]
-        store.write(lake, "trajectories", [make_trajectory(t) for t in ids])
-        store.write(
+        write(lake, "trajectories", [make_trajectory(t) for t in ids])
+        write(
             lake,
             "rewards",
             [
-                {"trajectory_id": t, "name": "r", "value": 1.0, "scorer": "s", "scored_at": store.utc_now()}
+                {"trajectory_id": t, "name": "r", "value": 1.0, "scorer": "s", "scored_at": utc_now()}
                 for t in ids
             ],
         )
@@ -42,7 +45,7 @@ def test_concurrent_filtered_joins_over_many_files_all_finish(tmp_path: Path) ->
     def queries(k: int) -> None:
         try:
             for j in range(10):
-                with store.connect(lake, read_only=True) as con:
+                with connect(lake, read_only=True) as con:
                     (point,) = con.execute(
                         "SELECT count(*) FROM trajectories WHERE trajectory_id = ?", [f"t{(j + k) % 12}-3"]
                     ).fetchone()

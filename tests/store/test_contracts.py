@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from ingest.assembly.normalize.types import make_message, make_tool_call
 from store.messages import lake_message, lake_tool_call
 from store.metrics import DIFF_PREFIX, GRPO_METRICS, EvaluationTableRow, is_table_row
 from store.policy_names import join_policy, split_policy
@@ -128,6 +129,15 @@ def test_no_import_cycle_inside_a_package(package: str) -> None:
     assert _cycle(_imports(package)) == []
 
 
+@pytest.mark.parametrize("package", ["store", "training", "training.replay"])
+def test_a_package_that_lists_its_surface_imports_nothing(package: str) -> None:
+    # Issue 57: the docstring names each public name's module and callers import it from there;
+    # no lazy exports (a lazy_loader module broke pickling by value for Dask), no re-exports.
+    tree = ast.parse(ROOT.joinpath(*package.split("."), "__init__.py").read_text())
+    assert ast.get_docstring(tree), package
+    assert [ast.unparse(node) for node in tree.body[1:]] == [], f"`{package}/__init__.py` runs code"
+
+
 def test_the_cycle_search_finds_a_loop() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
 
@@ -217,8 +227,6 @@ def test_the_sampling_record_is_the_sampling_column() -> None:
 
 
 def test_one_message_shape_the_schema_declares() -> None:
-    from ingest.assembly.normalize.types import make_message, make_tool_call
-
     fields = [f.name for f in MESSAGE]
     assert list(lake_message("user", "Hi")) == fields
     assert list(lake_tool_call("c1", "add", "{}")) == [f.name for f in TOOL_CALL]

@@ -9,8 +9,10 @@ from deltalake import DeltaTable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import store
-from store import CompactConfig, compact
+from store.catalog.connection import connect, scan
+from store.lake import Lake
+from store.maintenance import CompactConfig, compact
+from store.writer import write
 from tests.store.helpers import make_traj
 
 # One step: write some (id, day, model) rows in one call, or compact (keeping or vacuuming old files).
@@ -24,7 +26,7 @@ _step = st.one_of(_write, st.sampled_from(["compact", "compact_vacuum"]))
 @given(steps=st.lists(_step, min_size=1, max_size=7))
 def test_every_reader_matches_a_last_write_wins_model(steps: list[object]) -> None:
     with tempfile.TemporaryDirectory() as root:
-        lake = store.Lake(root)
+        lake = Lake(root)
         model: dict[str, tuple[str, int]] = {}
         for step in steps:
             if step in ("compact", "compact_vacuum"):
@@ -32,15 +34,15 @@ def test_every_reader_matches_a_last_write_wins_model(steps: list[object]) -> No
                 compact(lake, CompactConfig(tables=("trajectories",), retention_hours=hours))
             else:
                 assert isinstance(step, list)
-                store.write(lake, "trajectories", [make_traj(i, model=m, day=d) for i, d, m in step])
+                write(lake, "trajectories", [make_traj(i, model=m, day=d) for i, d, m in step])
                 for i, d, m in step:  # within one call, the later row wins
                     model[f"t{i}"] = (m, d)
             expected = sorted((k, m, d) for k, (m, d) in model.items())
-            con = store.connect(lake)
+            con = connect(lake)
             got = con.execute("SELECT trajectory_id, model, day(dt) - 20 FROM trajectories").fetchall()
             con.close()
             assert sorted(got) == expected
-            scanned = store.scan(lake, "trajectories").select("trajectory_id", "model").collect().rows()
+            scanned = scan(lake, "trajectories").select("trajectory_id", "model").collect().rows()
             assert sorted(scanned) == sorted((k, m) for k, m, _ in expected)
             if lake.has_table("trajectories"):  # a compaction of a table never written is a no-op
                 plain = DeltaTable(lake.table_uri("trajectories")).to_pyarrow_table(

@@ -8,8 +8,11 @@ import math
 
 import pytest
 
-import store
+from store.catalog.connection import connect
 from store.errors import SchemaViolation
+from store.lake import Lake
+from store.rows import utc_now
+from store.writer import write
 
 
 def reward(i: int, value: float | None) -> dict[str, object]:
@@ -18,14 +21,14 @@ def reward(i: int, value: float | None) -> dict[str, object]:
         "name": "r",
         "scorer": "s",
         "value": value,
-        "scored_at": store.utc_now(),
+        "scored_at": utc_now(),
     }
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
-def test_a_non_finite_reward_is_refused_and_nothing_is_written(lake: store.Lake, bad: float) -> None:
+def test_a_non_finite_reward_is_refused_and_nothing_is_written(lake: Lake, bad: float) -> None:
     with pytest.raises(SchemaViolation) as caught:
-        store.write(lake, "rewards", [reward(0, 1.0), reward(1, bad)])
+        write(lake, "rewards", [reward(0, 1.0), reward(1, bad)])
     assert (caught.value.table, caught.value.column, caught.value.row, caught.value.reason) == (
         "rewards",
         "value",
@@ -35,7 +38,7 @@ def test_a_non_finite_reward_is_refused_and_nothing_is_written(lake: store.Lake,
     assert not lake.has_table("rewards")
 
 
-def test_null_and_finite_rewards_are_written(lake: store.Lake) -> None:
-    store.write(lake, "rewards", [reward(0, 0.5), reward(1, None)])
-    with store.connect(lake) as con:
+def test_null_and_finite_rewards_are_written(lake: Lake) -> None:
+    write(lake, "rewards", [reward(0, 0.5), reward(1, None)])
+    with connect(lake) as con:
         assert sorted(con.execute("SELECT value FROM rewards").fetchall(), key=str) == [(0.5,), (None,)]

@@ -17,8 +17,8 @@ OURS = {"store", "ingest", "judging", "training", "flows"}
 # The variables trajlake's code sets (each in a function a command or `instrument()` calls).
 OUR_VARIABLES = ("TRAJLAKE_", "OTEL_", "PREFECT_", "MALLOC_", "ARROW_")
 
-# The user's own settings first (sizes no library would choose), then every public name of
-# `store` and `ingest` touched, so each module behind the lazy surface is imported.
+# The user's own settings first (sizes no library would choose), then every module of `store`
+# and `ingest` imported.
 PROBE = """
 import json, os, sys
 import pyarrow as pa
@@ -29,11 +29,10 @@ def state():
             "meta_path": [type(f).__module__ + "." + type(f).__name__ for f in sys.meta_path],
             "environ": dict(os.environ)}
 before = state()
-import store, ingest
+import importlib, pkgutil, store, ingest
 for package in (store, ingest):
-    for name in package.__all__:
-        getattr(package, name)
-import ingest.assembly, store.migrate, store.pipeline_runs
+    for module in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        importlib.import_module(module.name)
 after = state()
 print(json.dumps([before, after]))
 """

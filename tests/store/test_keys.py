@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 from deltalake import DeltaTable
 
-import store
-from store import CompactConfig, compact
 from store import keys as store_keys
+from store.lake import Lake
+from store.maintenance import CompactConfig, compact
+from store.writer import write
 from tests.store.helpers import T0, make_traj
 
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
@@ -37,21 +38,21 @@ def span(i: int, *, name: str = "first", received_minutes: float = 0.0) -> dict[
     }
 
 
-def last_commit(lake: store.Lake, table: str) -> dict[str, object]:
+def last_commit(lake: Lake, table: str) -> dict[str, object]:
     return DeltaTable(lake.table_uri(table)).history(1)[0]
 
 
-def plain_rows(lake: store.Lake, table: str, *columns: str) -> list[tuple[object, ...]]:
+def plain_rows(lake: Lake, table: str, *columns: str) -> list[tuple[object, ...]]:
     plain = DeltaTable(lake.table_uri(table)).to_pyarrow_table(columns=list(columns))
     return sorted(zip(*(plain.column(c).to_pylist() for c in columns), strict=True))
 
 
-def test_new_keys_append_and_held_keys_merge_only_the_files_holding_them(lake: store.Lake) -> None:
+def test_new_keys_append_and_held_keys_merge_only_the_files_holding_them(lake: Lake) -> None:
     for batch in range(6):
-        result = store.write(lake, "trajectories", [make_traj(batch * 10 + i) for i in range(10)])
+        result = write(lake, "trajectories", [make_traj(batch * 10 + i) for i in range(10)])
         assert result.inserted == 10
         assert last_commit(lake, "trajectories")["operation"] == "WRITE"  # an append, no MERGE scan
-    store.write(lake, "trajectories", [make_traj(23, model="rescored"), make_traj(99)])
+    write(lake, "trajectories", [make_traj(23, model="rescored"), make_traj(99)])
     merge = last_commit(lake, "trajectories")
     assert merge["operation"] == "MERGE"
     metrics = merge["operationMetrics"]
@@ -62,38 +63,38 @@ def test_new_keys_append_and_held_keys_merge_only_the_files_holding_them(lake: s
     assert len(rows) == 61 and rows["t23"] == "rescored"
 
 
-def test_a_hash_match_is_only_a_candidate(lake: store.Lake, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_hash_match_is_only_a_candidate(lake: Lake, monkeypatch: pytest.MonkeyPatch) -> None:
     # Every key hashes alike: every write looks like it may hold every key, and the MERGE
     # that follows must still tell the keys apart.
     monkeypatch.setattr(store_keys, "key_hashes", lambda keys: np.zeros(keys.num_rows, np.uint64))
     monkeypatch.setattr("store.spill.key_hashes", store_keys.key_hashes)
-    store.write(lake, "spans", [span(i) for i in range(5)])
-    store.write(lake, "spans", [span(i, name="retry") for i in range(3, 8)])
+    write(lake, "spans", [span(i) for i in range(5)])
+    write(lake, "spans", [span(i, name="retry") for i in range(3, 8)])
     assert last_commit(lake, "spans")["operation"] == "MERGE"
     names = dict(((t, n) for t, n in plain_rows(lake, "spans", "trace_id", "name")))
     assert len(names) == 8
     assert [names[f"{i:032x}"] for i in range(8)] == ["first"] * 5 + ["retry"] * 3
 
 
-def test_after_compaction_and_vacuum_an_upsert_still_finds_its_row(lake: store.Lake) -> None:
+def test_after_compaction_and_vacuum_an_upsert_still_finds_its_row(lake: Lake) -> None:
     for batch in range(4):
-        store.write(lake, "trajectories", [make_traj(batch * 5 + i) for i in range(5)])
-    store.write(lake, "trajectories", [make_traj(0)])  # the index now knows every file
+        write(lake, "trajectories", [make_traj(batch * 5 + i) for i in range(5)])
+    write(lake, "trajectories", [make_traj(0)])  # the index now knows every file
     compact(lake, CompactConfig(tables=("trajectories",), min_files=2, retention_hours=0))
-    store.write(lake, "trajectories", [make_traj(7, model="after"), make_traj(12, model="after")])
+    write(lake, "trajectories", [make_traj(7, model="after"), make_traj(12, model="after")])
     rows = plain_rows(lake, "trajectories", "trajectory_id", "model")
     assert len(rows) == 20
     assert dict(rows)["t7"] == dict(rows)["t12"] == "after"
 
 
 def test_a_redelivered_span_in_the_window_is_kept_once_and_an_upsert_replaces_any_age(
-    lake: store.Lake,
+    lake: Lake,
 ) -> None:
-    store.write(lake, "spans", [span(1)])
+    write(lake, "spans", [span(1)])
     late = store_keys.REDELIVERY_WINDOW.total_seconds() / 60 - 1
-    store.write(lake, "spans", [span(1, name="retry", received_minutes=late)])
+    write(lake, "spans", [span(1, name="retry", received_minutes=late)])
     assert plain_rows(lake, "spans", "name") == [("first",)]
-    store.write(lake, "spans", [span(1, name="pulled again", received_minutes=600)], upsert=True)
+    write(lake, "spans", [span(1, name="pulled again", received_minutes=600)], upsert=True)
     assert plain_rows(lake, "spans", "name") == [("pulled again",)]
 
 
@@ -102,11 +103,11 @@ _SAME_KEYS = textwrap.dedent(
     import sys
     import time
     from datetime import datetime, UTC
-    import store
+    from store.writer import write
 
     worker, start = int(sys.argv[2]), float(sys.argv[3])
     t0 = datetime(2026, 11, 20, 12, tzinfo=UTC)
-    store.write(sys.argv[1], "runs", [{"run_id": f"warm{worker}", "step": 0, "stage": "sft"}])
+    write(sys.argv[1], "runs", [{"run_id": f"warm{worker}", "step": 0, "stage": "sft"}])
     time.sleep(max(0.0, start - time.time()))  # every worker starts writing spans at once
     for batch in range(8):
         # Every worker delivers the same spans (a client retrying against another collector),
@@ -117,14 +118,12 @@ _SAME_KEYS = textwrap.dedent(
             {"trace_id": t, "span_id": "1" * 16, "source": "otel", "start_time": t0, "received_at": t0}
             for t in shared + own
         ]
-        store.write(sys.argv[1], "spans", rows)
+        write(sys.argv[1], "spans", rows)
     """
 )
 
 
-def test_processes_appending_the_same_new_keys_at_once_keep_one_row_each(
-    lake: store.Lake, tmp_path: Path
-) -> None:
+def test_processes_appending_the_same_new_keys_at_once_keep_one_row_each(lake: Lake, tmp_path: Path) -> None:
     script = tmp_path / "same_keys.py"
     script.write_text(_SAME_KEYS)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -142,14 +141,14 @@ def test_the_process_keeps_the_key_indexes_of_the_tables_it_wrote_last(
 ) -> None:
     monkeypatch.setattr(store_keys, "MAX_INDEXES", 2, raising=False)
     monkeypatch.setattr(store_keys, "_INDEXES", type(store_keys._INDEXES)())
-    a, b, c = (store.Lake(str(tmp_path / name)) for name in "abc")
+    a, b, c = (Lake(str(tmp_path / name)) for name in "abc")
     for lake in (a, b, c):  # a table's first write looks in no file: no index yet
-        store.write(lake, "trajectories", [make_traj(1)])
+        write(lake, "trajectories", [make_traj(1)])
     assert not store_keys._INDEXES
     for lake in (a, b, a, c):  # `a` written again after `b`: `b` is the least recently used
-        store.write(lake, "trajectories", [make_traj(2)])
+        write(lake, "trajectories", [make_traj(2)])
     assert list(store_keys._INDEXES) == [(a.root, "trajectories"), (c.root, "trajectories")]
     # a dropped index is read again: an upsert into `b` still replaces its row
-    assert store.write(b, "trajectories", [make_traj(1, model="rescored")]).inserted == 0
+    assert write(b, "trajectories", [make_traj(1, model="rescored")]).inserted == 0
     assert plain_rows(b, "trajectories", "trajectory_id", "model") == [("t1", "rescored"), ("t2", "m1")]
     assert len(store_keys._INDEXES) == 2 and (b.root, "trajectories") in store_keys._INDEXES

@@ -18,17 +18,18 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-import store
 from store import writer
+from store.lake import Lake
+from store.maintenance import CompactConfig, compact
 from store.schema import ID_COLUMNS, PARTITION_COLUMN, TABLES, TableSpec
 from store.vocabulary import VOCABULARIES
-from store.writer import STATS_PROPERTY, open_table, stats_columns
+from store.writer import STATS_PROPERTY, open_table, stats_columns, write
 
 T0 = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
 MARKER = "LOGLEAK-" + "c4nary"  # what redaction would have missed
 
 
-def delta_log_text(lake: store.Lake, table: str) -> dict[str, str]:
+def delta_log_text(lake: Lake, table: str) -> dict[str, str]:
     """file name -> everything readable in it, for every file under the table's `_delta_log/`:
     JSON commits as text, Parquet checkpoints as their raw bytes and their decoded strings."""
     out = {}
@@ -84,11 +85,11 @@ def test_every_table_keeps_statistics_for_ids_and_times_only() -> None:
     assert "trajectory_id" in stats_columns(TABLES["trajectories"])
 
 
-def test_no_text_value_reaches_the_delta_log_through_any_write_path(lake: store.Lake) -> None:
+def test_no_text_value_reaches_the_delta_log_through_any_write_path(lake: Lake) -> None:
     for spec in TABLES.values():
-        store.write(lake, spec.name, rows(spec, range(3)))  # an append
-        store.write(lake, spec.name, rows(spec, range(2, 5)))  # a MERGE (keys 2 is held)
-    compacted = store.compact(lake, store.CompactConfig(retention_hours=0))  # OPTIMIZE + Z-order
+        write(lake, spec.name, rows(spec, range(3)))  # an append
+        write(lake, spec.name, rows(spec, range(2, 5)))  # a MERGE (keys 2 is held)
+    compacted = compact(lake, CompactConfig(retention_hours=0))  # OPTIMIZE + Z-order
     assert sum(c.files_added for c in compacted) > 0
     for spec in TABLES.values():
         delta = DeltaTable(lake.table_uri(spec.name))
@@ -108,7 +109,7 @@ def test_no_text_value_reaches_the_delta_log_through_any_write_path(lake: store.
     assert "min.attributes" not in spans.column_names and "min.name" not in spans.column_names
 
 
-def test_a_table_created_with_statistics_on_text_columns_stops_recording_them(lake: store.Lake) -> None:
+def test_a_table_created_with_statistics_on_text_columns_stops_recording_them(lake: Lake) -> None:
     # A lake written before this change: every scalar column had statistics.
     spec = TABLES["spans"]
     scalar = [f.name for f in spec.schema if not pa.types.is_nested(f.type) and f.name != PARTITION_COLUMN]
@@ -119,7 +120,7 @@ def test_a_table_created_with_statistics_on_text_columns_stops_recording_them(la
         configuration={STATS_PROPERTY: ",".join(scalar)},
     )
     before = set(delta_log_text(lake, "spans"))
-    store.write(lake, "spans", rows(spec, range(2)))
+    write(lake, "spans", rows(spec, range(2)))
     table = open_table(lake, spec)
     assert table.metadata().configuration[STATS_PROPERTY] == ",".join(stats_columns(spec))
     new = {name: text for name, text in delta_log_text(lake, "spans").items() if name not in before}
@@ -127,7 +128,7 @@ def test_a_table_created_with_statistics_on_text_columns_stops_recording_them(la
 
 
 def test_text_columns_have_no_parquet_statistics_for_delta_to_copy(
-    lake: store.Lake, monkeypatch: pytest.MonkeyPatch
+    lake: Lake, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Two guards: were the table property ever to name every column again, the Parquet
     # files still carry no statistics on text columns, and delta-rs has nothing to copy.
@@ -137,7 +138,7 @@ def test_text_columns_have_no_parquet_statistics_for_delta_to_copy(
     monkeypatch.setattr(
         writer, "table_configuration", lambda s: {**configuration(s), STATS_PROPERTY: ",".join(every)}
     )
-    store.write(lake, "trajectories", rows(spec, range(2)))
+    write(lake, "trajectories", rows(spec, range(2)))
     assert not [name for name, text in delta_log_text(lake, "trajectories").items() if MARKER in text]
     (path,) = Path(lake.table_uri("trajectories")).rglob("*.parquet")
     meta = pq.ParquetFile(path).metadata.row_group(0)

@@ -19,16 +19,19 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from typer.testing import CliRunner
 
-import store
 from flows.cli import app
-from store.migrate import LEGACY_FILE, current_rows, legacy_files
+from store.catalog.connection import connect
+from store.lake import Lake
+from store.migrate import LEGACY_FILE, current_rows, legacy_files, migrate
+from store.schema import table_spec
+from store.writer import write
 from tests.store.helpers import T0
 
 NS = pa.timestamp("ns", tz="UTC")
 
 
 def old_file(
-    lake: store.Lake, table: str, rows: list[dict], *, day: str | None = None, compacted: int | None = None
+    lake: Lake, table: str, rows: list[dict], *, day: str | None = None, compacted: int | None = None
 ) -> Path:
     """One file exactly as the Parquet-files release named and laid it out."""
     folder = Path(lake.root) / table / (f"dt={day}" if day else "")
@@ -38,7 +41,7 @@ def old_file(
         if compacted is not None
         else f"part-{time.time_ns():020d}-{uuid.uuid4().hex[:16]}.parquet"
     )
-    spec = store.table_spec(table)
+    spec = table_spec(table)
     schema = pa.schema(
         [f if f.name != "_written_at" else pa.field("_written_at", NS) for f in spec.schema if f.name != "dt"]
     )
@@ -58,7 +61,7 @@ def traj(i: int, model: str, written: int) -> dict:
     }
 
 
-def test_migrate_keeps_the_newest_row_per_key_and_moves_the_old_files(lake: store.Lake) -> None:
+def test_migrate_keeps_the_newest_row_per_key_and_moves_the_old_files(lake: Lake) -> None:
     day = T0.date().isoformat()
     old_file(lake, "trajectories", [traj(0, "a", 1), traj(1, "a", 1)], day=day)
     old_file(lake, "trajectories", [traj(0, "b", 2), traj(2, "b", 2)], day=day)  # t0 re-assembled later
@@ -85,7 +88,7 @@ def test_migrate_keeps_the_newest_row_per_key_and_moves_the_old_files(lake: stor
         ("t1", "a"),
         ("t2", "b"),
     ]
-    con = store.connect(lake)
+    con = connect(lake)
     assert con.execute("SELECT value FROM rewards").fetchall() == [(1.0,)]
     assert con.execute("SELECT count(*) FROM runs").fetchall() == [(1,)]
     assert con.execute("SELECT _written_at FROM trajectories WHERE trajectory_id = 't0'").fetchall() == [
@@ -99,20 +102,20 @@ def test_migrate_keeps_the_newest_row_per_key_and_moves_the_old_files(lake: stor
     ).exists()
 
     # A second run has nothing left to do, and newer rows written since are not touched.
-    store.write(lake, "trajectories", [{**traj(1, "newest", 0), "_written_at": None}])
+    write(lake, "trajectories", [{**traj(1, "newest", 0), "_written_at": None}])
     again = CliRunner().invoke(app, ["migrate", "--lake", lake.root])
-    assert again.exit_code == 0 and store.connect(lake).execute(
+    assert again.exit_code == 0 and connect(lake).execute(
         "SELECT model FROM trajectories WHERE trajectory_id = 't1'"
     ).fetchall() == [("newest",)]
 
 
-def test_a_rerun_after_a_crash_between_commit_and_move_changes_nothing_newer(lake: store.Lake) -> None:
+def test_a_rerun_after_a_crash_between_commit_and_move_changes_nothing_newer(lake: Lake) -> None:
     day = T0.date().isoformat()
     old_file(lake, "trajectories", [traj(0, "old", 1)], day=day)
     # The crash: the rows were committed, the old files not yet moved.
-    rows_read, rows = current_rows(lake, store.table_spec("trajectories"), legacy_files(lake, "trajectories"))
-    store.write(lake, "trajectories", rows)
-    store.write(lake, "trajectories", [{**traj(0, "new", 0), "_written_at": None}])  # the collector moved on
-    (outcome,) = [m for m in store.migrate(lake) if m.table == "trajectories"]
+    rows_read, rows = current_rows(lake, table_spec("trajectories"), legacy_files(lake, "trajectories"))
+    write(lake, "trajectories", rows)
+    write(lake, "trajectories", [{**traj(0, "new", 0), "_written_at": None}])  # the collector moved on
+    (outcome,) = [m for m in migrate(lake) if m.table == "trajectories"]
     assert rows_read == 1 and outcome.files == 1
-    assert store.connect(lake).execute("SELECT model FROM trajectories").fetchall() == [("new",)]
+    assert connect(lake).execute("SELECT model FROM trajectories").fetchall() == [("new",)]

@@ -12,11 +12,12 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-import store
 from store.catalog.versions import table_stats
 from store.keys import merge_predicate
-from store.schema import TABLES, WRITTEN_AT
-from store.writer import stats_columns
+from store.lake import Lake
+from store.rows import runs_row
+from store.schema import TABLES, WRITTEN_AT, table_spec
+from store.writer import stats_columns, write
 from tests.store.helpers import make_traj
 from tests.store.test_typed_columns import old_layout, old_replayed
 from tests.training.helpers import make_trajectory
@@ -47,15 +48,15 @@ def test_every_statistics_column_is_within_the_leaves_delta_rs_reads(table: str)
     assert WRITTEN_AT in stats_columns(spec)
 
 
-def newest_stamps(lake: store.Lake, table: str) -> list[object]:
+def newest_stamps(lake: Lake, table: str) -> list[object]:
     actions = pa.table(DeltaTable(lake.table_uri(table)).get_add_actions(flatten=True))
     assert f"max.{WRITTEN_AT}" in actions.column_names, actions.column_names
     return actions.column(f"max.{WRITTEN_AT}").to_pylist()
 
 
-def test_new_tables_keep_written_at_statistics_for_tables_and_the_writers_pruning(lake: store.Lake) -> None:
-    store.write(lake, "trajectories", [make_traj(i) for i in range(3)])
-    store.write(lake, "runs", [store.runs_row("r", 1, "sft", {"loss": 1.5})])
+def test_new_tables_keep_written_at_statistics_for_tables_and_the_writers_pruning(lake: Lake) -> None:
+    write(lake, "trajectories", [make_traj(i) for i in range(3)])
+    write(lake, "runs", [runs_row("r", 1, "sft", {"loss": 1.5})])
     assert all(newest_stamps(lake, t) for t in ("trajectories", "runs"))
     actions = pa.table(DeltaTable(lake.table_uri("trajectories")).get_add_actions(flatten=True))
     assert f"t.{WRITTEN_AT} BETWEEN" in merge_predicate(actions)  # the MERGE scans only those files
@@ -67,11 +68,11 @@ def test_a_table_an_older_trajlake_made_gets_the_same_layout_and_statistics(tmp_
     root = tmp_path / "lake"
     old_layout(root, "trajectories", [old_replayed("t-1", 0.8), make_trajectory("t-2")])
     old_layout(root, "runs", [{"run_id": "r", "step": 1, "stage": "sft", "metrics": '{"loss": 1.5}'}])
-    lake = store.Lake.of(root)
-    store.write(lake, "trajectories", [make_traj(9)])  # adds the typed columns, at the end
-    store.write(lake, "runs", [store.runs_row("r", 2, "sft", {"loss": 1.0})])
+    lake = Lake.of(root)
+    write(lake, "trajectories", [make_traj(9)])  # adds the typed columns, at the end
+    write(lake, "runs", [runs_row("r", 2, "sft", {"loss": 1.0})])
     for table in ("trajectories", "runs"):
         names = DeltaTable(lake.table_uri(table)).schema().to_arrow().names
-        assert list(names) == store.table_spec(table).schema.names
+        assert list(names) == table_spec(table).schema.names
         stamps = newest_stamps(lake, table)  # the old files' and the new one's
         assert len(stamps) >= 2 and all(stamps)

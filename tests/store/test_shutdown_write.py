@@ -6,17 +6,19 @@ import subprocess
 import sys
 import textwrap
 
-import store
+from store.catalog.connection import connect
+from store.lake import Lake
 
 
-def test_write_during_interpreter_shutdown_commits(lake: store.Lake) -> None:
+def test_write_during_interpreter_shutdown_commits(lake: Lake) -> None:
     script = textwrap.dedent(
         f"""
-        import atexit, store
+        import atexit
+        from store.writer import write
         rows = [{{"run_id": "at-exit", "step": i, "stage": "sft"}} for i in range(3)]
-        atexit.register(lambda: store.write({lake.root!r}, "runs", rows))
+        atexit.register(lambda: write({lake.root!r}, "runs", rows))
         """
     )
     subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
-    con = store.connect(lake)
+    con = connect(lake)
     assert con.execute("SELECT count(*) FROM runs WHERE run_id = 'at-exit'").fetchone()[0] == 3

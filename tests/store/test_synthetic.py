@@ -8,7 +8,6 @@ import json
 import pyarrow as pa
 import pytest
 
-import store
 from bench.synthetic import (
     SyntheticConfigError,
     synthetic_rewards,
@@ -16,6 +15,9 @@ from bench.synthetic import (
     synthetic_trajectories,
     trajectory_ids,
 )
+from store.lake import Lake
+from store.schema import table_spec
+from store.writer import write
 
 
 def _all(n: int, seed: int = 0, batch_size: int = 1000, **options: object) -> pa.Table:
@@ -31,13 +33,13 @@ def test_same_seed_same_data_whatever_the_batch_size() -> None:
     assert trajectory_ids(3, seed=4).to_pylist() == a["trajectory_id"].to_pylist()[:3]
 
 
-def test_batches_have_the_table_schema_and_write_cleanly(lake: store.Lake) -> None:
+def test_batches_have_the_table_schema_and_write_cleanly(lake: Lake) -> None:
     batches = list(synthetic_trajectories(250, seed=1, batch_size=100))
     assert [b.num_rows for b in batches] == [100, 100, 50]
-    assert all(b.schema.equals(store.table_spec("trajectories").schema) for b in batches)
-    assert store.write(lake, "trajectories", batches).rows == 250
-    assert store.write(lake, "rewards", synthetic_rewards(250, seed=1)).rows > 500
-    assert store.write(lake, "scenarios", synthetic_scenarios(250, seed=1)).rows > 0
+    assert all(b.schema.equals(table_spec("trajectories").schema) for b in batches)
+    assert write(lake, "trajectories", batches).rows == 250
+    assert write(lake, "rewards", synthetic_rewards(250, seed=1)).rows > 500
+    assert write(lake, "scenarios", synthetic_scenarios(250, seed=1)).rows > 0
 
 
 def test_conversations_are_well_formed() -> None:

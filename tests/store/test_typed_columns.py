@@ -18,10 +18,23 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-import store
-from store.pipeline_runs import GATE_DECISION_FIELDS, PIPELINE_RUN_FIELDS
+from store.catalog.connection import connect
+from store.errors import LegacyRows
+from store.migrate import check_migrated, migrate
+from store.pipeline_runs import (
+    GATE_DECISION_FIELDS,
+    PIPELINE_RUN_FIELDS,
+    GateDecision,
+    PipelineRun,
+    gate_decisions,
+    pipeline_runs,
+    record_gate_decision,
+    record_pipeline_run,
+)
+from store.rows import runs_row
 from store.sampling import SamplingRecord
-from store.schema import GATE_DECISION, PARTITION_COLUMN, PIPELINE_RUN, SAMPLING, WRITTEN_AT
+from store.schema import GATE_DECISION, PARTITION_COLUMN, PIPELINE_RUN, SAMPLING, WRITTEN_AT, table_spec
+from store.writer import write
 from tests.training.helpers import make_trajectory
 
 NEW_COLUMNS = {
@@ -30,7 +43,7 @@ NEW_COLUMNS = {
 }
 AT = datetime(2026, 11, 20, 3, 0, tzinfo=UTC)
 
-RUN = store.PipelineRun(
+RUN = PipelineRun(
     "pipeline-1",
     "2026-11-20T03:00:00+00:00",
     status="finished",
@@ -45,7 +58,7 @@ RUN = store.PipelineRun(
     promoted=True,
     learned_from={"scenarios": 40, "failures": 3},
 )
-GATE = store.GateDecision(
+GATE = GateDecision(
     "publish-1", "2026-11-21T09:00:00+00:00", "adapters/c", "kept: +0.10 [+0.02, +0.18]", True, "calc:v3"
 )
 
@@ -53,7 +66,7 @@ GATE = store.GateDecision(
 def old_layout(lake: Path, table: str, rows: list[dict[str, Any]]) -> None:
     """`rows` committed with delta-rs alone, in the table's schema as an older trajlake had it
     (none of the typed columns), the way that release's writer laid the table out."""
-    spec = store.table_spec(table)
+    spec = table_spec(table)
     schema = pa.schema([f for f in spec.schema if f.name not in NEW_COLUMNS[table]])
     full = [{**{name: None for name in schema.names}, **row, WRITTEN_AT: AT} for row in rows]
     if spec.partitioned:
@@ -100,22 +113,22 @@ def old_lake(tmp_path: Path) -> Path:
 
 
 def test_a_lake_of_the_old_layout_is_refused_then_reads_the_same_after_migrate(old_lake: Path) -> None:
-    with pytest.raises(store.LegacyRows) as refused:
-        store.pipeline_runs(old_lake)
+    with pytest.raises(LegacyRows) as refused:
+        pipeline_runs(old_lake)
     assert (refused.value.table, refused.value.column, refused.value.rows) == ("runs", "pipeline", 1)
     assert "trajlake migrate" in str(refused.value)
-    with store.connect(old_lake) as con, pytest.raises(store.LegacyRows) as info:
-        store.check_migrated(con, "trajectories")
+    with connect(old_lake) as con, pytest.raises(LegacyRows) as info:
+        check_migrated(con, "trajectories")
     assert info.value.rows == 1  # the replayed row; production traffic has no sampling to fill
 
-    outcome = {m.table: m for m in store.migrate(old_lake)}
+    outcome = {m.table: m for m in migrate(old_lake)}
     assert outcome["trajectories"].typed_rows == 1 and outcome["runs"].typed_rows == 4
 
-    assert store.pipeline_runs(old_lake) == [RUN]  # every field, times, maps and lists included
-    assert store.gate_decisions(old_lake) == [GATE]
-    with store.connect(old_lake) as con:
-        store.check_migrated(con, "trajectories")
-        store.check_migrated(con, "runs")
+    assert pipeline_runs(old_lake) == [RUN]  # every field, times, maps and lists included
+    assert gate_decisions(old_lake) == [GATE]
+    with connect(old_lake) as con:
+        check_migrated(con, "trajectories")
+        check_migrated(con, "runs")
         replayed = con.execute(
             "SELECT replay_run, scenario_split, sampling, json_extract_string(metadata, '$.index'), dt "
             "FROM trajectories WHERE trajectory_id = 't-1'"
@@ -144,17 +157,17 @@ def test_a_lake_of_the_old_layout_is_refused_then_reads_the_same_after_migrate(o
         evaluation = con.execute("SELECT tags['role'], scalars['n'] FROM runs WHERE run_id = 'eval-1'")
         assert evaluation.fetchone() == ("table", 32.0)
 
-    again = {m.table: m for m in store.migrate(old_lake)}
+    again = {m.table: m for m in migrate(old_lake)}
     assert again["trajectories"].typed_rows == 0 and again["runs"].typed_rows == 0
 
 
 def test_records_written_now_read_back_from_their_typed_columns(tmp_path: Path) -> None:
     lake = tmp_path / "lake"
-    store.record_pipeline_run(lake, RUN)
-    store.record_gate_decision(lake, GATE)
-    store.write(lake, "runs", [store.runs_row("grpo-1", 1, "grpo", {"loss": math.nan, "role": "x"})])
-    assert store.pipeline_runs(lake) == [RUN] and store.gate_decisions(lake) == [GATE]
-    with store.connect(lake) as con:
+    record_pipeline_run(lake, RUN)
+    record_gate_decision(lake, GATE)
+    write(lake, "runs", [runs_row("grpo-1", 1, "grpo", {"loss": math.nan, "role": "x"})])
+    assert pipeline_runs(lake) == [RUN] and gate_decisions(lake) == [GATE]
+    with connect(lake) as con:
         typed = con.sql(
             "SELECT pipeline.data_until, pipeline.table_versions['trajectories'], pipeline.learned_from "
             "FROM runs WHERE stage = 'pipeline'"
@@ -173,8 +186,8 @@ def test_each_record_is_its_struct_field_for_field() -> None:
     def without_run_id(cls: type) -> list[str]:
         return [f.name for f in dataclasses.fields(cls) if f.name != "run_id"]
 
-    assert [f.name for f in PIPELINE_RUN] == without_run_id(store.PipelineRun)
-    assert [f.name for f in PIPELINE_RUN_FIELDS] == without_run_id(store.PipelineRun)
-    assert [f.name for f in GATE_DECISION] == without_run_id(store.GateDecision)
-    assert [f.name for f in GATE_DECISION_FIELDS] == without_run_id(store.GateDecision)
+    assert [f.name for f in PIPELINE_RUN] == without_run_id(PipelineRun)
+    assert [f.name for f in PIPELINE_RUN_FIELDS] == without_run_id(PipelineRun)
+    assert [f.name for f in GATE_DECISION] == without_run_id(GateDecision)
+    assert [f.name for f in GATE_DECISION_FIELDS] == without_run_id(GateDecision)
     assert {f.name for f in SAMPLING} == {f.name for f in dataclasses.fields(SamplingRecord)}

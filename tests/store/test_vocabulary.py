@@ -8,9 +8,13 @@ from typing import get_args
 
 import pytest
 
-import store
 from store.errors import SchemaViolation
-from store.vocabulary import VOCABULARIES
+from store.lake import Lake
+from store.rows import utc_now
+from store.schema import table_spec
+from store.selections import PRODUCTION_TRAJECTORIES
+from store.vocabulary import PRODUCTION_SOURCES, SPAN_SOURCES, VOCABULARIES, TrajectorySource, equals, one_of
+from store.writer import write
 
 USER = {
     "role": "user",
@@ -25,52 +29,52 @@ USER = {
 @pytest.mark.parametrize(
     ("table", "row", "column", "bad"),
     [
-        ("trajectories", {"trajectory_id": "t", "started_at": store.utc_now()}, "source", "replays"),
+        ("trajectories", {"trajectory_id": "t", "started_at": utc_now()}, "source", "replays"),
         (
             "trajectories",
-            {"trajectory_id": "t", "source": "otel", "started_at": store.utc_now()},
+            {"trajectory_id": "t", "source": "otel", "started_at": utc_now()},
             "status",
             "fine",
         ),
         (
             "rewards",
-            {"trajectory_id": "t", "name": "r", "scorer": "s", "scored_at": store.utc_now()},
+            {"trajectory_id": "t", "name": "r", "scorer": "s", "scored_at": utc_now()},
             "status",
             "ko",
         ),
         (
             "scenarios",
-            {"scenario_id": "s", "created_at": store.utc_now(), "messages": [USER]},
+            {"scenario_id": "s", "created_at": utc_now(), "messages": [USER]},
             "split",
             "test",
         ),
-        ("runs", {"run_id": "r", "step": 1, "metrics": "{}", "at": store.utc_now()}, "stage", "dpo"),
+        ("runs", {"run_id": "r", "step": 1, "metrics": "{}", "at": utc_now()}, "stage", "dpo"),
     ],
 )
 def test_a_value_outside_the_vocabulary_is_refused_and_nothing_is_written(
-    lake: store.Lake, table: str, row: dict, column: str, bad: str
+    lake: Lake, table: str, row: dict, column: str, bad: str
 ) -> None:
     allowed = VOCABULARIES[table][column]
     good = {**row, column: allowed[0]}
     with pytest.raises(SchemaViolation) as info:
-        store.write(lake, table, [good, {**row, column: bad}])
+        write(lake, table, [good, {**row, column: bad}])
     assert info.value.column == column and info.value.row == 1 and bad in str(info.value)
     assert not (Path(lake.root) / table).exists()  # the good row was not written either
-    store.write(lake, table, [good, *({**row, column: v} for v in allowed[1:])])  # every declared value
-    if column not in store.table_spec(table).not_null:  # null where the column may be null
-        store.write(lake, table, [{**row, "source": "otel"} if table == "trajectories" else row])
+    write(lake, table, [good, *({**row, column: v} for v in allowed[1:])])  # every declared value
+    if column not in table_spec(table).not_null:  # null where the column may be null
+        write(lake, table, [{**row, "source": "otel"} if table == "trajectories" else row])
 
 
 def test_production_sql_is_written_from_the_vocabulary() -> None:
-    assert set(store.PRODUCTION_SOURCES) == set(get_args(store.TrajectorySource)) - {"replay"}
-    assert store.PRODUCTION_TRAJECTORIES.endswith("WHERE source IN ('otel', 'langfuse', 'import')")
+    assert set(PRODUCTION_SOURCES) == set(get_args(TrajectorySource)) - {"replay"}
+    assert PRODUCTION_TRAJECTORIES.endswith("WHERE source IN ('otel', 'langfuse', 'import')")
 
 
 def test_sql_names_only_declared_values() -> None:
-    assert store.equals("t.source", "replay", table="trajectories") == "t.source = 'replay'"
-    assert store.equals("status", "resolved", table="ingest_errors") == "status = 'resolved'"
+    assert equals("t.source", "replay", table="trajectories") == "t.source = 'replay'"
+    assert equals("status", "resolved", table="ingest_errors") == "status = 'resolved'"
     with pytest.raises(ValueError, match=re.escape("`replayed` is not a value of `trajectories.source`")):
-        store.equals("source", "replayed", table="trajectories")  # a typo fails where the SQL is written
+        equals("source", "replayed", table="trajectories")  # a typo fails where the SQL is written
 
 
 def test_a_value_is_checked_against_its_own_tables_vocabulary() -> None:
@@ -79,24 +83,24 @@ def test_a_value_is_checked_against_its_own_tables_vocabulary() -> None:
         ValueError,
         match=re.escape("`replay` is not a value of `spans.source`; its vocabulary: otel, langfuse"),
     ):
-        store.equals("s.source", "replay", table="spans")
+        equals("s.source", "replay", table="spans")
     with pytest.raises(ValueError, match=re.escape("`resolved` is not a value of `rewards.status`")):
-        store.equals("status", "resolved", table="rewards")
+        equals("status", "resolved", table="rewards")
     with pytest.raises(ValueError, match=re.escape("`scenarios.source` has no vocabulary")):
-        store.equals("source", "replay", table="scenarios")
+        equals("source", "replay", table="scenarios")
 
 
 def test_one_of_checks_every_value() -> None:
-    assert store.one_of("source", store.SPAN_SOURCES, table="spans") == "source IN ('otel', 'langfuse')"
+    assert one_of("source", SPAN_SOURCES, table="spans") == "source IN ('otel', 'langfuse')"
     with pytest.raises(ValueError, match=re.escape("`import` is not a value of `spans.source`")):
-        store.one_of("source", store.PRODUCTION_SOURCES, table="spans")
+        one_of("source", PRODUCTION_SOURCES, table="spans")
 
 
 def test_no_code_spells_a_vocabulary_value_in_sql() -> None:
     import ast
     import re
 
-    # `source = 'replay'` typed by hand in a library's SQL: it must come from `store.equals`/`one_of`.
+    # `source = 'replay'` typed by hand in a library's SQL: it must come from `store.vocabulary.equals`/`one_of`.
     # Docstrings may show SQL; the demo's printed example queries are there for a person to read.
     pattern = re.compile(
         r"\b\"?(source|status|split|stage)\"?\s*(=|<>|!=|IN\s*\()\s*'[a-z_0-9]+'", re.IGNORECASE

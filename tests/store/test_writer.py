@@ -16,8 +16,13 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-import store
-from store.schema import TIMESTAMP
+from store.catalog.connection import connect
+from store.catalog.versions import snapshot
+from store.errors import SchemaViolation
+from store.lake import Lake
+from store.rows import utc_now
+from store.schema import TABLES, TIMESTAMP, table_spec
+from store.writer import WriteResult, write
 from tests.store.helpers import T0, count, make_traj
 
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
@@ -77,10 +82,10 @@ REPO = Path(__file__).resolve().parents[2]
     ],
 )
 def test_schema_violation_names_table_column_row_and_writes_nothing(
-    lake: store.Lake, table: str, data: object, column: str, row: int | None, reason: str
+    lake: Lake, table: str, data: object, column: str, row: int | None, reason: str
 ) -> None:
-    with pytest.raises(store.SchemaViolation) as info:
-        store.write(lake, table, data)
+    with pytest.raises(SchemaViolation) as info:
+        write(lake, table, data)
     error = info.value
     assert (error.table, error.column, error.row, error.reason) == (table, column, row, reason)
     assert f"`{table}`.`{column}`" in str(error)
@@ -88,20 +93,20 @@ def test_schema_violation_names_table_column_row_and_writes_nothing(
     assert not lake.has_table(table)  # not even created
 
 
-def test_violation_in_a_later_batch_rolls_back_earlier_batches(lake: store.Lake) -> None:
-    store.write(lake, "trajectories", [make_traj(100)])
-    before = store.snapshot(lake)["trajectories"].version
+def test_violation_in_a_later_batch_rolls_back_earlier_batches(lake: Lake) -> None:
+    write(lake, "trajectories", [make_traj(100)])
+    before = snapshot(lake)["trajectories"].version
     good = [make_traj(i) for i in range(10)]
     bad = [make_traj(10, source=None)]
-    with pytest.raises(store.SchemaViolation) as info:
-        store.write(lake, "trajectories", iter([good, good, bad]), batch_rows=4)
+    with pytest.raises(SchemaViolation) as info:
+        write(lake, "trajectories", iter([good, good, bad]), batch_rows=4)
     # Row numbers count across the whole input.
     assert (info.value.column, info.value.row, info.value.reason) == ("source", 20, "null_value")
-    assert store.snapshot(lake)["trajectories"].version == before  # no commit
+    assert snapshot(lake)["trajectories"].version == before  # no commit
     assert count(lake, "SELECT count(*) FROM trajectories") == 1
 
 
-def test_safe_casts_are_accepted_and_dt_is_derived(lake: store.Lake) -> None:
+def test_safe_casts_are_accepted_and_dt_is_derived(lake: Lake) -> None:
     table = pa.table(
         {
             "run_id": pa.array(["r"], pa.large_string()),
@@ -110,17 +115,17 @@ def test_safe_casts_are_accepted_and_dt_is_derived(lake: store.Lake) -> None:
             "at": pa.array([T0], TIMESTAMP),
         }
     )
-    store.write(lake, "runs", table)
-    store.write(lake, "trajectories", [make_traj(1, day=2)])
+    write(lake, "runs", table)
+    write(lake, "trajectories", [make_traj(1, day=2)])
     assert count(lake, "SELECT step FROM runs") == 3
     assert count(lake, "SELECT dt FROM trajectories").isoformat() == "2026-11-22"
-    (path,) = store.snapshot(lake)["trajectories"].files
+    (path,) = snapshot(lake)["trajectories"].files
     assert Path(path).parent.name == "dt=2026-11-22"  # Delta's partition directories are hive-style
 
 
-def test_files_are_zstd_with_a_bloom_filter_on_the_key(lake: store.Lake) -> None:
-    store.write(lake, "trajectories", [make_traj(i) for i in range(5)])
-    (path,) = store.snapshot(lake)["trajectories"].files
+def test_files_are_zstd_with_a_bloom_filter_on_the_key(lake: Lake) -> None:
+    write(lake, "trajectories", [make_traj(i) for i in range(5)])
+    (path,) = snapshot(lake)["trajectories"].files
     meta = pq.ParquetFile(path).metadata
     names = [meta.row_group(0).column(i).path_in_schema for i in range(meta.num_columns)]
     key = meta.row_group(0).column(names.index("trajectory_id"))
@@ -128,16 +133,16 @@ def test_files_are_zstd_with_a_bloom_filter_on_the_key(lake: store.Lake) -> None
     assert key.to_dict().get("bloom_filter_offset") is not None
     written = pq.read_schema(path).field("messages").type  # delta-rs writes Arrow string views
     assert str(written).replace("string_view", "string").replace("element", "item") == str(
-        store.table_spec("trajectories").schema.field("messages").type
+        table_spec("trajectories").schema.field("messages").type
     )
 
 
 # --- one row per key ----------------------------------------------------------------------
 
 
-def test_upsert_replaces_the_row_and_every_delta_reader_sees_one(lake: store.Lake) -> None:
-    store.write(lake, "trajectories", [make_traj(i) for i in range(3)])
-    result = store.write(lake, "trajectories", [make_traj(1, model="newer"), make_traj(3)])
+def test_upsert_replaces_the_row_and_every_delta_reader_sees_one(lake: Lake) -> None:
+    write(lake, "trajectories", [make_traj(i) for i in range(3)])
+    result = write(lake, "trajectories", [make_traj(1, model="newer"), make_traj(3)])
     assert (result.inserted, result.updated) == (1, 1)
     plain = DeltaTable(lake.table_uri("trajectories")).to_pyarrow_table(columns=["trajectory_id", "model"])
     assert sorted(plain.to_pylist(), key=lambda r: r["trajectory_id"]) == [
@@ -148,46 +153,46 @@ def test_upsert_replaces_the_row_and_every_delta_reader_sees_one(lake: store.Lak
     ]
 
 
-def test_a_row_never_replaces_a_newer_one_of_its_key(lake: store.Lake) -> None:
-    store.write(lake, "trajectories", [make_traj(0, model="new")])
-    old = store.utc_now().replace(year=2020)
-    store.write(lake, "trajectories", [make_traj(0, model="stale", _written_at=old)])  # a late, older row
+def test_a_row_never_replaces_a_newer_one_of_its_key(lake: Lake) -> None:
+    write(lake, "trajectories", [make_traj(0, model="new")])
+    old = utc_now().replace(year=2020)
+    write(lake, "trajectories", [make_traj(0, model="stale", _written_at=old)])  # a late, older row
     assert count(lake, "SELECT model FROM trajectories") == "new"
 
 
 def test_spans_keep_the_first_delivery_and_a_repeated_key_in_one_write_keeps_its_last_row(
-    lake: store.Lake,
+    lake: Lake,
 ) -> None:
     span = {"trace_id": "a" * 32, "span_id": "b" * 16, "source": "otel", "start_time": T0, "name": "first"}
-    store.write(lake, "spans", [span])
-    retried = store.write(lake, "spans", [{**span, "name": "retry"}])
+    write(lake, "spans", [span])
+    retried = write(lake, "spans", [{**span, "name": "retry"}])
     assert (retried.inserted, retried.updated) == (0, 0)
     assert count(lake, "SELECT name FROM spans") == "first"
-    result = store.write(lake, "runs", [{"run_id": "r", "step": 0, "stage": s} for s in ("sft", "grpo")])
+    result = write(lake, "runs", [{"run_id": "r", "step": 0, "stage": s} for s in ("sft", "grpo")])
     assert result.rows == 1 and count(lake, "SELECT stage FROM runs") == "grpo"
 
 
-def test_a_row_moving_partition_leaves_none_behind(lake: store.Lake) -> None:
-    store.write(lake, "trajectories", [make_traj(0, day=1)])
-    store.write(lake, "trajectories", [make_traj(0, day=0)])  # an earlier span arrived: started earlier
+def test_a_row_moving_partition_leaves_none_behind(lake: Lake) -> None:
+    write(lake, "trajectories", [make_traj(0, day=1)])
+    write(lake, "trajectories", [make_traj(0, day=0)])  # an earlier span arrived: started earlier
     assert count(lake, "SELECT count(*) FROM trajectories") == 1
     assert count(lake, "SELECT dt FROM trajectories") == date(2026, 11, 20)
     # A caller that knows where the old row is says so; the answer is the same.
-    store.write(lake, "trajectories", [make_traj(0, day=2)], within=[date(2026, 11, 20)])
+    write(lake, "trajectories", [make_traj(0, day=2)], within=[date(2026, 11, 20)])
     assert count(lake, "SELECT count(*) FROM trajectories") == 1
 
 
 def test_a_column_added_to_the_schema_is_added_to_the_table(
-    lake: store.Lake, monkeypatch: pytest.MonkeyPatch
+    lake: Lake, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store.write(lake, "runs", [{"run_id": "r", "step": 0, "stage": "sft"}])
-    spec = store.table_spec("runs")
+    write(lake, "runs", [{"run_id": "r", "step": 0, "stage": "sft"}])
+    spec = table_spec("runs")
     wider = spec.schema.insert(len(spec.schema) - 1, pa.field("note", pa.string()))
     from dataclasses import replace
 
-    monkeypatch.setitem(store.TABLES, "runs", replace(spec, schema=wider))
-    store.write(lake, "runs", [{"run_id": "r", "step": 1, "stage": "sft", "note": "added"}])
-    con = store.connect(lake)
+    monkeypatch.setitem(TABLES, "runs", replace(spec, schema=wider))
+    write(lake, "runs", [{"run_id": "r", "step": 1, "stage": "sft", "note": "added"}])
+    con = connect(lake)
     assert con.execute("SELECT step, note FROM runs ORDER BY step").fetchall() == [(0, None), (1, "added")]
 
 
@@ -196,7 +201,7 @@ def test_a_column_added_to_the_schema_is_added_to_the_table(
 _SLOW_WRITER = textwrap.dedent(
     """
     import sys, time
-    import store
+    from store.writer import write
     from bench.synthetic import synthetic_trajectories
 
     def slow():
@@ -206,14 +211,14 @@ _SLOW_WRITER = textwrap.dedent(
             time.sleep(0.05)
             yield batch
 
-    store.write(sys.argv[1], "trajectories", slow(), batch_rows=2_000)
+    write(sys.argv[1], "trajectories", slow(), batch_rows=2_000)
     """
 )
 
 
-def test_writer_killed_mid_write_commits_nothing(lake: store.Lake, tmp_path: Path) -> None:
-    store.write(lake, "trajectories", [make_traj(i) for i in range(3)])  # committed before the crash
-    before = store.snapshot(lake)["trajectories"]
+def test_writer_killed_mid_write_commits_nothing(lake: Lake, tmp_path: Path) -> None:
+    write(lake, "trajectories", [make_traj(i) for i in range(3)])  # committed before the crash
+    before = snapshot(lake)["trajectories"]
     script = tmp_path / "slow_writer.py"
     script.write_text(_SLOW_WRITER)
     proc = subprocess.Popen(
@@ -226,7 +231,7 @@ def test_writer_killed_mid_write_commits_nothing(lake: store.Lake, tmp_path: Pat
     time.sleep(0.3)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
-    after = store.snapshot(lake)["trajectories"]
+    after = snapshot(lake)["trajectories"]
     assert (after.version, after.files) == (before.version, before.files)
     assert DeltaTable(lake.table_uri("trajectories")).to_pyarrow_table().num_rows == 3
 
@@ -236,21 +241,21 @@ def test_writer_killed_mid_write_commits_nothing(lake: store.Lake, tmp_path: Pat
 _WRITER = textwrap.dedent(
     """
     import sys
-    import store
+    from store.writer import write
     from tests.store.helpers import make_traj
 
     worker = int(sys.argv[2])
     for batch in range(6):
         rows = [make_traj(worker * 1000 + batch * 50 + i, day=i % 3) for i in range(50)]
-        store.write(sys.argv[1], "trajectories", rows)
+        write(sys.argv[1], "trajectories", rows)
         # Re-send one batch, as a retrying client would: must not duplicate rows.
         if batch == 3:
-            store.write(sys.argv[1], "trajectories", rows)
+            write(sys.argv[1], "trajectories", rows)
     """
 )
 
 
-def test_concurrent_writer_processes_lose_and_duplicate_nothing(lake: store.Lake, tmp_path: Path) -> None:
+def test_concurrent_writer_processes_lose_and_duplicate_nothing(lake: Lake, tmp_path: Path) -> None:
     script = tmp_path / "writer.py"
     script.write_text(_WRITER)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -260,11 +265,11 @@ def test_concurrent_writer_processes_lose_and_duplicate_nothing(lake: store.Lake
     assert plain.num_rows == len(set(plain.column("trajectory_id").to_pylist())) == 900
 
 
-def test_threads_writing_at_once_all_commit(lake: store.Lake) -> None:
+def test_threads_writing_at_once_all_commit(lake: Lake) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    def one(w: int) -> store.WriteResult:
-        return store.write(lake, "runs", [{"run_id": f"w{w}", "step": s, "stage": "sft"} for s in range(100)])
+    def one(w: int) -> WriteResult:
+        return write(lake, "runs", [{"run_id": f"w{w}", "step": s, "stage": "sft"} for s in range(100)])
 
     with ThreadPoolExecutor(6) as pool:
         results = list(pool.map(one, range(6)))
@@ -275,9 +280,7 @@ def test_threads_writing_at_once_all_commit(lake: store.Lake) -> None:
     assert count(lake, "SELECT count(*) FROM runs") == 600
 
 
-def test_durable_writes_reach_the_disk_before_returning(
-    lake: store.Lake, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_durable_writes_reach_the_disk_before_returning(lake: Lake, monkeypatch: pytest.MonkeyPatch) -> None:
     synced: list[str] = []
     real = os.fsync
 
@@ -286,7 +289,7 @@ def test_durable_writes_reach_the_disk_before_returning(
         real(fd)
 
     monkeypatch.setattr(os, "fsync", spy)
-    result = store.write(
+    result = write(
         lake,
         "spans",
         [{"trace_id": "a" * 32, "span_id": "b" * 16, "source": "otel", "start_time": T0}],

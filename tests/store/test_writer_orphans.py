@@ -15,8 +15,10 @@ from urllib.parse import unquote
 
 import pytest
 
-import store
-import store.writer
+from store import writer
+from store.catalog.connection import connect
+from store.lake import Lake
+from store.writer import write
 from tests.store.helpers import T0
 
 
@@ -24,7 +26,7 @@ def _span(trace: int, span: int) -> dict[str, Any]:
     return {"trace_id": f"{trace:032x}", "span_id": f"{span:016x}", "source": "otel", "start_time": T0}
 
 
-def _unnamed(lake: store.Lake, table: str) -> set[str]:
+def _unnamed(lake: Lake, table: str) -> set[str]:
     """Data files no version of the log ever added (a replaced file is named by its old version)."""
     root = f"{lake.root}/{table}"
     named = set()
@@ -38,26 +40,26 @@ def _unnamed(lake: store.Lake, table: str) -> set[str]:
 
 @pytest.mark.parametrize("table", ["spans", "trajectories"])
 def test_a_write_that_loses_a_race_leaves_no_file_behind(
-    lake: store.Lake, monkeypatch: pytest.MonkeyPatch, table: str
+    lake: Lake, monkeypatch: pytest.MonkeyPatch, table: str
 ) -> None:
     def row(n: int) -> dict[str, Any]:
         if table == "spans":
             return _span(n, n)
         return {"trajectory_id": f"traj-{n}", "source": "otel", "started_at": T0, "user_id": f"u-{n}"}
 
-    store.write(lake, table, [row(0)])
-    real = store.writer._holders
+    write(lake, table, [row(0)])
+    real = writer._holders
     raced = []
 
     def holders_then_a_rival_commits(*args: Any) -> Any:
         found = real(*args)
         if not raced:  # another writer commits between this attempt's read and its commit
             raced.append(True)
-            store.write(lake, table, [row(2)])
+            write(lake, table, [row(2)])
         return found
 
-    monkeypatch.setattr(store.writer, "_holders", holders_then_a_rival_commits)
-    result = store.write(lake, table, [row(1), row(0)])
+    monkeypatch.setattr(writer, "_holders", holders_then_a_rival_commits)
+    result = write(lake, table, [row(1), row(0)])
     assert result.attempts == 2  # the first attempt lost, wrote its files, and the second won
     assert _unnamed(lake, table) == set()
-    assert store.connect(lake).execute(f"SELECT count(*) FROM {table}").fetchall() == [(3,)]
+    assert connect(lake).execute(f"SELECT count(*) FROM {table}").fetchall() == [(3,)]

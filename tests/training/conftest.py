@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from training.models.known import fetch_model
+
 SMOLLM2 = "smollm2-135m-instruct"
 
 
 @pytest.fixture(scope="session")
 def models_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A models folder holding the converted SmolLM2 (fetched and converted once per session)."""
-    from training.models.known import fetch_model
-
     root = tmp_path_factory.mktemp("models")
     started = time.perf_counter()
     fetch_model(SMOLLM2, root)

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from store.rows import utc_now
 from training.replay.samplers.base import Completion, Sampler, SampleRequest
 
 Script = Callable[[str], str]  # decoded prompt text -> completion text
@@ -86,7 +87,6 @@ TOOLS = [
 
 def make_trajectory(trajectory_id: str, **overrides: Any) -> dict[str, Any]:
     """A production trajectory row: system, user, a calculator call and its result, the answer."""
-    import store
 
     def msg(role: str, content: str | None, **extra: Any) -> dict[str, Any]:
         return {
@@ -101,7 +101,7 @@ def make_trajectory(trajectory_id: str, **overrides: Any) -> dict[str, Any]:
     row = {
         "trajectory_id": trajectory_id,
         "source": "otel",
-        "started_at": store.utc_now(),
+        "started_at": utc_now(),
         "agent_name": "calc-agent",
         "model": "prod-model",
         "messages": [

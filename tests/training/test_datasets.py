@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-import store
 from store.errors import SelectionError
+from store.lake import Lake
+from store.writer import write
 from tests.training.train_helpers import msg, reward, traj, turn
 from training.datasets import flatten_turns, select_grpo, select_sft
 from training.errors import MissingTokenData, TokenDataMismatch
@@ -36,8 +37,8 @@ def add_call(tid: str) -> dict:
 # --- SFT -----------------------------------------------------------------------------------------
 
 
-def test_sft_rows_keep_tools_and_tool_calls(lake: store.Lake) -> None:
-    store.write(lake, "trajectories", [add_call("t1"), traj("t2", source="langfuse")])
+def test_sft_rows_keep_tools_and_tool_calls(lake: Lake) -> None:
+    write(lake, "trajectories", [add_call("t1"), traj("t2", source="langfuse")])
     selection = select_sft(lake, ALL + " WHERE source = 'otel'")
     assert [r["trajectory_id"] for r in selection.rows] == ["t1"]
     row = selection.rows[0]
@@ -47,9 +48,9 @@ def test_sft_rows_keep_tools_and_tool_calls(lake: store.Lake) -> None:
     assert row["messages"][2] == {"role": "tool", "content": "5", "tool_call_id": "c1", "name": "add"}
 
 
-def test_sft_lineage_names_rows_and_the_table_versions_read(lake: store.Lake) -> None:
-    store.write(lake, "trajectories", [traj("a"), traj("b")])
-    store.write(lake, "trajectories", [traj("c")])  # version 0 created the table; this is version 2
+def test_sft_lineage_names_rows_and_the_table_versions_read(lake: Lake) -> None:
+    write(lake, "trajectories", [traj("a"), traj("b")])
+    write(lake, "trajectories", [traj("c")])  # version 0 created the table; this is version 2
     selection = select_sft(lake, ALL + " WHERE trajectory_id IN ('a', 'b')")
     lineage = selection.lineage
     assert lineage.trajectory_count == 2
@@ -58,7 +59,7 @@ def test_sft_lineage_names_rows_and_the_table_versions_read(lake: store.Lake) ->
     assert set(lineage.table_versions) == {"trajectories"}  # tables that do not exist yet are not named
 
     # As of version 1, `c` did not exist; as of version 2, `a` read as it was then.
-    store.write(lake, "trajectories", [{**traj("a"), "messages": []}])  # `a` loses its messages later
+    write(lake, "trajectories", [{**traj("a"), "messages": []}])  # `a` loses its messages later
     again = select_sft(lake, ALL, as_of=as_of_versions(lineage.to_dict()))
     assert {row["trajectory_id"] for row in again.rows} == {"a", "b", "c"}
     assert select_sft(lake, ALL, as_of={"trajectories": 1}).lineage.trajectory_ids_digest == digest_ids(
@@ -67,8 +68,8 @@ def test_sft_lineage_names_rows_and_the_table_versions_read(lake: store.Lake) ->
     assert select_sft(lake, ALL).lineage.trajectory_count == 2  # now `a` has no assistant turn: skipped
 
 
-def test_sft_skips_conversations_without_assistant(lake: store.Lake) -> None:
-    store.write(lake, "trajectories", [traj("q", messages=[msg("user", "hi")]), traj("ok")])
+def test_sft_skips_conversations_without_assistant(lake: Lake) -> None:
+    write(lake, "trajectories", [traj("q", messages=[msg("user", "hi")]), traj("ok")])
     assert [r["trajectory_id"] for r in select_sft(lake, ALL).rows] == ["ok"]
 
 
@@ -82,8 +83,8 @@ def test_sft_skips_conversations_without_assistant(lake: store.Lake) -> None:
         ("CREATE TABLE x AS SELECT 1 AS trajectory_id", "not_read_only"),
     ],
 )
-def test_sft_selection_errors(lake: store.Lake, sql: str, reason: str) -> None:
-    store.write(lake, "trajectories", [traj("a")])
+def test_sft_selection_errors(lake: Lake, sql: str, reason: str) -> None:
+    write(lake, "trajectories", [traj("a")])
     with pytest.raises(SelectionError) as err:
         select_sft(lake, sql)
     assert err.value.reason == reason
@@ -148,17 +149,17 @@ def scored_group(
     return rows, rewards
 
 
-def write_groups(lake: store.Lake, groups: dict[str, list[float]], **kw: object) -> None:
+def write_groups(lake: Lake, groups: dict[str, list[float]], **kw: object) -> None:
     rows, rewards = [], []
     for gid, values in groups.items():
         r, w = scored_group(gid, values, **kw)  # type: ignore[arg-type]
         rows += r
         rewards += w
-    store.write(lake, "trajectories", rows)
-    store.write(lake, "rewards", rewards)
+    write(lake, "trajectories", rows)
+    write(lake, "rewards", rewards)
 
 
-def test_grpo_groups_with_advantages_and_report(lake: store.Lake) -> None:
+def test_grpo_groups_with_advantages_and_report(lake: Lake) -> None:
     write_groups(lake, {"g1": [1.0, 0.0], "g2": [0.5, 0.5], "solo": [1.0]})
     sel = select_grpo(lake, ALL)
     by_id = {e.trajectory_id: e for e in sel.examples}
@@ -174,7 +175,7 @@ def test_grpo_groups_with_advantages_and_report(lake: store.Lake) -> None:
     assert {"trajectories", "rewards"} <= set(lineage.table_versions)
 
 
-def test_grpo_examples_come_in_scenario_order_not_group_id_order(lake: store.Lake) -> None:
+def test_grpo_examples_come_in_scenario_order_not_group_id_order(lake: Lake) -> None:
     """Group ids hash the policy (the adapter's run id, random per run): the same replay by a rerun
     of the same training gets other ids, and the training order must not change with them."""
     rows, rewards = [], []
@@ -184,12 +185,12 @@ def test_grpo_examples_come_in_scenario_order_not_group_id_order(lake: store.Lak
             row["scenario_id"] = scenario
         rows += r
         rewards += w
-    store.write(lake, "trajectories", rows)
-    store.write(lake, "rewards", rewards)
+    write(lake, "trajectories", rows)
+    write(lake, "rewards", rewards)
     assert [e.trajectory_id for e in select_grpo(lake, ALL).examples] == ["g-b-0", "g-b-1", "g-a-0", "g-a-1"]
 
 
-def test_grpo_reward_column_overrides_stored_rewards(lake: store.Lake) -> None:
+def test_grpo_reward_column_overrides_stored_rewards(lake: Lake) -> None:
     write_groups(lake, {"g": [0.0, 0.0]})
     sel = select_grpo(
         lake,
@@ -199,35 +200,35 @@ def test_grpo_reward_column_overrides_stored_rewards(lake: store.Lake) -> None:
     assert sel.report.equal_reward_groups == []
 
 
-def test_grpo_failed_scores_are_not_zero(lake: store.Lake) -> None:
+def test_grpo_failed_scores_are_not_zero(lake: Lake) -> None:
     rows, rewards = scored_group("g", [1.0, 0.0, 0.5])
     rewards[2] = reward("g-2", None, group_id="g", status="failed")  # a failed judge call
-    store.write(lake, "trajectories", rows)
-    store.write(lake, "rewards", rewards)
+    write(lake, "trajectories", rows)
+    write(lake, "rewards", rewards)
     assert [e.trajectory_id for e in select_grpo(lake, ALL).examples] == ["g-0", "g-1"]
 
 
-def test_grpo_text_only_is_a_clear_error(lake: store.Lake) -> None:
+def test_grpo_text_only_is_a_clear_error(lake: Lake) -> None:
     write_groups(lake, {"g": [1.0, 0.0]})
-    store.write(lake, "trajectories", [traj("prod-1", group_id="g", source="otel")])  # no turns
-    store.write(lake, "rewards", [reward("prod-1", 1.0, group_id="g")])
+    write(lake, "trajectories", [traj("prod-1", group_id="g", source="otel")])  # no turns
+    write(lake, "rewards", [reward("prod-1", 1.0, group_id="g")])
     with pytest.raises(MissingTokenData) as err:
         select_grpo(lake, ALL)
     assert err.value.trajectory_ids == ["prod-1"]
     assert "`prod-1`" in str(err.value) and "trajlake train sft" in str(err.value)
 
 
-def test_grpo_needs_groups_of_two(lake: store.Lake) -> None:
+def test_grpo_needs_groups_of_two(lake: Lake) -> None:
     write_groups(lake, {"a": [1.0], "b": [0.0]})
     with pytest.raises(SelectionError) as err:
         select_grpo(lake, ALL)
     assert err.value.reason == "no_groups"
 
 
-def test_grpo_reward_name_resolution(lake: store.Lake) -> None:
+def test_grpo_reward_name_resolution(lake: Lake) -> None:
     write_groups(lake, {"g": [1.0, 0.0]})
     _, rewards = scored_group("g", [0.2, 0.4], name="style")
-    store.write(lake, "rewards", rewards)
+    write(lake, "rewards", rewards)
     with pytest.raises(SelectionError) as err:
         select_grpo(lake, ALL)
     assert err.value.reason == "ambiguous_reward" and "`correct`, `style`" in str(err.value)
@@ -237,13 +238,13 @@ def test_grpo_reward_name_resolution(lake: store.Lake) -> None:
     assert err.value.reason == "missing_reward"
 
 
-def test_grpo_unscored_selection(lake: store.Lake) -> None:
-    store.write(lake, "trajectories", [traj("a", group_id="g", turns=[turn([1], [2])])])
+def test_grpo_unscored_selection(lake: Lake) -> None:
+    write(lake, "trajectories", [traj("a", group_id="g", turns=[turn([1], [2])])])
     with pytest.raises(SelectionError) as err:
         select_grpo(lake, ALL)
     assert err.value.reason == "no_rewards"
 
 
-def test_grpo_truncated_flag(lake: store.Lake) -> None:
+def test_grpo_truncated_flag(lake: Lake) -> None:
     write_groups(lake, {"g": [1.0, 0.0]}, finish="length")
     assert all(e.truncated for e in select_grpo(lake, ALL).examples)

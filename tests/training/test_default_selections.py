@@ -5,23 +5,34 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import store
+from flows.config.options import value_in_effect
 from flows.config.sections import Selections
+from store.catalog.connection import connect
+from store.lake import Lake
+from store.selections import (
+    GRPO_TRAJECTORIES,
+    PRODUCTION_TRAJECTORIES,
+    SFT_TRAJECTORIES,
+    TRAIN_SCENARIOS,
+    VAL_SCENARIOS,
+    grpo_trajectories_of,
+)
+from store.writer import write
 from tests.training.helpers import ScriptedSampler, calculator_script, make_trajectory
 from training.replay.scenario_io import create_scenarios
 from training.replay.scenarios import ScenarioConfig
 from training.replay.stage import ReplayConfig, replay
 
 
-def _ids(lake: store.Lake, sql: str) -> set[str]:
-    with store.connect(lake, read_only=True) as con:
+def _ids(lake: Lake, sql: str) -> set[str]:
+    with connect(lake, read_only=True) as con:
         return {row[0] for row in con.execute(sql).fetchall()}
 
 
-def test_default_selections_never_read_a_val_scenario(lake: store.Lake, tiny_model: Path) -> None:
-    store.write(lake, "trajectories", [make_trajectory(f"prod-{i}", has_content=True) for i in range(12)])
+def test_default_selections_never_read_a_val_scenario(lake: Lake, tiny_model: Path) -> None:
+    write(lake, "trajectories", [make_trajectory(f"prod-{i}", has_content=True) for i in range(12)])
     create_scenarios(lake, "SELECT trajectory_id FROM trajectories", ScenarioConfig(val_fraction=0.5))
-    with store.connect(lake, read_only=True) as con:
+    with connect(lake, read_only=True) as con:
         splits = dict(con.execute("SELECT scenario_id, split FROM scenarios").fetchall())
         cut_from_val = {
             r[0]
@@ -44,23 +55,23 @@ def test_default_selections_never_read_a_val_scenario(lake: store.Lake, tiny_mod
         ReplayConfig(group_size=2, run="eval"),
         progress=False,
     )
-    with store.connect(lake, read_only=True) as con:
+    with connect(lake, read_only=True) as con:
         rows = con.execute(
             "SELECT trajectory_id, scenario_id, scenario_split FROM trajectories WHERE source = 'replay'"
         ).fetchall()
     val_replays = {tid for tid, sid, _ in rows if splits[sid] == "val"}
     assert val_replays and all(split == "val" for tid, _, split in rows if tid in val_replays)
 
-    grpo = _ids(lake, store.GRPO_TRAJECTORIES)
+    grpo = _ids(lake, GRPO_TRAJECTORIES)
     assert grpo == {tid for tid, _, _ in rows} - val_replays
     # a pipeline round's GRPO selection (its groups, val ones included) keeps the same guard
-    with store.connect(lake, read_only=True) as con:
+    with connect(lake, read_only=True) as con:
         group_of = dict(con.execute("SELECT trajectory_id, group_id FROM trajectories").fetchall())
     val_group = next(group_of[t] for t in sorted(val_replays))
     train_group = next(group_of[t] for t in sorted(grpo))
     in_groups = {t for t, g in group_of.items() if g in (val_group, train_group)}
-    assert _ids(lake, store.grpo_trajectories_of([val_group, train_group])) == in_groups - val_replays
-    assert _ids(lake, store.grpo_trajectories_of(None)) == grpo
+    assert _ids(lake, grpo_trajectories_of([val_group, train_group])) == in_groups - val_replays
+    assert _ids(lake, grpo_trajectories_of(None)) == grpo
     sft = _ids(lake, Selections().sft)
     assert sft == {f"prod-{i}" for i in range(12)} - cut_from_val
 
@@ -76,11 +87,9 @@ def test_every_default_selection_is_declared_once() -> None:
 
     # the command line, the flow's [select] table and the libraries start from the same strings
     # `train sft --sql` left out takes `[select] sft` in effect, whose declared default is the store's
-    from flows.config.options import value_in_effect
-
     assert default(train_sft_command, "sql") is None
-    assert value_in_effect("select.sft")[0] is store.SFT_TRAJECTORIES is Selections().sft
-    assert default(train_grpo_command, "sql") is store.GRPO_TRAJECTORIES
-    assert default(publish_command, "eval_scenarios") is store.VAL_SCENARIOS is Selections().evaluate
-    assert Selections().replay is store.TRAIN_SCENARIOS
-    assert Selections().scenarios is store.PRODUCTION_TRAJECTORIES
+    assert value_in_effect("select.sft")[0] is SFT_TRAJECTORIES is Selections().sft
+    assert default(train_grpo_command, "sql") is GRPO_TRAJECTORIES
+    assert default(publish_command, "eval_scenarios") is VAL_SCENARIOS is Selections().evaluate
+    assert Selections().replay is TRAIN_SCENARIOS
+    assert Selections().scenarios is PRODUCTION_TRAJECTORIES

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-import store
+from store.lake import Lake
+from store.writer import write
 from tests.training.train_helpers import msg, stored_groups, traj
 from training.grpo import train_grpo
 from training.grpo_config import TrajlakeGRPOConfig
@@ -42,8 +43,8 @@ def no_deprecations() -> Iterator[None]:
 
 
 def test_a_replay_and_training_steps_emit_no_deprecation_warning(tiny_model: Path, tmp_path: Path) -> None:
-    lake = store.Lake(str(tmp_path / "lake"))
-    store.write(
+    lake = Lake(str(tmp_path / "lake"))
+    write(
         lake,
         "trajectories",
         [
@@ -78,10 +79,10 @@ def test_a_replay_and_training_steps_emit_no_deprecation_warning(tiny_model: Pat
     assert len(result.group_ids) == 2 and result.failed == []
 
     # A GRPO step continuing from the SFT adapter (PEFT loads it trainable).
-    groups = store.Lake(str(tmp_path / "groups"))
+    groups = Lake(str(tmp_path / "groups"))
     rows, rewards = stored_groups(str(tiny_model), groups=2, size=2)
-    store.write(groups, "trajectories", rows)
-    store.write(groups, "rewards", rewards)
+    write(groups, "trajectories", rows)
+    write(groups, "rewards", rewards)
     with no_deprecations():
         grpo_config = TrajlakeGRPOConfig(
             output_dir=str(tmp_path / "y"), per_device_train_batch_size=4, max_steps=1, save_strategy="no"

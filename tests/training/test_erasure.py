@@ -6,10 +6,15 @@ from pathlib import Path
 
 import pytest
 
-import store
+from flows.cli import app
 from flows.report.lineage import erased_data_warning
 from flows.stages.forget import carry_out, plan
+from store.catalog.connection import connect
+from store.catalog.versions import snapshot
 from store.erasure import ErasureSelection
+from store.errors import DataErased
+from store.lake import Lake
+from store.writer import write
 from tests.training.train_helpers import stored_groups
 from training.errors import PublishError
 from training.publish import PublishConfig, publish
@@ -23,7 +28,7 @@ pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "
 COMMON = dict(activation_checkpointing=False, save_strategy="no", seed=0, disable_tqdm=True, max_steps=1)
 
 
-def _sft(lake: store.Lake, tiny_model: Path, sql: str, out: Path) -> str:
+def _sft(lake: Lake, tiny_model: Path, sql: str, out: Path) -> str:
     config = TrajlakeSFTConfig(output_dir="x", per_device_train_batch_size=2, max_length=256, **COMMON)
     return str(train_sft(lake, sql, tiny_model, out, config).adapter_dir)
 
@@ -31,11 +36,11 @@ def _sft(lake: store.Lake, tiny_model: Path, sql: str, out: Path) -> str:
 def test_forget_marks_published_and_unpublished_adapters_that_saw_the_user(
     tiny_model: Path, tmp_path: Path
 ) -> None:
-    lake = store.Lake(str(tmp_path / "lake"))
+    lake = Lake(str(tmp_path / "lake"))
     rows, _ = stored_groups(str(tiny_model), groups=2, size=2, multi_turn=False)
     for row in rows:  # group g0 is the erased user's, g1 someone else's
         row["user_id"] = "erased-user" if row["trajectory_id"].startswith("g0") else "kept-user"
-    store.write(lake, "trajectories", rows)
+    write(lake, "trajectories", rows)
     everyone = _sft(
         lake, tiny_model, "SELECT trajectory_id FROM trajectories", tmp_path / "lake" / "_work" / "all"
     )
@@ -64,7 +69,7 @@ def test_forget_marks_published_and_unpublished_adapters_that_saw_the_user(
     # the publish gate refuses what saw erased data, or publishes it marked when told to
     with pytest.raises(PublishError, match=erasure.erasure_id):
         publish(lake, unpublished, PublishConfig(name="later"))
-    assert not store.connect(lake).sql("SELECT * FROM adapters WHERE name = 'later'").fetchall()
+    assert not connect(lake).sql("SELECT * FROM adapters WHERE name = 'later'").fetchall()
     published = publish(lake, unpublished, PublishConfig(name="later", allow_erased_data=True))
     row = resolve_adapter(lake, f"later:{published.version}")
     assert row["trained_on_erased_data"] and row["erasures"] == [erasure.erasure_id]
@@ -78,13 +83,11 @@ def test_forget_marks_published_and_unpublished_adapters_that_saw_the_user(
 def test_retrain_runs_the_recorded_stages_without_the_erased_rows(tiny_model: Path, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from flows.cli import app
-
-    lake = store.Lake(str(tmp_path / "lake"))
+    lake = Lake(str(tmp_path / "lake"))
     rows, _ = stored_groups(str(tiny_model), groups=2, size=2, multi_turn=False)
     for row in rows:
         row["user_id"] = "erased-user" if row["trajectory_id"].startswith("g0") else "kept-user"
-    store.write(lake, "trajectories", rows)
+    write(lake, "trajectories", rows)
     adapter = _sft(lake, tiny_model, "SELECT trajectory_id FROM trajectories", tmp_path / "sft")
     publish(lake, adapter, PublishConfig(name="agent"))
     carry_out(lake, plan(lake, ErasureSelection("user_id", "erased-user"))[0])
@@ -101,13 +104,13 @@ def test_retrain_runs_the_recorded_stages_without_the_erased_rows(tiny_model: Pa
     assert not resolve_adapter(lake, f"agent:{published.version}")["trained_on_erased_data"]
 
 
-def _users_rows(lake: store.Lake, user: str, n: int = 2) -> None:
+def _users_rows(lake: Lake, user: str, n: int = 2) -> None:
     """`n` conversations of `user` and their spans, received now (the collector's clock)."""
     from datetime import UTC, datetime
 
     now = datetime.now(UTC)
     traces = [f"{abs(hash((user, i))) % 16**32:032x}" for i in range(n)]
-    store.write(
+    write(
         lake,
         "spans",
         [
@@ -115,7 +118,7 @@ def _users_rows(lake: store.Lake, user: str, n: int = 2) -> None:
             for t in traces
         ],
     )
-    store.write(
+    write(
         lake,
         "trajectories",
         [
@@ -131,17 +134,17 @@ def _users_rows(lake: store.Lake, user: str, n: int = 2) -> None:
     )
 
 
-def _adapter_now(lake: store.Lake, name: str) -> None:
+def _adapter_now(lake: Lake, name: str) -> None:
     """An `adapters` row whose lineage read the lake's current `trajectories` version (training
     itself is not what is tested here: the lineage record is)."""
     import json
 
-    version = store.snapshot(lake)["trajectories"]
+    version = snapshot(lake)["trajectories"]
     lineage = {
         "sql": "SELECT trajectory_id FROM trajectories",
         "table_versions": {"trajectories": version.lineage()},
     }
-    store.write(
+    write(
         lake,
         "adapters",
         [{"name": name, "version": 1, "path": f"/adapters/{name}", "data": json.dumps([lineage])}],
@@ -155,7 +158,7 @@ def test_with_history_purged_an_adapter_trained_before_the_users_data_arrived_is
     adapter trained before the user's data reached the lake did not see it; one trained after did."""
     import time
 
-    lake = store.Lake(str(tmp_path / "lake"))
+    lake = Lake(str(tmp_path / "lake"))
     _users_rows(lake, "kept-user")
     _adapter_now(lake, "early")
     time.sleep(0.05)
@@ -172,8 +175,8 @@ def test_with_history_purged_an_adapter_trained_before_the_users_data_arrived_is
     carry_out(
         lake, plan(lake, ErasureSelection("user_id", "third-erased"))[0]
     )  # purges `late`'s versions too
-    with pytest.raises(store.DataErased):
-        store.snapshot(lake, {"trajectories": 1})
+    with pytest.raises(DataErased):
+        snapshot(lake, {"trajectories": 1})
 
     erasure, affected = plan(lake, ErasureSelection("user_id", "late-user"))
     assert affected == ["late:1"]  # not `early`: it was trained before late-user's data arrived

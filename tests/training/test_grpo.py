@@ -11,9 +11,11 @@ import torch
 from safetensors.torch import load_file
 from transformers import TrainerCallback
 
-import store
+from store.catalog.connection import connect
 from store.errors import SelectionError
+from store.lake import Lake
 from store.metrics import SAMPLER_GAP_MEAN, TREE_PACKING_SAVED_SHARE
+from store.writer import write
 from tests.store.helpers import run_metrics
 from tests.training.train_helpers import (
     check_parity_with_stock,
@@ -24,6 +26,7 @@ from tests.training.train_helpers import (
     traj,
     turn,
 )
+from training.datasets import sampled_temperature
 from training.errors import BadHyperparameter, MissingTokenData, NonFiniteLoss
 from training.grpo import grpo_trainer_class, train_grpo
 from training.grpo_config import LOSS_TYPES, TrajlakeGRPOConfig
@@ -40,11 +43,11 @@ def config(tmp_path: Path, **kw: object) -> TrajlakeGRPOConfig:
 
 
 @pytest.fixture(scope="module")
-def groups_lake(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> store.Lake:
-    lake = store.Lake(str(tmp_path_factory.mktemp("grpo") / "lake"))
+def groups_lake(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Lake:
+    lake = Lake(str(tmp_path_factory.mktemp("grpo") / "lake"))
     rows, rewards = stored_groups(str(tiny_model), groups=3, size=4, temperature=TEMPERATURE)
-    store.write(lake, "trajectories", rows)
-    store.write(lake, "rewards", rewards)
+    write(lake, "trajectories", rows)
+    write(lake, "rewards", rewards)
     return lake
 
 
@@ -52,7 +55,7 @@ def groups_lake(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> s
 
 
 @pytest.fixture(scope="module")
-def trainers(groups_lake: store.Lake, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def trainers(groups_lake: Lake, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     return parity_trainers(groups_lake, str(tiny_model), tmp_path_factory.mktemp("parity"), TEMPERATURE)
 
 
@@ -96,7 +99,7 @@ def test_stored_batch_masks_tools_and_truncation(trainers) -> None:  # type: ign
 
 
 def test_grpo_divides_by_the_temperature_the_groups_recorded(
-    groups_lake: store.Lake, tiny_model: Path, tmp_path: Path
+    groups_lake: Lake, tiny_model: Path, tmp_path: Path
 ) -> None:
     # The config's temperature (TRL's default, 1.0) is not what the groups were sampled at (0.7):
     # the recorded one is used, so the first step's policy logprobs are the stored ones.
@@ -110,7 +113,7 @@ def test_grpo_divides_by_the_temperature_the_groups_recorded(
     assert metrics[SAMPLER_GAP_MEAN] < 1e-4
 
 
-def test_groups_sampled_at_different_temperatures_are_refused(lake: store.Lake, tmp_path: Path) -> None:
+def test_groups_sampled_at_different_temperatures_are_refused(lake: Lake, tmp_path: Path) -> None:
     rows = [
         traj(
             f"t{k}",
@@ -121,8 +124,8 @@ def test_groups_sampled_at_different_temperatures_are_refused(lake: store.Lake, 
         )
         for k in range(4)
     ]
-    store.write(lake, "trajectories", rows)
-    store.write(lake, "rewards", [reward(f"t{k}", float(k % 2), group_id="g") for k in range(4)])
+    write(lake, "trajectories", rows)
+    write(lake, "rewards", [reward(f"t{k}", float(k % 2), group_id="g") for k in range(4)])
     with pytest.raises(
         SelectionError, match=r"different temperatures: 0.7 \(2 trajectories\), 1 \(2"
     ) as info:
@@ -131,7 +134,7 @@ def test_groups_sampled_at_different_temperatures_are_refused(lake: store.Lake, 
 
 
 def test_train_grpo_logs_metrics_and_changes_lora(
-    groups_lake: store.Lake, tiny_model: Path, tmp_path: Path
+    groups_lake: Lake, tiny_model: Path, tmp_path: Path
 ) -> None:
     result = train_grpo(groups_lake, ALL, tiny_model, None, tmp_path / "run", config(tmp_path, max_steps=3))
     assert result.global_step == 3 and result.stages == ["grpo"]
@@ -158,7 +161,7 @@ def test_train_grpo_logs_metrics_and_changes_lora(
 
 
 def test_the_one_seam_trainer_trains_and_logs_without_its_opt_in_layer(
-    groups_lake: store.Lake, tiny_model: Path, tmp_path: Path
+    groups_lake: Lake, tiny_model: Path, tmp_path: Path
 ) -> None:
     """Tree packing and the sampler gap off: the base trainer alone (TRL's forward untouched)
     trains, and the metrics it keeps itself reach `runs` through `log`."""
@@ -176,7 +179,7 @@ def test_the_one_seam_trainer_trains_and_logs_without_its_opt_in_layer(
     assert logged[1]["num_tokens"] > logged[0]["num_tokens"] > 0  # the running count, not a per-step one
 
 
-def test_continue_from_adapter_with_kl(groups_lake: store.Lake, tiny_model: Path, tmp_path: Path) -> None:
+def test_continue_from_adapter_with_kl(groups_lake: Lake, tiny_model: Path, tmp_path: Path) -> None:
     first = train_grpo(groups_lake, ALL, tiny_model, None, tmp_path / "a", config(tmp_path, max_steps=1))
     second = train_grpo(
         groups_lake,
@@ -188,7 +191,7 @@ def test_continue_from_adapter_with_kl(groups_lake: store.Lake, tiny_model: Path
     )
     assert second.stages == ["grpo", "grpo"] and second.run_ids == [first.run_id, second.run_id]
     kl = (
-        store.connect(groups_lake)
+        connect(groups_lake)
         .sql(f"SELECT scalars['kl'] FROM runs WHERE run_id = '{second.run_id}' AND step = 2")
         .fetchall()[0][0]
     )
@@ -212,7 +215,7 @@ class PoisonAtStep(TrainerCallback):
 
 
 def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(
-    groups_lake: store.Lake, tiny_model: Path, tmp_path: Path
+    groups_lake: Lake, tiny_model: Path, tmp_path: Path
 ) -> None:
     cfg = config(tmp_path, max_steps=5, save_strategy="steps", save_steps=1)
     with pytest.raises(NonFiniteLoss) as err:
@@ -228,20 +231,20 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(
 # --- errors before any work -----------------------------------------------------------------------
 
 
-def test_text_only_selection_fails_before_loading_a_model(lake: store.Lake, tmp_path: Path) -> None:
-    store.write(
+def test_text_only_selection_fails_before_loading_a_model(lake: Lake, tmp_path: Path) -> None:
+    write(
         lake,
         "trajectories",
         [traj("p1", group_id="g", source="otel"), traj("p2", group_id="g", source="otel")],
     )
-    store.write(lake, "rewards", [reward("p1", 1.0, group_id="g"), reward("p2", 0.0, group_id="g")])
+    write(lake, "rewards", [reward("p1", 1.0, group_id="g"), reward("p2", 0.0, group_id="g")])
     with pytest.raises(MissingTokenData):
         train_grpo(lake, ALL, tmp_path / "no-model-here", None, tmp_path / "run", config(tmp_path))
     assert not (tmp_path / "run").exists()
 
 
-def test_empty_selection_fails_before_work(lake: store.Lake, tmp_path: Path) -> None:
-    store.write(lake, "trajectories", [traj("a", group_id="g", turns=[turn([1], [2])])])
+def test_empty_selection_fails_before_work(lake: Lake, tmp_path: Path) -> None:
+    write(lake, "trajectories", [traj("a", group_id="g", turns=[turn([1], [2])])])
     with pytest.raises(SelectionError):
         train_grpo(
             lake, ALL + " WHERE false", tmp_path / "no-model-here", None, tmp_path / "run", config(tmp_path)
@@ -268,7 +271,7 @@ def test_bad_hyperparameters(tmp_path: Path, kw: dict, name: str) -> None:
     assert err.value.field == name and f"`{name}`" in str(err.value)
 
 
-def test_resume_grpo_from_checkpoint(groups_lake: store.Lake, tiny_model: Path, tmp_path: Path) -> None:
+def test_resume_grpo_from_checkpoint(groups_lake: Lake, tiny_model: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     first = train_grpo(
         groups_lake,
@@ -290,14 +293,14 @@ def test_resume_grpo_from_checkpoint(groups_lake: store.Lake, tiny_model: Path, 
     assert resumed.run_id == first.run_id and resumed.global_step == 4
     assert resumed.report["resumed_from"].endswith("checkpoint-2")
     steps = (
-        store.connect(groups_lake)
+        connect(groups_lake)
         .sql(f"SELECT step FROM runs WHERE run_id = '{first.run_id}' ORDER BY step")
         .fetchall()
     )
     assert [s[0] for s in steps] == [1, 2, 3, 4]
 
 
-def test_missing_adapter_folder_fails_before_work(groups_lake: store.Lake, tmp_path: Path) -> None:
+def test_missing_adapter_folder_fails_before_work(groups_lake: Lake, tmp_path: Path) -> None:
     with pytest.raises(BadHyperparameter) as err:
         train_grpo(
             groups_lake, ALL, tmp_path / "no-model", tmp_path / "nope", tmp_path / "run", config(tmp_path)
@@ -307,8 +310,6 @@ def test_missing_adapter_folder_fails_before_work(groups_lake: store.Lake, tmp_p
 
 
 def test_the_recorded_temperature_is_one_positive_value_or_none() -> None:
-    from training.datasets import sampled_temperature
-
     assert sampled_temperature(ALL, [{"temperature": None}, {"temperature": None}]) is None  # config's then
     assert sampled_temperature(ALL, [{"temperature": 0.8}, {"temperature": None}]) == 0.8
     with pytest.raises(SelectionError) as info:  # TRL would divide the logits by zero

@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-import store
+from store.catalog.connection import connect
 from store.errors import SelectionError
+from store.lake import Lake
 from store.metrics import IMPORTANCE_RATIO_MEAN, SAMPLER_GAP_MAX, SAMPLER_GAP_MEAN
+from store.writer import write
 from tests.store.helpers import run_metrics as run_records
 from tests.training.test_grpo import ALL, TEMPERATURE, config
 from tests.training.train_helpers import stored_groups
@@ -23,11 +25,9 @@ from training.models.adapters import peft_wrapping
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
 
 
-def groups_lake(
-    tmp_path: Path, tiny_model: Path, *, equal: tuple[str, ...] = (), drift: float = 0.0
-) -> store.Lake:
+def groups_lake(tmp_path: Path, tiny_model: Path, *, equal: tuple[str, ...] = (), drift: float = 0.0) -> Lake:
     """3 groups of 4 with on-policy logprobs; `equal` groups all solved; `drift` shifts every stored logprob."""
-    lake = store.Lake(str(tmp_path / "lake"))
+    lake = Lake(str(tmp_path / "lake"))
     rows, rewards = stored_groups(str(tiny_model), groups=3, size=4, temperature=TEMPERATURE)
     for r in rewards:
         if r["group_id"] in equal:
@@ -35,12 +35,12 @@ def groups_lake(
     for row in rows:
         for t in row["turns"]:
             t["logprobs"] = [lp - drift for lp in t["logprobs"]]
-    store.write(lake, "trajectories", rows)
-    store.write(lake, "rewards", rewards)
+    write(lake, "trajectories", rows)
+    write(lake, "rewards", rewards)
     return lake
 
 
-def run_metrics(lake: store.Lake, run_id: str) -> list[dict]:
+def run_metrics(lake: Lake, run_id: str) -> list[dict]:
     return [metrics for _, _, metrics in run_records(lake, run_id)]
 
 
@@ -156,14 +156,9 @@ def test_max_staleness_keeps_recent_policies(tiny_model: Path, tmp_path: Path) -
     assert policy_lineage(base, second.adapter_dir, 5) == [newest, older, name]
     # g0, g1 sampled by the first adapter, g2 by the base model; continue from the second adapter
     policies = {"g0": older, "g1": older, "g2": name}
-    rows = (
-        store.connect(lake)
-        .sql("SELECT * EXCLUDE (_written_at) FROM trajectories")
-        .to_arrow_table()
-        .to_pylist()
-    )
-    store.write(lake, "trajectories", [{**r, "policy": policies[r["group_id"]]} for r in rows])
-    con = store.connect(lake)
+    rows = connect(lake).sql("SELECT * EXCLUDE (_written_at) FROM trajectories").to_arrow_table().to_pylist()
+    write(lake, "trajectories", [{**r, "policy": policies[r["group_id"]]} for r in rows])
+    con = connect(lake)
 
     def count(depth: int) -> int:
         sql = within_staleness(ALL, policy_lineage(base, second.adapter_dir, depth))

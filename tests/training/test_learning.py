@@ -22,7 +22,9 @@ import pytest
 import torch
 
 import judging
-import store
+from store.lake import Lake
+from store.rows import utc_now
+from store.writer import write
 from training.grpo import train_grpo
 from training.grpo_config import TrajlakeGRPOConfig
 from training.publish import EvalGate, PublishConfig, publish
@@ -76,12 +78,12 @@ def scenario(i: int, split: str) -> dict:
         "scenario_id": f"{split}-{i}",
         "messages": [message],
         "split": split,
-        "created_at": store.utc_now(),
+        "created_at": utc_now(),
     }
 
 
 def sample_and_score(
-    lake: store.Lake,
+    lake: Lake,
     model: str,
     adapter: str | None,
     scenarios: str,
@@ -105,9 +107,9 @@ def sample_and_score(
 
 
 def test_grpo_rounds_raise_val_reward_and_pass_the_gate(
-    lake: store.Lake, capable_model: Path, tmp_path: Path
+    lake: Lake, capable_model: Path, tmp_path: Path
 ) -> None:
-    store.write(
+    write(
         lake, "scenarios", [scenario(i, "train") for i in range(4)] + [scenario(i, "val") for i in range(8)]
     )
     reward = judging.from_function(class_reward_for(capable_model), name="class", version="1")

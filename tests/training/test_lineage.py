@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import store
-from store import CompactConfig, compact
+from flows.cli import app
+from store.catalog.connection import connect
+from store.catalog.versions import snapshot
+from store.lake import Lake
+from store.maintenance import CompactConfig, compact
+from store.writer import write
 from tests.training.test_datasets import write_groups
 from tests.training.train_helpers import reward, stored_groups
 from training.datasets import select_grpo
@@ -16,7 +20,7 @@ from training.registry import lineage_versions
 GROUPS = "SELECT trajectory_id FROM trajectories WHERE group_id IS NOT NULL"
 
 
-def test_a_recorded_lineage_reads_the_same_training_set_after_the_lake_changed(lake: store.Lake) -> None:
+def test_a_recorded_lineage_reads_the_same_training_set_after_the_lake_changed(lake: Lake) -> None:
     write_groups(lake, {"g1": [1.0, 0.0], "g2": [0.0, 1.0]})
     first = select_grpo(lake, GROUPS, reward_name="correct")
     recorded = first.lineage.to_dict()
@@ -25,12 +29,12 @@ def test_a_recorded_lineage_reads_the_same_training_set_after_the_lake_changed(l
     # The lake moves on: a new group, every old trajectory re-scored, g1 re-assembled and
     # moved to another day, then compaction and a vacuum (within the retention window).
     write_groups(lake, {"g3": [1.0, 0.0]})
-    store.write(lake, "rewards", [reward(tid, 1.0 - value) for tid, value in rewards_then.items()])
-    moved = store.connect(lake).execute(
+    write(lake, "rewards", [reward(tid, 1.0 - value) for tid, value in rewards_then.items()])
+    moved = connect(lake).execute(
         "SELECT * EXCLUDE (_written_at, dt) FROM trajectories WHERE group_id = 'g1'"
     )
     rows = moved.to_arrow_table().to_pylist()
-    store.write(lake, "trajectories", [{**r, "started_at": r["started_at"].replace(year=2025)} for r in rows])
+    write(lake, "trajectories", [{**r, "started_at": r["started_at"].replace(year=2025)} for r in rows])
     compact(lake, CompactConfig(retention_hours=168))
 
     now = select_grpo(lake, GROUPS, reward_name="correct")
@@ -42,7 +46,7 @@ def test_a_recorded_lineage_reads_the_same_training_set_after_the_lake_changed(l
     assert again.lineage.table_versions == recorded["table_versions"]
 
 
-def test_published_lineage_versions_are_what_vacuum_keeps(lake: store.Lake) -> None:
+def test_published_lineage_versions_are_what_vacuum_keeps(lake: Lake) -> None:
     import json
 
     versions = {
@@ -56,7 +60,7 @@ def test_published_lineage_versions_are_what_vacuum_keeps(lake: store.Lake) -> N
         "stages": ["grpo"],
         "data": json.dumps([{"stage": "grpo", "table_versions": versions}]),
     }
-    store.write(
+    write(
         lake,
         "adapters",
         [
@@ -72,23 +76,21 @@ def test_published_lineage_versions_are_what_vacuum_keeps(lake: store.Lake) -> N
 
 
 def test_train_grpo_as_of_trains_on_the_recorded_snapshot(
-    lake: store.Lake, tiny_model: Path, tmp_path: Path
+    lake: Lake, tiny_model: Path, tmp_path: Path
 ) -> None:
     """`trajlake train grpo --as-of TABLE=VERSION` trains on the rows of those versions, and the
     run's lineage names them (as `train sft --as-of` does), whatever the lake holds now."""
     from typer.testing import CliRunner
 
-    from flows.cli import app
-
     rows, rewards = stored_groups(str(tiny_model), groups=2, size=2)
-    store.write(lake, "trajectories", rows)
-    store.write(lake, "rewards", rewards)
-    then = {name: store.snapshot(lake)[name].version for name in ("trajectories", "rewards")}
+    write(lake, "trajectories", rows)
+    write(lake, "rewards", rewards)
+    then = {name: snapshot(lake)[name].version for name in ("trajectories", "rewards")}
 
     # The lake moves on: a third group arrives and every trajectory is re-scored.
     more, more_rewards = stored_groups(str(tiny_model), groups=3, size=2, seed=1)
-    store.write(lake, "trajectories", [r for r in more if r["group_id"] == "g2"])
-    store.write(
+    write(lake, "trajectories", [r for r in more if r["group_id"] == "g2"])
+    write(
         lake,
         "rewards",
         [reward(r["trajectory_id"], 1.0 - r["value"], group_id=r["group_id"]) for r in more_rewards],

@@ -21,7 +21,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import store
+from store.catalog.connection import connect
+from store.lake import Lake
+from store.writer import write
 from tests.store.helpers import run_metrics
 from tests.training.train_helpers import msg, stored_groups, traj
 
@@ -66,29 +68,29 @@ def weights(run: Path) -> dict[str, torch.Tensor]:
     return load_file(str(run / "adapter" / "adapter_model.safetensors"))
 
 
-def runs_rows(lake: store.Lake, run: Path) -> list[tuple[str, int]]:
+def runs_rows(lake: Lake, run: Path) -> list[tuple[str, int]]:
     run_id = json.loads((run / "adapter" / "trajlake_run.json").read_text())["run_id"]
     return (
-        store.connect(lake)
+        connect(lake)
         .execute("SELECT run_id, step FROM runs WHERE run_id = ? ORDER BY step", [run_id])
         .fetchall()
     )
 
 
 @pytest.fixture(scope="module")
-def lake(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> store.Lake:
-    lake = store.Lake(str(tmp_path_factory.mktemp("multi") / "lake"))
+def lake(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Lake:
+    lake = Lake(str(tmp_path_factory.mktemp("multi") / "lake"))
     rows, rewards = stored_groups(str(tiny_model), groups=4, size=4)
     conversations = [
         traj(f"c{i:03d}", messages=[msg("user", f"What is {i} + 2?"), msg("assistant", f"It is {i + 2}.")])
         for i in range(16)
     ]
-    store.write(lake, "trajectories", rows + conversations)
-    store.write(lake, "rewards", rewards)
+    write(lake, "trajectories", rows + conversations)
+    write(lake, "rewards", rewards)
     return lake
 
 
-def test_sft_on_two_processes_equals_one(lake: store.Lake, tiny_model: Path, tmp_path: Path) -> None:
+def test_sft_on_two_processes_equals_one(lake: Lake, tiny_model: Path, tmp_path: Path) -> None:
     common = ["train", "sft", "--base-model", str(tiny_model), "--lake", lake.root, "--max-steps", "3"]
     common += [
         "--sql",
@@ -107,7 +109,7 @@ def test_sft_on_two_processes_equals_one(lake: store.Lake, tiny_model: Path, tmp
     assert [step for _, step in runs_rows(lake, tmp_path / "two")] == [1, 2, 3]  # rank 0's rows only
 
 
-def test_grpo_on_two_processes_equals_one(lake: store.Lake, tiny_model: Path, tmp_path: Path) -> None:
+def test_grpo_on_two_processes_equals_one(lake: Lake, tiny_model: Path, tmp_path: Path) -> None:
     common = ["train", "grpo", "--base-model", str(tiny_model), "--lake", lake.root, "--max-steps", "2"]
     common += ["--sql", "SELECT trajectory_id FROM trajectories WHERE group_id IS NOT NULL", "--lr", str(LR)]
     common += ["--no-activation-checkpointing"]

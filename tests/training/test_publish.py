@@ -12,7 +12,11 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
-import store
+from flows.cli import app
+from store.catalog.connection import scan
+from store.catalog.versions import snapshot
+from store.lake import Lake
+from store.writer import write
 from tests.training.train_helpers import stored_groups
 from training.errors import (
     AdapterNotFound,
@@ -26,6 +30,8 @@ from training.grpo_config import TrajlakeGRPOConfig
 from training.lineage import digest_ids
 from training.publish import EvalGate, PublishConfig, publish
 from training.registry import adapter_rows, read_manifest, resolve_adapter
+from training.replay.rollout.openai_app import LoopbackServer, create_app
+from training.replay.samplers import make_sampler
 from training.run import TrainResult
 from training.serving import load_into_vllm, vllm_problems
 from training.sft import train_sft
@@ -51,13 +57,13 @@ class CaptureLogits(TrainerCallback):
 @pytest.fixture(scope="module")
 def trained(
     tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[store.Lake, TrainResult, torch.Tensor]:
+) -> tuple[Lake, TrainResult, torch.Tensor]:
     """A lake with conversations and scored groups, an SFT adapter and a GRPO adapter continued from it."""
     tmp = tmp_path_factory.mktemp("publish")
-    lake = store.Lake(str(tmp / "lake"))
+    lake = Lake(str(tmp / "lake"))
     rows, rewards = stored_groups(str(tiny_model), groups=2, size=4, multi_turn=False)
-    store.write(lake, "trajectories", rows)
-    store.write(lake, "rewards", rewards)
+    write(lake, "trajectories", rows)
+    write(lake, "rewards", rewards)
     common = dict(
         activation_checkpointing=False, save_strategy="no", seed=0, disable_tqdm=True, learning_rate=1e-2
     )
@@ -111,7 +117,7 @@ def test_manifest_lineage_names_the_rows(trained) -> None:  # type: ignore[no-un
     assert grpo_lineage["sql"].endswith("group_id = 'g0'")
     assert grpo_lineage["trajectory_ids_digest"] == digest_ids([f"g0-{k}" for k in range(4)])
     assert grpo_lineage["reward_name"] == "correct" and grpo_lineage["reward_scorers"] == ["tests.reward@1"]
-    assert grpo_lineage["table_versions"]["rewards"]["version"] == store.snapshot(lake)["rewards"].version
+    assert grpo_lineage["table_versions"]["rewards"]["version"] == snapshot(lake)["rewards"].version
     assert manifest["hyperparameters"]["grpo"]["loss_type"] == "dapo"
     assert manifest["hyperparameters"]["sft"]["lora_r"] == 16
     assert set(manifest["files"]) >= {"adapter_config.json", "adapter_model.safetensors", "trajlake_run.json"}
@@ -136,10 +142,10 @@ def test_aliases_move_atomically(trained, tmp_path: Path) -> None:  # type: igno
     assert resolve_adapter(lake, "agent")["version"] == 2  # `latest` by default
     assert resolve_adapter(lake, "agent:1")["aliases"] == ["production"]
     # The move was one commit: the version before it has the old aliases, the one after the new ones.
-    version = store.snapshot(lake)["adapters"].version
+    version = snapshot(lake)["adapters"].version
 
     def aliases_at(version: int) -> dict:
-        rows = store.scan(lake, "adapters", version=version).collect().to_dicts()
+        rows = scan(lake, "adapters", version=version).collect().to_dicts()
         return {r["version"]: r["aliases"] for r in rows if r["name"] == "agent"}
 
     assert aliases_at(version) == {2: ["latest"], 1: ["production"]}
@@ -206,8 +212,6 @@ def test_gate_refuses_a_worse_adapter_unless_forced(trained) -> None:  # type: i
 
 
 def test_load_into_vllm_protocol_server(trained, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
-    from training.replay.rollout.openai_app import LoopbackServer, create_app
-    from training.replay.samplers import make_sampler
 
     lake, grpo, _ = trained
     with make_sampler("transformers", str(tiny_model)) as sampler, LoopbackServer(create_app(sampler)) as url:
@@ -221,8 +225,6 @@ def test_load_into_vllm_protocol_server(trained, tiny_model: Path) -> None:  # t
 
 
 def test_load_into_several_servers_says_which_failed(trained, tiny_model: Path) -> None:  # type: ignore[no-untyped-def]
-    from training.replay.rollout.openai_app import LoopbackServer, create_app
-    from training.replay.samplers import make_sampler
 
     lake, grpo, _ = trained
     with (
@@ -271,12 +273,10 @@ def test_bad_names(trained) -> None:  # type: ignore[no-untyped-def]
 def test_cli_train_sft_then_grpo_then_publish(tiny_model: Path, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from flows.cli import app
-
-    lake = store.Lake(str(tmp_path / "lake"))
+    lake = Lake(str(tmp_path / "lake"))
     rows, rewards = stored_groups(str(tiny_model), groups=2, size=2, multi_turn=False)
-    store.write(lake, "trajectories", rows)
-    store.write(lake, "rewards", rewards)
+    write(lake, "trajectories", rows)
+    write(lake, "rewards", rewards)
     runner = CliRunner()
     common = [
         "--lake",

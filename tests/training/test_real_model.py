@@ -20,9 +20,11 @@ import torch
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-import store
 from flows.cli import app
+from store.catalog.connection import connect
+from store.lake import Lake
 from store.messages import from_openai
+from store.writer import write
 from tests.store.helpers import run_metrics
 from tests.training.helpers import TOOLS, ScriptedSampler, calculator_script, make_trajectory, openai_message
 from tests.training.train_helpers import check_parity_with_stock, parity_trainers, stored_groups
@@ -176,12 +178,12 @@ def test_multi_turn_rollout_is_token_exact_and_sft_trains_exactly_the_sampled_to
 
 
 def test_replay_sft_and_serving_render_a_stored_conversation_to_the_same_ids(
-    lake: store.Lake, smollm2: Path, tokenizer: Any
+    lake: Lake, smollm2: Path, tokenizer: Any
 ) -> None:
-    store.write(lake, "trajectories", [make_trajectory("t-real")])
+    write(lake, "trajectories", [make_trajectory("t-real")])
     (row,) = select_sft(lake, ALL).rows
     (sft_ids,) = tokenize_conversations([row], tokenizer)["input_ids"]
-    with store.connect(lake, read_only=True) as con:
+    with connect(lake, read_only=True) as con:
         stored = con.sql("SELECT messages, tools FROM trajectories").to_arrow_table().to_pylist()[0]
     replay = ChatRenderer(ScriptedSampler(str(smollm2), calculator_script).tokenizer)
     replay_ids = replay.encode(
@@ -233,8 +235,8 @@ def _lora_b(adapter_dir: str) -> dict[str, torch.Tensor]:
     return {k: v for k, v in weights.items() if "lora_B" in k}
 
 
-def test_one_sft_step_by_name(lake: store.Lake, by_name: str, tmp_path: Path, tokenizer: Any) -> None:
-    store.write(lake, "trajectories", [make_trajectory(f"t{i}") for i in range(2)])
+def test_one_sft_step_by_name(lake: Lake, by_name: str, tmp_path: Path, tokenizer: Any) -> None:
+    write(lake, "trajectories", [make_trajectory(f"t{i}") for i in range(2)])
     config = TrajlakeSFTConfig(
         output_dir=str(tmp_path / "ckpt"),
         per_device_train_batch_size=2,
@@ -261,12 +263,12 @@ def test_one_sft_step_by_name(lake: store.Lake, by_name: str, tmp_path: Path, to
     }
 
 
-def test_one_grpo_step_by_name(lake: store.Lake, by_name: str, smollm2: Path, tmp_path: Path) -> None:
+def test_one_grpo_step_by_name(lake: Lake, by_name: str, smollm2: Path, tmp_path: Path) -> None:
     rows, rewards = stored_groups(
         str(smollm2), groups=2, size=2, temperature=0.7, multi_turn=False, vocab=49_152
     )
-    store.write(lake, "trajectories", rows)
-    store.write(lake, "rewards", rewards)
+    write(lake, "trajectories", rows)
+    write(lake, "rewards", rewards)
     config = TrajlakeGRPOConfig(
         output_dir=str(tmp_path / "ckpt"),
         per_device_train_batch_size=4,
@@ -288,7 +290,7 @@ def test_one_grpo_step_by_name(lake: store.Lake, by_name: str, smollm2: Path, tm
 
 
 def test_sft_trains_what_stock_trl_trains_from_the_same_conversations(
-    lake: store.Lake, smollm2: Path, tokenizer: Any, tmp_path: Path
+    lake: Lake, smollm2: Path, tokenizer: Any, tmp_path: Path
 ) -> None:
     """Stock `SFTTrainer` on the conversations as messages and tools (`assistant_only_loss`, the
     same template) builds the ids and masks trajlake pre-tokenises, and one batch gives both
@@ -296,7 +298,7 @@ def test_sft_trains_what_stock_trl_trains_from_the_same_conversations(
     from datasets import Dataset
     from trl import SFTTrainer
 
-    store.write(lake, "trajectories", [make_trajectory(f"t{i}") for i in range(2)])
+    write(lake, "trajectories", [make_trajectory(f"t{i}") for i in range(2)])
     selection = select_sft(lake, ALL)
     conversations = [{"messages": row["messages"], "tools": json.dumps(TOOLS)} for row in selection.rows]
     config = TrajlakeSFTConfig(
@@ -346,10 +348,10 @@ def test_sft_trains_what_stock_trl_trains_from_the_same_conversations(
 
 
 def test_grpo_loss_and_gradients_equal_stock_trl_on_smollm2(smollm2: Path, tmp_path: Path) -> None:
-    lake = store.Lake(str(tmp_path / "lake"))
+    lake = Lake(str(tmp_path / "lake"))
     rows, rewards = stored_groups(
         str(smollm2), groups=1, size=4, temperature=0.7, multi_turn=True, vocab=49_152
     )
-    store.write(lake, "trajectories", rows)
-    store.write(lake, "rewards", rewards)
+    write(lake, "trajectories", rows)
+    write(lake, "rewards", rewards)
     check_parity_with_stock(*parity_trainers(lake, str(smollm2), tmp_path, 0.7), "dapo", rtol=1e-5)

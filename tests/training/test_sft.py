@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-import store
+from store.catalog.connection import connect
 from store.errors import SelectionError
+from store.lake import Lake
+from store.writer import write
 from tests.store.helpers import run_metrics
 from tests.training.test_datasets import add_call
 from tests.training.train_helpers import msg, traj
@@ -58,8 +60,8 @@ def conversations(n: int) -> list[dict]:
     ]
 
 
-def test_assistant_only_masks(lake: store.Lake, tiny_model: Path) -> None:
-    store.write(lake, "trajectories", [add_call("t1")])
+def test_assistant_only_masks(lake: Lake, tiny_model: Path) -> None:
+    write(lake, "trajectories", [add_call("t1")])
     tokenizer = load_tokenizer(str(tiny_model))
     out = tokenize_conversations(select_sft(lake, ALL).rows, tokenizer)
     ids, mask = out["input_ids"][0], out["assistant_masks"][0]
@@ -79,8 +81,8 @@ def test_padded_batches_by_default(tmp_path: Path) -> None:
     assert config(tmp_path, packing=True).packing is True
 
 
-def test_train_sft_end_to_end(lake: store.Lake, tiny_model: Path, tmp_path: Path) -> None:
-    store.write(lake, "trajectories", [add_call("t1"), *conversations(11)])
+def test_train_sft_end_to_end(lake: Lake, tiny_model: Path, tmp_path: Path) -> None:
+    write(lake, "trajectories", [add_call("t1"), *conversations(11)])
     given = config(tmp_path, packing=True)
     before = copy.deepcopy(given)
     result = train_sft(lake, ALL, tiny_model, tmp_path / "run", given)
@@ -100,8 +102,8 @@ def test_train_sft_end_to_end(lake: store.Lake, tiny_model: Path, tmp_path: Path
     assert record["stages"] == ["sft"] and record["lineage"]["trajectory_count"] == 12
 
 
-def test_errors_before_any_work(lake: store.Lake, tmp_path: Path) -> None:
-    store.write(lake, "trajectories", conversations(2))
+def test_errors_before_any_work(lake: Lake, tmp_path: Path) -> None:
+    write(lake, "trajectories", conversations(2))
     with pytest.raises(SelectionError) as err:
         train_sft(lake, ALL + " WHERE false", tmp_path / "no-model", tmp_path / "run", config(tmp_path))
     assert err.value.reason == "empty_selection"
@@ -136,8 +138,8 @@ KILLED_RUN = textwrap.dedent(
 )
 
 
-def test_resume_after_kill_finishes(lake: store.Lake, tiny_model: Path, tmp_path: Path) -> None:
-    store.write(lake, "trajectories", conversations(16))
+def test_resume_after_kill_finishes(lake: Lake, tiny_model: Path, tmp_path: Path) -> None:
+    write(lake, "trajectories", conversations(16))
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
@@ -171,7 +173,7 @@ def test_resume_after_kill_finishes(lake: store.Lake, tiny_model: Path, tmp_path
     assert result.global_step == step_killed + 4
     steps = [
         r[0]
-        for r in store.connect(lake)
+        for r in connect(lake)
         .sql(f"SELECT step FROM runs WHERE run_id = '{run_id}' ORDER BY step")
         .fetchall()
     ]

@@ -18,6 +18,7 @@ from trl import SFTTrainer
 
 from store.metrics import TREE_PACKING_SAVED_SHARE
 from tests.training.train_helpers import msg
+from training.errors import BadHyperparameter
 from training.lora import trainable_policy
 from training.models.adapters import peft_wrapping
 from training.run import load_tokenizer
@@ -142,7 +143,6 @@ def test_packed_loss_and_gradients_equal_stock_trl(tiny_model: Path, tmp_path: P
 def test_tree_packing_is_on_unless_packing_is() -> None:
     assert TrajlakeSFTConfig(output_dir="x").tree_packing is True
     assert TrajlakeSFTConfig(output_dir="x", packing=True).tree_packing is False
-    from training.errors import BadHyperparameter
 
     with pytest.raises(BadHyperparameter, match="tree_packing"):
         TrajlakeSFTConfig(output_dir="x", packing=True, tree_packing=True)

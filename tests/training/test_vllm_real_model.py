@@ -20,11 +20,13 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-import store
 from flows.cli import app
+from flows.sampler_server import sampler_app
+from store.lake import Lake
 from tests.training.helpers import TOOLS, make_trajectory, openai_message
 from training.chat.render import ChatRenderer
 from training.replay.samplers.base import LOGPROB_TOLERANCE
+from training.replay.samplers.vllm_launch import VLLMServerProcess
 from training.run import load_tokenizer
 
 pytestmark = [pytest.mark.vllm, pytest.mark.realmodel]
@@ -33,7 +35,6 @@ pytestmark = [pytest.mark.vllm, pytest.mark.realmodel]
 @pytest.fixture(scope="module")
 def smollm2_server(smollm2: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     pytest.importorskip("vllm", reason="vLLM is not installed here: run `.ci/vllm-env`")
-    from training.replay.samplers.vllm_launch import VLLMServerProcess
 
     server = VLLMServerProcess(
         smollm2,
@@ -114,10 +115,8 @@ def chat(client_post: Any, model: str) -> dict[str, Any]:
 def test_a_published_adapter_hot_loads_and_its_logprobs_are_pefts(
     smollm2_server: str, smollm2: Path, tokenizer: Any, tmp_path: Path
 ) -> None:
-    from flows.sampler_server import sampler_app
-
     adapter = random_adapter(smollm2, tmp_path / "adapter", tokenizer)
-    lake = store.Lake(str(tmp_path / "lake"))
+    lake = Lake(str(tmp_path / "lake"))
     published = CliRunner().invoke(
         app,
         [

@@ -10,8 +10,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-import store
 from flows.cli import app
+from store.lake import Lake
 from training.replay.samplers.base import LOGPROB_TOLERANCE
 
 pytestmark = pytest.mark.vllm
@@ -72,7 +72,7 @@ def served(url: str) -> set[str]:
 def test_publish_hot_loads_and_a_new_version_replaces_the_old(
     vllm_server: str, pretrained_model: Path, tmp_path: Path
 ) -> None:
-    lake = store.Lake(str(tmp_path / "lake"))
+    lake = Lake(str(tmp_path / "lake"))
     runner = CliRunner()
     pids_before = {p.pid for p in _server_processes(vllm_server)}
     versions = {}

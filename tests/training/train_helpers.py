@@ -7,7 +7,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import store
+from store.rows import utc_now
+from training.datasets import select_grpo
+from training.models.adapters import peft_wrapping
 
 
 def msg(role: str, content: str | None = None, **kw: Any) -> dict[str, Any]:
@@ -45,7 +47,7 @@ def traj(
     metadata: dict[str, Any] | None = None,
     sampling: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    started = store.utc_now() - timedelta(seconds=offset_s)
+    started = utc_now() - timedelta(seconds=offset_s)
     return {
         "trajectory_id": tid,
         "source": source,
@@ -77,7 +79,7 @@ def reward(
         "scorer": scorer,
         "value": value,
         "group_id": group_id,
-        "scored_at": store.utc_now(),
+        "scored_at": utc_now(),
         "status": status,
     }
 
@@ -173,9 +175,7 @@ def parity_trainers(lake: Any, model: str, tmp: Path, temperature: float) -> tup
     import torch
     from trl import GRPOTrainer
 
-    from training.datasets import select_grpo
     from training.grpo import grpo_dataset, grpo_trainer_class, stored_reward
-    from training.models.adapters import peft_wrapping
 
     selection = select_grpo(lake, "SELECT trajectory_id FROM trajectories")
     dataset = grpo_dataset(selection.examples)

@@ -1,7 +1,7 @@
 """Scenarios in the lake: cut them from selected trajectories, load them from JSONL, read them back.
 
 The pure cutting and parsing live in `training.replay.scenarios`; this module is the I/O
-around them. Every write is one atomic `store.write`, so a failed selection or a bad
+around them. Every write is one atomic `store.writer.write`, so a failed selection or a bad
 JSONL line leaves nothing behind.
 """
 
@@ -14,7 +14,10 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-import store
+from store.catalog.connection import check_selection, connect
+from store.errors import SelectionError
+from store.lake import Lake
+from store.writer import write
 from training.replay.errors import ScenarioError
 from training.replay.scenarios import (
     Scenario,
@@ -28,7 +31,7 @@ from training.replay.scenarios import (
 def selected_rows(con: duckdb.DuckDBPyConnection, sql: str, table: str, column: str) -> list[dict[str, Any]]:
     """Rows of `table` whose `column` the user's SQL selects, ordered by it."""
     try:
-        text, _ = store.check_selection(con, sql, column)
+        text, _ = check_selection(con, sql, column)
         return (
             con.sql(
                 f"SELECT x.* FROM {table} x WHERE x.{column} IN (SELECT {column} FROM ({text})) ORDER BY x.{column}"
@@ -36,7 +39,7 @@ def selected_rows(con: duckdb.DuckDBPyConnection, sql: str, table: str, column: 
             .to_arrow_table()
             .to_pylist()
         )
-    except store.SelectionError as exc:
+    except SelectionError as exc:
         raise ScenarioError(str(exc), item=sql, reason=exc.reason) from exc
     except duckdb.Error as exc:
         raise ScenarioError(f"the selection SQL failed: {exc}", item=sql, reason="bad_sql") from exc
@@ -46,16 +49,14 @@ def split_counts(scenarios: list[Scenario]) -> dict[str, int]:
     return dict(Counter(s.split for s in scenarios))
 
 
-def create_scenarios(
-    lake: store.Lake | str, sql: str, config: ScenarioConfig | None = None
-) -> ScenarioResult:
+def create_scenarios(lake: Lake | str, sql: str, config: ScenarioConfig | None = None) -> ScenarioResult:
     """Make scenarios from the trajectories selected by `sql` and write them (one atomic write).
 
     Trajectories that cannot give a scenario are skipped with a reason code; if none can,
     nothing is written and `ScenarioError` says why.
     """
     config = config or ScenarioConfig()
-    with store.connect(lake, read_only=True) as con:
+    with connect(lake, read_only=True) as con:
         rows = selected_rows(con, sql, "trajectories", "trajectory_id")
         labels, ratings = labels_and_ratings(con, [row["trajectory_id"] for row in rows], config)
     if not rows:
@@ -86,7 +87,7 @@ def create_scenarios(
             item=sql,
             reason="no_scenarios",
         )
-    store.write(lake, "scenarios", keep_creation_times(lake, [s.to_row() for s in scenarios]))
+    write(lake, "scenarios", keep_creation_times(lake, [s.to_row() for s in scenarios]))
     return ScenarioResult([s.scenario_id for s in scenarios], skipped, split_counts(scenarios))
 
 
@@ -128,15 +129,15 @@ def labels_and_ratings(
     return labels, ratings
 
 
-def keep_creation_times(lake: store.Lake | str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def keep_creation_times(lake: Lake | str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """`rows` with the `created_at` of the scenarios the lake already holds: re-creating a scenario
     (every pipeline run re-creates them all) updates it but does not make it new, so a run can tell
-    the scenarios its traffic brought (`store.scenarios_since`) from the ones it has seen."""
-    lake = store.Lake.of(lake)
+    the scenarios its traffic brought (`store.selections.scenarios_since`) from the ones it has seen."""
+    lake = Lake.of(lake)
     if not lake.has_table("scenarios"):
         return rows
     ids = [row["scenario_id"] for row in rows]
-    with store.connect(lake, read_only=True) as con:
+    with connect(lake, read_only=True) as con:
         found = dict(
             con.execute(
                 "SELECT scenario_id, created_at FROM scenarios WHERE scenario_id IN (SELECT unnest($ids))",
@@ -147,7 +148,7 @@ def keep_creation_times(lake: store.Lake | str, rows: list[dict[str, Any]]) -> l
 
 
 def load_scenarios(
-    lake: store.Lake | str, path: str | Path, config: ScenarioConfig | None = None
+    lake: Lake | str, path: str | Path, config: ScenarioConfig | None = None
 ) -> ScenarioResult:
     """Load scenarios from a JSONL file into the lake (validated entirely before anything is written)."""
     config = config or ScenarioConfig()
@@ -171,12 +172,12 @@ def load_scenarios(
     scenarios = parse_scenarios_jsonl(text.splitlines(), source=str(path), val_fraction=config.val_fraction)
     if not scenarios:
         raise ScenarioError(f"`{path}` has no scenarios (empty file)", item=str(path), reason="empty_file")
-    store.write(lake, "scenarios", [s.to_row() for s in scenarios])
+    write(lake, "scenarios", [s.to_row() for s in scenarios])
     return ScenarioResult([s.scenario_id for s in scenarios], [], split_counts(scenarios))
 
 
 def read_scenarios(
-    lake: store.Lake | str,
+    lake: Lake | str,
     sql: str = "SELECT * FROM scenarios",
     *,
     con: duckdb.DuckDBPyConnection | None = None,
@@ -187,7 +188,7 @@ def read_scenarios(
     """
     if con is not None:
         return [Scenario.from_row(row) for row in selected_rows(con, sql, "scenarios", "scenario_id")]
-    with store.connect(lake, read_only=True) as own:
+    with connect(lake, read_only=True) as own:
         return [Scenario.from_row(row) for row in selected_rows(own, sql, "scenarios", "scenario_id")]
 
 
@@ -205,7 +206,7 @@ def shard_selection(sql: str, shard: int, shards: int) -> str:
     return f"SELECT scenario_id FROM ({sql}) WHERE hash(scenario_id) % {shards} = {shard}"
 
 
-def slice_selection(lake: store.Lake | str, sql: str, size: int, index: int) -> str:
+def slice_selection(lake: Lake | str, sql: str, size: int, index: int) -> str:
     """`sql` (returning `scenario_id`) narrowed to its `index`-th slice of `size` scenarios.
 
     Slices walk the selection in a fixed order, wrapping around, so successive rounds (index
@@ -217,11 +218,11 @@ def slice_selection(lake: store.Lake | str, sql: str, size: int, index: int) -> 
     """
     if size <= 0:
         return sql
-    with store.connect(lake, read_only=True) as con:
+    with connect(lake, read_only=True) as con:
         try:
-            text, _ = store.check_selection(con, sql, "scenario_id")
+            text, _ = check_selection(con, sql, "scenario_id")
             total = con.execute(f"SELECT count(DISTINCT scenario_id) FROM ({text})").fetchall()[0][0]
-        except store.SelectionError as exc:
+        except SelectionError as exc:
             raise ScenarioError(str(exc), item=sql, reason=exc.reason) from exc
     if total <= size:
         return sql

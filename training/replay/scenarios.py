@@ -28,8 +28,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import store
 from store.messages import from_openai
+from store.rows import utc_now
 from training.replay.errors import ScenarioError
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -84,7 +84,7 @@ class Scenario:
             "expected": json.dumps(self.expected) if self.expected is not None else None,
             "split": self.split,
             "source_trajectory_id": self.source_trajectory_id,
-            "created_at": store.utc_now(),
+            "created_at": utc_now(),
             "metadata": json.dumps(self.metadata),
             "expected_source": self.expected_source if self.expected is not None else None,
             "rated": self.rated,

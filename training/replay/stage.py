@@ -32,11 +32,17 @@ from typing import Any
 
 import pyarrow as pa
 
-import store
+from store.catalog.connection import connect
+from store.errors import check_settings
+from store.lake import Lake
+from store.migrate import check_migrated
 from store.sampling import GREEDY, GROUP_TEMPERATURE_RULE, SamplingRecord, is_group_temperature
+from store.vocabulary import equals
+from store.writer import write
 from training.replay.errors import ReplaySetupError
 from training.replay.rollout.loop import AgentLoop, Episode, RolloutLimits
 from training.replay.rollout.tools import ToolSource, make_tools
+from training.replay.rollout.user import UserRollouts
 from training.replay.samplers.base import Sampler, SamplingParams
 from training.replay.scenario_io import read_scenarios
 from training.replay.scenarios import Scenario
@@ -75,14 +81,14 @@ class ReplayConfig:
 
     def __post_init__(self) -> None:
         if self.greedy:
-            store.check_settings(
+            check_settings(
                 self,
                 ("group_size", self.group_size == 1, "1 for a greedy replay"),
                 ("sampling.temperature", self.sampling.temperature == GREEDY, "0 for a greedy replay"),
                 error=ReplaySetupError,
             )
             return
-        store.check_settings(
+        check_settings(
             self,
             (
                 "group_size",
@@ -203,13 +209,13 @@ def sampled_groups(
     group. Refuses a lake whose replayed rows predate those columns (`trajlake migrate`)."""
     if not scenario_ids:
         return {}
-    store.check_migrated(con, "trajectories")
+    check_migrated(con, "trajectories")
     temperature, top_p, top_k = sampling_record(config.sampling).distribution
     con.register("wanted", pa.table({"scenario_id": pa.array(list(scenario_ids), pa.string())}))
     try:
         rows = con.execute(
             "SELECT t.scenario_id, t.group_id FROM trajectories t JOIN wanted w USING (scenario_id) "
-            f"WHERE {store.equals('t.source', 'replay', table='trajectories')} AND t.policy = $policy "
+            f"WHERE {equals('t.source', 'replay', table='trajectories')} AND t.policy = $policy "
             "AND t.replay_run = $run AND t.sampling.temperature = $temperature "
             "AND t.sampling.top_p = $top_p AND t.sampling.top_k = $top_k "
             "GROUP BY t.scenario_id, t.group_id HAVING count(*) = $size ORDER BY t.group_id",
@@ -234,7 +240,7 @@ RolloutRunner = Callable[[Scenario, int], Any]  # async (scenario, group_size) -
 
 
 async def areplay(
-    lake: store.Lake | str,
+    lake: Lake | str,
     scenarios: str | Sequence[Scenario],
     sampler: Sampler,
     config: ReplayConfig | None = None,
@@ -246,7 +252,7 @@ async def areplay(
     """`replay` for callers already inside an event loop."""
     config = config or ReplayConfig()
     # One connection for both lookups: each connect lists the lake's files.
-    con = store.connect(lake, read_only=True)
+    con = connect(lake, read_only=True)
     try:
         chosen = read_scenarios(lake, scenarios, con=con) if isinstance(scenarios, str) else list(scenarios)
         if isinstance(scenarios, str) and not chosen:
@@ -264,8 +270,6 @@ async def areplay(
     tools = tools or make_tools()
     runner: Any
     if rollout is not None:
-        from training.replay.rollout.user import UserRollouts
-
         runner = UserRollouts(sampler, rollout, params=config.sampling, limits=config.limits)
         tools_desc = f"rollout:{runner.describe()}"
     else:
@@ -286,7 +290,7 @@ async def areplay(
                 return
             groups, buffer[:] = list(buffer), []
             rows = [row for group in groups for row in group]
-            await asyncio.to_thread(store.write, lake, "trajectories", rows)
+            await asyncio.to_thread(write, lake, "trajectories", rows)
             for group in groups:
                 result.group_ids.append(group[0]["group_id"])
                 result.trajectory_ids.extend(r["trajectory_id"] for r in group)
@@ -340,7 +344,7 @@ async def areplay(
 
 
 def replay(
-    lake: store.Lake | str,
+    lake: Lake | str,
     scenarios: str | Sequence[Scenario],
     sampler: Sampler,
     config: ReplayConfig | None = None,

@@ -26,7 +26,6 @@ from typing import Any
 
 import orjson
 
-import store
 from ingest.lakeio import assemble_traces
 from ingest.langfuse.errors import ExportNotFound, MalformedExport, RecordProblem
 from ingest.langfuse.export.records import TOO_DEEP, classify_record, iter_records
@@ -35,7 +34,9 @@ from ingest.langfuse.spans import ObservationError, observation_to_span, to_trac
 from ingest.records import BadRecord
 from ingest.redact import redact_rows
 from ingest.scores import DEFAULT_CATEGORY_VALUES, score_target, score_to_reward
-from store import Lake
+from store.lake import Lake
+from store.rows import utc_now
+from store.writer import write
 
 SPAN_BATCH_ROWS = 20_000
 MAX_PROBLEMS = 1000
@@ -87,7 +88,7 @@ def import_langfuse_export(
     problems: list[RecordProblem] = []
     trace_ids: set[str] = set()
     scores: list[tuple[int, dict[str, Any]]] = []
-    received_at = store.utc_now()
+    received_at = utc_now()
     progress = _progress(show_progress, file)
 
     def spans() -> Iterator[list[dict[str, Any]]]:
@@ -147,7 +148,7 @@ def import_langfuse_export(
             yield redact_rows(batch)
 
     try:
-        report.spans_written = store.write(lake, "spans", spans()).rows
+        report.spans_written = write(lake, "spans", spans()).rows
     finally:
         if progress is not None:
             progress.stop()

@@ -13,6 +13,8 @@ import logging
 import os
 from pathlib import Path
 
+from ingest.errors import SpoolBusy
+
 log = logging.getLogger("trajlake.ingest.otlp.spool")
 
 LOCK_FILE = "LOCK"
@@ -20,8 +22,6 @@ LOCK_FILE = "LOCK"
 
 def lock_directory(directory: Path) -> int:
     """Take the directory's exclusive lock (kept until the process ends); `SpoolBusy` if held."""
-    from ingest.errors import SpoolBusy
-
     directory.mkdir(parents=True, exist_ok=True)
     fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -38,8 +38,6 @@ def lock_directory(directory: Path) -> int:
 def claim_spool(root: Path) -> tuple[Path, int]:
     """A spool directory under `root` that no live process owns (a new one if all are owned),
     locked for this process: (directory, lock fd)."""
-    from ingest.errors import SpoolBusy
-
     root.mkdir(parents=True, exist_ok=True)
     for candidate in sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("c-")):
         try:
@@ -60,8 +58,6 @@ def claim_spool(root: Path) -> tuple[Path, int]:
 def adopt_orphans(root: Path, own: Path, next_seq: int) -> int:
     """Move the segments of spool directories no live process owns into `own` (numbered from
     `next_seq`) and remove those directories; returns the next free sequence number."""
-    from ingest.errors import SpoolBusy
-
     if not root.is_dir():
         return next_seq
     # The root itself holds the segments of the previous release's single spool, if any.

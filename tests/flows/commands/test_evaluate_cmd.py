@@ -12,15 +12,18 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import store
 from flows import stages
 from flows.cli import app
 from flows.config.checks import load_config
+from flows.demo.base_model import pretrain_base_model
 from flows.demo.capture import capture_production_traces
 from flows.demo.config import write_demo_config
 from flows.demo.run import SIZES
+from store.catalog.connection import connect
+from store.pipeline_runs import pipeline_runs
 from training.publish import PublishConfig, publish
 from training.registry import adapter_rows
+from training.tiny import build_tiny_model
 
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
 
@@ -32,9 +35,6 @@ SPEC = SIZES["small"]
 def published_lake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
     """The demo's lake with its production traffic and scenarios, an SFT adapter holding `production`,
     and its trajlake.toml in effect; returns the lake and the adapter's run folder."""
-    from flows.demo.base_model import pretrain_base_model
-    from training.tiny import build_tiny_model
-
     model = pretrain_base_model(build_tiny_model(tmp_path / "tiny"), tmp_path / "model")
     lake = tmp_path / "lake"
     config = write_demo_config(tmp_path / "trajlake.toml", lake, model, SPEC, None)
@@ -67,9 +67,7 @@ def test_evaluate_compares_policies_paired_and_publishes_nothing(published_lake:
     evaluation = json.loads(out.stdout)
     table = evaluation["table"]
     val = [row for row in table if row["kind"] == "val"]
-    scenarios = (
-        store.connect(lake).execute("SELECT count(*) FROM scenarios WHERE split = 'val'").fetchone()[0]
-    )
+    scenarios = connect(lake).execute("SELECT count(*) FROM scenarios WHERE split = 'val'").fetchone()[0]
     assert evaluation["comparison"]["reward"] == "calculator"
     assert [row["stage"] for row in val] == ["base", f"{NAME}:v1"]
     assert val[0]["mean"] > 0 or val[1]["mean"] > 0
@@ -87,12 +85,12 @@ def test_evaluate_compares_policies_paired_and_publishes_nothing(published_lake:
     assert production[0]["n"] == SPEC.questions and production[0]["differences"] == []
     # recorded as an eval run; nothing published, no alias moved, no pipeline run
     recorded = (
-        store.connect(lake)
+        connect(lake)
         .execute("SELECT count(*) FROM runs WHERE stage = 'eval' AND run_id = ?", [evaluation["eval_run_id"]])
         .fetchone()[0]
     )
     assert recorded == 2 + len(table)
-    assert adapter_rows(lake, NAME) == before and store.pipeline_runs(lake) == []
+    assert adapter_rows(lake, NAME) == before and pipeline_runs(lake) == []
 
     # named policies, in order, each paired with every one before it; the table for people
     named = runner.invoke(
@@ -112,7 +110,7 @@ def test_evaluate_compares_policies_paired_and_publishes_nothing(published_lake:
     )
     assert len(bad.output.strip().splitlines()) == 1
     evaluated = (
-        store.connect(lake).execute("SELECT count(DISTINCT run_id) FROM runs WHERE stage = 'eval'").fetchone()
+        connect(lake).execute("SELECT count(DISTINCT run_id) FROM runs WHERE stage = 'eval'").fetchone()
     )
     # (`calculator`, the stored name of a `[score] rewards` spec, is a reward now: judging.resolve_reward_key)
     no_reward = runner.invoke(app, ["evaluate", "--lake", str(lake), "--reward", "no_such_reward"])
@@ -122,6 +120,6 @@ def test_evaluate_compares_policies_paired_and_publishes_nothing(published_lake:
     assert len(no_reward.output.strip().splitlines()) == 1
     # refused before any replay: no evaluation recorded
     assert (
-        store.connect(lake).execute("SELECT count(DISTINCT run_id) FROM runs WHERE stage = 'eval'").fetchone()
+        connect(lake).execute("SELECT count(DISTINCT run_id) FROM runs WHERE stage = 'eval'").fetchone()
         == evaluated
     )

@@ -17,11 +17,16 @@ import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
-import store
 from flows.cli import app
 from ingest.otlp.spool import encode_table, frame
 from judging.ruler.cache import JudgeCache
-from store.erasure import files_holding
+from store.catalog.connection import connect
+from store.catalog.versions import snapshot
+from store.erasure import ErasureSelection, RetentionConfig, files_holding, plan_erasure
+from store.errors import StoreError
+from store.lake import Lake
+from store.rows import utc_now
+from store.writer import write
 from training.registry import adapter_rows
 
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
@@ -67,14 +72,14 @@ def _span(user: str, u: int, c: int) -> dict[str, Any]:
 
 
 @pytest.fixture
-def full_lake(lake: store.Lake) -> store.Lake:
+def full_lake(lake: Lake) -> Lake:
     """Three users over several commits; USER also in scenarios, replays, rewards, ingest_errors,
     a dead collector's spool, the judge cache and two adapters' lineage."""
     users = [(USER, 1), ("user-keep-a", 2), ("user-keep-b", 3)]
     for c in range(4):  # one commit per round: many files and log entries hold USER's ids
-        store.write(lake, "trajectories", [_conversation(name, u, c) for name, u in users])
-        store.write(lake, "spans", [_span(name, u, c) for name, u in users])
-    store.write(
+        write(lake, "trajectories", [_conversation(name, u, c) for name, u in users])
+        write(lake, "spans", [_span(name, u, c) for name, u in users])
+    write(
         lake,
         "rewards",
         [
@@ -91,8 +96,8 @@ def full_lake(lake: store.Lake) -> store.Lake:
         ],
     )
     # A trace of USER that never assembled: its span names the user, its failure is recorded.
-    store.write(lake, "spans", [_span(USER, 1, 99)])
-    store.write(
+    write(lake, "spans", [_span(USER, 1, 99)])
+    write(
         lake,
         "ingest_errors",
         [
@@ -106,7 +111,7 @@ def full_lake(lake: store.Lake) -> store.Lake:
             }
         ],
     )
-    store.write(
+    write(
         lake,
         "scenarios",
         [
@@ -134,8 +139,8 @@ def full_lake(lake: store.Lake) -> store.Lake:
         for name, u in users
         for k in range(2)
     ]
-    store.write(lake, "trajectories", replays)
-    store.write(
+    write(lake, "trajectories", replays)
+    write(
         lake,
         "rewards",
         [
@@ -169,10 +174,10 @@ def full_lake(lake: store.Lake) -> store.Lake:
     rows = pa.Table.from_pylist([_span(USER, 1, 50), _span("user-keep-a", 2, 50)])
     with open(f"{spool}/seg-000001.wal", "wb") as handle:
         handle.write(frame(encode_table(rows)))
-    snap = store.snapshot(lake)
+    snap = snapshot(lake)
     versions = {t: {"version": snap[t].version} for t in ("trajectories", "rewards", "scenarios")}
     adapter = {"path": "/nowhere", "base_model": "tiny", "stages": ["sft"], "aliases": []}
-    store.write(
+    write(
         lake,
         "adapters",
         [
@@ -207,8 +212,8 @@ def full_lake(lake: store.Lake) -> store.Lake:
     return lake
 
 
-def _others(lake: store.Lake) -> dict[str, list[dict[str, Any]]]:
-    con = store.connect(lake)
+def _others(lake: Lake) -> dict[str, list[dict[str, Any]]]:
+    con = connect(lake)
     out = {}
     for table, where in {
         "trajectories": f"user_id IS DISTINCT FROM '{USER}' AND trajectory_id NOT LIKE 'replay-{USER}%'",
@@ -224,7 +229,7 @@ def _others(lake: store.Lake) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def test_forget_user_leaves_no_copy_anywhere_and_keeps_everyone_else(full_lake: store.Lake) -> None:
+def test_forget_user_leaves_no_copy_anywhere_and_keeps_everyone_else(full_lake: Lake) -> None:
     lake = full_lake
     needles = [
         USER,
@@ -252,7 +257,7 @@ def test_forget_user_leaves_no_copy_anywhere_and_keeps_everyone_else(full_lake: 
 
     assert files_holding(lake, needles) == []
     assert _others(lake) == before
-    con = store.connect(lake)
+    con = connect(lake)
     audit = con.sql("SELECT * FROM erasures").to_arrow_table().to_pylist()
     assert len(audit) == 1 and audit[0]["requested_by"] == "dpo@example"
     assert audit[0]["selection_kind"] == "user_id" and audit[0]["selection_digest"].startswith("sha256:")
@@ -264,12 +269,12 @@ def test_forget_user_leaves_no_copy_anywhere_and_keeps_everyone_else(full_lake: 
     assert files_holding(lake, ["user-keep-a"], [lake.root + "/_spool/c-0000/seg-000001.wal"])
 
 
-def test_time_travel_before_an_erasure_says_the_data_is_gone(full_lake: store.Lake) -> None:
-    old = store.snapshot(full_lake)["trajectories"].version
+def test_time_travel_before_an_erasure_says_the_data_is_gone(full_lake: Lake) -> None:
+    old = snapshot(full_lake)["trajectories"].version
     done = runner.invoke(app, ["forget", "--user-id", USER, "--yes", "--lake", full_lake.root])
     assert done.exit_code == 0, done.output
-    with pytest.raises(store.StoreError, match="erased"):
-        store.snapshot(full_lake, {"trajectories": old})
+    with pytest.raises(StoreError, match="erased"):
+        snapshot(full_lake, {"trajectories": old})
 
 
 @pytest.mark.parametrize(
@@ -282,9 +287,7 @@ def test_time_travel_before_an_erasure_says_the_data_is_gone(full_lake: store.La
         (["--user-id", " "], "is empty"),
     ],
 )
-def test_bad_selections_exit_2_and_erase_nothing(
-    full_lake: store.Lake, args: list[str], message: str
-) -> None:
+def test_bad_selections_exit_2_and_erase_nothing(full_lake: Lake, args: list[str], message: str) -> None:
     result = runner.invoke(app, ["forget", *args, "--yes", "--lake", full_lake.root])
     assert result.exit_code == 2 and message in result.output
     assert files_holding(full_lake, [USER])
@@ -292,7 +295,7 @@ def test_bad_selections_exit_2_and_erase_nothing(
 
 KILLED_MIDWAY = """
 import os, signal, sys
-from store import Lake
+from store.lake import Lake
 from store.erasure import ErasureSelection, delete_rows, plan_erasure, save_pending
 
 lake = Lake(sys.argv[1])
@@ -304,7 +307,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-def test_forget_killed_midway_is_finished_by_the_next_run(full_lake: store.Lake) -> None:
+def test_forget_killed_midway_is_finished_by_the_next_run(full_lake: Lake) -> None:
     import subprocess
     import sys
 
@@ -322,31 +325,30 @@ def test_forget_killed_midway_is_finished_by_the_next_run(full_lake: store.Lake)
     assert "finished the interrupted erasure" in again.output
     assert files_holding(full_lake, [USER, SECRET, f"traj-{USER}", f"replay-{USER}"]) == []
     assert not list(Path(full_lake.root, "_erasure").glob("*.json"))
-    con = store.connect(full_lake)
+    con = connect(full_lake)
     assert con.sql("SELECT count(*) FROM erasures WHERE verified").fetchall()[0][0] == 1
 
 
-def test_retention_erases_old_production_data_and_keeps_recent(lake: store.Lake) -> None:
+def test_retention_erases_old_production_data_and_keeps_recent(lake: Lake) -> None:
     from flows.stages.forget import apply_retention
-    from store.erasure import RetentionConfig
 
-    now = store.utc_now()
+    now = utc_now()
     old, recent = now - timedelta(days=40), now - timedelta(days=2)
     rows = [
         {**_conversation(f"user-{i}", i, 0), "started_at": when, "trajectory_id": f"traj-{i}"}
         for i, when in ((1, old), (2, recent))
     ]
-    store.write(lake, "trajectories", rows)
+    write(lake, "trajectories", rows)
     spans = [
         {**_span("user-1", 1, 0), "start_time": old},
         {**_span("user-3", 3, 7), "start_time": old},
         {**_span("user-2", 2, 0), "start_time": recent},
     ]
-    store.write(lake, "spans", spans)
+    write(lake, "spans", spans)
 
     report = apply_retention(lake, RetentionConfig(production_days=30))
     assert report is not None and report.verified
-    con = store.connect(lake)
+    con = connect(lake)
     assert con.sql("SELECT trajectory_id FROM trajectories").fetchall() == [("traj-2",)]
     # the span of a trace that never assembled ages out as well
     assert con.sql("SELECT trace_id FROM spans").fetchall() == [(_trace(2, 0),)]
@@ -355,7 +357,7 @@ def test_retention_erases_old_production_data_and_keeps_recent(lake: store.Lake)
     assert apply_retention(lake, RetentionConfig(production_days=0)) is None
 
 
-def test_compact_after_forget_keeps_working(full_lake: store.Lake) -> None:
+def test_compact_after_forget_keeps_working(full_lake: Lake) -> None:
     done = runner.invoke(app, ["forget", "--user-id", USER, "--yes", "--lake", full_lake.root])
     assert done.exit_code == 0, done.output
     compacted = runner.invoke(app, ["compact", "--lake", full_lake.root])
@@ -363,13 +365,11 @@ def test_compact_after_forget_keeps_working(full_lake: store.Lake) -> None:
     assert files_holding(full_lake, [USER, SECRET]) == []
 
 
-def test_the_scheduled_ingest_flow_applies_retention(
-    lake: store.Lake, tmp_path: Path, prefect_api: None
-) -> None:
+def test_the_scheduled_ingest_flow_applies_retention(lake: Lake, tmp_path: Path, prefect_api: None) -> None:
     from flows.prefect_flows import ingest_flow
 
-    now = store.utc_now()
-    store.write(
+    now = utc_now()
+    write(
         lake,
         "trajectories",
         [
@@ -389,13 +389,11 @@ def test_the_scheduled_ingest_flow_applies_retention(
     config.write_text("[retention]\nproduction_days = 7\n")
     counts = ingest_flow(config_file=str(config), lake=lake.root)
     assert counts["retention_erased_trajectories"] == 1
-    assert store.connect(lake).sql("SELECT trajectory_id FROM trajectories").fetchall() == [("new",)]
+    assert connect(lake).sql("SELECT trajectory_id FROM trajectories").fetchall() == [("new",)]
     assert files_holding(lake, ["user-old"]) == []
 
 
-def test_a_where_condition_selects_only_trajectories_the_lake_holds(full_lake: store.Lake) -> None:
-    from store.erasure import ErasureSelection, plan_erasure
-
+def test_a_where_condition_selects_only_trajectories_the_lake_holds(full_lake: Lake) -> None:
     smuggled = f"user_id = '{USER}') UNION SELECT 'not-a-trajectory', 'x' FROM (SELECT 1"
     erasure = plan_erasure(full_lake, ErasureSelection("where", smuggled))
     assert erasure.rows["trajectories"] == 6 and "not-a-trajectory" not in erasure.needles

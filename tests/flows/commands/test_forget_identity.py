@@ -1,7 +1,7 @@
 """`trajlake forget` finds a user by the identity attributes, in any encoding, and nothing else.
 
 The spans come through a real `trajlake collect` process (which stores attributes as raw
-UTF-8 JSON) and, for the same user, through `store.write` with `json.dumps` (`\\u00fc`
+UTF-8 JSON) and, for the same user, through `store.writer.write` with `json.dumps` (`\\u00fc`
 escapes): both are the user's and go. A trace of someone else that only mentions the id
 (`app.target_user`), spans whose `gen_ai.operation.name` is `chat` and a `service.name`
 stay: the id is not an identity there.
@@ -18,10 +18,13 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from typer.testing import CliRunner
 
-import store
 from flows.background import free_port
 from flows.cli import app
-from store.erasure import files_holding
+from store.catalog.connection import connect
+from store.catalog.versions import snapshot
+from store.erasure import ErasureSelection, encodings, files_holding, identity_rows, verify_erased
+from store.lake import Lake
+from store.writer import write
 from tests.reliability.test_durability import start
 
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
@@ -61,7 +64,7 @@ ESCAPED_TRACE = "e5" * 16  # the user's, written by a writer that escapes non-AS
 
 
 @pytest.fixture
-def collected(lake: store.Lake) -> store.Lake:
+def collected(lake: Lake) -> Lake:
     port = free_port()
     process = start(lake, port)
     bodies = [
@@ -83,7 +86,7 @@ def collected(lake: store.Lake) -> store.Lake:
             assert response.status_code == 200, response.text
     process.send_signal(signal.SIGTERM)  # a graceful stop flushes the spool into the lake
     assert process.wait(timeout=120) == 0
-    store.write(
+    write(
         lake,
         "spans",
         [
@@ -96,7 +99,7 @@ def collected(lake: store.Lake) -> store.Lake:
             }
         ],
     )
-    store.write(
+    write(
         lake,
         "trajectories",
         [
@@ -118,17 +121,17 @@ def collected(lake: store.Lake) -> store.Lake:
             },
         ],
     )
-    raw = store.connect(lake).execute("SELECT attributes FROM spans WHERE trace_id = $t", {"t": USERS_TRACE})
+    raw = connect(lake).execute("SELECT attributes FROM spans WHERE trace_id = $t", {"t": USERS_TRACE})
     assert any(USER in r[0] for r in raw.fetchall())  # the collector stored the id as raw UTF-8
     return lake
 
 
-def _spans(lake: store.Lake) -> dict[str, int]:
-    rows = store.connect(lake).execute("SELECT trace_id, count(*) FROM spans GROUP BY trace_id").fetchall()
+def _spans(lake: Lake) -> dict[str, int]:
+    rows = connect(lake).execute("SELECT trace_id, count(*) FROM spans GROUP BY trace_id").fetchall()
     return dict(rows)
 
 
-def test_a_non_ascii_user_is_found_in_raw_and_escaped_spans_and_erased_whole(collected: store.Lake) -> None:
+def test_a_non_ascii_user_is_found_in_raw_and_escaped_spans_and_erased_whole(collected: Lake) -> None:
     lake = collected
     dry = runner.invoke(app, ["forget", "--user-id", USER, "--lake", lake.root])
     assert dry.exit_code == 0, dry.output
@@ -147,20 +150,18 @@ def test_a_non_ascii_user_is_found_in_raw_and_escaped_spans_and_erased_whole(col
 
     # the user's three traces went whole (the child span without `user.id` too)
     assert _spans(lake) == {OTHERS_TRACE: 2, CHAT_TRACE: 1}
-    from store.erasure import identity_rows
 
-    assert identity_rows(lake, store.snapshot(lake), "user_id", USER) == {"trajectories": 0, "spans": 0}
+    assert identity_rows(lake, snapshot(lake), "user_id", USER) == {"trajectories": 0, "spans": 0}
     assert files_holding(lake, [MARKER]) == []  # in no file, in any encoding
-    con = store.connect(lake)
+    con = connect(lake)
     assert con.execute("SELECT trajectory_id FROM trajectories").fetchall() == [("traj-others",)]
     audit = con.execute("SELECT rows, verified FROM erasures").fetchall()
     assert len(audit) == 1 and audit[0][1] is True
     assert json.loads(audit[0][0])["spans"] == 4 and json.loads(audit[0][0])["trajectories"] == 1
 
 
-def test_the_check_finds_a_user_the_plan_missed_in_either_encoding(collected: store.Lake) -> None:
+def test_the_check_finds_a_user_the_plan_missed_in_either_encoding(collected: Lake) -> None:
     from flows.stages.forget import plan
-    from store.erasure import ErasureSelection, verify_erased
 
     lake = collected
     erasure, _ = plan(lake, ErasureSelection("user_id", USER))
@@ -174,7 +175,7 @@ def test_the_check_finds_a_user_the_plan_missed_in_either_encoding(collected: st
 
 
 @pytest.mark.parametrize("value", ["chat", "shop", "someone-else-not", USER[:4]])
-def test_a_value_that_is_no_ones_identity_erases_nothing(collected: store.Lake, value: str) -> None:
+def test_a_value_that_is_no_ones_identity_erases_nothing(collected: Lake, value: str) -> None:
     """`chat` is a `gen_ai.operation.name` and a `service.name`, `shop` a service: no user."""
     before = _spans(collected)
     result = runner.invoke(app, ["forget", "--user-id", value, "--yes", "--lake", collected.root])
@@ -183,7 +184,7 @@ def test_a_value_that_is_no_ones_identity_erases_nothing(collected: store.Lake, 
     assert _spans(collected) == before
 
 
-def test_a_mention_of_the_user_in_another_users_trace_is_not_theirs(lake: store.Lake) -> None:
+def test_a_mention_of_the_user_in_another_users_trace_is_not_theirs(lake: Lake) -> None:
     plain = "plain-user-7"
     rows = [
         (OTHERS_TRACE, 1, {"user.id": "someone-else", "app.target_user": plain}),
@@ -191,7 +192,7 @@ def test_a_mention_of_the_user_in_another_users_trace_is_not_theirs(lake: store.
         (USERS_TRACE, 1, {"user.id": plain}),
         (USERS_TRACE, 2, {"gen_ai.prompt": "child span of the user's trace"}),
     ]
-    store.write(
+    write(
         lake,
         "spans",
         [
@@ -208,23 +209,19 @@ def test_a_mention_of_the_user_in_another_users_trace_is_not_theirs(lake: store.
     result = runner.invoke(app, ["forget", "--user-id", plain, "--yes", "--lake", lake.root])
     assert result.exit_code == 0, result.output
     assert _spans(lake) == {OTHERS_TRACE: 2}  # the user's trace went whole, the other one stayed
-    kept = store.connect(lake).execute(
-        "SELECT attributes FROM spans WHERE trace_id = $t", {"t": OTHERS_TRACE}
-    )
+    kept = connect(lake).execute("SELECT attributes FROM spans WHERE trace_id = $t", {"t": OTHERS_TRACE})
     assert any(json.loads(r[0]).get("app.target_user") == plain for r in kept.fetchall())
 
 
 def test_encodings_cover_what_the_writers_store() -> None:
-    from store.erasure import encodings
-
     spelled = {json.dumps(USER), json.dumps(USER, ensure_ascii=False), json.dumps(json.dumps({"k": USER}))}
     for text in spelled:
         assert any(form in text for form in encodings(USER)), text
 
 
 @pytest.mark.parametrize("wait", ["-1", "nan", "inf"])
-def test_a_spool_wait_that_is_no_duration_exits_2_in_one_line(lake: store.Lake, wait: str) -> None:
-    store.write(lake, "erasures", [{"erasure_id": "e", "reason": "forget", "requested_at": T0}])
+def test_a_spool_wait_that_is_no_duration_exits_2_in_one_line(lake: Lake, wait: str) -> None:
+    write(lake, "erasures", [{"erasure_id": "e", "reason": "forget", "requested_at": T0}])
     result = runner.invoke(app, ["forget", "--user-id", "u", "--spool-wait-s", wait, "--lake", lake.root])
     assert result.exit_code == 2, result.output
     assert "--spool-wait-s" in result.output and len(result.output.strip().splitlines()) == 1

@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import store
 from flows.cli import app
 from flows.demo.capture import capture_production_traces, corrects_answer
 from flows.demo.task import make_questions
+from store.catalog.connection import connect
 from store.erasure import files_holding
+from store.lake import Lake
+from store.writer import write
 from tests.training.helpers import make_trajectory
 from training.replay.scenario_io import create_scenarios, read_scenarios
 
@@ -26,7 +28,7 @@ def _write(path: Path, *lines: object) -> Path:
     return path
 
 
-def _labels(lake: store.Lake) -> list[dict]:
+def _labels(lake: Lake) -> list[dict]:
     result = runner.invoke(
         app,
         [
@@ -42,8 +44,8 @@ def _labels(lake: store.Lake) -> list[dict]:
     return json.loads(result.stdout)
 
 
-def test_import_resolves_conversations_and_users_and_is_a_view(lake: store.Lake, tmp_path: Path) -> None:
-    store.write(
+def test_import_resolves_conversations_and_users_and_is_a_view(lake: Lake, tmp_path: Path) -> None:
+    write(
         lake,
         "trajectories",
         [make_trajectory("t1", trace_id=TRACE, user_id="alice"), make_trajectory("t2", user_id="bob")],
@@ -86,7 +88,7 @@ def test_import_resolves_conversations_and_users_and_is_a_view(lake: store.Lake,
     ],
 )
 def test_a_bad_line_exits_2_naming_it_and_writes_nothing(
-    lake: store.Lake, tmp_path: Path, line: object, says: str
+    lake: Lake, tmp_path: Path, line: object, says: str
 ) -> None:
     path = _write(tmp_path / "labels.jsonl", {"trajectory_id": "ok", "expected": "1"}, line)
     result = runner.invoke(app, ["labels", "import", str(path), "--lake", lake.root])
@@ -97,12 +99,10 @@ def test_a_bad_line_exits_2_naming_it_and_writes_nothing(
     assert not lake.has_table("rewards")
 
 
-def test_feedback_lines_are_the_user_feedback_of_traced_conversations(
-    lake: store.Lake, tmp_path: Path
-) -> None:
+def test_feedback_lines_are_the_user_feedback_of_traced_conversations(lake: Lake, tmp_path: Path) -> None:
     """Feedback kept outside the agent (a ratings export) joins the traces it rates, as
     `ingest.feedback` would have sent it: `user_feedback` rewards, what production is measured by."""
-    store.write(
+    write(
         lake,
         "trajectories",
         [make_trajectory("t1", trace_id=TRACE, user_id="alice"), make_trajectory("t2", user_id="bob")],
@@ -145,7 +145,7 @@ def test_feedback_lines_are_the_user_feedback_of_traced_conversations(
     assert result.exit_code == 2 and "has `feedback` again (first at" in result.output
 
 
-def test_corrections_sent_with_feedback_over_otlp_become_labels_and_scenarios(lake: store.Lake) -> None:
+def test_corrections_sent_with_feedback_over_otlp_become_labels_and_scenarios(lake: Lake) -> None:
     """The demo's users send the right answer with every thumbs-down (share 1): each wrong answer's
     conversation gets a `feedback` label holding it, and its scenario expects that, never the
     answer the user rejected."""
@@ -163,7 +163,7 @@ def test_corrections_sent_with_feedback_over_otlp_become_labels_and_scenarios(la
 
     create_scenarios(lake, "SELECT trajectory_id FROM trajectories")
     scenarios = {s.source_trajectory_id: s for s in read_scenarios(lake)}
-    finals = dict(store.connect(lake).sql("SELECT trajectory_id, final_output FROM trajectories").fetchall())
+    finals = dict(connect(lake).sql("SELECT trajectory_id, final_output FROM trajectories").fetchall())
     for label in labels:
         scenario = scenarios[label["trajectory_id"]]
         assert scenario.rated == "wrong" and scenario.expected_source == "label"
@@ -183,8 +183,8 @@ def test_corrections_go_to_a_stable_share_of_questions() -> None:
     assert [corrects_answer(t, 0, 0.5) for t in texts] == [corrects_answer(t, 0, 0.5) for t in texts]
 
 
-def test_forget_erases_a_users_labels_and_keeps_everyone_elses(lake: store.Lake, tmp_path: Path) -> None:
-    store.write(
+def test_forget_erases_a_users_labels_and_keeps_everyone_elses(lake: Lake, tmp_path: Path) -> None:
+    write(
         lake,
         "trajectories",
         [
@@ -205,5 +205,5 @@ def test_forget_erases_a_users_labels_and_keeps_everyone_elses(lake: store.Lake,
     assert done.exit_code == 0, done.output
     assert [r["trajectory_id"] for r in _labels(lake)] == ["t-bob"]
     assert files_holding(lake, ["secret-answer-of-alice", "another-of-alice"]) == []
-    audit = store.connect(lake).sql("SELECT rows FROM erasures").fetchall()
+    audit = connect(lake).sql("SELECT rows FROM erasures").fetchall()
     assert json.loads(audit[0][0])["labels"] == 2

@@ -13,25 +13,28 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import store
 from flows.cli import app
+from store.catalog.connection import connect
+from store.catalog.versions import snapshot
+from store.lake import Lake
+from store.writer import write
 from tests.store.helpers import all_files, make_traj
 
 runner = CliRunner()
 
 
 @pytest.fixture
-def filled(lake: store.Lake) -> store.Lake:
-    store.write(lake, "trajectories", [make_traj(i, model=f"m{i % 2}") for i in range(6)])
-    store.write(lake, "runs", [{"run_id": "r", "step": 0, "stage": "sft", "metrics": '{"loss": 1.5}'}])
+def filled(lake: Lake) -> Lake:
+    write(lake, "trajectories", [make_traj(i, model=f"m{i % 2}") for i in range(6)])
+    write(lake, "runs", [{"run_id": "r", "step": 0, "stage": "sft", "metrics": '{"loss": 1.5}'}])
     return lake
 
 
-def _sql(lake: store.Lake, query: str, *options: str) -> object:
+def _sql(lake: Lake, query: str, *options: str) -> object:
     return runner.invoke(app, ["sql", query, "--lake", lake.root, *options])
 
 
-def test_json_format_is_one_array_of_objects_with_nested_values(filled: store.Lake) -> None:
+def test_json_format_is_one_array_of_objects_with_nested_values(filled: Lake) -> None:
     result = _sql(
         filled,
         "SELECT trajectory_id, messages[1] AS first, started_at FROM trajectories ORDER BY 1 LIMIT 2",
@@ -45,7 +48,7 @@ def test_json_format_is_one_array_of_objects_with_nested_values(filled: store.La
     assert rows[0]["started_at"].startswith("2026-11-20T12:00:00")
 
 
-def test_csv_and_table_formats(filled: store.Lake) -> None:
+def test_csv_and_table_formats(filled: Lake) -> None:
     result = _sql(filled, "SELECT model, count(*) AS n FROM trajectories GROUP BY 1 ORDER BY 1", "-f", "csv")
     assert result.exit_code == 0
     assert list(csv.reader(io.StringIO(result.stdout))) == [["model", "n"], ["m0", "3"], ["m1", "3"]]
@@ -74,7 +77,7 @@ def test_csv_and_table_formats(filled: store.Lake) -> None:
         ("EXPORT DATABASE '{out}'", "EXPORT"),
     ],
 )
-def test_sql_is_read_only(filled: store.Lake, tmp_path: Path, query: str, kind: str) -> None:
+def test_sql_is_read_only(filled: Lake, tmp_path: Path, query: str, kind: str) -> None:
     out = tmp_path / "stolen.out"
     before = all_files(filled)
     result = _sql(filled, query.format(out=out))
@@ -85,7 +88,7 @@ def test_sql_is_read_only(filled: store.Lake, tmp_path: Path, query: str, kind: 
     assert all_files(filled) == before
 
 
-def test_sql_error_shows_duckdb_message_and_position_without_traceback(filled: store.Lake) -> None:
+def test_sql_error_shows_duckdb_message_and_position_without_traceback(filled: Lake) -> None:
     # A real process: what a user's terminal shows.
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
     proc = subprocess.run(
@@ -111,7 +114,7 @@ def test_sql_error_shows_duckdb_message_and_position_without_traceback(filled: s
         "SELECT * FROM read_parquet('/nowhere/*.parquet')",
     ],
 )
-def test_any_sql_error_exits_nonzero_without_traceback(filled: store.Lake, query: str) -> None:
+def test_any_sql_error_exits_nonzero_without_traceback(filled: Lake, query: str) -> None:
     result = _sql(filled, query)
     assert result.exit_code == 1
     assert result.stderr.startswith("error: ")
@@ -123,8 +126,8 @@ def _cells(output: str, table: str) -> list[str]:
     return [c.strip() for c in line.strip("│ ").split("│")]
 
 
-def test_tables_lists_versions_rows_files_bytes_and_newest(filled: store.Lake) -> None:
-    store.write(filled, "trajectories", [make_traj(0, model="again")])  # an existing key: replaced
+def test_tables_lists_versions_rows_files_bytes_and_newest(filled: Lake) -> None:
+    write(filled, "trajectories", [make_traj(0, model="again")])  # an existing key: replaced
     result = runner.invoke(app, ["tables", "--lake", filled.root])
     assert result.exit_code == 0, result.output
     cells = _cells(result.stdout, "trajectories")
@@ -133,11 +136,11 @@ def test_tables_lists_versions_rows_files_bytes_and_newest(filled: store.Lake) -
     assert _cells(result.stdout, "spans")[1:4] == ["", "0", "0"]  # nothing committed yet
 
 
-def test_compact_command_rewrites_small_files_and_reports(filled: store.Lake) -> None:
+def test_compact_command_rewrites_small_files_and_reports(filled: Lake) -> None:
     for i in range(3):  # three more commits: three more files in the partition
-        store.write(filled, "trajectories", [make_traj(10 + i)])
-    store.write(filled, "trajectories", [make_traj(0, model="again")])
-    before = store.snapshot(filled)["trajectories"]
+        write(filled, "trajectories", [make_traj(10 + i)])
+    write(filled, "trajectories", [make_traj(0, model="again")])
+    before = snapshot(filled)["trajectories"]
     result = runner.invoke(
         app, ["compact", "--lake", filled.root, "--table", "trajectories", "--retention-hours", "0"]
     )
@@ -145,11 +148,11 @@ def test_compact_command_rewrites_small_files_and_reports(filled: store.Lake) ->
     table, version, partitions, removed, added, vacuumed = _cells(result.stdout, "trajectories")
     assert (table, partitions, added) == ("trajectories", "1", "1")
     assert int(removed) == len(before.files) > 1 and int(vacuumed) >= int(removed)  # retention 0: gone now
-    after = store.snapshot(filled)["trajectories"]
+    after = snapshot(filled)["trajectories"]
     assert (
         int(version) == after.version > before.version and len(after.files) == 1
     )  # optimize + vacuum commits
-    con = store.connect(filled)
+    con = connect(filled)
     assert con.execute("SELECT count(*) FROM trajectories").fetchall() == [(9,)]
     assert con.execute("SELECT model FROM trajectories WHERE trajectory_id = 't0'").fetchall() == [("again",)]
     unknown = runner.invoke(app, ["compact", "--lake", filled.root, "--table", "trajectory"])
@@ -159,13 +162,13 @@ def test_compact_command_rewrites_small_files_and_reports(filled: store.Lake) ->
 @pytest.mark.parametrize(
     "query", ["DESCRIBE trajectories", "SHOW TABLES", "WITH x AS (SELECT 1 AS a) SELECT * FROM x"]
 )
-def test_select_like_statements_run(filled: store.Lake, query: str) -> None:
+def test_select_like_statements_run(filled: Lake, query: str) -> None:
     result = _sql(filled, query, "-f", "json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)
 
 
-def test_values_without_a_json_type_are_printed_as_text(filled: store.Lake) -> None:
+def test_values_without_a_json_type_are_printed_as_text(filled: Lake) -> None:
     result = _sql(
         filled,
         "SELECT INTERVAL 1 DAY AS i, '6b0b1f4e-0000-4000-8000-000000000000'::UUID AS u, TIME '10:00' AS t",
@@ -187,7 +190,7 @@ HOSTILE = (
 )
 
 
-def _cli(lake: store.Lake, *args: str) -> subprocess.CompletedProcess[bytes]:
+def _cli(lake: Lake, *args: str) -> subprocess.CompletedProcess[bytes]:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3]), "COLUMNS": "400"}
     return subprocess.run(
         [sys.executable, "-m", "flows.cli", "sql", *args, "--lake", lake.root],
@@ -197,9 +200,9 @@ def _cli(lake: store.Lake, *args: str) -> subprocess.CompletedProcess[bytes]:
     )
 
 
-def test_the_table_format_shows_control_characters_escaped_and_csv_json_keep_them(lake: store.Lake) -> None:
+def test_the_table_format_shows_control_characters_escaped_and_csv_json_keep_them(lake: Lake) -> None:
     messages = [{"role": "user", "content": HOSTILE}, {"role": "assistant", "content": "ok"}]
-    store.write(lake, "trajectories", [make_traj(0, messages=messages)])
+    write(lake, "trajectories", [make_traj(0, messages=messages)])
     query = "SELECT messages[1].content AS content FROM trajectories"
 
     table = _cli(lake, query)
@@ -224,12 +227,12 @@ def test_the_table_format_shows_control_characters_escaped_and_csv_json_keep_the
 
 
 def test_the_table_shows_a_screenful_of_rows_and_cut_cells_while_csv_prints_everything(
-    lake: store.Lake,
+    lake: Lake,
 ) -> None:
     long_answer = "x" * 5_000
     rows = [make_traj(i) for i in range(50)]
     rows[0]["final_output"] = long_answer
-    store.write(lake, "trajectories", rows)
+    write(lake, "trajectories", rows)
     query = "SELECT trajectory_id, final_output FROM trajectories ORDER BY trajectory_id"
     table = _sql(lake, query)
     assert table.exit_code == 0, table.output

@@ -9,11 +9,26 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import store
 from flows.cli import app
+from flows.commands import command_app, replay_cmds
+from flows.commands.options import configured
+from flows.commands.replay_cmds import replay_command, scenarios_create
 from flows.config import ConfigError
 from flows.config.checks import load_config
+from flows.config.options import value_in_effect
 from flows.config.root import Settings
+from flows.config.sections import LakeSettings
+from flows.demo.config import SIZES, write_demo_config
+from flows.stages import StageError, base_model
+from ingest.otlp.config import CollectorConfig
+from store import writer
+from store.lake import DEFAULT_LAKE
+from store.selections import TRAIN_SCENARIOS
+from tests.training.train_helpers import stored_groups
+from training.replay.samplers import SamplerConfig
+from training.replay.samplers.base import SamplingParams
+from training.replay.scenarios import ScenarioConfig, ScenarioResult
+from training.replay.stage import ReplayConfig
 
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
 
@@ -26,7 +41,6 @@ def write(tmp_path: Path, text: str) -> str:
 
 def test_empty_file_is_the_embedded_default(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, ""))
-    from training.replay import ReplayConfig, SamplerConfig
 
     assert config.sampler == SamplerConfig()  # the library's own defaults, declared once
     assert config.replay == ReplayConfig()
@@ -71,11 +85,7 @@ def test_bad_environment_override_names_the_key(tmp_path: Path, monkeypatch: pyt
 def test_the_lake_path_is_declared_once_and_read_from_one_variable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import store
-    from flows.config.sections import LakeSettings
-    from ingest.otlp.config import CollectorConfig
-
-    assert LakeSettings().path == CollectorConfig().lake == store.DEFAULT_LAKE
+    assert LakeSettings().path == CollectorConfig().lake == DEFAULT_LAKE
     monkeypatch.setenv("TRAJLAKE_LAKE", "s3://b/l")
     assert load_config(write(tmp_path, "")).lake.path == "s3://b/l"
     assert load_config(write(tmp_path, "")).collector.lake == "s3://b/l"  # the collector writes it
@@ -89,8 +99,6 @@ def test_the_lake_path_is_declared_once_and_read_from_one_variable(
 
 
 def test_sampling_settings_are_the_samplers_own(tmp_path: Path) -> None:
-    from training.replay import SamplingParams
-
     text = "[replay.sampling]\ntemperature = 0.8\nmax_tokens = 12\n[replay.limits]\nmax_turns = 2\n"
     replay = load_config(write(tmp_path, text)).replay
     assert replay.sampling == SamplingParams(temperature=0.8, max_tokens=12)  # no copy to drift from
@@ -123,8 +131,6 @@ def test_cli_fails_before_any_work_on_bad_config(tmp_path: Path) -> None:
 
 
 def test_the_base_model_has_no_fallback(tmp_path: Path) -> None:
-    from flows.stages import StageError, base_model
-
     with pytest.raises(StageError) as info:
         base_model(load_config(write(tmp_path, "")).sampler)
     assert info.value.field == "sampler.model"  # not a tiny stand-in model, trained and published
@@ -147,17 +153,15 @@ def test_a_pipeline_without_a_base_model_is_refused_before_any_work(
 def test_a_toml_key_an_environment_variable_and_an_option_reach_the_same_field(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import training.replay
+    seen: list[ScenarioConfig] = []
 
-    seen: list[training.replay.ScenarioConfig] = []
-
-    def create(lake: object, sql: str, config: training.replay.ScenarioConfig) -> object:
+    def create(lake: object, sql: str, config: ScenarioConfig) -> object:
         seen.append(config)
-        return training.replay.ScenarioResult(["s"], splits={"train": 1})
+        return ScenarioResult(["s"], splits={"train": 1})
 
-    monkeypatch.setattr(training.replay, "create_scenarios", create)
+    monkeypatch.setattr(replay_cmds, "create_scenarios", create)
     monkeypatch.chdir(tmp_path)
-    store.write(str(tmp_path / "l"), "runs", [{"run_id": "r", "step": 0, "stage": "sft"}])  # a lake to read
+    writer.write(str(tmp_path / "l"), "runs", [{"run_id": "r", "step": 0, "stage": "sft"}])  # a lake to read
     monkeypatch.setenv("TRAJLAKE_CONFIG", write(tmp_path, "[scenarios]\nval_fraction = 0.3\nturn = 1\n"))
     args = [
         "scenarios",
@@ -168,7 +172,7 @@ def test_a_toml_key_an_environment_variable_and_an_option_reach_the_same_field(
         str(tmp_path / "l"),
     ]
 
-    def run(*extra: str) -> training.replay.ScenarioConfig:
+    def run(*extra: str) -> ScenarioConfig:
         result = CliRunner().invoke(app, [*args, *extra])
         assert result.exit_code == 0, result.output
         return seen[-1]
@@ -177,14 +181,12 @@ def test_a_toml_key_an_environment_variable_and_an_option_reach_the_same_field(
     monkeypatch.setenv("TRAJLAKE_SCENARIOS__VAL_FRACTION", "0.4")
     assert (run().val_fraction, run().turn) == (0.4, 1)  # the environment beats the file
     assert (run("--val-fraction", "0.5").val_fraction, run().turn) == (0.5, 1)  # the option beats both
-    assert Settings.model_fields["scenarios"].annotation is training.replay.ScenarioConfig
+    assert Settings.model_fields["scenarios"].annotation is ScenarioConfig
 
 
 def test_commands_use_the_config_files_lake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import store
-
     lake = tmp_path / "configured-lake"
-    store.write(str(lake), "runs", [{"run_id": "r", "step": 0, "stage": "sft"}])
+    writer.write(str(lake), "runs", [{"run_id": "r", "step": 0, "stage": "sft"}])
     monkeypatch.setenv("TRAJLAKE_CONFIG", write(tmp_path, f'[lake]\npath = "{lake}"\n'))
     result = CliRunner().invoke(app, ["sql", "SELECT count(*) AS n FROM runs", "--format", "json"])
     assert result.exit_code == 0, result.output
@@ -231,9 +233,6 @@ def test_commands_take_what_the_configuration_says_when_an_option_is_left_out(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One rule for every command: option > environment > trajlake.toml > declared default."""
-    import training.replay
-    from flows.config.options import value_in_effect
-
     config = write(
         tmp_path,
         "[select]\nscenarios = \"SELECT trajectory_id FROM trajectories WHERE model = 'm1'\"\n"
@@ -248,17 +247,17 @@ def test_commands_take_what_the_configuration_says_when_an_option_is_left_out(
     monkeypatch.setenv("TRAJLAKE_SCORE__REWARD", "x")
     assert value_in_effect("score.reward") == ("x", "$TRAJLAKE_SCORE__REWARD")
     monkeypatch.delenv("TRAJLAKE_SCORE__REWARD")
-    assert value_in_effect("select.replay") == (store.TRAIN_SCENARIOS, "default")
+    assert value_in_effect("select.replay") == (TRAIN_SCENARIOS, "default")
 
     lake = tmp_path / "lake"
-    store.write(str(lake), "runs", [{"run_id": "r", "step": 0, "stage": "sft"}])
+    writer.write(str(lake), "runs", [{"run_id": "r", "step": 0, "stage": "sft"}])
     seen: list[str] = []
 
     def create(lake: object, sql: str, config: object) -> object:
         seen.append(sql)
-        return training.replay.ScenarioResult(["s"], splits={"train": 1})
+        return ScenarioResult(["s"], splits={"train": 1})
 
-    monkeypatch.setattr(training.replay, "create_scenarios", create)
+    monkeypatch.setattr(replay_cmds, "create_scenarios", create)
     monkeypatch.setenv("TRAJLAKE_CONFIG", config)
     result = CliRunner().invoke(app, ["scenarios", "create", "--lake", str(lake)])
     assert result.exit_code == 0, result.output
@@ -274,12 +273,10 @@ def test_commands_take_what_the_configuration_says_when_an_option_is_left_out(
 def test_train_commands_take_the_configured_selection_and_reward(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_model: Path
 ) -> None:
-    from tests.training.train_helpers import stored_groups
-
     lake = tmp_path / "lake"
     rows, rewards = stored_groups(str(tiny_model), groups=2, size=4)
-    store.write(str(lake), "trajectories", rows)
-    store.write(str(lake), "rewards", rewards)
+    writer.write(str(lake), "trajectories", rows)
+    writer.write(str(lake), "rewards", rewards)
     config = write(
         tmp_path,
         '[select]\nsft = "SELECT trajectory_id FROM trajectories WHERE false"\n[score]\nreward = "configured"\n',
@@ -315,10 +312,6 @@ def test_config_shows_each_value_in_effect_and_where_it_came_from(
 
 def test_help_shows_the_value_the_command_will_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
-    from flows.commands import command_app
-    from flows.commands.options import configured
-    from flows.commands.replay_cmds import replay_command, scenarios_create
-
     config = write(tmp_path, "[replay]\ngroup_size = 8\n[scenarios]\nval_fraction = 0.25\n")
     monkeypatch.setenv("TRAJLAKE_CONFIG", config)
     monkeypatch.setenv("TRAJLAKE_REPLAY__RUN", "nightly")
@@ -337,8 +330,6 @@ def test_help_shows_the_value_the_command_will_use(tmp_path: Path, monkeypatch: 
 
 def test_a_copied_demo_workdir_reads_and_writes_its_own_lake(tmp_path: Path) -> None:
     import shutil
-
-    from flows.demo.config import SIZES, write_demo_config
 
     first = tmp_path / "demo"
     (first / "model").mkdir(parents=True)

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-import store
 from flows.cli import app
+from flows.commands import replay_cmds
+from store import writer
 
 
 @pytest.fixture
@@ -49,7 +50,7 @@ def option_help(text: str, flag: str) -> str:
 
 def lake_with_a_row(tmp_path: Path) -> str:
     lake = str(tmp_path / "lake")
-    store.write(lake, "runs", [{"run_id": "r", "step": 0, "stage": "sft"}])
+    writer.write(lake, "runs", [{"run_id": "r", "step": 0, "stage": "sft"}])
     return lake
 
 
@@ -121,8 +122,6 @@ def test_serve_sampler_serves_the_configured_model(configure: Any, tmp_path: Pat
 def test_replay_replays_the_configured_selection(
     configure: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_model: Path
 ) -> None:
-    import training.replay
-
     lake = lake_with_a_row(tmp_path)
     seen: list[str] = []
 
@@ -137,7 +136,7 @@ def test_replay_replays_the_configured_selection(
             failed=[],
         )
 
-    monkeypatch.setattr(training.replay, "replay", replay)
+    monkeypatch.setattr(replay_cmds, "run_replay", replay)
     configure(
         f'[sampler]\nmodel = "{tiny_model}"\n[select]\nreplay = "SELECT scenario_id FROM scenarios LIMIT 3"\n'
     )

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+import flows.stages.evaluate
 from flows.cli import app
 from flows.config.checks import load_config
 from flows.config.errors import ConfigError
@@ -196,8 +197,6 @@ def test_a_package_registers_a_reward_by_name_with_an_entry_point(
 def test_publish_gate_takes_a_scored_rewards_name_and_refuses_an_unknown_one_in_one_line(
     tmp_path: Path, units: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import flows.stages.evaluate
-
     seen: list[str] = []
 
     def evaluate_adapter(lake: object, adapter: str, **sections: Any) -> object:

@@ -15,7 +15,10 @@ from flows.cli import app
 from flows.config.errors import ConfigError
 from flows.config.keys import describe
 from flows.config.root import Settings, in_effect, load_settings
-from training.replay import ReplayConfig, SamplerConfig, SamplingParams
+from judging import JudgeConfig
+from training.replay.samplers import SamplerConfig
+from training.replay.samplers.base import SamplingParams
+from training.replay.stage import ReplayConfig
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -148,8 +151,6 @@ def test_in_effect_says_where_each_value_came_from(tmp_path: Path, monkeypatch: 
 
 def test_every_key_is_described_from_its_declaration() -> None:
     import dataclasses
-
-    from judging import JudgeConfig
 
     rows = {key.key: key for key in describe()}
     group_size = next(f for f in dataclasses.fields(ReplayConfig) if f.name == "group_size")

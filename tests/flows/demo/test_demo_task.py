@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
+import flows.demo.task
 from flows.cli import app
 from flows.demo.config import REAL_SIZES, SIZES, TINY_MODEL, sizes_for, write_demo_config
 from flows.demo.summary import demo_summary, night_summary
@@ -32,6 +33,9 @@ from flows.demo.task import (
     system_prompt,
 )
 from flows.demo.teacher import reply
+from store.catalog.connection import connect
+from store.writer import write
+from tests.store.helpers import make_traj
 
 
 def test_the_tiny_demo_asks_what_it_always_asked() -> None:
@@ -194,8 +198,6 @@ def test_demo_refuses_an_unknown_model_in_one_line(tmp_path: Path) -> None:
 def test_the_task_docstring_examples_run() -> None:
     import doctest
 
-    import flows.demo.task
-
     result = doctest.testmod(flows.demo.task)
     assert result.attempted >= 3 and result.failed == 0
 
@@ -207,15 +209,11 @@ def test_scoring_production_traces_with_the_demo_reward_leaves_them_out(tmp_path
 
     from typer.testing import CliRunner
 
-    import store
-    from flows.cli import app
-    from tests.store.helpers import make_traj
-
     lake = tmp_path / "lake"
-    store.write(str(lake), "trajectories", [make_traj(i) for i in range(5)])
+    write(str(lake), "trajectories", [make_traj(i) for i in range(5)])
     args = ["score", "--reward", "flows.demo.task:calculator_reward", "--lake", str(lake), "--format", "json"]
     result = CliRunner().invoke(app, [*args, "--no-progress"])
     assert result.exit_code == 0, result.output
     [summary] = json.loads(result.output)
     assert summary["rows_written"] == 0 and not summary.get("failures")
-    assert store.connect(str(lake)).execute("SELECT count(*) FROM rewards").fetchone()[0] == 0
+    assert connect(str(lake)).execute("SELECT count(*) FROM rewards").fetchone()[0] == 0

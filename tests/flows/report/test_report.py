@@ -9,12 +9,18 @@ from datetime import timedelta
 
 import pytest
 
-import store
+from flows.cli import app
 from flows.report import PublishedComparison, render_report, report_data, write_report
+from judging.evaluation_stats import compare, evaluation_table, production_success, record_evaluation
+from store.lake import Lake
+from store.pipeline_runs import PipelineRun, record_pipeline_run
+from store.rows import served_adapter_name, utc_now
+from store.writer import write
+from tests.store.test_typed_columns import AT, RUN, old_layout, old_replayed
 
 
-def seed_rounds(lake: store.Lake) -> None:
-    now = store.utc_now()
+def seed_rounds(lake: Lake) -> None:
+    now = utc_now()
     trajectories, rewards = [], []
     values = {"base": [0, 0, 1, 0, 0, 1, 1, 1], "agent:v1": [1, 1, 1, 0, 1, 1, 1, 1]}
     for offset, (policy, vals) in enumerate(values.items()):
@@ -48,11 +54,11 @@ def seed_rounds(lake: store.Lake) -> None:
     rewards.append(
         {"trajectory_id": "base-0", "name": "other", "scorer": "g@1", "value": 9.0, "scored_at": now}
     )
-    store.write(lake, "trajectories", trajectories)
-    store.write(lake, "rewards", rewards)
+    write(lake, "trajectories", trajectories)
+    write(lake, "rewards", rewards)
 
 
-def test_report_data_per_round_from_the_lake(lake: store.Lake) -> None:
+def test_report_data_per_round_from_the_lake(lake: Lake) -> None:
     seed_rounds(lake)
     data = report_data(lake, "exact_match")
     assert [(r.round, r.policy, r.trajectories, r.groups) for r in data.rounds] == [
@@ -64,7 +70,7 @@ def test_report_data_per_round_from_the_lake(lake: store.Lake) -> None:
     assert sorted(map(sorted, data.group_rewards["base"])) == [[0.0, 0.0, 0.0, 1.0], [0.0, 1.0, 1.0, 1.0]]
 
 
-def test_render_embeds_plots_and_measured_evaluation(lake: store.Lake, tmp_path) -> None:
+def test_render_embeds_plots_and_measured_evaluation(lake: Lake, tmp_path) -> None:
     seed_rounds(lake)
     evaluation = PublishedComparison("agent:v1", 0.75, "base model", 0.25, 8, True)
     data = report_data(lake, "exact_match", evaluation=evaluation, sql_recipes=[("Rounds", "SELECT 1")])
@@ -76,21 +82,19 @@ def test_render_embeds_plots_and_measured_evaluation(lake: store.Lake, tmp_path)
     assert path.read_text() == page
 
 
-def test_empty_lake_renders_without_plots(lake: store.Lake) -> None:
+def test_empty_lake_renders_without_plots(lake: Lake) -> None:
     page = render_report(report_data(lake, "exact_match"))
     assert "No data for reward per round" in page
 
 
-def seed_learning(lake: store.Lake) -> None:
+def seed_learning(lake: Lake) -> None:
     """An evaluation run (base, SFT, one round; production as reference) and feedback before/after."""
-    from judging.evaluation_stats import compare, evaluation_table, production_success, record_evaluation
-
     ids = [f"s{i}" for i in range(20)]
     base = dict.fromkeys(ids, 0.0)
     sft = {s: float(i % 2) for i, s in enumerate(ids)}
     grpo = {s: float(i % 2 == 1 or i % 5 != 0) for i, s in enumerate(ids)}  # never below SFT
-    now = store.utc_now()
-    served = store.served_adapter_name("agent", 1)
+    now = utc_now()
+    served = served_adapter_name("agent", 1)
     rows = [
         {"trajectory_id": f"p{i}", "source": "otel", "started_at": now, "policy": "prod-llm"}
         for i in range(10)
@@ -104,8 +108,8 @@ def seed_learning(lake: store.Lake) -> None:
         }
         for i in range(10)
     ]
-    store.write(lake, "trajectories", rows)
-    store.write(
+    write(lake, "trajectories", rows)
+    write(
         lake,
         "rewards",
         [
@@ -119,9 +123,7 @@ def seed_learning(lake: store.Lake) -> None:
             for r in rows
         ],
     )
-    store.write(
-        lake, "adapters", [{"name": "agent", "version": 1, "path": "/r/agent/v1", "aliases": ["latest"]}]
-    )
+    write(lake, "adapters", [{"name": "agent", "version": 1, "path": "/r/agent/v1", "aliases": ["latest"]}])
     table = evaluation_table(
         [("base", "m", base), ("sft", "m+sft", sft), ("grpo-1", "m+g1", grpo)], references=("base", "sft")
     )
@@ -129,7 +131,7 @@ def seed_learning(lake: store.Lake) -> None:
     record_evaluation(lake, compare("exact_match", ("m+g1", grpo), ("m", base)), table, adapter="agent")
 
 
-def test_learning_curve_and_production_before_after(lake: store.Lake) -> None:
+def test_learning_curve_and_production_before_after(lake: Lake) -> None:
     seed_learning(lake)
     data = report_data(lake, "exact_match")
     assert [(r.stage, r.kind) for r in data.learning] == [
@@ -157,8 +159,8 @@ def test_learning_curve_and_production_before_after(lake: store.Lake) -> None:
     assert "0.900 [" in page and "+0.400 [" in page  # grpo-1's success and its lift over SFT, with CIs
 
 
-def test_production_traffic_counts_every_production_trajectory_rated_or_not(lake: store.Lake) -> None:
-    now = store.utc_now()
+def test_production_traffic_counts_every_production_trajectory_rated_or_not(lake: Lake) -> None:
+    now = utc_now()
 
     def conversation(tid: str, source: str, question: str) -> dict:
         return {
@@ -170,13 +172,13 @@ def test_production_traffic_counts_every_production_trajectory_rated_or_not(lake
             "final_output": "4",
         }
 
-    store.write(
+    write(
         lake,
         "trajectories",
         [conversation(f"o{i}", "otel", f"What is {i} + 2?") for i in range(3)]
         + [conversation(f"i{i}", "import", "An <b>imported</b> question") for i in range(2)],
     )
-    store.write(
+    write(
         lake,
         "rewards",
         [
@@ -208,18 +210,18 @@ def test_production_traffic_counts_every_production_trajectory_rated_or_not(lake
     assert "An &lt;b&gt;imported&lt;/b&gt; question" in page  # escaped, never markup
 
 
-def test_an_ad_hoc_replay_is_not_a_round_of_the_pipeline(lake: store.Lake) -> None:
+def test_an_ad_hoc_replay_is_not_a_round_of_the_pipeline(lake: Lake) -> None:
     seed_rounds(lake)  # two replays by policy, without the pipeline's run names
     assert len(report_data(lake, "exact_match").rounds) == 2  # a lake trained by hand: its replays
-    now = store.utc_now()
-    store.record_pipeline_run(lake, store.PipelineRun("pipeline-1", now.isoformat(), status="finished"))
+    now = utc_now()
+    record_pipeline_run(lake, PipelineRun("pipeline-1", now.isoformat(), status="finished"))
     rows = [
         {"trajectory_id": f"r{i}", "source": "replay", "started_at": now, "group_id": "round-g", "policy": "p1",
          "replay_run": "round-1"}
         for i in range(2)
     ]  # fmt: skip
-    store.write(lake, "trajectories", rows)
-    store.write(
+    write(lake, "trajectories", rows)
+    write(
         lake,
         "rewards",
         [{"trajectory_id": r["trajectory_id"], "name": "exact_match", "scorer": "f@1", "value": 1.0,
@@ -229,13 +231,14 @@ def test_an_ad_hoc_replay_is_not_a_round_of_the_pipeline(lake: store.Lake) -> No
     assert [(r.round, r.policy) for r in report_data(lake, "exact_match").rounds] == [(1, "p1")]
 
 
-def test_plots_leave_the_processs_matplotlib_backend_alone(lake: store.Lake) -> None:
+def test_plots_leave_the_processs_matplotlib_backend_alone(lake: Lake) -> None:
     # A notebook or a GUI that renders a report keeps its own backend (`matplotlib.use("Agg")`
     # at import switched it); the plots still come out as PNG.
     program = (
-        "import sys, base64, matplotlib; matplotlib.use('svg'); import store\n"
+        "import sys, base64, matplotlib; matplotlib.use('svg')\n"
+        "from store.lake import Lake\n"
         "from flows.report import render_report, report_data\n"
-        "page = render_report(report_data(store.Lake(sys.argv[1]), 'exact_match'))\n"
+        "page = render_report(report_data(Lake(sys.argv[1]), 'exact_match'))\n"
         "print(matplotlib.get_backend(), page.count('data:image/png;base64,iVBORw0KGgo'))\n"
     )
     seed_rounds(lake)
@@ -254,9 +257,6 @@ def test_a_lake_an_older_trajlake_wrote_reads_as_it_is(tmp_path) -> None:
 
     from typer.testing import CliRunner
 
-    from flows.cli import app
-    from tests.store.test_typed_columns import AT, RUN, old_layout, old_replayed
-
     lake = tmp_path / "lake"
     old_layout(lake, "trajectories", [old_replayed("t-1", 0.8)])
     old_layout(
@@ -272,7 +272,7 @@ def test_a_lake_an_older_trajlake_wrote_reads_as_it_is(tmp_path) -> None:
             }
         ],
     )
-    store.write(
+    write(
         lake,
         "rewards",
         [{"trajectory_id": "t-1", "name": "exact_match", "scorer": "f", "value": 1.0, "scored_at": AT}],

@@ -11,10 +11,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import store
 from flows.cli import app
 from flows.report.data import report_data
 from flows.report.lineage import brief_sql
+from store.catalog.connection import connect
+from store.lake import Lake
+from store.rows import runs_row, utc_now
+from store.writer import write
 from tests.flows.report.browser import chromium, console_errors, decoded_images, screenshot_sections
 from tests.training.train_helpers import msg
 
@@ -25,8 +28,8 @@ POLICIES = [f"model+grpo-2026112{r}T101500-1a2b3c4{r}" for r in (1, 2)]
 CALC = {"sc-1": [0.0, 1.0, 1.0, 0.0], "sc-2": [1.0, 1.0, 1.0, 1.0], "sc-3": [0.0, 0.2, 0.4, 1.0]}
 
 
-def seed(lake: store.Lake) -> None:
-    now = store.utc_now()
+def seed(lake: Lake) -> None:
+    now = utc_now()
     trajectories, rewards = [], []
     for r, policy in enumerate(POLICIES):
         for scenario, values in CALC.items():
@@ -77,13 +80,13 @@ def seed(lake: store.Lake) -> None:
                             "scored_at": now,
                         }
                     )
-    store.write(lake, "trajectories", trajectories)
-    store.write(lake, "rewards", rewards)
-    store.write(
+    write(lake, "trajectories", trajectories)
+    write(lake, "rewards", rewards)
+    write(
         lake,
         "runs",
         [
-            store.runs_row(f"grpo-{r}", s, "grpo", {"sampling/sampling_logp_difference/mean": 1e-6 * (s + 1)})
+            runs_row(f"grpo-{r}", s, "grpo", {"sampling/sampling_logp_difference/mean": 1e-6 * (s + 1)})
             for r in (1, 2)
             for s in range(3)
         ],
@@ -100,7 +103,7 @@ def seed(lake: store.Lake) -> None:
             "table_versions": {"rewards": {"version": 3}, "trajectories": {"version": 2}},
         },
     ]
-    store.write(
+    write(
         lake,
         "adapters",
         [
@@ -117,7 +120,7 @@ def seed(lake: store.Lake) -> None:
     )
 
 
-def test_the_viewer_picks_each_kind_of_group(lake: store.Lake) -> None:
+def test_the_viewer_picks_each_kind_of_group(lake: Lake) -> None:
     seed(lake)
     data = report_data(lake, "calc", adapter_name="agent")
     view = data.groups
@@ -136,7 +139,7 @@ def test_the_viewer_picks_each_kind_of_group(lake: store.Lake) -> None:
     assert [s for _, s, _ in data.gap_steps] == [0, 1, 2, 0, 1, 2]
 
 
-def test_a_small_cap_bounds_the_groups_and_says_so(lake: store.Lake) -> None:
+def test_a_small_cap_bounds_the_groups_and_says_so(lake: Lake) -> None:
     seed(lake)
     view = report_data(lake, "calc", max_groups=2).groups
     assert view is not None and len(view.groups) == 2 and view.total == 6
@@ -150,7 +153,7 @@ def test_lineage_in_brief() -> None:
 
 
 @pytest.fixture
-def report_page(lake: store.Lake, tmp_path: Path) -> Path:
+def report_page(lake: Lake, tmp_path: Path) -> Path:
     seed(lake)
     out = tmp_path / "report.html"
     result = CliRunner().invoke(app, ["report", "--lake", lake.root, "--out", str(out), "--reward", "calc"])
@@ -205,9 +208,9 @@ def test_the_page_in_a_real_browser(report_page: Path) -> None:
         screenshot_sections(browser, "viewer")
 
 
-def test_a_time_window_keeps_the_rounds_and_groups_inside_it(lake: store.Lake) -> None:
+def test_a_time_window_keeps_the_rounds_and_groups_inside_it(lake: Lake) -> None:
     seed(lake)
-    second = store.connect(lake).execute("SELECT max(started_at) FROM trajectories").fetchone()[0]
+    second = connect(lake).execute("SELECT max(started_at) FROM trajectories").fetchone()[0]
     later = report_data(lake, "calc", since=second.isoformat())
     assert [r.policy for r in later.rounds] == POLICIES[1:]
     assert later.groups is not None and {g.policy for g in later.groups.groups} == {POLICIES[1]}

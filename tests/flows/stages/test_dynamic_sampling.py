@@ -10,7 +10,12 @@ import pytest
 from flows.config.checks import load_config
 from flows.config.root import Settings
 from flows.stages import PolicyReplay, RoundScores, sample_round
+from flows.stages.replay import round_scenarios
 from judging.summary import RewardStats
+from store.catalog.connection import connect
+from store.writer import write
+from tests.training.helpers import make_trajectory
+from training.replay.scenario_io import create_scenarios
 
 
 def config(tmp_path: Path, draws: int, per_round: int = 4) -> Settings:
@@ -64,17 +69,12 @@ def test_extra_draws_until_enough_groups_are_informative(
 
 def test_draws_take_fresh_slices(tmp_path: Path, lake) -> None:  # type: ignore[no-untyped-def]
     """Round r, draw d reads slice (r - 1) * (1 + draws) + d, so draws never repeat a round's slice."""
-    import store
-    from flows.stages.replay import round_scenarios
-    from tests.training.helpers import make_trajectory
-    from training.replay import create_scenarios
-
-    store.write(lake, "trajectories", [make_trajectory(f"t{i}") for i in range(40)])
+    write(lake, "trajectories", [make_trajectory(f"t{i}") for i in range(40)])
     create_scenarios(lake, "SELECT trajectory_id FROM trajectories")
     cfg = config(tmp_path, draws=1, per_round=3).with_values(
         "select", replay="SELECT scenario_id FROM scenarios"
     )
-    con = store.connect(lake)
+    con = connect(lake)
 
     def ids(round_number: int, draw: int) -> set[str]:
         scenarios = round_scenarios(lake, round_number, draw, select=cfg.select, pipeline=cfg.pipeline)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import ingest.assembly
-from ingest.assembly import compiled_modules
+from ingest.assembly import compiled_modules, conversation, traces
 
 
 def _package(root: Path, source: str, compiled_from: str | None) -> Path:
@@ -43,8 +43,6 @@ def test_a_compiled_module_built_from_other_source_refuses_to_load(tmp_path: Pat
 def test_compiled_says_which_modules_run() -> None:
     # Importing the package ran the check on the real modules: it loaded, so every compiled
     # module (if any) was built from the source beside it, and it is what runs.
-    from ingest.assembly import conversation, traces
-
     assert conversation.__file__.endswith(tuple(EXTENSION_SUFFIXES)) is ingest.assembly.COMPILED
     assert traces.__file__.endswith(".py")  # the batch entry stays Python (setup.py)
 

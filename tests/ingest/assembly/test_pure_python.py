@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import ingest.assembly
+from flows.cli import app
 
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
 
@@ -67,8 +68,6 @@ def test_the_source_build_is_the_one_that_runs() -> None:
 
 def test_trajlake_config_says_which_build_runs() -> None:
     from typer.testing import CliRunner
-
-    from flows.cli import app
 
     result = CliRunner().invoke(app, ["config"])
     assert result.exit_code == 0 and f"# the assembler runs: {ingest.assembly.BUILD}" in result.output

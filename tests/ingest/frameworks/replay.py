@@ -4,7 +4,7 @@ Used by the corpus tests (`tests/ingest/frameworks/test_frameworks.py`) and the 
 (`check_corpus`): the project's collector runs in-process, served by uvicorn on loopback
 with its lifespan (stopping it flushes and assembles everything); every recorded body is
 POSTed to its recorded path with its recorded Content-Type / Content-Encoding; then
-`trajectories` and `rewards` are read through `store.connect`.
+`trajectories` and `rewards` are read through `store.catalog.connection.connect`.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any
 
 import httpx
 
-import store
 from ingest.otlp.app import create_app
 from ingest.otlp.config import CollectorConfig
-from store import Lake
+from store.catalog.connection import connect
+from store.lake import Lake
 from tests.ingest.fake_openai import serve_in_thread
 
 HERE = Path(__file__).resolve().parent
@@ -58,7 +58,7 @@ def replay(name: str, root: Path) -> tuple[list[dict[str, Any]], list[dict[str, 
                 answers.append(f"{entry['body_file']}: {response.status_code} {response.text[:120]!r}")
     trajectories: list[dict[str, Any]] = []
     rewards: list[dict[str, Any]] = []
-    con = store.connect(lake)
+    con = connect(lake)
     for table, out in (("trajectories", trajectories), ("rewards", rewards)):
         if not lake.has_table(table):
             continue

@@ -8,8 +8,11 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-import store
 from flows.cli import app
+from store.catalog.connection import connect
+from store.lake import Lake
+from training.replay.scenario_io import create_scenarios
+from training.replay.scenarios import ScenarioConfig
 
 CALL = {
     "id": "c1",
@@ -45,15 +48,15 @@ def write(path: Path, lines: list[object]) -> Path:
     return path
 
 
-def ingest(lake: store.Lake, *files: Path) -> object:
+def ingest(lake: Lake, *files: Path) -> object:
     return CliRunner().invoke(app, ["ingest", "jsonl", *map(str, files), "--lake", lake.root])
 
 
-def test_conversations_become_trajectories(lake: store.Lake, tmp_path: Path) -> None:
+def test_conversations_become_trajectories(lake: Lake, tmp_path: Path) -> None:
     result = ingest(lake, write(tmp_path / "a.jsonl", LINES))
     assert result.exit_code == 0, result.output
     assert "imported 2 conversations" in result.output and "1 with feedback" in result.output
-    con = store.connect(lake)
+    con = connect(lake)
     row = con.execute(
         "SELECT source, model, final_output, tools, metadata, started_at, messages FROM trajectories "
         "WHERE trajectory_id = 'import-a1'"
@@ -79,15 +82,13 @@ def test_conversations_become_trajectories(lake: store.Lake, tmp_path: Path) -> 
     assert again.exit_code == 0
     assert con.execute("SELECT count(*) FROM trajectories").fetchone()[0] == 2
 
-    from training.replay import ScenarioConfig, create_scenarios
-
     cut = create_scenarios(
         lake, "SELECT trajectory_id FROM trajectories WHERE source = 'import'", ScenarioConfig()
     )
     assert sum(cut.splits.values()) == 2  # scenarios are cut from imported conversations too
 
 
-def test_a_bad_line_writes_nothing_and_says_where(lake: store.Lake, tmp_path: Path) -> None:
+def test_a_bad_line_writes_nothing_and_says_where(lake: Lake, tmp_path: Path) -> None:
     good = write(tmp_path / "good.jsonl", LINES)
     for bad, why in (
         ([{"messages": [{"role": "robot", "content": "x"}]}], "`messages[0].role` is 'robot'"),

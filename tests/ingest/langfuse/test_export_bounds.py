@@ -17,7 +17,7 @@ import pytest
 
 from ingest.langfuse import ExportUnreadable, MalformedExport, import_langfuse_export
 from ingest.langfuse.source import MAX_RECORD_BYTES
-from store import Lake
+from store.lake import Lake
 from tests.ingest.langfuse.conftest import cli, seed_project, sql
 from tests.ingest.langfuse.standin import StandinLangfuse
 

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from ingest.lakeio import assemble_traces
 from ingest.langfuse import ExportNotFound, MalformedExport, import_langfuse_export, pull_langfuse
 from ingest.langfuse.export.records import classify_record
-from store import Lake
+from store.lake import Lake
 from tests.ingest.langfuse.agent_traces import seed_agent_trace
-from tests.ingest.langfuse.conftest import cli, make_config, seed_project, sql
+from tests.ingest.langfuse.conftest import T0, cli, make_config, seed_project, sql
 from tests.ingest.langfuse.standin import StandinLangfuse
 
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
@@ -85,8 +86,6 @@ def test_v2_observation_files_in_every_layout(layout: str, tmp_path: Path, lake:
 
 
 def test_parallel_assembly_gives_the_same_rows(tmp_path: Path, lake: Lake) -> None:
-    from ingest.lakeio import assemble_traces
-
     standin = StandinLangfuse()
     ids = seed_project(standin, n=6)
     import_langfuse_export(lake, write_jsonl(tmp_path / "export.jsonl", standin.export_traces()))
@@ -236,6 +235,5 @@ def test_a_correction_in_an_export_is_the_conversations_label(tmp_path: Path, la
 
 
 def _t0():  # type: ignore[no-untyped-def]
-    from tests.ingest.langfuse.conftest import T0
 
     return T0

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-import store
+import ingest.langfuse.pull as pull_module
 from ingest.langfuse import LangfuseUnavailable, PullFilters, pull_langfuse, read_state, scope_of
-from store import Lake
+from store.catalog.versions import snapshot
+from store.lake import Lake
 from tests.ingest.langfuse.agent_traces import seed_agent_trace
 from tests.ingest.langfuse.conftest import cli, make_config, sql, trace_id
 from tests.ingest.langfuse.standin import StandinLangfuse
@@ -109,12 +110,12 @@ def test_second_run_fetches_nothing_new(
 ) -> None:
     config = make_config(langfuse_url, standin)
     first = pull_langfuse(lake, config)
-    files = {t: store.snapshot(lake)[t].version for t in ("spans", "trajectories", "rewards")}
+    files = {t: snapshot(lake)[t].version for t in ("spans", "trajectories", "rewards")}
     second = pull_langfuse(lake, config)
     assert (first.observations, first.scores) == (24, 7)
     assert (second.observations, second.scores, second.trajectories, second.rewards) == (0, 0, 0, 0)
     assert second.window_from == first.window_to - config.overlap  # starts at the watermark minus the overlap
-    assert {t: store.snapshot(lake)[t].version for t in files} == files  # nothing written but the watermark
+    assert {t: snapshot(lake)[t].version for t in files} == files  # nothing written but the watermark
     assert len(sql(lake, "SELECT * FROM watermarks")) == 1
 
 
@@ -143,10 +144,10 @@ def test_late_observation_of_an_older_trace_is_picked_up(
     }
 
     # Re-reading quiet data inside the overlap writes nothing.
-    files = {t: store.snapshot(lake)[t].version for t in ("spans", "trajectories", "rewards")}
+    files = {t: snapshot(lake)[t].version for t in ("spans", "trajectories", "rewards")}
     third = pull_langfuse(lake, config)
     assert (third.observations, third.spans_written, third.trajectories) == (4, 0, 0)
-    assert {t: store.snapshot(lake)[t].version for t in files} == files
+    assert {t: snapshot(lake)[t].version for t in files} == files
 
 
 @pytest.mark.parametrize(
@@ -218,8 +219,6 @@ def test_crash_between_spans_and_trajectories_is_repaired_on_resume(
     lake: Lake,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import ingest.langfuse.pull as pull_module
-
     real = pull_module.assemble_traces
     calls = []
 

@@ -8,8 +8,10 @@ from datetime import UTC, datetime
 import pytest
 
 from ingest.langfuse import DEFAULT_CATEGORY_VALUES, map_category, score_to_reward
+from ingest.langfuse.sink import write_rewards
 from ingest.records import BadRecord
 from ingest.scores import score_target
+from store.catalog.connection import connect
 
 TS = "2026-08-01T10:05:00Z"
 TRACE = {"kind": "trace", "id": "5b8efff798038103d269b633813fc60c"}
@@ -111,8 +113,6 @@ def test_bad_scores_name_the_reason(score: dict, reason: str) -> None:
 
 
 def test_rewards_keep_the_newest_score_and_skip_unchanged_rewrites(lake) -> None:  # type: ignore[no-untyped-def]
-    from ingest.langfuse.sink import write_rewards
-    from store import connect
 
     newer = reward(v3("NUMERIC", 0.9, timestamp="2026-08-01T11:00:00Z"))
     older = reward(v3("NUMERIC", 0.1, timestamp="2026-08-01T09:00:00Z"))

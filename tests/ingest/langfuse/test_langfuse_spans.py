@@ -8,11 +8,12 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pytest
 
-import store
 from ingest.assembly import span_dicts
 from ingest.assembly.normalize import LLMCall, ToolCall, normalize_span
 from ingest.langfuse import observation_to_span, to_span_id, to_trace_id, trace_to_spans
 from ingest.records import BadRecord
+from store.conform import conform_batch
+from store.schema import SPANS, table_spec
 
 NOW = datetime(2026, 11, 20, 12, tzinfo=UTC)
 
@@ -85,7 +86,7 @@ def test_v2_generation_becomes_the_span_the_otel_sdk_would_send() -> None:
     assert attrs["langfuse.observation.prompt.name"] == "greeter"
     assert attrs["langfuse.observation.completion_start_time"] == '"2026-08-01T10:00:00.350000+00:00"'
     # The rows validate against the lake's schema.
-    assert store.conform_batch(store.table_spec("spans"), _batch([row])).num_rows == 1
+    assert conform_batch(table_spec("spans"), _batch([row])).num_rows == 1
 
 
 def test_legacy_export_observation_gives_the_same_attributes_as_v2() -> None:
@@ -185,9 +186,7 @@ def test_spans_normalise_as_langfuse_llm_and_tool_calls() -> None:
         received_at=NOW,
     )
     # As assembly reads them: attributes parsed, times in microseconds (`span_dicts`).
-    spans = {
-        s["span_id"]: s for s in span_dicts(pa.Table.from_pylist([gen, tool], store.schema.SPANS.schema))
-    }
+    spans = {s["span_id"]: s for s in span_dicts(pa.Table.from_pylist([gen, tool], SPANS.schema))}
     call = normalize_span(spans[gen["span_id"]])
     assert isinstance(call, LLMCall)
     assert call.model == "gpt-4o" and call.input_tokens == 120 and call.output_tokens == 45
@@ -211,6 +210,6 @@ def _parsed(attrs: dict) -> dict:
 def _batch(rows: list[dict]):  # type: ignore[no-untyped-def]
     import pyarrow as pa
 
-    spec = store.table_spec("spans")
+    spec = table_spec("spans")
     fields = [spec.schema.field(n) for n in rows[0]]
     return pa.RecordBatch.from_pylist(rows, schema=pa.schema(fields))

@@ -8,6 +8,7 @@ import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+import ingest.assembly.traces as traces
 from tests.ingest.conftest import sql, wait_for
 from tests.ingest.otlp_cases import chat_trace
 
@@ -188,7 +189,6 @@ def test_log_records_without_trace_context_are_reported_as_rejected(collector) -
 def test_a_trace_that_breaks_assembly_leaves_the_collector_healthy_and_the_rest_assembled(
     collector, monkeypatch
 ) -> None:  # type: ignore[no-untyped-def]
-    import ingest.assembly.traces as traces
 
     real = traces.normalize_span
 

@@ -11,6 +11,8 @@ import pytest
 from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
+from ingest.errors import CollectorSettingError
+from ingest.otlp.config import CollectorConfig
 from tests.ingest.conftest import sql, wait_for
 from tests.ingest.otlp_cases import as_json, chat_trace, trace_ids
 
@@ -203,9 +205,6 @@ def test_health_reports_counters(collector) -> None:  # type: ignore[no-untyped-
 
 
 def test_config_rejects_half_a_langfuse_key_pair_and_non_positive_limits() -> None:
-    from ingest.errors import CollectorSettingError
-    from ingest.otlp.config import CollectorConfig
-
     with pytest.raises(CollectorSettingError, match="both Langfuse keys") as info:
         CollectorConfig(langfuse_public_key="pk-lf-1")
     assert info.value.field == "langfuse_public_key"

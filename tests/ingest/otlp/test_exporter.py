@@ -14,11 +14,13 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-import store
 from ingest import LakeSpanExporter, instrument
 from ingest.errors import InstrumentError
 from ingest.otlp.convert import spans_from_request
-from tests.ingest.conftest import sql
+from ingest.otlp.sdk_spans import spans_from_sdk
+from store.catalog.versions import snapshot
+from store.lake import Lake
+from tests.ingest.conftest import sql, wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -57,7 +59,7 @@ def record(provider: TracerProvider, secret: str = "sk-proj-abcdefghijklmnopqrst
             )
 
 
-def test_exporter_rows_equal_the_http_path_rows(lake: store.Lake) -> None:
+def test_exporter_rows_equal_the_http_path_rows(lake: Lake) -> None:
     memory = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(memory))
@@ -79,7 +81,7 @@ def test_exporter_rows_equal_the_http_path_rows(lake: store.Lake) -> None:
     assert "sk-proj" not in json.dumps(stored)
 
 
-def test_force_flush_assembles_traces_still_waiting_for_their_root(lake: store.Lake) -> None:
+def test_force_flush_assembles_traces_still_waiting_for_their_root(lake: Lake) -> None:
     exporter = LakeSpanExporter(lake)
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -105,7 +107,7 @@ def test_instrument_needs_exactly_one_destination() -> None:
         instrument(lake="x", endpoint="http://127.0.0.1:1")
 
 
-def test_instrument_in_process_with_the_real_openai_client(lake: store.Lake) -> None:
+def test_instrument_in_process_with_the_real_openai_client(lake: Lake) -> None:
     # A fresh interpreter: instrument() patches `openai` globally and sets the global provider.
     script = f"""
 import sys
@@ -150,7 +152,6 @@ def test_instrument_with_an_endpoint_exports_to_a_running_collector(collector) -
     record(provider)
     assert provider.force_flush()
     provider.shutdown()
-    from tests.ingest.conftest import wait_for
 
     rows = wait_for(
         lambda: (
@@ -208,8 +209,6 @@ def sdk_spans_of_every_shape() -> list[ReadableSpan]:
 def test_sdk_spans_convert_to_exactly_the_rows_of_their_otlp_encoding() -> None:
     from datetime import UTC, datetime
 
-    from ingest.otlp.sdk_spans import spans_from_sdk
-
     spans = sdk_spans_of_every_shape()
     at = datetime.now(UTC)  # one arrival time for both paths; the spans were just made (never ahead of it)
     direct = spans_from_sdk(spans, received_at=at).table
@@ -219,9 +218,7 @@ def test_sdk_spans_convert_to_exactly_the_rows_of_their_otlp_encoding() -> None:
     assert direct.to_pylist() == via_protobuf.to_pylist()
 
 
-def test_exports_are_batched_into_few_lake_writes_and_survive_a_crash(
-    lake: store.Lake, tmp_path: Path
-) -> None:
+def test_exports_are_batched_into_few_lake_writes_and_survive_a_crash(lake: Lake, tmp_path: Path) -> None:
     # A process exports 40 batches and dies without shutting down: nothing reaches the lake
     # file by file, and the next exporter on the lake adopts the spool and writes it all.
     script = f"""
@@ -245,4 +242,4 @@ os._exit(0)  # killed: no shutdown, no flush
     assert exporter.force_flush()
     exporter.shutdown()
     assert sql(lake, "SELECT count(*) AS n FROM spans") == [{"n": 40 * 6}]
-    assert len(store.snapshot(lake)["spans"].files) <= 2
+    assert len(snapshot(lake)["spans"].files) <= 2

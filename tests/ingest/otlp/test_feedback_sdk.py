@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from opentelemetry import _logs, trace
 
-import store
 from ingest import InstrumentedProvider, feedback, instrument
 from ingest.errors import InstrumentError
+from store.lake import Lake
 from tests.ingest.conftest import RunningCollector, sql, wait_for
 
 
@@ -44,7 +44,7 @@ def agent_trace(provider: InstrumentedProvider) -> str:
         return format(root.get_span_context().trace_id, "032x")
 
 
-def feedback_rows(lake: store.Lake, trace_id: str) -> list[dict[str, Any]]:
+def feedback_rows(lake: Lake, trace_id: str) -> list[dict[str, Any]]:
     if not (lake.has_table("rewards") and lake.has_table("trajectories")):
         return []  # the collector has not written yet
     return sql(
@@ -54,7 +54,7 @@ def feedback_rows(lake: store.Lake, trace_id: str) -> list[dict[str, Any]]:
     )
 
 
-def label_rows(lake: store.Lake, trace_id: str) -> list[dict[str, Any]]:
+def label_rows(lake: Lake, trace_id: str) -> list[dict[str, Any]]:
     if not (lake.has_table("labels") and lake.has_table("trajectories")):
         return []
     return sql(
@@ -91,7 +91,7 @@ def test_feedback_through_a_collector_is_a_reward_and_a_label_of_the_conversatio
     assert label_rows(collector.lake, right) == []  # no correct answer sent: no label
 
 
-def test_feedback_inside_the_agent_span_rates_that_trace_in_process(lake: store.Lake) -> None:
+def test_feedback_inside_the_agent_span_rates_that_trace_in_process(lake: Lake) -> None:
     provider = instrument(lake=lake, service_name="units", set_global=False, batch=False)
     try:
         tracer = provider.get_tracer("t")
@@ -127,7 +127,7 @@ def test_feedback_inside_the_agent_span_rates_that_trace_in_process(lake: store.
     ],
 )
 def test_bad_feedback_is_refused_naming_what(
-    lake: store.Lake, call: Callable[[InstrumentedProvider], None], message: str
+    lake: Lake, call: Callable[[InstrumentedProvider], None], message: str
 ) -> None:
     provider = instrument(lake=lake, set_global=False, batch=False, instrument_openai=False)
     try:

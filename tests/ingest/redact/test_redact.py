@@ -8,6 +8,9 @@ import pyarrow as pa
 import pytest
 
 from ingest.redact import RedactionConfig, redact_table, redact_text
+from ingest.redact.apply import _prefilter, prefilter_hits
+from ingest.redact.rules import RANDOM_MIN_BITS, looks_random, shannon_bits
+from tests.ingest.otlp_cases import chat_trace
 
 
 @pytest.mark.parametrize(
@@ -74,7 +77,6 @@ def test_a_failing_redaction_function_refuses_only_its_request_and_stores_nothin
     import httpx
 
     from tests.ingest.conftest import sql
-    from tests.ingest.otlp_cases import chat_trace
 
     def strict(text: str) -> str:
         if "BOOM" in text:
@@ -108,8 +110,6 @@ def test_prefilter_scan_flags_every_value_arrow_regex_would_and_respects_slices(
     import random
 
     import pyarrow.compute as pc
-
-    from ingest.redact.apply import _prefilter, prefilter_hits
 
     rng = random.Random(5)
     pieces = [
@@ -206,8 +206,6 @@ def test_ids_digests_and_data_are_not_taken_for_random_secrets() -> None:
 
 
 def test_looks_random_needs_mixed_classes_and_high_entropy() -> None:
-    from ingest.redact.rules import RANDOM_MIN_BITS, looks_random, shannon_bits
-
     assert looks_random(AWS_SECRET) and shannon_bits(AWS_SECRET) >= RANDOM_MIN_BITS
     assert not looks_random(AWS_SECRET.lower())  # no upper case
     assert not looks_random("0123456789abcdefABCDEF0123456789abcdefAB")  # hex, mixed case

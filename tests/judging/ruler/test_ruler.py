@@ -8,9 +8,19 @@ import time
 
 import pytest
 
-import store
-from judging import JudgeConfig, JudgeConfigError, ScoreConfig, ruler_score_group, score
+from judging import (
+    ConfigValueError,
+    JudgeConfig,
+    JudgeConfigError,
+    JudgeUnreachableError,
+    RulerJudge,
+    ScoreConfig,
+    ruler_score_group,
+    score,
+)
 from judging.ruler.cache import JudgeCache
+from store.catalog.connection import connect
+from store.writer import write
 from tests.judging.fake_judge import BLOCK, FakeJudge, JudgeServer, rule_score
 from tests.judging.helpers import good_answers, make_group, write_groups
 
@@ -20,7 +30,7 @@ QUIET = ScoreConfig(progress=False)
 
 
 def rewards(lake, name="ruler"):
-    con = store.connect(lake)
+    con = connect(lake)
     rows = con.execute(
         "SELECT trajectory_id, value, status, error, explanation, metadata, scorer FROM rewards WHERE name = ? "
         "ORDER BY trajectory_id",
@@ -123,7 +133,7 @@ def test_persistent_faults_are_recorded_failures_never_zeros(lake, judge_server,
     got = rewards(lake)
     assert {(r["status"], r["error"], r["value"]) for r in got.values()} == {("failed", reason, None)}
     assert all(r["metadata"]["attempts"] == judge_config.max_attempts for r in got.values())
-    assert not store.connect(lake).execute("SELECT count(*) FROM latest_rewards").fetchone()[0]
+    assert not connect(lake).execute("SELECT count(*) FROM latest_rewards").fetchone()[0]
     # the judge recovers: the rerun retries exactly the failed groups
     judge_server.judge.always = None
     again = score(lake, "ruler", QUIET, judge=judge_config)
@@ -180,7 +190,7 @@ def test_a_changed_group_or_rubric_misses_the_cache(lake, judge_server, judge_co
     score(lake, "ruler", QUIET, judge=judge_config)
     # a new member of the group: the group is no longer fully scored and its content changed
     late = make_group("g000", good_answers(4))[3]
-    store.write(lake, "trajectories", [late])
+    write(lake, "trajectories", [late])
     second = score(lake, "ruler", QUIET, judge=judge_config)
     assert (second.judge_calls, second.groups_scored) == (1, 1)
     other = JudgeConfig(**{**judge_config.__dict__, "rubric": "Be harsh."})
@@ -202,7 +212,7 @@ def test_tokens_and_cost_are_recorded(lake, judge_server, judge_config):
 
 def test_small_groups_and_ungrouped_trajectories_are_not_judged(lake, judge_server, judge_config):
     write_groups(lake, 1, size=3)
-    store.write(lake, "trajectories", make_group("solo", ["only one"]))
+    write(lake, "trajectories", make_group("solo", ["only one"]))
     summary = score(lake, "ruler", QUIET, judge=judge_config)
     assert (summary.groups_scored, summary.groups_too_small) == (1, 1)
     assert "min_group_size" in summary.notes[0]
@@ -233,7 +243,7 @@ def test_groups_without_content_fail_with_a_reason_and_cost_nothing(lake, judge_
     hidden = make_group("hidden", ["secret", "secret too"])
     for t in hidden:
         t["has_content"] = False
-    store.write(lake, "trajectories", hidden)
+    write(lake, "trajectories", hidden)
     summary = score(lake, "ruler", QUIET, judge=judge_config)
     assert (summary.groups_scored, summary.groups_failed, summary.judge_calls) == (1, 1, 1)
     got = rewards(lake)
@@ -242,8 +252,6 @@ def test_groups_without_content_fail_with_a_reason_and_cost_nothing(lake, judge_
 
 def test_a_judge_that_is_down_stops_the_run(lake, judge_config):
     import socket
-
-    from judging import JudgeUnreachableError
 
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
@@ -287,8 +295,6 @@ def test_structured_output_modes(lake, judge_server, judge_config, mode, sent):
 
 
 def test_ruler_without_a_named_judge_model_is_refused_before_any_call() -> None:
-    from judging import ConfigValueError, JudgeConfig, RulerJudge
-
     with pytest.raises(ConfigValueError, match="RULER needs a judge model") as raised:
         RulerJudge(JudgeConfig())
     assert raised.value.field == "model"

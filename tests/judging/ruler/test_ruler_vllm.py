@@ -11,18 +11,20 @@ from pathlib import Path
 
 import pytest
 
-import store
 from judging import JudgeConfig, ScoreConfig, score
+from store.catalog.connection import connect
+from store.lake import Lake
+from store.writer import write
 from tests.judging.helpers import make_group
 
 pytestmark = pytest.mark.vllm
 
 
 def test_ruler_judges_groups_through_vllms_structured_output(
-    vllm_server: str, pretrained_model: Path, lake: store.Lake
+    vllm_server: str, pretrained_model: Path, lake: Lake
 ) -> None:
     groups = [make_group(f"g{i}", ["The answer is 42.", "I do not know.", "42"]) for i in range(3)]
-    store.write(lake, "trajectories", [row for group in groups for row in group])
+    write(lake, "trajectories", [row for group in groups for row in group])
     config = JudgeConfig(
         model=str(pretrained_model),
         base_url=f"{vllm_server}/v1",
@@ -38,7 +40,7 @@ def test_ruler_judges_groups_through_vllms_structured_output(
     )
     summary = score(lake, "ruler", ScoreConfig(progress=False), judge=config)
     assert summary.judge_calls >= 3
-    rows = store.connect(lake).sql("SELECT * FROM rewards WHERE name = 'ruler'").to_arrow_table().to_pylist()
+    rows = connect(lake).sql("SELECT * FROM rewards WHERE name = 'ruler'").to_arrow_table().to_pylist()
     assert len(rows) == 9
     scored = [r for r in rows if r["status"] == "ok"]
     # Ids, their count and the score range are the schema's: only a cut-off answer could fail.

@@ -4,40 +4,43 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-import store
 from bench.synthetic import synthetic_rewards, synthetic_scenarios, synthetic_trajectories
+from store.catalog.connection import connect, refresh, scan
+from store.lake import Lake
+from store.maintenance import CompactConfig, compact
+from store.rows import served_adapter_name
+from store.schema import TABLES, table_spec
+from store.writer import write
 from tests.store.helpers import T0, count, make_traj
 
 
-def test_newest_row_per_key_wins_in_views_and_scan(lake: store.Lake) -> None:
-    store.write(lake, "trajectories", [make_traj(1, model="a"), make_traj(2, model="a")])
-    store.write(lake, "trajectories", [make_traj(1, model="b")])
-    store.write(
-        lake, "trajectories", [make_traj(1, model="c"), make_traj(1, model="d")]
-    )  # same batch: last wins
-    con = store.connect(lake)
+def test_newest_row_per_key_wins_in_views_and_scan(lake: Lake) -> None:
+    write(lake, "trajectories", [make_traj(1, model="a"), make_traj(2, model="a")])
+    write(lake, "trajectories", [make_traj(1, model="b")])
+    write(lake, "trajectories", [make_traj(1, model="c"), make_traj(1, model="d")])  # same batch: last wins
+    con = connect(lake)
     assert con.execute("SELECT trajectory_id, model FROM trajectories ORDER BY 1").fetchall() == [
         ("t1", "d"),
         ("t2", "a"),
     ]
-    frame = store.scan(lake, "trajectories").select("trajectory_id", "model").sort("trajectory_id").collect()
+    frame = scan(lake, "trajectories").select("trajectory_id", "model").sort("trajectory_id").collect()
     assert frame.rows() == [("t1", "d"), ("t2", "a")]
 
 
-def test_composite_keys_dedupe_on_every_key_column(lake: store.Lake) -> None:
+def test_composite_keys_dedupe_on_every_key_column(lake: Lake) -> None:
     row = {"trajectory_id": "t1", "name": "r", "scorer": "s1", "value": 0.1, "scored_at": T0}
-    store.write(lake, "rewards", [row, {**row, "scorer": "s2", "value": 0.2}])
-    store.write(lake, "rewards", [{**row, "value": 0.9}])
-    assert store.connect(lake).execute("SELECT scorer, value FROM rewards ORDER BY 1").fetchall() == [
+    write(lake, "rewards", [row, {**row, "scorer": "s2", "value": 0.2}])
+    write(lake, "rewards", [{**row, "value": 0.9}])
+    assert connect(lake).execute("SELECT scorer, value FROM rewards ORDER BY 1").fetchall() == [
         ("s1", 0.9),
         ("s2", 0.2),
     ]
 
 
-def test_derived_views_messages_latest_rewards_groups(lake: store.Lake) -> None:
-    store.write(lake, "trajectories", synthetic_trajectories(40, seed=5, replayed_fraction=1.0, group_size=4))
-    store.write(lake, "rewards", synthetic_rewards(40, seed=5, replayed_fraction=1.0, group_size=4))
-    con = store.connect(lake)
+def test_derived_views_messages_latest_rewards_groups(lake: Lake) -> None:
+    write(lake, "trajectories", synthetic_trajectories(40, seed=5, replayed_fraction=1.0, group_size=4))
+    write(lake, "rewards", synthetic_rewards(40, seed=5, replayed_fraction=1.0, group_size=4))
+    con = connect(lake)
     total = con.execute("SELECT sum(len(messages)) FROM trajectories").fetchall()[0][0]
     assert count(lake, "SELECT count(*) FROM messages") == total
     # Positions are 0-based and contiguous per trajectory; the first message is the system prompt.
@@ -58,18 +61,18 @@ def test_derived_views_messages_latest_rewards_groups(lake: store.Lake) -> None:
     assert con.execute("SELECT count(*) FROM group_stats('ruler')").fetchall()[0][0] == 10
 
 
-def test_views_are_a_snapshot_until_refresh(lake: store.Lake) -> None:
-    store.write(lake, "runs", [{"run_id": "r", "step": 0, "stage": "sft"}])
-    con = store.connect(lake)
-    store.write(lake, "runs", [{"run_id": "r", "step": 1, "stage": "sft"}])
+def test_views_are_a_snapshot_until_refresh(lake: Lake) -> None:
+    write(lake, "runs", [{"run_id": "r", "step": 0, "stage": "sft"}])
+    con = connect(lake)
+    write(lake, "runs", [{"run_id": "r", "step": 1, "stage": "sft"}])
     assert con.execute("SELECT count(*) FROM runs").fetchall() == [(1,)]
-    store.catalog.refresh(con, lake)
+    refresh(con, lake)
     assert con.execute("SELECT count(*) FROM runs").fetchall() == [(2,)]
 
 
-def test_empty_lake_has_typed_empty_views(lake: store.Lake) -> None:
-    con = store.connect(lake)
-    for table in store.TABLES:
+def test_empty_lake_has_typed_empty_views(lake: Lake) -> None:
+    con = connect(lake)
+    for table in TABLES:
         assert con.execute(f"SELECT count(*) FROM {table}").fetchall() == [(0,)]
     types = dict(con.execute("SELECT column_name, column_type FROM (DESCRIBE trajectories)").fetchall())
     assert types["input_tokens"] == "BIGINT"
@@ -77,7 +80,7 @@ def test_empty_lake_has_typed_empty_views(lake: store.Lake) -> None:
     assert count(lake, "SELECT count(*) FROM messages") == 0
 
 
-def test_a_table_created_before_a_column_existed_stays_readable(lake: store.Lake) -> None:
+def test_a_table_created_before_a_column_existed_stays_readable(lake: Lake) -> None:
     # A table written by an older schema (no `status`, `has_content` yet), by plain delta-rs.
     from deltalake import write_deltalake
 
@@ -91,68 +94,62 @@ def test_a_table_created_before_a_column_existed_stays_readable(lake: store.Lake
         }
     )
     write_deltalake(lake.table_uri("trajectories"), old, partition_by=["dt"])
-    store.write(lake, "trajectories", [make_traj(1)])  # adds the missing columns to the table
-    con = store.connect(lake)
+    write(lake, "trajectories", [make_traj(1)])  # adds the missing columns to the table
+    con = connect(lake)
     assert con.execute("SELECT trajectory_id, model, status FROM trajectories ORDER BY 1").fetchall() == [
         ("old-1", "m0", None),
         ("t1", "m1", None),
     ]
-    assert store.scan(lake, "trajectories").select("trajectory_id").collect().height == 2
+    assert scan(lake, "trajectories").select("trajectory_id").collect().height == 2
 
 
-def test_plain_delta_readers_see_exactly_the_views(lake: store.Lake) -> None:
+def test_plain_delta_readers_see_exactly_the_views(lake: Lake) -> None:
     from deltalake import DeltaTable
 
-    store.write(lake, "trajectories", synthetic_trajectories(30, seed=1))
-    store.write(
-        lake, "trajectories", next(synthetic_trajectories(10, seed=1))
-    )  # re-sent: replaced, not added
-    store.write(lake, "rewards", synthetic_rewards(30, seed=1))
-    store.write(lake, "scenarios", synthetic_scenarios(200, seed=1))
-    store.write(
-        lake, "spans", [{"trace_id": "a" * 32, "span_id": "b" * 16, "source": "otel", "start_time": T0}]
-    )
-    store.write(lake, "runs", [{"run_id": "r", "step": 0, "stage": "sft"}])
-    store.write(lake, "adapters", [{"name": "a", "version": 1, "path": "/x", "stages": ["sft"]}])
-    store.write(
+    write(lake, "trajectories", synthetic_trajectories(30, seed=1))
+    write(lake, "trajectories", next(synthetic_trajectories(10, seed=1)))  # re-sent: replaced, not added
+    write(lake, "rewards", synthetic_rewards(30, seed=1))
+    write(lake, "scenarios", synthetic_scenarios(200, seed=1))
+    write(lake, "spans", [{"trace_id": "a" * 32, "span_id": "b" * 16, "source": "otel", "start_time": T0}])
+    write(lake, "runs", [{"run_id": "r", "step": 0, "stage": "sft"}])
+    write(lake, "adapters", [{"name": "a", "version": 1, "path": "/x", "stages": ["sft"]}])
+    write(
         lake,
         "adapters",
         [{"name": "a", "version": 1, "path": "/x", "stages": ["sft"], "aliases": ["latest"]}],
     )
-    store.write(lake, "watermarks", [{"source": "langfuse", "scope": "s", "updated_at": T0}])
-    store.write(
+    write(lake, "watermarks", [{"source": "langfuse", "scope": "s", "updated_at": T0}])
+    write(
         lake,
         "ingest_errors",
         [{"trace_id": "a" * 32, "stage": "assemble", "status": "failed", "occurred_at": T0}],
     )
-    store.write(lake, "erasures", [{"erasure_id": "e", "reason": "forget", "requested_at": T0}])
-    store.write(
+    write(lake, "erasures", [{"erasure_id": "e", "reason": "forget", "requested_at": T0}])
+    write(
         lake,
         "labels",
         [{"trajectory_id": "t", "name": "expected", "expected": '"4"', "source": "file", "labeled_at": T0}],
     )
 
     def check() -> None:
-        con = store.connect(lake)
-        for table in store.TABLES:
-            key = ", ".join(store.table_spec(table).key)
+        con = connect(lake)
+        for table in TABLES:
+            key = ", ".join(table_spec(table).key)
             view = sorted(con.execute(f"SELECT {key} FROM {table}").fetchall())
-            plain = DeltaTable(lake.table_uri(table)).to_pyarrow_table(
-                columns=list(store.table_spec(table).key)
-            )
+            plain = DeltaTable(lake.table_uri(table)).to_pyarrow_table(columns=list(table_spec(table).key))
             assert sorted(tuple(r.values()) for r in plain.to_pylist()) == view, table
-            polars = store.scan(lake, table).select(list(store.table_spec(table).key)).collect().rows()
+            polars = scan(lake, table).select(list(table_spec(table).key)).collect().rows()
             assert sorted(polars) == view and len(view) == len(set(view)) > 0, table
 
     check()
-    store.write(lake, "rewards", next(synthetic_rewards(10, seed=1)))  # re-scored: replaced
-    store.compact(lake, store.CompactConfig(retention_hours=0))
+    write(lake, "rewards", next(synthetic_rewards(10, seed=1)))  # re-scored: replaced
+    compact(lake, CompactConfig(retention_hours=0))
     check()
 
 
-def test_point_lookup_reads_through_the_view(lake: store.Lake) -> None:
-    store.write(lake, "trajectories", synthetic_trajectories(500, seed=2))
-    con = store.connect(lake)
+def test_point_lookup_reads_through_the_view(lake: Lake) -> None:
+    write(lake, "trajectories", synthetic_trajectories(500, seed=2))
+    con = connect(lake)
     rows = con.execute(
         "SELECT trajectory_id, len(messages) FROM trajectories WHERE trajectory_id = 'traj-2-000000123'"
     )
@@ -160,7 +157,7 @@ def test_point_lookup_reads_through_the_view(lake: store.Lake) -> None:
     assert row[0] == "traj-2-000000123" and row[1] >= 3
 
 
-def test_latest_rewards_takes_the_newest_successful_score_across_scorers(lake: store.Lake) -> None:
+def test_latest_rewards_takes_the_newest_successful_score_across_scorers(lake: Lake) -> None:
     from datetime import timedelta
 
     rows = [
@@ -182,23 +179,23 @@ def test_latest_rewards_takes_the_newest_successful_score_across_scorers(lake: s
         },
         {"trajectory_id": "b", "name": "r", "scorer": "s1", "value": 0.5, "scored_at": T0},
     ]
-    store.write(lake, "rewards", rows)
-    con = store.connect(lake)
+    write(lake, "rewards", rows)
+    con = connect(lake)
     assert con.execute("SELECT trajectory_id, scorer, value FROM latest_rewards ORDER BY 1").fetchall() == [
         ("a", "s2", 0.2),
         ("b", "s1", 0.5),
     ]
 
 
-def test_policy_performance_attributes_served_adapters_per_day(lake: store.Lake) -> None:
-    served = store.served_adapter_name("calc", 2)
+def test_policy_performance_attributes_served_adapters_per_day(lake: Lake) -> None:
+    served = served_adapter_name("calc", 2)
     rows = [make_traj(i, model="prod-llm", policy="prod-llm") for i in range(4)]
     rows += [make_traj(10 + i, model=served, policy=served, day=1) for i in range(3)]
     rows += [make_traj(20, model="prod-llm", policy="prod-llm", day=1)]
     rows += [make_traj(30, model=served, policy=served, source="replay")]  # replays are not production
-    store.write(lake, "trajectories", rows)
+    write(lake, "trajectories", rows)
     feedback = {0: 1.0, 1: 1.0, 2: 0.0, 3: 1.0, 10: 1.0, 11: 1.0, 12: 1.0, 20: 0.0, 30: 0.0}
-    store.write(
+    write(
         lake,
         "rewards",
         [
@@ -206,11 +203,9 @@ def test_policy_performance_attributes_served_adapters_per_day(lake: store.Lake)
             for i, v in feedback.items()
         ],
     )
-    store.write(
-        lake, "adapters", [{"name": "calc", "version": 2, "path": "/r/calc/v2", "aliases": ["production"]}]
-    )
+    write(lake, "adapters", [{"name": "calc", "version": 2, "path": "/r/calc/v2", "aliases": ["production"]}])
     got = (
-        store.connect(lake)
+        connect(lake)
         .execute(
             "SELECT policy, adapter, adapter_version, name, day::DATE::VARCHAR, trajectories, mean "
             "FROM policy_performance ORDER BY day, policy"

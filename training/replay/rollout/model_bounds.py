@@ -16,6 +16,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from training.models.known import resolve_model
 from training.replay.samplers.base import Completion, Sampler, SampleRequest
 
 # How often a request waiting for its completions looks for its client.
@@ -38,8 +39,6 @@ def model_bounds(model: str, tokenizer: Any) -> ModelBounds:
     `max_position_embeddings` and the tokenizer's `model_max_length`, and its embedding's
     vocabulary (its config's `vocab_size`, else the tokenizer's)."""
     from transformers import AutoConfig
-
-    from training.models.known import resolve_model
 
     config = AutoConfig.from_pretrained(resolve_model(model))
     text = config.get_text_config() if hasattr(config, "get_text_config") else config

@@ -18,6 +18,9 @@ from training.replay.samplers.base import (
     SamplingParams,
     adapter_name,
 )
+from training.replay.samplers.hf import TransformersSampler
+from training.replay.samplers.vllm_engine import VLLMEngineSampler
+from training.replay.samplers.vllm_server import VLLMServerSampler
 
 BACKENDS = ("transformers", "vllm-server", "vllm")
 Backend = Literal["transformers", "vllm-server", "vllm"]
@@ -80,16 +83,10 @@ def make_sampler(backend: str, model: str, **options: Any) -> Sampler:
     `gpu_memory_utilization`, `max_model_len`, `engine_kwargs`.
     """
     if backend == "transformers":
-        from training.replay.samplers.hf import TransformersSampler
-
         return TransformersSampler(model, **options)
     if backend == "vllm-server":
-        from training.replay.samplers.vllm_server import VLLMServerSampler
-
         return VLLMServerSampler(model, **options)
     if backend == "vllm":
-        from training.replay.samplers.vllm_engine import VLLMEngineSampler
-
         return VLLMEngineSampler(model, **options)
     raise SamplerError(
         f"unknown sampler backend `{backend}`; choose one of: {', '.join(BACKENDS)}",

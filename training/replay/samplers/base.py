@@ -27,7 +27,8 @@ from typing import Any, Literal
 
 from store.errors import check_settings
 from store.sampling import TEMPERATURE_RULE, is_temperature
-from training.replay.errors import BadSamplingParams
+from training.models.known import resolve_model
+from training.replay.errors import BadSamplingParams, SamplerError
 
 FinishReason = Literal["stop", "length"]
 
@@ -92,8 +93,6 @@ class SampleRequest:
         return self.cancel is not None and self.cancel.is_set()
 
     def __post_init__(self) -> None:
-        from training.replay.errors import SamplerError
-
         if self.n < 1:
             raise SamplerError(f"`n` must be >= 1, got {self.n}", backend="*", reason="bad_params")
         if not self.prompt_ids:
@@ -167,8 +166,6 @@ class Sampler(ABC):
         if self._tokenizer is None:
             from transformers import AutoTokenizer
 
-            from training.models.known import resolve_model
-
             self._tokenizer = AutoTokenizer.from_pretrained(resolve_model(self.tokenizer_path))
         return self._tokenizer
 
@@ -215,8 +212,6 @@ class Sampler(ABC):
 
 def check_completions(backend: str, request: SampleRequest, completions: list[Completion]) -> None:
     """The contract every backend keeps; a broken backend fails loudly, not with bad training data."""
-    from training.replay.errors import SamplerError
-
     if len(completions) != request.n:
         raise SamplerError(
             f"backend `{backend}` returned {len(completions)} completions for n={request.n}",

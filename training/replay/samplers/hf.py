@@ -22,6 +22,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from training.models.known import resolve_model
 from training.replay.errors import SamplerError
 from training.replay.samplers.base import Completion, Sampler, SampleRequest, SamplingParams, adapter_name
 
@@ -81,8 +82,6 @@ class TransformersSampler(Sampler):
         if self._model is None:
             import torch
             from transformers import AutoModelForCausalLM
-
-            from training.models.known import resolve_model
 
             device = self.device_name or ("cuda" if torch.cuda.is_available() else "cpu")
             dtype = (

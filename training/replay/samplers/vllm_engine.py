@@ -24,6 +24,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from training.models.known import resolve_model
 from training.replay.errors import SamplerError
 from training.replay.samplers.base import (
     Completion,
@@ -79,7 +80,6 @@ class VLLMEngineSampler(Sampler):
                 backend=self.backend,
                 reason="not_installed",
             ) from exc
-        from training.models.known import resolve_model
 
         self._vllm = vllm
         self.dtype = dtype or default_dtype()

@@ -23,6 +23,8 @@ from typing import Any
 
 import httpx
 
+from training.chat.templates import chat_template_for
+from training.models.known import resolve_model
 from training.replay.errors import SamplerError
 from training.replay.rollout.request_limits import RequestLimits, limits_environment
 
@@ -111,9 +113,6 @@ def serving_chat_template(model: str) -> str | None:
     model's own: trajlake's tool-aware one for a model whose template ignores tools (the choice
     replay, SFT and evaluation render its conversations with, `chat_template_for`); None otherwise."""
     from transformers import AutoTokenizer
-
-    from training.chat.templates import chat_template_for
-    from training.models.known import resolve_model
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(model))
     if not tokenizer.chat_template:

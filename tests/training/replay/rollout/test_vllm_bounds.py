@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from training.replay.rollout.request_limits import RequestLimits
+from training.replay.samplers.vllm_launch import VLLMServerProcess
 
 pytestmark = pytest.mark.vllm
 
@@ -28,7 +29,6 @@ def bounded_server(
     pretrained_model: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[str, int]]:
     pytest.importorskip("vllm")
-    from training.replay.samplers.vllm_launch import VLLMServerProcess
 
     log = tmp_path_factory.mktemp("vllm-bounds") / "server.log"
     server = VLLMServerProcess(

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import store
 from flows.config.sections import PipelineSettings, ScoreSettings
 from flows.stages.common import base_model, work_dir
 from flows.stages.score import training_reward
+from store.lake import Lake
 from training.replay.samplers import SamplerConfig
 
 
@@ -23,7 +23,7 @@ class PipelineReport:
 
 
 def write_pipeline_report(
-    lake: store.Lake, *, sampler: SamplerConfig, pipeline: PipelineSettings, score: ScoreSettings
+    lake: Lake, *, sampler: SamplerConfig, pipeline: PipelineSettings, score: ScoreSettings
 ) -> PipelineReport:
     """Write `<work dir>/report.html` for the lake: the run's rounds, evaluation, lineage and groups
     (the groups' rewards: the one training reads; their tokens decoded with the base model's tokenizer)."""

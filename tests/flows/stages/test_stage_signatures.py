@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-import store
 from flows import stages
+from store.lake import Lake
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())  # moves freely
 
@@ -51,15 +51,15 @@ def test_stage_functions_have_names_of_their_own() -> None:
 def test_a_flow_opens_its_lake_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from flows.prefect_flows import ingest_flow
 
-    lake = store.Lake(str(tmp_path / "lake"))
+    lake = Lake(str(tmp_path / "lake"))
     opened: list[str] = []
-    problem = store.Lake.problem
+    problem = Lake.problem
 
-    def checked(self: store.Lake, *, must_exist: bool) -> str | None:
+    def checked(self: Lake, *, must_exist: bool) -> str | None:
         opened.append(self.root)  # `store.open_lake` checks each lake it opens
         return problem(self, must_exist=must_exist)
 
-    monkeypatch.setattr(store.Lake, "problem", checked)
+    monkeypatch.setattr(Lake, "problem", checked)
     config = tmp_path / "trajlake.toml"
     config.write_text("[retention]\nproduction_days = 7\n")  # retention runs on the same lake
     counts = ingest_flow(config_file=str(config), lake=lake.root)

@@ -1,6 +1,6 @@
 """Benchmark the training stages against stock TRL on the same model and data.
 
-    python bench/train.py [--model PATH] [--steps 30] [--repeats 2]
+    python bench/train.py [--model PATH] [--steps 30] [--repeats 2] [--activation-checkpointing on|off]
     python bench/train.py --workload agent [--layers 2] [--groups 3]   (bench/grpo_agent.py)
 
 What it measures (printed as a rich table, one row per implementation and settings):
@@ -28,6 +28,12 @@ CPU fp32, on a GPU bf16; padded batches on both (bench/gpu.py measured bfd packi
 table, trajlake's defaults against the best stock row as a median of per-run ratios with a
 bootstrap interval. The model defaults to the tiny offline model; pass a 0.5B-class
 model folder on a GPU machine for meaningful absolute numbers.
+
+The last line is one JSON object: per stage, trajlake's defaults' tokens/s (trained, and
+computed: a tree-packed batch forwards its tree's nodes), seconds a step, whether activations
+were recomputed, and `flop_share` (6 x parameters x tokens computed / seconds / the
+`torch.mm` fp32 peak). trajlake's rows run with its default `activation_checkpointing` for
+this device unless `--activation-checkpointing` sets it; stock TRL's rows keep it off.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Benchmark the training stages against stock TRL on the same model and data.
 
-    python bench/train.py [--model PATH] [--steps 30] [--repeats 2]
+    python bench/train.py [--model PATH] [--steps 30] [--repeats 2] [--activation-checkpointing on|off]
     python bench/train.py --workload agent [--layers 2] [--groups 3]   (bench/grpo_agent.py)
 
 What it measures (printed as a rich table, one row per implementation and settings):
@@ -28,6 +28,12 @@ CPU fp32, on a GPU bf16; padded batches on both (bench/gpu.py measured bfd packi
 table, trajlake's defaults against the best stock row as a median of per-run ratios with a
 bootstrap interval. The model defaults to the tiny offline model; pass a 0.5B-class
 model folder on a GPU machine for meaningful absolute numbers.
+
+The last line is one JSON object: per stage, trajlake's defaults' tokens/s (trained, and
+computed: a tree-packed batch forwards its tree's nodes), seconds a step, whether activations
+were recomputed, and `flop_share` (6 x parameters x tokens computed / seconds / the
+`torch.mm` fp32 peak). trajlake's rows run with its default `activation_checkpointing` for
+this device unless `--activation-checkpointing` sets it; stock TRL's rows keep it off.
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ from bench.train_workload import (  # noqa: E402
     grpo_kwargs,
     grpo_lake,
     make_groups,
+    ours_checkpointing,
     sft_kwargs,
 )
 from store.catalog.connection import connect  # noqa: E402
@@ -70,13 +77,29 @@ from training.tiny import tiny_model_path  # noqa: E402
 # --- SFT -------------------------------------------------------------------------------------------
 
 
-def last_step_metrics(lake: Lake, run_id: str) -> dict[str, Any]:
-    """The metrics the run's last step logged (`runs.scalars` and `tags`)."""
+def step_metrics(lake: Lake, run_id: str) -> list[dict[str, Any]]:
+    """The metrics each step of the run logged (`runs.scalars` and `tags`), in step order."""
     with connect(lake) as con:
-        scalars, tags = con.execute(
-            "SELECT scalars, tags FROM runs WHERE run_id = ? ORDER BY step DESC LIMIT 1", [run_id]
-        ).fetchone()
-    return row_metrics(scalars, tags)
+        rows = con.execute(
+            "SELECT scalars, tags FROM runs WHERE run_id = ? ORDER BY step", [run_id]
+        ).fetchall()
+    return [row_metrics(scalars, tags) for scalars, tags in rows]
+
+
+def computed_tokens(steps: list[dict[str, Any]]) -> tuple[float, float]:
+    """Tokens trained on (TRL's cumulative `num_tokens`) and tokens the forward computed: each
+    step's new tokens less the share tree packing did not forward in that step."""
+    seen = computed = 0.0
+    for metrics in steps:
+        new = metrics["num_tokens"] - seen
+        seen = metrics["num_tokens"]
+        computed += new * (1 - metrics.get(TREE_PACKING_SAVED_SHARE, 0.0))
+    return seen, computed
+
+
+def checkpointing_on(config: Any) -> bool:
+    """Whether the trainer recomputes activations (either name of the setting)."""
+    return bool(config.activation_checkpointing or config.gradient_checkpointing)
 
 
 def sft_ours(model: str, lake: Lake, args: argparse.Namespace, out: Path) -> dict[str, float]:
@@ -84,7 +107,7 @@ def sft_ours(model: str, lake: Lake, args: argparse.Namespace, out: Path) -> dic
     from training.sft import train_sft
     from training.sft_config import TrajlakeSFTConfig
 
-    config = TrajlakeSFTConfig(output_dir=str(out), **sft_kwargs(args))
+    config = TrajlakeSFTConfig(output_dir=str(out), **ours_checkpointing(sft_kwargs(args), args))
     result = train_sft(
         lake,
         f"SELECT trajectory_id FROM trajectories WHERE {equals('source', 'otel', table='trajectories')}",
@@ -92,10 +115,12 @@ def sft_ours(model: str, lake: Lake, args: argparse.Namespace, out: Path) -> dic
         out,
         config,
     )
-    metrics = last_step_metrics(lake, result.run_id)
+    tokens, computed = computed_tokens(step_metrics(lake, result.run_id))
     fill = result.report["packing_bin_fill"]
     return {
-        "tokens": metrics["num_tokens"],
+        "tokens": tokens,
+        "computed": computed,
+        "checkpointing": checkpointing_on(config),
         "seconds": result.metrics["train_runtime"],
         "packing": fill if fill is not None else float("nan"),
         "bf16": bool(config.bf16),
@@ -113,7 +138,9 @@ def grpo_ours(
     from training.grpo import train_grpo
     from training.grpo_config import TrajlakeGRPOConfig
 
-    config = TrajlakeGRPOConfig(output_dir=str(out), **grpo_kwargs(args), **settings)
+    config = TrajlakeGRPOConfig(
+        output_dir=str(out), **{**ours_checkpointing(grpo_kwargs(args), args), **settings}
+    )
     result = train_grpo(
         lake,
         f"SELECT trajectory_id FROM trajectories WHERE {equals('source', 'replay', table='trajectories')}",
@@ -122,10 +149,11 @@ def grpo_ours(
         out,
         config,
     )
-    metrics = last_step_metrics(lake, result.run_id)
+    tokens, computed = computed_tokens(step_metrics(lake, result.run_id))
     return {
-        "tokens": metrics["num_tokens"],
-        "saved": metrics.get(TREE_PACKING_SAVED_SHARE, 0.0),
+        "tokens": tokens,
+        "computed": computed,
+        "checkpointing": checkpointing_on(config),
         # the round-start forward pass (sampler/trainer gap) runs before TRL's clock starts
         "seconds": result.metrics["train_runtime"] + result.report.get("round_start_logprobs_s", 0.0),
         "packing": float("nan"),
@@ -169,8 +197,8 @@ def flop_shares(
     model: str, results: dict[tuple[str, str, str], list[dict[str, float]]], peak: float, steps: int
 ) -> dict[str, Any]:
     """Per stage, trajlake's defaults: tokens/s and the share of the `torch.mm` fp32 peak its
-    forward + backward used (6 x parameters x tokens computed: a tree-packed GRPO batch computes
-    its tree's nodes, not every row's tokens)."""
+    forward + backward used (6 x parameters x tokens computed: a tree-packed batch, SFT's or
+    GRPO's, computes its tree's nodes, not every row's tokens)."""
     from transformers import AutoModelForCausalLM
 
     params = parameters(AutoModelForCausalLM.from_pretrained(model))
@@ -183,9 +211,11 @@ def flop_shares(
         if impl != "trajlake" or settings != "its defaults":
             continue
         run = best(runs)
-        computed = run["tokens"] * (1 - run.get("saved", 0.0))
+        computed = run["computed"]
         out[stage] = {
+            "activation_checkpointing": run["checkpointing"],
             "tokens_per_s": round(rate(run), 1),
+            "computed_per_s": round(computed / run["seconds"], 1),
             "step_s": round(run["seconds"] / steps, 2),
             "flop_share": round(6 * params * computed / run["seconds"] / peak, 3),
         }
@@ -222,6 +252,13 @@ def main() -> None:
     parser.add_argument("--completion-len", type=int, default=128, help="Max completion tokens (GRPO).")
     parser.add_argument("--stages", default="sft,grpo", help="Stages to run (comma-separated).")
     parser.add_argument("--ours-only", action="store_true", help="Skip the stock TRL rows.")
+    parser.add_argument(
+        "--activation-checkpointing",
+        choices=("default", "on", "off"),
+        default="default",
+        help="trajlake's rows: recompute activations or not (default: trajlake's default here); "
+        "stock TRL's rows keep it off.",
+    )
     parser.add_argument(
         "--workload",
         choices=("short", "agent"),

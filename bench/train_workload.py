@@ -101,6 +101,18 @@ def cuda() -> bool:
     return bool(torch.cuda.is_available())
 
 
+def ours_checkpointing(kwargs: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """trajlake's side of a comparison: `--activation-checkpointing` on or off, or (default) left
+    to trajlake's own default for this device; stock TRL keeps it off in every row."""
+    kwargs = dict(kwargs)
+    choice = getattr(args, "activation_checkpointing", "default")
+    if choice == "default":
+        kwargs.pop("activation_checkpointing")
+    else:
+        kwargs["activation_checkpointing"] = choice == "on"
+    return kwargs
+
+
 def sft_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return dict(
         max_steps=args.steps,

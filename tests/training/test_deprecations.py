@@ -52,10 +52,15 @@ def test_a_replay_and_training_steps_emit_no_deprecation_warning(tiny_model: Pat
             for i in range(4)
         ],
     )
-    # The trainers' defaults: activation checkpointing on (TRL's), which warned under its old name.
+    # Activation checkpointing on (TRL's default, trajlake's with an accelerator), which warned
+    # under its old name; on a CPU it is off by default (`training.device.recompute_activations`).
     with no_deprecations():
         sft_config = TrajlakeSFTConfig(
-            output_dir=str(tmp_path / "x"), per_device_train_batch_size=2, max_steps=1, save_strategy="no"
+            output_dir=str(tmp_path / "x"),
+            per_device_train_batch_size=2,
+            max_steps=1,
+            save_strategy="no",
+            activation_checkpointing=True,
         )
         sft = train_sft(
             lake, "SELECT trajectory_id FROM trajectories", tiny_model, tmp_path / "sft", sft_config

@@ -31,7 +31,6 @@ import torch
 from store.metrics import SAMPLER_GAP_MAX, SAMPLER_GAP_MEAN, TREE_PACKING_SAVED_SHARE
 from training.grpo_config import TrajlakeGRPOConfig
 from training.grpo_trainer import StoredGroupsGRPOTrainer
-from training.lm_head import labelled_positions_only
 from training.mismatch import gap_from_totals, sampler_gap_totals
 from training.tree_pack import TREE_ATTENTION, TreePack, attention_mask_for, pack_rows, unpack
 
@@ -159,7 +158,7 @@ class TreePackedGRPOTrainer(StoredGroupsGRPOTrainer):
 
     def packed_forward(self, model: Any, pack: TreePack, implementation: str) -> Any:
         """TRL's fused-head forward of one packed batch: per-node log-probs (and entropies)."""
-        with self.accelerator.autocast(), labelled_positions_only():  # completions alone, not the prompt
+        with self.accelerator.autocast():
             return model(
                 input_ids=pack.input_ids,
                 attention_mask=attention_mask_for(pack, implementation),

@@ -23,7 +23,6 @@ import torch
 from trl import SFTTrainer
 
 from store.metrics import TREE_PACKING_SAVED_SHARE
-from training.lm_head import labelled_positions_only
 from training.tree_pack import TREE_ATTENTION, TreePack, attention_mask_for, pack_labeled_rows
 
 logger = logging.getLogger(__name__)
@@ -43,15 +42,14 @@ class TreePackedSFTTrainer(SFTTrainer):  # type: ignore[misc]  # TRL ships no ty
         if pack is None:
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         base = self.accelerator.unwrap_model(model)
-        with labelled_positions_only():  # the LM head scores the trained tokens alone
-            outputs = model(
-                input_ids=pack.input_ids,
-                attention_mask=attention_mask_for(pack, base.config._attn_implementation),
-                position_ids=pack.position_ids,
-                shift_labels=pack.shift_labels,
-                use_cache=False,
-                fused_lm_head=True,
-            )
+        outputs = model(
+            input_ids=pack.input_ids,
+            attention_mask=attention_mask_for(pack, base.config._attn_implementation),
+            position_ids=pack.position_ids,
+            shift_labels=pack.shift_labels,
+            use_cache=False,
+            fused_lm_head=True,
+        )
         trained = outputs.label_mask.sum()
         num_tokens = trained if num_items_in_batch is None else num_items_in_batch
         loss = -outputs.log_probs.sum() / torch.as_tensor(num_tokens).clamp(min=1)

@@ -90,39 +90,7 @@ def grads(trainer: Any, batch: dict[str, torch.Tensor]) -> tuple[float, dict[str
     }
 
 
-class HeadRows:
-    """Records how many positions each call of TRL's fused LM head projects."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        import trl.trainer.utils as trl_utils
-
-        self.rows: list[int] = []
-        kernel = trl_utils._ChunkedLogProbFunction
-
-        class Recording:
-            @staticmethod
-            def apply(hidden: torch.Tensor, *args: Any) -> Any:
-                self.rows.append(hidden.shape[0])
-                return kernel.apply(hidden, *args)
-
-        monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", Recording)
-
-
-def test_the_lm_head_scores_only_labelled_positions_on_a_cpu() -> None:
-    import trl.trainer.utils as trl_utils
-
-    from training.lm_head import labelled_positions_only
-
-    cpu = torch.device("cpu")
-    assert not trl_utils._use_triton(cpu)  # TRL's own choice here: every position
-    with labelled_positions_only():
-        assert trl_utils._use_triton(cpu)
-    assert not trl_utils._use_triton(cpu)  # for that forward only
-
-
-def test_packed_loss_and_gradients_equal_stock_trl(
-    tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_packed_loss_and_gradients_equal_stock_trl(tiny_model: Path, tmp_path: Path) -> None:
     from datasets import Dataset
 
     tokenizer = load_tokenizer(str(tiny_model))
@@ -157,11 +125,8 @@ def test_packed_loss_and_gradients_equal_stock_trl(
     assert int((pack.shift_labels != IGNORE).sum()) == trained  # every trained token is one node
     assert pack.saved_share > 0.5  # the system prompt and tools are forwarded once, not four times
 
-    head = HeadRows(monkeypatch)
     ours_loss, ours_grads = grads(ours, batch)
     stock_loss, stock_grads = grads(stock, batch)
-    # ours projects the trained tokens alone through the LM head, stock TRL every position of its rows
-    assert head.rows == [trained, batch["input_ids"].numel() - batch["input_ids"].size(0)]
     assert ours.args.tree_packing and not stock.args.tree_packing
     assert ours._metrics["train"][TREE_PACKING_SAVED_SHARE] == [pytest.approx(pack.saved_share)]
     assert ours_loss == pytest.approx(stock_loss, rel=1e-5)

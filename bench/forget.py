@@ -29,7 +29,7 @@ from bench.synthetic import synthetic_rewards, synthetic_trajectories
 from flows.stages.forget import carry_out, plan
 from store.catalog.connection import connect
 from store.catalog.versions import snapshot
-from store.erasure import ErasureSelection
+from store.erasure.plan import ErasureSelection
 from store.lake import Lake
 from store.writer import write
 

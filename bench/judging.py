@@ -37,9 +37,12 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from bench.synthetic import synthetic_trajectories  # noqa: E402
-from judging import DEFAULT_RUBRIC, JudgeConfig, ScoreConfig, SqlReward, score  # noqa: E402
+from judging.config import JudgeConfig, ScoreConfig  # noqa: E402
+from judging.ruler import DEFAULT_RUBRIC  # noqa: E402
 from judging.ruler.prompt import build_prompt  # noqa: E402
 from judging.select import load_groups  # noqa: E402
+from judging.sql_reward import SqlReward  # noqa: E402
+from judging.stage import score  # noqa: E402
 from store.catalog.connection import connect  # noqa: E402
 from store.lake import Lake  # noqa: E402
 from store.writer import write  # noqa: E402

@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ingest.langfuse import import_langfuse_export
+from ingest.langfuse.export.importer import import_langfuse_export
 from store.catalog.connection import connect
 from store.lake import Lake
 

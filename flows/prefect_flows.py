@@ -40,7 +40,7 @@ from store.lake import Lake
 from store.pipeline_runs import PipelineRun
 
 if TYPE_CHECKING:
-    import judging
+    from judging.evaluate import Evaluation
     from training.run import TrainResult
 
 P = ParamSpec("P")
@@ -342,7 +342,7 @@ def _pipeline_steps(
         result["rounds"], key="trajlake-rounds", description="Mean reward of each round's replayed groups"
     )
     publication: stages.Publication | None = None
-    evaluation: judging.Evaluation | None = None
+    evaluation: Evaluation | None = None
     if trained:
         adapter = trained[-1].adapter_dir  # the candidate: the newest adapter trained
         start = (run.start_adapter, path) if run.start_adapter and (path := run.start_adapter_path) else None

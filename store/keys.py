@@ -26,7 +26,6 @@ from datetime import date, datetime, timedelta
 from urllib.parse import unquote
 
 import numpy as np
-import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -48,6 +47,10 @@ def key_hashes(keys: pa.Table) -> np.ndarray:
     """One 64-bit hash per row of the key columns (the same function for writes and files)."""
     if not keys.num_rows:
         return np.empty(0, np.uint64)
+    # polars is imported by the first write (0.09 s), not by whatever imports the writer: reading
+    # the settings imports the collector's modules (`trajlake collect --help`).
+    import polars as pl
+
     hashes: np.ndarray = pl.DataFrame(keys).hash_rows(seed=0).to_numpy()
     return hashes
 

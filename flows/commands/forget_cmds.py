@@ -13,7 +13,8 @@ from rich.console import Console
 from flows.commands import command_app
 from flows.commands.options import LakeOption, fail, resolve_lake
 from flows.commands.store_cmds import print_rows
-from store.erasure import ErasureSelection, pending_plans, plan_summary
+from store.erasure.apply import pending_plans
+from store.erasure.plan import ErasureSelection, plan_summary
 from store.errors import SelectionError, StoreError
 from training.errors import TrainingError
 from training.retrain import retrain as run_stages

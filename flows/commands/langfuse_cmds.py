@@ -18,12 +18,10 @@ from flows.commands import command_app
 from flows.commands.import_cmds import jsonl
 from flows.commands.options import LakeOption, build, configured, fail, resolve_lake
 from flows.config.root import LangfuseSection
-from ingest.langfuse import (
-    DEFAULT_CATEGORY_VALUES,
-    LangfuseIngestError,
-    import_langfuse_export,
-    pull_langfuse,
-)
+from ingest.langfuse.errors import LangfuseIngestError
+from ingest.langfuse.export.importer import import_langfuse_export
+from ingest.langfuse.pull import pull_langfuse
+from ingest.scores import DEFAULT_CATEGORY_VALUES
 
 ingest_app = command_app(
     name="ingest",

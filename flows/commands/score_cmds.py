@@ -16,10 +16,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-import judging
 from flows.commands import command_app
 from flows.commands.options import LakeOption, build, configured, fail, resolve_lake, setting
+from judging import agreement as agreements
+from judging import combine as combining
+from judging import stage as scoring
 from judging.config import JudgeConfig, ScoreConfig
+from judging.errors import JudgingError
+from judging.sql_reward import SqlReward
 
 FormatOption = Annotated[str, typer.Option("--format", "-f", help="table or json")]
 # A scoring run's options (`--where`, `--force`, ...): command-line only, no table in trajlake.toml.
@@ -127,12 +131,12 @@ def score(
     rewards: list = [*specs]
     if sql_reward is not None:
         try:
-            rewards.append(judging.SqlReward(sql_reward, run.name or "sql"))
-        except judging.JudgingError as exc:
+            rewards.append(SqlReward(sql_reward, run.name or "sql"))
+        except JudgingError as exc:
             raise fail(str(exc), 2) from None
     try:
-        summaries = [judging.score(target, spec, config, judge=judge_config) for spec in rewards]
-    except (judging.JudgingError, OSError) as exc:
+        summaries = [scoring.score(target, spec, config, judge=judge_config) for spec in rewards]
+    except (JudgingError, OSError) as exc:
         raise fail(str(exc)) from None
     _print_summaries(summaries, fmt, str(target))
 
@@ -162,10 +166,10 @@ def combine(
         if not sep or not key.strip():
             raise fail(f"--weight `{item}`: expected name=number, e.g. ruler=0.7", 2)
     try:
-        summary = judging.combine(
+        summary = combining.combine(
             resolve_lake(lake, must_exist=True), weights, name, where=where, normalize=normalize
         )
-    except judging.JudgingError as exc:
+    except JudgingError as exc:
         raise fail(str(exc)) from None
     failed = ", ".join(f"{k} x{v}" for k, v in sorted(summary.failed.items())) or "none"
     typer.echo(
@@ -184,8 +188,8 @@ def agreement(
 ) -> None:
     """Rank agreement of two rewards within groups (Spearman's rho, pairwise agreement)."""
     try:
-        report = judging.agreement(resolve_lake(lake, must_exist=True), a, b, where=where)
-    except judging.JudgingError as exc:
+        report = agreements.agreement(resolve_lake(lake, must_exist=True), a, b, where=where)
+    except JudgingError as exc:
         raise fail(str(exc)) from None
     if fmt == "json":
         sys.stdout.write(json.dumps(report, default=lambda o: o.__dict__) + "\n")

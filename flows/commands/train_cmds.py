@@ -13,7 +13,8 @@ from flows.commands.options import LakeOption, configured, fail, resolve_lake
 from flows.config.checks import load_config
 from flows.config.errors import ConfigError
 from flows.stages import StageError
-from judging import RewardSpecError, resolve_reward_key
+from judging.errors import RewardSpecError
+from judging.registry import resolve_reward_key
 from store.selections import VAL_SCENARIOS
 from training.errors import PromotionRefused, TrainingError
 from training.publish import PublishConfig

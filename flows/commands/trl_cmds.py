@@ -33,7 +33,8 @@ from flows.config.options import value_in_effect
 from flows.config.root import in_effect
 from flows.config.trainers import TRAINERS, TrainSettings
 from flows.progress import console_progress
-from judging import RewardSpecError, reward_name
+from judging.errors import RewardSpecError
+from judging.registry import reward_name
 from store.catalog.versions import snapshot
 from store.errors import LegacyRows, SelectionError, SettingError
 from store.selections import GRPO_TRAJECTORIES

@@ -17,7 +17,8 @@ import duckdb
 from flows.config.errors import ConfigError
 from flows.config.naming import config_file
 from flows.config.root import Settings, load_settings, source_of
-from judging import RewardSpecError, resolve_reward_key
+from judging.errors import RewardSpecError
+from judging.registry import resolve_reward_key
 from store.catalog.connection import check_selection, connect
 from store.errors import SelectionError, SettingError
 from training.replay.errors import ToolSourceError

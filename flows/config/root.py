@@ -41,7 +41,7 @@ from flows.config.trainers import TrainSettings
 from ingest.langfuse.config import LangfuseConfig, PullFilters
 from ingest.otlp.config import CollectorConfig
 from judging.config import JudgeConfig
-from store.erasure import RetentionConfig
+from store.erasure.retention import RetentionConfig
 from store.errors import SettingError
 from training.publish import PublishConfig
 from training.replay.rollout.request_limits import RequestLimits

@@ -24,7 +24,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from judging import needs_expected
+from judging.rewards.base import needs_expected
 from judging.trajectory import expected_answer, final_answer
 from training.tiny import TOOLS as TINY_MODEL_TOOLS
 

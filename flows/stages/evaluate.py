@@ -39,7 +39,7 @@ from training.registry import resolve_adapter
 from training.replay.samplers import SamplerConfig
 
 if TYPE_CHECKING:
-    import judging
+    from judging.evaluate import Evaluation, Measured
     from training.publish import EvalGate, PublishedAdapter
 
 BASE = "base"
@@ -50,7 +50,8 @@ REFERENCES = (BASE, SFT)  # every later stage is also compared with these, paire
 def evaluation_reward(*, score: ScoreSettings, evaluate: EvaluateSettings) -> str:
     """The spec of the success metric: `evaluate.reward`, else `score.reward` when it is one reward
     that is scored, else the first scored reward (each written as a spec or a scored reward's name)."""
-    from judging import RewardSpecError, resolve_reward_key
+    from judging.errors import RewardSpecError
+    from judging.registry import resolve_reward_key
 
     rewards = score.rewards
     if evaluate.reward:
@@ -105,11 +106,11 @@ def evaluate_adapter(
     score: ScoreSettings,
     judge: JudgeConfig,
     replaying: ReplaySections,
-) -> judging.Evaluation:
+) -> Evaluation:
     """Val success of `adapter` against the production adapter under `publish.name` (or the base
     model), paired by scenario; with `stages`, every one of them too (the learning curve), each policy
     replayed once (`measurer`)."""
-    import judging
+    from judging.evaluate import NothingScored, evaluate_policies
     from training.errors import AdapterNotFound
     from training.registry import PRODUCTION, resolve_adapter
 
@@ -123,7 +124,7 @@ def evaluate_adapter(
     measure = measurer(lake, evaluate=evaluate, select=select, score=score, judge=judge, replaying=replaying)
     baseline = (f"{name}:v{incumbent['version']}", incumbent["path"]) if incumbent else (BASE, None)
     try:
-        evaluation = judging.evaluate_policies(
+        evaluation = evaluate_policies(
             lake,
             measure,
             candidate=adapter,
@@ -133,7 +134,7 @@ def evaluate_adapter(
             production_reward=evaluate.production_reward,
             adapter=name,
         )
-    except judging.NothingScored as exc:
+    except NothingScored as exc:
         raise StageError("select.evaluate", str(exc)) from None
     return evaluation
 
@@ -146,16 +147,17 @@ def measurer(
     score: ScoreSettings,
     judge: JudgeConfig,
     replaying: ReplaySections,
-) -> Callable[[str | None], judging.Measured]:
+) -> Callable[[str | None], Measured]:
     """`measure(adapter folder | None) -> Measured`: replay `select.evaluate` with the policy
     (`evaluate.group_size` samples each, and once greedily with `evaluate.greedy`), score it with
-    the evaluation reward, and read its per-scenario success (`judging.evaluate_policies`' input)."""
-    import judging
+    the evaluation reward, and read its per-scenario success (`evaluate_policies`' input)."""
+    from judging.evaluate import Measured
+    from judging.evaluation_stats import scenario_scores
 
     spec = evaluation_reward(score=score, evaluate=evaluate)
     group_size = evaluate.group_size or None
 
-    def measure(path: str | None) -> judging.Measured:
+    def measure(path: str | None) -> Measured:
         replayed = replay_policy(
             lake, path, select.evaluate, run="eval", seed=0, group_size=group_size, replaying=replaying
         )
@@ -166,10 +168,8 @@ def measurer(
                 lake, path, select.evaluate, run="eval", seed=0, greedy=True, replaying=replaying
             )
             score_reward(lake, spec, once.group_ids, judge=judge)
-            greedy = judging.scenario_scores(lake, reward, once.group_ids)
-        return judging.Measured(
-            replayed.policy, reward, judging.scenario_scores(lake, reward, replayed.group_ids), greedy
-        )
+            greedy = scenario_scores(lake, reward, once.group_ids)
+        return Measured(replayed.policy, reward, scenario_scores(lake, reward, replayed.group_ids), greedy)
 
     return measure
 
@@ -218,12 +218,14 @@ def compare_policies(
     score: ScoreSettings,
     judge: JudgeConfig,
     replaying: ReplaySections,
-) -> judging.Evaluation:
+) -> Evaluation:
     """Measure each policy once on `select.evaluate` and pair every one with each before it, by
-    scenario (`judging.evaluate_policies`); with `production`, the production policies' success
+    scenario (`evaluate_policies`); with `production`, the production policies' success
     on their own traffic (`evaluate.production_reward`) joins as reference rows. Recorded as one
     `eval` run in `runs`; nothing is published and no alias moves."""
-    import judging
+    from judging.errors import RewardSpecError
+    from judging.evaluate import NothingScored, evaluate_policies
+    from judging.registry import get_reward
 
     labelled = [policy_of(lake, ref) for ref in dict.fromkeys(policies)]
     if not labelled:
@@ -231,11 +233,11 @@ def compare_policies(
     spec = evaluation_reward(score=score, evaluate=evaluate)
     if spec != "ruler":  # resolved before any replay: a bad spec fails now, not after minutes of sampling
         try:
-            judging.get_reward(spec)
-        except judging.RewardSpecError as exc:
+            get_reward(spec)
+        except RewardSpecError as exc:
             raise StageError("evaluate.reward", str(exc)) from None
     try:
-        return judging.evaluate_policies(
+        return evaluate_policies(
             lake,
             measurer(lake, evaluate=evaluate, select=select, score=score, judge=judge, replaying=replaying),
             candidate=labelled[-1][1],
@@ -245,11 +247,11 @@ def compare_policies(
             production_reward=evaluate.production_reward if production else None,
             command="trajlake evaluate",
         )
-    except judging.NothingScored as exc:
+    except NothingScored as exc:
         raise StageError("select.evaluate", str(exc)) from None
 
 
-def gate_of(evaluation: judging.Evaluation, forced: bool) -> EvalGate:
+def gate_of(evaluation: Evaluation, forced: bool) -> EvalGate:
     """The publish gate of an `evaluate_adapter` result."""
     comparison = evaluation.comparison
     return EvalGate(
@@ -293,7 +295,7 @@ def refused_decision(name: str, gate: EvalGate, adapter: str) -> str:
 def publish_adapter(
     lake: Lake,
     adapter: str,
-    evaluation: judging.Evaluation,
+    evaluation: Evaluation,
     force: bool = False,
     origin: dict[str, Any] | None = None,
     *,

@@ -27,22 +27,19 @@ from typing import Any
 from ingest.otlp.collector import default_spool_root
 from ingest.otlp.spool.erase import count_in_spools, erase_from_spools, segment_as_json
 from judging.ruler.cache import JudgeCache
-from store.erasure import (
+from store.erasure.apply import (
     COUNTS,
-    ERASED_TABLES,
-    ErasurePlan,
-    ErasureSelection,
-    RetentionConfig,
     TableErasure,
     add_counts,
     delete_all,
     drop_pending,
     pending_plans,
-    plan_erasure,
     purge_all,
     save_pending,
-    verify_erased,
 )
+from store.erasure.plan import ERASED_TABLES, ErasurePlan, ErasureSelection, plan_erasure
+from store.erasure.retention import RetentionConfig
+from store.erasure.verify import verify_erased
 from store.errors import StoreError
 from store.lake import Lake
 from store.rows import utc_now

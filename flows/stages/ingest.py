@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flows.config.root import LangfuseSection
 from flows.stages.common import StageError
-from store.erasure import RetentionConfig
+from store.erasure.retention import RetentionConfig
 from store.lake import Lake
 
 

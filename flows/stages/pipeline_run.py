@@ -45,8 +45,8 @@ from training.publish import PublishConfig
 from training.run import CHECKPOINTS
 
 if TYPE_CHECKING:
-    import judging
     from flows.stages.evaluate import Publication
+    from judging.evaluate import Evaluation
     from training.run import TrainResult
 
 
@@ -219,7 +219,7 @@ def finish_pipeline_run(
     pipeline: PipelineSettings,
     trained: list[TrainResult],
     publication: Publication | None = None,
-    evaluation: judging.Evaluation | None = None,
+    evaluation: Evaluation | None = None,
     decision: str | None = None,
 ) -> PipelineRun:
     """Record the run as finished: its training runs and steps, the version it published and the

@@ -63,14 +63,14 @@ def replay_filter(group_ids: list[str] | None) -> str:
 
 def training_reward(score: ScoreSettings) -> str:
     """The name of the reward training reads (`score.reward`, written as a spec or as a name)."""
-    from judging import resolve_reward_key
+    from judging.registry import resolve_reward_key
 
     return resolve_reward_key(score.reward, score.rewards, combined=bool(score.weights))[1]
 
 
 def combined_weights(score: ScoreSettings) -> dict[str, float]:
     """`score.weights` by the names the rewards' rows have (each key written as a spec or a name)."""
-    from judging import resolve_reward_key
+    from judging.registry import resolve_reward_key
 
     return {resolve_reward_key(k, score.rewards)[1]: w for k, w in score.weights.items()}
 
@@ -80,7 +80,8 @@ def score_reward(
 ) -> ScoreSummary:
     """Score the replayed trajectories (of `group_ids`) with one reward; skips what that scorer already
     scored (`judge`: the `[judge]` table, which `ruler` uses)."""
-    from judging import ScoreConfig, score
+    from judging.config import ScoreConfig
+    from judging.stage import score
 
     where = ScoreConfig(where=replay_filter(group_ids), progress=False)
     return score(lake, reward, where, judge=judge if reward == "ruler" else None)
@@ -88,7 +89,7 @@ def score_reward(
 
 def finish_scoring(lake: Lake, group_ids: list[str] | None = None, *, score: ScoreSettings) -> RewardStats:
     """Write the combined reward (when weights are configured); stats of the reward training uses."""
-    from judging import combine
+    from judging.combine import combine
     from judging.summary import reward_stats
 
     if score.weights:

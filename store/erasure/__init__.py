@@ -2,7 +2,8 @@
 
 - `plan`: which rows a selection (a user, a session, a trace, a SQL condition, an age)
   reaches, across every table derived from the conversations, and the ids no file may
-  hold afterwards (`ErasureSelection`, `plan_erasure`, `RetentionConfig`); planning only reads;
+  hold afterwards (`ErasureSelection`, `plan_erasure`); planning only reads;
+- `retention`: how long production data stays (`RetentionConfig`, `[retention]`);
 - `apply`: carrying a plan out, the rows deleted and every older copy of them purged
   from the Delta history, with the plan kept under `<lake>/_erasure/` until it is done
   (`delete_all`, `purge_all`, `pending_plans`);
@@ -11,69 +12,8 @@
 
 `flows.stages.forget` runs the three in that order. The names below are the package's
 surface; each module documents its own step.
+
+The package imports nothing (its modules load what they use: importing one of them, or
+reading a section's settings, does not load the rest); each name is imported from its
+module, e.g. `from store.erasure.plan import plan_erasure`.
 """
-
-from __future__ import annotations
-
-from store.erasure.apply import (
-    COUNTS,
-    PENDING_DIR,
-    UNCOMMITTED_GRACE_HOURS,
-    TableErasure,
-    add_counts,
-    apply_plan,
-    delete_all,
-    delete_rows,
-    drop_pending,
-    pending_plans,
-    purge_all,
-    purge_history,
-    save_pending,
-)
-from store.erasure.plan import (
-    ERASED_TABLES,
-    ErasurePlan,
-    ErasureSelection,
-    RetentionConfig,
-    TableTarget,
-    identity_rows,
-    identity_spans,
-    locate,
-    new_erasure_id,
-    newest_write,
-    plan_erasure,
-    plan_summary,
-)
-from store.erasure.verify import encodings, files_holding, needle_pattern, verify_erased
-
-__all__ = [
-    "COUNTS",
-    "ERASED_TABLES",
-    "PENDING_DIR",
-    "UNCOMMITTED_GRACE_HOURS",
-    "ErasurePlan",
-    "ErasureSelection",
-    "RetentionConfig",
-    "TableErasure",
-    "TableTarget",
-    "add_counts",
-    "apply_plan",
-    "delete_all",
-    "delete_rows",
-    "drop_pending",
-    "encodings",
-    "files_holding",
-    "identity_rows",
-    "identity_spans",
-    "locate",
-    "needle_pattern",
-    "new_erasure_id",
-    "newest_write",
-    "pending_plans",
-    "plan_erasure",
-    "plan_summary",
-    "purge_all",
-    "purge_history",
-    "save_pending",
-    "verify_erased",
-]

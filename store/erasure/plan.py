@@ -31,7 +31,7 @@ import json
 import os
 import uuid
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, get_args
 
 import duckdb
@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from store.catalog import Snapshot, check_selection, connect, snapshot, table_version
-from store.errors import SelectionError, SettingError
+from store.errors import SelectionError
 from store.identity import identity_sql
 from store.lake import Lake
 from store.rows import utc_now
@@ -137,31 +137,6 @@ class ErasurePlan:
         raw = json.loads(text)
         raw["targets"] = {name: TableTarget(**t) for name, t in raw["targets"].items()}
         return cls(**raw)
-
-
-@dataclass(frozen=True)
-class RetentionConfig:
-    """How long production data stays in the lake (`[retention]`)."""
-
-    production_days: float = field(
-        default=0.0,
-        metadata={
-            "help": "Erase production conversations (and everything derived from them, as `trajlake "
-            "forget` does) older than this many days, on each scheduled ingest (0: keep forever)."
-        },
-    )
-
-    def __post_init__(self) -> None:
-        if self.production_days < 0:
-            raise SettingError(
-                f"`retention.production_days` must be >= 0, got {self.production_days}",
-                field="production_days",
-                value=self.production_days,
-            )
-
-    def cutoff(self, now: datetime) -> datetime | None:
-        """The time before which production data goes; None when kept forever."""
-        return now - timedelta(days=self.production_days) if self.production_days else None
 
 
 def new_erasure_id(reason: str) -> str:

@@ -28,7 +28,6 @@ from pathlib import Path
 
 import pytest
 
-import judging
 from flows import stages
 from flows.config.checks import load_config
 from flows.demo.base_model import pretrain_base_model
@@ -36,6 +35,7 @@ from flows.demo.capture import capture_production_traces
 from flows.demo.run import SIZES, write_demo_config
 from flows.stages.replay import replay_policy
 from flows.stages.score import score_reward
+from judging.evaluation_stats import evaluation_table, scenario_scores
 
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
 
@@ -63,7 +63,7 @@ def test_grpo_rounds_lift_the_sft_warm_start(tiny_model: Path, tmp_path: Path) -
             replaying=replaying,
         )
         reward = score_reward(the_lake, "exact_match", replayed.group_ids, judge=config.judge).reward
-        return replayed.policy, judging.scenario_scores(lake, reward, replayed.group_ids)
+        return replayed.policy, scenario_scores(lake, reward, replayed.group_ids)
 
     run = "pipeline-demo-learning"  # the run's own folder under the lake's work dir
     adapter = stages.sft_stage(the_lake, run, 0, select=config.select, **training).adapter_dir
@@ -87,7 +87,7 @@ def test_grpo_rounds_lift_the_sft_warm_start(tiny_model: Path, tmp_path: Path) -
         ).adapter_dir
     final = val_success(adapter)
 
-    sft_row, final_row = judging.evaluation_table([("sft", *sft), ("grpo", *final)], references=("sft",))
+    sft_row, final_row = evaluation_table([("sft", *sft), ("grpo", *final)], references=("sft",))
     lift = final_row.difference("sft")
     message = (
         f"SFT {sft_row.mean:.3f} -> GRPO {final_row.mean:.3f}: {lift.mean:+.3f} "

@@ -190,3 +190,11 @@ def test_lake_settings_are_the_same_read_either_way(
         assert load_lake() == LakeSettings()
     else:
         assert load_lake() != LakeSettings()
+
+
+def test_collect_help_reads_the_settings_without_other_sections_libraries() -> None:
+    """`collect --help` shows the settings in effect; reading them imports each section's declaration
+    alone, not the judge's client, Langfuse's, polars or pandas (the packages import nothing,
+    `[retention]` lives apart from the erasure's steps, and polars loads with the first write)."""
+    (ran,) = run_in_one_process(["collect", "--help"], heavy=("openai", "langfuse", "polars", "pandas"))
+    assert ran["code"] == 0 and ran["heavy"] == [], ran

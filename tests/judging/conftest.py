@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from judging import JudgeConfig
+from judging.config import JudgeConfig
 from tests.judging.fake_judge import FakeJudge, JudgeServer
 
 

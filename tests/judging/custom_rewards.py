@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from judging import reward_version
+from judging.rewards.base import reward_version
 
 
 @reward_version("7")

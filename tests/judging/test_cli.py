@@ -130,7 +130,8 @@ def test_a_killed_run_resumes_without_paying_twice(lake):
         committed = con.execute("SELECT count(DISTINCT group_id) FROM rewards").fetchone()[0]
         assert 2 <= committed < 10  # some batches committed, the rest lost with the process
 
-        from judging import JudgeConfig, ScoreConfig, score
+        from judging.config import JudgeConfig, ScoreConfig
+        from judging.stage import score
 
         config = JudgeConfig(model="stand-in-judge", base_url=server.base_url, backoff_s=0.01)
         summary = score(lake, "ruler", ScoreConfig(progress=False), judge=config)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from judging import Measured, NothingScored, evaluate_policies
+from judging.evaluate import Measured, NothingScored, evaluate_policies
 from judging.evaluation_stats import (
     bootstrap_ci,
     compare,

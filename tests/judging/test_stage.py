@@ -7,16 +7,13 @@ import json
 import pytest
 
 from flows.cli import app
-from judging import (
-    ScoreConfig,
-    SqlReward,
-    SqlRewardError,
-    agreement,
-    combine,
-    combined_scorer,
-    get_reward,
-    score,
-)
+from judging.agreement import agreement
+from judging.combine import combine, combined_scorer
+from judging.config import ScoreConfig
+from judging.errors import SqlRewardError
+from judging.registry import get_reward
+from judging.sql_reward import SqlReward
+from judging.stage import score
 from store.catalog.connection import connect
 from store.rows import utc_now
 from store.writer import write

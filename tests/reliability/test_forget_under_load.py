@@ -29,7 +29,8 @@ import pytest
 from flows.stages.forget import carry_out, plan
 from store.catalog.connection import connect
 from store.catalog.versions import snapshot
-from store.erasure import ErasureSelection, files_holding, identity_rows
+from store.erasure.plan import ErasureSelection, identity_rows
+from store.erasure.verify import files_holding
 from store.lake import Lake
 from store.writer import write
 from tests.ingest.fake_openai import free_port

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from ingest.langfuse import import_langfuse_export
+from ingest.langfuse.export.importer import import_langfuse_export
 from ingest.otlp.spool.records import decode_table, read_segment
 from ingest.redact import RedactionConfig, prefilter_hits, redact_table, redact_text
 from store.lake import Lake

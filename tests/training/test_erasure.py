@@ -11,7 +11,7 @@ from flows.report.lineage import erased_data_warning
 from flows.stages.forget import carry_out, plan
 from store.catalog.connection import connect
 from store.catalog.versions import snapshot
-from store.erasure import ErasureSelection
+from store.erasure.plan import ErasureSelection
 from store.errors import DataErased
 from store.lake import Lake
 from store.writer import write

@@ -21,7 +21,10 @@ from pathlib import Path
 import pytest
 import torch
 
-import judging
+from judging.config import ScoreConfig
+from judging.evaluation_stats import compare, scenario_scores
+from judging.registry import ProgrammaticReward, from_function
+from judging.stage import score
 from store.lake import Lake
 from store.rows import utc_now
 from store.writer import write
@@ -88,7 +91,7 @@ def sample_and_score(
     adapter: str | None,
     scenarios: str,
     run: str,
-    reward: judging.ProgrammaticReward,
+    reward: ProgrammaticReward,
 ) -> tuple[str, list[str]]:
     """Replay `scenarios` with the policy and score the groups with `reward`: (policy, group ids)."""
     with make_sampler("transformers", model, adapter=adapter) as sampler:
@@ -102,7 +105,7 @@ def sample_and_score(
         policy = sampler.policy
     groups = [*sampled.group_ids, *sampled.skipped_group_ids]
     where = "group_id IN (" + ", ".join(f"'{g}'" for g in groups) + ")"
-    judging.score(lake, reward, judging.ScoreConfig(where=where, load_turns=True, progress=False))
+    score(lake, reward, ScoreConfig(where=where, load_turns=True, progress=False))
     return policy, groups
 
 
@@ -112,7 +115,7 @@ def test_grpo_rounds_raise_val_reward_and_pass_the_gate(
     write(
         lake, "scenarios", [scenario(i, "train") for i in range(4)] + [scenario(i, "val") for i in range(8)]
     )
-    reward = judging.from_function(class_reward_for(capable_model), name="class", version="1")
+    reward = from_function(class_reward_for(capable_model), name="class", version="1")
     model = str(capable_model)
 
     base_policy, base_groups = sample_and_score(lake, model, None, VAL, "eval", reward)
@@ -151,10 +154,10 @@ def test_grpo_rounds_raise_val_reward_and_pass_the_gate(
         adapter = result.adapter_dir
 
     policy, groups = sample_and_score(lake, model, adapter, VAL, "eval", reward)
-    comparison = judging.compare(
+    comparison = compare(
         "class",
-        (policy, judging.scenario_scores(lake, "class", groups)),
-        (base_policy, judging.scenario_scores(lake, "class", base_groups)),
+        (policy, scenario_scores(lake, "class", groups)),
+        (base_policy, scenario_scores(lake, "class", base_groups)),
     )
     # Measured: 0.210 -> 0.358 (val: 8 scenarios x 8 samples x 8 tokens; eval noise ~0.025). With
     # all-equal groups skipped: +0.14 to +0.18 in 9 runs alone, one +0.077 [+0.042, +0.109] inside the

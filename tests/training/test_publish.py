@@ -365,7 +365,7 @@ def test_the_pipeline_moves_latest_only_with_a_promoted_version_unless_asked(  #
 ) -> None:
     from flows.config.checks import load_config
     from flows.stages.evaluate import publish_adapter
-    from judging import Evaluation
+    from judging.evaluate import Evaluation
     from judging.evaluation_stats import Comparison, PolicyScore
 
     lake, grpo, _ = trained

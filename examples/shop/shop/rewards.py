@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from judging import needs_expected, reward_version
+from judging.rewards.base import needs_expected, reward_version
 from judging.trajectory import expected_answer, final_answer, tool_calls
 from shop.catalog import find_product, normalize_answer
 

@@ -22,7 +22,9 @@ from ingest.otlp.spool import encode_table, frame
 from judging.ruler.cache import JudgeCache
 from store.catalog.connection import connect
 from store.catalog.versions import snapshot
-from store.erasure import ErasureSelection, RetentionConfig, files_holding, plan_erasure
+from store.erasure.plan import ErasureSelection, plan_erasure
+from store.erasure.retention import RetentionConfig
+from store.erasure.verify import files_holding
 from store.errors import StoreError
 from store.lake import Lake
 from store.rows import utc_now
@@ -296,7 +298,8 @@ def test_bad_selections_exit_2_and_erase_nothing(full_lake: Lake, args: list[str
 KILLED_MIDWAY = """
 import os, signal, sys
 from store.lake import Lake
-from store.erasure import ErasureSelection, delete_rows, plan_erasure, save_pending
+from store.erasure.apply import delete_rows, save_pending
+from store.erasure.plan import ErasureSelection, plan_erasure
 
 lake = Lake(sys.argv[1])
 plan = plan_erasure(lake, ErasureSelection("user_id", sys.argv[2]))

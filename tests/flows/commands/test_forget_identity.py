@@ -22,7 +22,8 @@ from flows.background import free_port
 from flows.cli import app
 from store.catalog.connection import connect
 from store.catalog.versions import snapshot
-from store.erasure import ErasureSelection, encodings, files_holding, identity_rows, verify_erased
+from store.erasure.plan import ErasureSelection, identity_rows
+from store.erasure.verify import encodings, files_holding, verify_erased
 from store.lake import Lake
 from store.writer import write
 from tests.reliability.test_durability import start

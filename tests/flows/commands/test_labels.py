@@ -13,7 +13,7 @@ from flows.cli import app
 from flows.demo.capture import capture_production_traces, corrects_answer
 from flows.demo.task import make_questions
 from store.catalog.connection import connect
-from store.erasure import files_holding
+from store.erasure.verify import files_holding
 from store.lake import Lake
 from store.writer import write
 from tests.training.helpers import make_trajectory

@@ -18,7 +18,8 @@ from flows.config.checks import load_config
 from flows.config.errors import ConfigError
 from flows.stages.evaluate import evaluation_reward
 from flows.stages.score import combined_weights, training_reward
-from judging import RewardSpecError, get_reward, resolve_reward_key
+from judging.errors import RewardSpecError
+from judging.registry import get_reward, resolve_reward_key
 
 UNITS = '''\
 """A user's reward module, on the import path as a user's package would be."""
@@ -173,7 +174,7 @@ def test_a_package_registers_a_reward_by_name_with_an_entry_point(
 ) -> None:
     """An installed distribution's `trajlake.rewards` entry point: its name is a spec everywhere."""
     (tmp_path / "units_pkg_rewards.py").write_text(
-        "from judging import reward_version\n\n\n@reward_version('3')\ndef unit_reward(trajectory, scenario):\n"
+        "from judging.rewards.base import reward_version\n\n\n@reward_version('3')\ndef unit_reward(trajectory, scenario):\n"
         "    return 1.0\n"
     )
     info = tmp_path / "units_pkg-1.0.dist-info"

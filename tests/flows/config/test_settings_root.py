@@ -15,7 +15,7 @@ from flows.cli import app
 from flows.config.errors import ConfigError
 from flows.config.keys import describe
 from flows.config.root import Settings, in_effect, load_settings
-from judging import JudgeConfig
+from judging.config import JudgeConfig
 from training.replay.samplers import SamplerConfig
 from training.replay.samplers.base import SamplingParams
 from training.replay.stage import ReplayConfig

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
-from ingest.langfuse import LangfuseConfig
+from ingest.langfuse.config import LangfuseConfig
 from store.lake import Lake
 from tests.ingest.langfuse.agent_traces import seed_agent_trace
 from tests.ingest.langfuse.standin import StandinLangfuse, iso, serve

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ingest.langfuse import ExportUnreadable, MalformedExport, import_langfuse_export
+from ingest.langfuse.errors import ExportUnreadable, MalformedExport
+from ingest.langfuse.export.importer import import_langfuse_export
 from ingest.langfuse.source import MAX_RECORD_BYTES
 from store.lake import Lake
 from tests.ingest.langfuse.conftest import cli, seed_project, sql

@@ -10,16 +10,15 @@ from starlette.applications import Starlette
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
-from ingest.langfuse import (
+from ingest.langfuse.client import LangfuseClient, retry_after_seconds
+from ingest.langfuse.config import LangfuseConfig
+from ingest.langfuse.errors import (
     InvalidLangfuseConfig,
     LangfuseAuthError,
-    LangfuseClient,
-    LangfuseConfig,
     LangfuseProtocolError,
     LangfuseRequestRejected,
     LangfuseUnavailable,
     LangfuseUnreachable,
-    retry_after_seconds,
 )
 from tests.ingest.langfuse.conftest import make_config
 from tests.ingest.langfuse.standin import StandinLangfuse, serve

@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 from ingest.lakeio import assemble_traces
-from ingest.langfuse import ExportNotFound, MalformedExport, import_langfuse_export, pull_langfuse
+from ingest.langfuse.errors import ExportNotFound, MalformedExport
+from ingest.langfuse.export.importer import import_langfuse_export
 from ingest.langfuse.export.records import classify_record
+from ingest.langfuse.pull import pull_langfuse
 from store.lake import Lake
 from tests.ingest.langfuse.agent_traces import seed_agent_trace
 from tests.ingest.langfuse.conftest import T0, cli, make_config, seed_project, sql

@@ -14,7 +14,10 @@ from pathlib import Path
 import pytest
 
 import ingest.langfuse.pull as pull_module
-from ingest.langfuse import LangfuseUnavailable, PullFilters, pull_langfuse, read_state, scope_of
+from ingest.langfuse.config import PullFilters, scope_of
+from ingest.langfuse.errors import LangfuseUnavailable
+from ingest.langfuse.pull import pull_langfuse
+from ingest.langfuse.watermark import read_state
 from store.catalog.versions import snapshot
 from store.lake import Lake
 from tests.ingest.langfuse.agent_traces import seed_agent_trace

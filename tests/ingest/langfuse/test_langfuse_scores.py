@@ -7,10 +7,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from ingest.langfuse import DEFAULT_CATEGORY_VALUES, map_category, score_to_reward
 from ingest.langfuse.sink import write_rewards
 from ingest.records import BadRecord
-from ingest.scores import score_target
+from ingest.scores import DEFAULT_CATEGORY_VALUES, map_category, score_target, score_to_reward
 from store.catalog.connection import connect
 
 TS = "2026-08-01T10:05:00Z"

@@ -10,7 +10,7 @@ import pytest
 
 from ingest.assembly import span_dicts
 from ingest.assembly.normalize import LLMCall, ToolCall, normalize_span
-from ingest.langfuse import observation_to_span, to_span_id, to_trace_id, trace_to_spans
+from ingest.langfuse.spans import observation_to_span, to_span_id, to_trace_id, trace_to_spans
 from ingest.records import BadRecord
 from store.conform import conform_batch
 from store.schema import SPANS, table_spec

@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from judging import (
-    BUILTIN_REWARDS,
-    RewardSpecError,
-    builtin_names,
-    evaluate_reward,
-    from_function,
-    get_reward,
-)
+from judging.errors import RewardSpecError
+from judging.registry import BUILTIN_REWARDS, builtin_names, evaluate_reward, from_function, get_reward
 from judging.rewards import (
     exact_match_reward,
     get_length_penalty_reward,

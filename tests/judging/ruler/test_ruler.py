@@ -8,17 +8,11 @@ import time
 
 import pytest
 
-from judging import (
-    ConfigValueError,
-    JudgeConfig,
-    JudgeConfigError,
-    JudgeUnreachableError,
-    RulerJudge,
-    ScoreConfig,
-    ruler_score_group,
-    score,
-)
+from judging.config import JudgeConfig, ScoreConfig
+from judging.errors import ConfigValueError, JudgeConfigError, JudgeUnreachableError
+from judging.ruler import RulerJudge, ruler_score_group
 from judging.ruler.cache import JudgeCache
+from judging.stage import score
 from store.catalog.connection import connect
 from store.writer import write
 from tests.judging.fake_judge import BLOCK, FakeJudge, JudgeServer, rule_score

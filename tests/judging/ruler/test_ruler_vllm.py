@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from judging import JudgeConfig, ScoreConfig, score
+from judging.config import JudgeConfig, ScoreConfig
+from judging.stage import score
 from store.catalog.connection import connect
 from store.lake import Lake
 from store.writer import write

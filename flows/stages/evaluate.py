@@ -34,13 +34,13 @@ from store.lake import Lake
 from store.pipeline_runs import GateDecision
 from store.rows import utc_now
 from training.errors import AdapterNotFound
-from training.publish import PublishConfig
+from training.publish import EvalGate, PublishConfig
 from training.registry import resolve_adapter
 from training.replay.samplers import SamplerConfig
 
 if TYPE_CHECKING:
     from judging.evaluate import Evaluation, Measured
-    from training.publish import EvalGate, PublishedAdapter
+    from training.publish import PublishedAdapter
 
 BASE = "base"
 SFT = "sft"

@@ -23,6 +23,7 @@ from flows.demo.config import write_demo_config
 from flows.demo.run import SIZES
 from flows.report import render_report, report_data
 from store.pipeline_runs import gate_decisions, pipeline_runs
+from tests.flows.stages.by_hand import sft_by_hand
 from training.registry import adapter_rows
 from training.tiny import build_tiny_model
 
@@ -79,17 +80,7 @@ def test_every_gate_decision_of_trajlake_publish_is_recorded_and_reported(
     demo_lake: tuple[Path, Path],
 ) -> None:
     lake, config = demo_lake
-    settings = load_config(config).with_lake(str(lake))
-    the_lake = stages.lake_of(settings.lake)
-    stages.make_scenarios(the_lake, select=settings.select, scenarios=settings.scenarios)
-    adapter = stages.sft_stage(
-        the_lake,
-        "pipeline-by-hand",
-        select=settings.select,
-        train=settings.train,
-        sampler=settings.sampler,
-        pipeline=settings.pipeline,
-    ).adapter_dir
+    adapter = sft_by_hand(lake, config)
     runner = CliRunner()
     gate = ["--eval-reward", "exact_match", "--lake", str(lake), "--name", NAME]
 

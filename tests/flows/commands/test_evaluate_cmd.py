@@ -12,15 +12,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from flows import stages
 from flows.cli import app
-from flows.config.checks import load_config
 from flows.demo.base_model import pretrain_base_model
 from flows.demo.capture import capture_production_traces
 from flows.demo.config import write_demo_config
 from flows.demo.run import SIZES
 from store.catalog.connection import connect
 from store.pipeline_runs import pipeline_runs
+from tests.flows.stages.by_hand import sft_by_hand
 from training.publish import PublishConfig, publish
 from training.registry import adapter_rows
 from training.tiny import build_tiny_model
@@ -40,17 +39,7 @@ def published_lake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Pat
     config = write_demo_config(tmp_path / "trajlake.toml", lake, model, SPEC, None)
     monkeypatch.setenv("TRAJLAKE_CONFIG", str(config))
     capture_production_traces(lake, SPEC.questions)
-    settings = load_config(config).with_lake(str(lake))
-    the_lake = stages.lake_of(settings.lake)
-    stages.make_scenarios(the_lake, select=settings.select, scenarios=settings.scenarios)
-    adapter = stages.sft_stage(
-        the_lake,
-        "pipeline-by-hand",
-        select=settings.select,
-        train=settings.train,
-        sampler=settings.sampler,
-        pipeline=settings.pipeline,
-    ).adapter_dir
+    adapter = sft_by_hand(lake, config)
     publish(lake, adapter, PublishConfig(name=NAME), aliases=("latest", "production"))
     return lake, adapter
 

@@ -35,7 +35,8 @@ from store.pipeline_runs import GateDecision
 from store.rows import utc_now
 from training.errors import AdapterNotFound
 from training.publish import EvalGate, PublishConfig
-from training.registry import resolve_adapter
+from training.publish import publish as publish_version  # the stage takes `publish=`, its section
+from training.registry import LATEST, PRODUCTION, resolve_adapter
 from training.replay.samplers import SamplerConfig
 
 if TYPE_CHECKING:
@@ -112,7 +113,6 @@ def evaluate_adapter(
     replayed once (`measurer`)."""
     from judging.evaluate import NothingScored, evaluate_policies
     from training.errors import AdapterNotFound
-    from training.registry import PRODUCTION, resolve_adapter
 
     if not adapter:
         raise StageError("adapter", "no adapter to evaluate: train one first (`trajlake train sft|grpo`)")
@@ -198,7 +198,6 @@ def default_policies(lake: Lake, publish: PublishConfig) -> list[str]:
     """What `trajlake evaluate` compares when no policy is named: the base model, and the adapter
     holding `production` under `publish.name` when one does."""
     from training.errors import AdapterNotFound
-    from training.registry import PRODUCTION, resolve_adapter
 
     name = publish.name
     try:
@@ -306,9 +305,6 @@ def publish_adapter(
     """Publish `adapter` when the evaluation says it is better (or when forced, or
     `pipeline.require_improvement` is off), moving `production` and `latest` to it; a refused
     candidate is not published, unless `pipeline.latest_if_refused` publishes it as `latest`."""
-    from training.publish import publish as publish_version
-    from training.registry import LATEST, PRODUCTION
-
     gate = gate_of(evaluation, forced=force or not pipeline.require_improvement)
     if gate.promoted:
         aliases: tuple[str, ...] = (LATEST, PRODUCTION)

@@ -49,7 +49,7 @@ def test_small_demo_runs_the_whole_loop(tmp_path: Path, monkeypatch: pytest.Monk
     calls: list[tuple] = []
     counting(monkeypatch, flows.stages.evaluate, "replay_policy", calls)
     counting(monkeypatch, flows.stages.evaluate, "score_reward", calls)
-    counting(monkeypatch, flows.stages.evaluate, "publish", calls)
+    counting(monkeypatch, flows.stages.evaluate, "publish_version", calls)
     result = run_demo(tmp_path / "demo", size="small")
     lake = Lake(result["lake"])
     con = connect(lake)
@@ -118,7 +118,7 @@ def test_small_demo_runs_the_whole_loop(tmp_path: Path, monkeypatch: pytest.Monk
     nights = pipeline_runs(lake)
     assert [(n.start_adapter, n.sft, n.status) for n in nights] == [(None, True, "finished")] * 2
     # every policy sampled (at the replay temperature) and greedily (T=0, one sample per scenario)
-    night = ["replay_policy", "score_reward"] * 6 + ["publish"]
+    night = ["replay_policy", "score_reward"] * 6 + ["publish_version"]
     assert [name for name, _, _ in calls[:13]] == night
     sft = str(Path(result["lake"]) / "_work" / nights[0].run_id / "sft-0" / "adapter")
     replayed = [args[1] for name, args, _ in calls if name == "replay_policy"]

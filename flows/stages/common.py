@@ -22,7 +22,7 @@ class StageError(SettingError):
 
 
 def lake_of(settings: LakeSettings) -> Lake:
-    """The lake `[lake]` names, checked as every command checks its `--lake` (`store.open_lake`):
+    """The lake `[lake]` names, checked as every command checks its `--lake` (`store.lake.open_lake`):
     how a flow (or a command running stages) opens its lake, once, for every stage it runs."""
     try:
         return open_lake(settings.path, sql_lake_only=settings.sql_lake_only)

@@ -14,7 +14,9 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
-import store
+from store.catalog.connection import connect
+from store.lake import Lake
+from store.writer import write
 from tests.training.train_helpers import msg, traj
 from training import device
 from training.grpo_config import TrajlakeGRPOConfig
@@ -71,7 +73,7 @@ class StepRecorder(TrainerCallback):  # type: ignore[misc]  # transformers ships
         )
 
 
-def sft_steps(lake: store.Lake, model: Path, out: Path, **setting: Any) -> tuple[list[float], StepRecorder]:
+def sft_steps(lake: Lake, model: Path, out: Path, **setting: Any) -> tuple[list[float], StepRecorder]:
     config = TrajlakeSFTConfig(
         output_dir=str(out),
         per_device_train_batch_size=4,
@@ -85,7 +87,7 @@ def sft_steps(lake: store.Lake, model: Path, out: Path, **setting: Any) -> tuple
     )
     recorder = StepRecorder()
     result = train_sft(lake, ALL, model, out, config, callbacks=[recorder])
-    with store.connect(lake) as con:
+    with connect(lake) as con:
         losses = [
             row[0]
             for row in con.execute(
@@ -96,8 +98,8 @@ def sft_steps(lake: store.Lake, model: Path, out: Path, **setting: Any) -> tuple
 
 
 def test_a_step_is_the_same_with_and_without_recomputed_activations(tiny_model: Path, tmp_path: Path) -> None:
-    lake = store.Lake(str(tmp_path / "lake"))
-    store.write(
+    lake = Lake(str(tmp_path / "lake"))
+    write(
         lake,
         "trajectories",
         [

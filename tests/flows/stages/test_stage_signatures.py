@@ -56,7 +56,7 @@ def test_a_flow_opens_its_lake_once(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     problem = Lake.problem
 
     def checked(self: Lake, *, must_exist: bool) -> str | None:
-        opened.append(self.root)  # `store.open_lake` checks each lake it opens
+        opened.append(self.root)  # `store.lake.open_lake` checks each lake it opens
         return problem(self, must_exist=must_exist)
 
     monkeypatch.setattr(Lake, "problem", checked)

@@ -10,6 +10,8 @@ torch, TRL or Prefect; options derived from the settings' declarations
 
 from __future__ import annotations
 
+import gc
+import importlib
 import os
 import sys
 
@@ -128,6 +130,7 @@ def main() -> None:
     """Console entry point (a `trajlake.toml` in effect and `TRAJLAKE_*` variables supply option defaults)."""
     cpu_defaults()
     try:
+        load_command(sys.argv[1] if len(sys.argv) > 1 else "")
         app()
     except ImportError as error:
         # A command of an extra this install lacks (`trajlake train` on the core install): one
@@ -139,6 +142,25 @@ def main() -> None:
         command = words[0] if words and words[0] in COMMANDS else None
         print(f"error: {install_hint(extra, error, command)}", file=sys.stderr)
         sys.exit(2)
+
+
+def load_command(name: str) -> None:
+    """Import the module of command `name` (if it is one) with the garbage collector off, then
+    freeze what the import made.
+
+    A process runs one command: the modules it loads live until it exits, so the collections
+    while it runs, and the one at exit, need never walk them. Collecting during the import
+    and at exit was 0.04 s of `trajlake sql "select 1"`'s 0.32 s (bench/startup.py).
+    """
+    module = COMMANDS.get(name)
+    if module is None:
+        return
+    gc.disable()
+    try:
+        importlib.import_module(f"flows.commands.{module}")
+    finally:
+        gc.freeze()
+        gc.enable()
 
 
 def cpu_defaults() -> None:

@@ -3,9 +3,7 @@ erasure code, which both ask (`DataErased` for a purged version; the purge itsel
 
 from __future__ import annotations
 
-import os
-
-from store.lake import Lake
+from store.lake import Lake, log_version
 
 
 def log_files(lake: Lake, table: str) -> list[str]:
@@ -18,10 +16,5 @@ def log_files(lake: Lake, table: str) -> list[str]:
 def earliest_version(lake: Lake, table: str) -> int | None:
     """The oldest version of `table` that can still be read (its log starts there after an
     erasure purged the history before it); None for a table without a log."""
-    versions = []
-    for path in log_files(lake, table):
-        name = os.path.basename(str(path))
-        head = name.split(".", 1)[0]
-        if head.isdigit() and (name.endswith(".json") or ".checkpoint." in name):
-            versions.append(int(head))
+    versions = [v for v in map(log_version, lake.log_names(table)) if v is not None]
     return min(versions) if versions else None

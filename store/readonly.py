@@ -27,6 +27,20 @@ class Parser(Protocol):
     def extract_statements(self, query: str) -> list[duckdb.Statement]: ...
 
 
+def sql_tokens(sql: str) -> list[tuple[int, int, duckdb.token_type]]:
+    """DuckDB's tokens of `sql`: (start, end, kind), as offsets into the string (DuckDB's tokenizer
+    counts bytes of UTF-8, so text past an `é` would be cut in the wrong places otherwise)."""
+    starts = duckdb.tokenize(sql)
+    offsets = [start for start, _ in starts] + [len(sql)]
+    if not sql.isascii():  # the character offset of each byte offset that starts a character
+        at, position = {}, 0
+        for index, char in enumerate(sql):
+            at[position] = index
+            position += len(char.encode())
+        offsets = [at[start] for start, _ in starts] + [len(sql)]
+    return [(offsets[i], offsets[i + 1], kind) for i, (_, kind) in enumerate(starts)]
+
+
 def explained_statement(query: str) -> str:
     """The statement an `EXPLAIN` statement explains, found with DuckDB's own tokenizer.
 
@@ -34,14 +48,10 @@ def explained_statement(query: str) -> str:
     of their own and skipped; `ANALYZE`/`ANALYSE` and a parenthesised option list
     (`EXPLAIN (ANALYZE, FORMAT json) ...`) are stepped over. Empty when nothing follows.
     """
-    every = duckdb.tokenize(query)
-    end_of = {
-        start: end for (start, _), (end, _) in zip(every, [*every[1:], (len(query), None)], strict=True)
-    }
-    tokens = [start for start, kind in every if kind != duckdb.token_type.comment]
+    tokens = [(start, end) for start, end, kind in sql_tokens(query) if kind != duckdb.token_type.comment]
 
     def word(i: int) -> str:
-        return query[tokens[i] : end_of[tokens[i]]].strip().upper() if i < len(tokens) else ""
+        return query[tokens[i][0] : tokens[i][1]].strip().upper() if i < len(tokens) else ""
 
     i = 1  # tokens[0] is EXPLAIN
     if word(i) in ("ANALYZE", "ANALYSE"):
@@ -53,7 +63,7 @@ def explained_statement(query: str) -> str:
             i += 1
             if depth <= 0:
                 break
-    return query[tokens[i] :] if i < len(tokens) else ""
+    return query[tokens[i][0] :] if i < len(tokens) else ""
 
 
 def check_read_only(con: Parser, sql: str) -> None:

@@ -25,7 +25,9 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from store.catalog import connect, open_connection, snapshot
+from store.catalog.connection import connect, open_connection
+from store.catalog.query_views import views_read
+from store.catalog.versions import snapshot
 from store.lake import Lake
 from store.readonly import run_read_only
 from store.sandbox import run_without_writes, write_sandbox_problem
@@ -59,20 +61,23 @@ def query_lake(
 ) -> QueryResult:
     """Run user SQL over the lake's views; (columns, rows) of the last statement.
 
-    Raises `ReadOnlyViolation` for a statement that plainly writes (before anything runs),
+    Only the views the query reads are made (`store.catalog.query_views`: `SELECT 1` reads
+    no table's log; `SHOW TABLES` sees them all). Raises `ReadOnlyViolation` for a statement
+    that plainly writes (before anything runs),
     `QueryTimeout` past `timeout_s`, and DuckDB's own errors otherwise: a
     `PermissionException` for any file a lake-only query names, an `IOException`
     (`Permission denied`) for any file a local-files query tries to write.
     """
     lake = Lake.of(lake)
+    views = views_read(sql)  # the views it names and what they read; all when it looks at the catalog
     if local_files_problem(lake):
-        with connect(lake, read_only=True, memory_limit=memory_limit) as con:
+        with connect(lake, read_only=True, memory_limit=memory_limit, views=views) as con:
             return QueryResult(*run_read_only(con, sql, timeout_s=timeout_s), local_files=False)
-    pinned = snapshot(lake)  # read here: delta-rs need not run inside the sandbox
+    pinned = snapshot(lake, tables=views)  # read here: delta-rs need not run inside the sandbox
 
     def sandboxed() -> tuple[list[str], list[tuple[Any, ...]]]:
         con = open_connection(
-            lake, read_only=True, pinned=pinned, memory_limit=memory_limit, local_files=True
+            lake, read_only=True, pinned=pinned, memory_limit=memory_limit, local_files=True, views=views
         )
         try:
             return run_read_only(con, sql, timeout_s=timeout_s)

@@ -9,7 +9,9 @@ from typing import Annotated
 import typer
 
 from flows.commands import command_app
-from flows.commands.options import LakeOption, build, configured, fail, resolve_lake
+from flows.commands.exits import fail
+from flows.commands.lake import LakeOption, resolve_lake
+from flows.commands.options import build, configured
 from ingest.lakeio import rebuild
 from ingest.otlp.config import CollectorConfig
 from ingest.otlp.memory import reexec_bounded

@@ -16,7 +16,9 @@ from rich.console import Console
 from rich.table import Column, Table
 
 from flows.commands import command_app
-from flows.commands.options import LakeOption, fail, quiet_libraries
+from flows.commands.exits import fail
+from flows.commands.lake import LakeOption
+from flows.commands.options import quiet_libraries
 from flows.config.checks import load_config
 from flows.config.errors import ConfigError
 from flows.stages import StageError, base_model, compare_policies, default_policies

@@ -11,7 +11,8 @@ import typer
 from rich.console import Console
 
 from flows.commands import command_app
-from flows.commands.options import LakeOption, fail, resolve_lake
+from flows.commands.exits import fail
+from flows.commands.lake import LakeOption, resolve_lake
 from flows.commands.store_cmds import print_rows
 from store.erasure.apply import pending_plans
 from store.erasure.plan import ErasureSelection, plan_summary

@@ -7,7 +7,9 @@ from typing import Annotated
 
 import typer
 
-from flows.commands.options import LakeOption, current_settings, fail, resolve_lake
+from flows.commands.exits import fail
+from flows.commands.lake import LakeOption, resolve_lake
+from flows.commands.options import current_settings
 from store.errors import StoreError
 
 

@@ -9,7 +9,8 @@ from typing import Annotated
 import typer
 
 from flows.commands import command_app
-from flows.commands.options import LakeOption, fail, resolve_lake
+from flows.commands.exits import fail
+from flows.commands.lake import LakeOption, resolve_lake
 from store.errors import StoreError
 
 labels_app = command_app(

@@ -15,8 +15,10 @@ from typing import Annotated, Any
 import typer
 
 from flows.commands import command_app
+from flows.commands.exits import fail
 from flows.commands.import_cmds import jsonl
-from flows.commands.options import LakeOption, build, configured, fail, resolve_lake
+from flows.commands.lake import LakeOption, resolve_lake
+from flows.commands.options import build, configured
 from flows.config.root import LangfuseSection
 from ingest.langfuse.errors import LangfuseIngestError
 from ingest.langfuse.export.importer import import_langfuse_export

@@ -6,7 +6,9 @@ from __future__ import annotations
 from rich.console import Console
 
 from flows.commands import command_app
-from flows.commands.options import LakeOption, configured, fail, resolve_lake
+from flows.commands.exits import fail
+from flows.commands.lake import LakeOption, resolve_lake
+from flows.commands.options import configured
 from flows.commands.store_cmds import print_rows
 from store.errors import StoreError
 from store.maintenance import CompactConfig, compact

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from flows.commands import command_app
-from flows.commands.options import fail
+from flows.commands.exits import fail
 from training.models.known import KNOWN_MODELS, ModelFetchError, fetch_model, fetched_path
 
 model_app = command_app(

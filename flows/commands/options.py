@@ -1,65 +1,29 @@
-"""Options shared by every command, and the settings they read (`flows.config`)."""
+"""Options derived from the settings' declarations (`flows.config`), and the settings commands read.
+
+The lake's option is `flows.commands.lake`'s: `trajlake sql` reads `[lake]` alone and imports
+nothing of this module (its option machinery validates with pydantic).
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated, Any
+from typing import Any
 
-import typer
-
+from flows.commands.exits import fail
 from flows.config.errors import ConfigError
-from flows.config.lake import load_lake
 from flows.config.naming import variable_of
 from flows.config.options import configured, value_in_effect
-from flows.config.sections import LakeSettings
-from store.errors import LakeUnusable, SettingError
-from store.lake import DEFAULT_LAKE, Lake, open_lake
+from store.errors import SettingError
 
 __all__ = [
-    "LakeOption",
     "build",
     "configured",
     "current_settings",
-    "fail",
     "in_effect_help",
-    "lake_settings",
     "option_or_setting",
     "quiet_libraries",
-    "resolve_lake",
     "setting",
 ]
-
-LakeOption = Annotated[
-    str | None,
-    typer.Option(
-        "--lake",
-        help=f"Lake path or URL (default: $TRAJLAKE_LAKE, then the config's lake.path, then {DEFAULT_LAKE}).",
-        show_default=False,
-    ),
-]
-
-
-def lake_settings() -> LakeSettings:
-    """`[lake]` as in effect: `$TRAJLAKE_LAKE`, the environment, the file, the declared defaults."""
-    try:
-        return load_lake()
-    except ConfigError as exc:
-        raise fail(str(exc), 2) from None
-
-
-def resolve_lake(lake: str | None, *, must_exist: bool = False) -> Lake:
-    """The lake named on the command line, else $TRAJLAKE_LAKE, else the config file's `lake.path`, else
-    `store.lake.DEFAULT_LAKE`.
-
-    A path that is a file is refused (exit 2) for every command; commands that only read
-    (`must_exist=True`) also refuse a lake that is not there, naming the path, rather than
-    report zero rows of an empty one.
-    """
-    settings = lake_settings()
-    try:
-        return open_lake(lake or settings.path, sql_lake_only=settings.sql_lake_only, must_exist=must_exist)
-    except LakeUnusable as exc:
-        raise fail(str(exc), 2) from None
 
 
 def current_settings() -> Any:
@@ -132,9 +96,3 @@ def quiet_libraries() -> None:
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     datasets.disable_progress_bars()
-
-
-def fail(message: str, code: int = 1) -> typer.Exit:
-    """Print an error without a traceback and return the Exit to raise."""
-    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
-    return typer.Exit(code)

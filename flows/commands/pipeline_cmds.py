@@ -10,7 +10,9 @@ from typing import Annotated, Any
 import typer
 
 from flows.commands import command_app
-from flows.commands.options import LakeOption, fail, quiet_libraries
+from flows.commands.exits import fail
+from flows.commands.lake import LakeOption
+from flows.commands.options import quiet_libraries
 from flows.config.checks import check as check_settings
 from flows.config.checks import load_config
 from flows.config.errors import ConfigError

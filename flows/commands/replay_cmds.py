@@ -8,16 +8,9 @@ from typing import Annotated
 import typer
 
 from flows.commands import command_app
-from flows.commands.options import (
-    LakeOption,
-    configured,
-    fail,
-    in_effect_help,
-    option_or_setting,
-    quiet_libraries,
-    resolve_lake,
-    setting,
-)
+from flows.commands.exits import fail
+from flows.commands.lake import LakeOption, resolve_lake
+from flows.commands.options import configured, in_effect_help, option_or_setting, quiet_libraries, setting
 from flows.config.root import ServeSamplerSection
 from flows.sampler_server import sampler_app
 from store.errors import LegacyRows, address_rules

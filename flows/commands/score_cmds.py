@@ -17,7 +17,9 @@ from rich.console import Console
 from rich.table import Table
 
 from flows.commands import command_app
-from flows.commands.options import LakeOption, build, configured, fail, resolve_lake, setting
+from flows.commands.exits import fail
+from flows.commands.lake import LakeOption, resolve_lake
+from flows.commands.options import build, configured, setting
 from judging import agreement as agreements
 from judging import combine as combining
 from judging import stage as scoring

@@ -17,7 +17,8 @@ from rich.table import Table
 from rich.text import Text
 
 from flows.commands import command_app
-from flows.commands.options import LakeOption, fail, lake_settings, resolve_lake
+from flows.commands.exits import fail
+from flows.commands.lake import LakeOption, lake_settings, resolve_lake
 from store.catalog import table_stats
 from store.errors import QueryTimeout, ReadOnlyViolation, StoreError
 from store.user_sql import local_files_problem, query_lake

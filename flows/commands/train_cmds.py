@@ -9,7 +9,9 @@ from typing import Annotated
 import typer
 
 from flows.commands import LazyGroup, command_app
-from flows.commands.options import LakeOption, configured, fail, resolve_lake
+from flows.commands.exits import fail
+from flows.commands.lake import LakeOption, resolve_lake
+from flows.commands.options import configured
 from flows.config.checks import load_config
 from flows.config.errors import ConfigError
 from flows.stages import StageError

@@ -18,16 +18,9 @@ from typing import Annotated, Any
 import typer
 
 from flows.commands import command_app
-from flows.commands.options import (
-    LakeOption,
-    configured,
-    fail,
-    in_effect_help,
-    option_or_setting,
-    quiet_libraries,
-    resolve_lake,
-    setting,
-)
+from flows.commands.exits import fail
+from flows.commands.lake import LakeOption, resolve_lake
+from flows.commands.options import configured, in_effect_help, option_or_setting, quiet_libraries, setting
 from flows.config.errors import ConfigError
 from flows.config.options import value_in_effect
 from flows.config.root import in_effect

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 import duckdb
@@ -25,6 +26,7 @@ def connect(
     read_only: bool = False,
     snapshot: Snapshot | None = None,
     memory_limit: str | None = None,
+    views: Collection[str] | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with the lake's views, that cannot open any file.
 
@@ -39,10 +41,16 @@ def connect(
     `read_only=True` (a connection that serves user SQL) also keeps DuckDB's own temporary
     files off (a query past the memory fails instead of spilling), loads no extension, and
     locks the settings so none of this can be changed back. `memory_limit` (`"4GB"`)
-    bounds it. `trajlake sql`'s reading of local files is `store.user_sql`'s business.
+    bounds it. `views` makes only those views (a closed set: `store.catalog.query_views`);
+    `trajlake sql`'s reading of local files is `store.user_sql`'s business.
     """
     return open_connection(
-        Lake.of(lake), read_only=read_only, pinned=snapshot, memory_limit=memory_limit, local_files=False
+        Lake.of(lake),
+        read_only=read_only,
+        pinned=snapshot,
+        memory_limit=memory_limit,
+        local_files=False,
+        views=views,
     )
 
 
@@ -53,25 +61,32 @@ def open_connection(
     pinned: Snapshot | None,
     memory_limit: str | None,
     local_files: bool,
+    views: Collection[str] | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """`connect`'s body. `local_files=True` leaves DuckDB's file access on (it reads local
     files and could write them): only for a thread the kernel forbids to write, as
-    `store.user_sql` opens it."""
+    `store.user_sql` opens it. `views` (with what they read: `store.catalog.query_views`)
+    are the only views made (the group macro with `groups`); None: every view."""
     con = duckdb.connect(config={"autoinstall_known_extensions": False})
+    tables = [name for name in TABLES if views is None or name in views]
     if local_files and lake.is_local:
         # File access is on and the kernel forbids writes: DuckDB reads the files itself, so
         # no pyarrow pool thread is started inside the sandbox (one would keep its
         # restriction, and the process's pyarrow could then neither write nor connect).
-        current = pinned or snapshot(lake)
-        for spec in TABLES.values():
-            files = current[spec.name].files if spec.name in current else ()
+        current = snapshot(lake, tables=tables) if pinned is None else pinned
+        for name in tables:
+            files = current[name].files if name in current else ()
             paths = tuple(f.removeprefix("file://") for f in files)
-            con.execute(f"CREATE OR REPLACE VIEW {_quote(spec.name)} AS {parquet_view_sql(spec, paths, con)}")
+            con.execute(
+                f"CREATE OR REPLACE VIEW {_quote(name)} AS {parquet_view_sql(TABLES[name], paths, con)}"
+            )
     else:
-        refresh(con, lake, pinned)
+        refresh(con, lake, pinned, tables=tables)
     for name, sql in DERIVED_VIEWS.items():
-        con.execute(f'CREATE OR REPLACE VIEW "{name}" AS {sql}')
-    con.execute(GROUP_STATS_MACRO)
+        if views is None or name in views:
+            con.execute(f'CREATE OR REPLACE VIEW "{name}" AS {sql}')
+    if views is None or "groups" in views:  # the macro reads `groups`
+        con.execute(GROUP_STATS_MACRO)
     if read_only or local_files:
         con.execute("SET autoload_known_extensions = false")
         con.execute("SET temp_directory = ''")
@@ -87,14 +102,20 @@ def open_connection(
 
 
 def refresh(
-    con: duckdb.DuckDBPyConnection, lake: Lake | str | os.PathLike[str], pinned: Snapshot | None = None
+    con: duckdb.DuckDBPyConnection,
+    lake: Lake | str | os.PathLike[str],
+    pinned: Snapshot | None = None,
+    *,
+    tables: Collection[str] | None = None,
 ) -> Snapshot:
-    """Point the table views of a `connect`ed connection at a snapshot (the lake's newest by default)."""
+    """Point the table views of a `connect`ed connection at a snapshot (the lake's newest by
+    default): every table's, or those of `tables`."""
     lake = Lake.of(lake)
-    current = pinned or snapshot(lake)
-    for spec in TABLES.values():
-        files = current[spec.name].files if spec.name in current else ()
-        con.register(spec.name, table_dataset(lake, spec, files))
+    chosen = [name for name in TABLES if tables is None or name in tables]
+    current = snapshot(lake, tables=chosen) if pinned is None else pinned
+    for name in chosen:
+        files = current[name].files if name in current else ()
+        con.register(name, table_dataset(lake, TABLES[name], files))
     return current
 
 

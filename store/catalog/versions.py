@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -52,11 +52,18 @@ def table_version(lake: Lake, table: str, version: int | None = None) -> TableVe
     return TableVersion(table, current, when, tuple(delta.file_uris()))
 
 
-def snapshot(lake: Lake | str | os.PathLike[str], versions: Mapping[str, int] | None = None) -> Snapshot:
-    """Every table's current version (or the `versions` given, for time travel)."""
+def snapshot(
+    lake: Lake | str | os.PathLike[str],
+    versions: Mapping[str, int] | None = None,
+    *,
+    tables: Collection[str] | None = None,
+) -> Snapshot:
+    """Every table's current version (or the `versions` given, for time travel); only those of
+    `tables` when given (a query that reads two tables need not read the other logs)."""
     lake = Lake.of(lake)
     versions = versions or {}
-    return {name: table_version(lake, name, versions.get(name)) for name in TABLES}
+    chosen = TABLES if tables is None else [name for name in TABLES if name in tables]
+    return {name: table_version(lake, name, versions.get(name)) for name in chosen}
 
 
 @dataclass(frozen=True)

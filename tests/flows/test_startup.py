@@ -164,6 +164,17 @@ def test_sql_with_nothing_to_read_loads_no_settings_library(lake: Lake) -> None:
     assert ran["code"] == 0 and ran["heavy"] == [], ran
 
 
+def test_sql_that_names_no_table_reads_no_table_log_and_validates_nothing(lake: Lake) -> None:
+    """`SELECT 1` binds no view (`store.catalog.query_views`): no delta-rs, no Arrow file system;
+    and no pydantic, which typer from 0.29 on and the settings' option machinery would load."""
+    write(lake, "trajectories", [make_traj(i) for i in range(3)])
+    (ran,) = run_in_one_process(
+        ["sql", "SELECT 1", "--lake", lake.root],
+        heavy=("deltalake", "pyarrow.fs", "pydantic", "pyarrow.dataset"),
+    )
+    assert ran["code"] == 0 and ran["heavy"] == [], ran
+
+
 @pytest.mark.parametrize(
     ("file_text", "variables"),
     [

@@ -125,8 +125,17 @@ def test_packed_loss_and_gradients_equal_stock_trl(tiny_model: Path, tmp_path: P
     assert int((pack.shift_labels != IGNORE).sum()) == trained  # every trained token is one node
     assert pack.saved_share > 0.5  # the system prompt and tools are forwarded once, not four times
 
+    head_rows: list[
+        int
+    ] = []  # positions the LM head module projects (TRL's fused head reads its weight alone)
+    ours.model.get_output_embeddings().register_forward_hook(
+        lambda _module, args, _output: head_rows.append(args[0].shape[:-1].numel())
+    )
     ours_loss, ours_grads = grads(ours, batch)
     stock_loss, stock_grads = grads(stock, batch)
+    # the LM head projects the columns that hold a trained token, not the prompt's
+    trained_columns = int((pack.shift_labels != IGNORE).any(dim=0).sum())
+    assert head_rows == [pack.shift_labels.size(0) * trained_columns] and trained_columns < pack.nodes / 2
     assert ours.args.tree_packing and not stock.args.tree_packing
     assert ours._metrics["train"][TREE_PACKING_SAVED_SHARE] == [pytest.approx(pack.saved_share)]
     assert ours_loss == pytest.approx(stock_loss, rel=1e-5)

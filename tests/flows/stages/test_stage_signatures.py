@@ -47,6 +47,7 @@ def test_stage_functions_have_names_of_their_own() -> None:
     assert {name: in_stages[name] + libraries[name] for name in in_stages if name in libraries} == {}
 
 
+@pytest.mark.slow  # a Prefect server for the session (~12 s to start)
 @pytest.mark.usefixtures("prefect_api")
 def test_a_flow_opens_its_lake_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from flows.prefect_flows import ingest_flow

@@ -25,8 +25,10 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+import duckdb
+
 from store.catalog.connection import connect, open_connection
-from store.catalog.query_views import views_read
+from store.catalog.query_views import VIEWS, views_read
 from store.catalog.versions import snapshot
 from store.lake import Lake
 from store.readonly import run_read_only
@@ -62,14 +64,32 @@ def query_lake(
     """Run user SQL over the lake's views; (columns, rows) of the last statement.
 
     Only the views the query reads are made (`store.catalog.query_views`: `SELECT 1` reads
-    no table's log; `SHOW TABLES` sees them all). Raises `ReadOnlyViolation` for a statement
-    that plainly writes (before anything runs),
+    no table's log; `SHOW TABLES` sees them all); a query naming a relation that is not
+    there runs again with every view, so DuckDB's error suggests the lake's nearest names.
+    Raises `ReadOnlyViolation` for a statement that plainly writes (before anything runs),
     `QueryTimeout` past `timeout_s`, and DuckDB's own errors otherwise: a
     `PermissionException` for any file a lake-only query names, an `IOException`
     (`Permission denied`) for any file a local-files query tries to write.
     """
     lake = Lake.of(lake)
     views = views_read(sql)  # the views it names and what they read; all when it looks at the catalog
+    try:
+        return _query(lake, sql, views, timeout_s=timeout_s, memory_limit=memory_limit)
+    except duckdb.CatalogException:
+        if views == frozenset(VIEWS):
+            raise
+        return _query(lake, sql, None, timeout_s=timeout_s, memory_limit=memory_limit)
+
+
+def _query(
+    lake: Lake,
+    sql: str,
+    views: frozenset[str] | None,
+    *,
+    timeout_s: float | None,
+    memory_limit: str | None,
+) -> QueryResult:
+    """`query_lake` over `views` (None: every view)."""
     if local_files_problem(lake):
         with connect(lake, read_only=True, memory_limit=memory_limit, views=views) as con:
             return QueryResult(*run_read_only(con, sql, timeout_s=timeout_s), local_files=False)

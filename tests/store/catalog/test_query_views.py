@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import duckdb
 import pytest
 from deltalake import DeltaTable
 
@@ -138,3 +139,10 @@ def test_explain_finds_its_statement_past_text_that_is_not_ascii() -> None:
     assert (
         explained_statement("EXPLAIN /* é */ ANALYZE COPY (SELECT 'é') TO 'x'") == "COPY (SELECT 'é') TO 'x'"
     )
+
+
+def test_a_misspelt_view_is_named_with_the_lakes_nearest_one(filled: Lake) -> None:
+    """A name no view has: the query runs again with every view, so DuckDB suggests the lake's
+    (`trajectories` is not bound for a query that names only `trajectory`)."""
+    with pytest.raises(duckdb.CatalogException, match="trajectories"):
+        query_lake(filled, "SELECT count(*) FROM trajectory")

@@ -109,19 +109,3 @@ def test_idle_rows_draw_nothing_and_leave_the_others_draws_alone() -> None:
         with_idle, _ = some_idle.choose(None, logits, idle={1, 3})
         assert with_idle[[0, 2, 4]].tolist() == all_rows[[0, 2, 4]].tolist()
     assert torch.equal(some_idle.generators[1].get_state(), before)
-
-
-def test_the_race_picks_what_log_p_minus_log_e_picks_at_a_real_vocabulary() -> None:
-    """argmax(p / E) is argmax(log p - log E): the same noise picks the same tokens (SmolLM2's
-    vocabulary, logits as spread as a model's, 64 seeded rows for 8 steps), and the recorded
-    log-probabilities are log_softmax's."""
-    rows, vocabulary = 64, 49_152
-    logits = 4 * torch.randn(rows, vocabulary, generator=torch.Generator().manual_seed(7))
-    pick = SeededSampling(range(rows), temperature=0.8, top_k=0, top_p=1.0, device="cpu")
-    generators = [torch.Generator().manual_seed(r) for r in range(rows)]  # the same streams, drawn by hand
-    for _ in range(8):
-        picked, chosen = pick.choose(None, logits)
-        logp = torch.log_softmax(logits / 0.8, dim=-1)
-        noise = torch.stack([torch.empty(vocabulary).exponential_(generator=g) for g in generators])
-        assert torch.equal(picked, (logp - noise.clamp_min(torch.finfo(torch.float32).tiny).log()).argmax(-1))
-        torch.testing.assert_close(chosen, logp.gather(-1, picked[:, None])[:, 0], rtol=0, atol=2e-5)

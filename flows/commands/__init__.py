@@ -1,4 +1,5 @@
-"""One module per stage, each exposing a typer `app`; shared options live in `options.py`.
+"""One module per stage, each exposing a typer `app`; shared options live in `lake.py` (`--lake`)
+and `options.py` (those derived from the settings), the error exit in `exits.py`.
 
 A command's module is imported when that command runs or shows its own help (`LazyGroup`):
 the modules import what their commands use, and `trajlake sql` should not pay for the

@@ -6,13 +6,6 @@ from __future__ import annotations
 from store.lake import Lake, log_version
 
 
-def log_files(lake: Lake, table: str) -> list[str]:
-    """The paths in `table`'s `_delta_log` folder (none for a table not written yet)."""
-    root = lake.fs_path(table, "_delta_log")
-    found: list[str] = lake.fs.ls(root, detail=False) if lake.fs.exists(root) else []
-    return found
-
-
 def earliest_version(lake: Lake, table: str) -> int | None:
     """The oldest version of `table` that can still be read (its log starts there after an
     erasure purged the history before it); None for a table without a log."""

@@ -28,7 +28,7 @@ from typing import Any
 import duckdb
 
 from store.catalog.connection import connect, open_connection
-from store.catalog.query_views import VIEWS, views_read
+from store.catalog.query_views import EVERY_VIEW, views_read
 from store.catalog.versions import snapshot
 from store.lake import Lake
 from store.readonly import run_read_only
@@ -76,7 +76,7 @@ def query_lake(
     try:
         return _query(lake, sql, views, timeout_s=timeout_s, memory_limit=memory_limit)
     except duckdb.CatalogException:
-        if views == frozenset(VIEWS):
+        if views == EVERY_VIEW:
             raise
         return _query(lake, sql, None, timeout_s=timeout_s, memory_limit=memory_limit)
 

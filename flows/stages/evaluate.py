@@ -112,7 +112,6 @@ def evaluate_adapter(
     model), paired by scenario; with `stages`, every one of them too (the learning curve), each policy
     replayed once (`measurer`)."""
     from judging.evaluate import NothingScored, evaluate_policies
-    from training.errors import AdapterNotFound
 
     if not adapter:
         raise StageError("adapter", "no adapter to evaluate: train one first (`trajlake train sft|grpo`)")
@@ -197,8 +196,6 @@ def policy_of(lake: Lake, ref: str) -> tuple[str, str | None]:
 def default_policies(lake: Lake, publish: PublishConfig) -> list[str]:
     """What `trajlake evaluate` compares when no policy is named: the base model, and the adapter
     holding `production` under `publish.name` when one does."""
-    from training.errors import AdapterNotFound
-
     name = publish.name
     try:
         resolve_adapter(lake, f"{name}:{PRODUCTION}")

@@ -20,7 +20,7 @@ from store.catalog.derived_views import DERIVED_VIEWS
 from store.readonly import sql_tokens
 from store.schema import TABLES
 
-VIEWS: tuple[str, ...] = (*TABLES, *DERIVED_VIEWS)  # every view a connection has, in creation order
+EVERY_VIEW = frozenset({*TABLES, *DERIVED_VIEWS})  # every view a connection has
 
 # Words that read the catalog rather than a named view (DuckDB's catalog functions and views,
 # its Postgres and SQLite compatibility names, statements that list or describe relations, and
@@ -49,7 +49,7 @@ def _words(sql: str) -> list[str]:
 @functools.cache
 def _reads(view: str) -> frozenset[str]:
     """A derived view and every view it reads, transitively."""
-    named = {word for word in _words(DERIVED_VIEWS[view]) if word in VIEWS and word != view}
+    named = {word for word in _words(DERIVED_VIEWS[view]) if word in EVERY_VIEW and word != view}
     return frozenset({view}.union(*(_reads(name) if name in DERIVED_VIEWS else {name} for name in named)))
 
 
@@ -62,11 +62,11 @@ def views_read(sql: str) -> frozenset[str]:
     ['messages', 'trajectories']
     >>> views_read("SELECT 1 -- FROM trajectories")
     frozenset()
-    >>> len(views_read("SHOW TABLES")) == len(VIEWS)
+    >>> views_read("SHOW TABLES") == EVERY_VIEW
     True
     """
     words = _words(sql)
     if any(word in CATALOG_WORDS or word.startswith(CATALOG_PREFIXES) for word in words):
-        return frozenset(VIEWS)
-    named = {word for word in words if word in VIEWS}
+        return EVERY_VIEW
+    named = {word for word in words if word in EVERY_VIEW}
     return frozenset().union(*(_reads(name) if name in DERIVED_VIEWS else {name} for name in named))

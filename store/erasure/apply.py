@@ -36,7 +36,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from store.delta_log import log_files
 from store.erasure.plan import ERASED_TABLES, ErasurePlan, TableTarget, newest_write
 from store.errors import StoreError
 from store.lake import Lake
@@ -176,7 +175,7 @@ def purge_history(lake: Lake, table: str, outcome: TableErasure | None = None) -
     if not lake.has_table(table):
         return outcome
     uri = lake.table_uri(table)
-    log_before = set(log_files(lake, table))
+    log_before = set(lake.log_names(table))
 
     def set_log_retention(value: str) -> None:
         DeltaTable(uri, storage_options=lake.delta_options).alter.set_table_properties({LOG_RETENTION: value})
@@ -186,7 +185,7 @@ def purge_history(lake: Lake, table: str, outcome: TableErasure | None = None) -
     delta.create_checkpoint()
     delta.cleanup_metadata()
     retried(lambda: set_log_retention(DEFAULT_LOG_RETENTION), _gave_up(table))
-    outcome.log_files_removed = len(log_before - set(log_files(lake, table)))
+    outcome.log_files_removed = len(log_before - set(lake.log_names(table)))
     delta = DeltaTable(uri, storage_options=lake.delta_options)
     removed = delta.vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False)
     removed += DeltaTable(uri, storage_options=lake.delta_options).vacuum(

@@ -12,7 +12,7 @@ from deltalake import DeltaTable
 
 from store.catalog.connection import connect
 from store.catalog.derived_views import DERIVED_VIEWS
-from store.catalog.query_views import VIEWS, views_read
+from store.catalog.query_views import EVERY_VIEW, views_read
 from store.catalog.versions import snapshot
 from store.lake import Lake
 from store.readonly import explained_statement
@@ -21,7 +21,7 @@ from store.user_sql import query_lake
 from store.writer import write
 from tests.store.helpers import T0, make_traj
 
-ALL = frozenset(VIEWS)
+ALL = EVERY_VIEW
 
 
 @pytest.mark.parametrize(

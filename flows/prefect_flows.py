@@ -296,7 +296,7 @@ def _pipeline_steps(
                 run.run_id,
                 0,
                 adapter,
-                select=learning,
+                select=stages.sft_selections(lake, learning, rounds, pipeline=config.pipeline),
                 train=config.train,
                 sampler=config.sampler,
                 pipeline=config.pipeline,

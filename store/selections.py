@@ -91,3 +91,21 @@ def trajectories_since(selection: str, since: datetime | None) -> str:
         f"SELECT trajectory_id FROM ({selection}) WHERE trajectory_id IN "
         f"(SELECT trajectory_id FROM trajectories WHERE started_at >= {_timestamp(since)})"
     )
+
+
+def trajectories_not_replayed(selection: str, scenarios: str) -> str:
+    """`selection` (returning `trajectory_id`) without the conversations that the scenarios
+    `scenarios` (returning `scenario_id`) were cut from.
+
+    What SFT imitates, it answers the same way every sample: a GRPO group on a scenario cut from
+    a conversation SFT learned from has equal rewards, so no signal (a SmolLM2 night: 23 of 24
+    groups equal at mean reward 0.996 on such scenarios, against 0.82 on the val scenarios).
+
+    >>> trajectories_not_replayed("SELECT trajectory_id FROM trajectories", "SELECT scenario_id FROM scenarios")
+    'SELECT trajectory_id FROM (SELECT trajectory_id FROM trajectories) WHERE trajectory_id NOT IN (SELECT source_trajectory_id FROM scenarios WHERE scenario_id IN (SELECT scenario_id FROM (SELECT scenario_id FROM scenarios)) AND source_trajectory_id IS NOT NULL)'
+    """
+    return (
+        f"SELECT trajectory_id FROM ({selection}) WHERE trajectory_id NOT IN "
+        f"(SELECT source_trajectory_id FROM scenarios WHERE scenario_id IN (SELECT scenario_id FROM ({scenarios})) "
+        "AND source_trajectory_id IS NOT NULL)"
+    )

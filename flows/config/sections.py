@@ -146,6 +146,13 @@ class PipelineSettings:
         "GRPO (off: GRPO only; SFT runs when a run starts from the base model).",
         False,
     )
+    sft_excludes_replayed: bool = _help(
+        "SFT leaves out the conversations this run's GRPO rounds replay as scenarios (every round's "
+        "slice, dynamic-sampling draws included): a policy answers a conversation it imitated the same "
+        "way every sample, so its groups there have equal rewards and give GRPO nothing (off: SFT reads "
+        "all of `select.sft`).",
+        False,
+    )
     window_days: float = _help(
         "What a run learns from: the scenarios (and, for SFT on the production adapter, the production "
         "conversations) new since the last finished run, plus those of this many days before it "

@@ -36,6 +36,7 @@ from flows.stages.pipeline_run import (
     record_learned_from,
     refuse_pipeline_run,
     scenarios_to_learn,
+    sft_selections,
 )
 from flows.stages.replay import (
     PolicyReplay,
@@ -101,6 +102,7 @@ __all__ = [
     "scenarios_to_learn",
     "score_reward",
     "score_round",
+    "sft_selections",
     "sft_stage",
     "shard_groups",
     "stage_policies",

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flows.config.sections import PipelineSettings, Selections
+from flows.stages.replay import run_scenarios
 from store.catalog.connection import check_selection, connect
 from store.catalog.versions import snapshot
 from store.errors import LegacyRows
@@ -40,7 +41,7 @@ from store.pipeline_runs import (
     record_pipeline_run,
 )
 from store.rows import utc_now
-from store.selections import scenarios_since, trajectories_since
+from store.selections import scenarios_since, trajectories_not_replayed, trajectories_since
 from training.publish import PublishConfig
 from training.run import CHECKPOINTS
 
@@ -145,6 +146,16 @@ def learning_selections(run: PipelineRun, select: Selections) -> Selections:
     since = run.since_time
     sft = trajectories_since(select.sft, since) if run.start_adapter else select.sft
     return dataclasses.replace(select, replay=scenarios_since(select.replay, since), sft=sft)
+
+
+def sft_selections(lake: Lake, select: Selections, rounds: int, *, pipeline: PipelineSettings) -> Selections:
+    """`select` (the run's learning selections) for its SFT: with `pipeline.sft_excludes_replayed`,
+    `select.sft` without the conversations the run's `rounds` rounds replay as scenarios, so that
+    GRPO samples questions the SFT policy did not learn by heart."""
+    if not pipeline.sft_excludes_replayed:
+        return select
+    replayed = run_scenarios(lake, rounds, select=select, pipeline=pipeline)
+    return dataclasses.replace(select, sft=trajectories_not_replayed(select.sft, replayed))
 
 
 def origin_of(run: PipelineRun) -> dict[str, Any]:

@@ -180,6 +180,19 @@ def round_scenarios(
     return slice_selection(lake, select.replay, pipeline.scenarios_per_round, max(index, 0))
 
 
+def run_scenarios(lake: Lake, rounds: int, *, select: Selections, pipeline: PipelineSettings) -> str:
+    """Every scenario a run of `rounds` rounds may replay: the union of each round's slice and of its
+    dynamic-sampling draws (`round_scenarios`), or `select.replay` without `scenarios_per_round`."""
+    if pipeline.scenarios_per_round <= 0:
+        return select.replay
+    slices = [
+        round_scenarios(lake, n, draw, select=select, pipeline=pipeline)
+        for n in range(1, rounds + 1)
+        for draw in range(pipeline.dynamic_sampling_draws + 1)
+    ]
+    return " UNION ".join(f"SELECT scenario_id FROM ({s})" for s in slices)
+
+
 def replay_round(
     lake: Lake,
     adapter: str | None,

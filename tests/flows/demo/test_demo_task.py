@@ -145,6 +145,9 @@ def test_sizes_of_the_tiny_and_a_real_model(tmp_path: Path) -> None:
     assert toml["train"]["grpo"]["learning_rate"] == real.grpo_learning_rate
     assert toml["train"]["grpo"]["activation_checkpointing"] is True
     assert toml["replay"]["sampling"]["max_tokens"] == real.max_new_tokens
+    # GRPO samples questions SFT did not imitate; the tiny demo's rounds replay nearly all of them
+    assert toml["pipeline"]["sft_excludes_replayed"] is True and toml["replay"]["group_size"] == 16
+    assert tiny["pipeline"]["sft_excludes_replayed"] is False
 
 
 def test_a_night_that_learned_nothing_keeps_its_decision() -> None:

@@ -166,7 +166,7 @@ def _trajectory_batch(rand: _Rand, cfg: SyntheticConfig, seed: int, lo: int, hi:
         "status": pa.array(status, type=pa.string()),
         "_written_at": pa.nulls(n, TRAJECTORIES.schema.field("_written_at").type),
         "dt": pa.array((plan.started_us // 86_400_000_000).astype(np.int32), type=pa.date32()),
-        # a replay's typed columns (`training.replay.stage.episode_row`); null on production traffic
+        # a replay's typed columns (`training.replay.rows.episode_row`); null on production traffic
         "replay_run": pa.array(np.full(n, "round-1", dtype=object), mask=~replayed, type=pa.string()),
         "scenario_split": pa.array(np.full(n, "train", dtype=object), mask=~replayed, type=pa.string()),
         "sampling": pa.array([_SAMPLING if r else None for r in replayed.tolist()], type=SAMPLING),

@@ -30,12 +30,12 @@ def test_specs_follow_the_configuration(tmp_path: Path) -> None:
 
 
 def test_a_served_run_reads_only_lake_tables_whatever_the_config_says(tmp_path: Path) -> None:
-    from flows.prefect_flows import _config
+    from flows.prefect import flow_settings
 
     path = tmp_path / "trajlake.toml"
     path.write_text("[lake]\nsql_lake_only = false\n")
-    assert _config(str(path), str(tmp_path / "lake")).lake.sql_lake_only is False
-    served = _config(str(path), str(tmp_path / "lake"), sql_lake_only=True)
+    assert flow_settings(str(path), str(tmp_path / "lake")).lake.sql_lake_only is False
+    served = flow_settings(str(path), str(tmp_path / "lake"), sql_lake_only=True)
     assert served.lake.sql_lake_only is True and served.lake.path == str(tmp_path / "lake")
 
 

@@ -1,7 +1,7 @@
 """Policy names: what `trajectories.policy` records, the same wherever the files live.
 
 A replayed trajectory names the policy that sampled it, and that name is hashed into its
-group id (`training.replay.stage.group_id_for`), compared by GRPO's staleness bound
+group id (`training.replay.rows.group_id_for`), compared by GRPO's staleness bound
 (`training.grpo_rows.policy_lineage`) and shown by the report. A path makes a poor name:
 a copied lake or a moved adapter would get other group ids and look stale, and the report
 would show temporary folders. So a policy is named by what it is:

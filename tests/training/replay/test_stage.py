@@ -24,10 +24,11 @@ from training.replay.errors import ReplayError
 from training.replay.rollout.loop import RolloutLimits
 from training.replay.rollout.openai_app import LoopbackServer, create_app
 from training.replay.rollout.tools import make_tools
+from training.replay.rows import group_id_for
 from training.replay.samplers import make_sampler
 from training.replay.samplers.base import Completion, SampleRequest, SamplingParams
 from training.replay.scenario_io import create_scenarios, load_scenarios
-from training.replay.stage import ReplayConfig, ReplaySetupError, group_id_for, replay
+from training.replay.stage import ReplayConfig, ReplaySetupError, replay
 
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
 

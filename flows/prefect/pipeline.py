@@ -1,20 +1,7 @@
-"""Prefect flows: thin wiring of the stage functions in `flows.stages` into scheduled runs.
+"""The pipeline flow: ingest, scenarios, SFT, N rounds of replay -> score -> GRPO, evaluate, publish.
 
-Each flow loads the configuration (a `trajlake.toml` path plus environment overrides:
-deployments pass only JSON-able parameters), opens its lake once (`stages.lake_of`), calls
-stage functions as tasks with that lake and the sections of the settings each reads, and
-publishes artifacts. No transformation logic lives here.
-
-Retries go where a retry can help: pulling from Langfuse (network) and scoring (judge
-endpoints) retry with backoff; training and publishing do not (a retry would redo
-minutes of work; the stages themselves resume from checkpoints and skip finished work).
-Caching is off everywhere: every stage reads the lake, whose contents change between
-runs, and is idempotent on its own (complete groups and scored trajectories are skipped),
-so a Prefect cache could only serve stale answers.
-
-Logs: each step is logged at INFO with `get_run_logger()` (the run's log in the Prefect UI) and
-to trajlake's console logger (`flows.progress`); no flow sets `log_prints`, which would send
-every library's `print` inside a task to the run's log (`flows.progress` says which did).
+Each step is a task of `flows.prefect.tasks`, timed and logged (`_Steps`); the run's record
+(`store.pipeline_runs`) says what it learned from, what it trained and what the gate decided.
 """
 
 from __future__ import annotations
@@ -25,16 +12,28 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from prefect import flow, get_run_logger, task, unmapped
+from prefect import flow, get_run_logger, unmapped
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
-from prefect.cache_policies import NO_CACHE
 from prefect.states import Failed
-from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows import progress, stages
-from flows.config.checks import load_config
 from flows.config.root import Settings
 from flows.config.sections import Selections
+from flows.prefect.tasks import (
+    assemble_task,
+    evaluate_task,
+    finish_scoring_task,
+    flow_settings,
+    grpo_task,
+    publish_task,
+    pull_langfuse_task,
+    replay_task,
+    report_task,
+    scenarios_task,
+    score_reward_task,
+    sft_task,
+    task_runner,
+)
 from store.errors import LegacyRows
 from store.lake import Lake
 from store.pipeline_runs import PipelineRun
@@ -45,88 +44,6 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-def _config(config_file: str | None, lake: str | None, sql_lake_only: bool = False) -> Settings:
-    config = load_config(config_file).with_lake(lake)
-    return config.with_values("lake", sql_lake_only=True) if sql_lake_only else config
-
-
-def task_runner(config: Settings) -> Any:
-    """The configured Prefect task runner (threads by default; Dask or Ray when installed)."""
-    kind = config.pipeline.task_runner
-    if kind == "threads":
-        return ThreadPoolTaskRunner(max_workers=config.pipeline.max_workers)
-    module, cls, package = {
-        "dask": ("prefect_dask", "DaskTaskRunner", "trajlake[dask]"),
-        "ray": ("prefect_ray", "RayTaskRunner", "prefect-ray"),
-    }[kind]
-    try:
-        runner_cls = getattr(__import__(module), cls)
-    except ImportError:
-        raise stages.StageError(
-            "pipeline.task_runner", f"`{kind}` needs the `{package}` package: pip install {package}"
-        ) from None
-    if kind == "dask":
-        if config.pipeline.dask_address:
-            return runner_cls(address=config.pipeline.dask_address)
-        # processes, one thread each: replay and training hold the GIL and torch's threads
-        return runner_cls(
-            cluster_kwargs={
-                "n_workers": config.pipeline.max_workers,
-                "threads_per_worker": 1,
-                "processes": True,
-            }
-        )
-    return runner_cls()
-
-
-# --- tasks ------------------------------------------------------------------------------
-
-_network: dict[str, Any] = {
-    "retries": 3,
-    "retry_delay_seconds": [5, 30, 120],
-    "retry_jitter_factor": 0.5,
-    "cache_policy": NO_CACHE,
-}
-_local: dict[str, Any] = {"cache_policy": NO_CACHE}
-
-# `task(name=...)(fn)` rather than `task(fn, name=...)`: the same task, and typed by Prefect's stubs
-pull_langfuse_task = task(name="pull-langfuse", **_network)(stages.pull_langfuse_stage)
-assemble_task = task(name="assemble", **_local)(stages.assemble_pending)
-retention_task = task(name="retention", **_local)(stages.retention_stage)
-scenarios_task = task(name="scenarios", **_local)(stages.make_scenarios)
-replay_task = task(name="replay", **_local)(stages.replay_round)
-score_reward_task = task(name="score", **_network)(stages.score_reward)
-finish_scoring_task = task(name="combine-rewards", **_local)(stages.finish_scoring)
-sft_task = task(name="train-sft", **_local)(stages.sft_stage)
-grpo_task = task(name="train-grpo", **_local)(stages.grpo_stage)
-evaluate_task = task(name="evaluate", **_local)(stages.evaluate_adapter)
-publish_task = task(name="publish", **_local)(stages.publish_adapter)
-report_task = task(name="report", **_local)(stages.write_pipeline_report)
-
-
-# --- flows ------------------------------------------------------------------------------
-
-
-@flow(name="trajlake-ingest")
-def ingest_flow(
-    config_file: str | None = None, lake: str | None = None, sql_lake_only: bool = False
-) -> dict[str, int]:
-    """Pull new traces from Langfuse (when configured) and assemble pending traces.
-
-    `sql_lake_only` forces `lake.sql_lake_only` on whatever the config says (`trajlake serve`'s runs).
-    """
-    config = _config(config_file, lake, sql_lake_only)
-    the_lake = stages.lake_of(config.lake)
-    counts = {"langfuse_trajectories": 0}
-    if config.pipeline.langfuse:
-        counts["langfuse_trajectories"] = pull_langfuse_task(the_lake, config.langfuse)
-    counts["assembled_trajectories"] = assemble_task(the_lake)
-    counts["retention_erased_trajectories"] = retention_task(the_lake, config.retention)
-    get_run_logger().info("ingest: %s", ", ".join(f"{k} {v}" for k, v in counts.items()))
-    create_table_artifact([{"stage": k, "rows": v} for k, v in counts.items()], key="trajlake-ingest")
-    return counts
 
 
 def _replay(
@@ -196,7 +113,7 @@ def pipeline_flow(
     """
     from prefect.runtime import flow_run
 
-    config = _config(config_file, lake, sql_lake_only)
+    config = flow_settings(config_file, lake, sql_lake_only)
     stages.loadable_base_model(config.sampler)  # no base model: stop before ingesting or training anything
     the_lake = stages.lake_of(config.lake)
     progress.log_at_info()  # the trainers' loss lines reach the run's log (and a console that shows them)
@@ -418,7 +335,7 @@ def run_pipeline(
     config_file: str | None, lake: str, rounds: int | None = None, force_publish: bool = False
 ) -> dict[str, Any]:
     """`pipeline_flow` under the configured task runner (what `trajlake pipeline` and the demo call)."""
-    config = _config(config_file, lake)
+    config = flow_settings(config_file, lake)
     flow_with_runner = pipeline_flow.with_options(task_runner=task_runner(config))
     return flow_with_runner(config_file=config_file, lake=lake, rounds=rounds, force_publish=force_publish)
 

@@ -9,8 +9,8 @@ with the real calculator answering, every group written to the lake. The transfo
 runs twice per repeat (interleaved, so the load hits both alike), once with the shared-prefix
 decode (`training/replay/samplers/shared_prefix.py`) and once with the former path
 (`shared_prefix=False`: `generate` over left-padded rows, 64 at a time, its default then, each
-prompt prefilled once for its `n` rows); the model load and a two-scenario warm-up of each are
-excluded. A fresh seed per repeat
+prompt prefilled once for its `n` rows, each token drawn by exponential races as then:
+`former_draws`); the model load and a two-scenario warm-up of each are excluded. A fresh seed per repeat
 keeps a repeat from replaying the groups the last one wrote.
 
 The last line printed is one JSON object: `tokens_per_s` (generated tokens / wall seconds, the
@@ -22,10 +22,13 @@ same for the former path under `before`, and `speedup` (the ratio of the medians
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import tempfile
 import time
+from collections.abc import Collection, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +38,7 @@ from training.models.known import resolve_model
 from training.replay.rollout.loop import RolloutLimits
 from training.replay.rollout.tools import make_tools
 from training.replay.samplers import SamplingParams, make_sampler
+from training.replay.samplers.seeded import SeededSampling
 from training.replay.scenario_io import load_scenarios
 from training.replay.stage import ReplayConfig, replay
 from training.tiny import TOOLS, tiny_model_path
@@ -56,6 +60,56 @@ def _scenarios(path: Path, count: int) -> Path:
     ]
     path.write_text("\n".join(json.dumps(line) for line in lines))
     return path
+
+
+@contextlib.contextmanager
+def former_draws() -> Iterator[None]:
+    """Tokens drawn as the former path drew them (until 2026-11-29): exponential races,
+    `argmax(log p - log E)` with one Exp(1) draw per token from the row's generator, the rows'
+    draws split across torch's threads. Kept here so the before/after ratio is of one run."""
+    import torch
+
+    pool = ThreadPoolExecutor(max_workers=max(1, torch.get_num_threads() - 1))
+
+    def choose(
+        self: SeededSampling,
+        input_ids: Any,
+        scores: Any,
+        rows: Sequence[int] | None = None,
+        idle: Collection[int] = (),
+    ) -> tuple[Any, Any]:
+        for warp in self.warpers:
+            scores = warp(input_ids, scores)
+        logp = torch.log_softmax(scores.float(), dim=-1)
+        if self.greedy:
+            picked = logp.argmax(dim=-1)
+        else:
+            names = range(len(self.generators)) if rows is None else rows
+            draws = [(i, self.generators[r]) for i, r in enumerate(names) if r not in idle]
+            noise = torch.ones_like(logp)
+
+            def fill(part: Sequence[tuple[int, Any]]) -> None:
+                with torch.inference_mode(noise.is_inference()):
+                    for i, generator in part:
+                        noise[i].exponential_(generator=generator)
+
+            workers = max(1, min(torch.get_num_threads(), len(draws)))
+            parts = [draws[k::workers] for k in range(workers)]
+            futures = [pool.submit(fill, part) for part in parts[1:]]
+            fill(parts[0])
+            for future in futures:
+                future.result()
+            races = torch.sub(logp, noise.clamp_min_(torch.finfo(noise.dtype).tiny).log_(), out=noise)
+            picked = races.argmax(dim=-1)
+        return picked, logp.gather(-1, picked[:, None])[:, 0]
+
+    current = SeededSampling.choose
+    SeededSampling.choose = choose  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        SeededSampling.choose = current  # type: ignore[method-assign]
+        pool.shutdown()
 
 
 def rounds(argv: list[str]) -> None:
@@ -110,10 +164,12 @@ def rounds(argv: list[str]) -> None:
             run=f"bench-{name}-{seed}",  # each path writes its own groups
         )
         counter = TokenCounter(sampler._load().model)  # type: ignore[attr-defined]  # the decoder stack
+        draws = contextlib.nullcontext() if paths[name] else former_draws()
         try:
-            started = time.perf_counter()
-            result = replay(lake, selection, sampler, config, tools=tools, progress=False)
-            seconds = time.perf_counter() - started
+            with draws:
+                started = time.perf_counter()
+                result = replay(lake, selection, sampler, config, tools=tools, progress=False)
+                seconds = time.perf_counter() - started
         finally:
             counter.close()
         if result.failed:

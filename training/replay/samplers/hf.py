@@ -48,7 +48,7 @@ class TransformersSampler(Sampler):
         tokenizer: str | None = None,
         device: str | None = None,
         dtype: str | None = None,
-        max_batch_rows: int = 256,
+        max_batch_rows: int = 512,
         max_batch_tokens: int = 131_072,
         share_prefill: bool = True,
         shared_prefix: bool = True,
@@ -62,7 +62,8 @@ class TransformersSampler(Sampler):
         self.device_name = device
         self.dtype_name = dtype
         self.max_batch_rows = max_batch_rows
-        # KV-cache slots a batch may hold: 256 rows of ~500 tokens (SmolLM2: ~6 GB in fp32).
+        # KV-cache slots a batch may hold: 256 rows of ~500 tokens (SmolLM2: ~6 GB in fp32); a round of
+        # 24 scenarios x 16 samples of ~300 tokens (384 rows) is one batch.
         self.max_batch_tokens = max_batch_tokens
         self._model: Any = None
         self._peft: Any = None

@@ -4,8 +4,9 @@
 sample depends on which rows shared its batch and in what order; with concurrent rollouts
 that is an accident of timing, and a seed fixed nothing. Here each row owns a
 `torch.Generator` seeded like vLLM seeds the samples of a request (sample `j` of a request
-with seed `s` uses `s + j`), and the next token is chosen by the Gumbel-max trick:
-`argmax(log p + Gumbel noise)` is an exact draw from `p`. A row's noise then depends only on
+with seed `s` uses `s + j`), and the next token is drawn by inverse CDF: one uniform `u`
+from the row's generator a step, and the token where `u` falls in the row's cumulative
+distribution (summed in float64), an exact draw from `p`. A row's draw then depends only on
 its seed, never on its batch; its logits can still differ in the last bits with the batch's
 padding and kernels, so on a GPU in bf16 a near-tie can rarely go the other way.
 
@@ -18,7 +19,6 @@ GRPO's importance ratio needs), and hands `generate` scores whose argmax is that
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -76,32 +76,22 @@ class SeededSampling(LogitsProcessor):
         """Each row's next token and its processed log-probability, without recording them.
 
         `rows` names the rows `scores` holds (default: all, in order): a decode loop that drops
-        finished rows still draws each remaining row's noise from that row's own generator.
+        finished rows still draws each remaining row's token from that row's own generator.
         Rows in `idle` (finished, still in the batch) draw nothing: their pick is discarded, and
         their generators serve no other row. `input_ids` is what the warpers see (none of ours
         reads it).
         """
         for warp in self.warpers:
             scores = warp(input_ids, scores)  # type: ignore[arg-type]  # HF's LongTensor/FloatTensor
-        logp = torch.log_softmax(scores.float(), dim=-1)
+        scores = scores.float()
         if self.greedy:
-            picked = logp.argmax(dim=-1)
+            picked = scores.argmax(dim=-1)
+            chosen_logprobs = scores.gather(-1, picked[:, None])[:, 0] - torch.logsumexp(scores, dim=-1)
         else:
-            # Exponential races: argmax(p / E) = argmax(log p - log E), E ~ Exp(1) per token, one row's
-            # noise from that row's generator alone. The CPU kernel can return E = 0 (-log1p(-u), u = 0):
-            # clamped, it is a huge finite lead, so a masked token (log p = -inf) still never wins.
-            # (An inverse-CDF draw, one uniform per row, is as exact and ~20% of a CPU decode step
-            # cheaper, but it changes every seeded stream, and with it every recorded result.)
+            probs = torch.softmax(scores, dim=-1)
             names = range(len(self.generators)) if rows is None else rows
-            draws = [(i, self.generators[r]) for i, r in enumerate(names) if r not in idle]
-            noise = torch.empty_like(logp)
-            if len(draws) < len(noise):  # an idle row's race: any finite value, its pick is discarded
-                noise[[i for i, r in enumerate(names) if r in idle]] = 1.0
-            _exponentials(noise, draws)
-            # In place (a - b is a - b): a [rows, vocabulary] allocation less a step.
-            races = torch.sub(logp, noise.clamp_min_(torch.finfo(noise.dtype).tiny).log_(), out=noise)
-            picked = races.argmax(dim=-1)
-        chosen_logprobs = logp.gather(-1, picked[:, None])[:, 0]
+            picked = inverse_cdf(probs, self._uniforms(names, idle, probs.device))
+            chosen_logprobs = probs.gather(-1, picked[:, None])[:, 0].log()
         if not bool(torch.isfinite(chosen_logprobs).all()):  # NaN logits pick NaN: say so, store nothing
             raise SamplerError(
                 "the model produced non-finite logits (NaN or inf); check the weights, adapter and dtype",
@@ -109,6 +99,17 @@ class SeededSampling(LogitsProcessor):
                 reason="non_finite_logits",
             )
         return picked, chosen_logprobs
+
+    def _uniforms(self, rows: Sequence[int], idle: Collection[int], device: Any) -> torch.Tensor:
+        """One uniform in [0, 1) from each row's generator (float64); an idle row draws nothing."""
+        return torch.cat(
+            [
+                torch.full((1,), 0.5, dtype=torch.float64, device=device)
+                if r in idle
+                else torch.rand(1, generator=self.generators[r], dtype=torch.float64, device=device)
+                for r in rows
+            ]
+        )
 
     @property
     def logprobs(self) -> list[list[float]]:
@@ -118,33 +119,47 @@ class SeededSampling(LogitsProcessor):
         return torch.stack(self._steps, dim=1).cpu().tolist()
 
 
-_POOLS: dict[int, ThreadPoolExecutor] = {}  # by size: made once, kept for the process
+#: Tokens per block of `inverse_cdf`'s first search: ~sqrt of a vocabulary, a multiple of SIMD widths.
+BLOCK = 128
 
 
-def _exponentials(noise: torch.Tensor, draws: Sequence[tuple[int, torch.Generator]]) -> None:
-    """Fills row `i` of `noise` with Exp(1) draws from its generator, for each `(i, generator)`.
+def inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Row `r`'s token: the first whose cumulative probability exceeds `uniforms[r]` of the row's
+    mass, an exact draw from `probs[r]` for `u ~ U[0, 1)`; a token of zero mass (masked by top-k
+    or top-p) is never picked.
 
-    torch's CPU `exponential_` is one serial Mersenne-Twister stream a call (~1 ms for a
-    49,152-token vocabulary: at 192 rows, a quarter of a SmolLM2 decode step). The rows' streams
-    are independent and the kernel releases the GIL, so the rows are split across torch's
-    intra-op thread count; each row's values are the ones a call on that row alone draws.
+    Exponential races (`argmax(log p - log E)`, one Exp(1) draw per token) are as exact, but
+    torch's CPU `exponential_` is one serial Mersenne-Twister stream a call, ~1 ms for SmolLM2's
+    49,152-token vocabulary: at 192 rows a third of a decode step. Here a row draws one number,
+    and the search is in two levels, so only one pass goes over the whole vocabulary: the
+    masses of blocks of `BLOCK` tokens (each summed in float32, ~1e-7 of its mass off; their
+    running sum in float64: a float32 running sum over ~50k probabilities drifts by ~1e-4 of
+    the mass, enough to shift rare tokens' odds) find the block; the float64 running sum of
+    that one block finds the token. A block's rounding moves only its last token's odds.
+
+    >>> p = torch.tensor([[0.5, 0.0, 0.25, 0.25]])
+    >>> [inverse_cdf(p, torch.tensor([u], dtype=torch.float64)).item() for u in (0.0, 0.49, 0.5, 0.8)]
+    [0, 0, 2, 3]
     """
-    workers = min(torch.get_num_threads(), len(draws))
-    if workers <= 1 or noise.device.type != "cpu":
-        for i, generator in draws:
-            noise[i].exponential_(generator=generator)
-        return
-    pool = _POOLS.get(workers - 1) or _POOLS.setdefault(
-        workers - 1, ThreadPoolExecutor(max_workers=workers - 1, thread_name_prefix="trajlake-noise")
-    )
+    rows, vocabulary = probs.shape
+    pad = -vocabulary % BLOCK
+    blocks = torch.nn.functional.pad(probs, (0, pad)) if pad else probs
+    blocks = blocks.view(rows, -1, BLOCK)
+    coarse = torch.cumsum(blocks.sum(-1).double(), dim=-1)  # [rows, blocks]
+    target = uniforms[:, None] * coarse[:, -1:]
+    block = _first_above(coarse, target)
+    before = torch.where(block > 0, coarse.gather(-1, (block - 1).clamp_min(0)), 0.0)
+    arange = torch.arange(rows, device=probs.device)
+    fine = torch.cumsum(blocks[arange, block[:, 0]], dim=-1, dtype=torch.float64)  # [rows, BLOCK]
+    token = block * BLOCK + _first_above(fine, target - before)
+    # NaN masses find no place: the last token, whose NaN log-probability the caller reports.
+    return token[:, 0].clamp_max_(vocabulary - 1)
 
-    def fill(part: Sequence[tuple[int, torch.Generator]]) -> None:
-        with torch.inference_mode(noise.is_inference()):  # the mode is per thread; the tensor's own
-            for i, generator in part:
-                noise[i].exponential_(generator=generator)
 
-    parts = [draws[k::workers] for k in range(workers)]
-    futures = [pool.submit(fill, part) for part in parts[1:]]
-    fill(parts[0])
-    for future in futures:
-        future.result()
+def _first_above(cumulative: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Per row, the first index whose cumulative value exceeds `target` (`right=True`: a step of zero
+    width is never it), capped at the last step of non-zero width, which a target rounding put at
+    the total reaches; `[rows, 1]`."""
+    found = torch.searchsorted(cumulative, target, right=True)
+    last = torch.searchsorted(cumulative, cumulative[:, -1:].contiguous(), right=False)
+    return torch.minimum(found, last).clamp_max_(cumulative.shape[-1] - 1)

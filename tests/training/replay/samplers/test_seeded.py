@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from training.replay.errors import SamplerError
-from training.replay.samplers.seeded import SeededSampling, sample_seeds
+from training.replay.samplers.seeded import BLOCK, SeededSampling, inverse_cdf, sample_seeds
 
 LOGITS = torch.tensor([2.0, 1.5, 1.0, 0.5, 0.0, -1.0, -3.0])
 
@@ -79,12 +79,17 @@ def test_sample_seeds_follow_vllm() -> None:
     assert sample_seeds(None, 3) == fresh and len(set(fresh)) == 3
 
 
-def test_a_zero_exponential_draw_never_picks_a_masked_token(monkeypatch: pytest.MonkeyPatch) -> None:
-    """E = 0 (possible on CPU) must not give a top-k-masked token log p - log E = -inf + inf = nan."""
-    monkeypatch.setattr(torch.Tensor, "exponential_", lambda self, generator=None: self.zero_())
+@pytest.mark.parametrize("uniform", [0.0, 1.0 - 2.0**-53, 1.0])
+def test_an_extreme_uniform_never_picks_a_masked_token(
+    monkeypatch: pytest.MonkeyPatch, uniform: float
+) -> None:
+    """The draw's ends (u = 0, the largest double below 1, and 1 itself, which rounding of `u x
+    total` can reach) land on a token of non-zero mass: with top-k 2, tokens 0 or 1, never a
+    masked one beyond them."""
+    monkeypatch.setattr(torch, "rand", lambda *_, **kw: torch.full((1,), uniform, dtype=kw["dtype"]))
     pick = SeededSampling([0], temperature=1.0, top_k=2, top_p=1.0, device="cpu")
     scores = pick(torch.zeros((1, 1), dtype=torch.long), LOGITS[None])
-    assert scores.argmax(-1).item() in (0, 1)
+    assert scores.argmax(-1).item() == (0 if uniform == 0.0 else 1)
     assert math.isfinite(pick.logprobs[0][0])
 
 
@@ -109,3 +114,26 @@ def test_idle_rows_draw_nothing_and_leave_the_others_draws_alone() -> None:
         with_idle, _ = some_idle.choose(None, logits, idle={1, 3})
         assert with_idle[[0, 2, 4]].tolist() == all_rows[[0, 2, 4]].tolist()
     assert torch.equal(some_idle.generators[1].get_state(), before)
+
+
+def test_the_two_level_search_picks_the_token_at_the_uniform() -> None:
+    """Blocks, then a token within its block: the token whose interval of the float64 running sum
+    holds u x total, to within 1e-6 of the mass (the block sums are float32), over SmolLM2's
+    vocabulary size and one that is not a multiple of the block, with whole blocks and single
+    tokens of zero mass, on thousands of uniforms; a masked token never."""
+    generator = torch.Generator().manual_seed(0)
+    for vocabulary in (7 * BLOCK + 37, 49_152):
+        probs = torch.softmax(torch.randn(64, vocabulary, generator=generator) * 3, dim=-1)
+        probs[:, BLOCK : 3 * BLOCK] = 0.0  # whole blocks masked
+        probs[probs < 1e-6] = 0.0  # scattered masked tokens
+        probs[:, -1] = 0.0  # the last token masked: a target at the total must not land on it
+        cumulative = torch.cumsum(probs, dim=-1, dtype=torch.float64)
+        for _ in range(40):
+            uniforms = torch.rand(64, generator=generator, dtype=torch.float64)
+            uniforms[:3] = torch.tensor([0.0, 1.0 - 2.0**-53, 1e-12], dtype=torch.float64)
+            picked = inverse_cdf(probs, uniforms)[:, None]
+            assert bool((probs.gather(-1, picked) > 0).all())
+            target = uniforms[:, None] * cumulative[:, -1:]
+            upper = cumulative.gather(-1, picked)
+            lower = upper - probs.gather(-1, picked).double()
+            assert bool(((lower - 1e-6 <= target) & (target <= upper + 1e-6)).all())

@@ -46,7 +46,7 @@ def build_deployments(config: Settings, config_file: str | None) -> list[Any]:
     from prefect import Flow
     from prefect.schedules import Cron
 
-    from flows.prefect import ingest_flow, pipeline_flow
+    from flows.prefect_flows import ingest_flow, pipeline_flow
 
     flows: dict[str, Flow[..., Any]] = {"trajlake-ingest": ingest_flow, "trajlake-pipeline": pipeline_flow}
     return [

@@ -91,7 +91,7 @@ def pipeline(
     except (StageError, LegacyRows) as exc:
         raise fail(str(exc), 2) from None
     quiet_libraries()
-    from flows.prefect import run_pipeline
+    from flows.prefect_flows import run_pipeline
 
     try:
         with console_progress():  # each step as it starts and ends, and the trainers' loss

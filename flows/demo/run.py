@@ -157,7 +157,7 @@ def _run_demo(
 ) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
-    from flows.prefect import run_pipeline
+    from flows.prefect_flows import run_pipeline
     from flows.report import report_data, write_report
 
     lake = workdir / "lake"

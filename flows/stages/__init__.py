@@ -1,6 +1,6 @@
 """Stage functions: one per step of the loop, each turning the configuration into library calls.
 
-These are what the Prefect tasks run (`flows.prefect`), what the commands reuse,
+These are what the Prefect tasks run (`flows.prefect_flows`), what the commands reuse,
 and what tests call directly. Each takes the lake the flow opened once (`lake_of`) and the
 sections of the validated `Settings` it reads, as keywords named after their tables
 (`select=settings.select`; the three every replay reads travel as one `ReplaySections`), calls

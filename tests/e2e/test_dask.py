@@ -101,7 +101,7 @@ def lake_contents(lake: Lake) -> dict[str, object]:
 
 @pytest.mark.usefixtures("prefect_api")
 def test_dask_workers_write_what_threads_write(tmp_path: Path, tiny_model: Path) -> None:
-    from flows.prefect import run_pipeline
+    from flows.prefect_flows import run_pipeline
 
     threads_lake, dask_lake = Lake(str(tmp_path / "threads")), Lake(str(tmp_path / "dask"))
     for lake in (threads_lake, dask_lake):
@@ -179,7 +179,7 @@ def test_the_flow_pickles_by_value() -> None:
     cloudpickle cannot pickle. The flow names `store.errors.LegacyRows` itself."""
     import cloudpickle
 
-    from flows.prefect import pipeline_flow
+    from flows.prefect_flows import pipeline_flow
 
     assert "LegacyRows" in pipeline_flow.fn.__code__.co_names  # a name of store's is shipped
     assert cloudpickle.loads(cloudpickle.dumps(pipeline_flow.fn)).__name__ == "pipeline_flow"

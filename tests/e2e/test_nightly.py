@@ -71,7 +71,7 @@ def at(text: str) -> datetime:
 def test_three_nights_each_train_from_production_on_what_is_new(
     tmp_path: Path, demo_model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flows.prefect import run_pipeline
+    from flows.prefect_flows import run_pipeline
 
     lake, config = promoting_lake(tmp_path, demo_model, monkeypatch)
     monkeypatch.setenv("TRAJLAKE_EVALUATE__INTERMEDIATE", "false")  # each night's ends: the stages below
@@ -172,7 +172,7 @@ def test_three_nights_each_train_from_production_on_what_is_new(
 def test_a_night_without_new_traffic_trains_nothing_and_says_so(
     tmp_path: Path, demo_model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flows.prefect import run_pipeline
+    from flows.prefect_flows import run_pipeline
 
     lake = tmp_path / "lake"
     config = write_demo_config(tmp_path / "trajlake.toml", lake, demo_model, SPEC, None)
@@ -277,7 +277,7 @@ def test_a_retried_flow_run_takes_up_its_own_record_and_folder(tmp_path: Path, d
 def test_sft_on_production_continues_the_production_adapter_on_the_new_conversations(
     tmp_path: Path, demo_model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flows.prefect import run_pipeline
+    from flows.prefect_flows import run_pipeline
 
     lake, config = promoting_lake(tmp_path, demo_model, monkeypatch)
     first = run_pipeline(str(config), str(lake), rounds=1)["run"]
@@ -316,7 +316,7 @@ def test_a_lake_an_older_trajlake_wrote_fails_the_run_in_one_line_naming_migrate
     import sys
 
     from flows.config.checks import load_config
-    from flows.prefect import pipeline_flow
+    from flows.prefect_flows import pipeline_flow
 
     lake = tmp_path / "lake"
     old_layout(lake, "trajectories", [old_replayed("t-1", 0.8)])

@@ -25,7 +25,7 @@ def main(work: Path, model: Path) -> None:
     from flows.demo.capture import capture_production_traces
     from flows.demo.config import write_demo_config
     from flows.demo.run import SIZES
-    from flows.prefect import run_pipeline
+    from flows.prefect_flows import run_pipeline
 
     spec = SIZES["small"]
     lake = work / "lake"

@@ -30,7 +30,7 @@ def test_specs_follow_the_configuration(tmp_path: Path) -> None:
 
 
 def test_a_served_run_reads_only_lake_tables_whatever_the_config_says(tmp_path: Path) -> None:
-    from flows.prefect import flow_settings
+    from flows.prefect_flows import flow_settings
 
     path = tmp_path / "trajlake.toml"
     path.write_text("[lake]\nsql_lake_only = false\n")

@@ -369,7 +369,7 @@ def test_compact_after_forget_keeps_working(full_lake: Lake) -> None:
 
 
 def test_the_scheduled_ingest_flow_applies_retention(lake: Lake, tmp_path: Path, prefect_api: None) -> None:
-    from flows.prefect import ingest_flow
+    from flows.prefect_flows import ingest_flow
 
     now = utc_now()
     write(

@@ -50,7 +50,7 @@ def test_stage_functions_have_names_of_their_own() -> None:
 @pytest.mark.slow  # a Prefect server for the session (~12 s to start)
 @pytest.mark.usefixtures("prefect_api")
 def test_a_flow_opens_its_lake_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from flows.prefect import ingest_flow
+    from flows.prefect_flows import ingest_flow
 
     lake = Lake(str(tmp_path / "lake"))
     opened: list[str] = []

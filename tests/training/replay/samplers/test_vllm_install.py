@@ -57,7 +57,7 @@ def test_every_backend_and_the_trainers_import_beside_vllm() -> None:
         "training.sft",
         "trl",
         "flows.cli",
-        "flows.prefect",
+        "flows.prefect_flows",
     ):
         importlib.import_module(module)
     fastapi = [

@@ -6,7 +6,7 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 
 from flows import stages
-from flows.prefect.tasks import assemble_task, flow_settings, pull_langfuse_task, retention_task
+from flows.prefect_flows.tasks import assemble_task, flow_settings, pull_langfuse_task, retention_task
 
 
 @flow(name="trajlake-ingest")

@@ -1,6 +1,6 @@
 """The pipeline flow: ingest, scenarios, SFT, N rounds of replay -> score -> GRPO, evaluate, publish.
 
-Each step is a task of `flows.prefect.tasks`, timed and logged (`_Steps`); the run's record
+Each step is a task of `flows.prefect_flows.tasks`, timed and logged (`_Steps`); the run's record
 (`store.pipeline_runs`) says what it learned from, what it trained and what the gate decided.
 """
 
@@ -19,7 +19,7 @@ from prefect.states import Failed
 from flows import progress, stages
 from flows.config.root import Settings
 from flows.config.sections import Selections
-from flows.prefect.tasks import (
+from flows.prefect_flows.tasks import (
     assemble_task,
     evaluate_task,
     finish_scoring_task,

@@ -1,7 +1,9 @@
 """Prefect flows: thin wiring of the stage functions in `flows.stages` into scheduled runs.
 
-`ingest.py` and `pipeline.py` hold the two flows `trajlake serve` deploys, `tasks.py` the
-tasks they call and the task runner.
+`ingesting.py` and `pipeline.py` hold the two flows `trajlake serve` deploys, `tasks.py` the
+tasks they call and the task runner. No module here is named like a top-level package
+(`ingest`, `prefect`): Prefect runs a deployment's entrypoint as a script, with its folder
+first on `sys.path`, where such a module would shadow the package.
 
 Each flow loads the configuration (a `trajlake.toml` path plus environment overrides:
 deployments pass only JSON-able parameters), opens its lake once (`stages.lake_of`), calls
@@ -15,8 +17,8 @@ to trajlake's console logger (`flows.progress`); no flow sets `log_prints`, whic
 every library's `print` inside a task to the run's log (`flows.progress` says which did).
 """
 
-from flows.prefect.ingest import ingest_flow
-from flows.prefect.pipeline import pipeline_flow, run_pipeline
-from flows.prefect.tasks import flow_settings, task_runner
+from flows.prefect_flows.ingesting import ingest_flow
+from flows.prefect_flows.pipeline import pipeline_flow, run_pipeline
+from flows.prefect_flows.tasks import flow_settings, task_runner
 
 __all__ = ["flow_settings", "ingest_flow", "pipeline_flow", "run_pipeline", "task_runner"]

@@ -1,6 +1,6 @@
 """Replay rounds shaped like the demo's, with the shared-prefix decode and the former `generate` path.
 
-    python bench/replay.py [--model smollm2-135m-instruct] [--scenarios 8] [--group-size 8]
+    python bench/replay.py [--model smollm2-135m-instruct] [--scenarios 24] [--group-size 16]
         [--max-tokens 48] [--max-turns 3] [--repeats 2] [--no-shared-prefix]
 
 Each run is `training.replay.replay` end to end on the demo's agent: its system prompt and
@@ -118,11 +118,18 @@ def rounds(argv: list[str]) -> None:
     )
     parser.add_argument("--model", default=None, help="Model (default: the tiny model).")
     parser.add_argument("--scenarios", type=int, default=24, help="Scenarios per round (the demo's 24).")
-    parser.add_argument("--group-size", type=int, default=8, help="Rollouts per scenario (G).")
+    parser.add_argument(
+        "--group-size", type=int, default=16, help="Rollouts per scenario (G; the demo's 16)."
+    )
     parser.add_argument("--max-tokens", type=int, default=48, help="Tokens per turn (the demo's 48).")
     parser.add_argument("--max-turns", type=int, default=3, help="Turns per rollout (the demo's 3).")
     parser.add_argument("--temperature", type=float, default=0.8)
-    parser.add_argument("--max-batch-rows", type=int, default=256, help="Rows per batch, shared-prefix path.")
+    parser.add_argument(
+        "--max-batch-rows",
+        type=int,
+        default=512,
+        help="Rows per batch, shared-prefix path (the sampler's default).",
+    )
     parser.add_argument("--repeats", type=int, default=1, help="Runs of each path; the median is reported.")
     parser.add_argument("--torch-threads", type=int, default=0, help="torch threads (0: torch's default).")
     parser.add_argument(

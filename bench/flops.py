@@ -27,9 +27,10 @@ def matmul_peak(size: int = 2048, repeats: int = 5) -> float:
     return 2 * size**3 / best
 
 
-def parameters(model: Any) -> int:
-    """Parameters a token's forward multiplies by (tied embeddings once, LoRA included)."""
-    return sum(p.numel() for p in model.parameters())
+def parameters(model: Any, *, lora: bool = True) -> int:
+    """Parameters a token's forward multiplies by (tied embeddings once; LoRA's unless `lora` is
+    False, as for a forward through an adapter merged into the weights)."""
+    return sum(p.numel() for name, p in model.named_parameters() if lora or "lora_" not in name)
 
 
 class TokenCounter:

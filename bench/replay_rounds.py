@@ -1,7 +1,7 @@
 """Replay rounds shaped like the demo's, with the shared-prefix decode and the former `generate` path.
 
     python bench/replay.py [--model smollm2-135m-instruct] [--scenarios 24] [--group-size 16]
-        [--max-tokens 48] [--max-turns 3] [--repeats 2] [--no-shared-prefix]
+        [--max-tokens 48] [--max-turns 3] [--repeats 2] [--no-shared-prefix] [--with-adapter]
 
 Each run is `training.replay.replay` end to end on the demo's agent: its system prompt and
 `calculator` tool definition, its mixed questions (`flows.demo.task`), T=0.8, up to 3 turns
@@ -12,6 +12,14 @@ decode (`training/replay/samplers/shared_prefix.py`) and once with the former pa
 prompt prefilled once for its `n` rows, each token drawn by exponential races as then:
 `former_draws`); the model load and a two-scenario warm-up of each are excluded. A fresh seed per repeat
 keeps a repeat from replaying the groups the last one wrote.
+
+`--with-adapter` samples through a LoRA adapter in the trainer's default shape (rank 16 on
+every attention and MLP projection), as the demo's GRPO rounds and evaluations do. Its `B` is
+PEFT's initial zero, so every path samples the base model's tokens and only the adapter's cost
+differs: the former path runs PEFT's forward (base and adapter matmuls apart), the
+shared-prefix path merges the adapter into copies of the weights
+(`training/replay/samplers/merged.py`), and a third run, `shared prefix, PEFT forward`, splits
+the gain between the two.
 
 The last line printed is one JSON object: `tokens_per_s` (generated tokens / wall seconds, the
 median run), `flop_share` (forward tokens computed, prefill + decode, padding excluded, x 2 x
@@ -60,6 +68,19 @@ def _scenarios(path: Path, count: int) -> Path:
     ]
     path.write_text("\n".join(json.dumps(line) for line in lines))
     return path
+
+
+def _zero_adapter(model: str, folder: Path) -> str:
+    """A LoRA adapter in the trainer's default shape with PEFT's initial weights (B = 0)."""
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from training.lora import LoraFields
+
+    get_peft_model(AutoModelForCausalLM.from_pretrained(model), LoraFields().lora_config()).save_pretrained(
+        folder
+    )
+    return str(folder)
 
 
 @contextlib.contextmanager
@@ -135,6 +156,11 @@ def rounds(argv: list[str]) -> None:
     parser.add_argument(
         "--no-shared-prefix", action="store_true", help="Measure only the former path (`generate`)."
     )
+    parser.add_argument(
+        "--with-adapter",
+        action="store_true",
+        help="Sample through a rank-16 LoRA adapter on every projection (zero B: the base model's tokens).",
+    )
     args = parser.parse_args(argv)
     import torch
 
@@ -149,10 +175,19 @@ def rounds(argv: list[str]) -> None:
         if args.no_shared_prefix
         else {"shared prefix": True, "former (generate)": False}
     )
-    # The former path as it ran before: 64 rows per `generate` call, its default then.
+    adapter = _zero_adapter(model, work / "adapter") if args.with_adapter else None
+    if adapter and not args.no_shared_prefix:
+        paths["shared prefix, PEFT forward"] = True
+    # The former path as it ran before: 64 rows per `generate` call, its default then, and
+    # PEFT's own forward through an adapter.
     samplers = {
         name: make_sampler(
-            "transformers", model, max_batch_rows=args.max_batch_rows if shared else 64, shared_prefix=shared
+            "transformers",
+            model,
+            adapter=adapter,
+            max_batch_rows=args.max_batch_rows if shared else 64,
+            shared_prefix=shared,
+            merge_adapters=name == "shared prefix",
         )
         for name, shared in paths.items()
     }
@@ -195,7 +230,9 @@ def rounds(argv: list[str]) -> None:
         for name in samplers:
             runs[name].append(run(name, i))
     peak = max(peak_before, matmul_peak())
-    params = parameters(next(iter(samplers.values()))._load())  # type: ignore[attr-defined]
+    # The base model's: the shared-prefix path forwards an adapter merged into its weights. (The
+    # former path's PEFT forward does ~4% more work than this counts for a rank-16 adapter.)
+    params = parameters(next(iter(samplers.values()))._load(), lora=False)  # type: ignore[attr-defined]
 
     def summary(name: str) -> dict[str, Any]:
         rs = runs[name]
@@ -215,6 +252,7 @@ def rounds(argv: list[str]) -> None:
 
     out: dict[str, Any] = {
         "model": Path(model).name,
+        "adapter": "rank-16 LoRA, every projection" if adapter else None,
         "workload": f"{args.scenarios} scenarios x G={args.group_size}, <= {args.max_turns} turns x "
         f"{args.max_tokens} tokens, T={args.temperature}",
         "threads": torch.get_num_threads(),

@@ -78,7 +78,9 @@ def make_sampler(backend: str, model: str, **options: Any) -> Sampler:
 
     Common options: `adapter` (LoRA path), `tokenizer` (path, defaults to `model`).
     transformers: `device`, `dtype`, `max_batch_rows`, `max_batch_tokens`, `shared_prefix` (the shared-prefix decode, default;
-    False: `generate`), `share_prefill` (on the `generate` path, prefill a prompt once for its n samples). vllm-server: `base_url`, `api_key`,
+    False: `generate`), `merge_adapters` (through a float32 LoRA adapter, sample with its delta
+    merged into copies of the weights, default; False: PEFT's forward), `share_prefill` (on the
+    `generate` path, prefill a prompt once for its n samples). vllm-server: `base_url`, `api_key`,
     `served_model`, `max_concurrency`, `timeout_s`, `retries`. vllm: `max_lora_rank`,
     `gpu_memory_utilization`, `max_model_len`, `engine_kwargs`.
     """

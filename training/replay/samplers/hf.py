@@ -52,10 +52,14 @@ class TransformersSampler(Sampler):
         max_batch_tokens: int = 131_072,
         share_prefill: bool = True,
         shared_prefix: bool = True,
+        merge_adapters: bool = True,
     ) -> None:
         super().__init__(model, adapter=adapter, tokenizer=tokenizer)
         self.share_prefill = share_prefill
         self.shared_prefix = shared_prefix
+        # Sample through a float32 LoRA adapter with its delta merged into copies of the base
+        # weights (`merged.py`); False: PEFT's forward, base and adapter matmuls apart.
+        self.merge_adapters = merge_adapters
         self.prefixes: Any = (
             None  # a `shared_prefix.PrefixStore`, made with the first batch (torch loads then)
         )
@@ -67,6 +71,7 @@ class TransformersSampler(Sampler):
         self.max_batch_tokens = max_batch_tokens
         self._model: Any = None
         self._peft: Any = None
+        self._merged: Any = None  # a `merged.MergedAdapters` over `_peft`
         self._loaded_adapters: dict[str, str] = {}
         self._cache_kwarg = "cache"  # the KV-cache argument's name in this transformers (set on load)
         # generate() is not re-entrant on one model; the micro-batcher already serialises, direct callers may not.
@@ -112,6 +117,7 @@ class TransformersSampler(Sampler):
         if adapter is None:
             if self._peft is None:
                 return model, contextlib.nullcontext()
+            self._merged.select(None)
             return self._peft, self._peft.disable_adapter()
         name = adapter_name(adapter)
         if name not in self._loaded_adapters:
@@ -122,7 +128,10 @@ class TransformersSampler(Sampler):
                     if self._peft is None:
                         from peft import PeftModel
 
+                        from training.replay.samplers.merged import MergedAdapters
+
                         self._peft = PeftModel.from_pretrained(model, adapter, adapter_name=name).eval()
+                        self._merged = MergedAdapters(self._peft)
                     else:
                         self._peft.load_adapter(adapter, adapter_name=name)
             except (OSError, ValueError) as exc:
@@ -134,6 +143,10 @@ class TransformersSampler(Sampler):
                 ) from exc
             self._loaded_adapters[name] = adapter
         self._peft.set_adapter(name)
+        if self.merge_adapters and self._merged.mergeable(name):  # one matmul a layer, not three
+            self._merged.select(name)
+            return self._peft, self._peft.disable_adapter()
+        self._merged.select(None)
         return self._peft, contextlib.nullcontext()
 
     # --- sampling -----------------------------------------------------------------------

@@ -170,3 +170,72 @@ def test_batches_are_bounded_by_rows_and_kv_cache_slots(tiny_model: Path) -> Non
     chunks = sampler._chunks(short + long, 10)  # type: ignore[attr-defined]
     assert [len(c) for c in chunks] == [4, 2, 2, 1]  # a long row joins no batch it would overfill
     assert all(len(c) * (max(len(r[1]) for r in c) + 10) <= 100 for c in chunks)
+
+
+@pytest.fixture(scope="module")
+def second_adapter_path(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Another random adapter, on the MLP as well: a switch between two adapters."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(1)
+    peft_model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(tiny_model),
+        LoraConfig(
+            r=4, lora_alpha=32, target_modules=["q_proj", "gate_proj", "down_proj"], init_lora_weights=False
+        ),
+    )
+    path = tmp_path_factory.mktemp("adapter") / "v2"
+    peft_model.save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize("shared_prefix", [True, False])
+def test_a_merged_adapter_samples_what_peft_samples(
+    tiny_model: Path, adapter_path: Path, second_adapter_path: Path, shared_prefix: bool
+) -> None:
+    """Sampling through an adapter merged into copies of the weights gives PEFT's own forward's
+    ids and logprobs, greedy and sampled, whichever adapter (or none) was selected before."""
+    merged = make_sampler("transformers", str(tiny_model), shared_prefix=shared_prefix)
+    peft = make_sampler("transformers", str(tiny_model), shared_prefix=shared_prefix, merge_adapters=False)
+    prompts = _turns(merged.tokenizer)
+    for temperature in (0.0, 0.9):
+        params = SamplingParams(max_tokens=10, temperature=temperature, seed=3)
+        for adapter in (str(adapter_path), None, str(second_adapter_path), str(adapter_path)):
+            requests = [SampleRequest(p, 2, params, adapter) for p in prompts]
+            _assert_same(merged.generate(requests), peft.generate(requests))
+    assert merged._merged.selected is not None  # type: ignore[attr-defined]  # the merge ran
+    assert peft._merged.selected is None  # type: ignore[attr-defined]
+
+
+def test_merging_never_writes_the_base_weights(tiny_model: Path, adapter_path: Path) -> None:
+    """After sampling through two adapters in turn, the base weights are the loaded ones bit for
+    bit (a merge and unmerge in place would leave rounding behind), and no adapter's delta is
+    left in the model while another, or none, is selected."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    sampler = make_sampler("transformers", str(tiny_model))
+    prompt = _turns(sampler.tokenizer)[0]
+    params = SamplingParams(max_tokens=4, temperature=0.0)
+    base_before = sampler.generate([SampleRequest(prompt, 1, params)])
+    for _ in range(3):
+        sampler.generate([SampleRequest(prompt, 1, params, str(adapter_path))])
+        after = sampler.generate([SampleRequest(prompt, 1, params)])
+        assert after[0][0].logprobs == base_before[0][0].logprobs  # exactly: the base weights are back
+    loaded = AutoModelForCausalLM.from_pretrained(tiny_model).state_dict()
+    for name, weight in sampler._peft.get_base_model().state_dict().items():  # type: ignore[attr-defined]
+        key = name.replace(".base_layer", "")
+        if "lora_" not in name:
+            assert torch.equal(weight, loaded[key]), name
+
+
+def test_16_bit_weights_keep_peft_forward(tiny_model: Path, adapter_path: Path) -> None:
+    """A LoRA delta below a bfloat16 weight's last bit would be rounded away by a merge: in 16-bit
+    weights the adapter runs unmerged."""
+    sampler = make_sampler("transformers", str(tiny_model), dtype="bfloat16")
+    prompt = _turns(sampler.tokenizer)[0]
+    sampler.generate([SampleRequest(prompt, 1, SamplingParams(max_tokens=2), str(adapter_path))])
+    assert sampler._merged.selected is None  # type: ignore[attr-defined]
+    assert not sampler._merged.mergeable(sampler._peft.active_adapter)  # type: ignore[attr-defined]

@@ -38,15 +38,20 @@ class MergedAdapters:
         self._originals: dict[Any, torch.nn.Parameter] = {}  # LoRA layer -> its base weight
 
     def mergeable(self, name: str) -> bool:
-        """Whether adapter `name` is a plain low-rank delta on float32 weights."""
+        """Whether adapter `name` is a plain low-rank delta on float32 linear or embedding weights."""
+        from peft.tuners.lora import Embedding, Linear
+
         config = self.peft.peft_config[name]
+        layers = self._layers(name)
         return (
             getattr(config, "peft_type", None) == "LORA"
             and not getattr(config, "use_dora", False)
             and not getattr(config, "lora_bias", False)
             and not getattr(config, "modules_to_save", None)
             and not getattr(config, "trainable_token_indices", None)
-            and all(layer.get_base_layer().weight.dtype == torch.float32 for layer in self._layers(name))
+            # their delta has their weight's shape (a convolution's need not)
+            and all(isinstance(layer, Linear | Embedding) for layer in layers)
+            and all(layer.get_base_layer().weight.dtype == torch.float32 for layer in layers)
         )
 
     def select(self, name: str | None) -> None:
@@ -60,14 +65,15 @@ class MergedAdapters:
         self.selected = None
         if name is None:
             return
-        with torch.no_grad():
-            for layer in self._layers(name):
-                base = layer.get_base_layer()
-                delta = layer.get_delta_weight(name)
-                if delta.shape != base.weight.shape:  # a layer kind whose delta is not its weight's shape
-                    raise ValueError(f"cannot merge {type(layer).__name__}: delta {tuple(delta.shape)}")
-                self._originals[layer] = base.weight
-                base.weight = torch.nn.Parameter(base.weight + delta, requires_grad=False)
+        with torch.no_grad():  # every merged weight first: a failure leaves the base weights in place
+            merged = [
+                (layer, layer.get_base_layer().weight + layer.get_delta_weight(name))
+                for layer in self._layers(name)
+            ]
+        for layer, weight in merged:
+            base = layer.get_base_layer()
+            self._originals[layer] = base.weight
+            base.weight = torch.nn.Parameter(weight, requires_grad=False)
         self.selected = name
 
     def _layers(self, name: str) -> list[Any]:

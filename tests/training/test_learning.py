@@ -38,6 +38,10 @@ from training.replay.stage import ReplayConfig, replay
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
 
 VAL = "SELECT scenario_id FROM scenarios WHERE split = 'val'"
+# Three rounds learned +0.14 to +0.18 on Intel but +0.057 [-0.007, +0.118] on a 2-core AMD EPYC
+# (Zen 4), every run alike: its float32 kernels round differently, so the samples and the rounds
+# differ. Four: +0.118 [+0.053, +0.175] there (five: +0.125), 2026-11-29.
+ROUNDS = 4
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +124,7 @@ def test_grpo_rounds_raise_val_reward_and_pass_the_gate(
 
     base_policy, base_groups = sample_and_score(lake, model, None, VAL, "eval", reward)
     adapter: str | None = None
-    for round_ in range(3):
+    for round_ in range(ROUNDS):
         _, groups = sample_and_score(
             lake,
             model,
@@ -177,5 +181,5 @@ def test_grpo_rounds_raise_val_reward_and_pass_the_gate(
     published = publish(lake, adapter, PublishConfig(name="toy"), aliases=["latest", "production"], gate=gate)
     assert published.gate is gate and "production" in published.aliases
     manifest = read_manifest(published.path)
-    assert manifest["stages"] == ["grpo", "grpo", "grpo"] and len(manifest["lineage"]) == 3
+    assert manifest["stages"] == ["grpo"] * ROUNDS and len(manifest["lineage"]) == ROUNDS
     assert manifest["eval"]["incumbent_name"] == "base" and manifest["eval"]["promoted"] is True

@@ -354,4 +354,4 @@ def test_grpo_loss_and_gradients_equal_stock_trl_on_smollm2(smollm2: Path, tmp_p
     )
     write(lake, "trajectories", rows)
     write(lake, "rewards", rewards)
-    check_parity_with_stock(*parity_trainers(lake, str(smollm2), tmp_path, 0.7), "dapo", rtol=1e-5)
+    check_parity_with_stock(*parity_trainers(lake, str(smollm2), tmp_path, 0.7), "dapo", rtol=1e-4)

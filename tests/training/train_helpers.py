@@ -217,11 +217,13 @@ def loss_and_grads(
 
 
 def check_parity_with_stock(
-    ours: Any, stock: Any, dataset: Any, loss_type: str, *, rtol: float = 1e-6
+    ours: Any, stock: Any, dataset: Any, loss_type: str, *, rtol: float = 1e-5
 ) -> None:
     """One batch of stored groups through both trainers: the same loss and gradients (to `rtol`:
     float32 summation order differs between the two forwards, more so over a real model's 30
-    layers); and the stored logprobs line up token by token with the model's own (stock TRL's
+    layers and on AMD, whose kernels round differently: on a 2-core AMD EPYC (Zen 4) the tiny
+    model's losses differed by 1.1e-6 relative and SmolLM2's by 1.3e-5, on Intel within 1e-6
+    and 1e-5); and the stored logprobs line up token by token with the model's own (stock TRL's
     on-policy path)."""
     import math
 

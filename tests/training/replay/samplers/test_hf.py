@@ -72,23 +72,26 @@ def test_greedy_leaves_the_global_generator_alone(tiny_model: Path) -> None:
     assert torch.equal(before, torch.get_rng_state())
 
 
-@pytest.fixture(scope="module")
-def adapter_path(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _random_adapter(tiny_model: Path, folder: Path, seed: int, **lora: object) -> Path:
     """A LoRA adapter with random (non-zero) weights: sampling through it changes the output."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     peft_model = get_peft_model(
-        AutoModelForCausalLM.from_pretrained(tiny_model),
-        LoraConfig(
-            r=8, lora_alpha=64, target_modules=["q_proj", "v_proj", "o_proj"], init_lora_weights=False
-        ),
+        AutoModelForCausalLM.from_pretrained(tiny_model), LoraConfig(init_lora_weights=False, **lora)
     )
-    path = tmp_path_factory.mktemp("adapter") / "v1"
-    peft_model.save_pretrained(path)
-    return path
+    peft_model.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def adapter_path(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("adapter") / "v1"
+    return _random_adapter(
+        tiny_model, folder, 0, r=8, lora_alpha=64, target_modules=["q_proj", "v_proj", "o_proj"]
+    )
 
 
 SYSTEM = (
@@ -175,20 +178,10 @@ def test_batches_are_bounded_by_rows_and_kv_cache_slots(tiny_model: Path) -> Non
 @pytest.fixture(scope="module")
 def second_adapter_path(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Another random adapter, on the MLP as well: a switch between two adapters."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    torch.manual_seed(1)
-    peft_model = get_peft_model(
-        AutoModelForCausalLM.from_pretrained(tiny_model),
-        LoraConfig(
-            r=4, lora_alpha=32, target_modules=["q_proj", "gate_proj", "down_proj"], init_lora_weights=False
-        ),
+    folder = tmp_path_factory.mktemp("adapter") / "v2"
+    return _random_adapter(
+        tiny_model, folder, 1, r=4, lora_alpha=32, target_modules=["q_proj", "gate_proj", "down_proj"]
     )
-    path = tmp_path_factory.mktemp("adapter") / "v2"
-    peft_model.save_pretrained(path)
-    return path
 
 
 @pytest.mark.parametrize("shared_prefix", [True, False])

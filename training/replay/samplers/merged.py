@@ -12,7 +12,7 @@ weights are never written: selecting no adapter or another one puts the original
 what a row samples does not depend on which adapters were selected before it (PEFT's
 in-place `merge`/`unmerge` would leave rounding drift behind each switch). The cost is memory:
 one copy of the weights the adapter targets while it is selected (SmolLM2 with every
-projection targeted: 106M parameters, 425 MB in float32), and a merge (~0.1 s) at each switch
+projection targeted: 106M parameters, 425 MB in float32), and a merge (~0.25 s) at each switch
 of adapter, which the sampler makes once per batch at most.
 
 Merged weights equal the unmerged forward up to the rounding of a different summation order

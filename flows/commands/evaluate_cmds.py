@@ -58,6 +58,14 @@ def evaluate(
         int | None,
         typer.Option(help="Samples per scenario (default: `[evaluate] group_size`).", show_default=False),
     ] = None,
+    temperature: Annotated[
+        float | None,
+        typer.Option(
+            help="Temperature of the sampled evaluation (default: `[evaluate] temperature`, else the "
+            "replay's).",
+            show_default=False,
+        ),
+    ] = None,
     greedy: Annotated[
         bool | None,
         typer.Option(
@@ -96,7 +104,12 @@ def evaluate(
             settings = settings.with_values("select", evaluate=scenarios)
         overrides = {
             key: value
-            for key, value in (("reward", reward), ("group_size", group_size), ("greedy", greedy))
+            for key, value in (
+                ("reward", reward),
+                ("group_size", group_size),
+                ("temperature", temperature),
+                ("greedy", greedy),
+            )
             if value is not None
         }
         if overrides:

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from store.errors import check_settings
 from store.lake import DEFAULT_LAKE
+from store.sampling import is_temperature
 from store.selections import PRODUCTION_TRAJECTORIES, SFT_TRAJECTORIES, TRAIN_SCENARIOS, VAL_SCENARIOS
 
 
@@ -99,6 +100,11 @@ class EvaluateSettings:
         "",
     )
     group_size: int = _help("Samples per val scenario (0: `replay.group_size`).", 0)
+    temperature: float = _help(
+        "Temperature of the sampled evaluation: the one production serves at, when training replays "
+        "explore at another (0: `replay.sampling.temperature`).",
+        0.0,
+    )
     greedy: bool = _help(
         "Also measure every policy greedily (temperature 0, one sample per val scenario), as most "
         "production serves: both successes are in the table, the gate reads the sampled one.",
@@ -123,7 +129,11 @@ class EvaluateSettings:
 
     def __post_init__(self) -> None:
         # 0 stands for `replay.group_size`; any other value is checked by the replay (`flows.config`)
-        check_settings(self, ("group_size", self.group_size >= 0, ">= 0"))
+        check_settings(
+            self,
+            ("group_size", self.group_size >= 0, ">= 0"),
+            ("temperature", is_temperature(self.temperature), ">= 0 (0: `replay.sampling.temperature`)"),
+        )
 
 
 @dataclass(frozen=True)

@@ -148,17 +148,25 @@ def measurer(
     replaying: ReplaySections,
 ) -> Callable[[str | None], Measured]:
     """`measure(adapter folder | None) -> Measured`: replay `select.evaluate` with the policy
-    (`evaluate.group_size` samples each, and once greedily with `evaluate.greedy`), score it with
+    (`evaluate.group_size` samples each at `evaluate.temperature`, and once greedily with `evaluate.greedy`), score it with
     the evaluation reward, and read its per-scenario success (`evaluate_policies`' input)."""
     from judging.evaluate import Measured
     from judging.evaluation_stats import scenario_scores
 
     spec = evaluation_reward(score=score, evaluate=evaluate)
     group_size = evaluate.group_size or None
+    temperature = evaluate.temperature or None
 
     def measure(path: str | None) -> Measured:
         replayed = replay_policy(
-            lake, path, select.evaluate, run="eval", seed=0, group_size=group_size, replaying=replaying
+            lake,
+            path,
+            select.evaluate,
+            run="eval",
+            seed=0,
+            group_size=group_size,
+            temperature=temperature,
+            replaying=replaying,
         )
         reward = score_reward(lake, spec, replayed.group_ids, judge=judge).reward
         greedy = None

@@ -131,16 +131,19 @@ def replay_policy(
     run: str,
     seed: int,
     group_size: int | None = None,
+    temperature: float | None = None,
     greedy: bool = False,
     replaying: ReplaySections,
 ) -> PolicyReplay:
-    """Group-sample `scenarios` with the base model or `adapter` (`group_size`: instead of the
-    configured one; `greedy`: one sample per scenario at temperature 0); resumable (complete
-    groups are skipped)."""
+    """Group-sample `scenarios` with the base model or `adapter` (`group_size`, `temperature`:
+    instead of the configured ones; `greedy`: one sample per scenario at temperature 0);
+    resumable (complete groups are skipped)."""
     configured = dataclasses.replace(
         replaying.replay, run=run, group_size=group_size or replaying.replay.group_size
     )
     sampling = configured.sampling.with_seed(seed)
+    if temperature is not None:
+        sampling = dataclasses.replace(sampling, temperature=temperature)
     if greedy:
         sampling = dataclasses.replace(sampling, temperature=0.0)
         replay_config = dataclasses.replace(configured, group_size=1, sampling=sampling, greedy=True)

@@ -17,6 +17,7 @@ from flows.demo.base_model import pretrain_base_model
 from flows.demo.capture import capture_production_traces
 from flows.demo.config import write_demo_config
 from flows.demo.run import SIZES
+from flows.demo.serving import TEMPERATURE
 from store.catalog.connection import connect
 from store.pipeline_runs import pipeline_runs
 from tests.flows.stages.by_hand import sft_by_hand
@@ -91,6 +92,30 @@ def test_evaluate_compares_policies_paired_and_publishes_nothing(published_lake:
     printed = " ".join(named.output.split())  # rich wraps long cells and lines
     assert "vs base (paired)" in printed and f"vs {NAME}:v1 (paired)" in printed
     assert "(nothing published)" in printed and "production-llm-1" not in printed
+
+    # the sampled evaluation at a temperature of its own (production's), not the replay's
+    def sampled_at(temperature: float) -> int:
+        return (
+            connect(lake)
+            .execute(
+                "SELECT count(*) FROM trajectories WHERE replay_run = 'eval' AND sampling.temperature = ?",
+                [temperature],
+            )
+            .fetchone()[0]
+        )
+
+    assert sampled_at(0.5) == 0 and sampled_at(TEMPERATURE) > 0
+    cooler = runner.invoke(
+        app,
+        ["evaluate", "base", "--lake", str(lake), "--temperature", "0.5", "--no-production", "--no-greedy"],
+    )
+    assert cooler.exit_code == 0, cooler.output
+    assert sampled_at(0.5) == scenarios * SPEC.eval_group_size
+    negative = runner.invoke(app, ["evaluate", "base", "--lake", str(lake), "--temperature", "-1"])
+    assert negative.exit_code == 2 and negative.output.startswith(
+        "error: bad configuration `evaluate.temperature` (command line): `temperature` must be >= 0"
+    )
+    assert len(negative.output.strip().splitlines()) == 1
 
     bad = runner.invoke(app, ["evaluate", "base", f"{NAME}:v9", "--lake", str(lake)])
     assert bad.exit_code == 2

@@ -241,6 +241,7 @@ reward = "calculator"  # graded (0.2 call, 0.5 right call, 1 right answer): GRPO
 [evaluate]
 reward = "exact_match"  # success: the final answer is the expected number, as the user judged
 group_size = {size.eval_group_size}
+temperature = {TEMPERATURE}  # the temperature production serves at (0: the replay's)
 production_reward = "user_feedback"
 intermediate = {json.dumps(size.evaluate_intermediate)}  # false: each night's ends only (where it started, SFT, the candidate)
 

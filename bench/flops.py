@@ -13,11 +13,11 @@ import time
 from typing import Any
 
 
-def matmul_peak(size: int = 2048, repeats: int = 5) -> float:
-    """FLOP/s of the fastest of `repeats` fp32 `torch.mm` of two `size` x `size` matrices."""
+def matmul_peak(size: int = 2048, repeats: int = 5, dtype: Any = None) -> float:
+    """FLOP/s of the fastest of `repeats` `torch.mm` (fp32, or `dtype`) of two `size` x `size` matrices."""
     import torch
 
-    a, b = torch.randn(size, size), torch.randn(size, size)
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
     torch.mm(a, b)  # warm-up: threads, allocator
     best = float("inf")
     for _ in range(repeats):

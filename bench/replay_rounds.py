@@ -2,6 +2,7 @@
 
     python bench/replay.py [--model smollm2-135m-instruct] [--scenarios 24] [--group-size 16]
         [--max-tokens 48] [--max-turns 3] [--repeats 2] [--no-shared-prefix] [--with-adapter]
+        [--dtype bfloat16]
 
 Each run is `training.replay.replay` end to end on the demo's agent: its system prompt and
 `calculator` tool definition, its mixed questions (`flows.demo.task`), T=0.8, up to 3 turns
@@ -20,6 +21,10 @@ differs: the former path runs PEFT's forward (base and adapter matmuls apart), t
 shared-prefix path merges the adapter into copies of the weights
 (`training/replay/samplers/merged.py`), and a third run, `shared prefix, PEFT forward`, splits
 the gain between the two.
+
+`--dtype bfloat16` runs the shared-prefix paths in bfloat16 (`sampler.dtype`; an adapter is
+then stacked under the weights, not merged into them) against the former path in float32, as
+it ran; the JSON adds the `torch.mm` bfloat16 peak.
 
 The last line printed is one JSON object: `tokens_per_s` (generated tokens / wall seconds, the
 median run), `flop_share` (forward tokens computed, prefill + decode, padding excluded, x 2 x
@@ -151,6 +156,12 @@ def rounds(argv: list[str]) -> None:
         default=512,
         help="Rows per batch, shared-prefix path (the sampler's default).",
     )
+    parser.add_argument(
+        "--dtype",
+        default=None,
+        choices=["float32", "bfloat16"],
+        help="Precision of the shared-prefix paths (default: the sampler's, float32 on a CPU).",
+    )
     parser.add_argument("--repeats", type=int, default=1, help="Runs of each path; the median is reported.")
     parser.add_argument("--torch-threads", type=int, default=0, help="torch threads (0: torch's default).")
     parser.add_argument(
@@ -188,6 +199,7 @@ def rounds(argv: list[str]) -> None:
             max_batch_rows=args.max_batch_rows if shared else 64,
             shared_prefix=shared,
             merge_adapters=name == "shared prefix",
+            **({"dtype": args.dtype} if shared and args.dtype else {}),
         )
         for name, shared in paths.items()
     }
@@ -259,6 +271,9 @@ def rounds(argv: list[str]) -> None:
         "parameters": params,
         "mm_peak_gflops": round(peak / 1e9, 1),
     }
+    if args.dtype == "bfloat16":
+        out["dtype"] = "bfloat16"
+        out["mm_peak_bf16_gflops"] = round(matmul_peak(dtype=torch.bfloat16) / 1e9, 1)
     for name in samplers:
         print(f"{name}: {json.dumps(summary(name))}")
     if args.no_shared_prefix:

@@ -53,6 +53,8 @@ def test_empty_file_is_the_embedded_default(tmp_path: Path) -> None:
         ("[replay]\ngroup_sise = 3", "replay.group_sise", "group_size"),  # typo: lists the real keys
         ("[replay]\ngroup_size = 'x'", "replay.group_size", "valid integer"),
         ("[sampler]\nbackend = 'tgi'", "sampler.backend", "'vllm-server'"),
+        ("[sampler]\ndtype = 'bf16'", "sampler.dtype", "'bfloat16'"),
+        ("[sampler]\nbackend = 'vllm-server'\ndtype = 'bfloat16'", "sampler.dtype", "vllm serve --dtype"),
         ("[replay]\ngroup_size = 1", "replay.group_size", "must be >= 2"),  # the library's own check
         ("[replay.sampling]\ntemperature = 0", "replay.sampling.temperature", "must be > 0"),
         ("[replay.sampling]\ntop_p = 2.0", "replay.sampling.top_p", "in (0, 1]"),

@@ -57,8 +57,8 @@ class TransformersSampler(Sampler):
         super().__init__(model, adapter=adapter, tokenizer=tokenizer)
         self.share_prefill = share_prefill
         self.shared_prefix = shared_prefix
-        # Sample through a float32 LoRA adapter with its delta merged into copies of the base
-        # weights (`merged.py`); False: PEFT's forward, base and adapter matmuls apart.
+        # Sample through a LoRA adapter with its delta merged into copies of float32 base weights,
+        # or stacked under 16-bit ones (`merged.py`); False: PEFT's forward, base and adapter apart.
         self.merge_adapters = merge_adapters
         self.prefixes: Any = (
             None  # a `shared_prefix.PrefixStore`, made with the first batch (torch loads then)
@@ -143,7 +143,7 @@ class TransformersSampler(Sampler):
                 ) from exc
             self._loaded_adapters[name] = adapter
         self._peft.set_adapter(name)
-        if self.merge_adapters and self._merged.mergeable(name):  # one matmul a layer, not three
+        if self.merge_adapters and self._merged.mergeable(name):  # one large matmul a layer, not three
             self._merged.select(name)
             return self._peft, self._peft.disable_adapter()
         self._merged.select(None)

@@ -224,11 +224,54 @@ def test_merging_never_writes_the_base_weights(tiny_model: Path, adapter_path: P
             assert torch.equal(weight, loaded[key]), name
 
 
-def test_16_bit_weights_keep_peft_forward(tiny_model: Path, adapter_path: Path) -> None:
-    """A LoRA delta below a bfloat16 weight's last bit would be rounded away by a merge: in 16-bit
-    weights the adapter runs unmerged."""
-    sampler = make_sampler("transformers", str(tiny_model), dtype="bfloat16")
-    prompt = _turns(sampler.tokenizer)[0]
-    sampler.generate([SampleRequest(prompt, 1, SamplingParams(max_tokens=2), str(adapter_path))])
-    assert sampler._merged.selected is None  # type: ignore[attr-defined]
-    assert not sampler._merged.mergeable(sampler._peft.active_adapter)  # type: ignore[attr-defined]
+def test_16_bit_weights_stack_the_adapter_and_sample_what_peft_samples(
+    tiny_model: Path, adapter_path: Path
+) -> None:
+    """In bfloat16 the adapter is stacked under the weights, not merged into their last bit: the
+    stacked forward's logprobs stay within bfloat16's rounding of PEFT's own forward (and far from
+    the base model's), and deselecting it gives the base model's logprobs back exactly."""
+    import torch
+
+    stacked = make_sampler("transformers", str(tiny_model), dtype="bfloat16")
+    peft = make_sampler("transformers", str(tiny_model), dtype="bfloat16", merge_adapters=False)
+    prompts = _turns(stacked.tokenizer)
+    params = SamplingParams(max_tokens=6, temperature=0.0)
+    tuned = [SampleRequest(p, 1, params, str(adapter_path)) for p in prompts]
+    base = [SampleRequest(p, 1, params) for p in prompts]
+    base_before = stacked.generate(base)
+    ours, theirs = stacked.generate(tuned), peft.generate(tuned)
+    assert stacked._merged.selected is not None  # type: ignore[attr-defined]  # the stacking ran
+    assert stacked._peft.get_base_model().model.layers[0].self_attn.q_proj.weight.dtype == torch.bfloat16  # type: ignore[attr-defined]
+    for a, b, plain in zip(ours, theirs, base_before, strict=True):
+        assert a[0].token_ids == b[0].token_ids
+        assert a[0].logprobs == pytest.approx(b[0].logprobs, abs=0.05)
+        assert a[0].token_ids != plain[0].token_ids or a[0].logprobs != plain[0].logprobs
+    _assert_exact(stacked.generate(base), base_before)  # hooks and stacked weights are gone
+    # teacher-forced on PEFT's tokens: the stacked delta is the adapter's, not rounded into W
+    sequence = torch.tensor([list(prompts[0]) + list(theirs[0][0].token_ids)])
+    with torch.inference_mode():
+        model, context = stacked._model_for(str(adapter_path))  # type: ignore[attr-defined]
+        with context:
+            stacked_logits = model(input_ids=sequence).logits.float()
+        model, context = peft._model_for(str(adapter_path))  # type: ignore[attr-defined]
+        with context:
+            peft_logits = model(input_ids=sequence).logits.float()
+        model, context = stacked._model_for(None)  # type: ignore[attr-defined]
+        with context:
+            base_logits = model(input_ids=sequence).logits.float()
+    gap = (stacked_logits - peft_logits).abs().max().item()
+    assert gap < 0.1 * (peft_logits - base_logits).abs().max().item()
+
+
+def _assert_exact(a: list, b: list) -> None:
+    for group_a, group_b in zip(a, b, strict=True):
+        for x, y in zip(group_a, group_b, strict=True):
+            assert (x.token_ids, x.logprobs) == (y.token_ids, y.logprobs)
+
+
+def test_the_configured_dtype_is_the_one_the_model_samples_in(tiny_model: Path) -> None:
+    """`sampler.dtype` reaches the transformers backend; unset, a CPU samples in float32."""
+    from training.replay.samplers import SamplerConfig
+
+    assert SamplerConfig(model=str(tiny_model), dtype="bfloat16").build().dtype == "bfloat16"
+    assert SamplerConfig(model=str(tiny_model)).build().dtype == "float32"

@@ -75,16 +75,18 @@ def sampler_app(
     served_name: str | None = None,
     defaults: SamplingParams | None = None,
     limits: RequestLimits | None = None,
+    dtype: str | None = None,
 ) -> tuple[Any, Any, str]:
     """(ASGI app, its sampler, the served model name): the transformers sampler on `model`,
     through `adapter` when given; `defaults` are the parameters of requests that set none;
     `limits` bound what a request may ask (`RequestLimits`' defaults when None), and a
-    request naming a model other than the base model or the served adapter is answered 404.
-    Close the sampler when done (`with sampler:`)."""
+    request naming a model other than the base model or the served adapter is answered 404;
+    `dtype` is the model's precision (None: the sampler's default). Close the sampler when done
+    (`with sampler:`)."""
     path, name = served_adapter(adapter, lake=lake, served_name=served_name)
     if path is not None:
         check_adapter_files(path)  # a truncated file is refused now, not on the first request
-    sampler = make_sampler("transformers", model, adapter=path)
+    sampler = make_sampler("transformers", model, adapter=path, **({"dtype": dtype} if dtype else {}))
     app = create_app(
         sampler,
         default_params=defaults,

@@ -172,7 +172,8 @@ def serve_sampler(
     For machines without vLLM: `trajlake replay --backend vllm-server --base-url http://HOST:PORT`
     then works against it, and so do OpenAI SDK agents. A published adapter answers as
     `<name>-v<version>`, so production traces of agents using it are attributed to that
-    version (`policy_performance`). The sampling options are the defaults of requests that set none.
+    version (`policy_performance`). The sampling options are the defaults of requests that set none;
+    the model's precision is `[sampler] dtype`.
     A request past a limit (`n`, `max_tokens`, prompt or body size) is answered 400, one naming a
     model this server does not serve 404; SIGTERM stops it within seconds, requests in flight or not.
     """
@@ -195,6 +196,7 @@ def serve_sampler(
             served_name=served_name,
             defaults=defaults.sampling(),
             limits=request_limits,
+            dtype=setting("sampler.dtype"),
         )
     except (FileNotFoundError, AdapterNotFound, AdapterNotServable) as exc:
         raise fail(str(exc), 2) from None

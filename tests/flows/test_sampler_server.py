@@ -4,6 +4,7 @@ production traces of an agent using it are attributed to that version."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
@@ -166,3 +167,29 @@ def test_sigterm_stops_the_server_within_seconds_while_it_generates(tiny_model: 
         if server.poll() is None:
             server.kill()
             server.wait()
+
+
+def test_serve_sampler_loads_the_model_in_the_configured_dtype(
+    tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`[sampler] dtype` reaches `trajlake serve-sampler`'s model (the server itself not started)."""
+    import uvicorn
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+    from flows.commands import replay_cmds
+
+    made = []
+
+    def made_app(*args: Any, **kwargs: Any) -> tuple[Any, Any, str]:
+        served = sampler_app(*args, **kwargs)
+        made.append(served[1])
+        return served
+
+    monkeypatch.setattr(replay_cmds, "sampler_app", made_app)
+    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: None)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TRAJLAKE_SAMPLER__DTYPE", "bfloat16")
+    result = CliRunner().invoke(app, ["serve-sampler", "--model", str(tiny_model)])
+    assert result.exit_code == 0, result.output
+    assert made[0].dtype == "bfloat16"

@@ -1,4 +1,4 @@
-"""Sampling through a LoRA adapter with its weights merged into copies of the base weights.
+"""Sampling through a LoRA adapter merged into copies of the base weights (stacked under them in 16 bits).
 
 PEFT's LoRA layer computes `base(x) + B(A(x)) * scale` on every forward: three matmuls, a
 scale and an add where the base model has one matmul. At a SmolLM2 decode step of 384 rows on
@@ -37,7 +37,7 @@ import torch
 
 
 class MergedAdapters:
-    """The merged weights of one selected adapter of a PEFT model, and the originals to restore."""
+    """The merged (or stacked) weights of one selected adapter of a PEFT model, and the originals to restore."""
 
     def __init__(self, peft_model: Any) -> None:
         self.peft = peft_model

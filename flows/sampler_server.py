@@ -86,7 +86,7 @@ def sampler_app(
     path, name = served_adapter(adapter, lake=lake, served_name=served_name)
     if path is not None:
         check_adapter_files(path)  # a truncated file is refused now, not on the first request
-    sampler = make_sampler("transformers", model, adapter=path, **({"dtype": dtype} if dtype else {}))
+    sampler = make_sampler("transformers", model, adapter=path, dtype=dtype)
     app = create_app(
         sampler,
         default_params=defaults,

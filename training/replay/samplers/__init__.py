@@ -87,7 +87,7 @@ class SamplerConfig:
         options: dict[str, Any] = {"adapter": adapter, "tokenizer": self.tokenizer}
         if self.backend == "vllm-server":
             options.update(base_url=self.base_url, api_key=self.api_key)
-        elif self.dtype is not None:
+        else:  # None: the backend's default precision
             options["dtype"] = self.dtype
         return make_sampler(self.backend, model or self.model, **options)
 

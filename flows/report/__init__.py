@@ -3,6 +3,7 @@ each pipeline run.
 
 - `data`: what the page shows, read from the lake's views with bounded queries;
 - `groups`: the group viewer (a group's trajectories side by side, filters in the page);
+- `changes`: the val scenarios a candidate answers differently from where its run started;
 - `plots`, `sampling`: the matplotlib figures and the sampler/trainer gap section;
 - `render`: the HTML.
 """

@@ -7,6 +7,8 @@ turns it into HTML, with matplotlib plots (`flows.report_plots`) embedded as PNG
 - learning: success per stage (base model, SFT, each GRPO round) on the val scenarios
   with 95% CIs, the production policy's success as a reference line, and the table
   behind it with paired differences (the newest evaluation run in `runs`);
+- what changed: the val scenarios the candidate answers better or worse than where its run
+  started (`flows.report.changes`);
 - production before and after: feedback per policy from `policy_performance`, served
   adapters attributed to their version;
 - mean reward per round, the reward distribution of each group, the published adapter's
@@ -20,6 +22,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from flows.report.changes import ValChanges, val_changes
 from flows.report.groups import GroupView, group_view
 from flows.report.production import Conversation, TrafficRow, newest_conversations, production_traffic
 from flows.report.sampling import SamplerGapRow, gap_steps, sampler_gap_rows
@@ -102,6 +105,7 @@ class ReportData:
     success_reward: str = ""
     production_reward: str = "user_feedback"
     learning: list[StageRow] = field(default_factory=list)
+    changes: ValChanges | None = None  # the val scenarios the candidate answers differently
     production: list[ProductionRow] = field(default_factory=list)
     rounds: list[RoundRewards] = field(default_factory=list)
     group_rewards: dict[str, list[list[float]]] = field(default_factory=dict)  # policy -> groups -> values
@@ -158,6 +162,7 @@ def report_data(
     pipeline_runs = read_pipeline_runs(lake, skip_unmigrated=True)
     evaluated = [run.eval_run_id for run in pipeline_runs if run.eval_run_id]
     learning, success_reward = learning_rows(con, eval_run or (evaluated[-1] if evaluated else None))
+    changes = val_changes(con, learning, success_reward)
     # a lake the pipeline runs on: its rounds are the pipeline's (an ad-hoc replay is not a round)
     rounds_only = f"AND {PIPELINE_ROUND}" if pipeline_runs else ""
     production = production_rows(con, production_reward)
@@ -234,6 +239,7 @@ def report_data(
         success_reward=success_reward or reward_name,
         production_reward=production_reward,
         learning=learning,
+        changes=changes,
         production=production,
         production_values=production_values(con, production_reward),
         rounds=rounds,

@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import quote
 
 from flows.report import plots
+from flows.report.changes import changes_section
 from flows.report.data import ReportData
 from flows.report.groups import VIEWER_CSS, render_groups
 from flows.report.lineage import lineage_section
@@ -249,6 +250,7 @@ def render_report(data: ReportData) -> str:
         parts += pipeline_runs_section(data)
     if data.learning:
         parts += learning_section(data)
+        parts += changes_section(data.changes)
     if data.production:
         parts += production_section(data)
     if data.traffic:

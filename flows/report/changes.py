@@ -155,9 +155,10 @@ def _outcome(rows: list[Mapping[str, Any]]) -> Outcome:
 
 def val_changes(con: Any, learning: Sequence[StageRow], reward: str) -> ValChanges | None:
     """The changes between the evaluation's start and candidate (`compared_stages`), read from
-    their evaluation samples on the val scenarios scored with `reward` (a policy evaluated again
-    reuses its groups, so each sample is read once); None when the evaluation has fewer than two
-    val stages."""
+    their evaluation samples on the val scenarios scored with `reward` (its mean where several
+    scorers gave it; a policy evaluated again reuses its groups, so each sample is read once;
+    samples without a sampling record, from before `trajlake migrate`, are left out); None when
+    the evaluation has fewer than two val stages."""
     pair = compared_stages(learning)
     if pair is None or not reward:
         return None
@@ -166,13 +167,14 @@ def val_changes(con: Any, learning: Sequence[StageRow], reward: str) -> ValChang
         f"""
         SELECT t.policy, t.scenario_id,
                coalesce(list_filter(s.messages, lambda m: m.role = 'user')[-1].content, '') AS question,
-               coalesce(s.expected, '') AS expected, coalesce(t.sampling.temperature, 0) AS temperature,
+               coalesce(s.expected, '') AS expected, t.sampling.temperature AS temperature,
                r.value, coalesce(t.final_output, '') AS answer
         FROM trajectories t
-        JOIN latest_rewards r USING (trajectory_id)
+        JOIN (SELECT trajectory_id, avg(value) AS value FROM latest_rewards
+              WHERE name = $reward AND value IS NOT NULL GROUP BY ALL) r USING (trajectory_id)
         JOIN scenarios s USING (scenario_id)
         WHERE {EVALUATED} AND {equals("t.scenario_split", "val", table="trajectories")}
-              AND r.name = $reward AND r.value IS NOT NULL AND t.policy IN ($before, $after)
+              AND t.policy IN ($before, $after) AND t.sampling.temperature IS NOT NULL
         """,
         {"reward": reward, "before": before.policy, "after": after.policy},
     ).fetchall()

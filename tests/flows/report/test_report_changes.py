@@ -74,6 +74,11 @@ def seed_evaluation(lake: Lake) -> None:
         sample(f"{sid}-m", sid, "m", "0", 1.0)
     # a training round's samples of the candidate are not its evaluation
     sample("round-sc-d", "sc-d", "m+g1", "7", 1.0, run="round-1")
+    # nor is a sample without a sampling record (written before `trajlake migrate`)
+    sample("unrecorded-sc-d", "sc-d", "m+g1", "7", 1.0)
+    trajectories[-1]["sampling"] = None
+    # a second scorer of the same reward is averaged in, not counted as more samples
+    rewards += [{**r, "scorer": "g@1"} for r in rewards if r["trajectory_id"].startswith("sc-a-m+sft")]
     write(lake, "scenarios", scenarios)
     write(lake, "trajectories", trajectories)
     write(lake, "rewards", rewards)

@@ -155,8 +155,8 @@ def _outcome(rows: list[Mapping[str, Any]]) -> Outcome:
 
 def val_changes(con: Any, learning: Sequence[StageRow], reward: str) -> ValChanges | None:
     """The changes between the evaluation's start and candidate (`compared_stages`), read from
-    their evaluation samples on the val scenarios scored with `reward` (its mean where several
-    scorers gave it; a policy evaluated again reuses its groups, so each sample is read once;
+    their evaluation samples on the val scenarios scored with `reward` (its newest value,
+    `latest_rewards`; a policy evaluated again reuses its groups, so each sample is read once;
     samples without a sampling record, from before `trajlake migrate`, are left out); None when
     the evaluation has fewer than two val stages."""
     pair = compared_stages(learning)
@@ -170,11 +170,10 @@ def val_changes(con: Any, learning: Sequence[StageRow], reward: str) -> ValChang
                coalesce(s.expected, '') AS expected, t.sampling.temperature AS temperature,
                r.value, coalesce(t.final_output, '') AS answer
         FROM trajectories t
-        JOIN (SELECT trajectory_id, avg(value) AS value FROM latest_rewards
-              WHERE name = $reward AND value IS NOT NULL GROUP BY ALL) r USING (trajectory_id)
+        JOIN latest_rewards r USING (trajectory_id)
         JOIN scenarios s USING (scenario_id)
         WHERE {EVALUATED} AND {equals("t.scenario_split", "val", table="trajectories")}
-              AND t.policy IN ($before, $after) AND t.sampling.temperature IS NOT NULL
+              AND r.name = $reward AND r.value IS NOT NULL AND t.policy IN ($before, $after) AND t.sampling.temperature IS NOT NULL
         """,
         {"reward": reward, "before": before.policy, "after": after.policy},
     ).fetchall()

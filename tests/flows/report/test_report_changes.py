@@ -77,7 +77,7 @@ def seed_evaluation(lake: Lake) -> None:
     # nor is a sample without a sampling record (written before `trajlake migrate`)
     sample("unrecorded-sc-d", "sc-d", "m+g1", "7", 1.0)
     trajectories[-1]["sampling"] = None
-    # a second scorer of the same reward is averaged in, not counted as more samples
+    # a second scorer of the same reward is not more samples (`latest_rewards`: one value each)
     rewards += [{**r, "scorer": "g@1"} for r in rewards if r["trajectory_id"].startswith("sc-a-m+sft")]
     write(lake, "scenarios", scenarios)
     write(lake, "trajectories", trajectories)

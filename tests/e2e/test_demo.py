@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from flows.demo.run import run_demo
+from flows.report import report_data
 from store.catalog.connection import connect
 from store.lake import Lake
 from store.pipeline_runs import pipeline_runs
@@ -168,6 +169,10 @@ def test_small_demo_runs_the_whole_loop(tmp_path: Path, monkeypatch: pytest.Monk
     assert labelled == con.execute("SELECT count(*) FROM scenarios WHERE rated = 'wrong'").fetchone()[0]
     assert labelled >= 1  # the production LLM erred, and a share of its users sent the right answer
     assert [d["against"] for d in table[2]["differences"]] == ["previous", "base", "sft"]
+    # the report compares the night's candidate with its SFT, on every val scenario evaluated
+    changes = report_data(lake, "calculator", eval_run=nights[0].eval_run_id).changes
+    assert changes is not None and (changes.before_stage, changes.after_stage) == ("sft", "grpo-1")
+    assert changes.scenarios == table[2]["n"]
     manifest = json.loads((Path(result["published"]["path"]) / "manifest.json").read_text())
     assert manifest["eval"]["table"] == json.loads(json.dumps(table))  # the manifest carries the table
 

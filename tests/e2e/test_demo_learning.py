@@ -33,9 +33,12 @@ from flows.config.checks import load_config
 from flows.demo.base_model import pretrain_base_model
 from flows.demo.capture import capture_production_traces
 from flows.demo.run import SIZES, write_demo_config
+from flows.report.changes import val_changes
+from flows.report.data import StageRow
 from flows.stages.replay import replay_policy
 from flows.stages.score import score_reward
 from judging.evaluation_stats import evaluation_table, scenario_scores
+from store.catalog.connection import connect
 
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
 
@@ -95,5 +98,14 @@ def test_grpo_rounds_lift_the_sft_warm_start(tiny_model: Path, tmp_path: Path) -
     )
     print(message)
     assert lift.paired_scenarios == scenarios.val
+    # the report's what-changed section reads these very samples: its scenario-by-scenario
+    # changes add up to the paired lift, and name the scenarios GRPO fixed
+    stage_rows = [
+        StageRow(stage, policy, "val", 0.0, (0.0, 0.0), 0)
+        for stage, (policy, _) in (("sft", sft), ("grpo-4", final))
+    ]
+    changes = val_changes(connect(lake), stage_rows, "exact_match")
+    assert changes is not None and changes.scenarios == scenarios.val and changes.fixed
+    assert sum(c.sampled_change for c in changes.changes) / changes.scenarios == pytest.approx(lift.mean)
     assert lift.ci[0] > 0, message
     assert lift.mean >= 0.15, message

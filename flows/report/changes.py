@@ -173,7 +173,8 @@ def val_changes(con: Any, learning: Sequence[StageRow], reward: str) -> ValChang
         JOIN latest_rewards r USING (trajectory_id)
         JOIN scenarios s USING (scenario_id)
         WHERE {EVALUATED} AND {equals("t.scenario_split", "val", table="trajectories")}
-              AND r.name = $reward AND r.value IS NOT NULL AND t.policy IN ($before, $after) AND t.sampling.temperature IS NOT NULL
+              AND r.name = $reward AND r.value IS NOT NULL AND t.policy IN ($before, $after)
+              AND t.sampling.temperature IS NOT NULL
         """,
         {"reward": reward, "before": before.policy, "after": after.policy},
     ).fetchall()

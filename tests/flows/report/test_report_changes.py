@@ -3,6 +3,7 @@ where its run started, read from the evaluation's own samples, shown in a real b
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -16,11 +17,11 @@ from store.rows import utc_now
 from store.writer import write
 from tests.flows.report.browser import chromium, console_errors, screenshot_sections
 
-QUESTIONS = {
-    "sc-a": ("What is 2 + 2?", '{"final_output": "4"}'),
-    "sc-b": ("What do I get if I take 1 away from 5?", '{"final_output": "4"}'),
-    "sc-c": ("What is 3 * 3?", '{"final_output": "9"}'),
-    "sc-d": ("What is 1 + 1?", '{"final_output": "2"}'),
+QUESTIONS = {  # scenario: (question, right answer), stored as `expected` JSON
+    "sc-a": ("What is 2 + 2?", "4"),
+    "sc-b": ("What do I get if I take 1 away from 5?", "4"),
+    "sc-c": ("What is 3 * 3?", "9"),
+    "sc-d": ("What is 1 + 1?", "2"),
 }
 # per scenario and policy: the four sampled final answers, then the greedy one
 ANSWERS = {
@@ -41,10 +42,10 @@ def seed_evaluation(lake: Lake) -> None:
         {
             "scenario_id": sid,
             "split": "val",
-            "expected": expected,
+            "expected": json.dumps({"final_output": answer}),
             "messages": [{"role": "system", "content": "Be careful."}, {"role": "user", "content": question}],
         }
-        for sid, (question, expected) in QUESTIONS.items()
+        for sid, (question, answer) in QUESTIONS.items()
     ]
     trajectories, rewards = [], []
 
@@ -62,7 +63,7 @@ def seed_evaluation(lake: Lake) -> None:
                 "sampling": {"temperature": temperature, "seed": 0},
             }
         )
-        right = float(answer == QUESTIONS[sid][1].split('"')[3])
+        right = float(answer == QUESTIONS[sid][1])
         rewards.append(
             {"trajectory_id": tid, "name": "exact_match", "scorer": "f@1", "value": right, "scored_at": now}
         )
@@ -84,8 +85,7 @@ def seed_evaluation(lake: Lake) -> None:
     write(lake, "rewards", rewards)
     scores = {
         policy: {
-            sid: sum(QUESTIONS[sid][1].split('"')[3] == a for a in ANSWERS[(sid, policy)][:4]) / 4
-            for sid in QUESTIONS
+            sid: sum(QUESTIONS[sid][1] == a for a in ANSWERS[(sid, policy)][:4]) / 4 for sid in QUESTIONS
         }
         for policy in ("m+sft", "m+g1")
     }

@@ -68,6 +68,23 @@ def test_batch_shrinks_to_the_rows_left(tiny_model: Path, tmp_path: Path) -> Non
     assert result.report["batch_size_reduced_to"] == 4 and result.global_step == 1
 
 
+def test_batches_split_the_rows_evenly(tiny_model: Path, tmp_path: Path) -> None:
+    # TRL's sampler drops what does not fill a whole batch: 20 rows in batches of 16 would train 16
+    cfg = config(tmp_path, per_device_train_batch_size=8, gradient_accumulation_steps=2)
+    evened, note = fit_batch_to_rows(cfg, 20)
+    assert note == {"batch_size_reduced_to": 5} and evened.generation_batch_size == 10
+    assert evened.gradient_accumulation_steps == evened.steps_per_generation == 2  # steps keep their size
+    odd = config(tmp_path, per_device_train_batch_size=4, gradient_accumulation_steps=3)
+    # an odd number of micro-steps takes micro-batches of whole pairs
+    assert fit_batch_to_rows(odd, 20)[0].per_device_train_batch_size == 2
+    # 3 groups of 4 under a batch of 8: two steps of 6 rows, none left out (was one step of 8)
+    lake = groups_lake(tmp_path, tiny_model)
+    result = train_grpo(
+        lake, ALL, tiny_model, None, tmp_path / "run", config(tmp_path, per_device_train_batch_size=8)
+    )
+    assert result.report["batch_size_reduced_to"] == 6 and result.global_step == 2
+
+
 def test_sampler_gap_is_written_to_runs_every_step(tiny_model: Path, tmp_path: Path) -> None:
     on_policy_lake = groups_lake(tmp_path / "on", tiny_model)
     on_policy = train_grpo(on_policy_lake, ALL, tiny_model, None, tmp_path / "a", config(tmp_path))

@@ -166,11 +166,13 @@ def fit_batch_to_rows(config: Any, rows: int) -> tuple[Any, dict[str, int]]:
     than one batch (all-equal groups skipped) shrink it to the rows: one step per pass.
     """
     steps = config.steps_per_generation or config.gradient_accumulation_steps
-    generation = config.generation_batch_size or config.per_device_train_batch_size * steps
-    if rows % generation == 0 or rows < 2:
+    world = config.world_size  # data-parallel processes: each micro-step takes a batch from each
+    generation = config.generation_batch_size or config.per_device_train_batch_size * steps * world
+    if rows % generation == 0 or rows < 2 * world:
         return config, {}
     if rows < generation:  # one batch of what is left, one micro-step
-        size = rows - rows % 2
+        size = rows // world
+        size -= (size * world) % 2  # whole pairs: TRL's `num_generations` (2) divides the batch
         return dataclasses.replace(
             config,
             per_device_train_batch_size=size,
@@ -179,7 +181,7 @@ def fit_batch_to_rows(config: Any, rows: int) -> tuple[Any, dict[str, int]]:
             generation_batch_size=None,
         ), {"batch_size_reduced_to": size}
     micro_batches = -(-rows // generation) * steps
-    size = rows // micro_batches
-    size -= (size * steps) % 2  # whole pairs: TRL's `num_generations` (2) divides the batch
+    size = rows // (micro_batches * world)
+    size -= (size * steps * world) % 2
     evened = dataclasses.replace(config, per_device_train_batch_size=size, generation_batch_size=None)
     return evened, {"batch_size_reduced_to": size}

@@ -81,18 +81,20 @@ SIZES = {
 # informative; 50 steps finished the simple task alone) leaves the word problems to GRPO.
 REAL_SIZES = {
     "full": DemoSize(
-        questions=300,
+        # 600 runs give ~120 val scenarios: the paired interval's half-width is set by how many
+        # scenarios differ, not by samples each (at 300 runs, 61 x 4 samples: +-0.072)
+        questions=600,
         train_scenarios=24,
         rounds=3,
         group_size=16,  # at 8, 15-23 of a round's 24 groups had equal rewards: unequal ones twice as large
-        eval_group_size=4,  # 61 val scenarios x 4: final - SFT's 95% CI +-0.06 (x 2: +-0.065)
+        eval_group_size=2,  # and 2 samples each: the evaluation costs about what 61 x 4 did
         sft_epochs=1.0,
         sft_max_steps=24,  # ~1.7 epochs of the ~115 well-rated conversations GRPO does not replay (tree-packed)
         grpo_epochs=2.0,  # each round's groups twice (clipped ratios): GRPO is ~20 s of a ~160 s round
         grpo_batch_size=16,
         max_new_tokens=48,  # a Hermes tool call of a word problem's expression is <= 40 SmolLM2 tokens
         second_night_rounds=2,  # night 2 replays v1's failures first (`slice_selection`): two rounds of them
-        served_questions=300,  # as many runs as the production LLM served: the comparison's two arms
+        served_questions=600,  # as many runs as the production LLM served: the comparison's two arms
         task="mixed",
         sft_learning_rate=5e-4,
         grpo_learning_rate=1e-4,  # 5e-4 took the SFT start (0.817) down to 0.714 in round 1 (2026-11-28 run)

@@ -183,5 +183,7 @@ def fit_batch_to_rows(config: Any, rows: int) -> tuple[Any, dict[str, int]]:
     micro_batches = -(-rows // generation) * steps
     size = rows // (micro_batches * world)
     size -= (size * steps * world) % 2
+    if size < 1:  # a batch of one row a device cannot be shared out: TRL's whole batches, as configured
+        return config, {}
     evened = dataclasses.replace(config, per_device_train_batch_size=size, generation_batch_size=None)
     return evened, {"batch_size_reduced_to": size}

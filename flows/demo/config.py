@@ -89,7 +89,7 @@ REAL_SIZES = {
         group_size=16,  # at 8, 15-23 of a round's 24 groups had equal rewards: unequal ones twice as large
         eval_group_size=2,  # and 2 samples each: the evaluation costs about what 61 x 4 did
         sft_epochs=1.0,
-        sft_max_steps=24,  # ~1.7 epochs of the ~115 well-rated conversations GRPO does not replay (tree-packed)
+        sft_max_steps=24,  # 0.6 epochs of the ~313 well-rated conversations GRPO does not replay (tree-packed)
         grpo_epochs=2.0,  # each round's groups twice (clipped ratios): GRPO is ~20 s of a ~160 s round
         grpo_batch_size=16,
         max_new_tokens=48,  # a Hermes tool call of a word problem's expression is <= 40 SmolLM2 tokens

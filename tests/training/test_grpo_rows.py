@@ -77,6 +77,8 @@ def test_batches_split_the_rows_evenly(tiny_model: Path, tmp_path: Path) -> None
     odd = config(tmp_path, per_device_train_batch_size=4, gradient_accumulation_steps=3)
     # an odd number of micro-steps takes micro-batches of whole pairs
     assert fit_batch_to_rows(odd, 20)[0].per_device_train_batch_size == 2
+    single = config(tmp_path, per_device_train_batch_size=1, gradient_accumulation_steps=2)
+    assert fit_batch_to_rows(single, 3) == (single, {})  # one row a micro-step cannot be split further
     # 3 groups of 4 under a batch of 8: two steps of 6 rows, none left out (was one step of 8)
     lake = groups_lake(tmp_path, tiny_model)
     result = train_grpo(

@@ -4,8 +4,9 @@ A replay round's prompts all begin with the same system prompt and tool definiti
 SmolLM2 tokens of a ~230-token first turn), a group's `n` rows repeat one prompt, and a later
 turn's prompt extends the earlier one. `generate` forwards every row's whole prompt; here
 
-- the longest prefix every row of the batch shares is forwarded once, at batch 1, and its KV
-  cache is kept (`PrefixStore`, keyed by the adapter and the prefix's token ids) for the next
+- the rows are grouped by the prefix their prompts share (`prefix_groups`: a batch may mix
+  system prompts), and each group's longest shared prefix is forwarded once, at batch 1, its KV
+  cache kept (`PrefixStore`, keyed by the adapter and the prefix's token ids) for the next
   batches of the round: later turns, the other chunks, the next evaluation;
 - each distinct prompt's rest is forwarded once, beside the shared prefix's cache, and its
   own cache is then copied to that prompt's rows; the shared prefix's cache is never copied:
@@ -57,12 +58,35 @@ def common_prefix(prompts: Sequence[Sequence[int]]) -> int:
     return n
 
 
+def prefix_groups(prompts: Sequence[Sequence[int]]) -> list[list[int]]:
+    """The indices of `prompts` in groups that each share a prefix of >= `MIN_SHARED` tokens, in
+    order of each group's first prompt: sorted, the prompts split wherever neighbours share less.
+
+    A batch whose prompts begin with different system prompts (an agent whose prompt was
+    edited, several agents in one lake) shares only the chat template's first tokens; decoded
+    as one batch, every row would forward its whole prompt. Each group instead forwards its
+    own prefix once (and keeps it in the `PrefixStore`).
+
+    >>> prefix_groups([(1,) * 20 + (2,), (3,) * 20, (1,) * 20 + (4,)])
+    [[0, 2], [1]]
+    """
+    order = sorted(range(len(prompts)), key=lambda i: tuple(prompts[i]))
+    groups: list[list[int]] = []
+    for before, i in zip([None, *order], order, strict=False):
+        if before is None or common_prefix([prompts[before], prompts[i]]) < MIN_SHARED:
+            groups.append([])
+        groups[-1].append(i)
+    return sorted((sorted(group) for group in groups), key=lambda group: group[0])
+
+
 class PrefixStore:
     """The KV caches of a few shared prefixes (batch 1), keyed by adapter and token ids, least
     recently used dropped first. A prefix's cache is valid only for the weights that computed it:
     the key names the adapter, and the sampler clears the store if an adapter is reloaded."""
 
-    def __init__(self, capacity: int = 4) -> None:
+    # 8: a few system prompts (`prefix_groups`) for the policy sampling now and the one before it
+    # (SmolLM2's ~220-token prefix is ~10 MB in float32)
+    def __init__(self, capacity: int = 8) -> None:
         self.capacity = capacity
         self._entries: OrderedDict[tuple[str | None, tuple[int, ...]], KV] = OrderedDict()
 

@@ -8,6 +8,7 @@ import pytest
 
 from training.replay.samplers import make_sampler
 from training.replay.samplers.base import SampleRequest, SamplingParams
+from training.replay.samplers.shared_prefix import prefix_groups
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.9])
@@ -139,6 +140,39 @@ def test_shared_prefix_decode_matches_generate_over_turns(
     ]
     _assert_same(shared.generate(second), plain.generate(second))
     assert len(shared.prefixes) == 1  # type: ignore[attr-defined]  # the second turn reused the system prompt's cache
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_a_batch_under_several_system_prompts_shares_each_prefix(
+    tiny_model: Path, temperature: float
+) -> None:
+    """Prompts under two system prompts, interleaved in one batch (a lake of an agent whose prompt
+    was edited): each system prompt's rows share its cache (one stored prefix each, where one
+    batch-wide prefix would be the chat template's first tokens only) and sample what `generate`
+    samples, each row in its request's place."""
+    shared = make_sampler("transformers", str(tiny_model))
+    plain = make_sampler("transformers", str(tiny_model), shared_prefix=False)
+    tok = shared.tokenizer
+    other = SYSTEM.replace("You are a careful math assistant.", "Bookkeeping app: check all sums.")
+    prompts = [
+        tuple(tok.encode(f"{system}<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n"))
+        for q, system in zip(
+            ("What is 12 * 7?", "What is 9 - 4?", "Hi", "What is 3 + 4 * 2?"),
+            (SYSTEM, other, SYSTEM, other),
+            strict=True,
+        )
+    ]
+    params = SamplingParams(max_tokens=10, temperature=temperature, seed=5)
+    requests = [SampleRequest(p, 2, params.with_seed(10 * k)) for k, p in enumerate(prompts)]
+    _assert_same(shared.generate(requests), plain.generate(requests))
+    assert len(shared.prefixes) == 2  # type: ignore[attr-defined]
+
+
+def test_prompts_group_by_the_prefix_they_share() -> None:
+    system_a, system_b = (1,) * 30, (1, 1, 1, 1, *(2,) * 26)  # the same template head, then apart
+    prompts = [(*system_a, 5), (*system_b, 6), (*system_a, 7, 8), (*system_b, 6), system_a[:10]]
+    assert prefix_groups(prompts) == [[0, 2], [1, 3], [4]]
+    assert prefix_groups([system_a]) == [[0]]
 
 
 def _assert_same(a: list, b: list) -> None:

@@ -94,7 +94,6 @@ REAL_SIZES = {
         grpo_batch_size=16,
         max_new_tokens=48,  # a Hermes tool call of a word problem's expression is <= 40 SmolLM2 tokens
         second_night_rounds=2,  # night 2 replays v1's failures first (`slice_selection`): two rounds of them
-        served_questions=600,  # as many runs as the production LLM served: the comparison's two arms
         task="mixed",
         sft_learning_rate=5e-4,
         grpo_learning_rate=1e-4,  # 5e-4 took the SFT start (0.817) down to 0.714 in round 1 (2026-11-28 run)

@@ -4,8 +4,9 @@
         [--max-tokens 48] [--max-turns 3] [--repeats 2] [--no-shared-prefix] [--with-adapter]
         [--dtype bfloat16]
 
-Each run is `training.replay.replay` end to end on the demo's agent: its system prompt and
-`calculator` tool definition, its mixed questions (`flows.demo.task`), T=0.8, up to 3 turns
+Each run is `training.replay.replay` end to end on the demo's agent: its system prompts (three,
+each question under the one the demo's production agent ran it with) and `calculator` tool
+definition, its mixed questions (`flows.demo.task`), T=0.8, up to 3 turns
 with the real calculator answering, every group written to the lake. The transformers sampler
 runs twice per repeat (interleaved, so the load hits both alike), once with the shared-prefix
 decode (`training/replay/samplers/shared_prefix.py`) and once with the former path
@@ -58,12 +59,12 @@ from training.tiny import TOOLS, tiny_model_path
 
 
 def _scenarios(path: Path, count: int) -> Path:
-    from flows.demo.task import SYSTEM_PROMPT, make_questions
+    from flows.demo.task import make_questions, system_prompt
 
     lines = [
         {
             "messages": [
-                {"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "system", "content": system_prompt(q, "mixed")},  # the demo's three, by question
                 {"role": "user", "content": q.text},
             ],
             "tools": TOOLS,

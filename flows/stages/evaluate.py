@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from flows.config.sections import EvaluateSettings, PipelineSettings, ScoreSettings, Selections
 from flows.stages.common import StageError, base_model
-from flows.stages.replay import ReplaySections, replay_policy
+from flows.stages.replay import ReplaySections, evaluation_replays
 from flows.stages.score import score_reward
 from judging.config import JudgeConfig
 from store import pipeline_runs
@@ -149,7 +149,7 @@ def measurer(
 ) -> Callable[[str | None], Measured]:
     """`measure(adapter folder | None) -> Measured`: replay `select.evaluate` with the policy
     (`evaluate.group_size` samples each at `evaluate.temperature`, and once greedily with
-    `evaluate.greedy`), score it with the evaluation reward, and read its per-scenario success
+    `evaluate.greedy`, both in the same batches), score it with the evaluation reward, and read its per-scenario success
     (`evaluate_policies`' input)."""
     from judging.evaluate import Measured
     from judging.evaluation_stats import scenario_scores
@@ -159,7 +159,7 @@ def measurer(
     temperature = evaluate.temperature or None
 
     def measure(path: str | None) -> Measured:
-        replayed = replay_policy(
+        replayed, once = evaluation_replays(
             lake,
             path,
             select.evaluate,
@@ -167,14 +167,12 @@ def measurer(
             seed=0,
             group_size=group_size,
             temperature=temperature,
+            greedy=evaluate.greedy,  # one sample per scenario: T=0 has nothing to average
             replaying=replaying,
         )
         reward = score_reward(lake, spec, replayed.group_ids, judge=judge).reward
         greedy = None
-        if evaluate.greedy:  # one sample per scenario: T=0 has nothing to average
-            once = replay_policy(
-                lake, path, select.evaluate, run="eval", seed=0, greedy=True, replaying=replaying
-            )
+        if once is not None:
             score_reward(lake, spec, once.group_ids, judge=judge)
             greedy = scenario_scores(lake, reward, once.group_ids)
         return Measured(replayed.policy, reward, scenario_scores(lake, reward, replayed.group_ids), greedy)

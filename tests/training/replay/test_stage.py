@@ -28,7 +28,7 @@ from training.replay.rows import group_id_for
 from training.replay.samplers import make_sampler
 from training.replay.samplers.base import Completion, SampleRequest, SamplingParams
 from training.replay.scenario_io import create_scenarios, load_scenarios
-from training.replay.stage import ReplayConfig, ReplaySetupError, replay
+from training.replay.stage import ReplayConfig, ReplaySetupError, replay, replay_passes
 
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
 
@@ -105,6 +105,50 @@ def test_tiny_model_groups_are_complete_and_token_exact(lake: Lake, tmp_path: Pa
             assert assistant["content"] in tokenizer.decode(ids[:-1], skip_special_tokens=False)
     groups = {r["group_id"] for r in rows}
     assert groups == set(result.group_ids)
+
+
+def test_an_evaluations_sampled_and_greedy_passes_share_batches(
+    lake: Lake, tmp_path: Path, tiny_model: Path
+) -> None:
+    """`replay_passes`: the sampled groups and the greedy samples of the same scenarios go through
+    one sampler at once (their requests in the same batches) and write what each pass writes
+    alone: the same groups, the same tokens."""
+    _load(lake, tmp_path, count=4)
+    sampled = ReplayConfig(
+        group_size=2, run="eval", sampling=SamplingParams(max_tokens=10, temperature=0.8, seed=0)
+    )
+    greedy = ReplayConfig(
+        group_size=1, run="eval", sampling=SamplingParams(max_tokens=10, temperature=0.0, seed=0), greedy=True
+    )
+    sampler = make_sampler("transformers", str(tiny_model))
+    batches: list[set[float]] = []
+    generate = sampler.generate
+
+    def recording(requests: list[SampleRequest]) -> list[list[Completion]]:
+        batches.append({r.params.temperature for r in requests})
+        return generate(requests)
+
+    sampler.generate = recording  # type: ignore[method-assign]
+    together = replay_passes(lake, "SELECT scenario_id FROM scenarios", sampler, [sampled, greedy])
+    assert [len(r.group_ids) for r in together] == [4, 4] and not any(r.failed for r in together)
+    assert {0.0, 0.8} in batches  # greedy and sampled rows decoded in one batch
+
+    alone = Lake(str(tmp_path / "alone"))
+    _load(alone, tmp_path, count=4)
+    for config in (sampled, greedy):
+        replay(
+            alone,
+            "SELECT scenario_id FROM scenarios",
+            make_sampler("transformers", str(tiny_model)),
+            config,
+            progress=False,
+        )
+
+    def tokens(where: Lake) -> dict[str, list[int]]:
+        return {row["trajectory_id"]: row["turns"][0]["completion_token_ids"] for row in _rows(where)}
+
+    assert tokens(lake) == tokens(alone)
+    assert len(tokens(lake)) == 4 * 2 + 4
 
 
 def test_rerun_skips_complete_groups_and_new_run_name_samples_new_ones(

@@ -1,6 +1,7 @@
 """The `transformers` backend: batched decoding on CPU or GPU, the embedded default.
 
-Requests that share sampling parameters (the seed aside) and adapter are run as one batch,
+Requests that share sampling parameters (the seed and temperature aside: each row draws at its
+own, greedy rows beside sampled ones) and adapter are run as one batch,
 each prompt repeated `n` times (up to `max_batch_rows` rows and `max_batch_tokens` KV-cache
 slots a batch). By default the batch
 runs the shared-prefix decode (`shared_prefix.py`): the prefix each group of rows shares (a
@@ -18,6 +19,7 @@ sampled); padding is never returned.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -26,8 +28,8 @@ from training.models.known import resolve_model
 from training.replay.errors import SamplerError
 from training.replay.samplers.base import Completion, Sampler, SampleRequest, SamplingParams, adapter_name
 
-# One row of a batch: the request it answers, its prompt, its seed.
-Row = tuple[int, tuple[int, ...], int]
+# One row of a batch: the request it answers, its prompt, its seed, its temperature.
+Row = tuple[int, tuple[int, ...], int, float]
 
 
 # transformers' loading is not thread-safe (its meta-device init is process-wide): two samplers
@@ -39,6 +41,10 @@ class TransformersSampler(Sampler):
     """Sample with a Hugging Face causal LM (`AutoModelForCausalLM`), optionally through PEFT LoRA adapters."""
 
     backend = "transformers"
+    # Requests gathered into one batch: rows and KV-cache slots bound what runs at once
+    # (`_chunks`), so the micro-batcher may hand over more than 64 requests (an evaluation's
+    # 64 sampled groups and their 64 greedy samples, decoded in the same steps).
+    max_batch_requests = 256
 
     def __init__(
         self,
@@ -154,17 +160,20 @@ class TransformersSampler(Sampler):
     def _generate(self, requests: Sequence[SampleRequest]) -> list[list[Completion]]:
         results: list[list[Completion] | None] = [None] * len(requests)
         groups: dict[tuple[SamplingParams, str | None], list[int]] = {}
-        for i, request in enumerate(requests):  # seeds are per row: they never split a batch
-            groups.setdefault((request.params.with_seed(None), request.adapter), []).append(i)
+        for i, request in enumerate(requests):  # seeds and temperatures are per row: they never split a batch
+            shared = dataclasses.replace(request.params, seed=None, temperature=1.0)
+            groups.setdefault((shared, request.adapter), []).append(i)
         with self._lock:
             for (params, adapter), indices in groups.items():
                 rows = [
-                    (i, requests[i].prompt_ids, seed) for i in indices for seed in _row_seeds(requests[i])
+                    (i, requests[i].prompt_ids, seed, requests[i].params.temperature)
+                    for i in indices
+                    for seed in _row_seeds(requests[i])
                 ]
                 done: dict[int, list[Completion]] = {i: [] for i in indices}
                 for chunk in self._chunks(rows, params.max_tokens):
-                    cancels = [requests[i].cancel for i, _, _ in chunk]
-                    for (i, _, _), completion in zip(
+                    cancels = [requests[i].cancel for i, *_ in chunk]
+                    for (i, *_), completion in zip(
                         chunk, self._run(chunk, params, adapter, cancels), strict=True
                     ):
                         done[i].append(completion)
@@ -252,10 +261,10 @@ class TransformersSampler(Sampler):
         # Rows under different system prompts share no prefix worth the name: each group of rows
         # that does is decoded on its own (prefill dominated a mixed batch 15:1 over decoding).
         with torch.inference_mode(), adapter_ctx:
-            for group in prefix_groups([prompt for _, prompt, _ in rows]):
+            for group in prefix_groups([prompt for _, prompt, *_ in rows]):
                 pick = SeededSampling(
                     [rows[i][2] for i in group],
-                    temperature=params.temperature,
+                    temperature=[rows[i][3] for i in group],
                     top_k=params.top_k,
                     top_p=params.top_p,
                     device=base.device,
@@ -292,16 +301,16 @@ class TransformersSampler(Sampler):
         from training.replay.samplers.seeded import SeededSampling
 
         base = self._load()
-        width = max(len(prompt) for _, prompt, _ in rows)
+        width = max(len(prompt) for _, prompt, *_ in rows)
         input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
         attention = torch.zeros((len(rows), width), dtype=torch.long)
-        for r, (_, prompt, _) in enumerate(rows):  # left padding: every row's next token is at `width`
+        for r, (_, prompt, *_) in enumerate(rows):  # left padding: every row's next token is at `width`
             input_ids[r, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
             attention[r, width - len(prompt) :] = 1
         device = base.device
         pick = SeededSampling(
-            [seed for _, _, seed in rows],
-            temperature=params.temperature,
+            [seed for _, _, seed, _ in rows],
+            temperature=[temperature for *_, temperature in rows],
             top_k=params.top_k,
             top_p=params.top_p,
             device=device,

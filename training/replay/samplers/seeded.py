@@ -38,26 +38,48 @@ def sample_seeds(seed: int | None, n: int) -> list[int]:
 
 
 class SeededSampling(LogitsProcessor):
-    """Picks each row's next token from its own generator; `temperature == 0` picks the argmax.
+    """Picks each row's next token from its own generator; a row at `temperature == 0` picks the argmax.
 
+    `temperature` is one for every row, or one per row: an evaluation's greedy rows share a
+    batch with its sampled ones (a greedy row draws no noise and has no generator).
     After `generate`, `logprobs[r]` holds row `r`'s log-probability of each token picked, step
     by step (rows that already stopped keep getting entries; callers cut at the row's end).
     """
 
     def __init__(
-        self, seeds: Sequence[int], *, temperature: float, top_k: int, top_p: float, device: Any
+        self,
+        seeds: Sequence[int],
+        *,
+        temperature: float | Sequence[float],
+        top_k: int,
+        top_p: float,
+        device: Any,
     ) -> None:
-        self.greedy = temperature == 0
+        temperatures = (
+            [temperature] * len(seeds) if isinstance(temperature, float | int) else list(temperature)
+        )
+        if len(temperatures) != len(seeds):
+            raise ValueError(f"{len(temperatures)} temperatures for {len(seeds)} rows")
+        self.greedy_rows = [t == 0 for t in temperatures]
+        self.greedy = all(self.greedy_rows)
+        sampled = sorted({t for t in temperatures if t != 0})
         self.warpers: list[LogitsProcessor] = []
-        if not self.greedy:
-            if temperature != 1.0:
-                self.warpers.append(TemperatureLogitsWarper(temperature))
-            if top_k > 0:
-                self.warpers.append(TopKLogitsWarper(top_k))
-            if top_p < 1.0:
-                self.warpers.append(TopPLogitsWarper(top_p))
+        # One sampled temperature is transformers' warper (as `generate` applies it); several
+        # divide each row by its own.
+        self.row_temperatures: list[float] | None = None
+        if len(sampled) == 1 and sampled[0] != 1.0:
+            self.warpers.append(TemperatureLogitsWarper(sampled[0]))
+        elif len(sampled) > 1:
+            self.row_temperatures = [t or 1.0 for t in temperatures]
+        if top_k > 0:
+            self.warpers.append(TopKLogitsWarper(top_k))
+        if top_p < 1.0:
+            self.warpers.append(TopPLogitsWarper(top_p))
         self.rows = len(seeds)
-        self.generators = [] if self.greedy else [torch.Generator(device).manual_seed(s) for s in seeds]
+        self.generators: list[torch.Generator | None] = [
+            None if greedy else torch.Generator(device).manual_seed(s)
+            for s, greedy in zip(seeds, self.greedy_rows, strict=True)
+        ]
         self._steps: list[torch.Tensor] = []
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
@@ -79,19 +101,27 @@ class SeededSampling(LogitsProcessor):
         finished rows still draws each remaining row's token from that row's own generator.
         Rows in `idle` (finished, still in the batch) draw nothing: their pick is discarded, and
         their generators serve no other row. `input_ids` is what the warpers see (none of ours
-        reads it).
+        reads it). A greedy row's log-probability is under the model's own distribution.
         """
-        for warp in self.warpers:
-            scores = warp(input_ids, scores)  # type: ignore[arg-type]  # HF's LongTensor/FloatTensor
-        scores = scores.float()
-        if self.greedy:
-            picked = scores.argmax(dim=-1)
-            chosen_logprobs = scores.gather(-1, picked[:, None])[:, 0] - torch.logsumexp(scores, dim=-1)
-        else:
-            probs = torch.softmax(scores, dim=-1)
-            names = range(len(self.generators)) if rows is None else rows
-            picked = inverse_cdf(probs, self._uniforms(names, idle, probs.device))
-            chosen_logprobs = probs.gather(-1, picked[:, None])[:, 0].log()
+        names = list(range(self.rows)) if rows is None else list(rows)
+        greedy = [k for k, r in enumerate(names) if self.greedy_rows[r]]
+        if len(greedy) == len(names):
+            picked, chosen_logprobs = _argmax(scores.float())
+        elif not greedy:
+            picked, chosen_logprobs = self._draw(input_ids, scores, names, idle)
+        else:  # both kinds in one batch: each part as it would be alone, then back in row order
+            drawn = [k for k, r in enumerate(names) if not self.greedy_rows[r]]
+            picked = torch.empty(len(names), dtype=torch.long, device=scores.device)
+            chosen_logprobs = torch.empty(len(names), dtype=torch.float32, device=scores.device)
+            at_max, at_max_logprobs = _argmax(scores[greedy].float())
+            at_draw, at_draw_logprobs = self._draw(
+                input_ids[drawn] if input_ids is not None else None,
+                scores[drawn],
+                [names[k] for k in drawn],
+                idle,
+            )
+            picked[greedy], chosen_logprobs[greedy] = at_max, at_max_logprobs
+            picked[drawn], chosen_logprobs[drawn] = at_draw, at_draw_logprobs
         if not bool(torch.isfinite(chosen_logprobs).all()):  # NaN logits pick NaN: say so, store nothing
             raise SamplerError(
                 "the model produced non-finite logits (NaN or inf); check the weights, adapter and dtype",
@@ -100,13 +130,30 @@ class SeededSampling(LogitsProcessor):
             )
         return picked, chosen_logprobs
 
+    def _draw(
+        self, input_ids: Any, scores: torch.Tensor, names: Sequence[int], idle: Collection[int]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The sampled rows' tokens (`names`: which rows `scores` holds) and their processed log-probabilities."""
+        if self.row_temperatures is not None:
+            scores = (
+                scores
+                / torch.tensor(
+                    [self.row_temperatures[r] for r in names], dtype=scores.dtype, device=scores.device
+                )[:, None]
+            )
+        for warp in self.warpers:
+            scores = warp(input_ids, scores)  # type: ignore[arg-type]  # HF's LongTensor/FloatTensor
+        probs = torch.softmax(scores.float(), dim=-1)
+        picked = inverse_cdf(probs, self._uniforms(names, idle, probs.device))
+        return picked, probs.gather(-1, picked[:, None])[:, 0].log()
+
     def _uniforms(self, rows: Sequence[int], idle: Collection[int], device: Any) -> torch.Tensor:
         """One uniform in [0, 1) from each row's generator (float64); an idle row draws nothing."""
         return torch.cat(
             [
                 torch.full((1,), 0.5, dtype=torch.float64, device=device)
-                if r in idle
-                else torch.rand(1, generator=self.generators[r], dtype=torch.float64, device=device)
+                if r in idle or (generator := self.generators[r]) is None
+                else torch.rand(1, generator=generator, dtype=torch.float64, device=device)
                 for r in rows
             ]
         )
@@ -117,6 +164,12 @@ class SeededSampling(LogitsProcessor):
         if not self._steps:
             return [[] for _ in range(self.rows)]
         return torch.stack(self._steps, dim=1).cpu().tolist()
+
+
+def _argmax(scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The most likely token of each row and its log-probability."""
+    picked = scores.argmax(dim=-1)
+    return picked, scores.gather(-1, picked[:, None])[:, 0] - torch.logsumexp(scores, dim=-1)
 
 
 #: Tokens per block of `inverse_cdf`'s first search: ~sqrt of a vocabulary, a multiple of SIMD widths.

@@ -64,6 +64,43 @@ def test_a_rows_draws_depend_on_its_seed_alone() -> None:
     assert in_batch[12] != in_batch[11]  # same distribution, another seed: other draws
 
 
+@pytest.mark.parametrize("sampled", [(0.7,), (0.7, 1.3)])
+def test_rows_at_other_temperatures_pick_what_each_picks_alone(sampled: tuple[float, ...]) -> None:
+    """Greedy rows beside sampled ones (an evaluation's two passes in one batch), and sampled rows
+    at two temperatures: every row picks the token, and logprob, it picks in a batch of its own
+    temperature, step after step, with finished rows dropped in between."""
+    logits = torch.randn(4, 60, generator=torch.Generator().manual_seed(3))
+    temperatures = [0.0, sampled[0], 0.0, sampled[-1]]
+    seeds = [0, 21, 0, 22]
+
+    def run(rows: list[int], steps: int = 12) -> dict[int, list[tuple[int, float]]]:
+        pick = SeededSampling(
+            [seeds[r] for r in rows],
+            temperature=[temperatures[r] for r in rows],
+            top_k=0,
+            top_p=0.9,
+            device="cpu",
+        )
+        out: dict[int, list[tuple[int, float]]] = {r: [] for r in rows}
+        live = list(range(len(rows)))
+        for step in range(steps):
+            if step == 6 and len(live) > 1:
+                live = live[1:]  # the first row finished and left the batch
+            picked, logprobs = pick.choose(None, logits[[rows[k] for k in live]], rows=live)  # type: ignore[arg-type]
+            for k, token, lp in zip(live, picked.tolist(), logprobs.tolist(), strict=True):
+                out[rows[k]].append((token, lp))
+        return out
+
+    together = run([0, 1, 2, 3])
+    for r in range(4):
+        alone = run([r])[r]
+        assert [t for t, _ in together[r]] == [t for t, _ in alone][: len(together[r])]
+        assert [lp for _, lp in together[r]] == pytest.approx(
+            [lp for _, lp in alone][: len(together[r])], abs=1e-6
+        )
+    assert {t for t, _ in together[0]} == {int(logits[0].argmax())}  # greedy: the argmax every step
+
+
 def test_greedy_picks_the_argmax_and_its_logprob() -> None:
     pick = SeededSampling([0, 1], temperature=0.0, top_k=0, top_p=1.0, device="cpu")
     scores = pick(torch.zeros((2, 1), dtype=torch.long), LOGITS.repeat(2, 1))

@@ -123,25 +123,6 @@ def make_scenarios(lake: Lake, *, select: Selections, scenarios: ScenarioConfig)
     )
 
 
-def replay_policy(
-    lake: Lake,
-    adapter: str | None,
-    scenarios: str,
-    *,
-    run: str,
-    seed: int,
-    group_size: int | None = None,
-    temperature: float | None = None,
-    greedy: bool = False,
-    replaying: ReplaySections,
-) -> PolicyReplay:
-    """Group-sample `scenarios` with the base model or `adapter` (`group_size`, `temperature`:
-    instead of the configured ones; `greedy`: one sample per scenario at temperature 0);
-    resumable (complete groups are skipped)."""
-    config = _pass_config(replaying.replay, run, seed, group_size, temperature, greedy)
-    return replay_passes_of_policy(lake, adapter, scenarios, [config], replaying=replaying)[0]
-
-
 def evaluation_replays(
     lake: Lake,
     adapter: str | None,
@@ -156,7 +137,7 @@ def evaluation_replays(
 ) -> tuple[PolicyReplay, PolicyReplay | None]:
     """An evaluation's replays of one policy: its groups (`group_size` samples at `temperature`)
     and, with `greedy`, one greedy sample per scenario, sampled together (`replay_passes`: they
-    share the sampler's batches); each resumable as `replay_policy`'s."""
+    share the sampler's batches); resumable (complete groups are skipped)."""
     configs = [_pass_config(replaying.replay, run, seed, group_size, temperature, greedy=False)]
     if greedy:
         configs.append(_pass_config(replaying.replay, run, seed, None, None, greedy=True))
@@ -260,7 +241,8 @@ def replay_round(
     scenarios = round_scenarios(lake, round_number, draw, select=select, pipeline=pipeline)
     if shards > 1:
         scenarios = shard_selection(scenarios, shard, shards)
-    return replay_policy(lake, adapter, scenarios, run=run, seed=seed, replaying=replaying)
+    config = _pass_config(replaying.replay, run, seed, group_size=None, temperature=None, greedy=False)
+    return replay_passes_of_policy(lake, adapter, scenarios, [config], replaying=replaying)[0]
 
 
 def merge_shards(results: list[PolicyReplay]) -> PolicyReplay:

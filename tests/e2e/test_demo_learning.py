@@ -35,7 +35,7 @@ from flows.demo.capture import capture_production_traces
 from flows.demo.run import SIZES, write_demo_config
 from flows.report.changes import val_changes
 from flows.report.data import StageRow
-from flows.stages.replay import replay_policy
+from flows.stages.replay import evaluation_replays
 from flows.stages.score import score_reward
 from judging.evaluation_stats import evaluation_table, scenario_scores
 from store.catalog.connection import connect
@@ -56,7 +56,7 @@ def test_grpo_rounds_lift_the_sft_warm_start(tiny_model: Path, tmp_path: Path) -
     assert scenarios.val >= 50  # enough val scenarios for a CI that can exclude 0
 
     def val_success(adapter: str) -> tuple[str, dict[str, float]]:
-        replayed = replay_policy(
+        replayed, _ = evaluation_replays(
             the_lake,
             adapter,
             config.select.evaluate,

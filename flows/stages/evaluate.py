@@ -149,8 +149,8 @@ def measurer(
 ) -> Callable[[str | None], Measured]:
     """`measure(adapter folder | None) -> Measured`: replay `select.evaluate` with the policy
     (`evaluate.group_size` samples each at `evaluate.temperature`, and once greedily with
-    `evaluate.greedy`, both in the same batches), score it with the evaluation reward, and read its per-scenario success
-    (`evaluate_policies`' input)."""
+    `evaluate.greedy`, both in the same batches), score it with the evaluation reward, and
+    read its per-scenario success (`evaluate_policies`' input)."""
     from judging.evaluate import Measured
     from judging.evaluation_stats import scenario_scores
 

@@ -61,7 +61,6 @@ class SeededSampling(LogitsProcessor):
         if len(temperatures) != len(seeds):
             raise ValueError(f"{len(temperatures)} temperatures for {len(seeds)} rows")
         self.greedy_rows = [t == 0 for t in temperatures]
-        self.greedy = all(self.greedy_rows)
         sampled = sorted({t for t in temperatures if t != 0})
         self.warpers: list[LogitsProcessor] = []
         # One sampled temperature is transformers' warper (as `generate` applies it); several

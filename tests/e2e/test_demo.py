@@ -113,7 +113,7 @@ def test_small_demo_runs_the_whole_loop(tmp_path: Path, monkeypatch: pytest.Monk
     comparison = evaluation["comparison"]
     assert evaluation["baseline"] == "base" and comparison["paired_scenarios"] > 0
 
-    # each night evaluated once, published once: one replay and one scoring per policy of the
+    # each night evaluated once, published once: one replay (both passes) and its scoring per policy of the
     # learning curve (base model = the baseline, SFT, the round's adapter = the candidate); the
     # small demo's first night is not promoted, so its second starts from the base model again
     nights = pipeline_runs(lake)

@@ -17,15 +17,19 @@ row gets exactly the attention it would over `[prefix | its tokens]`, up to the 
 a different summation order (`tests/training/replay/samplers/test_hf.py` holds the sampled
 ids and logprobs to the `generate` path's).
 
+A batch may hold rows under several prefixes (an agent whose system prompt was edited): its
+rows then lie in runs, one per prefix, and each run attends its own prefix.
+
 It is plugged into transformers as an attention implementation (`IMPLEMENTATION`) that the
-decode loop selects for its own forwards only (`selected`); the prefix's keys and values reach
-it as the forward's `cascade_prefix` keyword. Without one it is `sdpa`.
+decode loop selects for its own forwards only (`selected`); the prefixes reach it as the
+forward's `cascade_prefixes` keyword: each prefix's keys and values with the number of
+consecutive rows that attend it. Without it is `sdpa`.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -46,41 +50,72 @@ def cascade_attention(
     attention_mask: torch.Tensor | None,
     dropout: float = 0.0,
     scaling: float | None = None,
-    cascade_prefix: KV | None = None,
+    cascade_prefixes: Sequence[tuple[KV, int]] | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    """Attention of `query` ([rows, heads, queries, head dim]) over the shared prefix
-    (`cascade_prefix[layer]`, batch 1) followed by each row's own `key`/`value` ([rows, kv heads,
-    tokens, head dim]); `attention_mask` (boolean, `sdpa`'s: [rows, 1, queries, tokens], or
-    None for causal) masks the row part only. Returns [rows, queries, heads, head dim]."""
-    if cascade_prefix is None:
+    """Attention of `query` ([rows, heads, queries, head dim]) over a shared prefix followed by
+    each row's own `key`/`value` ([rows, kv heads, tokens, head dim]). `cascade_prefixes` lists
+    each prefix's cache (batch 1, per layer) and how many rows attend it: the first so many rows
+    the first prefix, the next ones the second. `attention_mask` (boolean, `sdpa`'s: [rows, 1,
+    queries, tokens], or None for causal) masks the row part only. Returns [rows, queries,
+    heads, head dim]."""
+    if not cascade_prefixes:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
-    prefix_k, prefix_v = cascade_prefix[module.layer_idx]
+    dim = query.shape[-1]
+    scale = dim**-0.5 if scaling is None else scaling
+    queries, tokens = query.shape[2], key.shape[2]
+    if attention_mask is None and queries > 1:  # `sdpa_mask` leaves plain causality implicit
+        causal = torch.ones(queries, tokens, dtype=torch.bool, device=query.device).tril(tokens - queries)
+        attention_mask = causal[None, None]
+    outputs, start = [], 0
+    for prefix, rows in cascade_prefixes:
+        if rows:
+            run = slice(start, start + rows)
+            outputs.append(
+                _attend(
+                    query[run] * scale,
+                    key[run],
+                    value[run],
+                    attention_mask
+                    if attention_mask is None or len(attention_mask) == 1
+                    else attention_mask[run],
+                    prefix[module.layer_idx],
+                )
+            )
+            start += rows
+    out = outputs[0] if len(outputs) == 1 else torch.cat(outputs)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _attend(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    prefix_kv: tuple[torch.Tensor, torch.Tensor],
+) -> torch.Tensor:
+    """One run of rows over one prefix: `query` already scaled; returns [rows, heads, queries, dim]."""
+    prefix_k, prefix_v = prefix_kv
     rows, heads, queries, dim = query.shape
     kv_heads, tokens, prefix = key.shape[1], key.shape[2], prefix_k.shape[2]
     group = heads // kv_heads
-    scale = dim**-0.5 if scaling is None else scaling
     # Head h reads KV head h // group (transformers' `repeat_kv`): [rows, kv heads, group x queries, dim].
-    q = query.reshape(rows, kv_heads, group * queries, dim) * scale
+    q = query.reshape(rows, kv_heads, group * queries, dim)
     stacked = q.transpose(0, 1).reshape(kv_heads, rows * group * queries, dim)
     on_prefix = torch.bmm(stacked, prefix_k[0].transpose(1, 2))  # [kv heads, rows x gq, prefix]
     on_prefix = on_prefix.view(kv_heads, rows, group * queries, prefix).transpose(0, 1)
     on_rows = torch.matmul(q, key.transpose(2, 3))  # [rows, kv heads, gq, tokens]
-    if attention_mask is None and queries > 1:  # `sdpa_mask` leaves plain causality implicit
-        offset = tokens - queries
-        attention_mask = torch.ones(queries, tokens, dtype=torch.bool, device=query.device).tril(offset)
-        attention_mask = attention_mask[None, None]
     if attention_mask is not None:
-        blocked = ~attention_mask.reshape(attention_mask.shape[0], 1, 1, queries, tokens)
+        blocked = ~attention_mask.reshape(len(attention_mask), 1, 1, queries, tokens)
         on_rows = on_rows.view(rows, kv_heads, group, queries, tokens).masked_fill(blocked, float("-inf"))
         on_rows = on_rows.view(rows, kv_heads, group * queries, tokens)
     scores = torch.cat([on_prefix, on_rows], dim=-1).softmax(dim=-1)
     weights_prefix = scores[..., :prefix].transpose(0, 1).reshape(kv_heads, rows * group * queries, prefix)
     out = torch.bmm(weights_prefix, prefix_v[0]).view(kv_heads, rows, group * queries, dim).transpose(0, 1)
     out = out + torch.matmul(scores[..., prefix:], value)  # [rows, kv heads, gq, dim]
-    return out.reshape(rows, heads, queries, dim).transpose(1, 2).contiguous(), None
+    return out.reshape(rows, heads, queries, dim)
 
 
 AttentionInterface.register(IMPLEMENTATION, cascade_attention)

@@ -244,7 +244,7 @@ class TransformersSampler(Sampler):
         import torch
 
         from training.replay.samplers.seeded import SeededSampling
-        from training.replay.samplers.shared_prefix import PrefixStore, prefix_groups, sample_rows
+        from training.replay.samplers.shared_prefix import PrefixStore, sample_rows
 
         model, adapter_ctx = self._model_for(adapter)
         base = self._load()
@@ -257,32 +257,26 @@ class TransformersSampler(Sampler):
             return self._run_generate(rows, params, model, adapter_ctx, eos_ids, pad, cancels)
         if self.prefixes is None:
             self.prefixes = PrefixStore()
-        completions: dict[int, Completion] = {}  # by row
-        # Rows under different system prompts share no prefix worth the name: each group of rows
-        # that does is decoded on its own (prefill dominated a mixed batch 15:1 over decoding).
+        pick = SeededSampling(
+            [seed for _, _, seed, _ in rows],
+            temperature=[temperature for *_, temperature in rows],
+            top_k=params.top_k,
+            top_p=params.top_p,
+            device=base.device,
+        )
         with torch.inference_mode(), adapter_ctx:
-            for group in prefix_groups([prompt for _, prompt, *_ in rows]):
-                pick = SeededSampling(
-                    [rows[i][2] for i in group],
-                    temperature=[rows[i][3] for i in group],
-                    top_k=params.top_k,
-                    top_p=params.top_p,
-                    device=base.device,
-                )
-                sampled = sample_rows(
-                    model,
-                    [rows[i][1] for i in group],
-                    pick,
-                    max_tokens=params.max_tokens,
-                    eos_ids=eos_ids,
-                    pad=pad,
-                    store=self.prefixes,
-                    adapter=None if adapter is None else adapter_name(adapter),
-                    cache_kwarg=self._cache_kwarg,
-                    cancels=[cancels[i] for i in group] if cancels else (),
-                )
-                completions.update(zip(group, sampled, strict=True))
-        return [completions[i] for i in range(len(rows))]
+            return sample_rows(
+                model,
+                [prompt for _, prompt, *_ in rows],
+                pick,
+                max_tokens=params.max_tokens,
+                eos_ids=eos_ids,
+                pad=pad,
+                store=self.prefixes,
+                adapter=None if adapter is None else adapter_name(adapter),
+                cache_kwarg=self._cache_kwarg,
+                cancels=cancels,
+            )
 
     def _run_generate(
         self,

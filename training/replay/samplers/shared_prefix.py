@@ -7,7 +7,8 @@ turn's prompt extends the earlier one. `generate` forwards every row's whole pro
 - the rows are grouped by the prefix their prompts share (`prefix_groups`: a batch may mix
   system prompts), and each group's longest shared prefix is forwarded once, at batch 1, its KV
   cache kept (`PrefixStore`, keyed by the adapter and the prefix's token ids) for the next
-  batches of the round: later turns, the other chunks, the next evaluation;
+  batches of the round: later turns, the other chunks, the next evaluation; the groups then
+  decode in one batch, each run of rows attending its own prefix (`cascade.py`);
 - each distinct prompt's rest is forwarded once, beside the shared prefix's cache, and its
   own cache is then copied to that prompt's rows; the shared prefix's cache is never copied:
   every row attends its one copy (`cascade.py`), unless a layer is not full attention;
@@ -215,41 +216,103 @@ def sample_rows(
     """One completion per row (a prompt's ids), each token chosen by `pick` (`SeededSampling`,
     one generator per row). `model` is what to call (the PEFT wrapper when an adapter is active);
     the adapter must already be selected. A row whose `cancels` event is set (its client left,
-    the server stops) is finished at its next token and leaves the batch."""
-    device = model.device
+    the server stops) is finished at its next token and leaves the batch.
+
+    Rows under different prefixes (`prefix_groups`) decode in one batch when cascade attention
+    can give each run of rows its own prefix; otherwise each group is a batch of its own."""
     config = model.config
     unique: dict[tuple[int, ...], int] = {}
     owner = [unique.setdefault(tuple(r), len(unique)) for r in rows]
     prompts = list(unique)
-    shared = min(common_prefix(prompts), min(len(p) for p in prompts) - 1)  # each row feeds >= 1 token
-    kv = (
-        prefix_kv(model, config, cache_kwarg, store, adapter, prompts[0][:shared])
-        if shared >= MIN_SHARED
-        else None
+    prefixes: list[tuple[list[int], KV | None]] = []  # each group's prompts and its prefix's cache
+    for group in prefix_groups(prompts):
+        members = [prompts[u] for u in group]
+        shared = min(common_prefix(members), min(len(p) for p in members) - 1)  # each row feeds >= 1 token
+        kv = (
+            prefix_kv(model, config, cache_kwarg, store, adapter, members[0][:shared])
+            if shared >= MIN_SHARED
+            else None
+        )
+        prefixes.append((group, kv))
+    # cascade attention stands in for `sdpa`, and only where every layer attends in full
+    cascade = replaces(model) and all(
+        type(layer) is DynamicLayer for layer in DynamicCache(config=config).layers
     )
-    shared = 0 if kv is None else kv[0][0].shape[-2]  # a stored prefix may be a little shorter than asked
-    width = max(len(p) for p in prompts) - shared
+    together = cascade and all(kv is not None for _, kv in prefixes)
+    rows_of: list[list[int]] = [[] for _ in prompts]
+    for r, u in enumerate(owner):
+        rows_of[u].append(r)
+    completions: dict[int, Completion] = {}
+    for batch in [prefixes] if together else [[p] for p in prefixes]:
+        # the batch's rows, in runs of one prefix each (what cascade attention reads)
+        names = [r for group, _ in batch for u in group for r in rows_of[u]]
+        sampled = _sample_batch(
+            model,
+            [rows[r] for r in names],
+            names,
+            batch,
+            [prompts[u] for group, _ in batch for u in group],
+            pick,
+            cascade=cascade,
+            max_tokens=max_tokens,
+            eos_ids=eos_ids,
+            pad=pad,
+            cache_kwarg=cache_kwarg,
+            cancels=[cancels[r] for r in names] if cancels else (),
+        )
+        completions.update(zip(names, sampled, strict=True))
+    return [completions[r] for r in range(len(rows))]
+
+
+def _sample_batch(
+    model: Any,
+    rows: Sequence[Sequence[int]],
+    names: Sequence[int],
+    prefixes: Sequence[tuple[list[int], KV | None]],
+    prompts: Sequence[tuple[int, ...]],
+    pick: Any,
+    *,
+    cascade: bool,
+    max_tokens: int,
+    eos_ids: Sequence[int],
+    pad: int,
+    cache_kwarg: str,
+    cancels: Sequence[threading.Event | None],
+) -> list[Completion]:
+    """One batch: `rows` (named `names` for `pick`) under `prefixes` (each group of distinct
+    prompts with its prefix's cache; several only with `cascade`), `prompts` the batch's distinct
+    prompts in the groups' order, which `rows` follows."""
+    device = model.device
+    config = model.config
+    index = {prompt: u for u, prompt in enumerate(prompts)}
+    owner = [index[tuple(r)] for r in rows]
+    # each distinct prompt's shared length: its group's prefix, which a stored one may make a little shorter than asked
+    shared_of = [0 if kv is None else kv[0][0].shape[-2] for group, kv in prefixes for _ in group]
+    cascade = cascade and all(kv is not None for _, kv in prefixes)
+    width = max(len(p) - s for p, s in zip(prompts, shared_of, strict=True))
     cache = preallocated_cache(config, width + max_tokens)
-    # Cascade attention when every layer attends in full: the cache then holds each row's own
-    # tokens only, and the prefix's one copy is attended beside it. Otherwise the prefix's cache
-    # is copied to every row, and the mask covers it.
-    cascade = (
-        kv is not None and replaces(model) and all(type(layer) is _BufferedLayer for layer in cache.layers)
-    )
-    extra: dict[str, Any] = {"cascade_prefix": kv} if cascade else {}
-    if kv is not None and not cascade:
-        cache = preallocated_cache(config, shared + width + max_tokens)
+    extra: dict[str, Any] = {}
+    # Cascade attention: the cache holds each row's own tokens only, and each prefix's one copy is
+    # attended beside it. Otherwise (one group) the prefix's cache is copied to every row and the
+    # mask covers it.
+    kv = prefixes[0][1]
+    masked = 0
+    if cascade:
+        extra["cascade_prefixes"] = [(kv, len(group)) for group, kv in prefixes]
+    elif kv is not None:
+        masked = shared_of[0]
+        cache = preallocated_cache(config, masked + width + max_tokens)
         for layer, (k, v) in enumerate(kv):
             cache.update(k.expand(len(prompts), -1, -1, -1), v.expand(len(prompts), -1, -1, -1), layer)
-    masked = 0 if cascade else shared  # the columns of the mask before each row's own tokens
     input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
     mask = torch.zeros((len(prompts), masked + width), dtype=torch.long)
     mask[:, :masked] = 1
-    positions = torch.full((len(prompts), width), shared, dtype=torch.long)
-    for u, prompt in enumerate(prompts):  # [shared | padding | suffix]: position ids count real tokens
-        suffix = prompt[shared:]
+    positions = torch.zeros((len(prompts), width), dtype=torch.long)
+    for u, (prompt, shared) in enumerate(zip(prompts, shared_of, strict=True)):
+        suffix = prompt[shared:]  # [shared | padding | suffix]: position ids count real tokens
         input_ids[u, width - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
         mask[u, masked + width - len(suffix) :] = 1
+        positions[u] = shared
         positions[u, width - len(suffix) :] = torch.arange(shared, len(prompt))
     input_ids, mask, positions = input_ids.to(device), mask.to(device), positions.to(device)
     with selected(model) if cascade else contextlib.nullcontext():
@@ -265,11 +328,13 @@ def sample_rows(
         return _decode(
             model,
             rows,
+            names,
             owner,
             pick,
             cache,
             logits,
             mask,
+            runs=[len(group) for group, _ in prefixes] if cascade else None,
             max_tokens=max_tokens,
             eos_ids=eos_ids,
             cache_kwarg=cache_kwarg,
@@ -281,12 +346,14 @@ def sample_rows(
 def _decode(
     model: Any,
     rows: Sequence[Sequence[int]],
+    names: Sequence[int],
     owner: Sequence[int],
     pick: Any,
     cache: Any,
     logits: Any,
     mask: Any,
     *,
+    runs: Sequence[int] | None,
     max_tokens: int,
     eos_ids: Sequence[int],
     cache_kwarg: str,
@@ -294,21 +361,29 @@ def _decode(
     extra: dict[str, Any],
 ) -> list[Completion]:
     """The decode loop after the prompts' forward (`logits`: one row per distinct prompt, which
-    `owner` maps each row to): one token per unfinished row a step."""
+    `owner` maps each row to): one token per unfinished row a step. `pick` knows the rows by
+    `names`; `runs` counts the distinct prompts under each cascade prefix, in order."""
     device = logits.device
     if max(owner) + 1 < len(rows):  # each prompt's cache to its rows
         index = torch.tensor(owner, device=device)
         cache.batch_select_indices(index)
         logits, mask = logits[index], mask[index]
     next_position = torch.tensor([len(r) for r in rows], device=device)
+    # the prefix each row attends (cascade): rows stay in runs as finished ones leave
+    run_of = [run for run, count in enumerate(runs or ()) for _ in range(count)]
+    run_of = [run_of[u] for u in owner] if runs else []
 
     eos = set(eos_ids)
     tokens: list[list[int]] = [[] for _ in rows]
     logprobs: list[list[float]] = [[] for _ in rows]
     live = list(range(len(rows)))  # the rows the batch holds, in its order
     done: set[int] = set()
+    if runs:
+        _count_runs(extra, run_of, live)
     while True:
-        picked, chosen = pick.choose(None, logits, rows=live, idle=done)
+        picked, chosen = pick.choose(
+            None, logits, rows=[names[r] for r in live], idle={names[r] for r in done}
+        )
         for r, token, lp in zip(live, picked.tolist(), chosen.tolist(), strict=True):
             if r in done:
                 continue
@@ -324,6 +399,8 @@ def _decode(
             cache.batch_select_indices(keep)
             mask, next_position, picked = mask[keep], next_position[keep], picked[keep]
             live = [r for r in live if r not in done]
+            if runs:
+                _count_runs(extra, run_of, live)
         mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=1)
         logits = _forward(
             model,
@@ -338,6 +415,16 @@ def _decode(
     return [
         Completion(tuple(t), tuple(lp), "stop" if t[-1] in eos else "length")
         for t, lp in zip(tokens, logprobs, strict=True)
+    ]
+
+
+def _count_runs(extra: dict[str, Any], run_of: Sequence[int], live: Sequence[int]) -> None:
+    """Each cascade prefix's count of `live` rows (which lie in runs, one per prefix)."""
+    counts = [0] * len(extra["cascade_prefixes"])
+    for r in live:
+        counts[run_of[r]] += 1
+    extra["cascade_prefixes"] = [
+        (kv, n) for (kv, _), n in zip(extra["cascade_prefixes"], counts, strict=True)
     ]
 
 

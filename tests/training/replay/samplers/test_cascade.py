@@ -40,19 +40,52 @@ def test_cascade_equals_attention_over_each_rows_copy(queries: int) -> None:
     module = SimpleNamespace(layer_idx=1, num_key_value_groups=group, is_causal=True)
     other = (torch.zeros_like(prefix_k), torch.zeros_like(prefix_v))
     out, _ = cascade_attention(
-        module, query, key, value, allowed, scaling=dim**-0.5, cascade_prefix=[other, (prefix_k, prefix_v)]
+        module,
+        query,
+        key,
+        value,
+        allowed,
+        scaling=dim**-0.5,
+        cascade_prefixes=[([other, (prefix_k, prefix_v)], rows)],
     )
     assert out.shape == (rows, queries, kv_heads * group, dim)
     expected = _reference(query, prefix_k, prefix_v, key, value, allowed)
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
     if queries > 1:  # no mask means plain causality over the row's tokens, as in `sdpa`
         causal, _ = cascade_attention(
-            module, query, key, value, None, scaling=dim**-0.5, cascade_prefix=[other, (prefix_k, prefix_v)]
+            module,
+            query,
+            key,
+            value,
+            None,
+            scaling=dim**-0.5,
+            cascade_prefixes=[([other, (prefix_k, prefix_v)], rows)],
         )
         no_padding = torch.ones_like(allowed).tril(tokens - queries)
         torch.testing.assert_close(
             causal, _reference(query, prefix_k, prefix_v, key, value, no_padding), atol=1e-5, rtol=1e-5
         )
+
+
+def test_each_run_of_rows_attends_its_own_prefix() -> None:
+    """Rows under two system prompts in one batch: the first run attends one prefix, the rest
+    another of another length, each as if alone."""
+    g = torch.Generator().manual_seed(2)
+    rows, kv_heads, group, dim, tokens = 5, 2, 3, 8, 7
+    query = torch.randn(rows, kv_heads * group, 1, dim, generator=g)
+    key, value = (torch.randn(rows, kv_heads, tokens, dim, generator=g) for _ in range(2))
+    first = tuple(torch.randn(1, kv_heads, 11, dim, generator=g) for _ in range(2))
+    second = tuple(torch.randn(1, kv_heads, 4, dim, generator=g) for _ in range(2))
+    allowed = torch.ones(rows, 1, 1, tokens, dtype=torch.bool)
+    for r in range(rows):
+        allowed[r, :, :, :r] = False
+    module = SimpleNamespace(layer_idx=0, num_key_value_groups=group, is_causal=True)
+    out, _ = cascade_attention(
+        module, query, key, value, allowed, scaling=dim**-0.5, cascade_prefixes=[([first], 2), ([second], 3)]
+    )
+    for run, (k, v) in ((slice(0, 2), first), (slice(2, 5), second)):
+        expected = _reference(query[run], k, v, key[run], value[run], allowed[run])
+        torch.testing.assert_close(out[run], expected, atol=1e-5, rtol=1e-5)
 
 
 def test_without_a_prefix_it_is_sdpa() -> None:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from training.replay.samplers import make_sampler
+from training.replay.samplers import make_sampler, shared_prefix
 from training.replay.samplers.base import SampleRequest, SamplingParams
 from training.replay.samplers.shared_prefix import prefix_groups
 
@@ -144,12 +145,22 @@ def test_shared_prefix_decode_matches_generate_over_turns(
 
 @pytest.mark.parametrize("temperature", [0.0, 0.9])
 def test_a_batch_under_several_system_prompts_shares_each_prefix(
-    tiny_model: Path, temperature: float
+    tiny_model: Path, temperature: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Prompts under two system prompts, interleaved in one batch (a lake of an agent whose prompt
     was edited): each system prompt's rows share its cache (one stored prefix each, where one
-    batch-wide prefix would be the chat template's first tokens only) and sample what `generate`
+    batch-wide prefix would be the chat template's first tokens only), all rows decode in the
+    same steps (each run of rows attending its own prefix), and they sample what `generate`
     samples, each row in its request's place."""
+    batches: list[int] = []  # the rows of each decode step
+    forward = shared_prefix._forward
+
+    def recording(model: Any, cache_kwarg: str, cache: Any, **inputs: Any) -> Any:
+        if inputs["input_ids"].shape[1] == 1:
+            batches.append(inputs["input_ids"].shape[0])
+        return forward(model, cache_kwarg, cache, **inputs)
+
+    monkeypatch.setattr(shared_prefix, "_forward", recording)
     shared = make_sampler("transformers", str(tiny_model))
     plain = make_sampler("transformers", str(tiny_model), shared_prefix=False)
     tok = shared.tokenizer
@@ -166,6 +177,8 @@ def test_a_batch_under_several_system_prompts_shares_each_prefix(
     requests = [SampleRequest(p, 2, params.with_seed(10 * k)) for k, p in enumerate(prompts)]
     _assert_same(shared.generate(requests), plain.generate(requests))
     assert len(shared.prefixes) == 2  # type: ignore[attr-defined]
+    assert batches[0] == 8  # the first step: all 4 requests x 2 samples, under both prompts
+    assert len(batches) < 10  # one decode loop of at most 10 tokens, not one per system prompt
 
 
 def test_prompts_group_by_the_prefix_they_share() -> None:

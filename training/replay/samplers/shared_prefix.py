@@ -295,11 +295,10 @@ def _sample_batch(
     # Cascade attention: the cache holds each row's own tokens only, and each prefix's one copy is
     # attended beside it. Otherwise (one group) the prefix's cache is copied to every row and the
     # mask covers it.
-    kv = prefixes[0][1]
     masked = 0
     if cascade:
-        extra["cascade_prefixes"] = [(kv, len(group)) for group, kv in prefixes]
-    elif kv is not None:
+        extra["cascade_prefixes"] = [(prefix, len(group)) for group, prefix in prefixes]
+    elif (kv := prefixes[0][1]) is not None:
         masked = shared_of[0]
         cache = preallocated_cache(config, masked + width + max_tokens)
         for layer, (k, v) in enumerate(kv):

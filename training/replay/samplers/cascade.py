@@ -6,7 +6,7 @@ its KV cache to each row made a decode step read that prefix once per row (at 19
 Here the batch's cache holds only each row's own tokens (its prompt's rest and what it
 sampled), and attention splits in two:
 
-- the prefix part is one matmul for the whole batch: the rows' queries, stacked per KV head,
+- the prefix part is one matmul for the rows that share it: their queries, stacked per KV head,
   against the prefix's keys (`[kv heads, rows x group x queries, head dim] @ [kv heads, head
   dim, prefix]`), so the prefix is read once a step;
 - the row part is the usual batched matmul against each row's own keys, masked (padding,

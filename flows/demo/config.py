@@ -42,6 +42,7 @@ class DemoSize:
     grpo_activation_checkpointing: bool = False  # recompute activations: about half the peak memory
     val_fraction: float = 0.25
     sft_excludes_replayed: bool = False  # `pipeline.sft_excludes_replayed`
+    sft_on_production: bool = False  # `pipeline.sft_on_production`: night 2 SFTs v1 on its well-rated runs
     evaluate_intermediate: bool = True  # off: each night evaluates only its ends (`evaluate.intermediate`)
 
     def __post_init__(self) -> None:
@@ -102,6 +103,10 @@ REAL_SIZES = {
         # SFT had imitated every conversation GRPO replayed: 23 of 24 groups equal at mean reward
         # 0.996 in round 3 against 0.82 on val (2026-11-29), so GRPO gained +0.025
         sft_excludes_replayed=True,
+        # night 2 first imitates v1's own well-rated production runs, then GRPO replays its failures:
+        # GRPO alone swung -0.056..+0.013 against v1 (its first round trains on little more than the
+        # failures); with SFT first the same two lakes gave +0.024 [+0.002, +0.048] and +0.004 (2026-11-30)
+        sft_on_production=True,
         # evaluation was 60% of the real model's demo (3,021 of 5,021 s, 2026-11-28): the rounds
         # before the last and night 2's base model were ~45% of it, and no gate reads them
         evaluate_intermediate=False,
@@ -275,6 +280,7 @@ max_workers = 2
 start_from = "production"  # each night continues the adapter in production
 window_days = 0  # and learns from the traffic that came in since the last night
 sft_excludes_replayed = {json.dumps(size.sft_excludes_replayed)}
+sft_on_production = {json.dumps(size.sft_on_production)}  # true: a night that continues the adapter SFTs it on its well-rated traffic first
 latest_if_refused = true  # the demo serves night 1's adapter whatever the gate said: published as `latest`
 """
     )

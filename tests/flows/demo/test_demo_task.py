@@ -148,6 +148,8 @@ def test_sizes_of_the_tiny_and_a_real_model(tmp_path: Path) -> None:
     # GRPO samples questions SFT did not imitate; the tiny demo's rounds replay nearly all of them
     assert toml["pipeline"]["sft_excludes_replayed"] is True and toml["replay"]["group_size"] == 16
     assert tiny["pipeline"]["sft_excludes_replayed"] is False
+    # night 2 imitates the adapter's well-rated traffic before GRPO; the tiny demo's is GRPO alone
+    assert toml["pipeline"]["sft_on_production"] is True and tiny["pipeline"]["sft_on_production"] is False
 
 
 def test_a_night_that_learned_nothing_keeps_its_decision() -> None:

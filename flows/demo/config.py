@@ -105,7 +105,8 @@ REAL_SIZES = {
         sft_excludes_replayed=True,
         # night 2 first imitates v1's own well-rated production runs, then GRPO replays its failures:
         # GRPO alone swung -0.056..+0.013 against v1 (its first round trains on little more than the
-        # failures); with SFT first the same two lakes gave +0.024 [+0.002, +0.048] and +0.004 (2026-11-30)
+        # failures); with SFT first the same two lakes gave +0.024 [+0.002, +0.048] and +0.004, and a
+        # fresh demo +0.053 [+0.029, +0.080] (2026-11-30)
         sft_on_production=True,
         # evaluation was 60% of the real model's demo (3,021 of 5,021 s, 2026-11-28): the rounds
         # before the last and night 2's base model were ~45% of it, and no gate reads them

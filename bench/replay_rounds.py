@@ -2,7 +2,7 @@
 
     python bench/replay.py [--model smollm2-135m-instruct] [--scenarios 24] [--group-size 16]
         [--max-tokens 48] [--max-turns 3] [--repeats 2] [--no-shared-prefix] [--with-adapter]
-        [--dtype bfloat16]
+        [--dtype bfloat16] [--split-packing]
 
 Each run is `training.replay.replay` end to end on the demo's agent: its system prompts (three,
 each question under the one the demo's production agent ran it with) and `calculator` tool
@@ -22,6 +22,9 @@ differs: the former path runs PEFT's forward (base and adapter matmuls apart), t
 shared-prefix path merges the adapter into copies of the weights
 (`training/replay/samplers/merged.py`), and a third run, `shared prefix, PEFT forward`, splits
 the gain between the two.
+
+`--split-packing` adds a run of the shared-prefix path on `F.linear` (`pack_weights=False`):
+what packing the float32 weights for MKL once (`training/replay/samplers/packed.py`) adds.
 
 `--dtype bfloat16` runs the shared-prefix paths in bfloat16 (`sampler.dtype`; an adapter is
 then stacked under the weights, not merged into them) against the former path in float32, as
@@ -169,6 +172,11 @@ def rounds(argv: list[str]) -> None:
         "--no-shared-prefix", action="store_true", help="Measure only the former path (`generate`)."
     )
     parser.add_argument(
+        "--split-packing",
+        action="store_true",
+        help="Also run the shared-prefix path on `F.linear` (weights not packed for MKL).",
+    )
+    parser.add_argument(
         "--with-adapter",
         action="store_true",
         help="Sample through a rank-16 LoRA adapter on every projection (zero B: the base model's tokens).",
@@ -190,6 +198,8 @@ def rounds(argv: list[str]) -> None:
     adapter = _zero_adapter(model, work / "adapter") if args.with_adapter else None
     if adapter and not args.no_shared_prefix:
         paths["shared prefix, PEFT forward"] = True
+    if args.split_packing and not args.no_shared_prefix:
+        paths["shared prefix, F.linear"] = True
     # The former path as it ran before: 64 rows per `generate` call, its default then, and
     # PEFT's own forward through an adapter.
     samplers = {
@@ -199,7 +209,8 @@ def rounds(argv: list[str]) -> None:
             adapter=adapter,
             max_batch_rows=args.max_batch_rows if shared else 64,
             shared_prefix=shared,
-            merge_adapters=name == "shared prefix",
+            merge_adapters=name in ("shared prefix", "shared prefix, F.linear"),
+            pack_weights=name != "shared prefix, F.linear",
             **({"dtype": args.dtype} if shared and args.dtype else {}),
         )
         for name, shared in paths.items()

@@ -98,7 +98,9 @@ def make_sampler(backend: str, model: str, **options: Any) -> Sampler:
     Common options: `adapter` (LoRA path), `tokenizer` (path, defaults to `model`).
     transformers: `device`, `dtype`, `max_batch_rows`, `max_batch_tokens`, `shared_prefix` (the shared-prefix decode, default;
     False: `generate`), `merge_adapters` (through a LoRA adapter, sample with its delta
-    merged into copies of float32 weights, or stacked under 16-bit ones, default; False: PEFT's forward), `share_prefill` (on the
+    merged into copies of float32 weights, or stacked under 16-bit ones, default; False: PEFT's forward),
+    `pack_weights` (on a CPU, float32 linear layers multiply through weights packed once for MKL,
+    default; False: `F.linear`), `share_prefill` (on the
     `generate` path, prefill a prompt once for its n samples). vllm-server: `base_url`, `api_key`,
     `served_model`, `max_concurrency`, `timeout_s`, `retries`. vllm: `max_lora_rank`,
     `gpu_memory_utilization`, `max_model_len`, `engine_kwargs`.

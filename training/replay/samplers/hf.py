@@ -59,6 +59,7 @@ class TransformersSampler(Sampler):
         share_prefill: bool = True,
         shared_prefix: bool = True,
         merge_adapters: bool = True,
+        pack_weights: bool = True,
     ) -> None:
         super().__init__(model, adapter=adapter, tokenizer=tokenizer)
         self.share_prefill = share_prefill
@@ -66,6 +67,10 @@ class TransformersSampler(Sampler):
         # Sample through a LoRA adapter with its delta merged into copies of float32 base weights,
         # or stacked under 16-bit ones (`merged.py`); False: PEFT's forward, base and adapter apart.
         self.merge_adapters = merge_adapters
+        # Float32 linear layers on a CPU multiply through weights packed once for MKL (`packed.py`),
+        # on the shared-prefix path; False: `F.linear`, which packs each weight on every call.
+        self.pack_weights = pack_weights
+        self._packed: Any = None  # a `packed.PackedLinears`, made with the first batch
         self.prefixes: Any = (
             None  # a `shared_prefix.PrefixStore`, made with the first batch (torch loads then)
         )
@@ -241,8 +246,11 @@ class TransformersSampler(Sampler):
         adapter: str | None,
         cancels: Sequence[threading.Event | None] = (),
     ) -> list[Completion]:
+        import contextlib
+
         import torch
 
+        from training.replay.samplers import packed
         from training.replay.samplers.seeded import SeededSampling
         from training.replay.samplers.shared_prefix import PrefixStore, sample_rows
 
@@ -257,6 +265,10 @@ class TransformersSampler(Sampler):
             return self._run_generate(rows, params, model, adapter_ctx, eos_ids, pad, cancels)
         if self.prefixes is None:
             self.prefixes = PrefixStore()
+        packing: Any = contextlib.nullcontext()
+        if self.pack_weights and packed.available():
+            self._packed = self._packed or packed.PackedLinears()
+            packing = self._packed.forwarding(model)
         pick = SeededSampling(
             [seed for _, _, seed, _ in rows],
             temperature=[temperature for *_, temperature in rows],
@@ -264,7 +276,7 @@ class TransformersSampler(Sampler):
             top_p=params.top_p,
             device=base.device,
         )
-        with torch.inference_mode(), adapter_ctx:
+        with torch.inference_mode(), adapter_ctx, packing:
             return sample_rows(
                 model,
                 [prompt for _, prompt, *_ in rows],

@@ -275,8 +275,13 @@ def test_16_bit_weights_stack_the_adapter_and_sample_what_peft_samples(
     tiny_model: Path, adapter_path: Path
 ) -> None:
     """In bfloat16 the adapter is stacked under the weights, not merged into their last bit: the
-    stacked forward's logprobs stay within bfloat16's rounding of PEFT's own forward (and far from
-    the base model's), and deselecting it gives the base model's logprobs back exactly."""
+    stacked forward's logits stay within a tenth of the adapter's effect of PEFT's own forward, on
+    every prompt teacher-forced on what PEFT sampled, and deselecting it gives the base model's
+    logprobs back exactly.
+
+    Not the sampled tokens themselves: the tiny model's logits are nearly flat, and where two
+    tokens tie to within bfloat16's rounding, AMX (Intel) and AVX512-BF16 (AMD) kernels break
+    the tie differently (greedy token 101 against 423 on a Xeon with AMX)."""
     import torch
 
     stacked = make_sampler("transformers", str(tiny_model), dtype="bfloat16")
@@ -289,25 +294,24 @@ def test_16_bit_weights_stack_the_adapter_and_sample_what_peft_samples(
     ours, theirs = stacked.generate(tuned), peft.generate(tuned)
     assert stacked._merged.selected is not None  # type: ignore[attr-defined]  # the stacking ran
     assert stacked._peft.get_base_model().model.layers[0].self_attn.q_proj.weight.dtype == torch.bfloat16  # type: ignore[attr-defined]
-    for a, b, plain in zip(ours, theirs, base_before, strict=True):
-        assert a[0].token_ids == b[0].token_ids
-        assert a[0].logprobs == pytest.approx(b[0].logprobs, abs=0.05)
+    for a, plain in zip(ours, base_before, strict=True):
         assert a[0].token_ids != plain[0].token_ids or a[0].logprobs != plain[0].logprobs
     _assert_exact(stacked.generate(base), base_before)  # hooks and stacked weights are gone
     # teacher-forced on PEFT's tokens: the stacked delta is the adapter's, not rounded into W
-    sequence = torch.tensor([list(prompts[0]) + list(theirs[0][0].token_ids)])
-    with torch.inference_mode():
-        model, context = stacked._model_for(str(adapter_path))  # type: ignore[attr-defined]
-        with context:
-            stacked_logits = model(input_ids=sequence).logits.float()
-        model, context = peft._model_for(str(adapter_path))  # type: ignore[attr-defined]
-        with context:
-            peft_logits = model(input_ids=sequence).logits.float()
-        model, context = stacked._model_for(None)  # type: ignore[attr-defined]
-        with context:
-            base_logits = model(input_ids=sequence).logits.float()
-    gap = (stacked_logits - peft_logits).abs().max().item()
-    assert gap < 0.1 * (peft_logits - base_logits).abs().max().item()
+    for prompt, sampled in zip(prompts, theirs, strict=True):
+        sequence = torch.tensor([list(prompt) + list(sampled[0].token_ids)])
+        with torch.inference_mode():
+            model, context = stacked._model_for(str(adapter_path))  # type: ignore[attr-defined]
+            with context:
+                stacked_logits = model(input_ids=sequence).logits.float()
+            model, context = peft._model_for(str(adapter_path))  # type: ignore[attr-defined]
+            with context:
+                peft_logits = model(input_ids=sequence).logits.float()
+            model, context = stacked._model_for(None)  # type: ignore[attr-defined]
+            with context:
+                base_logits = model(input_ids=sequence).logits.float()
+        gap = (stacked_logits - peft_logits).abs().max().item()
+        assert gap < 0.1 * (peft_logits - base_logits).abs().max().item()
 
 
 def _assert_exact(a: list, b: list) -> None:

@@ -56,7 +56,7 @@ class PackedLinears:
             if isinstance(module, torch.nn.Linear)
             and module.weight.dtype == torch.float32
             and module.weight.device.type == "cpu"
-            and "forward" not in vars(module)  # already replaced (a hook of another library): left alone
+            and "forward" not in vars(module)  # an instance whose forward a library replaced keeps it
         ]
         for module in layers:
             module.forward = partial(self._forward, module)  # type: ignore[method-assign]  # this instance only
@@ -75,8 +75,9 @@ class PackedLinears:
         return torch.ops.mkl._mkl_linear(x, packed, weight, bias, rows)
 
     def _pack(self, weight: torch.Tensor) -> torch.Tensor | None:
+        version = 0 if weight.is_inference() else weight._version  # inference tensors count no writes
         entry = self._packs.get(weight)
-        if entry is not None and entry[0] == weight._version:
+        if entry is not None and entry[0] == version:
             return entry[1]
         shape = (weight.shape[0], weight.shape[1])
         if shape not in self._holds:
@@ -84,7 +85,7 @@ class PackedLinears:
         if not self._holds[shape]:
             return None
         packed = torch.ops.mkl._mkl_reorder_linear_weight(weight.detach(), _CHECK_ROWS[-1])
-        self._packs[weight] = (weight._version, packed)
+        self._packs[weight] = (version, packed)
         return packed
 
 

@@ -124,3 +124,23 @@ def _server_processes(url: str) -> list:
         for c in psutil.net_connections("tcp")
         if c.status == psutil.CONN_LISTEN and c.laddr.port == port and c.pid
     ]
+
+
+def test_the_cpu_worker_computes_on_every_cpu_of_a_small_machine(vllm_server: str) -> None:
+    """vLLM reserves a CPU for its scheduler unless told (`cpu_environment`); on a machine of a
+    few cores its worker's OpenMP threads, each pinned to one CPU, cover all of them."""
+    import os
+
+    from training.replay.samplers.vllm_launch import SMALL_MACHINE_CPUS
+
+    cpus = os.sched_getaffinity(0)
+    if len(cpus) > SMALL_MACHINE_CPUS:
+        pytest.skip(f"{len(cpus)} CPUs: vLLM keeps its reserved one")
+    pinned: set[int] = set()
+    for server in _server_processes(vllm_server):
+        for process in [server, *server.children(recursive=True)]:
+            for thread in process.threads():
+                allowed = os.sched_getaffinity(thread.id)
+                if len(allowed) == 1:  # an OpenMP thread vLLM bound to its core
+                    pinned |= allowed
+    assert pinned == cpus

@@ -20,6 +20,7 @@ Three choices keep what it returns the policy's, checked against the real engine
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -34,7 +35,7 @@ from training.replay.samplers.base import (
     asked_samples,
     repeat_greedy,
 )
-from training.replay.samplers.vllm_launch import scheduler_options
+from training.replay.samplers.vllm_launch import cpu_environment, scheduler_options
 
 
 def model_max_length(model: str) -> int:
@@ -100,6 +101,8 @@ class VLLMEngineSampler(Sampler):
         for key, value in scheduler_options(length).items():
             kwargs.setdefault(key, value)
         kwargs.setdefault("max_model_len", length)
+        for key, value in cpu_environment().items():  # read by the engine's processes it starts
+            os.environ.setdefault(key, value)
         self._llm = vllm.LLM(**kwargs)
         self._lora_ids: dict[str, int] = {}
         self._lock = threading.Lock()

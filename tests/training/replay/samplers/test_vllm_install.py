@@ -64,3 +64,14 @@ def test_every_backend_and_the_trainers_import_beside_vllm() -> None:
         Requirement(r) for r in importlib.metadata.requires("prefect") or [] if r.startswith("fastapi")
     ]
     assert all(version("fastapi") in r.specifier for r in fastapi)  # Prefect's FastAPI, not vLLM's pin
+
+
+def test_a_small_machine_reserves_no_cpu_for_vllms_scheduler(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a few cores vLLM's CPU worker gets all of them; on many, vLLM's own reservation
+    stands; a value the user set wins in the server's environment."""
+    from training.replay.samplers.vllm_launch import cpu_environment, server_environment
+
+    assert cpu_environment(2) == {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    assert cpu_environment(64) == {}
+    monkeypatch.setenv("VLLM_CPU_NUM_OF_RESERVED_CPU", "1")
+    assert server_environment()["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "1"

@@ -26,6 +26,9 @@ def demo_vllm_server(model: Path, workdir: Path, max_new_tokens: int) -> Any:
         log_path=workdir / "vllm-server.log",
         max_loras=8,
         max_model_len=2048,
+        # A round's 384 rollouts at once: each holds ~150 tokens of its own beside the shared
+        # prefixes (SmolLM2 in float32: 46 KB a token), more than 1 GiB's 23,000 tokens.
+        kv_cache_gib=4,
         extra_args=(
             "--enable-auto-tool-choice",
             "--tool-call-parser",

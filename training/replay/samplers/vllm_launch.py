@@ -158,7 +158,10 @@ def server_environment(kv_cache_gib: int = 1, limits: RequestLimits | None = Non
 
 
 class VLLMServerProcess:
-    """A vLLM server on a loopback port, started on `start()` (or `with`) and stopped on `stop()`."""
+    """A vLLM server on a loopback port, started on `start()` (or `with`) and stopped on `stop()`.
+
+    `kv_cache_gib` sizes its CPU KV cache (`VLLM_CPU_KVCACHE_SPACE`, unless the environment sets
+    it); `options` are `server_command`'s."""
 
     def __init__(
         self,
@@ -167,10 +170,12 @@ class VLLMServerProcess:
         log_path: str | os.PathLike[str] | None = None,
         start_timeout_s: float = 300.0,
         limits: RequestLimits | None = None,
+        kv_cache_gib: int = 1,
         **options: object,
     ) -> None:
         self.model = str(model)
         self.limits = limits
+        self.kv_cache_gib = kv_cache_gib
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(log_path) if log_path else None
@@ -194,7 +199,7 @@ class VLLMServerProcess:
         self._log = open(self.log_path, "ab") if self.log_path else None  # noqa: SIM115 (closed in stop)
         self._process = subprocess.Popen(
             self.command,
-            env=server_environment(limits=self.limits),
+            env=server_environment(self.kv_cache_gib, limits=self.limits),
             stdout=self._log or subprocess.DEVNULL,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -80,20 +80,23 @@ class PackedLinears:
         if entry is not None and entry[0] == version:
             return entry[1]
         shape = (weight.shape[0], weight.shape[1])
-        if shape not in self._holds:
-            self._holds[shape] = _packing_holds(weight)
-        if not self._holds[shape]:
+        holds = self._holds.get(shape)
+        if holds is False:
             return None
         packed = torch.ops.mkl._mkl_reorder_linear_weight(weight.detach(), _CHECK_ROWS[-1])
+        if holds is None:  # the first weight of this shape: its own pack is what is checked
+            self._holds[shape] = holds = _packing_holds(weight, packed)
+            if not holds:
+                return None
         self._packs[weight] = (version, packed)
         return packed
 
 
-def _packing_holds(weight: torch.Tensor) -> bool:
-    """Whether one pack of `weight` multiplies any number of rows as `F.linear` does (to float32
-    rounding): the packed kernel is used at every row count, not only the one packed for."""
+def _packing_holds(weight: torch.Tensor, packed: torch.Tensor) -> bool:
+    """Whether `packed`, one pack of `weight`, multiplies any number of rows as `F.linear` does
+    (to float32 rounding): the packed kernel is used at every row count, not only the one
+    packed for."""
     with torch.inference_mode():
-        packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, _CHECK_ROWS[-1])
         generator = torch.Generator().manual_seed(0)
         for rows in _CHECK_ROWS:
             x = torch.randn(rows, weight.shape[1], generator=generator)

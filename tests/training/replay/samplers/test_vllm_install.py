@@ -71,7 +71,10 @@ def test_a_small_machine_reserves_no_cpu_for_vllms_scheduler(monkeypatch: pytest
     stands; a value the user set wins in the server's environment."""
     from training.replay.samplers.vllm_launch import cpu_environment, server_environment
 
-    assert cpu_environment(2) == {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    key = "VLLM_CPU_NUM_OF_RESERVED_CPU"
+    assert cpu_environment(2) == {key: "0"}
     assert cpu_environment(64) == {}
-    monkeypatch.setenv("VLLM_CPU_NUM_OF_RESERVED_CPU", "1")
-    assert server_environment()["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "1"
+    monkeypatch.delenv(key, raising=False)  # the server gets this machine's setting
+    assert server_environment().get(key) == cpu_environment().get(key)
+    monkeypatch.setenv(key, "1")
+    assert server_environment()[key] == "1"

@@ -36,6 +36,11 @@ def step_finished(name: str, seconds: float) -> None:
     LOGGER.info("%s: done in %.1f s", name, seconds)
 
 
+def warning(text: str) -> None:
+    """Something the run went on without, which its user should know (scenarios it could not replay)."""
+    LOGGER.warning("%s", text)
+
+
 def decision(text: str) -> None:
     """What the run decided (the gate's decision, or why nothing was trained)."""
     LOGGER.info("%s", text)

@@ -73,7 +73,8 @@ class PipelineRun:
     eval_run_id: str | None = None
     # the train scenarios its replay selection held, by what production said of them: `scenarios`,
     # `rated_right`, `failures` (rated wrong), `failures_labelled` (their expected from a label),
-    # `failures_unlabelled` (no expected: only a reward needing none scores them), `unrated`
+    # `failures_unlabelled` (no expected: only a reward needing none scores them), `unrated`;
+    # `replay_failed`: its rounds' scenarios the sampler failed on (left for the next run)
     learned_from: dict[str, int] = field(default_factory=dict)
     error: str | None = None  # why a failed run failed: the step and the exception, in one line
 

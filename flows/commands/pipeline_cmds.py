@@ -108,7 +108,12 @@ def pipeline(
         + f"; {run.training_steps} training steps"
     )
     for row in result["rounds"]:
-        typer.echo(f"round {row['round']}: policy {row['policy']} mean reward {row['mean_reward']:.3f}")
+        failed = (
+            f"; {row['failed_scenarios']} scenarios could not be replayed" if row["failed_scenarios"] else ""
+        )
+        typer.echo(
+            f"round {row['round']}: policy {row['policy']} mean reward {row['mean_reward']:.3f}{failed}"
+        )
     if result.get("published"):
         published = result["published"]
         aliases = f" ({', '.join(published['aliases'])})" if published["aliases"] else ""

@@ -161,7 +161,17 @@ def night_summary(night: int, result: dict[str, Any]) -> dict[str, Any]:
         else None,
         "learned_from": result.get("learned_from"),
         "rounds": [
-            {k: r[k] for k in ("round", "policy", "groups", "mean_reward", "equal_reward_groups")}
+            {
+                k: r[k]
+                for k in (
+                    "round",
+                    "policy",
+                    "groups",
+                    "mean_reward",
+                    "equal_reward_groups",
+                    "failed_scenarios",
+                )
+            }
             for r in result.get("rounds", [])
         ],
         "wall_s": {name: round(seconds, 1) for name, seconds in result.get("timings", [])},

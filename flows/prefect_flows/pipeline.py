@@ -236,6 +236,10 @@ def _pipeline_steps(
         logger.info(
             "round %s: policy %s, mean reward %.3f", round_number, summary.policy, summary.mean_reward
         )
+        if replayed.failed:
+            warning = replayed.failure_text(f"round {round_number}")
+            logger.warning(warning)
+            progress.warning(warning)
         if config.pipeline.grpo:
             step = f"round {round_number}: grpo"
             trained.append(
@@ -310,6 +314,7 @@ def _pipeline_steps(
         publication=publication,
         evaluation=evaluation,
         decision=None if trained else "nothing trained: `pipeline.sft` and `pipeline.grpo` are off",
+        replay_failed=sum(r["failed_scenarios"] for r in result["rounds"]),
     )
     result.update(run=run, report=_report(config, lake, timed).path, timings=timed.timings)
     return result

@@ -188,6 +188,8 @@ def learned_from(counts: dict[str, int]) -> str:
 
     >>> learned_from({"scenarios": 9, "rated_right": 6, "failures": 3, "failures_labelled": 2, "failures_unlabelled": 1})
     '9: 6 rated right, 3 failures (2 with a label, 1 judged without one)'
+    >>> learned_from({"scenarios": 9, "rated_right": 9, "replay_failed": 2})
+    '9: 9 rated right, 0 failures; 2 could not be replayed (sampler errors)'
     """
     if not counts:
         return ""
@@ -199,6 +201,8 @@ def learned_from(counts: dict[str, int]) -> str:
         )
     if counts.get("unrated"):
         text += f", {counts['unrated']} unrated"
+    if counts.get("replay_failed"):
+        text += f"; {counts['replay_failed']} could not be replayed (sampler errors)"
     return text
 
 

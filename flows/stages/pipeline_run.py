@@ -232,12 +232,17 @@ def finish_pipeline_run(
     publication: Publication | None = None,
     evaluation: Evaluation | None = None,
     decision: str | None = None,
+    replay_failed: int = 0,
 ) -> PipelineRun:
     """Record the run as finished: its training runs and steps, the version it published and the
-    gate's decision (or why nothing was trained); its checkpoints go unless `pipeline.keep_checkpoints`."""
+    gate's decision (or why nothing was trained), and in `learned_from` the `replay_failed`
+    scenarios its rounds could not replay; its checkpoints go unless `pipeline.keep_checkpoints`."""
     gate = publication.gate if publication else None
     run = replace(
         run,
+        learned_from={**run.learned_from, "replay_failed": replay_failed}
+        if replay_failed
+        else run.learned_from,
         status="finished",
         finished_at=utc_now().isoformat(),
         training_runs=[t.run_id for t in trained],

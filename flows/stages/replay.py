@@ -53,9 +53,10 @@ class PolicyReplay:
     group_ids: list[str]
     trajectories: int
     generated_tokens: int
-    failed: int
+    failed: int  # scenarios no group was sampled for (a sampler error): left for the next run
     seconds: float
     draws: int = 0  # further dynamic-sampling draws merged into the round
+    failure: str = ""  # the first failed scenario's error, in one line
 
     @property
     def groups(self) -> int:
@@ -72,6 +73,16 @@ class PolicyReplay:
             failed=self.failed + more.failed,
             seconds=self.seconds + more.seconds,
             draws=self.draws + 1 if extra_draw else self.draws,
+            failure=self.failure or more.failure,
+        )
+
+    def failure_text(self, what: str) -> str:
+        """`what` said in words when scenarios failed to replay ("" when none did)."""
+        if not self.failed:
+            return ""
+        return (
+            f"{what}: {self.failed} of {self.groups + self.failed} scenarios could not be replayed "
+            f"(first: {self.failure}); the next run replays them"
         )
 
 
@@ -89,6 +100,7 @@ class RoundSummary:
     equal_reward_groups: int
     useless_share: float  # groups with all-equal rewards: no GRPO signal
     extra_draws: int
+    failed_scenarios: int  # scenarios the round could not replay (a sampler error)
 
     @classmethod
     def of(cls, round_number: int, replayed: PolicyReplay, stats: RewardStats) -> RoundSummary:
@@ -103,6 +115,7 @@ class RoundSummary:
             equal_reward_groups=stats.equal_groups,
             useless_share=stats.equal_groups / max(1, replayed.groups),
             extra_draws=replayed.draws,
+            failed_scenarios=replayed.failed,
         )
 
 
@@ -191,6 +204,7 @@ def replay_passes_of_policy(
                 generated_tokens=result.generated_tokens,
                 failed=len(result.failed),
                 seconds=round(result.elapsed_s, 2),
+                failure=(result.failed[0][1].splitlines() or [""])[0][:300] if result.failed else "",
             )
         )
     return replayed

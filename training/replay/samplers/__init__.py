@@ -102,7 +102,7 @@ def make_sampler(backend: str, model: str, **options: Any) -> Sampler:
     `pack_weights` (on a CPU, float32 linear layers multiply through weights packed once for MKL,
     default; False: `F.linear`), `share_prefill` (on the
     `generate` path, prefill a prompt once for its n samples). vllm-server: `base_url`, `api_key`,
-    `served_model`, `max_concurrency`, `timeout_s`, `retries`. vllm: `max_lora_rank`,
+    `served_model`, `max_samples_in_flight`, `timeout_s`, `retries`. vllm: `max_lora_rank`,
     `gpu_memory_utilization`, `max_model_len`, `engine_kwargs`.
     """
     if backend == "transformers":

@@ -9,10 +9,15 @@ Start the server with `--logprobs-mode processed_logprobs`, as the in-process `v
 backend sets it: vLLM's default returns logprobs before temperature/top-k/top-p, which
 are not the sampling policy's (GRPO's `old_per_token_logps`) when temperature != 1.
 
-The client keeps one pooled `httpx.AsyncClient` per event loop and endpoint, bounds
-in-flight requests with a semaphore, and retries connection errors, timeouts, 429 and 5xx
-with exponential backoff; a 4xx is a caller error and is raised at once with the server's
-message.
+The client keeps one pooled `httpx.AsyncClient` per event loop and endpoint and bounds the
+*samples* in flight there (a request of `n` holds `n`; requests are admitted in arrival order),
+so a round of many groups queues at the client, not at a server that runs a few hundred
+sequences at a time. A request gets its answer late when the server is busy, and that is not
+a failure: after each `timeout_s` without an answer the client asks the server's `/health`,
+and keeps waiting while it answers. Only a server that does not answer (or a dropped
+connection, a 429, a 5xx) costs an attempt: those are retried with exponential backoff; a
+4xx is a caller error and is raised at once with the server's message. A request abandoned
+for a dead server was answered by nothing, so nothing of it reaches the lake.
 
 Several endpoints (`base_url` a list: several `vllm serve` of the same model): each request
 goes whole to the healthy endpoint with the fewest requests outstanding, so a group's `n`
@@ -27,7 +32,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +51,33 @@ from training.replay.samplers.base import (
 )
 
 RETRYABLE_STATUS = {408, 429, 500, 502, 503, 504}
+
+
+class SampleBudget:
+    """At most `limit` samples in flight, admitted in arrival order (a request of more than
+    `limit` samples runs alone): a queue at the client, where waiting costs nothing."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.in_flight = 0
+        self._admission = asyncio.Lock()  # FIFO: a big request is not overtaken forever
+        self._freed = asyncio.Condition()
+
+    @asynccontextmanager
+    async def hold(self, samples: int) -> AsyncIterator[None]:
+        if samples <= 0:  # an adapter load, say: nothing to sample
+            yield
+            return
+        samples = min(samples, self.limit)
+        async with self._admission, self._freed:
+            await self._freed.wait_for(lambda: self.in_flight + samples <= self.limit)
+            self.in_flight += samples
+        try:
+            yield
+        finally:
+            async with self._freed:
+                self.in_flight -= samples
+                self._freed.notify_all()
 
 
 @dataclass
@@ -73,7 +106,7 @@ class VLLMServerSampler(Sampler):
         tokenizer: str | None = None,
         api_key: str | None = None,
         served_model: str | None = None,
-        max_concurrency: int = 64,
+        max_samples_in_flight: int = 1024,
         timeout_s: float = 300.0,
         retries: int = 3,
         backoff_s: float = 0.5,
@@ -90,41 +123,77 @@ class VLLMServerSampler(Sampler):
         self._lock = threading.Lock()
         self.served_model = served_model or model
         self.api_key = api_key
-        self.max_concurrency = max_concurrency
+        if max_samples_in_flight < 1:
+            raise SamplerError(
+                f"`max_samples_in_flight` must be >= 1, got {max_samples_in_flight}",
+                backend=self.backend,
+                reason="bad_params",
+            )
+        self.max_samples_in_flight = max_samples_in_flight
         self.timeout_s = timeout_s
         self.retries = retries
         self.backoff_s = backoff_s
         self._transport = transport
-        # Pools and semaphores belong to one event loop; sync callers run a fresh loop each time.
-        self._clients: dict[tuple[int, str], tuple[httpx.AsyncClient, asyncio.Semaphore]] = {}
+        # Pools and budgets belong to one event loop; sync callers run a fresh loop each time.
+        self._clients: dict[tuple[int, str], tuple[httpx.AsyncClient, SampleBudget]] = {}
 
     # --- HTTP plumbing ------------------------------------------------------------------
 
-    def _client(self, endpoint: Endpoint) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
+    def _client(self, endpoint: Endpoint) -> tuple[httpx.AsyncClient, SampleBudget]:
         key = (id(asyncio.get_running_loop()), endpoint.url)
         if key not in self._clients:
             headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+            connect = min(10.0, self.timeout_s)
             client = httpx.AsyncClient(
                 base_url=endpoint.url,
                 headers=headers,
-                timeout=httpx.Timeout(self.timeout_s, connect=min(10.0, self.timeout_s)),
-                limits=httpx.Limits(
-                    max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency
-                ),
+                # No read timeout: `_answer` watches a slow answer through `/health` instead.
+                timeout=httpx.Timeout(None, connect=connect, write=self.timeout_s),
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
                 transport=self._transport,
             )
-            self._clients[key] = (client, asyncio.Semaphore(self.max_concurrency))
+            self._clients[key] = (client, SampleBudget(self.max_samples_in_flight))
         return self._clients[key]
 
-    async def _post(self, endpoint: Endpoint, path: str, body: dict[str, Any]) -> dict[str, Any] | str:
-        client, semaphore = self._client(endpoint)
+    async def _alive(self, client: httpx.AsyncClient) -> bool:
+        """Whether the server answers `GET /health` (any status below 500: one without that
+        route answers 404, and is alive; vLLM answers 503 once its engine is dead)."""
+        try:
+            response = await client.get("/health", timeout=min(10.0, self.timeout_s))
+        except (httpx.TransportError, httpx.TimeoutException):
+            return False
+        return response.status_code < 500
+
+    async def _answer(self, client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> httpx.Response:
+        """POST `body` and wait for the answer as long as the server stays alive: after each
+        `timeout_s` without one, a `/health` probe decides (a busy server answers it at once)."""
+        posted = asyncio.ensure_future(client.post(path, json=body))
+        try:
+            while True:
+                done, _ = await asyncio.wait({posted}, timeout=self.timeout_s)
+                if done:
+                    return posted.result()
+                if not await self._alive(client):
+                    raise httpx.ReadTimeout(
+                        f"no answer in {self.timeout_s:g} s and `/health` does not answer"
+                    )
+        finally:
+            if not posted.done():
+                posted.cancel()
+                with suppress(asyncio.CancelledError):
+                    await posted
+
+    async def _post(
+        self, endpoint: Endpoint, path: str, body: dict[str, Any], *, samples: int = 0
+    ) -> dict[str, Any] | str:
+        client, budget = self._client(endpoint)
         last: str = ""
         for attempt in range(self.retries + 1):
             if attempt:
                 await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
             try:
-                async with semaphore:
-                    response = await client.post(path, json=body)
+                async with budget.hold(samples):
+                    response = await self._answer(client, path, body)
             except (httpx.TransportError, httpx.TimeoutException) as exc:
                 last = f"{type(exc).__name__}: {exc}"
                 continue
@@ -211,7 +280,7 @@ class VLLMServerSampler(Sampler):
                     if request.adapter
                     else self.served_model
                 )
-                payload = await self._post(endpoint, "/v1/completions", body)
+                payload = await self._post(endpoint, "/v1/completions", body, samples=body["n"])
             except SamplerError as exc:
                 unreachable = exc.reason == "unreachable"
                 self._release(endpoint, failed=unreachable)

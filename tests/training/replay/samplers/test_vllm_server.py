@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from pathlib import Path
 
@@ -40,14 +41,18 @@ def _answer(n: int) -> dict:
     }
 
 
-def _server(tiny_model: Path, handler, load_handler=None):
-    app = Starlette(
-        routes=[
-            Route("/v1/completions", handler, methods=["POST"]),
-            Route("/v1/load_lora_adapter", load_handler or handler, methods=["POST"]),
-        ]
-    )
-    return LoopbackServer(app)
+def _server(tiny_model: Path, handler, load_handler=None, health=None):
+    routes = [
+        Route("/v1/completions", handler, methods=["POST"]),
+        Route("/v1/load_lora_adapter", load_handler or handler, methods=["POST"]),
+    ]
+    if health is not None:
+        routes.append(Route("/health", health, methods=["GET"]))
+    return LoopbackServer(Starlette(routes=routes))
+
+
+async def _healthy(request: Request) -> PlainTextResponse:
+    return PlainTextResponse("")
 
 
 def test_request_body_and_response_parsing(tiny_model: Path) -> None:
@@ -84,6 +89,69 @@ def test_retries_transient_failures(tiny_model: Path) -> None:
     ):
         (completions,) = s.generate([REQUEST])
     assert calls["n"] == 3 and len(completions) == 2
+
+
+def test_the_samples_in_flight_are_bounded_and_the_rest_wait_at_the_client(tiny_model: Path) -> None:
+    in_flight = {"now": 0, "peak": 0, "calls": 0}
+
+    async def busy(request: Request) -> JSONResponse:
+        n = (await request.json())["n"]
+        in_flight["now"] += n
+        in_flight["calls"] += 1
+        in_flight["peak"] = max(in_flight["peak"], in_flight["now"])
+        await asyncio.sleep(0.2)
+        in_flight["now"] -= n
+        return JSONResponse(_answer(n))
+
+    with (
+        _server(tiny_model, busy, health=_healthy) as url,
+        make_sampler("vllm-server", str(tiny_model), base_url=url, max_samples_in_flight=4) as s,
+    ):
+        answers = s.generate([REQUEST] * 6)  # 12 samples, 4 at a time
+    assert in_flight["peak"] == 4 and in_flight["calls"] == 6
+    assert [len(a) for a in answers] == [2] * 6
+
+
+def test_a_busy_server_is_waited_for_while_it_answers_health(tiny_model: Path) -> None:
+    """An answer later than `timeout_s` from a server that says it is alive is waited for, once:
+    re-sending it would queue it again, behind the work that made it late."""
+    calls = {"n": 0}
+
+    async def slow(request: Request) -> JSONResponse:
+        calls["n"] += 1
+        await asyncio.sleep(1.5)
+        return JSONResponse(_answer(2))
+
+    with (
+        _server(tiny_model, slow, health=_healthy) as url,
+        make_sampler("vllm-server", str(tiny_model), base_url=url, timeout_s=0.3, retries=2) as s,
+    ):
+        (completions,) = s.generate([REQUEST])
+    assert calls["n"] == 1 and len(completions) == 2
+
+
+def test_a_server_that_stops_answering_is_given_up(tiny_model: Path) -> None:
+    """Its answer would come after 3 s; the client gives up on each attempt after 0.3 s, since
+    `/health` says the engine is dead (waiting it out would return the answer and fail this test)."""
+    calls = {"n": 0}
+
+    async def hung(request: Request) -> JSONResponse:
+        calls["n"] += 1
+        await asyncio.sleep(3)
+        return JSONResponse(_answer(2))
+
+    async def dead_engine(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("", status_code=503)  # vLLM's answer once its engine died
+
+    with (
+        _server(tiny_model, hung, health=dead_engine) as url,
+        make_sampler(
+            "vllm-server", str(tiny_model), base_url=url, timeout_s=0.3, retries=1, backoff_s=0.01
+        ) as s,
+        pytest.raises(SamplerError, match=r"failed after 2 attempts.*`/health` does not answer") as err,
+    ):
+        s.generate([REQUEST])
+    assert err.value.reason == "unreachable" and calls["n"] == 2
 
 
 def test_client_errors_are_not_retried_and_name_the_server(tiny_model: Path) -> None:

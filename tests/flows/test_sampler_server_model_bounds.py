@@ -101,14 +101,20 @@ def test_a_client_that_leaves_is_not_computed_for(tiny_model: Path) -> None:
     """A long request whose client left ran on (5 minutes seen) and every later request
     waited behind it; a request queued behind it ran too, for nobody."""
     app, sampler, name = sampler_app(str(tiny_model))
-    ran: list[int] = []
-    generate = sampler._generate
+    ran: list[int] = []  # the `n` of each request a batch started with or took in while it ran
+    stream = sampler._stream
 
-    def recording(requests: Any) -> Any:
-        ran.extend(r.n for r in requests)
-        return generate(requests)
+    def recording(requests: Any, more: Any, deliver: Any) -> None:
+        ran.extend(r.n for _, r in requests)
 
-    sampler._generate = recording  # type: ignore[method-assign]
+        def recording_more(select: Any) -> Any:
+            taken = more(select)
+            ran.extend(r.n for _, r in taken)
+            return taken
+
+        stream(requests, recording_more, deliver)
+
+    sampler._stream = recording  # type: ignore[method-assign]
     long = {"model": name, "prompt": "hi", "n": 60, "max_tokens": 4000, "temperature": 1.0}
     queued = {**long, "n": 59}
     with sampler, LoopbackServer(app) as url:

@@ -15,6 +15,9 @@ MODULES = [
     "training.replay.rollout.loop",
     "training.chat.templates",
     "training.models.known",
+    "training.replay.samplers.hf",
+    "training.replay.samplers.seeded",
+    "training.replay.samplers.shared_prefix",
 ]
 
 

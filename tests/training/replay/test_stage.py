@@ -122,13 +122,13 @@ def test_an_evaluations_sampled_and_greedy_passes_share_batches(
     )
     sampler = make_sampler("transformers", str(tiny_model))
     batches: list[set[float]] = []
-    generate = sampler.generate
+    stream = sampler.stream
 
-    def recording(requests: list[SampleRequest]) -> list[list[Completion]]:
-        batches.append({r.params.temperature for r in requests})
-        return generate(requests)
+    def recording(requests: list[tuple[int, SampleRequest]], more: Any, deliver: Any) -> None:
+        batches.append({r.params.temperature for _, r in requests})
+        stream(requests, more, deliver)
 
-    sampler.generate = recording  # type: ignore[method-assign]
+    sampler.stream = recording  # type: ignore[method-assign]
     together = replay_passes(lake, "SELECT scenario_id FROM scenarios", sampler, [sampled, greedy])
     assert [len(r.group_ids) for r in together] == [4, 4] and not any(r.failed for r in together)
     assert {0.0, 0.8} in batches  # greedy and sampled rows decoded in one batch

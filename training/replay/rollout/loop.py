@@ -132,7 +132,8 @@ class AgentLoop:
         self.renderer = renderer or ChatRenderer(sampler.tokenizer)
 
     async def run_group(self, scenario: Scenario, group_size: int) -> list[Episode]:
-        """`group_size` rollouts of `scenario`; the first turn is one request with n = group_size."""
+        """`group_size` rollouts of `scenario`; the first turn is one request with n = group_size
+        (or, on a sampler that batches continuously, one request per sample)."""
         prompt = self.renderer.prompt_ids(scenario.messages, scenario.tools)
         budget = min(self.params.max_tokens, self.limits.max_total_tokens - len(prompt))
         if budget < 1:
@@ -149,11 +150,20 @@ class AgentLoop:
                 for _ in range(group_size)
             ]
         params = self.params.with_max_tokens(budget)
-        first = await self.sampler.agenerate(
-            SampleRequest(
-                tuple(prompt), group_size, params.with_seed(turn_seed(params.seed, scenario.scenario_id))
-            )
-        )
+        seed = turn_seed(params.seed, scenario.scenario_id)
+        if self.sampler.continuous:
+            # One request per sample (sample k of seed s is the one-sample request of seed s + k,
+            # vLLM's convention: the same tokens), so each rollout's next turn is asked for, and
+            # joins the running batch, as soon as its own first turn is done; the sampler still
+            # forwards the shared prompt once.
+            async def rollout(k: int) -> Episode:
+                (completion,) = await self.sampler.agenerate(
+                    SampleRequest(tuple(prompt), 1, params.with_seed(None if seed is None else seed + k))
+                )
+                return await self._continue(scenario, prompt, completion, k)
+
+            return list(await asyncio.gather(*(rollout(k) for k in range(group_size))))
+        first = await self.sampler.agenerate(SampleRequest(tuple(prompt), group_size, params.with_seed(seed)))
         return list(
             await asyncio.gather(*(self._continue(scenario, prompt, c, k) for k, c in enumerate(first)))
         )

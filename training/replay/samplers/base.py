@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -108,6 +109,13 @@ class Completion:
     finish_reason: FinishReason
 
 
+#: Continuous batching (`Sampler._stream`): `more(select)` takes the waiting requests whose
+#: indices `select` picks from those waiting (in arrival order), each with its key.
+More = Callable[[Callable[[Sequence["SampleRequest"]], list[int]]], list[tuple[int, "SampleRequest"]]]
+#: Answers the request of a key with its completions.
+Deliver = Callable[[int, list[Completion]], None]
+
+
 def asked_samples(request: SampleRequest) -> int:
     """How many samples to ask an engine for: vLLM refuses `n > 1` at temperature 0 (HTTP 400
     `n must be 1 when using greedy sampling`), and a greedy group is one sample repeated."""
@@ -180,10 +188,35 @@ class Sampler(ABC):
         return results
 
     async def agenerate(self, request: SampleRequest) -> list[Completion]:
-        """Sample one request from async code; concurrent calls are batched together."""
+        """Sample one request from async code; concurrent calls are batched together (and, where
+        the backend batches continuously, join a batch that is running)."""
         if self._batcher is None:
-            self._batcher = MicroBatcher(self.generate, max_batch=self.max_batch_requests)
+            self._batcher = MicroBatcher(
+                self.generate,
+                max_batch=self.max_batch_requests,
+                run_stream=self.stream if self.continuous else None,
+            )
         return await self._batcher.submit(request)
+
+    def stream(self, requests: Sequence[tuple[int, SampleRequest]], more: More, deliver: Deliver) -> None:
+        """Sample `requests` (each with a key), answering each through `deliver` as soon as its
+        completions are done; requests that `more` hands over while they run join them
+        (backends with `continuous`)."""
+        known = {key: self._with_default_adapter(request) for key, request in requests}
+
+        def resolved_more(
+            select: Callable[[Sequence[SampleRequest]], list[int]],
+        ) -> list[tuple[int, SampleRequest]]:
+            taken = more(lambda waiting: select([self._with_default_adapter(r) for r in waiting]))
+            joined = [(key, self._with_default_adapter(request)) for key, request in taken]
+            known.update(joined)
+            return joined
+
+        def checked_deliver(key: int, completions: list[Completion]) -> None:
+            check_completions(self.backend, known.pop(key), completions)
+            deliver(key, completions)
+
+        self._stream(list(known.items()), resolved_more, checked_deliver)
 
     def close(self) -> None:
         """Release what the backend holds (HTTP pools, engines)."""
@@ -199,10 +232,16 @@ class Sampler(ABC):
     # --- what backends implement -------------------------------------------------------
 
     max_batch_requests: int = 64
+    #: Whether requests may join a batch while it runs (`_stream`), or wait for the next one.
+    continuous: bool = False
 
     @abstractmethod
     def _generate(self, requests: Sequence[SampleRequest]) -> list[list[Completion]]:
         """Sample a batch of requests (adapter already resolved)."""
+
+    def _stream(self, requests: Sequence[tuple[int, SampleRequest]], more: More, deliver: Deliver) -> None:
+        """`stream` with adapters resolved (backends with `continuous` implement it)."""
+        raise NotImplementedError(f"backend `{self.backend}` does not batch continuously")
 
     def _with_default_adapter(self, request: SampleRequest) -> SampleRequest:
         if request.adapter is None and self.adapter is not None:
@@ -237,8 +276,13 @@ class MicroBatcher:
     nobody.
     """
 
-    def __init__(self, run_batch: Any, max_batch: int = 64, window_s: float = 0.002) -> None:
+    def __init__(
+        self, run_batch: Any, max_batch: int = 64, window_s: float = 0.002, run_stream: Any = None
+    ) -> None:
         self._run_batch = run_batch
+        # A backend that batches continuously: `run_stream(requests, more, deliver)` (`Sampler.stream`)
+        # answers each request when it is done and takes waiting ones into the batch it runs.
+        self._run_stream = run_stream
         self._max_batch = max_batch
         # After a release, wait this long for stragglers from other loops or threads.
         self._window_s = window_s
@@ -288,6 +332,9 @@ class MicroBatcher:
             batch = [entry for entry in batch if not entry[0].cancelled]
             if not batch:
                 continue
+            if self._run_stream is not None:
+                self._stream(batch)
+                continue
             try:
                 results = self._run_batch([request for request, _, _ in batch])
             except BaseException as exc:  # delivered to every waiter, never lost in the thread
@@ -296,6 +343,40 @@ class MicroBatcher:
                 continue
             for (_, future, loop), result in zip(batch, results, strict=True):
                 loop.call_soon_threadsafe(_set_result, future, result)
+
+    def _stream(self, batch: list[tuple[SampleRequest, asyncio.Future, asyncio.AbstractEventLoop]]) -> None:
+        """One batch of a continuous backend: each request answered when done, and requests that
+        arrive meanwhile handed to it when it asks (`more`)."""
+        waiting = dict(enumerate(batch))
+        keys = itertools.count(len(batch))
+
+        def more(select: Callable[[Sequence[SampleRequest]], list[int]]) -> list[tuple[int, SampleRequest]]:
+            with self._lock:
+                pending = [entry for entry in self._pending if not entry[0].cancelled]
+                chosen = set(select([request for request, _, _ in pending])) if pending else set()
+                self._pending = [entry for i, entry in enumerate(pending) if i not in chosen]
+            joined = []
+            for i in sorted(chosen):
+                key = next(keys)
+                waiting[key] = pending[i]
+                joined.append((key, pending[i][0]))
+            return joined
+
+        def deliver(key: int, completions: list[Completion]) -> None:
+            _, future, loop = waiting.pop(key)
+            loop.call_soon_threadsafe(_set_result, future, completions)
+
+        try:
+            self._run_stream([(key, entry[0]) for key, entry in waiting.items()], more, deliver)
+        except BaseException as exc:  # delivered to every waiter left, never lost in the thread
+            for _, future, loop in waiting.values():
+                loop.call_soon_threadsafe(_set_exception, future, exc)
+            return
+        lost = SamplerError(
+            "the backend ended a batch without answering a request", backend="*", reason="unanswered"
+        )
+        for _, future, loop in waiting.values():
+            loop.call_soon_threadsafe(_set_exception, future, lost)
 
 
 def _set_result(future: asyncio.Future, result: Any) -> None:

@@ -67,3 +67,39 @@ class _BufferedLayer(DynamicLayer):
         if self.is_initialized:
             self._k, self._v = self._k[indices], self._v[indices]
             self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
+
+
+def cohort_cache(config: Any, cohorts: list[Any]) -> Any:
+    """A `DynamicCache` over the caches of several cohorts of rows (`preallocated_cache`s of
+    full-attention layers, one per cohort, each of its own width): a decode step writes each
+    cohort's rows into its own buffers, and attention gets each cohort's keys and values apart
+    (lists, for `cascade.cascade_attention`'s `cascade_cohorts`). Rows join a running batch as
+    a new cohort, so no row's cache is ever copied to a common width. `cohorts` is the list the
+    decode loop keeps: appending or removing a cohort's cache there changes this cache too."""
+    cache = DynamicCache(config=config)
+    cache.layers = [_CohortLayer(cohorts, layer) for layer in range(len(cache.layers))]
+    return cache
+
+
+class _CohortLayer(DynamicLayer):
+    """One layer of `cohort_cache`: the rows of a step's keys and values go, in order, to each
+    cohort's buffered layer, as many as that cohort holds."""
+
+    def __init__(self, cohorts: list[Any], layer: int) -> None:
+        super().__init__()
+        self.cohorts = cohorts
+        self.layer = layer
+        self.is_initialized = True
+
+    def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        parts = [cohort.layers[self.layer] for cohort in self.cohorts]
+        sizes = [part.keys.shape[0] for part in parts]
+        keys, values = [], []
+        for part, k, v in zip(parts, key_states.split(sizes), value_states.split(sizes), strict=True):
+            part_keys, part_values = part.update(k, v)
+            keys.append(part_keys)
+            values.append(part_values)
+        return keys, values  # type: ignore[return-value]  # lists: `cascade_cohorts` reads them
+
+    def get_seq_length(self) -> int:
+        return max((cohort.layers[self.layer].length for cohort in self.cohorts), default=0)

@@ -51,6 +51,7 @@ def cascade_attention(
     dropout: float = 0.0,
     scaling: float | None = None,
     cascade_prefixes: Sequence[tuple[KV, int]] | None = None,
+    cascade_cohorts: Sequence[tuple[torch.Tensor, Sequence[tuple[KV, int]]]] | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     """Attention of `query` ([rows, heads, queries, head dim]) over a shared prefix followed by
@@ -58,7 +59,14 @@ def cascade_attention(
     each prefix's cache (batch 1, per layer) and how many rows attend it: the first so many rows
     the first prefix, the next ones the second. `attention_mask` (boolean, `sdpa`'s: [rows, 1,
     queries, tokens], or None for causal) masks the row part only. Returns [rows, queries,
-    heads, head dim]."""
+    heads, head dim].
+
+    A decode step of a batch that rows joined while it ran (`cascade_cohorts`): the rows lie in
+    cohorts, each with a cache of its own width (`key` and `value` are then lists, one tensor
+    per cohort: `buffered_cache.cohort_cache`), and each cohort passes its padding mask
+    ([rows, tokens], true for a real token) and its prefix runs; `attention_mask` is unused."""
+    if cascade_cohorts is not None:
+        return _attend_cohorts(module, query, key, value, scaling, cascade_cohorts)
     if not cascade_prefixes:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
@@ -85,6 +93,34 @@ def cascade_attention(
                 )
             )
             start += rows
+    out = outputs[0] if len(outputs) == 1 else torch.cat(outputs)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _attend_cohorts(
+    module: Any,
+    query: torch.Tensor,
+    keys: Any,
+    values: Any,
+    scaling: float | None,
+    cohorts: Sequence[tuple[torch.Tensor, Sequence[tuple[KV, int]]]],
+) -> tuple[torch.Tensor, None]:
+    """One decode step (one query a row) over rows in cohorts: each run of each cohort attends
+    its prefix and its rows' own tokens, as `_attend` does for one batch."""
+    scale = query.shape[-1] ** -0.5 if scaling is None else scaling
+    outputs, start = [], 0
+    for (mask, runs), key, value in zip(cohorts, keys, values, strict=True):
+        at = 0
+        for prefix, rows in runs:
+            if rows:
+                run = slice(start + at, start + at + rows)
+                own = slice(at, at + rows)
+                blocked = mask[own, None, None, :]  # [rows, 1, queries = 1, tokens]
+                outputs.append(
+                    _attend(query[run] * scale, key[own], value[own], blocked, prefix[module.layer_idx])
+                )
+                at += rows
+        start += at
     out = outputs[0] if len(outputs) == 1 else torch.cat(outputs)
     return out.transpose(1, 2).contiguous(), None
 

@@ -7,7 +7,9 @@ slots a batch). By default the batch
 runs the shared-prefix decode (`shared_prefix.py`): the prefix each group of rows shares (a
 system prompt and tool definitions) is forwarded once and its KV cache kept for the next
 batches, each distinct prompt's rest once for its `n` rows, and finished rows leave the
-batch. `shared_prefix=False` runs the former path, one left-padded `generate` call whose
+batch: each request is answered as soon as its samples are done, and a request that arrives
+meanwhile (a rollout's next turn) joins the running batch (continuous batching,
+`Sampler.stream`). `shared_prefix=False` runs the former path, one left-padded `generate` call whose
 rows of one prompt share its prefill (`share_prefill`). Both sample the same tokens: every
 row draws from its own seeded generator (`seeded.SeededSampling`): sample `j` of a request
 with seed `s` uses `s + j`, as vLLM does, and draws the same noise whatever else shares its
@@ -21,12 +23,23 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from training.models.known import resolve_model
 from training.replay.errors import SamplerError
-from training.replay.samplers.base import Completion, Sampler, SampleRequest, SamplingParams, adapter_name
+from training.replay.samplers.base import (
+    Completion,
+    Deliver,
+    More,
+    Sampler,
+    SampleRequest,
+    SamplingParams,
+    adapter_name,
+)
+
+if TYPE_CHECKING:
+    from training.replay.samplers.decode_loop import Joiner
 
 # One row of a batch: the request it answers, its prompt, its seed, its temperature.
 Row = tuple[int, tuple[int, ...], int, float]
@@ -64,6 +77,7 @@ class TransformersSampler(Sampler):
         super().__init__(model, adapter=adapter, tokenizer=tokenizer)
         self.share_prefill = share_prefill
         self.shared_prefix = shared_prefix
+        self.continuous = shared_prefix  # `generate`'s batches cannot take rows while they run
         # Sample through a LoRA adapter with its delta merged into copies of float32 base weights,
         # or stacked under 16-bit ones (`merged.py`); False: PEFT's forward, base and adapter apart.
         self.merge_adapters = merge_adapters
@@ -163,46 +177,94 @@ class TransformersSampler(Sampler):
     # --- sampling -----------------------------------------------------------------------
 
     def _generate(self, requests: Sequence[SampleRequest]) -> list[list[Completion]]:
-        results: list[list[Completion] | None] = [None] * len(requests)
-        groups: dict[tuple[SamplingParams, str | None], list[int]] = {}
-        for i, request in enumerate(requests):  # seeds and temperatures are per row: they never split a batch
-            shared = dataclasses.replace(request.params, seed=None, temperature=1.0)
-            groups.setdefault((shared, request.adapter), []).append(i)
+        results: dict[int, list[Completion]] = {}
+        self._stream(list(enumerate(requests)), lambda select: [], results.__setitem__)
+        return [results[i] for i in range(len(requests))]
+
+    def _stream(self, requests: Sequence[tuple[int, SampleRequest]], more: More, deliver: Deliver) -> None:
+        """Sample `requests` (by key) and answer each through `deliver` as soon as its samples
+        are done; while the last batch decodes, waiting requests it can take (`more`: a
+        rollout's next turn, with the same parameters and adapter) join it (continuous batching,
+        on the shared-prefix path with cascade attention)."""
+        groups: dict[tuple[SamplingParams, str | None], list[tuple[int, SampleRequest]]] = {}
+        for key, request in requests:  # seeds and temperatures are per row: they never split a batch
+            groups.setdefault((_batch_key(request), request.adapter), []).append((key, request))
+        answers = _Answers(deliver)
         with self._lock:
-            for (params, adapter), indices in groups.items():
-                rows = [
-                    (i, requests[i].prompt_ids, seed, requests[i].params.temperature)
-                    for i in indices
-                    for seed in _row_seeds(requests[i])
-                ]
-                done: dict[int, list[Completion]] = {i: [] for i in indices}
-                for chunk in self._chunks(rows, params.max_tokens):
-                    cancels = [requests[i].cancel for i, *_ in chunk]
-                    for (i, *_), completion in zip(
-                        chunk, self._run(chunk, params, adapter, cancels), strict=True
-                    ):
-                        done[i].append(completion)
-                for i in indices:
-                    results[i] = done[i]
-        return [r for r in results if r is not None]
+            for number, ((params, adapter), members) in enumerate(groups.items()):
+                asked = dict(members)
+                rows: list[Row] = []
+                samples: list[int] = []
+                for key, request in members:
+                    answers.expect(key, request.n)
+                    for j, seed in enumerate(_row_seeds(request)):
+                        rows.append((key, request.prompt_ids, seed, request.params.temperature))
+                        samples.append(j)
+                chunks = self._chunks(rows, params.max_tokens)
+                start = 0
+                for place, chunk in enumerate(chunks):
+                    last = number == len(groups) - 1 and place == len(chunks) - 1
+                    self._run(
+                        chunk,
+                        params,
+                        adapter,
+                        [asked[key].cancel for key, *_ in chunk],
+                        answers=answers,
+                        samples=samples[start : start + len(chunk)],
+                        more=more if last else None,
+                    )
+                    start += len(chunk)
 
     def _chunks(self, rows: list[Row], max_tokens: int) -> list[list[Row]]:
         """Consecutive rows, at most `max_batch_rows` a batch and at most `max_batch_tokens` KV-cache
-        slots (rows x (longest prompt + `max_tokens`)): long prompts make smaller batches."""
+        slots (rows x (the widest row's cached tokens + `max_tokens`)): long prompts make smaller
+        batches. Where the shared-prefix decode attends one copy of each shared prefix (cascade
+        attention), a row's cache holds only what follows its prefix (`cached_width`); counting
+        whole prompts there split a round's 384 rows of ~280-token prompts in two batches, the
+        second of 8 rows decoding alone after the first."""
+        suffixes = self._holds_suffixes()
+
+        def fits(rows: int, width: int) -> bool:
+            return rows * (width + max_tokens) <= self.max_batch_tokens
+
         chunks: list[list[Row]] = []
         chunk: list[Row] = []
-        longest = 0
+        distinct: dict[tuple[int, ...], None] = {}
+        longest = 0  # the chunk's longest prompt: a bound on any row's cached tokens
+        exact, exact_of = 0, -1  # the cached width, and for how many distinct prompts it was found
         for row in rows:
+            new = row[1] not in distinct
             wider = max(longest, len(row[1]))
-            if chunk and (
-                len(chunk) >= self.max_batch_rows
-                or (len(chunk) + 1) * (wider + max_tokens) > self.max_batch_tokens
-            ):
+            if suffixes and chunk and not fits(len(chunk) + 1, wider):  # the bound is not enough: count
+                if exact_of != len(distinct) + new:
+                    exact, exact_of = (
+                        cached_width([*distinct, *([row[1]] if new else [])]),
+                        len(distinct) + new,
+                    )
+                wider = exact
+            if chunk and (len(chunk) >= self.max_batch_rows or not fits(len(chunk) + 1, wider)):
                 chunks.append(chunk)
-                chunk, wider = [], len(row[1])
+                chunk, distinct, exact_of = [], {}, -1
+                wider = len(row[1])
             chunk.append(row)
-            longest = wider
+            distinct[row[1]] = None
+            longest = max(longest, len(row[1])) if len(chunk) > 1 else len(row[1])
         return [*chunks, chunk] if chunk else chunks
+
+    def _holds_suffixes(self) -> bool:
+        """Whether a batch's cache holds only its rows' tokens past their shared prefix: the
+        shared-prefix decode with cascade attention (a full-attention model on `sdpa`)."""
+        if not self.shared_prefix:
+            return False
+        from transformers import DynamicCache
+        from transformers.cache_utils import DynamicLayer
+
+        from training.replay.samplers.cascade import replaces
+
+        model = self._load()
+        return replaces(model) and all(
+            type(layer) is DynamicLayer for layer in DynamicCache(config=model.config).layers
+        )
 
     def _prefill_once(self, model: Any, rows: list[Row], input_ids: Any, attention: Any) -> Any:
         """Prefill each distinct prompt once and copy its KV cache to its `n` rows (what vLLM's `n` does).
@@ -244,8 +306,14 @@ class TransformersSampler(Sampler):
         rows: list[Row],
         params: SamplingParams,
         adapter: str | None,
-        cancels: Sequence[threading.Event | None] = (),
-    ) -> list[Completion]:
+        cancels: Sequence[threading.Event | None],
+        *,
+        answers: _Answers,
+        samples: Sequence[int],
+        more: More | None,
+    ) -> None:
+        """One batch: `rows` (`samples`: each one's sample index in its request), each completion
+        handed to `answers` as it is done; `more`: requests may join the batch while it runs."""
         import contextlib
 
         import torch
@@ -262,7 +330,10 @@ class TransformersSampler(Sampler):
         pad = base.generation_config.pad_token_id
         pad = pad if pad is not None else eos_ids[0]
         if not self.shared_prefix:
-            return self._run_generate(rows, params, model, adapter_ctx, eos_ids, pad, cancels)
+            completions = self._run_generate(rows, params, model, adapter_ctx, eos_ids, pad, cancels)
+            for (key, *_), j, completion in zip(rows, samples, completions, strict=True):
+                answers.add(key, j, completion)
+            return
         if self.prefixes is None:
             self.prefixes = PrefixStore()
         packing: Any = contextlib.nullcontext()
@@ -276,8 +347,38 @@ class TransformersSampler(Sampler):
             top_p=params.top_p,
             device=base.device,
         )
+        sample_of = {name: (key, j) for name, ((key, *_), j) in enumerate(zip(rows, samples, strict=True))}
+
+        def finished(name: int, completion: Completion) -> None:
+            answers.add(*sample_of[name], completion)
+
+        def admit(fits: Callable[[Sequence[int]], bool], room: int, at_least: int) -> list[Joiner]:
+            """Waiting requests of this batch's kind whose prompt `fits`: all of `room` rows at
+            most, and none unless at least `at_least` rows would join."""
+
+            def select(waiting: Sequence[SampleRequest]) -> list[int]:
+                chosen, taken = [], 0
+                for i, request in enumerate(waiting):
+                    if (
+                        (_batch_key(request), request.adapter) == (params, adapter)
+                        and taken + request.n <= room
+                        and fits(request.prompt_ids)
+                    ):
+                        chosen.append(i)
+                        taken += request.n
+                return chosen if taken >= at_least else []
+
+            joiners: list[Joiner] = []
+            for key, request in more(select) if more is not None else []:
+                answers.expect(key, request.n)
+                names = pick.extend(_row_seeds(request), request.params.temperature)
+                for j, name in enumerate(names):
+                    sample_of[name] = (key, j)
+                    joiners.append((name, request.prompt_ids, request.cancel))
+            return joiners
+
         with torch.inference_mode(), adapter_ctx, packing:
-            return sample_rows(
+            sample_rows(
                 model,
                 [prompt for _, prompt, *_ in rows],
                 pick,
@@ -288,6 +389,9 @@ class TransformersSampler(Sampler):
                 adapter=None if adapter is None else adapter_name(adapter),
                 cache_kwarg=self._cache_kwarg,
                 cancels=cancels,
+                admit=admit if more is not None else None,
+                finished=finished,
+                max_rows=self.max_batch_rows,
             )
 
     def _run_generate(
@@ -355,6 +459,31 @@ class TransformersSampler(Sampler):
         return completions
 
 
+class _Answers:
+    """What a stream of requests has been answered so far: each request's samples, by key, handed
+    to `deliver` (in sample order) the moment its last one is done."""
+
+    def __init__(self, deliver: Deliver) -> None:
+        self.deliver = deliver
+        self.asked: dict[int, int] = {}
+        self.samples: dict[int, dict[int, Completion]] = {}
+
+    def expect(self, key: int, n: int) -> None:
+        self.asked[key], self.samples[key] = n, {}
+
+    def add(self, key: int, sample: int, completion: Completion) -> None:
+        got = self.samples[key]
+        got[sample] = completion
+        if len(got) == self.asked[key]:
+            del self.samples[key]
+            self.deliver(key, [got[j] for j in range(self.asked.pop(key))])
+
+
+def _batch_key(request: SampleRequest) -> SamplingParams:
+    """What rows of one batch share: the sampling parameters but each row's seed and temperature."""
+    return dataclasses.replace(request.params, seed=None, temperature=1.0)
+
+
 class _Abandoned:
     """A stopping criterion: a row whose request was cancelled (its client left, the server
     stops) is finished now, so a batch of abandoned requests ends at the next token."""
@@ -367,6 +496,25 @@ class _Abandoned:
 
         gone = [cancel is not None and cancel.is_set() for cancel in self.cancels]
         return torch.tensor(gone, dtype=torch.bool, device=input_ids.device)
+
+
+def cached_width(prompts: Sequence[tuple[int, ...]]) -> int:
+    """The widest of `prompts`' caches in one shared-prefix batch with cascade attention: each
+    holds its prompt past its group's shared prefix (`shared_prefix.prefix_groups`), which a
+    stored prefix may make up to `max(8, length / 16)` tokens shorter (`prefix_kv`).
+
+    >>> cached_width([(1,) * 40 + (2, 3), (1,) * 40 + (4,)]), cached_width([(5, 6, 7)])
+    (10, 3)
+    """
+    from training.replay.samplers.shared_prefix import MIN_SHARED, common_prefix, prefix_groups
+
+    width = 0
+    for group in prefix_groups(prompts):
+        members = [prompts[i] for i in group]
+        shared = min(common_prefix(members), min(len(p) for p in members) - 1)
+        shared = shared - max(8, shared // 16) if shared >= MIN_SHARED else 0
+        width = max(width, max(len(p) for p in members) - max(shared, 0))
+    return width
 
 
 def cache_kwarg(model: Any) -> str:

@@ -55,13 +55,31 @@ class SeededSampling(LogitsProcessor):
         top_p: float,
         device: Any,
     ) -> None:
+        self.top_k, self.top_p, self.device = top_k, top_p, device
+        self.temperatures: list[float] = []
+        self.greedy_rows: list[bool] = []
+        self.generators: list[torch.Generator | None] = []
+        self.rows = 0
+        self.extend(seeds, temperature)
+        self._steps: list[torch.Tensor] = []
+
+    def extend(self, seeds: Sequence[int], temperature: float | Sequence[float]) -> range:
+        """Rows joining a running batch (continuous batching): each with its own generator, as
+        if it had been there from the start. Returns the new rows' names."""
         temperatures = (
-            [temperature] * len(seeds) if isinstance(temperature, float | int) else list(temperature)
+            [float(temperature)] * len(seeds) if isinstance(temperature, float | int) else list(temperature)
         )
         if len(temperatures) != len(seeds):
             raise ValueError(f"{len(temperatures)} temperatures for {len(seeds)} rows")
-        self.greedy_rows = [t == 0 for t in temperatures]
-        sampled = sorted({t for t in temperatures if t != 0})
+        first = self.rows
+        self.temperatures += temperatures
+        self.greedy_rows += [t == 0 for t in temperatures]
+        self.generators += [
+            None if t == 0 else torch.Generator(self.device).manual_seed(s)
+            for s, t in zip(seeds, temperatures, strict=True)
+        ]
+        self.rows = len(self.temperatures)
+        sampled = sorted({t for t in self.temperatures if t != 0})
         self.warpers: list[LogitsProcessor] = []
         # One sampled temperature is transformers' warper (as `generate` applies it); several
         # divide each row by its own.
@@ -69,17 +87,12 @@ class SeededSampling(LogitsProcessor):
         if len(sampled) == 1 and sampled[0] != 1.0:
             self.warpers.append(TemperatureLogitsWarper(sampled[0]))
         elif len(sampled) > 1:
-            self.row_temperatures = [t or 1.0 for t in temperatures]
-        if top_k > 0:
-            self.warpers.append(TopKLogitsWarper(top_k))
-        if top_p < 1.0:
-            self.warpers.append(TopPLogitsWarper(top_p))
-        self.rows = len(seeds)
-        self.generators: list[torch.Generator | None] = [
-            None if greedy else torch.Generator(device).manual_seed(s)
-            for s, greedy in zip(seeds, self.greedy_rows, strict=True)
-        ]
-        self._steps: list[torch.Tensor] = []
+            self.row_temperatures = [t or 1.0 for t in self.temperatures]
+        if self.top_k > 0:
+            self.warpers.append(TopKLogitsWarper(self.top_k))
+        if self.top_p < 1.0:
+            self.warpers.append(TopPLogitsWarper(self.top_p))
+        return range(first, self.rows)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         picked, chosen_logprobs = self.choose(input_ids, scores)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from training.replay.samplers import make_sampler, shared_prefix
+from training.replay.samplers import decode_loop, make_sampler, shared_prefix
 from training.replay.samplers.base import SampleRequest, SamplingParams
 from training.replay.samplers.cascade import cascade_attention
 
@@ -105,13 +105,13 @@ def test_the_batch_cache_holds_each_rows_own_tokens_only(
     """The rows' KV cache is sized for their own tokens (prompt rest + sampled), never the shared
     prefix, and the sampler still samples what `generate` samples."""
     capacities: list[int] = []
-    build = shared_prefix.preallocated_cache
+    build = decode_loop.preallocated_cache
 
     def recording(config: Any, capacity: int) -> Any:
         capacities.append(capacity)
         return build(config, capacity)
 
-    monkeypatch.setattr(shared_prefix, "preallocated_cache", recording)
+    monkeypatch.setattr(decode_loop, "preallocated_cache", recording)
     sampler = make_sampler("transformers", str(tiny_model))
     plain = make_sampler("transformers", str(tiny_model), shared_prefix=False)
     tok = sampler.tokenizer

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from training.replay.samplers import make_sampler, shared_prefix
+from training.replay.samplers import decode_loop, make_sampler
 from training.replay.samplers.base import SampleRequest, SamplingParams
+from training.replay.samplers.hf import cached_width
 from training.replay.samplers.shared_prefix import prefix_groups
 
 
@@ -153,14 +154,14 @@ def test_a_batch_under_several_system_prompts_shares_each_prefix(
     same steps (each run of rows attending its own prefix), and they sample what `generate`
     samples, each row in its request's place."""
     batches: list[int] = []  # the rows of each decode step
-    forward = shared_prefix._forward
+    forward = decode_loop.forward
 
     def recording(model: Any, cache_kwarg: str, cache: Any, **inputs: Any) -> Any:
         if inputs["input_ids"].shape[1] == 1:
             batches.append(inputs["input_ids"].shape[0])
         return forward(model, cache_kwarg, cache, **inputs)
 
-    monkeypatch.setattr(shared_prefix, "_forward", recording)
+    monkeypatch.setattr(decode_loop, "forward", recording)
     shared = make_sampler("transformers", str(tiny_model))
     plain = make_sampler("transformers", str(tiny_model), shared_prefix=False)
     tok = shared.tokenizer
@@ -214,12 +215,26 @@ def test_the_prefix_cache_is_kept_per_adapter(tiny_model: Path, adapter_path: Pa
 
 
 def test_batches_are_bounded_by_rows_and_kv_cache_slots(tiny_model: Path) -> None:
-    sampler = make_sampler("transformers", str(tiny_model), max_batch_rows=4, max_batch_tokens=100)
     short = [(0, (1,) * 10, 0)] * 6  # 10 + 10 tokens a row: the row limit binds
     long = [(1, (2,) * 40, 0)] * 3  # 40 + 10 a row: two rows fill 100 slots
-    chunks = sampler._chunks(short + long, 10)  # type: ignore[attr-defined]
+    former = make_sampler(
+        "transformers", str(tiny_model), max_batch_rows=4, max_batch_tokens=100, shared_prefix=False
+    )
+    chunks = former._chunks(short + long, 10)  # type: ignore[attr-defined]
     assert [len(c) for c in chunks] == [4, 2, 2, 1]  # a long row joins no batch it would overfill
     assert all(len(c) * (max(len(r[1]) for r in c) + 10) <= 100 for c in chunks)
+
+    # Cascade attention: a row's cache holds its prompt past the prefix its batch shares, so
+    # three rows of one 40-token prompt hold ~9 tokens each (their prefix is read once)...
+    shared = make_sampler("transformers", str(tiny_model), max_batch_rows=4, max_batch_tokens=100)
+    chunks = shared._chunks(short + long, 10)  # type: ignore[attr-defined]
+    assert [len(c) for c in chunks] == [4, 4, 1]
+    assert all(len(c) * (cached_width(list({r[1]: 0 for r in c})) + 10) <= 100 for c in chunks)
+    # ... while prompts that part after 30 shared tokens hold their own 10 and the 8 a stored
+    # prefix may lack: 3 rows of 18 + 10 fit in 100 slots, a 4th does not
+    parting = [(k, (7,) * 30 + tuple(range(100 * k, 100 * k + 10)), 0) for k in range(4)]
+    assert cached_width([r[1] for r in parting]) == 18
+    assert [len(c) for c in shared._chunks(parting, 10)] == [3, 1]  # type: ignore[attr-defined]
 
 
 @pytest.fixture(scope="module")

@@ -96,17 +96,18 @@ class Decoder:
         cache_kwarg: str,
         cancels: dict[int, threading.Event | None],
         finished: Finished | None,
+        prefixes: Sequence[tuple[tuple[int, ...], KV]] = (),
     ) -> None:
         self.model, self.pick, self.cascade = model, pick, cascade
         self.max_tokens, self.eos, self.pad = max_tokens, set(eos_ids), pad
         self.cache_kwarg, self.cancels, self.finished = cache_kwarg, cancels, finished
-        self.prefixes: list[tuple[tuple[int, ...], KV]] = []
+        # the prefixes rows may join under (cascade): each one's tokens and its cache
+        self.prefixes = list(prefixes)
         self.cohorts: list[_Cohort] = []
         self.logits: Any = None  # the next token's logits of every row the cohorts hold, in order
         self.tokens: dict[int, list[int]] = {}
         self.logprobs: dict[int, list[float]] = {}
         self.done: dict[int, Completion] = {}
-        self.joined_rows = 0  # rows that joined the running batch (continuous batching)
 
     def start(
         self,
@@ -321,7 +322,6 @@ class Decoder:
         self._add(
             cohort, logits, owner, [name for name, _, _ in joiners], [prompt for _, prompt, _ in joiners]
         )
-        self.joined_rows += len(joiners)
 
 
 #: Steps after which one waiting row joins a running batch of any size (sooner, with more).

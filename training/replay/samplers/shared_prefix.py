@@ -203,21 +203,21 @@ def sample_rows(
     for number, batch in enumerate(batches):
         # the batch's rows, in runs of one prefix each (what cascade attention reads)
         names = [r for group, _ in batch for u in group for r in rows_of[u]]
+        cascaded = cascade and all(kv is not None for _, kv in batch)
         decoder = Decoder(
             model,
             pick,
-            cascade=cascade and all(kv is not None for _, kv in batch),
+            cascade=cascaded,
             max_tokens=max_tokens,
             eos_ids=eos_ids,
             pad=pad,
             cache_kwarg=cache_kwarg,
             cancels={r: cancels[r] for r in names} if cancels else {},
             finished=finished,
+            prefixes=[
+                (tuple(prompts[group[0]][: kv[0][0].shape[-2]]), kv) for group, kv in batch if kv is not None
+            ],
         )
-        # the prefixes rows may join under: each group's own tokens and its cache
-        decoder.prefixes = [
-            (tuple(prompts[group[0]][: kv[0][0].shape[-2]]), kv) for group, kv in batch if kv is not None
-        ]
         with selected(model) if decoder.cascade else contextlib.nullcontext():
             decoder.start(
                 [rows[r] for r in names],

@@ -48,6 +48,19 @@ class ScriptedSampler(Sampler):
         return out
 
 
+class FailingSampler(ScriptedSampler):
+    """A scripted backend whose server drops every request whose prompt contains `marker`."""
+
+    def __init__(self, model: str, script: Script, marker: str, error: str = "backend went away") -> None:
+        super().__init__(model, script)
+        self.marker, self.error = marker, error
+
+    def _generate(self, requests: Sequence[SampleRequest]) -> list[list[Completion]]:
+        if any(self.marker in self.tokenizer.decode(list(r.prompt_ids)) for r in requests):
+            raise ConnectionError(self.error)
+        return super()._generate(requests)
+
+
 def calculator_script(prompt: str) -> str:
     """Call the calculator once, then answer with its result."""
     text, _, _ = prompt.partition("\x00")

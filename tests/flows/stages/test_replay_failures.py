@@ -17,20 +17,10 @@ from judging.summary import RewardStats
 from store.catalog.connection import connect
 from store.pipeline_runs import PipelineRun
 from store.writer import write
-from tests.training.helpers import ScriptedSampler, calculator_script, make_trajectory
-from training.replay.samplers.base import Completion, SampleRequest
+from tests.training.helpers import FailingSampler, calculator_script, make_trajectory
 from training.replay.scenario_io import create_scenarios
 
 pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
-
-
-class _DeadForSevens(ScriptedSampler):
-    """A sampler whose server drops every request about `... * 7` (a scenario's question)."""
-
-    def _generate(self, requests: list[SampleRequest]) -> list[list[Completion]]:
-        if any("* 7?" in self.tokenizer.decode(list(r.prompt_ids)) for r in requests):
-            raise ConnectionError("the server went away")
-        return super()._generate(requests)
 
 
 def test_a_round_goes_on_without_the_scenarios_it_could_not_replay_and_says_so(
@@ -47,7 +37,7 @@ def test_a_round_goes_on_without_the_scenarios_it_could_not_replay_and_says_so(
     path = tmp_path / "t.toml"
     path.write_text(f'[sampler]\nmodel = "{tiny_model}"\n[replay]\ngroup_size = 2\nconcurrency = 1\n')
     settings = load_config(path).with_values("select", replay="SELECT scenario_id FROM scenarios")
-    broken = _DeadForSevens(str(tiny_model), calculator_script)
+    broken = FailingSampler(str(tiny_model), calculator_script, "* 7?", "the server went away")
     monkeypatch.setattr(replay_stage, "sampler_for", lambda sampler, adapter: broken)
 
     replayed = replay_round(

@@ -19,14 +19,14 @@ from store.catalog.connection import connect
 from store.lake import Lake
 from store.writer import write
 from tests.store.helpers import make_traj
-from tests.training.helpers import TOOLS, ScriptedSampler, calculator_script, make_trajectory
+from tests.training.helpers import TOOLS, FailingSampler, ScriptedSampler, calculator_script, make_trajectory
 from training.replay.errors import ReplayError
 from training.replay.rollout.loop import RolloutLimits
 from training.replay.rollout.openai_app import LoopbackServer, create_app
 from training.replay.rollout.tools import make_tools
 from training.replay.rows import group_id_for
 from training.replay.samplers import make_sampler
-from training.replay.samplers.base import Completion, SampleRequest, SamplingParams
+from training.replay.samplers.base import SampleRequest, SamplingParams
 from training.replay.scenario_io import create_scenarios, load_scenarios
 from training.replay.stage import ReplayConfig, ReplaySetupError, replay, replay_passes
 
@@ -182,21 +182,12 @@ def test_rerun_skips_complete_groups_and_new_run_name_samples_new_ones(
         assert [m["role"] for m in row["messages"]] == ["user", "assistant", "tool", "assistant"]
 
 
-class _FailingSampler(ScriptedSampler):
-    """Fails every request for one scenario (its prompt mentions `0 + 0`)."""
-
-    def _generate(self, requests: list[SampleRequest]) -> list[list[Completion]]:
-        if any("0 + 0" in self.tokenizer.decode(list(r.prompt_ids)) for r in requests):
-            raise ConnectionError("backend went away")
-        return super()._generate(requests)
-
-
 def test_backend_failure_writes_no_group_and_rerun_retries(
     lake: Lake, tmp_path: Path, tiny_model: Path
 ) -> None:
     _load(lake, tmp_path, count=3)
     config = ReplayConfig(group_size=2, concurrency=1)
-    broken = _FailingSampler(str(tiny_model), calculator_script)
+    broken = FailingSampler(str(tiny_model), calculator_script, "0 + 0")  # one scenario's question
     result = replay(lake, "SELECT scenario_id FROM scenarios", broken, config, progress=False)
     assert len(result.group_ids) == 2 and len(result.failed) == 1
     assert "backend went away" in result.failed[0][1]

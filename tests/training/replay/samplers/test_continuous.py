@@ -15,7 +15,9 @@ import pytest
 from training.replay.samplers import make_sampler
 from training.replay.samplers.base import Completion, MicroBatcher, SampleRequest, SamplingParams
 
-SYSTEM = "<|im_start|>system\nYou are a careful math assistant. Use the calculator tool when needed.<|im_end|>\n"
+SYSTEM = (
+    "<|im_start|>system\nYou are a careful math assistant. Use the calculator tool when needed.<|im_end|>\n"
+)
 
 
 def _prompt(sampler: Any, text: str) -> tuple[int, ...]:

@@ -158,6 +158,17 @@ AttentionInterface.register(IMPLEMENTATION, cascade_attention)
 ALL_MASK_ATTENTION_FUNCTIONS.register(IMPLEMENTATION, sdpa_mask)
 
 
+def cascades(model: Any) -> bool:
+    """Whether the shared-prefix decode attends shared prefixes by cascade on `model`: it
+    attends with `sdpa` and every layer of its cache is full attention (no sliding window)."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    return replaces(model) and all(
+        type(layer) is DynamicLayer for layer in DynamicCache(config=model.config).layers
+    )
+
+
 def replaces(model: Any) -> bool:
     """Whether `model` attends with `sdpa`, the implementation the cascade stands in for."""
     return model.config._attn_implementation in ("sdpa", IMPLEMENTATION)

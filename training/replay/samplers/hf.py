@@ -254,17 +254,9 @@ class TransformersSampler(Sampler):
     def _holds_suffixes(self) -> bool:
         """Whether a batch's cache holds only its rows' tokens past their shared prefix: the
         shared-prefix decode with cascade attention (a full-attention model on `sdpa`)."""
-        if not self.shared_prefix:
-            return False
-        from transformers import DynamicCache
-        from transformers.cache_utils import DynamicLayer
+        from training.replay.samplers.cascade import cascades
 
-        from training.replay.samplers.cascade import replaces
-
-        model = self._load()
-        return replaces(model) and all(
-            type(layer) is DynamicLayer for layer in DynamicCache(config=model.config).layers
-        )
+        return self.shared_prefix and cascades(self._load())
 
     def _prefill_once(self, model: Any, rows: list[Row], input_ids: Any, attention: Any) -> Any:
         """Prefill each distinct prompt once and copy its KV cache to its `n` rows (what vLLM's `n` does).

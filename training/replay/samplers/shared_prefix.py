@@ -34,10 +34,9 @@ from typing import Any
 
 import torch
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
 
 from training.replay.samplers.base import Completion
-from training.replay.samplers.cascade import replaces, selected
+from training.replay.samplers.cascade import cascades, selected
 from training.replay.samplers.decode_loop import KV, Admit, Decoder, Finished, forward
 
 #: A shared prefix shorter than this is not worth a separate forward and a stored cache.
@@ -191,9 +190,7 @@ def sample_rows(
         )
         prefixes.append((group, kv))
     # cascade attention stands in for `sdpa`, and only where every layer attends in full
-    cascade = replaces(model) and all(
-        type(layer) is DynamicLayer for layer in DynamicCache(config=config).layers
-    )
+    cascade = cascades(model)
     together = cascade and all(kv is not None for _, kv in prefixes)
     rows_of: list[list[int]] = [[] for _ in prompts]
     for r, u in enumerate(owner):

@@ -9,7 +9,7 @@ system prompt and tool definitions) is forwarded once and its KV cache kept for 
 batches, each distinct prompt's rest once for its `n` rows, and finished rows leave the
 batch: each request is answered as soon as its samples are done, and a request that arrives
 meanwhile (a rollout's next turn) joins the running batch (continuous batching,
-`Sampler.stream`). `shared_prefix=False` runs the former path, one left-padded `generate` call whose
+`Sampler.stream`). `shared_prefix=False` runs the former path (`generate_path.py`), one left-padded `generate` call whose
 rows of one prompt share its prefill (`share_prefill`). Both sample the same tokens: every
 row draws from its own seeded generator (`seeded.SeededSampling`): sample `j` of a request
 with seed `s` uses `s + j`, as vLLM does, and draws the same noise whatever else shares its
@@ -258,41 +258,6 @@ class TransformersSampler(Sampler):
 
         return self.shared_prefix and cascades(self._load())
 
-    def _prefill_once(self, model: Any, rows: list[Row], input_ids: Any, attention: Any) -> Any:
-        """Prefill each distinct prompt once and copy its KV cache to its `n` rows (what vLLM's `n` does).
-
-        `generate` repeats a prompt per sample and would prefill it `n` times. Here the rows of
-        one prompt (adjacent: a request's `n` rows) share one forward pass over all but the last
-        prompt token; `generate` then starts from that cache and feeds only the last token. Returns
-        None when no prompt repeats or the model's cache cannot be re-indexed.
-        """
-        import torch
-        from transformers import DynamicCache
-
-        firsts = [r for r in range(len(rows)) if r == 0 or rows[r][1] != rows[r - 1][1]]
-        if (
-            len(firsts) == len(rows)
-            or input_ids.shape[1] < 2
-            or not hasattr(DynamicCache, "batch_select_indices")
-        ):
-            return None
-        owner, current = [], -1
-        for r in range(len(rows)):
-            current += r == 0 or rows[r][1] != rows[r - 1][1]
-            owner.append(current)
-        unique_ids, unique_mask = input_ids[firsts, :-1], attention[firsts, :-1]
-        positions = (unique_mask.long().cumsum(-1) - 1).clamp(min=0)  # left padding: count real tokens only
-        cache = DynamicCache(config=model.config)
-        model(
-            input_ids=unique_ids,
-            attention_mask=unique_mask,
-            position_ids=positions,
-            use_cache=True,
-            **{self._cache_kwarg: cache},
-        )
-        cache.batch_select_indices(torch.tensor(owner, device=input_ids.device))
-        return cache
-
     def _run(
         self,
         rows: list[Row],
@@ -322,7 +287,20 @@ class TransformersSampler(Sampler):
         pad = base.generation_config.pad_token_id
         pad = pad if pad is not None else eos_ids[0]
         if not self.shared_prefix:
-            completions = self._run_generate(rows, params, model, adapter_ctx, eos_ids, pad, cancels)
+            from training.replay.samplers.generate_path import run_generate
+
+            completions = run_generate(
+                model,
+                base,
+                rows,
+                params,
+                adapter_ctx,
+                eos_ids,
+                pad,
+                cancels,
+                share_prefill=self.share_prefill,
+                cache_kwarg=self._cache_kwarg,
+            )
             for (key, *_), j, completion in zip(rows, samples, completions, strict=True):
                 answers.add(key, j, completion)
             return
@@ -386,70 +364,6 @@ class TransformersSampler(Sampler):
                 max_rows=self.max_batch_rows,
             )
 
-    def _run_generate(
-        self,
-        rows: list[Row],
-        params: SamplingParams,
-        model: Any,
-        adapter_ctx: Any,
-        eos_ids: list[int],
-        pad: int,
-        cancels: Sequence[threading.Event | None] = (),
-    ) -> list[Completion]:
-        """The former path (`shared_prefix=False`): one `generate` call over left-padded rows."""
-        import torch
-        from transformers import LogitsProcessorList, StoppingCriteriaList
-
-        from training.replay.samplers.seeded import SeededSampling
-
-        base = self._load()
-        width = max(len(prompt) for _, prompt, *_ in rows)
-        input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
-        attention = torch.zeros((len(rows), width), dtype=torch.long)
-        for r, (_, prompt, *_) in enumerate(rows):  # left padding: every row's next token is at `width`
-            input_ids[r, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
-            attention[r, width - len(prompt) :] = 1
-        device = base.device
-        pick = SeededSampling(
-            [seed for _, _, seed, _ in rows],
-            temperature=[temperature for *_, temperature in rows],
-            top_k=params.top_k,
-            top_p=params.top_p,
-            device=device,
-        )
-        kwargs: dict[str, Any] = {
-            # Greedy on the scores `pick` returns: it has chosen each row's token already. The
-            # model's own sampling defaults (generation_config) are off; `pick` applies ours.
-            "do_sample": False,
-            "temperature": None,
-            "top_p": None,
-            "top_k": None,
-            "logits_processor": LogitsProcessorList([pick]),
-            "max_new_tokens": params.max_tokens,
-            "eos_token_id": eos_ids,
-            "pad_token_id": pad,
-        }
-        if any(cancel is not None for cancel in cancels):
-            kwargs["stopping_criteria"] = StoppingCriteriaList([_Abandoned(cancels)])
-        input_ids, attention = input_ids.to(device), attention.to(device)
-        with torch.inference_mode(), adapter_ctx:
-            if self.share_prefill:
-                shared = self._prefill_once(model, rows, input_ids, attention)
-                if shared is not None:
-                    kwargs[self._cache_kwarg] = shared
-            sequences = model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
-        generated = sequences[:, width:].tolist()
-        logprobs = pick.logprobs
-        completions = []
-        eos_set = set(eos_ids)
-        for tokens, lps in zip(generated, logprobs, strict=True):
-            end = next((j + 1 for j, t in enumerate(tokens) if t in eos_set), None)
-            if end is None:  # never stopped: every position is a sampled token
-                completions.append(Completion(tuple(tokens), tuple(lps[: len(tokens)]), "length"))
-            else:
-                completions.append(Completion(tuple(tokens[:end]), tuple(lps[:end]), "stop"))
-        return completions
-
 
 class _Answers:
     """What a stream of requests has been answered so far: each request's samples, by key, handed
@@ -474,20 +388,6 @@ class _Answers:
 def _batch_key(request: SampleRequest) -> SamplingParams:
     """What rows of one batch share: the sampling parameters but each row's seed and temperature."""
     return dataclasses.replace(request.params, seed=None, temperature=1.0)
-
-
-class _Abandoned:
-    """A stopping criterion: a row whose request was cancelled (its client left, the server
-    stops) is finished now, so a batch of abandoned requests ends at the next token."""
-
-    def __init__(self, cancels: Sequence[threading.Event | None]) -> None:
-        self.cancels = list(cancels)
-
-    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-        import torch
-
-        gone = [cancel is not None and cancel.is_set() for cancel in self.cancels]
-        return torch.tensor(gone, dtype=torch.bool, device=input_ids.device)
 
 
 def cached_width(prompts: Sequence[tuple[int, ...]]) -> int:

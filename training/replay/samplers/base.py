@@ -240,8 +240,11 @@ class Sampler(ABC):
         """Sample a batch of requests (adapter already resolved)."""
 
     def _stream(self, requests: Sequence[tuple[int, SampleRequest]], more: More, deliver: Deliver) -> None:
-        """`stream` with adapters resolved (backends with `continuous` implement it)."""
-        raise NotImplementedError(f"backend `{self.backend}` does not batch continuously")
+        """`stream` with adapters resolved. A backend that does not batch continuously answers
+        its requests together, after one `_generate`, and takes no request in meanwhile."""
+        batch = self._generate([request for _, request in requests])
+        for (key, _), completions in zip(requests, batch, strict=True):
+            deliver(key, completions)
 
     def _with_default_adapter(self, request: SampleRequest) -> SampleRequest:
         if request.adapter is None and self.adapter is not None:

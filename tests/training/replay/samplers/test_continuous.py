@@ -117,3 +117,16 @@ def test_the_batcher_hands_a_running_stream_what_arrives_meanwhile() -> None:
     batcher.close()
     assert calls == [[3, 5]]  # one stream: the second request joined it
     assert [c.token_ids for c in first] == [(1,), (1,)] and second[0].token_ids == (2,)
+
+
+def test_a_backend_that_does_not_batch_continuously_streams_its_batch_whole(tiny_model: Path) -> None:
+    from tests.training.helpers import ScriptedSampler, calculator_script
+
+    sampler = ScriptedSampler(str(tiny_model), calculator_script)
+    prompt = _prompt(sampler, "<|im_start|>user\nWhat is 12 * 7?<|im_end|>\n")
+    requests = [(7, SampleRequest(prompt, 2)), (9, SampleRequest(prompt[:-1], 1))]
+    queue = _Queue({}, at=1)
+    sampler.stream(requests, queue.more, queue.deliver)
+    assert queue.calls == 0  # it asks for no request while it runs
+    assert {key: len(c) for key, (_, c) in queue.delivered.items()} == {7: 2, 9: 1}
+    assert queue.delivered[7][1] == sampler.generate([requests[0][1]])[0]

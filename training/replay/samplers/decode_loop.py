@@ -270,7 +270,9 @@ class Decoder:
                 cohort_cache_,
                 input_ids=fed[:, None],
                 position_ids=positions[:, None],
-                cascade_cohorts=[(cohort.mask.bool(), cohort.runs()) for cohort in self.cohorts],
+                cascade_cohorts=[
+                    (_bias(cohort.mask, self.model.dtype), cohort.runs()) for cohort in self.cohorts
+                ],
             )
         else:  # one cohort, never joined
             (cohort,) = self.cohorts
@@ -326,6 +328,11 @@ class Decoder:
 
 #: Steps after which one waiting row joins a running batch of any size (sooner, with more).
 JOIN_AFTER_STEPS = 8
+
+
+def _bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A padding mask (1 for a real token) as the attention bias cascade attention adds: 0 or -inf."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(mask == 0, float("-inf"))
 
 
 def _is_set(cancel: threading.Event | None) -> bool:

@@ -88,6 +88,49 @@ def test_each_run_of_rows_attends_its_own_prefix() -> None:
         torch.testing.assert_close(out[run], expected, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_decode_step_over_cohorts_attends_each_rows_prefix_and_tokens(
+    fused: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A decode step over two cohorts of different widths, one with rows under two prefixes and
+    one whose first run has no rows left: each row gets attention over its prefix and its own
+    unpadded tokens, by the CPU's fused kernel and by the device-generic ops alike."""
+    from training.replay.samplers import cascade
+
+    if not fused:
+        monkeypatch.setattr(cascade, "_fused_step", cascade._unfused_step)
+    g = torch.Generator().manual_seed(3)
+    kv_heads, group, dim = 2, 3, 8
+    first = tuple(torch.randn(1, kv_heads, 11, dim, generator=g) for _ in range(2))
+    second = tuple(torch.randn(1, kv_heads, 4, dim, generator=g) for _ in range(2))
+    shapes = [(7, [(first, 2), (second, 3)]), (4, [(first, 0), (second, 3)])]  # (tokens, runs)
+    rows = sum(n for _, runs in shapes for _, n in runs)
+    query = torch.randn(rows, kv_heads * group, 1, dim, generator=g)
+    keys, values, cohorts, expected = [], [], [], []
+    start = 0
+    for tokens, runs in shapes:
+        count = sum(n for _, n in runs)
+        key, value = (torch.randn(count, kv_heads, tokens, dim, generator=g) for _ in range(2))
+        allowed = torch.ones(count, 1, 1, tokens, dtype=torch.bool)
+        for r in range(count):
+            allowed[r, :, :, : r % 3] = False  # left padding
+        bias = torch.zeros(count, tokens).masked_fill(~allowed[:, 0, 0], float("-inf"))
+        keys.append(key)
+        values.append(value)
+        cohorts.append((bias, [([kv], n) for kv, n in runs]))
+        at = 0
+        for (k, v), n in runs:
+            own = slice(at, at + n)
+            run = slice(start + at, start + at + n)
+            expected.append(_reference(query[run], k, v, key[own], value[own], allowed[own]))
+            at += n
+        start += count
+    module = SimpleNamespace(layer_idx=0, num_key_value_groups=group, is_causal=True)
+    out, _ = cascade_attention(module, query, keys, values, None, scaling=dim**-0.5, cascade_cohorts=cohorts)
+    assert out.shape == (rows, 1, kv_heads * group, dim)
+    torch.testing.assert_close(out, torch.cat(expected), atol=1e-5, rtol=1e-5)
+
+
 def test_without_a_prefix_it_is_sdpa() -> None:
     g = torch.Generator().manual_seed(1)
     query = torch.randn(2, 4, 1, 8, generator=g)

@@ -129,6 +129,10 @@ REAL_SIZES = {
         grpo_learning_rate=3e-4,
         grpo_warmup_steps=1,
         grpo_activation_checkpointing=True,
+        # the smoke run takes every path the full run takes: night 2 SFTs v1 on its production first
+        sft_excludes_replayed=True,
+        sft_on_production=True,
+        evaluate_intermediate=False,
     ),
 }
 

@@ -36,6 +36,8 @@ def test_small_demo_on_smollm2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert summary["production"]["before_n"] == summary["production"]["after_n"] == 24
     assert summary["production"]["after_policy"] == "calculator-agent-v1"
     assert [n["night"] for n in summary["nights"]] == [1, 2] and all(n["decision"] for n in summary["nights"])
+    # night 2 imitated v1's well-rated production runs before its GRPO round, as the full run does
+    assert [s["stage"] for s in summary["nights"][1]["stages"]][1:] == ["sft", "grpo-1"]
 
     con = connect(Lake(result["lake"]))
     # the mixed task reached the lake: word problems among the production questions

@@ -150,6 +150,9 @@ def test_sizes_of_the_tiny_and_a_real_model(tmp_path: Path) -> None:
     assert tiny["pipeline"]["sft_excludes_replayed"] is False
     # night 2 imitates the adapter's well-rated traffic before GRPO; the tiny demo's is GRPO alone
     assert toml["pipeline"]["sft_on_production"] is True and tiny["pipeline"]["sft_on_production"] is False
+    # the real model's smoke run (`--size small`) takes every path its full run takes
+    for flag in ("sft_excludes_replayed", "sft_on_production", "evaluate_intermediate"):
+        assert getattr(REAL_SIZES["small"], flag) == getattr(real, flag), flag
 
 
 def test_a_night_that_learned_nothing_keeps_its_decision() -> None:

@@ -164,14 +164,25 @@ def load_command(name: str) -> None:
 
 
 def cpu_defaults() -> None:
-    """OpenMP threads wait passively unless the user chose otherwise (`OMP_WAIT_POLICY`).
+    """OpenMP threads spin briefly, then wait passively, unless the user chose how they wait
+    (`OMP_WAIT_POLICY` or libgomp's `GOMP_SPINCOUNT`).
 
-    Set before torch loads (its OpenMP runtime reads the variable once). On a CPU shared with
-    other work, threads that spin between parallel regions took the cores from the threads with
-    work: a SmolLM2 decode step took 1,718 ms instead of 133 ms beside one busy process, and
-    64 ms instead of 162 ms on a machine with light background load (README: Performance).
+    Set before torch loads (its OpenMP runtime reads the variables once). On a CPU shared with
+    other work, threads that spin for long between parallel regions (libgomp's default: ~3 ms)
+    took the cores from the threads with work: a SmolLM2 decode step took 1,718 ms instead of
+    133 ms beside one busy process (README: Performance). Waiting passively at once costs a
+    thread's wake-up, ~90 us, at every parallel region, and a decode step runs ~1,000 of them;
+    a spin of ~30 us (`SPIN_COUNT`) first catches the region that follows, idle or beside busy
+    processes (a demo round 12% and 14% faster than passive alone, `docs/performance.md`).
     """
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
+        return
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    os.environ["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
+
+
+#: libgomp's spins before a waiting thread sleeps (~100,000 a millisecond, by its own estimate).
+SPIN_COUNT = 3000
 
 
 if __name__ == "__main__":

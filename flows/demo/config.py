@@ -86,7 +86,10 @@ REAL_SIZES = {
         # scenarios differ, not by samples each (at 300 runs, 61 x 4 samples: +-0.072)
         questions=600,
         train_scenarios=24,
-        rounds=3,
+        # 3 rounds gave GRPO +0.053 [+0.004, +0.102] over SFT on vLLM's sampled groups (+0.118 on
+        # transformers'); a 4th (24 more well-rated questions, left to GRPO instead of SFT) +0.093
+        # [+0.049, +0.138] (2026-12-01; rounds 1-3 replay the 62 labelled failures first)
+        rounds=4,
         group_size=16,  # at 8, 15-23 of a round's 24 groups had equal rewards: unequal ones twice as large
         eval_group_size=2,  # and 2 samples each: the evaluation costs about what 61 x 4 did
         sft_epochs=1.0,

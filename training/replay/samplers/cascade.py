@@ -107,21 +107,19 @@ def _attend_cohorts(
     cohorts: Sequence[tuple[torch.Tensor, Sequence[tuple[KV, int]]]],
 ) -> tuple[torch.Tensor, None]:
     """One decode step (one query a row) over rows in cohorts: each run of each cohort attends
-    its prefix and its rows' own tokens. On a CPU each part is one fused attention
-    (`_fused_step`); elsewhere `_unfused_step` computes both as `_attend` does for one batch."""
+    its prefix and its rows' own tokens (`_decode_step`)."""
     scale = query.shape[-1] ** -0.5 if scaling is None else scaling
-    step = _fused_step if query.device.type == "cpu" else _unfused_step
     outputs, start = [], 0
     for (bias, runs), key, value in zip(cohorts, keys, values, strict=True):
         rows = sum(n for _, n in runs)
         layer = [(prefix[module.layer_idx], n) for prefix, n in runs if n]
-        outputs.append(step(query[start : start + rows], key, value, bias, layer, scale))
+        outputs.append(_decode_step(query[start : start + rows], key, value, bias, layer, scale))
         start += rows
     out = outputs[0] if len(outputs) == 1 else torch.cat(outputs)
     return out.transpose(1, 2).contiguous(), None
 
 
-def _unfused_step(
+def _decode_step(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
@@ -129,33 +127,23 @@ def _unfused_step(
     runs: Sequence[tuple[tuple[torch.Tensor, torch.Tensor], int]],
     scale: float,
 ) -> torch.Tensor:
-    """`_fused_step` on any device: each run by `_attend`."""
-    outputs, at = [], 0
-    for prefix, n in runs:
-        own = slice(at, at + n)
-        blocked = bias[own, None, None, :] == 0  # [rows, 1, queries = 1, tokens]
-        outputs.append(_attend(query[own] * scale, key[own], value[own], blocked, prefix))
-        at += n
-    return outputs[0] if len(outputs) == 1 else torch.cat(outputs)
+    """One decode step of a cohort's rows: `query` [rows, heads, 1, head dim] (unscaled), their
+    own keys and values with `bias` [rows, tokens] (0, or -inf for padding), each run's prefix
+    and row count; returns [rows, heads, 1, head dim].
 
-
-def _fused_step(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    bias: torch.Tensor,
-    runs: Sequence[tuple[tuple[torch.Tensor, torch.Tensor], int]],
-    scale: float,
-) -> torch.Tensor:
-    """One decode step of a cohort's rows, by the CPU's fused (flash) attention kernel: the
-    rows' own tokens in one call, each run's prefix in one call (its rows' queries stacked per
-    KV head, the prefix read once), the two parts merged by their log-sum-exps, as cascade
-    inference merges them. `_attend` runs ~15 ops a layer, each a pass over the scores in
-    memory and, with several threads, a parallel region to start (on 2 cores under
-    `OMP_WAIT_POLICY=PASSIVE`, ~90 us each); this runs one kernel for the rows' own tokens and,
-    per run, one for its prefix and one merge.
-    `query` [rows, heads, 1, head dim] (unscaled), `bias` [rows, tokens] (0 or -inf: padding);
-    returns [rows, heads, 1, head dim]."""
+    On a CPU each part is one call of the fused (flash) attention kernel: the rows' own tokens
+    in one, each run's prefix in one (its rows' queries stacked per KV head, the prefix read
+    once), the two merged by their log-sum-exps, as cascade inference merges them. `_attend`
+    (elsewhere) runs ~15 ops a layer, each a pass over the scores in memory and, with several
+    threads, a parallel region to start (~90 us each on 2 cores waiting passively)."""
+    if not _fused(query):
+        outputs, at = [], 0
+        for prefix, n in runs:
+            own = slice(at, at + n)
+            blocked = bias[own, None, None, :] == 0  # [rows, 1, queries = 1, tokens]
+            outputs.append(_attend(query[own] * scale, key[own], value[own], blocked, prefix))
+            at += n
+        return outputs[0] if len(outputs) == 1 else torch.cat(outputs)
     rows, heads, _, dim = query.shape
     kv_heads = key.shape[1]
     group = heads // kv_heads
@@ -173,6 +161,11 @@ def _fused_step(
         torch.lerp(own[at : at + n], shared, weight[..., None].to(out.dtype), out=out[at : at + n])
         at += n
     return out.reshape(rows, heads, 1, dim)
+
+
+def _fused(query: torch.Tensor) -> bool:
+    """Whether a decode step runs on the CPU's fused attention kernel: its tensors are on a CPU."""
+    return query.device.type == "cpu"
 
 
 #: The CPU's fused attention (`sdpa`'s flash kernel), which also returns each query's log-sum-exp.

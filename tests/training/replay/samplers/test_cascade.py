@@ -97,8 +97,7 @@ def test_a_decode_step_over_cohorts_attends_each_rows_prefix_and_tokens(
     unpadded tokens, by the CPU's fused kernel and by the device-generic ops alike."""
     from training.replay.samplers import cascade
 
-    if not fused:
-        monkeypatch.setattr(cascade, "_fused_step", cascade._unfused_step)
+    monkeypatch.setattr(cascade, "_fused", lambda query: fused)
     g = torch.Generator().manual_seed(3)
     kv_heads, group, dim = 2, 3, 8
     first = tuple(torch.randn(1, kv_heads, 11, dim, generator=g) for _ in range(2))

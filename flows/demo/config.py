@@ -86,10 +86,11 @@ REAL_SIZES = {
         # scenarios differ, not by samples each (at 300 runs, 61 x 4 samples: +-0.072)
         questions=600,
         train_scenarios=24,
-        # 3 rounds gave GRPO +0.053 [+0.004, +0.102] over SFT on vLLM's sampled groups (+0.118 on
-        # transformers'); a 4th (24 more well-rated questions, left to GRPO instead of SFT) +0.093
-        # [+0.049, +0.138] (2026-12-01; rounds 1-3 replay the 62 labelled failures first)
-        rounds=4,
+        # 3 rounds replay the 62 labelled failures first, then well-rated questions. A 4th (24 more
+        # well-rated questions, left to GRPO instead of SFT) took GRPO's gain over SFT on vLLM
+        # from +0.053 to +0.093 but on transformers from +0.118 to +0.073 (SFT 0.801 -> 0.850, v1
+        # 0.919 -> 0.923), and night 2 learned nothing it could promote (2026-12-01): not kept
+        rounds=3,
         group_size=16,  # at 8, 15-23 of a round's 24 groups had equal rewards: unequal ones twice as large
         eval_group_size=2,  # and 2 samples each: the evaluation costs about what 61 x 4 did
         sft_epochs=1.0,

@@ -71,7 +71,8 @@ class _BufferedLayer(DynamicLayer):
 
 def cohort_cache(config: Any, cohorts: list[Any]) -> Any:
     """A `DynamicCache` over the caches of several cohorts of rows (`preallocated_cache`s of
-    full-attention layers, one per cohort, each of its own width): a decode step writes each
+    full-attention layers, one per cohort, each of its own width; a cohort's `names` are its
+    rows): a decode step writes each
     cohort's rows into its own buffers, and attention gets each cohort's keys and values apart
     (lists, for `cascade.cascade_attention`'s `cascade_cohorts`). Rows join a running batch as
     a new cohort, so no row's cache is ever copied to a common width. `cohorts` is the list the
@@ -93,7 +94,7 @@ class _CohortLayer(DynamicLayer):
 
     def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
         parts = [cohort.layers[self.layer] for cohort in self.cohorts]
-        sizes = [part.keys.shape[0] for part in parts]
+        sizes = [len(cohort.names) for cohort in self.cohorts]
         keys, values = [], []
         for part, k, v in zip(parts, key_states.split(sizes), value_states.split(sizes), strict=True):
             part_keys, part_values = part.update(k, v)

@@ -27,6 +27,7 @@ import torch
 
 from training.replay.samplers.base import Completion
 from training.replay.samplers.buffered_cache import cohort_cache, preallocated_cache
+from training.replay.samplers.cascade import PromptRests
 
 KV = list[tuple[Any, Any]]  # per layer: keys and values, [1, kv heads, tokens, head dim]
 
@@ -49,15 +50,17 @@ Finished = Callable[[int, Completion], None]
 @dataclass
 class _Cohort:
     """Rows that entered a batch together (the batch's own, or rows that joined it at one step):
-    their cache (each row's own tokens: `preallocated_cache`), padding mask, next positions,
-    `pick`'s names for them in batch order, and with cascade attention, each row's prefix run."""
+    their cache (`preallocated_cache`), next positions, `pick`'s names for them in batch order;
+    with cascade attention each row's prefix run and its prompt's rest (`PromptRests`), the cache
+    holding what the rows sampled; without, the padding mask over the cache's whole rows."""
 
     cache: Any
-    mask: torch.Tensor  # [rows, tokens]: 1 for a real token
+    mask: torch.Tensor | None  # without cascade: [rows, tokens], 1 for a real token
     positions: torch.Tensor  # [rows]: the position of each row's next token
     names: list[int]
     prefixes: list[KV]  # cascade: the prefix of each run of rows, in order
     run_of: list[int]  # cascade: each row's run
+    rests: PromptRests | None = None  # cascade: the distinct prompts' rests, and each row's
 
     @property
     def layers(self) -> list[Any]:
@@ -72,11 +75,15 @@ class _Cohort:
 
     def keep(self, kept: list[int]) -> None:
         """Only the rows at `kept` (in order) stay."""
-        index = torch.tensor(kept, device=self.mask.device)
+        index = torch.tensor(kept, device=self.positions.device)
         self.cache.batch_select_indices(index)
-        self.mask, self.positions = self.mask[index], self.positions[index]
+        self.positions = self.positions[index]
+        if self.mask is not None:
+            self.mask = self.mask[index]
         self.names = [self.names[i] for i in kept]
         self.run_of = [self.run_of[i] for i in kept] if self.run_of else []
+        if self.rests is not None:
+            self.rests = self.rests.keep(kept)
 
 
 class Decoder:
@@ -140,7 +147,8 @@ class Decoder:
             for _ in range(n)
         ]
         width = max(len(p) - s for p, s in zip(prompts, shared_of, strict=True))
-        cache = preallocated_cache(config, width + self.max_tokens)
+        # cascade: the prompts' rests, once each (`PromptRests`); the rows' own cache comes in `_add`
+        cache = preallocated_cache(config, width if self.cascade else width + self.max_tokens)
         extra: dict[str, Any] = {}
         # Cascade attention: the cache holds each row's own tokens only, and each prefix's one copy is
         # attended beside it. Otherwise (one group) the prefix's cache is copied to every row and the
@@ -185,11 +193,21 @@ class Decoder:
         names: Sequence[int],
         rows: Sequence[Sequence[int]],
     ) -> None:
-        """`cohort` (one row per distinct prompt) as the rows `names` (`owner`: each one's prompt)."""
-        if max(owner) + 1 < len(owner):  # each prompt's cache to its rows
+        """`cohort` (one row per distinct prompt) as the rows `names` (`owner`: each one's
+        prompt, a prompt's rows consecutive). With cascade attention the prompts' cache becomes
+        the cohort's rests and the rows get a cache of their own for what they sample; without,
+        each prompt's cache is copied to its rows."""
+        if self.cascade and cohort.mask is not None:
+            cohort.rests = PromptRests(
+                cohort.cache.layers, _bias(cohort.mask, self.model.dtype)[:, None, None], list(owner)
+            )
+            cohort.cache, cohort.mask = preallocated_cache(self.model.config, self.max_tokens), None
+        if max(owner) + 1 < len(owner):  # each prompt's logits (and without cascade, its cache) to its rows
             index = torch.tensor(owner, device=logits.device)
-            cohort.cache.batch_select_indices(index)
-            logits, cohort.mask = logits[index], cohort.mask[index]
+            logits = logits[index]
+            if cohort.mask is not None:
+                cohort.cache.batch_select_indices(index)
+                cohort.mask = cohort.mask[index]
         cohort.positions = torch.tensor([len(r) for r in rows], device=logits.device)
         cohort.names = list(names)
         cohort.run_of = [cohort.run_of[u] for u in owner] if cohort.run_of else []
@@ -260,8 +278,6 @@ class Decoder:
 
     def _step(self, fed: Any, cohort_cache_: Any) -> Any:
         """One decode step of every row the cohorts hold: the next token's logits."""
-        for cohort in self.cohorts:
-            cohort.mask = torch.cat([cohort.mask, cohort.mask.new_ones((len(cohort.names), 1))], dim=1)
         positions = torch.cat([cohort.positions for cohort in self.cohorts])
         if self.cascade:
             logits = forward(
@@ -270,12 +286,12 @@ class Decoder:
                 cohort_cache_,
                 input_ids=fed[:, None],
                 position_ids=positions[:, None],
-                cascade_cohorts=[
-                    (_bias(cohort.mask, self.model.dtype), cohort.runs()) for cohort in self.cohorts
-                ],
+                cascade_cohorts=[(cohort.runs(), cohort.rests) for cohort in self.cohorts],
             )
         else:  # one cohort, never joined
             (cohort,) = self.cohorts
+            assert cohort.mask is not None
+            cohort.mask = torch.cat([cohort.mask, cohort.mask.new_ones((len(cohort.names), 1))], dim=1)
             logits = forward(
                 self.model,
                 self.cache_kwarg,
@@ -308,9 +324,13 @@ class Decoder:
         """Rows that join the running batch: a cohort of their own, in runs by prefix, each
         distinct prompt's rest forwarded once beside its prefix; their first token is picked
         with the batch's next."""
-        joiners = sorted(joiners, key=lambda j: self._prefix_of(j[1]) or 0)  # runs, by prefix
-        runs = [self._prefix_of(prompt) or 0 for _, prompt, _ in joiners]
         unique: dict[tuple[int, ...], int] = {}
+        for _, prompt, _ in joiners:
+            unique.setdefault(tuple(prompt), len(unique))
+        # runs, by prefix; within one, each prompt's rows together
+        joiners = sorted(joiners, key=lambda j: (self._prefix_of(j[1]) or 0, unique[tuple(j[1])]))
+        runs = [self._prefix_of(prompt) or 0 for _, prompt, _ in joiners]
+        unique = {}
         owner = [unique.setdefault(tuple(prompt), len(unique)) for _, prompt, _ in joiners]
         prompts = list(unique)
         used = sorted(set(runs))

@@ -10,14 +10,16 @@ turn's prompt extends the earlier one. `generate` forwards every row's whole pro
   batches of the round: later turns, the other chunks, the next evaluation; the groups then
   decode in one batch, each run of rows attending its own prefix (`cascade.py`);
 - each distinct prompt's rest is forwarded once, beside the shared prefix's cache, and its
-  own cache is then copied to that prompt's rows; the shared prefix's cache is never copied:
-  every row attends its one copy (`cascade.py`), unless a layer is not full attention;
+  cache is kept once for that prompt's rows, which cache only what they sample; the shared
+  prefix's cache is never copied either: every row attends its one copy (`cascade.py`).
+  Unless a layer is not full attention: then the prefix's and each prompt's caches are copied
+  to the rows;
 - decoding feeds one token per unfinished row, finished rows leave the batch, and a
   rollout's next turn joins the running batch as a cohort of its own (continuous batching:
   `decode_loop.py`).
 
-A row's tokens sit as `[shared prefix | padding | its own suffix | sampled tokens]` (the
-batch's cache holds the part after the prefix): the padding is masked and position ids
+A row's tokens sit as `[shared prefix | padding | its prompt's rest | sampled tokens]`, each
+part cached once for the rows that share it: the padding is masked and position ids
 count only real tokens, so each row computes what it would alone,
 up to the floating-point differences of batched kernels (`tests/training/replay/samplers/test_hf.py`
 holds it to the `generate` path's ids and logprobs). Tokens are chosen by `SeededSampling`, one

@@ -12,7 +12,7 @@ import torch
 
 from training.replay.samplers import decode_loop, make_sampler, shared_prefix
 from training.replay.samplers.base import SampleRequest, SamplingParams
-from training.replay.samplers.cascade import cascade_attention
+from training.replay.samplers.cascade import PromptRests, cascade_attention
 
 
 def _reference(query: Any, prefix_k: Any, prefix_v: Any, key: Any, value: Any, allowed: Any) -> Any:
@@ -89,12 +89,13 @@ def test_each_run_of_rows_attends_its_own_prefix() -> None:
 
 
 @pytest.mark.parametrize("fused", [True, False])
-def test_a_decode_step_over_cohorts_attends_each_rows_prefix_and_tokens(
+def test_a_decode_step_over_cohorts_attends_each_rows_prefix_prompt_and_tokens(
     fused: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A decode step over two cohorts of different widths, one with rows under two prefixes and
-    one whose first run has no rows left: each row gets attention over its prefix and its own
-    unpadded tokens, by the CPU's fused kernel and by the device-generic ops alike."""
+    """A decode step over two cohorts: each row attends its run's prefix, its prompt's rest (held
+    once per prompt, left-padded to the cohort's longest) and what it sampled. Prompts hold
+    different numbers of rows (one none: its rows all left), and the second cohort's first run
+    has no rows left; by the CPU's fused kernel and by the device-generic ops alike."""
     from training.replay.samplers import cascade
 
     monkeypatch.setattr(cascade, "_fused", lambda query: fused)
@@ -102,32 +103,51 @@ def test_a_decode_step_over_cohorts_attends_each_rows_prefix_and_tokens(
     kv_heads, group, dim = 2, 3, 8
     first = tuple(torch.randn(1, kv_heads, 11, dim, generator=g) for _ in range(2))
     second = tuple(torch.randn(1, kv_heads, 4, dim, generator=g) for _ in range(2))
-    shapes = [(7, [(first, 2), (second, 3)]), (4, [(first, 0), (second, 3)])]  # (tokens, runs)
-    rows = sum(n for _, runs in shapes for _, n in runs)
+    # (rests' width, tokens sampled, runs, each row's prompt, each prompt's rest length)
+    shapes = [
+        (6, 3, [(first, 3), (second, 3)], [0, 0, 2, 3, 3, 3], [6, 4, 5, 2]),
+        (5, 2, [(first, 0), (second, 3)], [0, 1, 1], [5, 3]),
+    ]
+    rows = sum(len(prompt_of) for _, _, _, prompt_of, _ in shapes)
     query = torch.randn(rows, kv_heads * group, 1, dim, generator=g)
     keys, values, cohorts, expected = [], [], [], []
     start = 0
-    for tokens, runs in shapes:
-        count = sum(n for _, n in runs)
-        key, value = (torch.randn(count, kv_heads, tokens, dim, generator=g) for _ in range(2))
-        allowed = torch.ones(count, 1, 1, tokens, dtype=torch.bool)
-        for r in range(count):
-            allowed[r, :, :, : r % 3] = False  # left padding
-        bias = torch.zeros(count, tokens).masked_fill(~allowed[:, 0, 0], float("-inf"))
+    for width, sampled, runs, prompt_of, lengths in shapes:
+        rest_k, rest_v = (torch.randn(len(lengths), kv_heads, width, dim, generator=g) for _ in range(2))
+        padding = torch.tensor([[t < width - n for t in range(width)] for n in lengths])
+        bias = torch.zeros(len(lengths), 1, 1, width).masked_fill(padding[:, None, None], float("-inf"))
+        key, value = (torch.randn(len(prompt_of), kv_heads, sampled, dim, generator=g) for _ in range(2))
         keys.append(key)
         values.append(value)
-        cohorts.append((bias, [([kv], n) for kv, n in runs]))
+        rests = PromptRests([SimpleNamespace(keys=rest_k, values=rest_v)], bias, prompt_of)
+        cohorts.append(([([kv], n) for kv, n in runs], rests))
         at = 0
         for (k, v), n in runs:
-            own = slice(at, at + n)
-            run = slice(start + at, start + at + n)
-            expected.append(_reference(query[run], k, v, key[own], value[own], allowed[own]))
+            for row in range(at, at + n):
+                p, real = prompt_of[row], slice(width - lengths[prompt_of[row]], width)
+                own_k = torch.cat([rest_k[p : p + 1, :, real], key[row : row + 1]], dim=2)
+                own_v = torch.cat([rest_v[p : p + 1, :, real], value[row : row + 1]], dim=2)
+                everything = torch.ones(1, 1, 1, own_k.shape[2], dtype=torch.bool)
+                expected.append(
+                    _reference(query[start + row : start + row + 1], k, v, own_k, own_v, everything)
+                )
             at += n
-        start += count
+        start += len(prompt_of)
     module = SimpleNamespace(layer_idx=0, num_key_value_groups=group, is_causal=True)
     out, _ = cascade_attention(module, query, keys, values, None, scaling=dim**-0.5, cascade_cohorts=cohorts)
     assert out.shape == (rows, 1, kv_heads * group, dim)
     torch.testing.assert_close(out, torch.cat(expected), atol=1e-5, rtol=1e-5)
+
+
+def test_prompt_rests_stack_each_prompts_rows_and_follow_the_rows_that_stay() -> None:
+    rests = PromptRests([], torch.zeros(3, 1, 1, 2), [0, 0, 2])
+    assert rests.per_prompt == 2
+    assert rests.row_slot.tolist() == [0, 1, 4]  # prompt 1 has no rows: its slots are spare
+    assert rests.slots.tolist() == [0, 1, 0, 0, 2, 0]
+    kept = rests.keep([1, 2])
+    assert (kept.per_prompt, kept.row_slot.tolist(), kept.slots.tolist()) == (1, [0, 2], [0, 0, 1])
+    with pytest.raises(ValueError, match="consecutive"):
+        PromptRests([], torch.zeros(2, 1, 1, 2), [1, 0])
 
 
 def test_without_a_prefix_it_is_sdpa() -> None:
@@ -144,8 +164,8 @@ def test_without_a_prefix_it_is_sdpa() -> None:
 def test_the_batch_cache_holds_each_rows_own_tokens_only(
     tiny_model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The rows' KV cache is sized for their own tokens (prompt rest + sampled), never the shared
-    prefix, and the sampler still samples what `generate` samples."""
+    """The rows' KV cache is sized for what they sample, each prompt's rest is cached once beside
+    it, never the shared prefix, and the sampler still samples what `generate` samples."""
     capacities: list[int] = []
     build = decode_loop.preallocated_cache
 
@@ -171,4 +191,4 @@ def test_the_batch_cache_holds_each_rows_own_tokens_only(
             assert x.logprobs == pytest.approx(y.logprobs, abs=1e-4)
     shared = shared_prefix.common_prefix(prompts)
     assert shared >= shared_prefix.MIN_SHARED
-    assert capacities[-1] == max(len(p) for p in prompts) - shared + params.max_tokens
+    assert capacities[-2:] == [max(len(p) for p in prompts) - shared, params.max_tokens]

@@ -205,14 +205,15 @@ def _decode_step(
         on_rest.view(prompts, kv_heads, per, group, dim).transpose(1, 2).reshape(-1, kv_heads, group, dim)
     )
     rest_lse = rest_lse.view(prompts, kv_heads, per, group).transpose(1, 2).reshape(-1, kv_heads, group)
-    out, lse = _merge(out, lse, on_rest[rests.row_slot], rest_lse[rests.row_slot])
+    rest_lse = rest_lse[rests.row_slot]
+    out, lse = _merge(out, lse, on_rest[rests.row_slot], rest_lse), torch.logaddexp(lse, rest_lse)
     merged, at = [], 0
     for (prefix_k, prefix_v), n in runs:
         stacked = grouped[at : at + n].transpose(0, 1).reshape(1, kv_heads, n * group, dim)
         shared, shared_lse = _part(stacked, prefix_k, prefix_v, None, scale)
         shared = shared.view(kv_heads, n, group, dim).transpose(0, 1)
         shared_lse = shared_lse.view(kv_heads, n, group).transpose(0, 1)
-        merged.append(_merge(out[at : at + n], lse[at : at + n], shared, shared_lse)[0])
+        merged.append(_merge(out[at : at + n], lse[at : at + n], shared, shared_lse))
         at += n
     return (merged[0] if len(merged) == 1 else torch.cat(merged)).reshape(rows, heads, 1, dim)
 
@@ -239,13 +240,12 @@ def _part(
 
 def _merge(
     first: torch.Tensor, first_lse: torch.Tensor, second: torch.Tensor, second_lse: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> torch.Tensor:
     """Attention over two parts' keys from each part's own (`[..., dim]`, log-sum-exps `[...]`):
-    each weighted by its share of the total softmax mass."""
+    each weighted by its share of the total softmax mass (whose log-sum-exp is `logaddexp` of
+    the two)."""
     weight = torch.sigmoid(second_lse - first_lse)
-    return torch.lerp(first, second, weight[..., None].to(first.dtype)), torch.logaddexp(
-        first_lse, second_lse
-    )
+    return torch.lerp(first, second, weight[..., None].to(first.dtype))
 
 
 def _fused(query: torch.Tensor) -> bool:

@@ -150,7 +150,7 @@ class Decoder:
         # cascade: the prompts' rests, once each (`PromptRests`); the rows' own cache comes in `_add`
         cache = preallocated_cache(config, width if self.cascade else width + self.max_tokens)
         extra: dict[str, Any] = {}
-        # Cascade attention: the cache holds each row's own tokens only, and each prefix's one copy is
+        # Cascade attention: the cache holds each prompt's rest only, and each prefix's one copy is
         # attended beside it. Otherwise (one group) the prefix's cache is copied to every row and the
         # mask covers it.
         masked = 0

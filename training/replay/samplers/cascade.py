@@ -128,7 +128,7 @@ class PromptRests:
         counts = [0] * prompts
         for prompt in self.prompt_of:
             counts[prompt] += 1
-        self.per_prompt = max(1, *counts)
+        self.per_prompt = max([1, *counts])
         first = [0] * prompts
         for prompt in range(1, prompts):
             first[prompt] = first[prompt - 1] + counts[prompt - 1]

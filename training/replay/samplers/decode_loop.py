@@ -18,8 +18,9 @@ are read whatever the rows). Each row's completion is handed on as soon as it is
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,9 +33,64 @@ from training.replay.samplers.cascade import PromptRests
 KV = list[tuple[Any, Any]]  # per layer: keys and values, [1, kv heads, tokens, head dim]
 
 
-def forward(model: Any, cache_kwarg: str, cache: Any, **inputs: Any) -> Any:
-    """The last position's logits (float32) of a forward that fills `cache`."""
-    return model(use_cache=True, logits_to_keep=1, **{cache_kwarg: cache}, **inputs).logits[:, -1].float()
+def forward(model: Any, cache_kwarg: str, cache: Any, head: HeadBuffer | None = None, **inputs: Any) -> Any:
+    """The last position's logits (float32) of a forward that fills `cache`; with `head`, the LM
+    head writes them into its buffer where they are large (valid until the next such forward)."""
+    with head.writing(model) if head is not None else contextlib.nullcontext():
+        return model(use_cache=True, logits_to_keep=1, **{cache_kwarg: cache}, **inputs).logits[:, -1].float()
+
+
+#: glibc's malloc serves a block this large or larger with a fresh `mmap` whatever its tuning (the
+#: top of its dynamic mmap threshold), so each such tensor page-faults its zeroed memory again.
+FRESH_PAGES = 32 << 20
+
+
+class HeadBuffer:
+    """One buffer the LM head's output goes to in a decoder's steps, reused step after step.
+
+    A decode step's logits are rows x vocabulary floats: 75 MB at 384 SmolLM2 rows, which glibc
+    maps afresh for every step (`FRESH_PAGES`). Faulting in those pages took ~17 ms a step on a
+    2-core AMD EPYC, as much as the next 40 layers' elementwise work. Here a step's head writes
+    into one buffer (`torch.mm(..., out=)`, the kernel `F.linear` calls: the same products as
+    the packed head at these row counts); smaller outputs, a 16-bit head, a head with a bias or
+    an adapter of its own, and heads off a CPU (whose allocators cache) run as they are. A step's
+    logits are read (`SeededSampling.choose`) before the next step overwrites them."""
+
+    def __init__(self) -> None:
+        self._buffer: torch.Tensor | None = None
+
+    @contextlib.contextmanager
+    def writing(self, model: Any) -> Iterator[None]:
+        """Within: `model`'s LM head writes large float32 outputs into this buffer."""
+        head = model.get_output_embeddings()
+        if (
+            type(head) is not torch.nn.Linear
+            or head.bias is not None
+            or head.weight.dtype != torch.float32
+            or head.weight.device.type != "cpu"
+        ):
+            yield
+            return
+        weight, replaced = head.weight, vars(head).get("forward")  # `packed.PackedLinears` may have set one
+        own_forward = replaced or head.forward
+
+        def into_buffer(x: torch.Tensor) -> torch.Tensor:
+            rows = x.numel() // x.shape[-1]
+            if rows * weight.shape[0] * weight.element_size() < FRESH_PAGES or torch.is_grad_enabled():
+                return own_forward(x)  # type: ignore[no-any-return]
+            if self._buffer is None or len(self._buffer) < rows:
+                self._buffer = torch.empty((rows, weight.shape[0]), dtype=weight.dtype)
+            out = torch.mm(x.reshape(rows, x.shape[-1]), weight.t(), out=self._buffer[:rows])
+            return out.view(*x.shape[:-1], weight.shape[0])
+
+        head.forward = into_buffer
+        try:
+            yield
+        finally:
+            if replaced is None:
+                del head.forward
+            else:
+                head.forward = replaced
 
 
 #: A row that joins a running batch: its name (`pick`'s), its prompt, its cancel event.
@@ -112,6 +168,7 @@ class Decoder:
         self.prefixes = list(prefixes)
         self.cohorts: list[_Cohort] = []
         self.logits: Any = None  # the next token's logits of every row the cohorts hold, in order
+        self.head = HeadBuffer()  # a step's logits; a step's are read before the next overwrites them
         self.tokens: dict[int, list[int]] = {}
         self.logprobs: dict[int, list[float]] = {}
         self.done: dict[int, Completion] = {}
@@ -284,6 +341,7 @@ class Decoder:
                 self.model,
                 self.cache_kwarg,
                 cohort_cache_,
+                head=self.head,
                 input_ids=fed[:, None],
                 position_ids=positions[:, None],
                 cascade_cohorts=[(cohort.runs(), cohort.rests) for cohort in self.cohorts],
@@ -296,6 +354,7 @@ class Decoder:
                 self.model,
                 self.cache_kwarg,
                 cohort.cache,
+                head=self.head,
                 input_ids=fed[:, None],
                 attention_mask=cohort.mask,
                 position_ids=positions[:, None],

@@ -62,6 +62,7 @@ class SeededSampling(LogitsProcessor):
         self.rows = 0
         self.extend(seeds, temperature)
         self._steps: list[torch.Tensor] = []
+        self._buffers: list[torch.Tensor | None] = [None, None]  # `_scratch`
 
     def extend(self, seeds: Sequence[int], temperature: float | Sequence[float]) -> range:
         """Rows joining a running batch (continuous batching): each with its own generator, as
@@ -146,18 +147,36 @@ class SeededSampling(LogitsProcessor):
         self, input_ids: Any, scores: torch.Tensor, names: Sequence[int], idle: Collection[int]
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The sampled rows' tokens (`names`: which rows `scores` holds) and their processed log-probabilities."""
+        warpers = self.warpers
         if self.row_temperatures is not None:
-            scores = (
-                scores
-                / torch.tensor(
-                    [self.row_temperatures[r] for r in names], dtype=scores.dtype, device=scores.device
-                )[:, None]
+            temperatures = torch.tensor(
+                [self.row_temperatures[r] for r in names], dtype=scores.dtype, device=scores.device
             )
-        for warp in self.warpers:
+            scores = torch.div(scores, temperatures[:, None], out=self._scratch(0, scores))
+        elif warpers and isinstance(warpers[0], TemperatureLogitsWarper):  # its `scores / temperature`
+            scores = torch.div(scores, warpers[0].temperature, out=self._scratch(0, scores))
+            warpers = warpers[1:]
+        for warp in warpers:
             scores = warp(input_ids, scores)  # type: ignore[arg-type]  # HF's LongTensor/FloatTensor
-        probs = torch.softmax(scores.float(), dim=-1)
+        scores = scores.float()
+        probs = torch.softmax(scores, dim=-1, out=self._scratch(1, scores))
         picked = inverse_cdf(probs, self._uniforms(names, idle, probs.device))
         return picked, probs.gather(-1, picked[:, None])[:, 0].log()
+
+    def _scratch(self, which: int, like: torch.Tensor) -> torch.Tensor:
+        """Buffer `which` (0 or 1) shaped and typed as `like`, kept for the next steps: a step's
+        processed scores and probabilities are rows x vocabulary floats (75 MB at 384 SmolLM2
+        rows), which a CPU's malloc would map and fault in afresh every step
+        (`decode_loop.FRESH_PAGES`)."""
+        held = self._buffers[which]
+        if (
+            held is None
+            or held.dtype != like.dtype
+            or held.device != like.device
+            or held.numel() < like.numel()
+        ):
+            held = self._buffers[which] = torch.empty(like.numel(), dtype=like.dtype, device=like.device)
+        return held[: like.numel()].view(like.shape)
 
     def _uniforms(self, rows: Sequence[int], idle: Collection[int], device: Any) -> torch.Tensor:
         """One uniform in [0, 1) from each row's generator (float64); an idle row draws nothing."""

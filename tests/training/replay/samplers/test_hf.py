@@ -182,6 +182,51 @@ def test_a_batch_under_several_system_prompts_shares_each_prefix(
     assert len(batches) < 10  # one decode loop of at most 10 tokens, not one per system prompt
 
 
+def test_the_lm_heads_reused_buffer_samples_what_fresh_logits_sample(
+    tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With every decode step's logits written into the decoder's one buffer (`HeadBuffer`; here
+    at any size, not only past glibc's mmap threshold) each row samples what it samples with
+    fresh logits a step, over two turns, rows finishing and joining; the head's own forward is
+    back afterwards."""
+    made: list[decode_loop.HeadBuffer] = []
+
+    class Recorded(decode_loop.HeadBuffer):
+        def __init__(self) -> None:
+            super().__init__()
+            made.append(self)
+
+    fresh = make_sampler("transformers", str(tiny_model))
+    tok = fresh.tokenizer
+    params = SamplingParams(max_tokens=10, temperature=0.9, seed=5)
+    first = [
+        SampleRequest(p, n, params.with_seed(40 + n)) for p, n in zip(_turns(tok), (3, 2, 1), strict=True)
+    ]
+    tool = tuple(
+        tok.encode(
+            "<|im_start|>user\n<tool_response>\n84\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+        )
+    )
+
+    def both_turns(sampler: Any) -> list:
+        a = sampler.generate(first)
+        second = [
+            SampleRequest(request.prompt_ids + c.token_ids + tool, 1, params.with_seed(90 + k))
+            for request, group in zip(first, a, strict=True)
+            for k, c in enumerate(group)
+        ]
+        return [*a, *sampler.generate(second)]
+
+    expected = both_turns(fresh)
+    monkeypatch.setattr(decode_loop, "FRESH_PAGES", 0)
+    monkeypatch.setattr(decode_loop, "HeadBuffer", Recorded)
+    buffered = make_sampler("transformers", str(tiny_model))
+    _assert_same(both_turns(buffered), expected)
+    assert made and all(head._buffer is not None for head in made)  # every decoder wrote its steps there
+    head = buffered._load().get_output_embeddings()  # type: ignore[attr-defined]
+    assert "forward" not in vars(head)  # the class's forward again (packing's, too, has left)
+
+
 def test_prompts_group_by_the_prefix_they_share() -> None:
     system_a, system_b = (1,) * 30, (1, 1, 1, 1, *(2,) * 26)  # the same template head, then apart
     prompts = [(*system_a, 5), (*system_b, 6), (*system_a, 7, 8), (*system_b, 6), system_a[:10]]

@@ -153,6 +153,30 @@ def test_idle_rows_draw_nothing_and_leave_the_others_draws_alone() -> None:
     assert torch.equal(some_idle.generators[1].get_state(), before)
 
 
+@pytest.mark.parametrize("temperature", [0.7, (0.7, 1.3, 0.0, 1.0)])
+def test_scratch_reused_across_steps_draws_what_fresh_tensors_draw(
+    temperature: float | tuple[float, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step's scores and probabilities go to two buffers kept from step to step, as the batch
+    shrinks and grows: the same tokens and logprobs as fresh tensors a step, the caller's
+    logits untouched, and no new buffer once the largest step has been seen."""
+    temperatures = temperature if isinstance(temperature, tuple) else (temperature,) * 4
+    kept = SeededSampling(range(4), temperature=list(temperatures), top_k=0, top_p=1.0, device="cpu")
+    fresh = SeededSampling(range(4), temperature=list(temperatures), top_k=0, top_p=1.0, device="cpu")
+    monkeypatch.setattr(fresh, "_scratch", lambda which, like: torch.empty_like(like))
+    generator = torch.Generator().manual_seed(5)
+    buffers = []
+    for rows in ([0, 1, 2, 3], [0, 2, 3], [2, 3], [0, 1, 2, 3], [1]):
+        logits = torch.randn(len(rows), 500, generator=generator)
+        before = logits.clone()
+        got = kept.choose(None, logits, rows=rows)
+        assert torch.equal(logits, before)
+        want = fresh.choose(None, logits, rows=rows)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+        buffers.append([b.data_ptr() for b in kept._buffers if b is not None])
+    assert buffers[1:] == buffers[:-1]  # the first step's buffers served every later one
+
+
 def test_the_two_level_search_picks_the_token_at_the_uniform() -> None:
     """Blocks, then a token within its block: the token whose interval of the float64 running sum
     holds u x total, to within 1e-6 of the mass (the block sums are float32), over SmolLM2's

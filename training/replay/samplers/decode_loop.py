@@ -40,17 +40,18 @@ def forward(model: Any, cache_kwarg: str, cache: Any, head: HeadBuffer | None = 
         return model(use_cache=True, logits_to_keep=1, **{cache_kwarg: cache}, **inputs).logits[:, -1].float()
 
 
-#: glibc's malloc serves a block this large or larger with a fresh `mmap` whatever its tuning (the
-#: top of its dynamic mmap threshold), so each such tensor page-faults its zeroed memory again.
-FRESH_PAGES = 32 << 20
+#: glibc's malloc serves a block this large or larger with a fresh `mmap` (the most its dynamic
+#: mmap threshold rises to; only turning mmap off changes that), so each such tensor page-faults
+#: its zeroed memory again.
+MMAP_THRESHOLD_MAX = 32 << 20
 
 
 class HeadBuffer:
     """One buffer the LM head's output goes to in a decoder's steps, reused step after step.
 
     A decode step's logits are rows x vocabulary floats: 75 MB at 384 SmolLM2 rows, which glibc
-    maps afresh for every step (`FRESH_PAGES`). Faulting in those pages took ~17 ms a step on a
-    2-core AMD EPYC, as much as the next 40 layers' elementwise work. Here a step's head writes
+    maps afresh for every step (`MMAP_THRESHOLD_MAX`). Faulting in those pages took ~17 ms a step
+    on a 2-core AMD EPYC (~2% of it). Here a step's head writes
     into one buffer (`torch.mm(..., out=)`, the kernel `F.linear` calls: the same products as
     the packed head at these row counts); smaller outputs, a 16-bit head, a head with a bias or
     an adapter of its own, and heads off a CPU (whose allocators cache) run as they are. A step's
@@ -76,7 +77,11 @@ class HeadBuffer:
 
         def into_buffer(x: torch.Tensor) -> torch.Tensor:
             rows = x.numel() // x.shape[-1]
-            if rows * weight.shape[0] * weight.element_size() < FRESH_PAGES or torch.is_grad_enabled():
+            if (
+                rows * weight.shape[0] * weight.element_size() < MMAP_THRESHOLD_MAX
+                or x.dtype != weight.dtype
+                or torch.is_grad_enabled()
+            ):
                 return own_forward(x)  # type: ignore[no-any-return]
             if self._buffer is None or len(self._buffer) < rows:
                 self._buffer = torch.empty((rows, weight.shape[0]), dtype=weight.dtype)

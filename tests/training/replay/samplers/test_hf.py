@@ -218,7 +218,7 @@ def test_the_lm_heads_reused_buffer_samples_what_fresh_logits_sample(
         return [*a, *sampler.generate(second)]
 
     expected = both_turns(fresh)
-    monkeypatch.setattr(decode_loop, "FRESH_PAGES", 0)
+    monkeypatch.setattr(decode_loop, "MMAP_THRESHOLD_MAX", 0)
     monkeypatch.setattr(decode_loop, "HeadBuffer", Recorded)
     buffered = make_sampler("transformers", str(tiny_model))
     _assert_same(both_turns(buffered), expected)

@@ -167,7 +167,7 @@ class SeededSampling(LogitsProcessor):
         """Buffer `which` (0 or 1) shaped and typed as `like`, kept for the next steps: a step's
         processed scores and probabilities are rows x vocabulary floats (75 MB at 384 SmolLM2
         rows), which a CPU's malloc would map and fault in afresh every step
-        (`decode_loop.MMAP_THRESHOLD_MAX`)."""
+        (`head_buffer.MMAP_THRESHOLD_MAX`)."""
         held = self._buffers[which]
         if (
             held is None

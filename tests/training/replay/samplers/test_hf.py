@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from training.replay.samplers import decode_loop, make_sampler
+from training.replay.samplers import decode_loop, head_buffer, make_sampler
 from training.replay.samplers.base import SampleRequest, SamplingParams
 from training.replay.samplers.hf import cached_width
 from training.replay.samplers.shared_prefix import prefix_groups
@@ -189,9 +189,9 @@ def test_the_lm_heads_reused_buffer_samples_what_fresh_logits_sample(
     at any size, not only past glibc's mmap threshold) each row samples what it samples with
     fresh logits a step, over two turns, rows finishing and joining; the head's own forward is
     back afterwards."""
-    made: list[decode_loop.HeadBuffer] = []
+    made: list[head_buffer.HeadBuffer] = []
 
-    class Recorded(decode_loop.HeadBuffer):
+    class Recorded(head_buffer.HeadBuffer):
         def __init__(self) -> None:
             super().__init__()
             made.append(self)
@@ -218,7 +218,7 @@ def test_the_lm_heads_reused_buffer_samples_what_fresh_logits_sample(
         return [*a, *sampler.generate(second)]
 
     expected = both_turns(fresh)
-    monkeypatch.setattr(decode_loop, "MMAP_THRESHOLD_MAX", 0)
+    monkeypatch.setattr(head_buffer, "MMAP_THRESHOLD_MAX", 0)
     monkeypatch.setattr(decode_loop, "HeadBuffer", Recorded)
     buffered = make_sampler("transformers", str(tiny_model))
     _assert_same(both_turns(buffered), expected)

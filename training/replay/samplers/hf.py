@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from training.device import cpu_multiplies_natively
 from training.models.known import resolve_model
 from training.replay.errors import SamplerError
 from training.replay.samplers.base import (
@@ -120,6 +122,13 @@ class TransformersSampler(Sampler):
                 if self.dtype_name
                 else (torch.bfloat16 if device.startswith("cuda") else torch.float32)
             )
+            if device == "cpu" and not cpu_multiplies_natively(dtype):
+                warnings.warn(
+                    f"sampler.dtype {self.dtype_name}: this CPU has no {self.dtype_name} matmul "
+                    "instructions, so torch emulates them (hundreds of times slower than float32); "
+                    "sample in float32 here",
+                    stacklevel=2,
+                )
             try:
                 with LOADING:
                     model = AutoModelForCausalLM.from_pretrained(resolve_model(self.model), dtype=dtype)

@@ -386,3 +386,25 @@ def test_the_configured_dtype_is_the_one_the_model_samples_in(tiny_model: Path) 
 
     assert SamplerConfig(model=str(tiny_model), dtype="bfloat16").build().dtype == "bfloat16"
     assert SamplerConfig(model=str(tiny_model)).build().dtype == "float32"
+
+
+def test_a_16_bit_dtype_this_cpu_only_emulates_is_warned_about(
+    tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bfloat16 on a CPU without AVX512-BF16 or AMX is emulated (0.3 GFLOP/s on a Zen 3 EPYC):
+    the sampler says so once, at load, and still samples; float32 and native bfloat16 say nothing."""
+    import warnings
+
+    import torch
+
+    from training.replay.samplers import SamplerConfig
+
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    with pytest.warns(UserWarning, match=r"sampler\.dtype bfloat16: this CPU has no bfloat16 matmul"):
+        assert SamplerConfig(model=str(tiny_model), dtype="bfloat16").build().dtype == "bfloat16"
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="sampler.dtype")
+        assert SamplerConfig(model=str(tiny_model), dtype="float32").build().dtype == "float32"
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+        assert SamplerConfig(model=str(tiny_model), dtype="bfloat16").build().dtype == "bfloat16"

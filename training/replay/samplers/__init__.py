@@ -55,7 +55,7 @@ class SamplerConfig:
             "default: bfloat16 on a GPU, float32 on a CPU. On a CPU with native bfloat16 (AVX512-BF16, "
             "AMX) a replay round ran 1.5-1.8x faster in bfloat16; its logprobs are no longer the float32 trainer's, so "
             "GRPO should weigh them (`train.grpo.vllm_importance_sampling_correction`). A CPU without "
-            "(AVX2 only) emulates 16-bit matmuls, hundreds of times slower: the sampler warns at load."
+            "emulates 16-bit matmuls (0.3 GFLOP/s in bfloat16 on an AVX2-only EPYC): the sampler warns at load."
         },
     )
     base_url: list[str] | str = field(

@@ -125,8 +125,8 @@ class TransformersSampler(Sampler):
             if device == "cpu" and not cpu_multiplies_natively(dtype):
                 warnings.warn(
                     f"sampler.dtype {self.dtype_name}: this CPU has no {self.dtype_name} matmul "
-                    "instructions, so torch emulates them (hundreds of times slower than float32); "
-                    "sample in float32 here",
+                    "instructions, so torch emulates them, slower than float32 (0.3 against 110-127 "
+                    "GFLOP/s on an AVX2-only AMD EPYC); sample in float32 here",
                     stacklevel=2,
                 )
             try:

@@ -393,12 +393,14 @@ def test_a_16_bit_dtype_this_cpu_only_emulates_is_warned_about(
 ) -> None:
     """bfloat16 on a CPU without AVX512-BF16 or AMX is emulated (0.3 GFLOP/s on a Zen 3 EPYC):
     the sampler says so once, at load, and still samples; float32 and native bfloat16 say nothing."""
+    import platform
     import warnings
 
     import torch
 
     from training.replay.samplers import SamplerConfig
 
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")  # judged on x86 only
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
     with pytest.warns(UserWarning, match=r"sampler\.dtype bfloat16: this CPU has no bfloat16 matmul"):

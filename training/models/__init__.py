@@ -8,5 +8,6 @@ these, so they live here, and this package imports no trainer and nothing of
 - `known`: known base models by name (`resolve_model`, `fetch_model`, `KNOWN_MODELS`);
 - `policies`: what `trajectories.policy` records (`policy_name`, `adapter_label`);
 - `adapters`: an adapter folder's files and run record, `check_adapter_files`,
-  `peft_wrapping`.
+  `peft_wrapping`;
+- `precision`: whether this CPU multiplies a dtype in hardware (`cpu_multiplies_natively`).
 """

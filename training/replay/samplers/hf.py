@@ -27,8 +27,8 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from training.device import cpu_multiplies_natively
 from training.models.known import resolve_model
+from training.models.precision import cpu_multiplies_natively
 from training.replay.errors import SamplerError
 from training.replay.samplers.base import (
     Completion,

@@ -9,5 +9,6 @@ these, so they live here, and this package imports no trainer and nothing of
 - `policies`: what `trajectories.policy` records (`policy_name`, `adapter_label`);
 - `adapters`: an adapter folder's files and run record, `check_adapter_files`,
   `peft_wrapping`;
-- `precision`: whether this CPU multiplies a dtype in hardware (`cpu_multiplies_natively`).
+- `precision`: the dtype a sampler loads in (`sampling_dtype`), and whether this CPU
+  multiplies it in hardware (`cpu_multiplies_natively`).
 """

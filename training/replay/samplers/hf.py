@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from training.models.known import resolve_model
-from training.models.precision import cpu_multiplies_natively
+from training.models.precision import sampling_dtype
 from training.replay.errors import SamplerError
 from training.replay.samplers.base import (
     Completion,
@@ -117,18 +116,7 @@ class TransformersSampler(Sampler):
             from transformers import AutoModelForCausalLM
 
             device = self.device_name or ("cuda" if torch.cuda.is_available() else "cpu")
-            dtype = (
-                getattr(torch, self.dtype_name)
-                if self.dtype_name
-                else (torch.bfloat16 if device.startswith("cuda") else torch.float32)
-            )
-            if device == "cpu" and not cpu_multiplies_natively(dtype):
-                warnings.warn(
-                    f"sampler.dtype {self.dtype_name}: this CPU has no {self.dtype_name} matmul "
-                    "instructions, so torch emulates them, slower than float32 (0.3 against 110-127 "
-                    "GFLOP/s on an AVX2-only AMD EPYC); sample in float32 here",
-                    stacklevel=2,
-                )
+            dtype = sampling_dtype(self.dtype_name, device)
             try:
                 with LOADING:
                     model = AutoModelForCausalLM.from_pretrained(resolve_model(self.model), dtype=dtype)

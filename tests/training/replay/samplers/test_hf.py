@@ -392,7 +392,7 @@ def test_a_16_bit_dtype_this_cpu_only_emulates_is_warned_about(
     tiny_model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """bfloat16 on a CPU without AVX512-BF16 or AMX is emulated (0.3 GFLOP/s on a Zen 3 EPYC):
-    the sampler says so once, at load, and still samples; float32 and native bfloat16 say nothing."""
+    the sampler says so at load, and still samples; float32 and native bfloat16 say nothing."""
     import platform
     import warnings
 

@@ -33,7 +33,9 @@ it ran; the JSON adds the `torch.mm` bfloat16 peak.
 The last line printed is one JSON object: `tokens_per_s` (generated tokens / wall seconds, the
 median run), `flop_share` (forward tokens computed, prefill + decode, padding excluded, x 2 x
 parameters / wall seconds / the `torch.mm` fp32 peak of this process, `bench/flops.py`), the
-same for the former path under `before`, and `speedup` (the ratio of the medians).
+same for the former path under `before`, `speedup` (the ratio of the medians) and
+`speedup_runs` (each repeat's own ratio: a repeat runs both paths back to back, so its ratio
+is paired by the load it saw, and their spread shows how far one run of the bench can be trusted).
 """
 
 from __future__ import annotations
@@ -294,4 +296,11 @@ def rounds(argv: list[str]) -> None:
         out.update(summary("shared prefix"))
         out["before"] = summary("former (generate)")
         out["speedup"] = round(out["tokens_per_s"] / out["before"]["tokens_per_s"], 2)
+        # A repeat runs both paths back to back, so each repeat's ratio is paired by the load it saw.
+        out["speedup_runs"] = [
+            round(shared / former, 2)
+            for shared, former in zip(
+                out["runs_tokens_per_s"], out["before"]["runs_tokens_per_s"], strict=True
+            )
+        ]
     print(json.dumps(out))

@@ -36,8 +36,13 @@ def run_agent(
     tracer: trace.Tracer,
     max_steps: int = 4,
     system_prompt: str = SYSTEM_PROMPT,
+    seed: int | None = None,
 ) -> AgentRun:
-    """Answer `question` with the tools, under `system_prompt`; returns the answer and the run's trace id."""
+    """Answer `question` with the tools, under `system_prompt`; returns the answer and the run's trace id.
+
+    `seed`: the LLM's sampling seed, `seed + step` for the run's `step`-th call (the OpenAI `seed`
+    parameter, which vLLM and `trajlake serve-sampler` honour per request), so the run's answer
+    does not depend on what else the server was batching; None leaves the seeds to the server."""
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": system_prompt},
         {"role": "user", "content": question},
@@ -55,8 +60,11 @@ def run_agent(
     ) as root:
         context = root.get_span_context()
         trace_id = format(context.trace_id, "032x")
-        for _ in range(max_steps):
-            response = client.chat.completions.create(model=model, messages=messages, tools=TOOL_DEFINITIONS)
+        for step in range(max_steps):
+            seeded = {} if seed is None else {"seed": seed + step}
+            response = client.chat.completions.create(
+                model=model, messages=messages, tools=TOOL_DEFINITIONS, **seeded
+            )
             message = response.choices[0].message
             if not message.tool_calls:
                 return AgentRun(question, message.content, trace_id, calls, context)

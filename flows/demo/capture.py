@@ -102,6 +102,17 @@ def corrects_answer(question: str, seed: int, share: float) -> bool:
     return int.from_bytes(digest[:4], "big") / 2**32 < share
 
 
+def run_seed(seed: int, index: int) -> int:
+    """The sampling seed of the `index`-th agent run of a batch seeded `seed` (its calls take the
+    next few): a hash, so that runs and batches do not share seeds.
+
+    >>> run_seed(1, 0) == run_seed(1, 0), run_seed(1, 0) == run_seed(1, 1), 0 <= run_seed(0, 7) < 2**31
+    (True, False, True)
+    """
+    digest = hashlib.sha256(f"{seed}\x00{index}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") >> 1
+
+
 def capture_production_traces(
     lake: Path,
     questions: int,
@@ -119,7 +130,9 @@ def capture_production_traces(
     OpenAI-compatible ASGI app (`trajlake serve-sampler`'s), or the server at `llm_url` (vLLM),
     serves `model` instead.
     `concurrency` agents run at once, as users would (a served model batches their calls);
-    the stand-in is run one at a time, so its seeded mistakes land on the same questions.
+    the stand-in is run one at a time, so its seeded mistakes land on the same questions, and
+    each run sends its own sampling seed (`run_seed`), so a served model answers a seeded batch
+    the same whatever its continuous batching put beside each call.
     `task`: which questions (`flows.demo.task.TASKS`). `correction_share`: the share of
     thumbs-down whose user also sends the right answer (chosen by a hash of the question and
     `seed`, so a seeded run corrects the same ones).
@@ -142,9 +155,14 @@ def capture_production_traces(
             client = openai.OpenAI(base_url=f"{llm_url}/v1", api_key="demo-key", max_retries=0)
             tracer = provider.get_tracer("calculator-agent")
 
-            def answer(question: Any) -> Any:
+            def answer(index: int, question: Any) -> Any:
                 run = agent.run_agent(
-                    client, model, question.text, tracer, system_prompt=system_prompt(question, task)
+                    client,
+                    model,
+                    question.text,
+                    tracer,
+                    system_prompt=system_prompt(question, task),
+                    seed=run_seed(seed, index),
                 )
                 corrects = corrects_answer(question.text, seed, correction_share)
                 agent.record_feedback(
@@ -156,7 +174,7 @@ def capture_production_traces(
                 return run
 
             with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-                runs = list(pool.map(answer, asked))
+                runs = list(pool.map(answer, range(len(asked)), asked))
             provider.force_flush()  # the feedback too
         finally:
             uninstrument()

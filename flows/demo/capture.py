@@ -5,10 +5,13 @@ questions through a scripted stand-in for the hosted LLM, its spans and feedback
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import os
+import random
 import threading
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -55,32 +58,51 @@ def finish_collection(collector: Any) -> dict[str, int]:
 
 class SeededIds(IdGenerator):
     """OpenTelemetry ids from a seeded generator: a seeded demo run gets the same trace ids, hence
-    the same trajectory ids and the same train/val split (scenarios split by a hash of them)."""
+    the same trajectory ids and the same train/val split (scenarios split by a hash of them).
+
+    Runs one at a time draw from one sequence. Agents running at once would draw from it in
+    whatever order their threads reach it, so each of them draws from a generator of its own
+    inside `run(index)`: its ids then depend on the batch's seed and its place in the batch, not
+    on what ran beside it."""
 
     def __init__(self, seed: int) -> None:
-        import random
-
+        self._seed = seed
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
+        self._run: contextvars.ContextVar[random.Random | None] = contextvars.ContextVar("run", default=None)
+
+    @contextmanager
+    def run(self, index: int) -> Iterator[None]:
+        """Ids drawn in this block (this thread) come from the `index`-th run's own generator."""
+        token = self._run.set(random.Random(f"{self._seed}/{index}"))
+        try:
+            yield
+        finally:
+            self._run.reset(token)
+
+    def _bits(self, bits: int) -> int:
+        own = self._run.get()
+        if own is not None:
+            return own.getrandbits(bits) or 1
+        with self._lock:
+            return self._rng.getrandbits(bits) or 1
 
     def generate_span_id(self) -> int:
-        with self._lock:
-            return self._rng.getrandbits(64) or 1
+        return self._bits(64)
 
     def generate_trace_id(self) -> int:
-        with self._lock:
-            return self._rng.getrandbits(128) or 1
+        return self._bits(128)
 
 
-def instrument_agent(endpoint: str, service_name: str, seed: int | None = None) -> tuple[Any, Any]:
+def instrument_agent(endpoint: str, service_name: str, ids: SeededIds | None = None) -> tuple[Any, Any]:
     """Tracing and feedback of an agent to a collector (`ingest.instrument`): (provider, uninstrument).
 
-    `seed`: seeded trace and span ids (`SeededIds`); None: the SDK's random ones."""
+    `ids`: seeded trace and span ids; None: the SDK's random ones."""
     provider = ingest.instrument(
         endpoint=endpoint,
         service_name=service_name,
         set_global=False,
-        id_generator=SeededIds(seed) if seed is not None else None,
+        id_generator=ids,
     )
 
     def uninstrument() -> None:
@@ -150,27 +172,30 @@ def capture_production_traces(
             app_of_llm = llm_app if llm_app is not None else teacher.create_app(seed=seed)
             llm_url = servers.enter_context(BackgroundServer(app_of_llm)).url
         server = servers.enter_context(BackgroundServer(app))
-        provider, uninstrument = instrument_agent(server.url, service_name="calculator-agent", seed=seed)
+        ids = SeededIds(seed)
+        provider, uninstrument = instrument_agent(server.url, service_name="calculator-agent", ids=ids)
         try:
             client = openai.OpenAI(base_url=f"{llm_url}/v1", api_key="demo-key", max_retries=0)
             tracer = provider.get_tracer("calculator-agent")
 
             def answer(index: int, question: Any) -> Any:
-                run = agent.run_agent(
-                    client,
-                    model,
-                    question.text,
-                    tracer,
-                    system_prompt=system_prompt(question, task),
-                    seed=run_seed(seed, index),
-                )
-                corrects = corrects_answer(question.text, seed, correction_share)
-                agent.record_feedback(
-                    provider,
-                    run,
-                    correct=run.answer == question.answer,
-                    correction=question.answer if corrects else None,
-                )
+                # one at a time (the stand-in's batch), the runs keep drawing from one sequence
+                with ids.run(index) if concurrency > 1 else nullcontext():
+                    run = agent.run_agent(
+                        client,
+                        model,
+                        question.text,
+                        tracer,
+                        system_prompt=system_prompt(question, task),
+                        seed=run_seed(seed, index),
+                    )
+                    corrects = corrects_answer(question.text, seed, correction_share)
+                    agent.record_feedback(
+                        provider,
+                        run,
+                        correct=run.answer == question.answer,
+                        correction=question.answer if corrects else None,
+                    )
                 return run
 
             with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow  # a served model answers two batches: over 5 s
 
 QUESTIONS = 12
 ANSWERS = """
-    SELECT m.content AS question, t.final_output, to_json(t.messages) AS messages
+    SELECT t.trajectory_id, m.content AS question, t.final_output, to_json(t.messages) AS messages
     FROM trajectories t JOIN messages m USING (trajectory_id)
     WHERE t.source = 'otel' AND m.role = 'user'
 """
@@ -43,14 +43,16 @@ def served_batch(lake: Path, model: Path, concurrency: int) -> list[tuple[Any, .
         )
     assert stats["agent_runs"] == QUESTIONS
     rows = connect(Lake(str(lake))).sql(ANSWERS).fetchall()
-    return sorted((question, final, conversation(messages)) for question, final, messages in rows)
+    return sorted((t, question, final, conversation(messages)) for t, question, final, messages in rows)
 
 
 def test_a_seeded_batch_gets_the_same_answers_whatever_the_batching(tmp_path: Path, tiny_model: Path) -> None:
-    """One agent at a time (every call decoded alone) and twelve at once (calls batched together
-    as they arrive) sample the same conversations at temperature 1: each run sends its own seed."""
+    """Two agents at a time (calls decoded in pairs) and twelve at once (calls batched together as
+    they arrive) sample the same conversations at temperature 1, under the same trace ids (so
+    the same trajectory ids and train/val split): each run sends its own seed and draws its ids
+    from a generator of its own."""
     model = pretrain_base_model(tiny_model, tmp_path / "model")
-    alone = served_batch(tmp_path / "alone", model, concurrency=1)
+    pairs = served_batch(tmp_path / "pairs", model, concurrency=2)
     together = served_batch(tmp_path / "together", model, concurrency=QUESTIONS)
-    assert len(alone) == QUESTIONS and len({row[2] for row in alone}) > 1
-    assert together == alone
+    assert len(pairs) == QUESTIONS and len({row[3] for row in pairs}) > 1
+    assert together == pairs

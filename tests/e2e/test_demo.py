@@ -128,7 +128,7 @@ def test_small_demo_runs_the_whole_loop(tmp_path: Path, monkeypatch: pytest.Monk
     assert replayed[:3] == [None, sft, result["adapter"]]
     assert greedy[:3] == [True] * 3
     # the second night learns from the well-rated ones of the 24 conversations the adapter served:
-    # a small, unseeded batch may bring no new train scenario, and then the night says so
+    # a small batch may bring no new train scenario, and then the night says so
     if nights[1].training_steps:
         assert [name for name, _, _ in calls[10:]] == night
         second_sft = str(Path(nights[1].adapter).parents[1] / "sft-0" / "adapter")

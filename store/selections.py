@@ -82,6 +82,21 @@ def scenarios_since(selection: str, since: datetime | None) -> str:
     )
 
 
+def scenarios_with_expected(selection: str) -> str:
+    """`selection` (returning `scenario_id`) kept to the scenarios that have an expected outcome:
+    all a reward that compares with one (`needs_expected`) can score. Replaying a scenario without
+    one for such a reward leaves its group unscored, and a round of only those gives GRPO nothing
+    to read.
+
+    >>> scenarios_with_expected("SELECT scenario_id FROM scenarios")
+    "SELECT scenario_id FROM (SELECT scenario_id FROM scenarios) WHERE scenario_id IN (SELECT scenario_id FROM scenarios WHERE expected IS NOT NULL AND expected <> '')"
+    """
+    return (
+        f"SELECT scenario_id FROM ({selection}) WHERE scenario_id IN "
+        "(SELECT scenario_id FROM scenarios WHERE expected IS NOT NULL AND expected <> '')"
+    )
+
+
 def trajectories_since(selection: str, since: datetime | None) -> str:
     """`selection` (returning `trajectory_id`) kept to trajectories that started at or after `since`
     (None: as is): the production conversations of the pipeline's window."""

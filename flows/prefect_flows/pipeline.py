@@ -181,7 +181,10 @@ def _pipeline_steps(
     timed("assemble", assemble_task, lake)
     scenarios = timed("scenarios", scenarios_task, lake, select=config.select, scenarios=config.scenarios)
     run = timed.run = stages.mark_data_seen(lake, run)
-    learning = stages.learning_selections(run, config.select)  # `select` kept to the run's window
+    # `select` kept to the run's window, and to what the training reward can score
+    learning = stages.learning_selections(
+        run, config.select, expected_only=stages.training_reward_needs_expected(config.score)
+    )
     run = timed.run = stages.record_learned_from(lake, run, select=learning)
     logger.info("learns from %s", run.learned_from)
     # the flow's result is JSON-able but for the run's record (Prefect keeps it; the demo reads it)

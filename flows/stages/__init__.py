@@ -57,6 +57,7 @@ from flows.stages.score import (
     score_reward,
     score_round,
     shard_groups,
+    training_reward_needs_expected,
 )
 from flows.stages.train import grpo_stage, sft_stage
 
@@ -106,6 +107,7 @@ __all__ = [
     "sft_stage",
     "shard_groups",
     "stage_policies",
+    "training_reward_needs_expected",
     "work_dir",
     "write_pipeline_report",
 ]

@@ -41,7 +41,12 @@ from store.pipeline_runs import (
     record_pipeline_run,
 )
 from store.rows import utc_now
-from store.selections import scenarios_since, trajectories_not_replayed, trajectories_since
+from store.selections import (
+    scenarios_since,
+    scenarios_with_expected,
+    trajectories_not_replayed,
+    trajectories_since,
+)
 from training.publish import PublishConfig
 from training.run import CHECKPOINTS
 
@@ -139,13 +144,17 @@ def mark_data_seen(lake: Lake, run: PipelineRun) -> PipelineRun:
     return run
 
 
-def learning_selections(run: PipelineRun, select: Selections) -> Selections:
-    """The selections kept to what `run` learns from: the replayed scenarios to its window; SFT to
-    its window only when it continues the production adapter (from the base model, SFT reads all
-    selected conversations)."""
+def learning_selections(run: PipelineRun, select: Selections, *, expected_only: bool = False) -> Selections:
+    """The selections kept to what `run` learns from: the replayed scenarios to its window, and to
+    those with an expected outcome when the training reward needs one (`expected_only`,
+    `training_reward_needs_expected`); SFT to its window only when it continues the production
+    adapter (from the base model, SFT reads all selected conversations)."""
     since = run.since_time
     sft = trajectories_since(select.sft, since) if run.start_adapter else select.sft
-    return dataclasses.replace(select, replay=scenarios_since(select.replay, since), sft=sft)
+    replay = scenarios_since(select.replay, since)
+    if expected_only:
+        replay = scenarios_with_expected(replay)
+    return dataclasses.replace(select, replay=replay, sft=sft)
 
 
 def sft_selections(lake: Lake, select: Selections, rounds: int, *, pipeline: PipelineSettings) -> Selections:
@@ -184,7 +193,7 @@ def nothing_to_learn(lake: Lake, run: PipelineRun, *, select: Selections) -> str
     if not scenarios_to_learn(lake, select.replay):
         if run.since:
             return f"nothing to learn: no train scenario new since {run.since}"
-        return "nothing to learn: `select.replay` selects no scenario"
+        return "nothing to learn: `select.replay` selects no scenario the training reward can score"
     return None
 
 

@@ -68,6 +68,23 @@ def training_reward(score: ScoreSettings) -> str:
     return resolve_reward_key(score.reward, score.rewards, combined=bool(score.weights))[1]
 
 
+def training_reward_needs_expected(score: ScoreSettings) -> bool:
+    """Whether the reward training reads scores only replays of scenarios with an expected outcome
+    (a reward marked `needs_expected`): then a round replays only such scenarios. `ruler`,
+    `combined` and a spec that does not resolve (the score stage names it) say no."""
+    from judging.errors import RewardSpecError
+    from judging.registry import COMBINED, get_reward, resolve_reward_key
+    from judging.rewards.base import EXPECTED_OUTCOME
+
+    spec, _ = resolve_reward_key(score.reward, score.rewards, combined=bool(score.weights))
+    if spec in ("ruler", COMBINED):
+        return False
+    try:
+        return get_reward(spec).scope == EXPECTED_OUTCOME
+    except RewardSpecError:
+        return False
+
+
 def combined_weights(score: ScoreSettings) -> dict[str, float]:
     """`score.weights` by the names the rewards' rows have (each key written as a spec or a name)."""
     from judging.registry import resolve_reward_key

@@ -202,7 +202,9 @@ def write_demo_config(
     )
     # What production got wrong becomes scenarios too: a thumbs-down whose user sent the right
     # answer (a label) is scored against it; without a label only a reward that needs no expected
-    # answer (RULER, with a judge) can score it, so the demo takes those only when it has a judge.
+    # answer (RULER, with a judge) can score it, so the demo takes those only when it has a judge
+    # (the report's judged failures). Rounds replay them only for a training reward that needs no
+    # expected answer (`training_reward_needs_expected`): the demo trains on `calculator`.
     rated_wrong = "SELECT trajectory_id FROM latest_rewards WHERE name = 'user_feedback' AND value <= 0" + (
         "" if judge else " AND trajectory_id IN (SELECT trajectory_id FROM labels WHERE expected IS NOT NULL)"
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from flows.cli import app
@@ -19,6 +20,8 @@ from store.lake import Lake
 from store.writer import write
 from tests.training.helpers import make_trajectory
 from training.replay.scenario_io import create_scenarios
+
+pytestmark = pytest.mark.slow  # bench: over 5 s a file (the inner loop is `-m "not slow and not vllm"`)
 
 # t0-t3 rated wrong (t0 and t1 with no right answer), t4-t9 rated right
 VERDICTS = [

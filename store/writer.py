@@ -32,6 +32,7 @@ from __future__ import annotations
 import concurrent.futures.thread  # noqa: F401
 import os
 import random
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -168,6 +169,13 @@ def table_configuration(spec: TableSpec) -> dict[str, str]:
     }
 
 
+# Threads of one process that find a table missing create it one at a time: deltalake's
+# `create(mode="ignore")` that loses the race to version 0 commits a second CREATE TABLE (a new
+# table id) after whatever the winner wrote meanwhile (seen with 6 threads on a loaded 2-core
+# machine). Rows survive it, but a table is created once. Processes can still race; rows survive.
+_CREATING = threading.Lock()
+
+
 def open_table(lake: Lake, spec: TableSpec) -> Any:
     """The Delta table of `spec`, created on first use, with any column the schema added since."""
     from deltalake import DeltaTable
@@ -177,14 +185,18 @@ def open_table(lake: Lake, spec: TableSpec) -> Any:
     try:
         table = DeltaTable(uri, storage_options=lake.delta_options)
     except TableNotFoundError:
-        table = DeltaTable.create(
-            uri,
-            spec.schema,
-            mode="ignore",  # a concurrent first writer may have created it
-            partition_by=[PARTITION_COLUMN] if spec.partitioned else None,
-            configuration=table_configuration(spec),
-            storage_options=lake.delta_options,
-        )
+        with _CREATING:
+            try:
+                table = DeltaTable(uri, storage_options=lake.delta_options)  # another thread's
+            except TableNotFoundError:
+                table = DeltaTable.create(
+                    uri,
+                    spec.schema,
+                    mode="ignore",  # a writer in another process may have created it
+                    partition_by=[PARTITION_COLUMN] if spec.partitioned else None,
+                    configuration=table_configuration(spec),
+                    storage_options=lake.delta_options,
+                )
     present = {field.name for field in table.schema().fields}
     missing = [f for f in spec.schema if f.name not in present]
     if missing:  # additive evolution: a column added to the schema since the table was created

@@ -25,6 +25,10 @@ OUTSIDE_VAL_SCENARIOS = (
 #: Production traffic (collected, pulled or imported): what scenarios are cut from.
 PRODUCTION_TRAJECTORIES = f"SELECT trajectory_id FROM trajectories WHERE {one_of('source', PRODUCTION_SOURCES, table='trajectories')}"
 
+#: SQL condition over `scenarios` (or a replay's columns): the scenario has an expected outcome,
+#: all a reward that compares with one (`needs_expected`) can score.
+HAS_EXPECTED = "expected IS NOT NULL AND expected <> ''"
+
 #: The scenarios each round replays and trains on. A pipeline run keeps it to the scenarios new
 #: since its last finished run plus `pipeline.window_days` before (`scenarios_since`), and
 #: samples them with the policy it is training: scenarios come back with each new policy.
@@ -91,10 +95,7 @@ def scenarios_with_expected(selection: str) -> str:
     >>> scenarios_with_expected("SELECT scenario_id FROM scenarios")
     "SELECT scenario_id FROM (SELECT scenario_id FROM scenarios) WHERE scenario_id IN (SELECT scenario_id FROM scenarios WHERE expected IS NOT NULL AND expected <> '')"
     """
-    return (
-        f"SELECT scenario_id FROM ({selection}) WHERE scenario_id IN "
-        "(SELECT scenario_id FROM scenarios WHERE expected IS NOT NULL AND expected <> '')"
-    )
+    return f"SELECT scenario_id FROM ({selection}) WHERE scenario_id IN (SELECT scenario_id FROM scenarios WHERE {HAS_EXPECTED})"
 
 
 def trajectories_since(selection: str, since: datetime | None) -> str:

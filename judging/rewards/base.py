@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from store.selections import HAS_EXPECTED
 from store.vocabulary import equals
 
 RewardValue = float | dict[str, float]
@@ -43,7 +44,7 @@ class RewardScope:
 
 # Rewards that compare with the scenario's expected outcome can score replays of scenarios that have one.
 EXPECTED_OUTCOME = RewardScope(
-    f"{equals('source', 'replay', table='trajectories')} AND expected IS NOT NULL AND expected <> ''",
+    f"{equals('source', 'replay', table='trajectories')} AND {HAS_EXPECTED}",
     "replayed trajectories of scenarios with an expected outcome",
 )
 
